@@ -1,0 +1,75 @@
+/**
+ * The deployments file: where each chain's contracts live and from which block, written by
+ * `npm run chains` and read by Ponder, the server and the scripts. One file for all chains.
+ */
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { dirname, resolve } from "node:path";
+import { z } from "zod";
+import { CHAIN_KEYS, type ChainKey } from "./chains.ts";
+
+const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, "an 0x-prefixed 20-byte hex address");
+const hash = z.string().regex(/^0x[0-9a-fA-F]{64}$/, "an 0x-prefixed 32-byte hex hash");
+const deployed = z.object({ address, block: z.number().int().nonnegative() });
+
+const tokenDeployment = deployed.extend({
+  symbol: z.string(),
+  name: z.string(),
+  decimals: z.number().int(),
+  /** EIP-712 domain version for EIP-3009, null for a token without it. */
+  eip712Version: z.string().nullable(),
+});
+
+const chainDeployment = z.object({
+  chainId: z.number().int().positive(),
+  rpcUrl: z.string().url(),
+  /** Hash of block 0: tells a restarted (reset) local chain from the one deployed to. */
+  genesisHash: hash,
+  billPay: deployed,
+  multicall3: address,
+  roles: z.object({ admin: address, operator: address, pauser: address }),
+  tokens: z.array(tokenDeployment).min(1),
+});
+
+export const deploymentsSchema = z.object({
+  chains: z.partialRecord(z.enum(CHAIN_KEYS as [ChainKey, ...ChainKey[]]), chainDeployment),
+});
+
+export type Deployments = z.infer<typeof deploymentsSchema>;
+export type ChainDeployment = z.infer<typeof chainDeployment>;
+export type TokenDeployment = z.infer<typeof tokenDeployment>;
+
+export const DEFAULT_DEPLOYMENTS_FILE = "deployments/localhost.json";
+
+export function deploymentsPath(file = process.env.DEPLOYMENTS_FILE ?? DEFAULT_DEPLOYMENTS_FILE): string {
+  return resolve(file);
+}
+
+/** Reads and validates the deployments file; an absent file is an empty deployment. */
+export async function readDeployments(file = deploymentsPath()): Promise<Deployments> {
+  let text: string;
+  try {
+    text = await readFile(file, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { chains: {} };
+    throw err;
+  }
+  const parsed = deploymentsSchema.safeParse(JSON.parse(text));
+  if (!parsed.success) {
+    throw new Error(`deployments file ${file} is invalid: ${z.prettifyError(parsed.error)}`);
+  }
+  return parsed.data;
+}
+
+/** Writes atomically (temp file, then rename) so a reader never sees half a file. */
+export async function writeDeployments(deployments: Deployments, file = deploymentsPath()): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  await writeFile(tmp, `${JSON.stringify(deploymentsSchema.parse(deployments), null, 2)}\n`);
+  await rename(tmp, file);
+}
+
+export function requireChain(deployments: Deployments, chain: ChainKey): ChainDeployment {
+  const d = deployments.chains[chain];
+  if (!d) throw new Error(`no deployment for ${chain}: run \`npm run chains\` first`);
+  return d;
+}

@@ -1,0 +1,36 @@
+/**
+ * Keys for local chains. Hardhat's well-known test mnemonic: these keys are public and
+ * control nothing real. Every role key can be replaced by an environment variable.
+ *   #0 deployer, admin and pauser   #1 operator (the server's hot key)
+ *   #2 facilitator (x402 settlement) #3..#19 funded payers for development and tests
+ */
+import type { Hex } from "viem";
+import { mnemonicToAccount, privateKeyToAccount, type Account } from "viem/accounts";
+
+export const HARDHAT_MNEMONIC = "test test test test test test test test test test test junk";
+
+export const FIRST_PAYER_INDEX = 3;
+export const LAST_PAYER_INDEX = 19;
+
+export function hardhatAccount(index: number): Account {
+  return mnemonicToAccount(HARDHAT_MNEMONIC, { addressIndex: index });
+}
+
+function fromEnvOr(envName: string, index: number): Account {
+  const key = process.env[envName];
+  if (key) {
+    if (!/^0x[0-9a-fA-F]{64}$/.test(key)) throw new Error(`${envName} must be a 0x-prefixed 32-byte hex private key`);
+    return privateKeyToAccount(key as Hex);
+  }
+  return hardhatAccount(index);
+}
+
+export const deployerAccount = () => fromEnvOr("DEPLOYER_PRIVATE_KEY", 0);
+export const operatorAccount = () => fromEnvOr("OPERATOR_PRIVATE_KEY", 1);
+export const facilitatorAccount = () => fromEnvOr("FACILITATOR_PRIVATE_KEY", 2);
+
+export function payerAccounts(): Account[] {
+  const out: Account[] = [];
+  for (let i = FIRST_PAYER_INDEX; i <= LAST_PAYER_INDEX; i++) out.push(hardhatAccount(i));
+  return out;
+}

@@ -1,0 +1,27 @@
+/**
+ * `npm run chains`: bring up both local chains with the deployment and keep them running
+ * until interrupted. Safe to run again against chains that already have the deployment.
+ */
+import { deploymentsPath } from "../lib/deployments.ts";
+import { startLocalChains } from "./local-chains.ts";
+
+const deploymentsFile = deploymentsPath();
+const chains = await startLocalChains({ deploymentsFile, log: (line) => console.log(line) });
+console.log(`deployments written to ${deploymentsFile}`);
+
+let stopping = false;
+async function stop(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  console.log(`${signal}: stopping local chains`);
+  await chains.close();
+  process.exit(0);
+}
+process.on("SIGINT", () => void stop("SIGINT"));
+process.on("SIGTERM", () => void stop("SIGTERM"));
+
+// Keep running while this process serves a node; otherwise the deployment was all there was to do.
+if (chains.started.length > 0) {
+  console.log(`local chains ready (${chains.started.join(", ")} served here); Ctrl-C to stop`);
+  setInterval(() => {}, 1 << 30);
+}

@@ -1,0 +1,170 @@
+/**
+ * Idempotent deployment of the local stack onto one chain: local tokens shaped like the
+ * real ones, BillPay with its roles and accept-list, Multicall3 at its canonical address,
+ * and 10,000 of every token for each funded payer account.
+ */
+import {
+  createPublicClient,
+  getAddress,
+  createWalletClient,
+  http,
+  parseUnits,
+  type Address,
+  type Hex,
+  type PublicClient,
+} from "viem";
+import { loadArtifact } from "../lib/artifacts.ts";
+import { CHAINS, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
+import type { ChainDeployment, TokenDeployment } from "../lib/deployments.ts";
+import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts } from "../lib/local-accounts.ts";
+
+const RPC_TIMEOUT_MS = 10_000;
+const FUNDING_PER_TOKEN = parseUnits("10000", 6);
+const GAS_FUNDING = parseUnits("1000", 18);
+
+export interface DeployResult {
+  deployment: ChainDeployment;
+  reused: boolean;
+}
+
+export function localPublicClient(chain: ChainKey, rpcUrl: string): PublicClient {
+  return createPublicClient({
+    chain: viemChain(chain, rpcUrl),
+    transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }),
+    pollingInterval: 200,
+  });
+}
+
+async function hasCode(client: PublicClient, address: Address): Promise<boolean> {
+  const code = await client.getCode({ address });
+  return code !== undefined && code !== "0x";
+}
+
+/** True when `existing` is still on this chain: same genesis and code at every address. */
+async function stillDeployed(client: PublicClient, existing: ChainDeployment, genesisHash: Hex): Promise<boolean> {
+  if (existing.genesisHash !== genesisHash) return false;
+  const addresses = [existing.billPay.address, existing.multicall3, ...existing.tokens.map((t) => t.address)];
+  const present = await Promise.all(addresses.map((a) => hasCode(client, a as Address)));
+  return present.every(Boolean);
+}
+
+export async function ensureLocalDeployment(
+  chainKey: ChainKey,
+  rpcUrl: string,
+  existing?: ChainDeployment,
+): Promise<DeployResult> {
+  const chain = CHAINS[chainKey];
+  const client = localPublicClient(chainKey, rpcUrl);
+  const chainId = await client.getChainId();
+  if (chainId !== chain.chainId) {
+    throw new Error(`${rpcUrl} serves chain id ${chainId}, expected ${chain.chainId} for ${chainKey}`);
+  }
+  const genesis = await client.getBlock({ blockNumber: 0n });
+  if (existing && (await stillDeployed(client, existing, genesis.hash))) {
+    return { deployment: { ...existing, rpcUrl }, reused: true };
+  }
+
+  const deployer = deployerAccount();
+  const operator = operatorAccount().address;
+  const facilitator = facilitatorAccount().address;
+  const wallet = createWalletClient({
+    account: deployer,
+    chain: viemChain(chainKey, rpcUrl),
+    transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }),
+  });
+
+  // Role keys given by env may hold no gas on a fresh local chain.
+  for (const who of [deployer.address, operator, facilitator]) {
+    if ((await client.getBalance({ address: who })) === 0n) {
+      await client.request({ method: "hardhat_setBalance" as never, params: [who, `0x${GAS_FUNDING.toString(16)}`] as never });
+    }
+  }
+
+  if (!(await hasCode(client, MULTICALL3_ADDRESS))) {
+    const multicall = loadArtifact("local/Multicall3.sol", "Multicall3");
+    await client.request({
+      method: "hardhat_setCode" as never,
+      params: [MULTICALL3_ADDRESS, multicall.deployedBytecode] as never,
+    });
+  }
+
+  // Deploy with explicit nonces and wait once at the end: automine makes each send final.
+  let nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
+  const eip3009 = loadArtifact("tokens/EIP3009Token.sol", "EIP3009Token");
+  const plain = loadArtifact("tokens/PlainToken.sol", "PlainToken");
+
+  const tokenTxs = await Promise.all(
+    chain.tokens.map((t) =>
+      t.eip712Version !== null
+        ? wallet.deployContract({
+            abi: eip3009.abi,
+            bytecode: eip3009.bytecode,
+            args: [t.name, t.symbol, t.eip712Version, deployer.address],
+            nonce: nonce++,
+          })
+        : wallet.deployContract({
+            abi: plain.abi,
+            bytecode: plain.bytecode,
+            args: [t.name, t.symbol, deployer.address],
+            nonce: nonce++,
+          }),
+    ),
+  );
+  const tokenReceipts = await Promise.all(tokenTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
+  const tokens: TokenDeployment[] = chain.tokens.map((t, i) => {
+    const receipt = tokenReceipts[i]!;
+    if (!receipt.contractAddress) throw new Error(`deploying ${t.symbol} on ${chainKey} produced no contract`);
+    return {
+      symbol: t.symbol,
+      name: t.name,
+      decimals: t.decimals,
+      eip712Version: t.eip712Version,
+      address: getAddress(receipt.contractAddress),
+      block: Number(receipt.blockNumber),
+    };
+  });
+
+  const billPayArtifact = loadArtifact("BillPay.sol", "BillPay");
+  const accepted = tokens.filter((_, i) => chain.tokens[i]!.acceptedForPulls).map((t) => t.address as Address);
+  const billPayTx = await wallet.deployContract({
+    abi: billPayArtifact.abi,
+    bytecode: billPayArtifact.bytecode,
+    args: [deployer.address, operator, deployer.address, accepted],
+    nonce: nonce++,
+  });
+
+  const fundingTxs: Hex[] = [];
+  for (const token of tokens) {
+    const abi = token.eip712Version !== null ? eip3009.abi : plain.abi;
+    for (const payer of payerAccounts()) {
+      fundingTxs.push(
+        await wallet.writeContract({
+          address: token.address as Address,
+          abi,
+          functionName: "mint",
+          args: [payer.address, FUNDING_PER_TOKEN],
+          nonce: nonce++,
+        }),
+      );
+    }
+  }
+
+  const billPayReceipt = await client.waitForTransactionReceipt({ hash: billPayTx });
+  if (!billPayReceipt.contractAddress) throw new Error(`deploying BillPay on ${chainKey} produced no contract`);
+  const fundingReceipts = await Promise.all(fundingTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
+  const failed = fundingReceipts.filter((r) => r.status !== "success");
+  if (failed.length > 0) throw new Error(`${failed.length} funding transactions failed on ${chainKey}`);
+
+  return {
+    reused: false,
+    deployment: {
+      chainId,
+      rpcUrl,
+      genesisHash: genesis.hash,
+      billPay: { address: getAddress(billPayReceipt.contractAddress), block: Number(billPayReceipt.blockNumber) },
+      multicall3: MULTICALL3_ADDRESS,
+      roles: { admin: deployer.address, operator, pauser: deployer.address },
+      tokens,
+    },
+  };
+}

@@ -1,0 +1,101 @@
+/**
+ * Local chains for development and tests: one Hardhat node per chain, served in this
+ * process over JSON-RPC on 127.0.0.1, then the idempotent deployment, written to the
+ * deployments file. A chain already answering on its URL is reused, not restarted.
+ */
+import { network } from "hardhat";
+import { CHAIN_KEYS, CHAINS, type ChainKey } from "../lib/chains.ts";
+import { readDeployments, writeDeployments, type Deployments } from "../lib/deployments.ts";
+import { ensureLocalDeployment } from "./deploy.ts";
+
+const PROBE_TIMEOUT_MS = 1_000;
+
+export interface LocalChainsOptions {
+  /** Port per chain; 0 picks a free one. Defaults: CELO 8545, BASE 8546 (env CELO_PORT, BASE_PORT). */
+  ports?: Partial<Record<ChainKey, number>>;
+  host?: string;
+  deploymentsFile: string;
+  log?: (line: string) => void;
+}
+
+export interface LocalChains {
+  deployments: Deployments;
+  rpcUrls: Record<ChainKey, string>;
+  /** Chains whose node this process started and serves. */
+  started: ChainKey[];
+  /** Stops the nodes this process started (nodes it found running are left alone). */
+  close(): Promise<void>;
+}
+
+/** The chain id served at `url`, or undefined when nothing answers there. */
+async function probeChainId(url: string): Promise<number | undefined> {
+  try {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_chainId", params: [] }),
+      signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+    });
+    const body = (await res.json()) as { result?: string };
+    return body.result ? Number(body.result) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function defaultPort(chain: ChainKey): number {
+  const fromEnv = process.env[`${chain}_PORT`];
+  if (fromEnv === undefined) return CHAINS[chain].defaultPort;
+  const port = Number(fromEnv);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${chain}_PORT must be a port number`);
+  return port;
+}
+
+export async function startLocalChains(options: LocalChainsOptions): Promise<LocalChains> {
+  const host = options.host ?? "127.0.0.1";
+  const log = options.log ?? (() => {});
+  const closers: Array<() => Promise<void>> = [];
+  const rpcUrls = {} as Record<ChainKey, string>;
+  const started: ChainKey[] = [];
+  const deployments = await readDeployments(options.deploymentsFile);
+
+  try {
+    for (const key of CHAIN_KEYS) {
+      const chain = CHAINS[key];
+      const port = options.ports?.[key] ?? defaultPort(key);
+      let url = `http://${host}:${port}`;
+      const running = port === 0 ? undefined : await probeChainId(url);
+      if (running !== undefined) {
+        if (running !== chain.chainId) {
+          throw new Error(`${url} already serves chain id ${running}, not ${chain.chainId} (${key}): free the port or set ${key}_PORT`);
+        }
+        log(`${key}: reusing the node already running at ${url}`);
+      } else {
+        const server = await network.createServer({ network: chain.hardhatNetwork }, host, port);
+        const bound = await server.listen();
+        url = `http://${host}:${bound.port}`;
+        closers.push(() => server.close());
+        started.push(key);
+        log(`${key}: started chain id ${chain.chainId} at ${url}`);
+      }
+      rpcUrls[key] = url;
+
+      const { deployment, reused } = await ensureLocalDeployment(key, url, deployments.chains[key]);
+      deployments.chains[key] = deployment;
+      log(`${key}: BillPay ${deployment.billPay.address} ${reused ? "(already deployed)" : `deployed at block ${deployment.billPay.block}`}`);
+    }
+    await writeDeployments(deployments, options.deploymentsFile);
+  } catch (err) {
+    await Promise.allSettled(closers.map((c) => c()));
+    throw err;
+  }
+
+  return {
+    deployments,
+    rpcUrls,
+    started,
+    async close() {
+      await Promise.allSettled(closers.map((c) => c()));
+    },
+  };
+}
