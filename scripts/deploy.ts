@@ -88,28 +88,30 @@ export async function ensureLocalDeployment(
     });
   }
 
-  // Deploy with explicit nonces and wait once at the end: automine makes each send final.
+  // Explicit nonces, receipts awaited once at the end.
   let nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
   const eip3009 = loadArtifact("tokens/EIP3009Token.sol", "EIP3009Token");
   const plain = loadArtifact("tokens/PlainToken.sol", "PlainToken");
 
-  const tokenTxs = await Promise.all(
-    chain.tokens.map((t) =>
+  // Sent one at a time: an automining node refuses a nonce that arrives ahead of its turn.
+  const tokenTxs: Hex[] = [];
+  for (const t of chain.tokens) {
+    tokenTxs.push(
       t.eip712Version !== null
-        ? wallet.deployContract({
+        ? await wallet.deployContract({
             abi: eip3009.abi,
             bytecode: eip3009.bytecode,
             args: [t.name, t.symbol, t.eip712Version, deployer.address],
             nonce: nonce++,
           })
-        : wallet.deployContract({
+        : await wallet.deployContract({
             abi: plain.abi,
             bytecode: plain.bytecode,
             args: [t.name, t.symbol, deployer.address],
             nonce: nonce++,
           }),
-    ),
-  );
+    );
+  }
   const tokenReceipts = await Promise.all(tokenTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
   const tokens: TokenDeployment[] = chain.tokens.map((t, i) => {
     const receipt = tokenReceipts[i]!;

@@ -3,7 +3,7 @@
  * token and a no-return (USDT-style) token, and two funded payers who approved BillPay.
  */
 import { network } from "hardhat";
-import { maxUint256, parseEventLogs, parseUnits, type Abi, type Hash } from "viem";
+import { getAddress, maxUint256, parseEventLogs, parseUnits, type Abi, type Hash } from "viem";
 
 export const units = (n: string) => parseUnits(n, 6);
 
@@ -13,22 +13,36 @@ export async function billPayFixture() {
   const [admin, operator, pauser, alice, bob, stranger] = await viem.getWalletClients();
   if (!admin || !operator || !pauser || !alice || !bob || !stranger) throw new Error("not enough accounts");
 
-  const usdc = await viem.deployContract("EIP3009Token", ["USDC", "USDC", "2", admin.account.address]);
-  const usdt = await viem.deployContract("EIP3009Token", ["Tether USD", "USD₮", "1", admin.account.address]);
-  const plain = await viem.deployContract("PlainToken", ["Tether USD", "USD₮", admin.account.address]);
-  const noReturn = await viem.deployContract("NoReturnToken");
-  const billPay = await viem.deployContract("BillPay", [
+  // Re-attached at checksummed addresses so they compare equal to addresses in decoded events.
+  const eip3009 = async (name: string, symbol: string, version: string) => {
+    const c = await viem.deployContract("EIP3009Token", [name, symbol, version, admin.account.address]);
+    return viem.getContractAt("EIP3009Token", getAddress(c.address));
+  };
+  const usdc = await eip3009("USDC", "USDC", "2");
+  const usdt = await eip3009("Tether USD", "USD₮", "1");
+  const plain = await viem.getContractAt(
+    "PlainToken",
+    getAddress((await viem.deployContract("PlainToken", ["Tether USD", "USD₮", admin.account.address])).address),
+  );
+  const noReturn = await viem.getContractAt(
+    "NoReturnToken",
+    getAddress((await viem.deployContract("NoReturnToken")).address),
+  );
+  const deployed = await viem.deployContract("BillPay", [
     admin.account.address,
     operator.account.address,
     pauser.account.address,
     [usdc.address, usdt.address],
   ]);
+  const billPay = await viem.getContractAt("BillPay", getAddress(deployed.address));
 
   for (const payer of [alice, bob]) {
-    for (const token of [usdc, usdt, plain]) {
+    for (const token of [usdc, usdt]) {
       await token.write.mint([payer.account.address, units("1000")]);
       await token.write.approve([billPay.address, maxUint256], { account: payer.account });
     }
+    await plain.write.mint([payer.account.address, units("1000")]);
+    await plain.write.approve([billPay.address, maxUint256], { account: payer.account });
     await noReturn.write.mint([payer.account.address, units("1000")]);
     await noReturn.write.approve([billPay.address, maxUint256], { account: payer.account });
   }
@@ -39,7 +53,17 @@ export async function billPayFixture() {
     return parseEventLogs({ abi, logs: receipt.logs });
   }
 
-  return { viem, publicClient, admin, operator, pauser, alice, bob, stranger, usdc, usdt, plain, noReturn, billPay, logsOf };
+  // Checksummed, as decoded events carry them (hardhat-viem's wallet clients use lower case).
+  const addr = {
+    admin: getAddress(admin.account.address),
+    operator: getAddress(operator.account.address),
+    pauser: getAddress(pauser.account.address),
+    alice: getAddress(alice.account.address),
+    bob: getAddress(bob.account.address),
+    stranger: getAddress(stranger.account.address),
+  };
+
+  return { viem, publicClient, addr, admin, operator, pauser, alice, bob, stranger, usdc, usdt, plain, noReturn, billPay, logsOf };
 }
 
 export type BillPayFixture = Awaited<ReturnType<typeof billPayFixture>>;

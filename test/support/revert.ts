@@ -5,7 +5,7 @@ import { expect } from "vitest";
 function revertName(err: unknown): string | undefined {
   if (!(err instanceof BaseError)) return undefined;
   const reverted = err.walk((e) => e instanceof ContractFunctionRevertedError);
-  if (reverted instanceof ContractFunctionRevertedError) return reverted.data?.errorName ?? reverted.reason;
+  if (reverted instanceof ContractFunctionRevertedError) return reverted.reason ?? reverted.data?.errorName;
   return undefined;
 }
 

@@ -1,0 +1,138 @@
+import { mkdtemp, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { erc20Abi, getAddress, parseUnits, type Address } from "viem";
+import { loadArtifact } from "../../lib/artifacts.ts";
+import { CHAIN_KEYS, CHAINS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
+import { readDeployments } from "../../lib/deployments.ts";
+import { hardhatAccount, operatorAccount, payerAccounts } from "../../lib/local-accounts.ts";
+import { localPublicClient } from "../../scripts/deploy.ts";
+import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
+
+const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
+
+describe("local chains (npm run chains)", () => {
+  let chains: LocalChains;
+  let deploymentsFile: string;
+
+  beforeAll(async () => {
+    deploymentsFile = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    chains = await startLocalChains({ ports: { CELO: 0, BASE: 0 }, deploymentsFile });
+  });
+  afterAll(async () => {
+    await chains?.close();
+  });
+
+  it("serves chain ids 42220 and 8453 on 127.0.0.1", async () => {
+    for (const key of CHAIN_KEYS) {
+      expect(chains.rpcUrls[key]).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(await localPublicClient(key, chains.rpcUrls[key]).getChainId()).toBe(CHAINS[key].chainId);
+    }
+    expect(chains.started.sort()).toEqual(["BASE", "CELO"]);
+  });
+
+  it("writes one deployments file with every chain's addresses and blocks", async () => {
+    const onDisk = await readDeployments(deploymentsFile);
+    expect(onDisk).toEqual(chains.deployments);
+    for (const key of CHAIN_KEYS) {
+      const d = onDisk.chains[key]!;
+      expect(d.chainId).toBe(CHAINS[key].chainId);
+      expect(d.tokens.map((t) => t.symbol)).toEqual(CHAINS[key].tokens.map((t) => t.symbol));
+      for (const t of d.tokens) expect(t.block).toBeLessThanOrEqual(d.billPay.block);
+    }
+    const raw = JSON.parse(await readFile(deploymentsFile, "utf8"));
+    expect(Object.keys(raw.chains).sort()).toEqual(["BASE", "CELO"]);
+  });
+
+  it("deploys BillPay with its roles and the tokens that may be pulled", async () => {
+    for (const key of CHAIN_KEYS) {
+      const d = chains.deployments.chains[key]!;
+      const client = localPublicClient(key, chains.rpcUrls[key]);
+      const read = (functionName: string, args: unknown[]) =>
+        client.readContract({ address: d.billPay.address as Address, abi: billPayAbi, functionName, args });
+      const operatorRole = await read("OPERATOR_ROLE", []);
+      expect(await read("hasRole", [operatorRole, operatorAccount().address])).toBe(true);
+      expect(await read("hasRole", [`0x${"0".repeat(64)}`, hardhatAccount(0).address])).toBe(true);
+      for (const [i, t] of d.tokens.entries()) {
+        expect(await read("isAcceptedToken", [t.address])).toBe(CHAINS[key].tokens[i]!.acceptedForPulls);
+      }
+    }
+    // Tether on Base cannot settle x402 and is not pulled.
+    expect(chains.deployments.chains.BASE!.tokens.find((t) => t.symbol === "USD₮")!.eip712Version).toBeNull();
+  });
+
+  it("funds accounts #3 to #19 with 10,000 of every token, and nobody else", async () => {
+    for (const key of CHAIN_KEYS) {
+      const client = localPublicClient(key, chains.rpcUrls[key]);
+      for (const t of chains.deployments.chains[key]!.tokens) {
+        const balanceOf = (who: Address) =>
+          client.readContract({ address: t.address as Address, abi: erc20Abi, functionName: "balanceOf", args: [who] });
+        for (const payer of payerAccounts()) expect(await balanceOf(payer.address)).toBe(parseUnits("10000", 6));
+        expect(await balanceOf(hardhatAccount(2).address)).toBe(0n);
+        expect(await balanceOf(hardhatAccount(20).address)).toBe(0n);
+      }
+    }
+    expect(payerAccounts()).toHaveLength(17);
+  });
+
+  it("puts a working Multicall3 at the canonical address", async () => {
+    const client = localPublicClient("CELO", chains.rpcUrls.CELO);
+    const d = chains.deployments.chains.CELO!;
+    const results = await client.multicall({
+      contracts: d.tokens.map((t) => ({
+        address: t.address as Address,
+        abi: erc20Abi,
+        functionName: "decimals" as const,
+      })),
+    });
+    expect(results.map((r) => r.result)).toEqual([6, 6, 6]);
+    expect(getAddress(d.multicall3)).toBe(MULTICALL3_ADDRESS);
+  });
+
+  it("is idempotent: run again against the running chains, it reuses the deployment", async () => {
+    const before = await readDeployments(deploymentsFile);
+    const ports = {
+      CELO: Number(new URL(chains.rpcUrls.CELO).port),
+      BASE: Number(new URL(chains.rpcUrls.BASE).port),
+    };
+    const deployer = hardhatAccount(0).address;
+    const nonces = () =>
+      Promise.all(CHAIN_KEYS.map((k) => localPublicClient(k, chains.rpcUrls[k]).getTransactionCount({ address: deployer })));
+    const noncesBefore = await nonces();
+    const again = await startLocalChains({ ports, deploymentsFile });
+    try {
+      expect(again.started).toEqual([]);
+      expect(again.deployments).toEqual(before);
+      // Nothing was sent: the deployer's nonce on each chain is unchanged.
+      expect(await nonces()).toEqual(noncesBefore);
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("redeploys when the recorded deployment belongs to another chain (genesis differs)", async () => {
+    const file = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    const stale = structuredClone(chains.deployments);
+    stale.chains.CELO!.genesisHash = `0x${"1".repeat(64)}`;
+    const { writeDeployments } = await import("../../lib/deployments.ts");
+    await writeDeployments(stale, file);
+    const fresh = await startLocalChains({ ports: { CELO: 0, BASE: 0 }, deploymentsFile: file });
+    try {
+      expect(fresh.started.sort()).toEqual(["BASE", "CELO"]);
+      expect(fresh.deployments.chains.CELO!.genesisHash).not.toBe(stale.chains.CELO!.genesisHash);
+      const client = localPublicClient("CELO", fresh.rpcUrls.CELO);
+      expect(await client.getCode({ address: fresh.deployments.chains.CELO!.billPay.address as Address })).toMatch(/^0x[0-9a-f]{100,}/);
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  it("refuses a port that serves a different chain", async () => {
+    const file = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    const basePort = Number(new URL(chains.rpcUrls.BASE).port);
+    await expect(startLocalChains({ ports: { CELO: basePort, BASE: 0 }, deploymentsFile: file })).rejects.toThrow(
+      /serves chain id 8453, not 42220/,
+    );
+  });
+});
