@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { keccak256, encodeAbiParameters, zeroAddress, type Hex } from "viem";
 import { expectRevert } from "../support/revert.ts";
-import { signTransferAuthorization, randomNonce } from "../support/eip3009.ts";
+import { signTransferAuthorization, randomNonce } from "../../lib/eip3009.ts";
 import { billPayFixture, orderId, units, type BillPayFixture } from "./fixture.ts";
 
 let f: BillPayFixture;

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { parseSignature, type Hex } from "viem";
 import { CHAINS } from "../../lib/chains.ts";
 import { expectRevert } from "../support/revert.ts";
-import { CANCEL_AUTHORIZATION_TYPES, domainOf, randomNonce, signTransferAuthorization } from "../support/eip3009.ts";
+import { CANCEL_AUTHORIZATION_TYPES, domainOf, randomNonce, signTransferAuthorization } from "../../lib/eip3009.ts";
 import { billPayFixture, units, type BillPayFixture } from "./fixture.ts";
 
 let f: BillPayFixture;

@@ -1,4 +1,4 @@
-/** Signing EIP-3009 authorizations in tests, with the token's own EIP-712 domain. */
+/** EIP-3009 typed data (one definition for the project) and signing with a token's own EIP-712 domain. */
 import { parseSignature, toHex, type Address, type Hex, type WalletClient, type Account } from "viem";
 
 export const TRANSFER_WITH_AUTHORIZATION_TYPES = {
