@@ -2,6 +2,7 @@
  * The deployments file: where each chain's contracts live and from which block, written by
  * `npm run chains` and read by Ponder, the server and the scripts. One file for all chains.
  */
+import { readFileSync } from "node:fs";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
@@ -44,20 +45,34 @@ export function deploymentsPath(file = process.env.DEPLOYMENTS_FILE ?? DEFAULT_D
   return resolve(file);
 }
 
-/** Reads and validates the deployments file; an absent file is an empty deployment. */
-export async function readDeployments(file = deploymentsPath()): Promise<Deployments> {
-  let text: string;
-  try {
-    text = await readFile(file, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { chains: {} };
-    throw err;
-  }
+function parseDeployments(text: string, file: string): Deployments {
   const parsed = deploymentsSchema.safeParse(JSON.parse(text));
   if (!parsed.success) {
     throw new Error(`deployments file ${file} is invalid: ${z.prettifyError(parsed.error)}`);
   }
   return parsed.data;
+}
+
+const isMissing = (err: unknown) => (err as NodeJS.ErrnoException).code === "ENOENT";
+
+/** Reads and validates the deployments file; an absent file is an empty deployment. */
+export async function readDeployments(file = deploymentsPath()): Promise<Deployments> {
+  try {
+    return parseDeployments(await readFile(file, "utf8"), file);
+  } catch (err) {
+    if (isMissing(err)) return { chains: {} };
+    throw err;
+  }
+}
+
+/** The same, synchronously, for configuration files evaluated at load (ponder.config.ts). */
+export function readDeploymentsSync(file = deploymentsPath()): Deployments {
+  try {
+    return parseDeployments(readFileSync(file, "utf8"), file);
+  } catch (err) {
+    if (isMissing(err)) return { chains: {} };
+    throw err;
+  }
 }
 
 /** Writes atomically (temp file, then rename) so a reader never sees half a file. */

@@ -4,7 +4,6 @@
  * and 10,000 of every token for each funded payer account.
  */
 import {
-  createPublicClient,
   getAddress,
   createWalletClient,
   http,
@@ -14,25 +13,17 @@ import {
   type PublicClient,
 } from "viem";
 import { loadArtifact } from "../lib/artifacts.ts";
+import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { CHAINS, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
 import type { ChainDeployment, TokenDeployment } from "../lib/deployments.ts";
 import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts } from "../lib/local-accounts.ts";
 
-const RPC_TIMEOUT_MS = 10_000;
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
 const GAS_FUNDING = parseUnits("1000", 18);
 
 export interface DeployResult {
   deployment: ChainDeployment;
   reused: boolean;
-}
-
-export function localPublicClient(chain: ChainKey, rpcUrl: string): PublicClient {
-  return createPublicClient({
-    chain: viemChain(chain, rpcUrl),
-    transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }),
-    pollingInterval: 200,
-  });
 }
 
 async function hasCode(client: PublicClient, address: Address): Promise<boolean> {
@@ -54,7 +45,7 @@ export async function ensureLocalDeployment(
   existing?: ChainDeployment,
 ): Promise<DeployResult> {
   const chain = CHAINS[chainKey];
-  const client = localPublicClient(chainKey, rpcUrl);
+  const client = publicClientFor(chainKey, rpcUrl);
   const chainId = await client.getChainId();
   if (chainId !== chain.chainId) {
     throw new Error(`${rpcUrl} serves chain id ${chainId}, expected ${chain.chainId} for ${chainKey}`);

@@ -7,7 +7,7 @@ import { loadArtifact } from "../../lib/artifacts.ts";
 import { CHAIN_KEYS, CHAINS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
 import { hardhatAccount, operatorAccount, payerAccounts } from "../../lib/local-accounts.ts";
-import { localPublicClient } from "../../scripts/deploy.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
 import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
@@ -27,7 +27,7 @@ describe("local chains (npm run chains)", () => {
   it("serves chain ids 42220 and 8453 on 127.0.0.1", async () => {
     for (const key of CHAIN_KEYS) {
       expect(chains.rpcUrls[key]).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-      expect(await localPublicClient(key, chains.rpcUrls[key]).getChainId()).toBe(CHAINS[key].chainId);
+      expect(await publicClientFor(key, chains.rpcUrls[key]).getChainId()).toBe(CHAINS[key].chainId);
     }
     expect(chains.started.sort()).toEqual(["BASE", "CELO"]);
   });
@@ -48,7 +48,7 @@ describe("local chains (npm run chains)", () => {
   it("deploys BillPay with its roles and the tokens that may be pulled", async () => {
     for (const key of CHAIN_KEYS) {
       const d = chains.deployments.chains[key]!;
-      const client = localPublicClient(key, chains.rpcUrls[key]);
+      const client = publicClientFor(key, chains.rpcUrls[key]);
       const read = (functionName: string, args: unknown[]) =>
         client.readContract({ address: d.billPay.address as Address, abi: billPayAbi, functionName, args });
       const operatorRole = await read("OPERATOR_ROLE", []);
@@ -64,7 +64,7 @@ describe("local chains (npm run chains)", () => {
 
   it("funds accounts #3 to #19 with 10,000 of every token, and nobody else", async () => {
     for (const key of CHAIN_KEYS) {
-      const client = localPublicClient(key, chains.rpcUrls[key]);
+      const client = publicClientFor(key, chains.rpcUrls[key]);
       for (const t of chains.deployments.chains[key]!.tokens) {
         const balanceOf = (who: Address) =>
           client.readContract({ address: t.address as Address, abi: erc20Abi, functionName: "balanceOf", args: [who] });
@@ -77,7 +77,7 @@ describe("local chains (npm run chains)", () => {
   });
 
   it("puts a working Multicall3 at the canonical address", async () => {
-    const client = localPublicClient("CELO", chains.rpcUrls.CELO);
+    const client = publicClientFor("CELO", chains.rpcUrls.CELO);
     const d = chains.deployments.chains.CELO!;
     const results = await client.multicall({
       contracts: d.tokens.map((t) => ({
@@ -98,7 +98,7 @@ describe("local chains (npm run chains)", () => {
     };
     const deployer = hardhatAccount(0).address;
     const nonces = () =>
-      Promise.all(CHAIN_KEYS.map((k) => localPublicClient(k, chains.rpcUrls[k]).getTransactionCount({ address: deployer })));
+      Promise.all(CHAIN_KEYS.map((k) => publicClientFor(k, chains.rpcUrls[k]).getTransactionCount({ address: deployer })));
     const noncesBefore = await nonces();
     const again = await startLocalChains({ ports, deploymentsFile });
     try {
@@ -121,7 +121,7 @@ describe("local chains (npm run chains)", () => {
     try {
       expect(fresh.started.sort()).toEqual(["BASE", "CELO"]);
       expect(fresh.deployments.chains.CELO!.genesisHash).not.toBe(stale.chains.CELO!.genesisHash);
-      const client = localPublicClient("CELO", fresh.rpcUrls.CELO);
+      const client = publicClientFor("CELO", fresh.rpcUrls.CELO);
       expect(await client.getCode({ address: fresh.deployments.chains.CELO!.billPay.address as Address })).toMatch(/^0x[0-9a-f]{100,}/);
     } finally {
       await fresh.close();

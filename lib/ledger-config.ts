@@ -1,0 +1,56 @@
+/**
+ * Ledger (Ponder) settings shared by ponder.config.ts, the scripts that start Ponder and
+ * the clients that read it: database, polling interval, schema naming, and its URL.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync, readdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Deployments } from "./deployments.ts";
+
+export const DEFAULT_LEDGER_PORT = 42069;
+/** Ponder's minimum polling interval; fine for local chains (a block a second when idle). */
+export const DEFAULT_POLLING_INTERVAL_MS = 100;
+/** Stable views schema on PostgreSQL, re-pointed at each new ledger schema. */
+export const LEDGER_VIEWS_SCHEMA = "ledger";
+
+export function ledgerPollingIntervalMs(): number {
+  const raw = process.env.LEDGER_POLLING_INTERVAL_MS;
+  if (raw === undefined) return DEFAULT_POLLING_INTERVAL_MS;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 100) throw new Error("LEDGER_POLLING_INTERVAL_MS must be an integer >= 100");
+  return ms;
+}
+
+/** PostgreSQL when DATABASE_URL is set, else embedded PGlite (no server needed). */
+export function ledgerDatabase() {
+  const url = process.env.DATABASE_URL;
+  if (url) return { kind: "postgres" as const, connectionString: url };
+  return { kind: "pglite" as const, directory: resolve(process.env.LEDGER_PGLITE_DIR ?? ".data/ledger-pglite") };
+}
+
+export function ledgerUrl(): string {
+  return process.env.LEDGER_URL ?? `http://127.0.0.1:${DEFAULT_LEDGER_PORT}`;
+}
+
+function listFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => !e.name.startsWith(".") && e.name !== "generated")
+    .flatMap((e) => (e.isDirectory() ? listFiles(join(dir, e.name)) : [join(dir, e.name)]))
+    .sort();
+}
+
+/**
+ * The database schema for this ledger: keyed to the chains it indexes (genesis and BillPay
+ * address) and to the app's code. Ponder refuses a schema written by another build, and a
+ * reset local chain must not resume an old schema, so either change means a fresh schema;
+ * a plain restart resumes the same one.
+ */
+export function ledgerSchemaName(deployments: Deployments, root = resolve(".")): string {
+  const hash = createHash("sha256");
+  for (const [key, d] of Object.entries(deployments.chains).sort()) {
+    hash.update(`${key}:${d.chainId}:${d.genesisHash}:${d.billPay.address}:${d.billPay.block};`);
+  }
+  const sources = [...listFiles(join(root, "ponder")), join(root, "ponder.config.ts"), join(root, "lib/abis.ts")];
+  for (const file of sources) hash.update(readFileSync(file));
+  return `ledger_${hash.digest("hex").slice(0, 16)}`;
+}

@@ -1,0 +1,207 @@
+/**
+ * The ledger. Event tables record each movement of money once (keyed by chain, transaction
+ * and log index); aggregate tables answer per payer, per token and per treasury without a
+ * scan. Amounts are raw token units (numeric(78,0)); addresses and hashes lower-case hex.
+ */
+import { index, onchainEnum, onchainTable, primaryKey, uniqueIndex } from "ponder";
+
+export const rail = onchainEnum("rail", ["pull", "authorization"]);
+export const transferKind = onchainEnum("transfer_kind", [
+  "pull",
+  "authorization",
+  "refund",
+  "withdrawal",
+  "other",
+]);
+
+/** Every inbound payment: an agent-hub pull or an x402 EIP-3009 transfer into BillPay. */
+export const payment = onchainTable(
+  "payment",
+  (t) => ({
+    id: t.text().primaryKey(), // chainId-txHash-logIndex of the payment's own event
+    chainId: t.integer().notNull(),
+    rail: rail().notNull(),
+    /** BillPay order id (pulls); null for x402 payments, which BillPay never sees. */
+    orderId: t.hex(),
+    /** EIP-3009 nonce (x402 payments); null for pulls. */
+    authorizationNonce: t.hex(),
+    payer: t.hex().notNull(),
+    token: t.hex().notNull(),
+    amount: t.bigint().notNull(),
+    /** Spending allowance left after a pull, as BillPay reported it; null for x402 payments. */
+    allowanceLeft: t.bigint(),
+    txHash: t.hex().notNull(),
+    blockNumber: t.bigint().notNull(),
+    logIndex: t.integer().notNull(),
+    timestamp: t.bigint().notNull(),
+  }),
+  (p) => ({
+    byPayer: index().on(p.payer, p.timestamp),
+    byTime: index().on(p.timestamp, p.chainId, p.blockNumber, p.logIndex),
+    byOrder: index().on(p.chainId, p.orderId),
+    byAuthorization: uniqueIndex().on(p.chainId, p.token, p.payer, p.authorizationNonce),
+  }),
+);
+
+/** Every refund BillPay paid out (Refunded events). */
+export const refund = onchainTable(
+  "refund",
+  (t) => ({
+    id: t.text().primaryKey(),
+    chainId: t.integer().notNull(),
+    rail: rail().notNull(),
+    orderId: t.hex().notNull(),
+    /** The refunded x402 payment's nonce; null for a refund of a pull. */
+    authorizationNonce: t.hex(),
+    payer: t.hex().notNull(),
+    token: t.hex().notNull(),
+    amount: t.bigint().notNull(),
+    txHash: t.hex().notNull(),
+    blockNumber: t.bigint().notNull(),
+    logIndex: t.integer().notNull(),
+    timestamp: t.bigint().notNull(),
+  }),
+  (r) => ({
+    byOrder: index().on(r.chainId, r.orderId),
+    byPayer: index().on(r.payer, r.timestamp),
+  }),
+);
+
+/** Every admin withdrawal out of the treasury. */
+export const withdrawal = onchainTable("withdrawal", (t) => ({
+  id: t.text().primaryKey(),
+  chainId: t.integer().notNull(),
+  token: t.hex().notNull(),
+  to: t.hex().notNull(),
+  amount: t.bigint().notNull(),
+  txHash: t.hex().notNull(),
+  blockNumber: t.bigint().notNull(),
+  timestamp: t.bigint().notNull(),
+}));
+
+/** Every token Transfer into or out of BillPay, classified by what caused it. */
+export const treasuryTransfer = onchainTable(
+  "treasury_transfer",
+  (t) => ({
+    id: t.text().primaryKey(),
+    chainId: t.integer().notNull(),
+    token: t.hex().notNull(),
+    from: t.hex().notNull(),
+    to: t.hex().notNull(),
+    amount: t.bigint().notNull(),
+    inbound: t.boolean().notNull(),
+    kind: transferKind().notNull(),
+    txHash: t.hex().notNull(),
+    blockNumber: t.bigint().notNull(),
+    logIndex: t.integer().notNull(),
+    timestamp: t.bigint().notNull(),
+  }),
+  (x) => ({ byToken: index().on(x.chainId, x.token, x.blockNumber) }),
+);
+
+/** History of spending allowances set by payers (SpendingAllowanceSet). */
+export const spendingAllowanceChange = onchainTable(
+  "spending_allowance_change",
+  (t) => ({
+    id: t.text().primaryKey(),
+    chainId: t.integer().notNull(),
+    payer: t.hex().notNull(),
+    token: t.hex().notNull(),
+    amount: t.bigint().notNull(),
+    txHash: t.hex().notNull(),
+    blockNumber: t.bigint().notNull(),
+    logIndex: t.integer().notNull(),
+    timestamp: t.bigint().notNull(),
+  }),
+  (s) => ({ byPayer: index().on(s.chainId, s.payer, s.token, s.blockNumber) }),
+);
+
+/** Per chain, token and payer: both allowances and the payer's running totals. */
+export const account = onchainTable(
+  "account",
+  (t) => ({
+    chainId: t.integer().notNull(),
+    token: t.hex().notNull(),
+    payer: t.hex().notNull(),
+    /** ERC-20 allowance to BillPay: the last Approval, less pulls since (tokens emit no Approval on spend). */
+    tokenAllowance: t.bigint().notNull(),
+    /** BillPay spending allowance left. */
+    spendingAllowance: t.bigint().notNull(),
+    totalPaid: t.bigint().notNull(),
+    totalRefunded: t.bigint().notNull(),
+    net: t.bigint().notNull(),
+    paymentCount: t.integer().notNull(),
+    refundCount: t.integer().notNull(),
+    updatedAt: t.bigint().notNull(),
+  }),
+  (a) => ({
+    pk: primaryKey({ columns: [a.chainId, a.token, a.payer] }),
+    byPayer: index().on(a.payer),
+  }),
+);
+
+/** Per chain and token: what the treasury (BillPay) took in and paid out, and its balance. */
+export const treasury = onchainTable(
+  "treasury",
+  (t) => ({
+    chainId: t.integer().notNull(),
+    token: t.hex().notNull(),
+    pullInflow: t.bigint().notNull(),
+    authorizationInflow: t.bigint().notNull(),
+    /** Plain transfers in that are neither a pull nor an x402 payment. */
+    otherInflow: t.bigint().notNull(),
+    refunds: t.bigint().notNull(),
+    withdrawals: t.bigint().notNull(),
+    otherOutflow: t.bigint().notNull(),
+    balance: t.bigint().notNull(),
+    updatedAt: t.bigint().notNull(),
+  }),
+  (t) => ({ pk: primaryKey({ columns: [t.chainId, t.token] }) }),
+);
+
+/** Current role holders of BillPay (RoleGranted / RoleRevoked). */
+export const roleMember = onchainTable(
+  "role_member",
+  (t) => ({
+    chainId: t.integer().notNull(),
+    role: t.hex().notNull(),
+    account: t.hex().notNull(),
+    active: t.boolean().notNull(),
+    updatedAt: t.bigint().notNull(),
+  }),
+  (r) => ({ pk: primaryKey({ columns: [r.chainId, r.role, r.account] }) }),
+);
+
+/** BillPay's token accept-list (TokenAcceptanceSet). */
+export const acceptedToken = onchainTable(
+  "accepted_token",
+  (t) => ({
+    chainId: t.integer().notNull(),
+    token: t.hex().notNull(),
+    accepted: t.boolean().notNull(),
+    updatedAt: t.bigint().notNull(),
+  }),
+  (a) => ({ pk: primaryKey({ columns: [a.chainId, a.token] }) }),
+);
+
+/** Per chain: whether BillPay's pulls are paused. */
+export const contractState = onchainTable("contract_state", (t) => ({
+  chainId: t.integer().primaryKey(),
+  paused: t.boolean().notNull(),
+  updatedAt: t.bigint().notNull(),
+}));
+
+/** History of administrative events: pause, unpause, role changes, accept-list changes. */
+export const adminEvent = onchainTable("admin_event", (t) => ({
+  id: t.text().primaryKey(),
+  chainId: t.integer().notNull(),
+  kind: t.text().notNull(),
+  account: t.hex(),
+  role: t.hex(),
+  token: t.hex(),
+  accepted: t.boolean(),
+  sender: t.hex(),
+  txHash: t.hex().notNull(),
+  blockNumber: t.bigint().notNull(),
+  timestamp: t.bigint().notNull(),
+}));

@@ -1,0 +1,61 @@
+/** Upserts of the aggregate rows (account, treasury): one place for their defaults. */
+import type { Context } from "ponder:registry";
+import { account, treasury } from "ponder:schema";
+
+type AccountRow = typeof account.$inferSelect;
+type TreasuryRow = typeof treasury.$inferSelect;
+type Db = Context["db"];
+
+const MAX_UINT256 = 2n ** 256n - 1n;
+
+export async function updateAccount(
+  db: Db,
+  key: { chainId: number; token: `0x${string}`; payer: `0x${string}` },
+  timestamp: bigint,
+  change: (row: AccountRow) => Partial<AccountRow>,
+): Promise<void> {
+  const fresh: AccountRow = {
+    ...key,
+    tokenAllowance: 0n,
+    spendingAllowance: 0n,
+    totalPaid: 0n,
+    totalRefunded: 0n,
+    net: 0n,
+    paymentCount: 0,
+    refundCount: 0,
+    updatedAt: timestamp,
+  };
+  await db
+    .insert(account)
+    .values({ ...fresh, ...change(fresh) })
+    .onConflictDoUpdate((row) => ({ ...change(row), updatedAt: timestamp }));
+}
+
+/** A pull spends the ERC-20 allowance without an Approval event; an infinite one is not spent. */
+export function allowanceAfterSpend(allowance: bigint, amount: bigint): bigint {
+  if (allowance === MAX_UINT256) return allowance;
+  return allowance > amount ? allowance - amount : 0n;
+}
+
+export async function updateTreasury(
+  db: Db,
+  key: { chainId: number; token: `0x${string}` },
+  timestamp: bigint,
+  change: (row: TreasuryRow) => Partial<TreasuryRow>,
+): Promise<void> {
+  const fresh: TreasuryRow = {
+    ...key,
+    pullInflow: 0n,
+    authorizationInflow: 0n,
+    otherInflow: 0n,
+    refunds: 0n,
+    withdrawals: 0n,
+    otherOutflow: 0n,
+    balance: 0n,
+    updatedAt: timestamp,
+  };
+  await db
+    .insert(treasury)
+    .values({ ...fresh, ...change(fresh) })
+    .onConflictDoUpdate((row) => ({ ...change(row), updatedAt: timestamp }));
+}

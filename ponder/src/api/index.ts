@@ -1,0 +1,162 @@
+/**
+ * The ledger's read API, for the service and for operators. Amounts are decimal strings of
+ * raw token units; addresses and hashes lower-case hex. Bad parameters get a 400
+ * application/problem+json with a stable `code`. Ponder's SQL over HTTP is at /sql/* and
+ * GraphQL at /graphql.
+ */
+import { Hono, type Context } from "hono";
+import { and, asc, client, desc, eq, graphql, gte, lt, replaceBigInts, sql } from "ponder";
+import { db } from "ponder:api";
+import schema from "ponder:schema";
+import { z } from "zod";
+
+const { account, payment, refund, treasury } = schema;
+
+const app = new Hono();
+
+app.use("/sql/*", client({ db, schema }));
+app.use("/graphql", graphql({ db, schema }));
+
+const address = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address")
+  .transform((s) => s.toLowerCase() as `0x${string}`);
+const bytes32 = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{64}$/, "must be a 0x-prefixed 32-byte hex value")
+  .transform((s) => s.toLowerCase() as `0x${string}`);
+const chainId = z.coerce.number().int().positive();
+const unixSeconds = z.coerce.number().int().nonnegative().transform(BigInt);
+
+const MAX_PAGE = 500;
+
+function json(c: Context, body: unknown, status: 200 = 200) {
+  return c.json(replaceBigInts(body as object, (v) => String(v)) as object, status);
+}
+
+function badRequest(c: Context, error: z.ZodError) {
+  const detail = error.issues.map((i) => `${i.path.join(".") || "parameter"}: ${i.message}`).join("; ");
+  return c.body(
+    JSON.stringify({ type: "about:blank", title: "Bad request", status: 400, code: "INVALID_PARAMETER", detail }),
+    400,
+    { "content-type": "application/problem+json" },
+  );
+}
+
+app.get("/ledger/wallets/:address", async (c) => {
+  const parsed = z.object({ address }).safeParse(c.req.param());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  const payer = parsed.data.address;
+  const [accounts, payments, refunds] = await Promise.all([
+    db.select().from(account).where(eq(account.payer, payer)).orderBy(asc(account.chainId), asc(account.token)),
+    db.select().from(payment).where(eq(payment.payer, payer)).orderBy(desc(payment.timestamp), desc(payment.id)).limit(100),
+    db.select().from(refund).where(eq(refund.payer, payer)).orderBy(desc(refund.timestamp), desc(refund.id)).limit(100),
+  ]);
+  return json(c, { address: payer, accounts, payments, refunds });
+});
+
+app.get("/ledger/orders/:orderId", async (c) => {
+  const parsed = z.object({ orderId: bytes32 }).safeParse(c.req.param());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  const { orderId } = parsed.data;
+  const [payments, refunds] = await Promise.all([
+    db.select().from(payment).where(eq(payment.orderId, orderId)),
+    db.select().from(refund).where(eq(refund.orderId, orderId)),
+  ]);
+  return json(c, { orderId, payments, refunds });
+});
+
+/** An x402 payment, known by (chain, token, payer, EIP-3009 nonce), and its refund if any. */
+app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
+  const parsed = z.object({ chainId, token: address, payer: address, nonce: bytes32 }).safeParse(c.req.param());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  const q = parsed.data;
+  const [payments, refunds] = await Promise.all([
+    db
+      .select()
+      .from(payment)
+      .where(
+        and(
+          eq(payment.chainId, q.chainId),
+          eq(payment.token, q.token),
+          eq(payment.payer, q.payer),
+          eq(payment.authorizationNonce, q.nonce),
+        ),
+      ),
+    db
+      .select()
+      .from(refund)
+      .where(
+        and(
+          eq(refund.chainId, q.chainId),
+          eq(refund.token, q.token),
+          eq(refund.payer, q.payer),
+          eq(refund.authorizationNonce, q.nonce),
+        ),
+      ),
+  ]);
+  return json(c, { payment: payments[0] ?? null, refunds });
+});
+
+app.get("/ledger/treasury", async (c) => {
+  const rows = await db.select().from(treasury).orderBy(asc(treasury.chainId), asc(treasury.token));
+  return json(c, { treasury: rows });
+});
+
+/** Cursor: base64url of the last row's sort key "<timestamp>:<chainId>:<blockNumber>:<logIndex>". */
+const cursor = z.string().transform((s, ctx) => {
+  const m = /^(\d+):(\d+):(\d+):(\d+)$/.exec(Buffer.from(s, "base64url").toString("utf8"));
+  if (!m) {
+    ctx.addIssue({ code: "custom", message: "is not a cursor returned by this endpoint" });
+    return z.NEVER;
+  }
+  return { timestamp: BigInt(m[1]!), chainId: Number(m[2]), blockNumber: BigInt(m[3]!), logIndex: Number(m[4]) };
+});
+const encodeCursor = (row: { timestamp: bigint; chainId: number; blockNumber: bigint; logIndex: number }) =>
+  Buffer.from(`${row.timestamp}:${row.chainId}:${row.blockNumber}:${row.logIndex}`, "utf8").toString("base64url");
+
+const paymentsQuery = z
+  .object({
+    from: unixSeconds.optional(),
+    to: unixSeconds.optional(),
+    chainId: chainId.optional(),
+    token: address.optional(),
+    payer: address.optional(),
+    limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100),
+    cursor: cursor.optional(),
+  })
+  .strict()
+  .refine((q) => q.from === undefined || q.to === undefined || q.from <= q.to, {
+    message: "`from` must not be after `to`",
+    path: ["from"],
+  });
+
+/** Payments in a time range [from, to) in unix seconds, oldest first (chain order within a second), paginated. */
+app.get("/ledger/payments", async (c) => {
+  const parsed = paymentsQuery.safeParse(c.req.query());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  const q = parsed.data;
+  const rows = await db
+    .select()
+    .from(payment)
+    .where(
+      and(
+        q.from !== undefined ? gte(payment.timestamp, q.from) : undefined,
+        q.to !== undefined ? lt(payment.timestamp, q.to) : undefined,
+        q.chainId !== undefined ? eq(payment.chainId, q.chainId) : undefined,
+        q.token ? eq(payment.token, q.token) : undefined,
+        q.payer ? eq(payment.payer, q.payer) : undefined,
+        q.cursor
+          ? sql`(${payment.timestamp}, ${payment.chainId}, ${payment.blockNumber}, ${payment.logIndex}) >
+                (${q.cursor.timestamp}, ${q.cursor.chainId}, ${q.cursor.blockNumber}, ${q.cursor.logIndex})`
+          : undefined,
+      ),
+    )
+    .orderBy(asc(payment.timestamp), asc(payment.chainId), asc(payment.blockNumber), asc(payment.logIndex))
+    .limit(q.limit + 1);
+  const page = rows.slice(0, q.limit);
+  const last = page[page.length - 1];
+  return json(c, { payments: page, nextCursor: rows.length > q.limit && last ? encodeCursor(last) : null });
+});
+
+export default app;

@@ -1,0 +1,163 @@
+/** BillPay's events: payments by pull, refunds, withdrawals, allowances and administration. */
+import { ponder } from "ponder:registry";
+import {
+  acceptedToken,
+  adminEvent,
+  contractState,
+  payment,
+  refund,
+  roleMember,
+  spendingAllowanceChange,
+  withdrawal,
+} from "ponder:schema";
+import { allowanceAfterSpend, updateAccount } from "./accounts.ts";
+import { logId } from "./ids.ts";
+
+const ZERO_NONCE = `0x${"0".repeat(64)}`;
+
+ponder.on("BillPay:SpendingAllowanceSet", async ({ event, context }) => {
+  const chainId = context.chain.id;
+  const { payer, token, amount } = event.args;
+  await context.db.insert(spendingAllowanceChange).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    payer,
+    token,
+    amount,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    logIndex: event.log.logIndex,
+    timestamp: event.block.timestamp,
+  });
+  await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, () => ({
+    spendingAllowance: amount,
+  }));
+});
+
+ponder.on("BillPay:Pulled", async ({ event, context }) => {
+  const chainId = context.chain.id;
+  const { orderId, payer, token, amount, allowanceLeft } = event.args;
+  await context.db.insert(payment).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    rail: "pull",
+    orderId,
+    authorizationNonce: null,
+    payer,
+    token,
+    amount,
+    allowanceLeft,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    logIndex: event.log.logIndex,
+    timestamp: event.block.timestamp,
+  });
+  await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, (row) => ({
+    spendingAllowance: allowanceLeft,
+    tokenAllowance: allowanceAfterSpend(row.tokenAllowance, amount),
+    totalPaid: row.totalPaid + amount,
+    net: row.net + amount,
+    paymentCount: row.paymentCount + 1,
+  }));
+});
+
+ponder.on("BillPay:Refunded", async ({ event, context }) => {
+  const chainId = context.chain.id;
+  const { orderId, payer, token, amount, authorizationNonce } = event.args;
+  const byAuthorization = authorizationNonce !== ZERO_NONCE;
+  await context.db.insert(refund).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    rail: byAuthorization ? "authorization" : "pull",
+    orderId,
+    authorizationNonce: byAuthorization ? authorizationNonce : null,
+    payer,
+    token,
+    amount,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    logIndex: event.log.logIndex,
+    timestamp: event.block.timestamp,
+  });
+  await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, (row) => ({
+    totalRefunded: row.totalRefunded + amount,
+    net: row.net - amount,
+    refundCount: row.refundCount + 1,
+  }));
+});
+
+ponder.on("BillPay:Withdrawn", async ({ event, context }) => {
+  const chainId = context.chain.id;
+  await context.db.insert(withdrawal).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    token: event.args.token,
+    to: event.args.to,
+    amount: event.args.amount,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    timestamp: event.block.timestamp,
+  });
+});
+
+// ------------------------------------------------------------------ administration
+
+type AdminFields = { kind: string; account?: `0x${string}`; role?: `0x${string}`; token?: `0x${string}`; accepted?: boolean; sender?: `0x${string}` };
+
+async function recordAdminEvent(
+  context: { chain: { id: number }; db: import("ponder:registry").Context["db"] },
+  event: { transaction: { hash: `0x${string}` }; log: { logIndex: number }; block: { number: bigint; timestamp: bigint } },
+  fields: AdminFields,
+) {
+  const chainId = context.chain.id;
+  await context.db.insert(adminEvent).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    account: null,
+    role: null,
+    token: null,
+    accepted: null,
+    sender: null,
+    ...fields,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    timestamp: event.block.timestamp,
+  });
+}
+
+ponder.on("BillPay:TokenAcceptanceSet", async ({ event, context }) => {
+  const { token, accepted } = event.args;
+  const updatedAt = event.block.timestamp;
+  await context.db
+    .insert(acceptedToken)
+    .values({ chainId: context.chain.id, token, accepted, updatedAt })
+    .onConflictDoUpdate({ accepted, updatedAt });
+  await recordAdminEvent(context, event, { kind: "TokenAcceptanceSet", token, accepted });
+});
+
+for (const [name, paused] of [["Paused", true], ["Unpaused", false]] as const) {
+  ponder.on(`BillPay:${name}`, async ({ event, context }) => {
+    const updatedAt = event.block.timestamp;
+    await context.db
+      .insert(contractState)
+      .values({ chainId: context.chain.id, paused, updatedAt })
+      .onConflictDoUpdate({ paused, updatedAt });
+    await recordAdminEvent(context, event, { kind: name, account: event.args.account });
+  });
+}
+
+for (const [name, active] of [["RoleGranted", true], ["RoleRevoked", false]] as const) {
+  ponder.on(`BillPay:${name}`, async ({ event, context }) => {
+    const { role, account, sender } = event.args;
+    const updatedAt = event.block.timestamp;
+    await context.db
+      .insert(roleMember)
+      .values({ chainId: context.chain.id, role, account, active, updatedAt })
+      .onConflictDoUpdate({ active, updatedAt });
+    await recordAdminEvent(context, event, { kind: name, role, account, sender });
+  });
+}
+
+ponder.on("BillPay:RoleAdminChanged", async ({ event, context }) => {
+  await recordAdminEvent(context, event, { kind: "RoleAdminChanged", role: event.args.role });
+});

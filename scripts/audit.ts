@@ -1,0 +1,188 @@
+/**
+ * `npm run audit`: reconciles the ledger against the chain, for operators.
+ *   1. per chain and token, the indexed treasury balance equals BillPay's on-chain balanceOf;
+ *   2. every refund matches an inbound payment of at least its amount: a pull by order id,
+ *      an x402 payment by (token, payer, EIP-3009 nonce), with the same payer and token;
+ *   3. every pull was within the spending allowance the payer had set, replaying each
+ *      payer's allowance history in chain order.
+ * It first waits until the ledger has indexed each chain up to the head seen at start.
+ * Prints a table and exits non-zero on any discrepancy. Reads the ledger by SQL over HTTP.
+ */
+import { createClient } from "@ponder/client";
+import { asc } from "@ponder/client";
+import { erc20Abi, type Address } from "viem";
+import { CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
+import { deploymentsPath, readDeployments, type Deployments } from "../lib/deployments.ts";
+import { ledgerUrl } from "../lib/ledger-config.ts";
+import * as schema from "../ponder/ponder.schema.ts";
+import { publicClientFor } from "../lib/chain-client.ts";
+import { waitForLedgerBlock } from "./ledger-process.ts";
+
+export interface TreasuryLine {
+  chain: ChainKey;
+  token: string;
+  symbol: string;
+  ledgerBalance: bigint;
+  onChainBalance: bigint;
+  paymentsIn: bigint;
+  otherIn: bigint;
+  refunds: bigint;
+  withdrawals: bigint;
+  ok: boolean;
+}
+
+export interface AuditReport {
+  treasury: TreasuryLine[];
+  refundsChecked: number;
+  pullsChecked: number;
+  discrepancies: string[];
+}
+
+const lower = (s: string) => s.toLowerCase();
+
+export async function runAudit(options: { ledgerUrl: string; deployments: Deployments }): Promise<AuditReport> {
+  const { deployments } = options;
+  const ledger = createClient(`${options.ledgerUrl}/sql`, { schema });
+  const discrepancies: string[] = [];
+
+  // Catch up first: balances compared mid-indexing would differ for no fault.
+  const heads = new Map<ChainKey, bigint>();
+  for (const key of CHAIN_KEYS) {
+    const d = deployments.chains[key];
+    if (!d) continue;
+    const client = publicClientFor(key, d.rpcUrl);
+    const head = await client.getBlockNumber();
+    heads.set(key, head);
+    await waitForLedgerBlock(options.ledgerUrl, d.chainId, head);
+  }
+
+  const [treasuryRows, payments, refunds, allowanceChanges] = await Promise.all([
+    ledger.db.select().from(schema.treasury),
+    ledger.db.select().from(schema.payment),
+    ledger.db.select().from(schema.refund),
+    ledger.db
+      .select()
+      .from(schema.spendingAllowanceChange)
+      .orderBy(asc(schema.spendingAllowanceChange.blockNumber), asc(schema.spendingAllowanceChange.logIndex)),
+  ]);
+
+  // 1. Treasury balances, read on chain at the head the ledger has caught up to.
+  const treasury: TreasuryLine[] = [];
+  for (const key of CHAIN_KEYS) {
+    const d = deployments.chains[key];
+    if (!d) continue;
+    const client = publicClientFor(key, d.rpcUrl);
+    for (const t of d.tokens) {
+      const row = treasuryRows.find((r) => r.chainId === d.chainId && lower(r.token) === lower(t.address));
+      const onChainBalance = await client.readContract({
+        address: t.address as Address,
+        abi: erc20Abi,
+        functionName: "balanceOf",
+        args: [d.billPay.address as Address],
+        blockNumber: heads.get(key),
+      });
+      const line: TreasuryLine = {
+        chain: key,
+        token: t.address,
+        symbol: t.symbol,
+        ledgerBalance: row?.balance ?? 0n,
+        onChainBalance,
+        paymentsIn: (row?.pullInflow ?? 0n) + (row?.authorizationInflow ?? 0n),
+        otherIn: row?.otherInflow ?? 0n,
+        refunds: row?.refunds ?? 0n,
+        withdrawals: row?.withdrawals ?? 0n,
+        ok: (row?.balance ?? 0n) === onChainBalance,
+      };
+      if (!line.ok) {
+        discrepancies.push(
+          `${key} ${t.symbol}: ledger balance ${line.ledgerBalance} differs from on-chain balance ${onChainBalance}`,
+        );
+      }
+      treasury.push(line);
+    }
+  }
+
+  // 2. Every refund matched to an inbound payment of at least its amount.
+  const refundedPerPayment = new Map<string, bigint>();
+  for (const r of refunds) {
+    const paid = payments.find((p) =>
+      r.rail === "pull"
+        ? p.rail === "pull" && p.chainId === r.chainId && p.orderId === r.orderId
+        : p.rail === "authorization" &&
+          p.chainId === r.chainId &&
+          lower(p.token) === lower(r.token) &&
+          lower(p.payer) === lower(r.payer) &&
+          p.authorizationNonce === r.authorizationNonce,
+    );
+    const what = `refund ${r.id} (${r.rail}, order ${r.orderId}, ${r.amount})`;
+    if (!paid) {
+      discrepancies.push(`${what} has no inbound payment`);
+      continue;
+    }
+    if (lower(paid.payer) !== lower(r.payer) || lower(paid.token) !== lower(r.token)) {
+      discrepancies.push(`${what} went to ${r.payer} in ${r.token}, but ${paid.payer} paid in ${paid.token}`);
+    }
+    const total = (refundedPerPayment.get(paid.id) ?? 0n) + r.amount;
+    refundedPerPayment.set(paid.id, total);
+    if (total > paid.amount) discrepancies.push(`${what}: refunds total ${total} exceed the payment of ${paid.amount}`);
+  }
+
+  // 3. Every pull within the allowance set, replaying allowance sets and pulls in chain order.
+  type Step = { block: bigint; logIndex: number; set?: bigint; pull?: (typeof payments)[number] };
+  const histories = new Map<string, Step[]>();
+  const push = (key: string, step: Step) => histories.set(key, [...(histories.get(key) ?? []), step]);
+  for (const c of allowanceChanges) {
+    push(`${c.chainId}:${lower(c.payer)}:${lower(c.token)}`, { block: c.blockNumber, logIndex: c.logIndex, set: c.amount });
+  }
+  const pulls = payments.filter((p) => p.rail === "pull");
+  for (const p of pulls) {
+    push(`${p.chainId}:${lower(p.payer)}:${lower(p.token)}`, { block: p.blockNumber, logIndex: p.logIndex, pull: p });
+  }
+  for (const steps of histories.values()) {
+    steps.sort((a, b) => (a.block === b.block ? a.logIndex - b.logIndex : a.block < b.block ? -1 : 1));
+    let allowance = 0n;
+    for (const step of steps) {
+      if (step.set !== undefined) {
+        allowance = step.set;
+        continue;
+      }
+      const p = step.pull!;
+      if (p.amount > allowance) {
+        discrepancies.push(`pull ${p.id} of ${p.amount} exceeded the spending allowance of ${allowance}`);
+      } else if (p.allowanceLeft !== allowance - p.amount) {
+        discrepancies.push(`pull ${p.id} reported ${p.allowanceLeft} left, expected ${allowance - p.amount}`);
+      }
+      allowance = p.allowanceLeft ?? allowance - p.amount;
+    }
+  }
+
+  return { treasury, refundsChecked: refunds.length, pullsChecked: pulls.length, discrepancies };
+}
+
+export function formatAudit(report: AuditReport): string {
+  const head = ["chain", "token", "ledger balance", "on-chain balance", "payments in", "other in", "refunds", "withdrawals", ""];
+  const rows = report.treasury.map((l) => [
+    l.chain,
+    l.symbol,
+    String(l.ledgerBalance),
+    String(l.onChainBalance),
+    String(l.paymentsIn),
+    String(l.otherIn),
+    String(l.refunds),
+    String(l.withdrawals),
+    l.ok ? "ok" : "MISMATCH",
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  const out = [line(head), ...rows.map(line), ""];
+  out.push(`refunds matched to payments: ${report.refundsChecked}; pulls checked against allowances: ${report.pullsChecked}`);
+  if (report.discrepancies.length === 0) out.push("audit: no discrepancies");
+  else out.push(`audit: ${report.discrepancies.length} discrepancies`, ...report.discrepancies.map((d) => `  - ${d}`));
+  return out.join("\n");
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const report = await runAudit({ ledgerUrl: ledgerUrl(), deployments: await readDeployments(deploymentsPath()) });
+  console.log(formatAudit(report));
+  process.exitCode = report.discrepancies.length === 0 ? 0 : 1;
+}

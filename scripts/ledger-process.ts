@@ -1,0 +1,127 @@
+/**
+ * Runs the ledger (Ponder) as a child process on 127.0.0.1 and waits until it has finished
+ * its backfill. Used by `npm start`, `npm run ledger`, the tests and the benchmarks.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream } from "node:fs";
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { readDeployments } from "../lib/deployments.ts";
+import { LEDGER_VIEWS_SCHEMA, ledgerSchemaName } from "../lib/ledger-config.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const PONDER_BIN = fileURLToPath(new URL("../node_modules/ponder/dist/esm/bin/ponder.js", import.meta.url));
+const READY_TIMEOUT_MS = 120_000;
+const STOP_TIMEOUT_MS = 15_000;
+
+export interface LedgerOptions {
+  deploymentsFile: string;
+  /** 0 or absent picks a free port. */
+  port?: number;
+  /** PostgreSQL when set; embedded PGlite otherwise. */
+  databaseUrl?: string;
+  pgliteDir?: string;
+  /** Defaults to the schema keyed to the chains and the app's code (ledgerSchemaName). */
+  schema?: string;
+  /** PostgreSQL only: the stable views schema. */
+  viewsSchema?: string;
+  pollingIntervalMs?: number;
+  /** Where Ponder's output goes: a file path, "inherit", or nowhere (default). */
+  logTo?: string | "inherit";
+  /** Ponder's log format; JSON unless its output goes to a terminal. */
+  logFormat?: "json" | "pretty";
+}
+
+export interface Ledger {
+  url: string;
+  schema: string;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitReady(url: string, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`ledger exited with code ${child.exitCode} before it was ready`);
+    try {
+      const res = await fetch(`${url}/ready`, { signal: AbortSignal.timeout(1_000) });
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`ledger at ${url} was not ready within ${READY_TIMEOUT_MS} ms`);
+}
+
+export async function startLedger(options: LedgerOptions): Promise<Ledger> {
+  const port = options.port || (await freePort());
+  const deployments = await readDeployments(options.deploymentsFile);
+  const schema = options.schema ?? ledgerSchemaName(deployments, ROOT);
+  const logFormat = options.logFormat ?? (options.logTo === "inherit" ? "pretty" : "json");
+  const args = [PONDER_BIN, "--root", "ponder", "--log-format", logFormat];
+  args.push("start", "--schema", schema, "-p", String(port), "-H", "127.0.0.1");
+  if (options.databaseUrl) args.push("--views-schema", options.viewsSchema ?? LEDGER_VIEWS_SCHEMA);
+
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DEPLOYMENTS_FILE: options.deploymentsFile,
+    PONDER_TELEMETRY_DISABLED: "1",
+  };
+  delete env.DATABASE_URL;
+  if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
+  if (options.pgliteDir) env.LEDGER_PGLITE_DIR = options.pgliteDir;
+  if (options.pollingIntervalMs) env.LEDGER_POLLING_INTERVAL_MS = String(options.pollingIntervalMs);
+
+  const inherit = options.logTo === "inherit";
+  const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });
+  if (!inherit) {
+    const sink = options.logTo ? createWriteStream(options.logTo, { flags: "a" }) : undefined;
+    for (const stream of [child.stdout, child.stderr]) {
+      if (sink) stream?.pipe(sink, { end: false });
+      else stream?.resume();
+    }
+  }
+
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    child.kill("SIGTERM");
+    const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
+    await exited;
+    clearTimeout(timer);
+  };
+
+  try {
+    await waitReady(url, child);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url, schema, process: child, stop };
+}
+
+/** Waits until the ledger has indexed `chainId` up to at least `block`. */
+export async function waitForLedgerBlock(url: string, chainId: number, block: bigint, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await fetch(`${url}/status`, { signal: AbortSignal.timeout(2_000) });
+    const status = (await res.json()) as Record<string, { id: number; block: { number: number } | null }>;
+    const chain = Object.values(status).find((s) => s.id === chainId);
+    if (chain?.block && BigInt(chain.block.number) >= block) return;
+    if (Date.now() > deadline) throw new Error(`ledger did not reach block ${block} of chain ${chainId} in ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

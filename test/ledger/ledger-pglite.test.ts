@@ -1,0 +1,3 @@
+import { ledgerSuite } from "./ledger-suite.ts";
+
+ledgerSuite("PGlite");

@@ -1,0 +1,325 @@
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { maxUint256, parseUnits, toHex, type Address, type Hex } from "viem";
+import { CHAINS } from "../../lib/chains.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { runAudit } from "../../scripts/audit.ts";
+import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../scripts/ledger-process.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startTestChains, uniqueSchema } from "../support/stack.ts";
+
+const u = (n: string) => parseUnits(n, 6);
+const lower = (a: string) => a.toLowerCase();
+let seq = 0;
+const orderId = (): Hex => toHex(0x1e0000 + ++seq, { size: 32 });
+
+const alice = hardhatAccount(3);
+const bob = hardhatAccount(4);
+const carol = hardhatAccount(5);
+const treasurer = hardhatAccount(20);
+
+type Row = Record<string, string | number | boolean | null>;
+
+async function getJson(url: string) {
+  const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+  return { status: res.status, type: res.headers.get("content-type"), body: (await res.json()) as Record<string, unknown> };
+}
+
+function runAuditCli(env: NodeJS.ProcessEnv): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "scripts/audit.ts"], {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (out += d));
+    child.on("exit", (code) => resolve({ code, out }));
+  });
+}
+
+/** The whole ledger suite against one database kind; each kind has its own test file. */
+export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
+  describe(`ledger on ${db}`, () => {
+    let stack: Awaited<ReturnType<typeof startTestChains>>;
+    let ledger: Ledger;
+    let ledgerOptions: LedgerOptions;
+    let celo: ChainActors;
+    let base: ChainActors;
+    const ids = { o1: orderId(), o2: orderId(), o3: orderId(), o4: orderId(), o5: orderId(), o6: orderId() };
+    let n1: Hex;
+    let n2: Hex;
+
+    async function caughtUp() {
+      for (const a of [celo, base]) {
+        await waitForLedgerBlock(ledger.url, a.deployment.chainId, await a.publicClient.getBlockNumber());
+      }
+    }
+    const api = (path: string) => getJson(`${ledger.url}${path}`);
+    const wallet = async (who: Address) => (await api(`/ledger/wallets/${who}`)).body as { accounts: Row[]; payments: Row[]; refunds: Row[] };
+    const accountOf = async (who: Address, chainId: number, token: Address) =>
+      (await wallet(who)).accounts.find((a) => a.chainId === chainId && a.token === lower(token));
+    const treasuryOf = async (chainId: number, token: Address) =>
+      ((await api("/ledger/treasury")).body.treasury as Row[]).find((t) => t.chainId === chainId && t.token === lower(token));
+
+    beforeAll(async () => {
+      stack = await startTestChains();
+      ledgerOptions = {
+        deploymentsFile: stack.deploymentsFile,
+        databaseUrl,
+        pgliteDir: join(stack.dir, "pglite"),
+        schema: uniqueSchema("ledger_test"),
+        viewsSchema: uniqueSchema("ledger_views"),
+        logTo: join(stack.dir, "ponder.log"),
+      };
+      ledger = await startLedger(ledgerOptions);
+      celo = chainActors(stack.deployments, "CELO");
+      base = chainActors(stack.deployments, "BASE");
+
+      // Agent hub: allowances, single pulls and a batch.
+      await celo.approveAndAllow(alice, "USDC", u("100"));
+      await celo.approveAndAllow(bob, "USD₮", u("50"));
+      await celo.pull(ids.o1, alice.address, "USDC", u("10"));
+      await celo.pull(ids.o2, alice.address, "USDC", u("15"));
+      await celo.pullBatch([
+        { orderId: ids.o3, payer: alice.address, symbol: "USDC", amount: u("5") },
+        { orderId: ids.o4, payer: bob.address, symbol: "USD₮", amount: u("7") },
+      ]);
+      // x402: two EIP-3009 payments into BillPay.
+      n1 = (await celo.payByAuthorization(carol, "USDC", u("3"))).nonce;
+      n2 = (await celo.payByAuthorization(carol, "USDC", u("4"))).nonce;
+      // Refunds of both kinds, a plain transfer in, a withdrawal, a pause.
+      await celo.refund(ids.o2, u("15"));
+      await celo.refundAuthorization(ids.o5, "USDC", carol.address, n1, u("3"));
+      await celo.transfer(carol, "USDC", celo.billPay, u("1"));
+      await celo.withdraw("USDC", treasurer.address, u("2"));
+      await celo.pause(true);
+      await celo.pause(false);
+      // Base: a limited token approval, then a pull.
+      await base.approveAndAllow(alice, "USDC", u("20"), u("25"));
+      await base.pull(ids.o6, alice.address, "USDC", u("6"));
+      await caughtUp();
+    });
+
+    afterAll(async () => {
+      await ledger?.stop();
+      await stack?.close();
+    });
+
+    it("records every inbound payment with its rail, reference and figures", async () => {
+      const usdc = celo.tokenAddress("USDC");
+      const { body } = await api(`/ledger/payments?chainId=42220`);
+      const payments = body.payments as Row[];
+      expect(payments).toHaveLength(6);
+      const pulls = payments.filter((p) => p.rail === "pull");
+      expect(pulls.map((p) => [p.orderId, p.amount, p.allowanceLeft])).toEqual([
+        [ids.o1, u("10").toString(), u("90").toString()],
+        [ids.o2, u("15").toString(), u("75").toString()],
+        [ids.o3, u("5").toString(), u("70").toString()],
+        [ids.o4, u("7").toString(), u("43").toString()],
+      ]);
+      const x402 = payments.filter((p) => p.rail === "authorization");
+      expect(x402).toEqual([
+        expect.objectContaining({ authorizationNonce: n1, payer: lower(carol.address), token: lower(usdc), amount: u("3").toString(), orderId: null }),
+        expect.objectContaining({ authorizationNonce: n2, payer: lower(carol.address), token: lower(usdc), amount: u("4").toString(), orderId: null }),
+      ]);
+      for (const p of payments) expect(p.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+    });
+
+    it("records refunds of both kinds and withdrawals", async () => {
+      const o2 = (await api(`/ledger/orders/${ids.o2}`)).body;
+      expect((o2.payments as Row[]).map((p) => p.amount)).toEqual([u("15").toString()]);
+      expect(o2.refunds).toEqual([expect.objectContaining({ rail: "pull", amount: u("15").toString(), authorizationNonce: null })]);
+
+      const x = (await api(`/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${carol.address}/${n1}`)).body;
+      expect(x.payment).toMatchObject({ rail: "authorization", amount: u("3").toString() });
+      expect(x.refunds).toEqual([expect.objectContaining({ orderId: ids.o5, rail: "authorization", amount: u("3").toString() })]);
+      const unpaid = (await api(`/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${carol.address}/${toHex(9, { size: 32 })}`)).body;
+      expect(unpaid).toEqual({ payment: null, refunds: [] });
+    });
+
+    it("keeps each payer's allowances and totals per chain and token", async () => {
+      const usdc = celo.tokenAddress("USDC");
+      expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
+        spendingAllowance: u("70").toString(),
+        tokenAllowance: maxUint256.toString(),
+        totalPaid: u("30").toString(),
+        totalRefunded: u("15").toString(),
+        net: u("15").toString(),
+        paymentCount: 3,
+        refundCount: 1,
+      });
+      expect(await accountOf(carol.address, 42220, usdc)).toMatchObject({
+        spendingAllowance: "0",
+        totalPaid: u("7").toString(),
+        totalRefunded: u("3").toString(),
+        net: u("4").toString(),
+        paymentCount: 2,
+        refundCount: 1,
+      });
+      expect(await accountOf(bob.address, 42220, celo.tokenAddress("USD₮"))).toMatchObject({
+        spendingAllowance: u("43").toString(),
+        totalPaid: u("7").toString(),
+        net: u("7").toString(),
+      });
+      // A limited ERC-20 approval is spent by the pull although the token emits no Approval then.
+      expect(await accountOf(alice.address, 8453, base.tokenAddress("USDC"))).toMatchObject({
+        tokenAllowance: u("19").toString(),
+        spendingAllowance: u("14").toString(),
+        totalPaid: u("6").toString(),
+      });
+    });
+
+    it("keeps the treasury per chain and token, equal to BillPay's balance on chain", async () => {
+      const usdc = celo.tokenAddress("USDC");
+      expect(await treasuryOf(42220, usdc)).toMatchObject({
+        pullInflow: u("30").toString(),
+        authorizationInflow: u("7").toString(),
+        otherInflow: u("1").toString(),
+        refunds: u("18").toString(),
+        withdrawals: u("2").toString(),
+        otherOutflow: "0",
+        balance: u("18").toString(),
+      });
+      expect(await celo.balanceOf("USDC", celo.billPay)).toBe(u("18"));
+      expect((await treasuryOf(42220, celo.tokenAddress("USD₮")))?.balance).toBe(u("7").toString());
+      expect((await treasuryOf(8453, base.tokenAddress("USDC")))?.balance).toBe(u("6").toString());
+    });
+
+    it("indexes roles, the accept-list and pauses", async () => {
+      const query = `{ roleMembers(where: { chainId: 42220, active: true }) { items { role account } }
+        acceptedTokens(where: { chainId: 8453 }) { items { token accepted } }
+        contractStates { items { chainId paused } }
+        adminEvents(where: { chainId: 42220 }, orderBy: "blockNumber") { items { kind } } }`;
+      const res = await fetch(`${ledger.url}/graphql`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ query }),
+      });
+      const { data } = (await res.json()) as { data: Record<string, { items: Row[] }> };
+      const operatorRole = (await celo.publicClient.readContract({
+        address: celo.billPay,
+        abi: (await import("../../lib/abis.ts")).billPayAbi,
+        functionName: "OPERATOR_ROLE",
+      })) as Hex;
+      expect(data.roleMembers!.items).toContainEqual({ role: operatorRole, account: lower(stack.deployments.chains.CELO!.roles.operator) });
+      const baseTokens = stack.deployments.chains.BASE!.tokens;
+      expect(data.acceptedTokens!.items).toEqual([{ token: lower(baseTokens.find((t) => t.symbol === "USDC")!.address), accepted: true }]);
+      expect(data.contractStates!.items).toEqual([{ chainId: 42220, paused: false }]);
+      const kinds = data.adminEvents!.items.map((e) => e.kind);
+      expect(kinds.filter((k) => k === "Paused" || k === "Unpaused")).toEqual(["Paused", "Unpaused"]);
+      expect(kinds).toContain("TokenAcceptanceSet");
+    });
+
+    it("pages through payments in a time range with a cursor", async () => {
+      const all = (await api(`/ledger/payments`)).body.payments as Row[];
+      expect(all).toHaveLength(7);
+      const seen: Row[] = [];
+      let cursor: string | null = null;
+      do {
+        const page = (await api(`/ledger/payments?limit=3${cursor ? `&cursor=${cursor}` : ""}`)).body;
+        seen.push(...(page.payments as Row[]));
+        cursor = page.nextCursor as string | null;
+      } while (cursor);
+      expect(seen.map((p) => p.id)).toEqual(all.map((p) => p.id));
+      const first = Number(all[0]!.timestamp);
+      const last = Number(all[all.length - 1]!.timestamp);
+      const none = (await api(`/ledger/payments?from=${last + 1}`)).body.payments as Row[];
+      expect(none).toEqual([]);
+      const range = (await api(`/ledger/payments?from=${first}&to=${last + 1}&payer=${carol.address}`)).body.payments as Row[];
+      expect(range.map((p) => p.authorizationNonce)).toEqual([n1, n2]);
+    });
+
+    it("answers bad parameters with 400 problem+json naming the parameter", async () => {
+      const cases: Array<[string, RegExp]> = [
+        ["/ledger/wallets/0x1234", /address/],
+        ["/ledger/orders/not-hex", /orderId/],
+        ["/ledger/payments?limit=0", /limit/],
+        ["/ledger/payments?limit=100000", /limit/],
+        ["/ledger/payments?from=20&to=10", /from/],
+        ["/ledger/payments?from=-1", /from/],
+        ["/ledger/payments?cursor=@@@", /cursor/],
+        ["/ledger/payments?colour=blue", /colour|unrecognized/i],
+        ["/ledger/authorizations/x/0x1/0x2/0x3", /chainId/],
+      ];
+      for (const [path, detail] of cases) {
+        const res = await api(path);
+        expect(res.status, path).toBe(400);
+        expect(res.type).toContain("application/problem+json");
+        expect(res.body).toMatchObject({ status: 400, code: "INVALID_PARAMETER" });
+        expect(String(res.body.detail)).toMatch(detail);
+      }
+    });
+
+    it("serves SQL over HTTP to other processes", async () => {
+      const { createClient, eq } = await import("@ponder/client");
+      const schema = await import("../../ponder/ponder.schema.ts");
+      const client = createClient(`${ledger.url}/sql`, { schema });
+      const rows = await client.db.select().from(schema.refund).where(eq(schema.refund.chainId, 42220));
+      expect(rows.map((r) => r.amount).sort()).toEqual([u("3"), u("15")].sort());
+    });
+
+    // Registered for PostgreSQL only: PGlite has no views schema (other processes read over HTTP).
+    if (databaseUrl) it("exposes the ledger as views in a stable schema, readable by another process", async () => {
+      const client = new pg.Client({ connectionString: databaseUrl });
+      await client.connect();
+      try {
+        const { rows } = await client.query(
+          `select balance::text from "${ledgerOptions.viewsSchema}".treasury where chain_id = 42220 and token = $1`,
+          [lower(celo.tokenAddress("USDC"))],
+        );
+        expect(rows).toEqual([{ balance: u("18").toString() }]);
+      } finally {
+        await client.end();
+      }
+    });
+
+    it("passes the audit on honest data, from code and from `npm run audit`", async () => {
+      const report = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
+      expect(report.discrepancies).toEqual([]);
+      expect(report.refundsChecked).toBe(2);
+      expect(report.pullsChecked).toBe(5);
+      expect(report.treasury).toHaveLength(CHAINS.CELO.tokens.length + CHAINS.BASE.tokens.length);
+      const cli = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile });
+      expect(cli.out).toContain("audit: no discrepancies");
+      expect(cli.code).toBe(0);
+    });
+
+    it("resumes after a restart mid-stream without counting anything twice", async () => {
+      const usdc = celo.tokenAddress("USDC");
+      const o7 = orderId();
+      const pending = celo.pull(o7, alice.address, "USDC", u("4"));
+      await ledger.stop();
+      await pending;
+      await celo.payByAuthorization(carol, "USDC", u("2"));
+      ledger = await startLedger(ledgerOptions);
+      await caughtUp();
+
+      expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
+        totalPaid: u("34").toString(),
+        paymentCount: 4,
+        spendingAllowance: u("66").toString(),
+      });
+      expect(await accountOf(carol.address, 42220, usdc)).toMatchObject({ totalPaid: u("9").toString(), paymentCount: 3 });
+      expect(((await api(`/ledger/payments?chainId=42220`)).body.payments as Row[]).length).toBe(8);
+      expect((await treasuryOf(42220, usdc))?.balance).toBe((await celo.balanceOf("USDC", celo.billPay)).toString());
+      expect((await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments })).discrepancies).toEqual([]);
+    });
+
+    it("fails the audit on a refund without a payment", async () => {
+      // The payer burns a nonce it never paid with; the chain reads it as used, so BillPay
+      // lets the operator refund it. Only the ledger can tell no payment arrived.
+      const burnt = await celo.cancelAuthorization(carol, "USDC");
+      const o8 = orderId();
+      await celo.refundAuthorization(o8, "USDC", carol.address, burnt, u("1"));
+      const report = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
+      expect(report.discrepancies).toEqual([expect.stringContaining(`order ${o8}`)]);
+      expect(report.discrepancies[0]).toContain("has no inbound payment");
+      const cli = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile });
+      expect(cli.out).toContain("has no inbound payment");
+      expect(cli.code).toBe(1);
+    });
+  });
+}

@@ -1,0 +1,168 @@
+/**
+ * People acting on a local chain through plain viem, as the service and its payers do:
+ * payers approve and set allowances or sign EIP-3009 payments, the facilitator submits
+ * them, the operator pulls and refunds, the admin withdraws.
+ */
+import { createWalletClient, http, maxUint256, type Address, type Hash, type Hex } from "viem";
+import type { Account } from "viem/accounts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { viemChain, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
+import { deployerAccount, facilitatorAccount, operatorAccount } from "../../lib/local-accounts.ts";
+
+export function chainActors(deployments: Deployments, chain: ChainKey) {
+  const d = deployments.chains[chain];
+  if (!d) throw new Error(`no deployment for ${chain}`);
+  const publicClient = publicClientFor(chain, d.rpcUrl);
+  const billPay = d.billPay.address as Address;
+  const tokenAddress = (symbol: TokenSymbol) => {
+    const t = d.tokens.find((x) => x.symbol === symbol);
+    if (!t) throw new Error(`no ${symbol} on ${chain}`);
+    return t.address as Address;
+  };
+  const wallet = (account: Account) =>
+    createWalletClient({ account, chain: viemChain(chain, d.rpcUrl), transport: http(d.rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
+
+  async function mined(hash: Hash) {
+    const receipt = await publicClient.waitForTransactionReceipt({ hash });
+    if (receipt.status !== "success") throw new Error(`transaction ${hash} reverted`);
+    return receipt;
+  }
+
+  const operator = wallet(operatorAccount());
+  const admin = wallet(deployerAccount());
+  const facilitator = wallet(facilitatorAccount());
+
+  return {
+    deployment: d,
+    publicClient,
+    billPay,
+    tokenAddress,
+    mined,
+
+    async approveAndAllow(payer: Account, symbol: TokenSymbol, spending: bigint, approval: bigint = maxUint256) {
+      const token = tokenAddress(symbol);
+      const w = wallet(payer);
+      await mined(await w.writeContract({ address: token, abi: eip3009TokenAbi, functionName: "approve", args: [billPay, approval] }));
+      return mined(
+        await w.writeContract({ address: billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [token, spending] }),
+      );
+    },
+
+    async setSpendingAllowance(payer: Account, symbol: TokenSymbol, amount: bigint) {
+      return mined(
+        await wallet(payer).writeContract({
+          address: billPay,
+          abi: billPayAbi,
+          functionName: "setSpendingAllowance",
+          args: [tokenAddress(symbol), amount],
+        }),
+      );
+    },
+
+    async pull(orderId: Hex, payer: Address, symbol: TokenSymbol, amount: bigint) {
+      return mined(
+        await operator.writeContract({
+          address: billPay,
+          abi: billPayAbi,
+          functionName: "pull",
+          args: [orderId, payer, tokenAddress(symbol), amount],
+        }),
+      );
+    },
+
+    async pullBatch(items: Array<{ orderId: Hex; payer: Address; symbol: TokenSymbol; amount: bigint }>) {
+      const requests = items.map((i) => ({ orderId: i.orderId, payer: i.payer, token: tokenAddress(i.symbol), amount: i.amount }));
+      return mined(await operator.writeContract({ address: billPay, abi: billPayAbi, functionName: "pullBatch", args: [requests] }));
+    },
+
+    async refund(orderId: Hex, amount: bigint) {
+      return mined(await operator.writeContract({ address: billPay, abi: billPayAbi, functionName: "refund", args: [orderId, amount] }));
+    },
+
+    async refundAuthorization(orderId: Hex, symbol: TokenSymbol, payer: Address, nonce: Hex, amount: bigint) {
+      return mined(
+        await operator.writeContract({
+          address: billPay,
+          abi: billPayAbi,
+          functionName: "refundAuthorization",
+          args: [orderId, tokenAddress(symbol), payer, nonce, amount],
+        }),
+      );
+    },
+
+    /** An x402-style payment: the payer signs, the facilitator submits transferWithAuthorization. */
+    async payByAuthorization(payer: Account, symbol: TokenSymbol, value: bigint, to: Address = billPay) {
+      const token = tokenAddress(symbol);
+      const info = d.tokens.find((t) => t.address === token)!;
+      const message = {
+        from: payer.address,
+        to,
+        value,
+        validAfter: 0n,
+        validBefore: BigInt(Math.floor(Date.now() / 1000) + 3600),
+        nonce: randomNonce(),
+      };
+      const signature = await wallet(payer).signTypedData({
+        domain: { name: info.name, version: info.eip712Version!, chainId: d.chainId, verifyingContract: token },
+        types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+        primaryType: "TransferWithAuthorization",
+        message,
+      });
+      const receipt = await mined(
+        await facilitator.writeContract({
+          address: token,
+          abi: eip3009TokenAbi,
+          functionName: "transferWithAuthorization",
+          args: [message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce, signature],
+        }),
+      );
+      return { receipt, nonce: message.nonce };
+    },
+
+    /** The payer burns a nonce without paying: the chain then reads it as used. */
+    async cancelAuthorization(payer: Account, symbol: TokenSymbol, nonce: Hex = randomNonce()) {
+      const token = tokenAddress(symbol);
+      const info = d.tokens.find((t) => t.address === token)!;
+      const signature = await wallet(payer).signTypedData({
+        domain: { name: info.name, version: info.eip712Version!, chainId: d.chainId, verifyingContract: token },
+        types: { CancelAuthorization: [{ name: "authorizer", type: "address" }, { name: "nonce", type: "bytes32" }] },
+        primaryType: "CancelAuthorization",
+        message: { authorizer: payer.address, nonce },
+      });
+      await mined(
+        await wallet(payer).writeContract({
+          address: token,
+          abi: eip3009TokenAbi,
+          functionName: "cancelAuthorization",
+          args: [payer.address, nonce, signature],
+        }),
+      );
+      return nonce;
+    },
+
+    async transfer(from: Account, symbol: TokenSymbol, to: Address, amount: bigint) {
+      return mined(
+        await wallet(from).writeContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "transfer", args: [to, amount] }),
+      );
+    },
+
+    async withdraw(symbol: TokenSymbol, to: Address, amount: bigint) {
+      return mined(
+        await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "withdraw", args: [tokenAddress(symbol), to, amount] }),
+      );
+    },
+
+    async pause(paused: boolean) {
+      return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: paused ? "pause" : "unpause" }));
+    },
+
+    async balanceOf(symbol: TokenSymbol, who: Address) {
+      return publicClient.readContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "balanceOf", args: [who] });
+    },
+  };
+}
+
+export type ChainActors = ReturnType<typeof chainActors>;
