@@ -6,7 +6,7 @@
 import { mkdir } from "node:fs/promises";
 import { deploymentsPath } from "../lib/deployments.ts";
 import { DEFAULT_LEDGER_PORT } from "../lib/ledger-config.ts";
-import { startLedger } from "./ledger-process.ts";
+import { startLedger, type Ledger } from "./ledger-process.ts";
 import { startLocalChains } from "./local-chains.ts";
 
 const deploymentsFile = deploymentsPath();
@@ -16,7 +16,7 @@ await mkdir(".data", { recursive: true });
 const chains = await startLocalChains({ deploymentsFile, log });
 log(`deployments: ${deploymentsFile}`);
 
-let ledger;
+let ledger: Ledger;
 try {
   ledger = await startLedger({
     deploymentsFile,
