@@ -1,0 +1,89 @@
+/**
+ * A local x402 facilitator over the standard facilitator HTTP API (POST /verify,
+ * POST /settle, GET /supported), built on @x402/core's x402Facilitator with @x402/evm's
+ * `exact` scheme (EIP-3009), one signer per chain. It stands in for the chains' hosted
+ * facilitators; the service reaches either through the same HTTP client.
+ */
+import { Hono } from "hono";
+import { x402Facilitator } from "@x402/core/facilitator";
+import { PaymentPayloadV2Schema, PaymentRequirementsV2Schema } from "@x402/core/schemas";
+import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
+import { toFacilitatorEvmSigner } from "@x402/evm";
+import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
+import { createWalletClient, http, publicActions, type Account } from "viem";
+import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { CHAINS, viemChain, type ChainKey } from "../../lib/chains.ts";
+
+/** Bounds every receipt wait, so a stuck chain cannot hold a settle request forever. */
+const CONFIRMATION_TIMEOUT_MS = 60_000;
+
+export interface FacilitatorChain {
+  chain: ChainKey;
+  rpcUrl: string;
+}
+
+export function createFacilitator(account: Account, chains: FacilitatorChain[]): x402Facilitator {
+  const facilitator = new x402Facilitator();
+  for (const { chain, rpcUrl } of chains) {
+    const client = createWalletClient({
+      account,
+      chain: viemChain(chain, rpcUrl),
+      transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }),
+      pollingInterval: 200,
+    }).extend(publicActions);
+    const signer = toFacilitatorEvmSigner(
+      { ...client, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
+      { confirmationTimeoutMs: CONFIRMATION_TIMEOUT_MS },
+    );
+    facilitator.register(CHAINS[chain].caip2, new ExactEvmScheme(signer));
+  }
+  return facilitator;
+}
+
+function problem(status: 400 | 500, detail: string) {
+  return new Response(JSON.stringify({ error: detail }), {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+/** The facilitator HTTP API, protocol v2. Bodies: { x402Version, paymentPayload, paymentRequirements }. */
+export function facilitatorApp(facilitator: x402Facilitator): Hono {
+  const app = new Hono();
+
+  async function parse(req: Request) {
+    let body: unknown;
+    try {
+      body = await req.json();
+    } catch {
+      return { error: "body is not JSON" } as const;
+    }
+    const b = body as { paymentPayload?: unknown; paymentRequirements?: unknown };
+    const payload = PaymentPayloadV2Schema.safeParse(b?.paymentPayload);
+    if (!payload.success) return { error: `paymentPayload: ${payload.error.issues[0]?.message ?? "invalid"}` } as const;
+    const requirements = PaymentRequirementsV2Schema.safeParse(b?.paymentRequirements);
+    if (!requirements.success) {
+      return { error: `paymentRequirements: ${requirements.error.issues[0]?.message ?? "invalid"}` } as const;
+    }
+    // The schemas type networks as plain strings; they were validated as CAIP-2 ids.
+    return { payload: payload.data as PaymentPayload, requirements: requirements.data as PaymentRequirements } as const;
+  }
+
+  app.get("/supported", (c) => c.json(facilitator.getSupported()));
+  app.get("/healthz", (c) => c.json({ ok: true }));
+
+  app.post("/verify", async (c) => {
+    const parsed = await parse(c.req.raw);
+    if ("error" in parsed) return problem(400, parsed.error!);
+    return c.json(await facilitator.verify(parsed.payload, parsed.requirements));
+  });
+
+  app.post("/settle", async (c) => {
+    const parsed = await parse(c.req.raw);
+    if ("error" in parsed) return problem(400, parsed.error!);
+    return c.json(await facilitator.settle(parsed.payload, parsed.requirements));
+  });
+
+  app.onError((err) => problem(500, err.message));
+  return app;
+}

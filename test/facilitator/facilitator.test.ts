@@ -1,0 +1,104 @@
+import type { AddressInfo } from "node:net";
+import { serve, type ServerType } from "@hono/node-server";
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import type { PaymentRequired } from "@x402/core/types";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseUnits, type Address } from "viem";
+import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { facilitatorAccount, hardhatAccount } from "../../lib/local-accounts.ts";
+import { createFacilitator, facilitatorApp } from "../../services/facilitator/app.ts";
+import { chainActors } from "../support/actors.ts";
+import { startTestChains } from "../support/stack.ts";
+import { x402ClientFor } from "../support/x402-clients.ts";
+
+describe("local x402 facilitator over the standard HTTP API", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let server: ServerType;
+  let client: HTTPFacilitatorClient;
+  let url: string;
+  const payer = hardhatAccount(6);
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    const chains = (["CELO", "BASE"] as ChainKey[]).map((chain) => ({ chain, rpcUrl: stack.rpcUrls[chain] }));
+    const app = facilitatorApp(createFacilitator(facilitatorAccount(), chains));
+    server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" });
+    await new Promise((r) => server.once("listening", r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    client = new HTTPFacilitatorClient({ url, timeoutMs: 30_000 });
+  });
+  afterAll(async () => {
+    server?.close();
+    await stack?.close();
+  });
+
+  function requirements(chain: ChainKey, symbol: "USDC" | "USD₮", amount: bigint, payTo?: Address) {
+    const d = stack.deployments.chains[chain]!;
+    const token = d.tokens.find((t) => t.symbol === symbol)!;
+    return {
+      scheme: "exact",
+      network: CHAINS[chain].caip2,
+      asset: token.address,
+      amount: amount.toString(),
+      payTo: payTo ?? d.billPay.address,
+      maxTimeoutSeconds: 300,
+      extra: { name: token.name, version: token.eip712Version! },
+    };
+  }
+
+  async function pay(chain: ChainKey, symbol: "USDC" | "USD₮", amount: bigint) {
+    const accepts = requirements(chain, symbol, amount);
+    const paymentRequired: PaymentRequired = {
+      x402Version: 2,
+      error: "payment required",
+      resource: { url: "http://127.0.0.1/test", description: "test", mimeType: "application/json" },
+      accepts: [accepts],
+    };
+    const payload = await x402ClientFor(payer, stack.deployments).createPaymentPayload(paymentRequired);
+    return { payload, accepts };
+  }
+
+  it("lists both local chains under the exact scheme, with its signer", async () => {
+    const supported = await client.getSupported();
+    expect(supported.kinds.map((k) => `${k.x402Version}:${k.scheme}:${k.network}`).sort()).toEqual([
+      "2:exact:eip155:42220",
+      "2:exact:eip155:8453",
+    ]);
+    expect(Object.values(supported.signers).flat()).toContain(facilitatorAccount().address);
+  });
+
+  it("verifies and settles an EIP-3009 payment into BillPay, once", async () => {
+    const celo = chainActors(stack.deployments, "CELO");
+    const before = await celo.balanceOf("USD₮", celo.billPay);
+    const { payload, accepts } = await pay("CELO", "USD₮", parseUnits("1.25", 6));
+    expect(await client.verify(payload, accepts)).toMatchObject({ isValid: true, payer: payer.address });
+    const settled = await client.settle(payload, accepts);
+    expect(settled).toMatchObject({ success: true, network: "eip155:42220", payer: payer.address });
+    expect(settled.transaction).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(await celo.balanceOf("USD₮", celo.billPay)).toBe(before + parseUnits("1.25", 6));
+
+    const again = await client.verify(payload, accepts).catch((e: { response?: unknown }) => e.response);
+    expect(again).toMatchObject({ isValid: false });
+  });
+
+  it("refuses a payment whose requirements were tampered with: amount, payTo, asset", async () => {
+    const { payload, accepts } = await pay("BASE", "USDC", parseUnits("2", 6));
+    const tampered = [
+      { ...accepts, amount: parseUnits("1", 6).toString() },
+      { ...accepts, payTo: hardhatAccount(7).address },
+      { ...accepts, asset: stack.deployments.chains.BASE!.tokens.find((t) => t.symbol === "USD₮")!.address },
+    ];
+    for (const req of tampered) {
+      const result = await client.verify(payload, req).catch((e: { response?: unknown }) => e.response);
+      expect(result).toMatchObject({ isValid: false });
+    }
+  });
+
+  it("answers a malformed request with 400 and a reason", async () => {
+    for (const body of ["not json", JSON.stringify({ paymentPayload: {}, paymentRequirements: {} })]) {
+      const res = await fetch(`${url}/verify`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: string }).error).toMatch(/JSON|paymentPayload/);
+    }
+  });
+});

@@ -1,0 +1,21 @@
+/** Official x402 clients for a local payer: @x402/core's x402Client with @x402/evm's exact scheme. */
+import { x402Client } from "@x402/core/client";
+import { toClientEvmSigner } from "@x402/evm";
+import { ExactEvmScheme } from "@x402/evm/exact/client";
+import type { Account } from "viem";
+import type { Deployments } from "../../lib/deployments.ts";
+
+/** The local tokens are not x402's default assets: the client's spend controls must allow them. */
+export function localAssets(deployments: Deployments) {
+  return Object.values(deployments.chains).flatMap((d) =>
+    d.tokens.filter((t) => t.eip712Version !== null).map((t) => ({ network: `eip155:${d.chainId}` as const, asset: t.address })),
+  );
+}
+
+export function x402ClientFor(account: Account, deployments: Deployments): x402Client {
+  const signer = toClientEvmSigner(account as Parameters<typeof toClientEvmSigner>[0]);
+  return x402Client.fromConfig({
+    schemes: [{ network: "eip155:*", client: new ExactEvmScheme(signer) }],
+    spendControls: { allowedAssets: localAssets(deployments) },
+  });
+}
