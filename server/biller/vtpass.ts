@@ -1,0 +1,163 @@
+/**
+ * HTTP client for the upstream biller's (VTpass-style) API. Every call has a timeout; any
+ * answer the API does not define (a timeout, no answer, an unlisted code, a body that is
+ * not JSON) is reported as `pending`, to be settled by requery, never guessed.
+ */
+import { randomBytes } from "node:crypto";
+
+export interface BillerConfig {
+  baseUrl: string;
+  apiKey: string;
+  secretKey: string;
+  publicKey: string;
+  timeoutMs: number;
+}
+
+export type VendResult =
+  | { state: "delivered"; transactionId: string | null; purchasedCode: string | null; units: string | null }
+  | { state: "pending"; reason: string }
+  | { state: "failed"; code: string; reason: string };
+
+export type VerifyResult = { ok: true; customerName: string | null } | { ok: false; reason: string };
+
+export interface Variation {
+  variation_code: string;
+  name: string;
+  variation_amount: string;
+  fixedPrice: string;
+}
+
+/** Codes after which the bill was not, and will not be, delivered. */
+const FAILED_CODES = new Set(["016", "040", "091", "018", "013", "017", "010", "011", "012", "019", "030", "085", "087"]);
+
+/** request_id: 12 digits of Lagos time (YYYYMMDDHHII, GMT+1, no DST) then random alphanumerics. */
+export function newBillerRequestId(now = new Date()): string {
+  const lagos = new Date(now.getTime() + 60 * 60 * 1000);
+  const p = (n: number) => String(n).padStart(2, "0");
+  const stamp = `${lagos.getUTCFullYear()}${p(lagos.getUTCMonth() + 1)}${p(lagos.getUTCDate())}${p(lagos.getUTCHours())}${p(lagos.getUTCMinutes())}`;
+  return `${stamp}${randomBytes(10).toString("hex")}`;
+}
+
+/** Strips a label such as "Token : " or "Pin : " from a purchased code. */
+function cleanCode(value: unknown): string | null {
+  if (typeof value !== "string" || value.trim() === "") return null;
+  const m = /^\s*[A-Za-z ]+:\s*(.+)$/.exec(value);
+  return (m ? m[1]! : value).trim();
+}
+
+function vendResult(body: unknown): VendResult {
+  if (typeof body !== "object" || body === null) return { state: "pending", reason: "unexpected answer" };
+  const b = body as Record<string, unknown>;
+  const code = typeof b.code === "string" ? b.code : "";
+  const description = typeof b.response_description === "string" ? b.response_description : code;
+  const tx = ((b.content as Record<string, unknown> | undefined)?.transactions ?? {}) as Record<string, unknown>;
+  if (code === "000") {
+    switch (tx.status) {
+      case "delivered":
+        return {
+          state: "delivered",
+          transactionId: typeof tx.transactionId === "string" ? tx.transactionId : null,
+          purchasedCode: cleanCode(b.purchased_code) ?? cleanCode(b.token) ?? cleanCode(b.mainToken),
+          units: cleanCode(b.units) ?? cleanCode(b.mainTokenUnits),
+        };
+      case "failed":
+      case "reversed":
+        return { state: "failed", code, reason: `transaction ${tx.status}` };
+      default:
+        return { state: "pending", reason: `transaction ${String(tx.status ?? "status unknown")}` };
+    }
+  }
+  if (code === "099") return { state: "pending", reason: description };
+  // 014: this request id was already sent (our own retry): only requery can tell its fate.
+  if (code === "014") return { state: "pending", reason: "request id already used; requery decides" };
+  if (FAILED_CODES.has(code)) return { state: "failed", code, reason: description };
+  return { state: "pending", reason: `unlisted answer ${code || "(none)"}: ${description}` };
+}
+
+export class VtpassClient {
+  constructor(private readonly config: BillerConfig) {}
+
+  private async call(method: "GET" | "POST", path: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { "api-key": this.config.apiKey };
+    if (method === "POST") {
+      headers["secret-key"] = this.config.secretKey;
+      headers["content-type"] = "application/json";
+    } else {
+      headers["public-key"] = this.config.publicKey;
+    }
+    const res = await fetch(`${this.config.baseUrl}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(this.config.timeoutMs),
+    });
+    const text = await res.text();
+    try {
+      return JSON.parse(text);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Pays a bill. Any failure to get a defined answer is `pending`: requery decides. */
+  async pay(req: {
+    requestId: string;
+    serviceID: string;
+    billersCode: string;
+    variationCode?: string;
+    amount: number;
+    phone: string;
+  }): Promise<VendResult> {
+    try {
+      return vendResult(
+        await this.call("POST", "/api/pay", {
+          request_id: req.requestId,
+          serviceID: req.serviceID,
+          billersCode: req.billersCode,
+          variation_code: req.variationCode,
+          amount: req.amount,
+          phone: req.phone,
+        }),
+      );
+    } catch (err) {
+      return { state: "pending", reason: `no answer: ${(err as Error).message}` };
+    }
+  }
+
+  async requery(requestId: string): Promise<VendResult> {
+    try {
+      const body = (await this.call("POST", "/api/requery", { request_id: requestId })) as { code?: string } | undefined;
+      // 015: the biller never recorded this request, so nothing was delivered.
+      if (body?.code === "015") return { state: "failed", code: "015", reason: "the biller has no such request" };
+      return vendResult(body);
+    } catch (err) {
+      return { state: "pending", reason: `no answer: ${(err as Error).message}` };
+    }
+  }
+
+  /** Checks a meter, smartcard, profile or account number. Throws when the biller cannot answer. */
+  async verify(req: { serviceID: string; billersCode: string; type?: string }): Promise<VerifyResult> {
+    const body = (await this.call("POST", "/api/merchant-verify", req)) as
+      | { code?: string; response_description?: string; content?: { error?: string; Customer_Name?: string } }
+      | undefined;
+    if (body?.code !== "000") throw new Error(`merchant-verify answered ${body?.code ?? "nothing"}: ${body?.response_description ?? ""}`);
+    if (body.content?.error) return { ok: false, reason: body.content.error };
+    return { ok: true, customerName: body.content?.Customer_Name ?? null };
+  }
+
+  async variations(serviceID: string): Promise<Variation[]> {
+    const body = (await this.call("GET", `/api/service-variations?serviceID=${encodeURIComponent(serviceID)}`)) as
+      | { content?: { variations?: Variation[] } }
+      | undefined;
+    if (!body?.content?.variations) throw new Error(`no variations for ${serviceID}`);
+    return body.content.variations;
+  }
+
+  async internationalCountries(): Promise<Array<{ code: string; name: string; currency: string; prefix: string }>> {
+    const body = (await this.call("GET", "/api/get-international-airtime-countries")) as
+      | { content?: { countries?: Array<{ code: string; name: string; currency: string; prefix: string }> } }
+      | undefined;
+    if (!body?.content?.countries) throw new Error("no international countries");
+    return body.content.countries;
+  }
+}

@@ -1,0 +1,240 @@
+/**
+ * A local biller sandbox speaking the upstream's (VTpass-style) HTTP API: POST /api/pay,
+ * /api/merchant-verify and /api/requery; GET /api/service-categories, /api/services and
+ * /api/service-variations; plus a small international catalogue. It keeps transactions in
+ * memory and follows the sandbox conventions in catalog.ts, including answers that a
+ * client must treat as pending: an unexpected body, no answer at all, and a late answer.
+ */
+import { randomInt } from "node:crypto";
+import { Hono, type Context } from "hono";
+import {
+  outcomeFor,
+  SANDBOX_CATEGORIES,
+  SANDBOX_SERVICES,
+  VERIFIABLE,
+  type SandboxOutcome,
+  type SandboxService,
+} from "./catalog.ts";
+
+export interface SandboxOptions {
+  apiKey: string;
+  secretKey: string;
+  publicKey: string;
+  /** How long a "timeout" vend takes to answer; longer than the client's timeout. */
+  slowAnswerMs?: number;
+  /** Requeries a pending transaction answers "pending" before it resolves. */
+  pendingRequeries?: number;
+}
+
+interface Transaction {
+  requestId: string;
+  service: SandboxService;
+  billersCode: string;
+  variationCode: string | undefined;
+  amount: number;
+  phone: string;
+  outcome: SandboxOutcome;
+  status: "delivered" | "pending" | "failed" | "reversed";
+  requeries: number;
+  transactionId: string;
+  purchasedCode: string;
+  units: string | null;
+}
+
+const REQUEST_ID = /^\d{12}[A-Za-z0-9_-]{1,88}$/;
+
+export function billerSandboxApp(options: SandboxOptions) {
+  const app = new Hono();
+  const transactions = new Map<string, Transaction>();
+  const pendingRequeries = options.pendingRequeries ?? 1;
+  const slowAnswerMs = options.slowAnswerMs ?? 5_000;
+
+  const answer = (c: Context, code: string, description: string, extra: Record<string, unknown> = {}) =>
+    c.json({ code, response_description: description, ...extra });
+
+  const authorised = (c: Context, write: boolean) =>
+    c.req.header("api-key") === options.apiKey &&
+    (write ? c.req.header("secret-key") === options.secretKey : c.req.header("public-key") === options.publicKey);
+
+  function transactionBody(t: Transaction) {
+    const base = {
+      code: t.status === "failed" ? "016" : t.status === "reversed" ? "040" : "000",
+      response_description:
+        t.status === "delivered"
+          ? "TRANSACTION SUCCESSFUL"
+          : t.status === "pending"
+            ? "TRANSACTION PROCESSING"
+            : t.status === "reversed"
+              ? "REVERSAL"
+              : "TRANSACTION FAILED",
+      requestId: t.requestId,
+      amount: t.amount.toFixed(2),
+      content: {
+        transactions: {
+          status: t.status,
+          product_name: t.service.name,
+          unique_element: t.billersCode,
+          amount: t.amount,
+          transactionId: t.transactionId,
+          type: t.service.category,
+        },
+      },
+    };
+    if (t.status !== "delivered" || !t.service.issues) return base;
+    if (t.service.issues === "electricity-token") {
+      // Discos disagree on the field: Ikeja sends purchased_code, Eko mainToken, others token.
+      if (t.service.serviceID === "eko-electric") return { ...base, mainToken: t.purchasedCode, mainTokenUnits: t.units };
+      if (t.service.serviceID === "ikeja-electric") return { ...base, purchased_code: `Token : ${t.purchasedCode}`, units: t.units };
+      return { ...base, token: t.purchasedCode, units: t.units };
+    }
+    return { ...base, purchased_code: `Pin : ${t.purchasedCode}` };
+  }
+
+  function verifies(service: SandboxService, billersCode: string, type?: string): boolean {
+    switch (service.category) {
+      case "electricity-bill":
+        return type === "postpaid" ? billersCode === VERIFIABLE.postpaidMeter : billersCode === VERIFIABLE.prepaidMeter;
+      case "tv-subscription":
+        return billersCode === VERIFIABLE.smartcard;
+      case "education":
+        return billersCode === VERIFIABLE.jambProfile;
+      case "bank-deposit":
+        return billersCode === VERIFIABLE.bankAccount;
+      default:
+        return true;
+    }
+  }
+
+  app.post("/api/merchant-verify", async (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const body = (await c.req.json().catch(() => ({}))) as Record<string, string>;
+    const service = SANDBOX_SERVICES.find((s) => s.serviceID === body.serviceID);
+    if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
+    if (!body.billersCode) return answer(c, "011", "INVALID ARGUMENTS");
+    if (!service.verifies || !verifies(service, body.billersCode, body.type)) {
+      return c.json({ code: "000", content: { error: `This number is not a valid ${service.name} account. Please check and try again` } });
+    }
+    return c.json({
+      code: "000",
+      content: { Customer_Name: "TEST CUSTOMER", Address: "1 Sandbox Road", Meter_Number: body.billersCode, Can_Vend: "yes" },
+    });
+  });
+
+  app.post("/api/pay", async (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const body = (await c.req.json().catch(() => ({}))) as Record<string, unknown>;
+    const requestId = String(body.request_id ?? "");
+    if (!REQUEST_ID.test(requestId)) return answer(c, "085", "IMPROPER REQUEST ID");
+    if (transactions.has(requestId)) return answer(c, "014", "REQUEST ID ALREADY EXIST");
+    const service = SANDBOX_SERVICES.find((s) => s.serviceID === body.serviceID);
+    if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
+    const billersCode = String(body.billersCode ?? "");
+    const phone = String(body.phone ?? "");
+    const amount = Number(body.amount);
+    if (!billersCode || !phone || !Number.isFinite(amount)) return answer(c, "011", "INVALID ARGUMENTS");
+    const variationCode = body.variation_code === undefined ? undefined : String(body.variation_code);
+    if (service.variations.length > 0) {
+      const variation = service.variations.find((v) => v.variation_code === variationCode);
+      if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
+    }
+    if (amount < service.minimum_amount) return answer(c, "013", "BELOW MINIMUM AMOUNT ALLOWED");
+    if (amount > service.maximum_amount) return answer(c, "017", "ABOVE MAXIMUM AMOUNT ALLOWED");
+
+    // Services without an account to verify follow the phone-number conventions; the
+    // others deliver once their number verifies.
+    const outcome: SandboxOutcome = !service.verifies
+        ? outcomeFor(phone)
+        : verifies(service, billersCode, variationCode)
+          ? "success"
+          : "fail";
+    const t: Transaction = {
+      requestId,
+      service,
+      billersCode,
+      variationCode,
+      amount,
+      phone,
+      outcome,
+      status: outcome === "fail" ? "failed" : outcome.startsWith("pending") ? "pending" : "delivered",
+      requeries: 0,
+      transactionId: `${Date.now()}${randomInt(1_000_000)}`,
+      purchasedCode: String(randomInt(10 ** 9, 10 ** 10 - 1)) + String(randomInt(10 ** 9, 10 ** 10 - 1)),
+      units: service.issues === "electricity-token" ? (amount / 100).toFixed(1) : null,
+    };
+    transactions.set(requestId, t);
+
+    switch (outcome) {
+      case "pending":
+      case "pending-then-reversed":
+        return c.json({ ...transactionBody(t), code: "099", response_description: "TRANSACTION IS PROCESSING" });
+      case "unexpected":
+        return c.text("<html><body>Bad Gateway</body></html>", 200);
+      case "no-answer": {
+        // Close the connection without answering.
+        const incoming = (c.env as { incoming?: { socket?: { destroy(): void } } } | undefined)?.incoming;
+        incoming?.socket?.destroy();
+        return new Response(null, { status: 204 });
+      }
+      case "timeout":
+        await new Promise((r) => setTimeout(r, slowAnswerMs));
+        return c.json(transactionBody(t));
+      default:
+        return c.json(transactionBody(t));
+    }
+  });
+
+  app.post("/api/requery", async (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const body = (await c.req.json().catch(() => ({}))) as Record<string, unknown>;
+    const t = transactions.get(String(body.request_id ?? ""));
+    if (!t) return answer(c, "015", "INVALID REQUEST ID");
+    if (t.status === "pending") {
+      t.requeries += 1;
+      if (t.requeries > pendingRequeries) t.status = t.outcome === "pending-then-reversed" ? "reversed" : "delivered";
+    }
+    return c.json(transactionBody(t));
+  });
+
+  app.get("/api/service-categories", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    return c.json({ response_description: "000", content: SANDBOX_CATEGORIES });
+  });
+
+  app.get("/api/services", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    const identifier = c.req.query("identifier");
+    const content = SANDBOX_SERVICES.filter((s) => s.category === identifier).map((s) => ({
+      serviceID: s.serviceID,
+      name: s.name,
+      minimium_amount: String(s.minimum_amount),
+      maximum_amount: s.maximum_amount,
+    }));
+    return c.json({ response_description: "000", content });
+  });
+
+  app.get("/api/service-variations", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    const service = SANDBOX_SERVICES.find((s) => s.serviceID === c.req.query("serviceID"));
+    if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
+    return c.json({
+      response_description: "000",
+      content: { ServiceName: service.name, serviceID: service.serviceID, convinience_fee: "0 %", variations: service.variations },
+    });
+  });
+
+  app.get("/api/get-international-airtime-countries", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    return c.json({
+      response_description: "000",
+      content: {
+        countries: [
+          { code: "GH", name: "Ghana", currency: "GHS", prefix: "233" },
+          { code: "KE", name: "Kenya", currency: "KES", prefix: "254" },
+          { code: "US", name: "United States", currency: "USD", prefix: "1" },
+        ],
+      },
+    });
+  });
+
+  return app;
+}
