@@ -8,7 +8,7 @@
 import { createConfig } from "ponder";
 import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
 import type { ChainKey } from "./lib/chains.ts";
-import { readDeploymentsSync, requireChain } from "./lib/deployments.ts";
+import { readDeploymentsSync, requireChain, rpcUrlFor } from "./lib/deployments.ts";
 import { ledgerDatabase, ledgerPollingIntervalMs } from "./lib/ledger-config.ts";
 
 const deployments = readDeploymentsSync();
@@ -16,7 +16,7 @@ const isLocal = (url: string) => /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:
 
 function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
-  const rpc = process.env[`${key}_RPC_URL`] ?? d.rpcUrl;
+  const rpc = rpcUrlFor(key, d);
   // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
   return { id: d.chainId, rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: isLocal(rpc) };
 }
@@ -33,7 +33,8 @@ function tokens(key: ChainKey, direction: "in" | "out") {
   const billPayAddress = d.billPay.address as `0x${string}`;
   return {
     address: d.tokens.map((t) => t.address as `0x${string}`),
-    startBlock: Math.min(...d.tokens.map((t) => t.block)),
+    // Nothing moves into or out of BillPay before it exists (a real token is far older).
+    startBlock: d.billPay.block,
     filter:
       direction === "in"
         ? [
@@ -46,6 +47,7 @@ function tokens(key: ChainKey, direction: "in" | "out") {
 
 export default createConfig({
   database: ledgerDatabase(),
+  // Each chain indexes at its own pace: one slow chain does not hold back the other's rows.
   ordering: "multichain",
   chains: { celo: chain("CELO"), base: chain("BASE") },
   contracts: {

@@ -7,10 +7,14 @@ import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
+import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
+import {SignatureChecker} from "@openzeppelin/contracts/utils/cryptography/SignatureChecker.sol";
 
-/// @dev The one EIP-3009 view BillPay needs to check an x402 payment before refunding it.
-interface IEIP3009AuthorizationState {
+/// @dev The EIP-3009 views BillPay needs to check an x402 payment before refunding it.
+interface IEIP3009 {
     function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+    // solhint-disable-next-line func-name-mixedcase
+    function DOMAIN_SEPARATOR() external view returns (bytes32);
 }
 
 /// @title BillPay
@@ -26,6 +30,21 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
 
     bytes32 public constant OPERATOR_ROLE = keccak256("OPERATOR_ROLE");
     bytes32 public constant PAUSER_ROLE = keccak256("PAUSER_ROLE");
+
+    bytes32 private constant TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
+        "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
+    );
+
+    /// @notice An EIP-3009 TransferWithAuthorization as the payer signed it (the x402 payload).
+    struct Authorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+        bytes signature;
+    }
 
     /// @notice One item of a batch pull.
     struct PullRequest {
@@ -84,6 +103,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     error AuthorizationAlreadyRefunded(address token, address payer, bytes32 nonce);
     error AuthorizationNotUsed(address token, address payer, bytes32 nonce);
     error NotAnAuthorizationToken(address token);
+    error AuthorizationNotToThisContract(address to);
+    error InvalidAuthorizationSignature();
 
     /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, withdrawals)
     /// @param operator holds OPERATOR_ROLE (pulls and refunds); may be zero and granted later
@@ -154,32 +175,37 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         IERC20(token).safeTransfer(payer, amount);
     }
 
-    /// @notice Refund an order paid by x402, whose funds arrived by an EIP-3009 transfer from
-    ///         `payer` signed with `nonce`, to that payer.
-    /// @dev    What the chain enforces here: the operator role; that `payer` has consumed
-    ///         `nonce` on `token` (authorizationState is true); at most one refund per
-    ///         (token, payer, nonce) and per order id; the money goes only to `payer`.
-    ///         What the chain cannot enforce: that the authorisation paid this contract, and
-    ///         its value, because the token moved the funds without calling BillPay (and a
-    ///         cancelled nonce reads the same as a used one). The ledger checks those
-    ///         instead: every Refunded event with a non-zero nonce must match an
-    ///         AuthorizationUsed(payer, nonce) with a Transfer(payer -> BillPay) of at least
-    ///         `amount` in the same transaction (`npm run audit`).
-    function refundAuthorization(bytes32 orderId, address token, address payer, bytes32 nonce, uint256 amount)
+    /// @notice Refund an order paid by x402 to its payer: the payer's signed EIP-3009
+    ///         authorization (the x402 payload) is presented, and at most its value goes back.
+    /// @dev    What the chain enforces here: the operator role; that `auth` is a
+    ///         TransferWithAuthorization signed by `auth.from` for `token` (its own EIP-712
+    ///         domain), naming this contract as payee; that its nonce has been consumed
+    ///         (authorizationState is true); `amount` <= `auth.value`; one refund per
+    ///         (token, payer, nonce) and per order id; the money goes only to the payer.
+    ///         So even a stolen operator key can only return to payers what they authorised
+    ///         this contract to take. What the chain cannot enforce: that the nonce was
+    ///         consumed by this transfer rather than cancelled, because the token moved the
+    ///         funds without calling BillPay. The ledger checks that instead: every Refunded
+    ///         event with a non-zero nonce must match an x402 payment (AuthorizationUsed then
+    ///         Transfer payer -> BillPay) of at least `amount` (`npm run audit`).
+    function refundAuthorization(bytes32 orderId, address token, Authorization calldata auth, uint256 amount)
         external
         onlyRole(OPERATOR_ROLE)
         nonReentrant
     {
+        address payer = auth.from;
         if (payer == address(0)) revert ZeroAddress();
         if (amount == 0) revert ZeroAmount();
+        if (auth.to != address(this)) revert AuthorizationNotToThisContract(auth.to);
+        if (amount > auth.value) revert RefundExceedsPayment(orderId, amount, auth.value);
         if (_orders[orderId].payer != address(0)) revert OrderExists(orderId);
-        bytes32 key = keccak256(abi.encode(token, payer, nonce));
-        if (authorizationRefunded[key]) revert AuthorizationAlreadyRefunded(token, payer, nonce);
-        if (!_authorizationUsed(token, payer, nonce)) revert AuthorizationNotUsed(token, payer, nonce);
+        bytes32 key = keccak256(abi.encode(token, payer, auth.nonce));
+        if (authorizationRefunded[key]) revert AuthorizationAlreadyRefunded(token, payer, auth.nonce);
+        _requireSignedAndUsed(token, auth);
 
         authorizationRefunded[key] = true;
         _orders[orderId] = Order({payer: payer, paid: 0, token: token, refunded: true});
-        emit Refunded(orderId, payer, token, amount, nonce);
+        emit Refunded(orderId, payer, token, amount, auth.nonce);
         IERC20(token).safeTransfer(payer, amount);
     }
 
@@ -236,11 +262,34 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         emit TokenAcceptanceSet(token, accepted);
     }
 
-    function _authorizationUsed(address token, address payer, bytes32 nonce) private view returns (bool) {
-        try IEIP3009AuthorizationState(token).authorizationState(payer, nonce) returns (bool used) {
-            return used;
+    function _requireSignedAndUsed(address token, Authorization calldata auth) private view {
+        bytes32 domainSeparator;
+        bool used;
+        try IEIP3009(token).DOMAIN_SEPARATOR() returns (bytes32 separator) {
+            domainSeparator = separator;
         } catch {
             revert NotAnAuthorizationToken(token);
         }
+        try IEIP3009(token).authorizationState(auth.from, auth.nonce) returns (bool state) {
+            used = state;
+        } catch {
+            revert NotAnAuthorizationToken(token);
+        }
+        bytes32 structHash = keccak256(
+            abi.encode(
+                TRANSFER_WITH_AUTHORIZATION_TYPEHASH,
+                auth.from,
+                auth.to,
+                auth.value,
+                auth.validAfter,
+                auth.validBefore,
+                auth.nonce
+            )
+        );
+        bytes32 digest = MessageHashUtils.toTypedDataHash(domainSeparator, structHash);
+        if (!SignatureChecker.isValidSignatureNow(auth.from, digest, auth.signature)) {
+            revert InvalidAuthorizationSignature();
+        }
+        if (!used) revert AuthorizationNotUsed(token, auth.from, auth.nonce);
     }
 }

@@ -83,6 +83,11 @@ export async function writeDeployments(deployments: Deployments, file = deployme
   await rename(tmp, file);
 }
 
+/** The RPC URL for a chain: `<CHAIN>_RPC_URL` when set, else the deployment's. One rule for every reader. */
+export function rpcUrlFor(chain: ChainKey, deployment: ChainDeployment): string {
+  return process.env[`${chain}_RPC_URL`] ?? deployment.rpcUrl;
+}
+
 export function requireChain(deployments: Deployments, chain: ChainKey): ChainDeployment {
   const d = deployments.chains[chain];
   if (!d) throw new Error(`no deployment for ${chain}: run \`npm run chains\` first`);

@@ -6,13 +6,6 @@
 import { index, onchainEnum, onchainTable, primaryKey, uniqueIndex } from "ponder";
 
 export const rail = onchainEnum("rail", ["pull", "authorization"]);
-export const transferKind = onchainEnum("transfer_kind", [
-  "pull",
-  "authorization",
-  "refund",
-  "withdrawal",
-  "other",
-]);
 
 /** Every inbound payment: an agent-hub pull or an x402 EIP-3009 transfer into BillPay. */
 export const payment = onchainTable(
@@ -79,7 +72,7 @@ export const withdrawal = onchainTable("withdrawal", (t) => ({
   timestamp: t.bigint().notNull(),
 }));
 
-/** Every token Transfer into or out of BillPay, classified by what caused it. */
+/** Every token Transfer into or out of BillPay: the raw movements the balance is summed from. */
 export const treasuryTransfer = onchainTable(
   "treasury_transfer",
   (t) => ({
@@ -90,7 +83,8 @@ export const treasuryTransfer = onchainTable(
     to: t.hex().notNull(),
     amount: t.bigint().notNull(),
     inbound: t.boolean().notNull(),
-    kind: transferKind().notNull(),
+    /** Set when this inbound transfer is an x402 payment (EIP-3009 nonce). */
+    authorizationNonce: t.hex(),
     txHash: t.hex().notNull(),
     blockNumber: t.bigint().notNull(),
     logIndex: t.integer().notNull(),
@@ -140,7 +134,12 @@ export const account = onchainTable(
   }),
 );
 
-/** Per chain and token: what the treasury (BillPay) took in and paid out, and its balance. */
+/**
+ * Per chain and token: what the treasury (BillPay) took in and paid out, and its balance.
+ * Pulls, refunds and withdrawals are booked from BillPay's own events, x402 payments from
+ * the token's AuthorizationUsed, and the totals and balance from the token's Transfers;
+ * whatever the totals hold beyond the named kinds is "other" (a plain transfer in, say).
+ */
 export const treasury = onchainTable(
   "treasury",
   (t) => ({
@@ -148,11 +147,10 @@ export const treasury = onchainTable(
     token: t.hex().notNull(),
     pullInflow: t.bigint().notNull(),
     authorizationInflow: t.bigint().notNull(),
-    /** Plain transfers in that are neither a pull nor an x402 payment. */
-    otherInflow: t.bigint().notNull(),
+    totalInflow: t.bigint().notNull(),
     refunds: t.bigint().notNull(),
     withdrawals: t.bigint().notNull(),
-    otherOutflow: t.bigint().notNull(),
+    totalOutflow: t.bigint().notNull(),
     balance: t.bigint().notNull(),
     updatedAt: t.bigint().notNull(),
   }),

@@ -8,15 +8,25 @@
  * It first waits until the ledger has indexed each chain up to the head seen at start.
  * Prints a table and exits non-zero on any discrepancy. Reads the ledger by SQL over HTTP.
  */
-import { createClient } from "@ponder/client";
-import { asc } from "@ponder/client";
+import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
 import { erc20Abi, type Address } from "viem";
+import { publicClientFor } from "../lib/chain-client.ts";
 import { CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
-import { deploymentsPath, readDeployments, type Deployments } from "../lib/deployments.ts";
+import { deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { ledgerUrl } from "../lib/ledger-config.ts";
 import * as schema from "../ponder/ponder.schema.ts";
-import { publicClientFor } from "../lib/chain-client.ts";
 import { waitForLedgerBlock } from "./ledger-process.ts";
+
+const QUERY_TIMEOUT_MS = 30_000;
+
+/** Every ledger query gets a deadline: an audit must end, with an answer or an error. */
+function withTimeout<T>(what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`ledger query for ${what} took over ${QUERY_TIMEOUT_MS} ms`)), QUERY_TIMEOUT_MS);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
 
 export interface TreasuryLine {
   chain: ChainKey;
@@ -50,48 +60,76 @@ export async function runAudit(options: { ledgerUrl: string; deployments: Deploy
   for (const key of CHAIN_KEYS) {
     const d = deployments.chains[key];
     if (!d) continue;
-    const client = publicClientFor(key, d.rpcUrl);
-    const head = await client.getBlockNumber();
+    const head = await publicClientFor(key, rpcUrlFor(key, d)).getBlockNumber();
     heads.set(key, head);
     await waitForLedgerBlock(options.ledgerUrl, d.chainId, head);
   }
 
   const [treasuryRows, payments, refunds, allowanceChanges] = await Promise.all([
-    ledger.db.select().from(schema.treasury),
-    ledger.db.select().from(schema.payment),
-    ledger.db.select().from(schema.refund),
-    ledger.db
-      .select()
-      .from(schema.spendingAllowanceChange)
-      .orderBy(asc(schema.spendingAllowanceChange.blockNumber), asc(schema.spendingAllowanceChange.logIndex)),
+    withTimeout("treasury", ledger.db.select().from(schema.treasury)),
+    withTimeout("payments", ledger.db.select().from(schema.payment)),
+    withTimeout("refunds", ledger.db.select().from(schema.refund)),
+    withTimeout(
+      "allowance changes",
+      ledger.db
+        .select()
+        .from(schema.spendingAllowanceChange)
+        .orderBy(asc(schema.spendingAllowanceChange.blockNumber), asc(schema.spendingAllowanceChange.logIndex)),
+    ),
   ]);
 
-  // 1. Treasury balances, read on chain at the head the ledger has caught up to.
+  // 0. Every payment and refund is in a token the ledger follows: otherwise its treasury
+  //    movements are invisible here (a token accepted on chain after deployment, say).
+  const followed = new Set(
+    Object.values(deployments.chains).flatMap((d) => d.tokens.map((t) => `${d.chainId}:${lower(t.address)}`)),
+  );
+  for (const row of [...payments, ...refunds]) {
+    if (!followed.has(`${row.chainId}:${lower(row.token)}`)) {
+      discrepancies.push(`${row.id} is in token ${row.token} on chain ${row.chainId}, which the ledger does not follow`);
+    }
+  }
+
+  // 1. Treasury balances at the chain head the ledger caught up to: the ledger's side is
+  //    the sum of the transfers it indexed up to that block, the chain's is balanceOf there.
   const treasury: TreasuryLine[] = [];
   for (const key of CHAIN_KEYS) {
     const d = deployments.chains[key];
     if (!d) continue;
-    const client = publicClientFor(key, d.rpcUrl);
+    const client = publicClientFor(key, rpcUrlFor(key, d));
+    const head = heads.get(key)!;
+    const t9 = schema.treasuryTransfer;
+    const sums = await withTimeout(
+      `${key} transfers`,
+      ledger.db
+        .select({ token: t9.token, inbound: t9.inbound, total: sum(t9.amount) })
+        .from(t9)
+        .where(and(eq(t9.chainId, d.chainId), lte(t9.blockNumber, head)))
+        .groupBy(t9.token, t9.inbound),
+    );
     for (const t of d.tokens) {
       const row = treasuryRows.find((r) => r.chainId === d.chainId && lower(r.token) === lower(t.address));
+      const moved = (inbound: boolean) =>
+        BigInt(sums.find((s) => lower(s.token) === lower(t.address) && s.inbound === inbound)?.total ?? 0);
+      const ledgerBalance = moved(true) - moved(false);
       const onChainBalance = await client.readContract({
         address: t.address as Address,
         abi: erc20Abi,
         functionName: "balanceOf",
         args: [d.billPay.address as Address],
-        blockNumber: heads.get(key),
+        blockNumber: head,
       });
+      const paymentsIn = (row?.pullInflow ?? 0n) + (row?.authorizationInflow ?? 0n);
       const line: TreasuryLine = {
         chain: key,
         token: t.address,
         symbol: t.symbol,
-        ledgerBalance: row?.balance ?? 0n,
+        ledgerBalance,
         onChainBalance,
-        paymentsIn: (row?.pullInflow ?? 0n) + (row?.authorizationInflow ?? 0n),
-        otherIn: row?.otherInflow ?? 0n,
+        paymentsIn,
+        otherIn: (row?.totalInflow ?? 0n) - paymentsIn,
         refunds: row?.refunds ?? 0n,
         withdrawals: row?.withdrawals ?? 0n,
-        ok: (row?.balance ?? 0n) === onChainBalance,
+        ok: ledgerBalance === onChainBalance,
       };
       if (!line.ok) {
         discrepancies.push(

@@ -84,7 +84,7 @@ await usdc.write.transferWithAuthorization(auth.args, asOperator);
 results.refundAuthorization = Number(
   await gasOf(
     await billPay.write.refundAuthorization(
-      [nextOrderId(), usdc.address, payer.account.address, auth.message.nonce, units("5")],
+      [nextOrderId(), usdc.address, { ...auth.message, signature: auth.signature }, units("5")],
       asOperator,
     ),
   ),

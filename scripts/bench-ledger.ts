@@ -15,13 +15,16 @@ import { parseUnits, toHex, type Hex } from "viem";
 import { DEFAULT_POLLING_INTERVAL_MS } from "../lib/ledger-config.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
-import { startTestChains, uniqueSchema } from "../test/support/stack.ts";
+import { freshDatabase, startTestChains, uniqueSchema } from "../test/support/stack.ts";
 import { startLedger } from "./ledger-process.ts";
 
 const LAG_SAMPLES = Number(process.env.BENCH_LAG_SAMPLES ?? 220);
 const BACKFILL_BATCHES = Number(process.env.BENCH_BACKFILL_BATCHES ?? 50);
 const BATCH_SIZE = 100; // 100 pulls = 200 events per transaction
-const databaseUrl = process.env.DATABASE_URL;
+// Each run gets a database of its own: Ponder's raw-chain cache is keyed by chain id, and
+// these fresh local chains reuse the real ids.
+const database = process.env.DATABASE_URL ? await freshDatabase("bench_ledger", process.env.DATABASE_URL) : undefined;
+const databaseUrl = database?.url;
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const round = (n: number) => Math.round(n * 10) / 10;
@@ -87,6 +90,7 @@ const backfillLedger = await startLedger({
 const wallToReadyMs = performance.now() - t0;
 await backfillLedger.stop();
 await stack.close();
+await database?.drop();
 
 const lines = (await readFile(logFile, "utf8")).split("\n").flatMap((l) => {
   try {

@@ -12,6 +12,7 @@ import {
   type Hex,
   type PublicClient,
 } from "viem";
+import { billPayAbi } from "../lib/abis.ts";
 import { loadArtifact } from "../lib/artifacts.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { CHAINS, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
@@ -31,12 +32,18 @@ async function hasCode(client: PublicClient, address: Address): Promise<boolean>
   return code !== undefined && code !== "0x";
 }
 
-/** True when `existing` is still on this chain: same genesis and code at every address. */
+/**
+ * True when `existing` is still on this chain and fits the configured keys: same genesis,
+ * code at every address, and the configured operator holds BillPay's operator role.
+ */
 async function stillDeployed(client: PublicClient, existing: ChainDeployment, genesisHash: Hex): Promise<boolean> {
   if (existing.genesisHash !== genesisHash) return false;
   const addresses = [existing.billPay.address, existing.multicall3, ...existing.tokens.map((t) => t.address)];
   const present = await Promise.all(addresses.map((a) => hasCode(client, a as Address)));
-  return present.every(Boolean);
+  if (!present.every(Boolean)) return false;
+  const billPay = existing.billPay.address as Address;
+  const role = await client.readContract({ address: billPay, abi: billPayAbi, functionName: "OPERATOR_ROLE" });
+  return client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [role, operatorAccount().address] });
 }
 
 export async function ensureLocalDeployment(

@@ -36,7 +36,8 @@ export interface Ledger {
   url: string;
   schema: string;
   process: ChildProcess;
-  stop(): Promise<void>;
+  /** SIGTERM (a clean shutdown) by default; SIGKILL to simulate a crash. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
 export async function freePort(): Promise<number> {
@@ -95,10 +96,10 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   }
 
   const url = `http://127.0.0.1:${port}`;
-  const stop = async () => {
+  const stop = async (signal: NodeJS.Signals = "SIGTERM") => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    child.kill("SIGTERM");
+    child.kill(signal);
     const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
     await exited;
     clearTimeout(timer);

@@ -6,8 +6,6 @@ type AccountRow = typeof account.$inferSelect;
 type TreasuryRow = typeof treasury.$inferSelect;
 type Db = Context["db"];
 
-const MAX_UINT256 = 2n ** 256n - 1n;
-
 export async function updateAccount(
   db: Db,
   key: { chainId: number; token: `0x${string}`; payer: `0x${string}` },
@@ -31,12 +29,6 @@ export async function updateAccount(
     .onConflictDoUpdate((row) => ({ ...change(row), updatedAt: timestamp }));
 }
 
-/** A pull spends the ERC-20 allowance without an Approval event; an infinite one is not spent. */
-export function allowanceAfterSpend(allowance: bigint, amount: bigint): bigint {
-  if (allowance === MAX_UINT256) return allowance;
-  return allowance > amount ? allowance - amount : 0n;
-}
-
 export async function updateTreasury(
   db: Db,
   key: { chainId: number; token: `0x${string}` },
@@ -47,10 +39,10 @@ export async function updateTreasury(
     ...key,
     pullInflow: 0n,
     authorizationInflow: 0n,
-    otherInflow: 0n,
+    totalInflow: 0n,
     refunds: 0n,
     withdrawals: 0n,
-    otherOutflow: 0n,
+    totalOutflow: 0n,
     balance: 0n,
     updatedAt: timestamp,
   };

@@ -10,7 +10,7 @@ import {
   spendingAllowanceChange,
   withdrawal,
 } from "ponder:schema";
-import { allowanceAfterSpend, updateAccount } from "./accounts.ts";
+import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
 const ZERO_NONCE = `0x${"0".repeat(64)}`;
@@ -54,10 +54,16 @@ ponder.on("BillPay:Pulled", async ({ event, context }) => {
   });
   await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, (row) => ({
     spendingAllowance: allowanceLeft,
-    tokenAllowance: allowanceAfterSpend(row.tokenAllowance, amount),
+    // A pull spends the ERC-20 allowance without an Approval event. Tokens differ on whether
+    // an "infinite" approval is spent; the ledger always subtracts (no RPC per pull), so an
+    // infinite approval reads as slightly less than 2^256 - 1. The chain has the exact figure.
+    tokenAllowance: row.tokenAllowance > amount ? row.tokenAllowance - amount : 0n,
     totalPaid: row.totalPaid + amount,
     net: row.net + amount,
     paymentCount: row.paymentCount + 1,
+  }));
+  await updateTreasury(context.db, { chainId, token }, event.block.timestamp, (row) => ({
+    pullInflow: row.pullInflow + amount,
   }));
 });
 
@@ -84,20 +90,27 @@ ponder.on("BillPay:Refunded", async ({ event, context }) => {
     net: row.net - amount,
     refundCount: row.refundCount + 1,
   }));
+  await updateTreasury(context.db, { chainId, token }, event.block.timestamp, (row) => ({
+    refunds: row.refunds + amount,
+  }));
 });
 
 ponder.on("BillPay:Withdrawn", async ({ event, context }) => {
   const chainId = context.chain.id;
+  const { token, to, amount } = event.args;
   await context.db.insert(withdrawal).values({
     id: logId(chainId, event.transaction.hash, event.log.logIndex),
     chainId,
-    token: event.args.token,
-    to: event.args.to,
-    amount: event.args.amount,
+    token,
+    to,
+    amount,
     txHash: event.transaction.hash,
     blockNumber: event.block.number,
     timestamp: event.block.timestamp,
   });
+  await updateTreasury(context.db, { chainId, token }, event.block.timestamp, (row) => ({
+    withdrawals: row.withdrawals + amount,
+  }));
 });
 
 // ------------------------------------------------------------------ administration

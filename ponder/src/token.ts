@@ -1,24 +1,60 @@
 /**
- * Token transfers into and out of BillPay, classified by the log just before each one:
- * BillPay's Pulled, Refunded or Withdrawn, or the token's AuthorizationUsed (an x402
- * payment, recorded here because BillPay never sees it); anything else is "other".
+ * Token transfers into and out of BillPay: each moves the treasury's totals and balance.
+ * An inbound transfer is an x402 payment when the same token logged, earlier in the same
+ * transaction, an AuthorizationUsed by the sender not yet claimed by another payment;
+ * BillPay never sees those payments, so they are recorded here. Pulls, refunds and
+ * withdrawals are booked from BillPay's own events (billpay.ts), not from transfers.
  * And approvals of BillPay, for the payer's token allowance.
  */
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
-import { payment, refund, treasuryTransfer, withdrawal } from "ponder:schema";
+import { payment, treasuryTransfer } from "ponder:schema";
+import { and, eq } from "ponder";
 import { toEventSelector, type Hex } from "viem";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
 const AUTHORIZATION_USED = toEventSelector("AuthorizationUsed(address,bytes32)");
-type Kind = "pull" | "authorization" | "refund" | "withdrawal" | "other";
 
 const sameAddress = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 const topicAddress = (topic: Hex | undefined) => (topic ? `0x${topic.slice(26)}` : "");
 
 type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 
-async function onTransfer({ event, context }: TransferEvent) {
+/** The nonce of the closest earlier, unclaimed AuthorizationUsed by `from` on `token` in this transaction. */
+async function authorizationNonceFor({ event, context }: TransferEvent): Promise<Hex | null> {
+  const token = event.log.address;
+  const { from } = event.args;
+  const receipt = await context.client.getTransactionReceipt({ hash: event.transaction.hash });
+  const candidates = receipt.logs
+    .filter(
+      (l) =>
+        l.logIndex < event.log.logIndex &&
+        sameAddress(l.address, token) &&
+        l.topics[0] === AUTHORIZATION_USED &&
+        sameAddress(topicAddress(l.topics[1]), from),
+    )
+    .sort((a, b) => b.logIndex - a.logIndex);
+  for (const l of candidates) {
+    const nonce = l.topics[2]!;
+    const claimed = await context.db.sql
+      .select({ id: payment.id })
+      .from(payment)
+      .where(
+        and(
+          eq(payment.chainId, context.chain.id),
+          eq(payment.token, token.toLowerCase() as Hex),
+          eq(payment.payer, from.toLowerCase() as Hex),
+          eq(payment.authorizationNonce, nonce),
+        ),
+      )
+      .limit(1);
+    if (claimed.length === 0) return nonce;
+  }
+  return null;
+}
+
+async function onTransfer(args: TransferEvent) {
+  const { event, context } = args;
   const chainId = context.chain.id;
   const token = event.log.address;
   const { from, to, value } = event.args;
@@ -26,81 +62,59 @@ async function onTransfer({ event, context }: TransferEvent) {
   const inbound = sameAddress(to, billPay);
   if (inbound && sameAddress(from, billPay)) return; // a self-transfer moves nothing
   const tx = event.transaction.hash;
-  const previousId = logId(chainId, tx, event.log.logIndex - 1);
+  const id = logId(chainId, tx, event.log.logIndex);
   const timestamp = event.block.timestamp;
 
-  let kind: Kind = "other";
-  if (inbound) {
-    if (await context.db.find(payment, { id: previousId })) {
-      kind = "pull";
-    } else {
-      const receipt = await context.client.getTransactionReceipt({ hash: tx });
-      const used = receipt.logs.find(
-        (l) =>
-          l.logIndex === event.log.logIndex - 1 &&
-          sameAddress(l.address, token) &&
-          l.topics[0] === AUTHORIZATION_USED &&
-          sameAddress(topicAddress(l.topics[1]), from),
-      );
-      if (used) {
-        kind = "authorization";
-        await context.db.insert(payment).values({
-          id: logId(chainId, tx, event.log.logIndex),
-          chainId,
-          rail: "authorization",
-          orderId: null,
-          authorizationNonce: used.topics[2]!,
-          payer: from,
-          token,
-          amount: value,
-          allowanceLeft: null,
-          txHash: tx,
-          blockNumber: event.block.number,
-          logIndex: event.log.logIndex,
-          timestamp,
-        });
-        await updateAccount(context.db, { chainId, token, payer: from }, timestamp, (row) => ({
-          totalPaid: row.totalPaid + value,
-          net: row.net + value,
-          paymentCount: row.paymentCount + 1,
-        }));
-      }
-    }
-  } else if (await context.db.find(refund, { id: previousId })) {
-    kind = "refund";
-  } else if (await context.db.find(withdrawal, { id: previousId })) {
-    kind = "withdrawal";
+  // BillPay never calls transferWithAuthorization, so a transaction sent to BillPay (a pull)
+  // carries no x402 payment: no receipt to fetch.
+  const sentToBillPay = event.transaction.to !== null && sameAddress(event.transaction.to, billPay);
+  const nonce = inbound && !sentToBillPay ? await authorizationNonceFor(args) : null;
+  if (nonce) {
+    await context.db.insert(payment).values({
+      id,
+      chainId,
+      rail: "authorization",
+      orderId: null,
+      authorizationNonce: nonce,
+      payer: from,
+      token,
+      amount: value,
+      allowanceLeft: null,
+      txHash: tx,
+      blockNumber: event.block.number,
+      logIndex: event.log.logIndex,
+      timestamp,
+    });
+    await updateAccount(context.db, { chainId, token, payer: from }, timestamp, (row) => ({
+      totalPaid: row.totalPaid + value,
+      net: row.net + value,
+      paymentCount: row.paymentCount + 1,
+    }));
   }
 
   await context.db.insert(treasuryTransfer).values({
-    id: logId(chainId, tx, event.log.logIndex),
+    id,
     chainId,
     token,
     from,
     to,
     amount: value,
     inbound,
-    kind,
+    authorizationNonce: nonce,
     txHash: tx,
     blockNumber: event.block.number,
     logIndex: event.log.logIndex,
     timestamp,
   });
-  await updateTreasury(context.db, { chainId, token }, timestamp, (row) => {
-    const balance = inbound ? row.balance + value : row.balance - value;
-    switch (kind) {
-      case "pull":
-        return { balance, pullInflow: row.pullInflow + value };
-      case "authorization":
-        return { balance, authorizationInflow: row.authorizationInflow + value };
-      case "refund":
-        return { balance, refunds: row.refunds + value };
-      case "withdrawal":
-        return { balance, withdrawals: row.withdrawals + value };
-      default:
-        return inbound ? { balance, otherInflow: row.otherInflow + value } : { balance, otherOutflow: row.otherOutflow + value };
-    }
-  });
+  await updateTreasury(context.db, { chainId, token }, timestamp, (row) =>
+    inbound
+      ? {
+          balance: row.balance + value,
+          totalInflow: row.totalInflow + value,
+          authorizationInflow: nonce ? row.authorizationInflow + value : row.authorizationInflow,
+        }
+      : { balance: row.balance - value, totalOutflow: row.totalOutflow + value },
+  );
 }
 
 ponder.on("TokenIn:Transfer", onTransfer);

@@ -247,105 +247,79 @@ describe("refund of a pulled order", () => {
 });
 
 describe("refund of an x402 order (paid by EIP-3009 transfer)", () => {
-  /** Alice pays BillPay directly with transferWithAuthorization, as a facilitator settles x402. */
-  async function paidByAuthorization(value = units("7")) {
-    const nonce = randomNonce();
-    const auth = await signTransferAuthorization(f.alice, f.usdc, {
+  /** Alice signs an authorization to BillPay; by default a facilitator then settles it. */
+  async function authorization(value = units("7"), options: { settle?: boolean; to?: Hex } = {}) {
+    const signed = await signTransferAuthorization(f.alice, f.usdc, {
       from: f.addr.alice,
-      to: f.billPay.address,
+      to: options.to ?? f.billPay.address,
       value,
-      nonce,
+      nonce: randomNonce(),
     });
-    await f.usdc.write.transferWithAuthorization(auth.args, { account: f.stranger.account });
-    return nonce;
+    if (options.settle ?? true) {
+      await f.usdc.write.transferWithAuthorization(signed.args, { account: f.stranger.account });
+    }
+    return { ...signed.message, signature: signed.signature };
   }
+  const refundX402 = (id: Hex, auth: Awaited<ReturnType<typeof authorization>>, amount: bigint, token: Hex = f.usdc.address) =>
+    f.billPay.write.refundAuthorization([id, token, auth, amount], asOperator());
 
   it("refunds the payer once per authorization, naming its nonce", async () => {
-    const nonce = await paidByAuthorization();
+    const auth = await authorization(units("7"));
     const id = orderId();
     const before = await f.usdc.read.balanceOf([f.addr.alice]);
-    const hash = await f.billPay.write.refundAuthorization(
-      [id, f.usdc.address, f.addr.alice, nonce, units("7")],
-      asOperator(),
-    );
+    const hash = await refundX402(id, auth, units("7"));
     const refunded = (await f.logsOf(hash)).find((l) => l.eventName === "Refunded");
-    expect(refunded?.args).toMatchObject({ orderId: id, payer: f.addr.alice, authorizationNonce: nonce });
+    expect(refunded?.args).toMatchObject({ orderId: id, payer: f.addr.alice, authorizationNonce: auth.nonce });
     expect(await f.usdc.read.balanceOf([f.addr.alice])).toBe(before + units("7"));
     const key = keccak256(
       encodeAbiParameters([{ type: "address" }, { type: "address" }, { type: "bytes32" }], [
         f.usdc.address,
         f.addr.alice,
-        nonce,
+        auth.nonce,
       ]),
     );
     expect(await f.billPay.read.authorizationRefunded([key])).toBe(true);
-
-    await expectRevert(
-      f.billPay.write.refundAuthorization(
-        [orderId(), f.usdc.address, f.addr.alice, nonce, 1n],
-        asOperator(),
-      ),
-      "AuthorizationAlreadyRefunded",
-    );
+    await expectRevert(refundX402(orderId(), auth, 1n), "AuthorizationAlreadyRefunded");
   });
 
-  it("refuses a nonce the payer never used, and a token without EIP-3009", async () => {
-    await paidByAuthorization();
-    await expectRevert(
-      f.billPay.write.refundAuthorization(
-        [orderId(), f.usdc.address, f.addr.alice, randomNonce(), 1n],
-        asOperator(),
-      ),
-      "AuthorizationNotUsed",
-    );
-    await expectRevert(
-      f.billPay.write.refundAuthorization(
-        [orderId(), f.plain.address, f.addr.alice, randomNonce(), 1n],
-        asOperator(),
-      ),
-      "NotAnAuthorizationToken",
-    );
+  it("returns at most what the payer authorised", async () => {
+    const auth = await authorization(units("7"));
+    await expectRevert(refundX402(orderId(), auth, units("7") + 1n), "RefundExceedsPayment");
+  });
+
+  it("refuses an authorization that is forged, altered, to another payee, or never used", async () => {
+    const auth = await authorization(units("7"));
+    await expectRevert(refundX402(orderId(), { ...auth, value: units("700") }, units("700")), "InvalidAuthorizationSignature");
+    await expectRevert(refundX402(orderId(), { ...auth, from: f.addr.bob }, 1n), "InvalidAuthorizationSignature");
+    const elsewhere = await authorization(units("7"), { to: f.addr.stranger });
+    await expectRevert(refundX402(orderId(), elsewhere, 1n), "AuthorizationNotToThisContract");
+    const unused = await authorization(units("7"), { settle: false });
+    await expectRevert(refundX402(orderId(), unused, 1n), "AuthorizationNotUsed");
+    await expectRevert(refundX402(orderId(), auth, 1n, f.usdt.address), "InvalidAuthorizationSignature");
+    await expectRevert(refundX402(orderId(), auth, 1n, f.plain.address), "NotAnAuthorizationToken");
   });
 
   it("shares the order-id space with pulls: neither can reuse the other's id", async () => {
     await allow(f.alice, f.usdc.address, units("100"));
     const pulledId = orderId();
     await f.billPay.write.pull([pulledId, f.addr.alice, f.usdc.address, units("1")], asOperator());
-    const nonce = await paidByAuthorization();
-    await expectRevert(
-      f.billPay.write.refundAuthorization(
-        [pulledId, f.usdc.address, f.addr.alice, nonce, 1n],
-        asOperator(),
-      ),
-      "OrderExists",
-    );
+    const auth = await authorization();
+    await expectRevert(refundX402(pulledId, auth, 1n), "OrderExists");
     const x402Id = orderId();
-    await f.billPay.write.refundAuthorization(
-      [x402Id, f.usdc.address, f.addr.alice, nonce, 1n],
-      asOperator(),
-    );
+    await refundX402(x402Id, auth, 1n);
     await expectRevert(f.billPay.write.refund([x402Id, 1n], asOperator()), "AlreadyRefunded");
-    await expectRevert(
-      f.billPay.write.pull([x402Id, f.addr.alice, f.usdc.address, 1n], asOperator()),
-      "OrderExists",
-    );
+    await expectRevert(f.billPay.write.pull([x402Id, f.addr.alice, f.usdc.address, 1n], asOperator()), "OrderExists");
   });
 
-  it("is the operator's alone and refuses a zero payer or amount", async () => {
-    const nonce = await paidByAuthorization();
-    const args = [orderId(), f.usdc.address, f.addr.alice, nonce, 1n] as const;
+  it("is the operator's alone, works while paused, and refuses a zero amount", async () => {
+    const auth = await authorization();
     await expectRevert(
-      f.billPay.write.refundAuthorization(args, { account: f.admin.account }),
+      f.billPay.write.refundAuthorization([orderId(), f.usdc.address, auth, 1n], { account: f.admin.account }),
       "AccessControlUnauthorizedAccount",
     );
-    await expectRevert(
-      f.billPay.write.refundAuthorization([orderId(), f.usdc.address, zeroAddress, nonce, 1n], asOperator()),
-      "ZeroAddress",
-    );
-    await expectRevert(
-      f.billPay.write.refundAuthorization([orderId(), f.usdc.address, f.addr.alice, nonce, 0n], asOperator()),
-      "ZeroAmount",
-    );
+    await expectRevert(refundX402(orderId(), auth, 0n), "ZeroAmount");
+    await f.billPay.write.pause({ account: f.pauser.account });
+    await refundX402(orderId(), auth, units("7"));
   });
 });
 

@@ -1,4 +1,8 @@
-import { POSTGRES_URL } from "../support/stack.ts";
+import { afterAll } from "vitest";
+import { freshDatabase } from "../support/stack.ts";
 import { ledgerSuite } from "./ledger-suite.ts";
 
-ledgerSuite("PostgreSQL", POSTGRES_URL);
+const database = await freshDatabase("ledger_test");
+afterAll(() => database.drop());
+
+ledgerSuite("PostgreSQL", database.url);

@@ -2,12 +2,12 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
-import { maxUint256, parseUnits, toHex, type Address, type Hex } from "viem";
+import { encodeAbiParameters, keccak256, maxUint256, parseUnits, toBytes, toHex, type Address, type Hex } from "viem";
 import { CHAINS } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../scripts/audit.ts";
 import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../scripts/ledger-process.ts";
-import { chainActors, type ChainActors } from "../support/actors.ts";
+import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { startTestChains, uniqueSchema } from "../support/stack.ts";
 
 const u = (n: string) => parseUnits(n, 6);
@@ -19,6 +19,7 @@ const alice = hardhatAccount(3);
 const bob = hardhatAccount(4);
 const carol = hardhatAccount(5);
 const treasurer = hardhatAccount(20);
+const PAUSER_ROLE = keccak256(toBytes("PAUSER_ROLE"));
 
 type Row = Record<string, string | number | boolean | null>;
 
@@ -51,6 +52,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
     const ids = { o1: orderId(), o2: orderId(), o3: orderId(), o4: orderId(), o5: orderId(), o6: orderId() };
     let n1: Hex;
     let n2: Hex;
+    let carolFirst: SignedAuthorization;
 
     async function caughtUp() {
       for (const a of [celo, base]) {
@@ -88,15 +90,19 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         { orderId: ids.o4, payer: bob.address, symbol: "USD₮", amount: u("7") },
       ]);
       // x402: two EIP-3009 payments into BillPay.
-      n1 = (await celo.payByAuthorization(carol, "USDC", u("3"))).nonce;
+      carolFirst = (await celo.payByAuthorization(carol, "USDC", u("3"))).authorization;
+      n1 = carolFirst.nonce;
       n2 = (await celo.payByAuthorization(carol, "USDC", u("4"))).nonce;
       // Refunds of both kinds, a plain transfer in, a withdrawal, a pause.
       await celo.refund(ids.o2, u("15"));
-      await celo.refundAuthorization(ids.o5, "USDC", carol.address, n1, u("3"));
+      await celo.refundAuthorization(ids.o5, "USDC", carolFirst, u("3"));
       await celo.transfer(carol, "USDC", celo.billPay, u("1"));
       await celo.withdraw("USDC", treasurer.address, u("2"));
       await celo.pause(true);
       await celo.pause(false);
+      await celo.grantOrRevokeRole(true, PAUSER_ROLE, treasurer.address);
+      await celo.grantOrRevokeRole(false, PAUSER_ROLE, treasurer.address);
+      await celo.setTokenAccepted("USA₮", false);
       // Base: a limited token approval, then a pull.
       await base.approveAndAllow(alice, "USDC", u("20"), u("25"));
       await base.pull(ids.o6, alice.address, "USDC", u("6"));
@@ -144,7 +150,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       const usdc = celo.tokenAddress("USDC");
       expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
         spendingAllowance: u("70").toString(),
-        tokenAllowance: maxUint256.toString(),
+        tokenAllowance: (maxUint256 - u("30")).toString(),
         totalPaid: u("30").toString(),
         totalRefunded: u("15").toString(),
         net: u("15").toString(),
@@ -189,10 +195,12 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
     });
 
     it("indexes roles, the accept-list and pauses", async () => {
-      const query = `{ roleMembers(where: { chainId: 42220, active: true }) { items { role account } }
-        acceptedTokens(where: { chainId: 8453 }) { items { token accepted } }
+      const query = `{ roleMembers(where: { chainId: 42220 }) { items { role account active } }
+        acceptedTokens(where: { chainId: 42220 }) { items { token accepted } }
         contractStates { items { chainId paused } }
-        adminEvents(where: { chainId: 42220 }, orderBy: "blockNumber") { items { kind } } }`;
+        adminEvents(where: { chainId: 42220 }, orderBy: "blockNumber") { items { kind } }
+        withdrawals { items { chainId token to amount } }
+        spendingAllowanceChanges(orderBy: "blockNumber") { items { chainId payer amount } } }`;
       const res = await fetch(`${ledger.url}/graphql`, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -204,13 +212,31 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         abi: (await import("../../lib/abis.ts")).billPayAbi,
         functionName: "OPERATOR_ROLE",
       })) as Hex;
-      expect(data.roleMembers!.items).toContainEqual({ role: operatorRole, account: lower(stack.deployments.chains.CELO!.roles.operator) });
-      const baseTokens = stack.deployments.chains.BASE!.tokens;
-      expect(data.acceptedTokens!.items).toEqual([{ token: lower(baseTokens.find((t) => t.symbol === "USDC")!.address), accepted: true }]);
+      expect(data.roleMembers!.items).toContainEqual({
+        role: operatorRole,
+        account: lower(stack.deployments.chains.CELO!.roles.operator),
+        active: true,
+      });
+      expect(data.roleMembers!.items).toContainEqual({ role: PAUSER_ROLE, account: lower(treasurer.address), active: false });
+      const accepted = Object.fromEntries(data.acceptedTokens!.items.map((t) => [t.token, t.accepted]));
+      expect(accepted).toEqual({
+        [lower(celo.tokenAddress("USDC"))]: true,
+        [lower(celo.tokenAddress("USD₮"))]: true,
+        [lower(celo.tokenAddress("USA₮"))]: false,
+      });
       expect(data.contractStates!.items).toEqual([{ chainId: 42220, paused: false }]);
       const kinds = data.adminEvents!.items.map((e) => e.kind);
       expect(kinds.filter((k) => k === "Paused" || k === "Unpaused")).toEqual(["Paused", "Unpaused"]);
-      expect(kinds).toContain("TokenAcceptanceSet");
+      expect(kinds.filter((k) => String(k).startsWith("Role")).slice(-2)).toEqual(["RoleGranted", "RoleRevoked"]);
+      expect(kinds.filter((k) => k === "TokenAcceptanceSet")).toHaveLength(4);
+      expect(data.withdrawals!.items).toEqual([
+        { chainId: 42220, token: lower(celo.tokenAddress("USDC")), to: lower(treasurer.address), amount: u("2").toString() },
+      ]);
+      expect(data.spendingAllowanceChanges!.items.map((a) => [a.chainId, a.payer, a.amount]).sort()).toEqual([
+        [42220, lower(alice.address), u("100").toString()],
+        [42220, lower(bob.address), u("50").toString()],
+        [8453, lower(alice.address), u("20").toString()],
+      ].sort());
     });
 
     it("pages through payments in a time range with a cursor", async () => {
@@ -243,6 +269,10 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         ["/ledger/payments?cursor=@@@", /cursor/],
         ["/ledger/payments?colour=blue", /colour|unrecognized/i],
         ["/ledger/authorizations/x/0x1/0x2/0x3", /chainId/],
+        [`/ledger/authorizations/3000000000/${alice.address}/${alice.address}/${toHex(1, { size: 32 })}`, /chainId/],
+        ["/ledger/payments?chainId=3000000000", /chainId/],
+        [`/ledger/payments?cursor=${Buffer.from("1:99999999999999999999999:1:1").toString("base64url")}`, /cursor/],
+        [`/ledger/wallets/${alice.address}?limit=0`, /limit/],
       ];
       for (const [path, detail] of cases) {
         const res = await api(path);
@@ -291,11 +321,13 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       const usdc = celo.tokenAddress("USDC");
       const o7 = orderId();
       const pending = celo.pull(o7, alice.address, "USDC", u("4"));
-      await ledger.stop();
+      const before = ledger.schema;
+      await ledger.stop("SIGKILL"); // a crash, not a clean shutdown
       await pending;
       await celo.payByAuthorization(carol, "USDC", u("2"));
       ledger = await startLedger(ledgerOptions);
       await caughtUp();
+      expect(ledger.schema).toBe(before);
 
       expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
         totalPaid: u("34").toString(),
@@ -305,21 +337,45 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect(await accountOf(carol.address, 42220, usdc)).toMatchObject({ totalPaid: u("9").toString(), paymentCount: 3 });
       expect(((await api(`/ledger/payments?chainId=42220`)).body.payments as Row[]).length).toBe(8);
       expect((await treasuryOf(42220, usdc))?.balance).toBe((await celo.balanceOf("USDC", celo.billPay)).toString());
-      expect((await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments })).discrepancies).toEqual([]);
+      const after = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
+      expect(after.discrepancies).toEqual([]);
     });
 
     it("fails the audit on a refund without a payment", async () => {
-      // The payer burns a nonce it never paid with; the chain reads it as used, so BillPay
-      // lets the operator refund it. Only the ledger can tell no payment arrived.
-      const burnt = await celo.cancelAuthorization(carol, "USDC");
+      // The payer signs an authorization to BillPay, then cancels its nonce instead of paying.
+      // The chain reads a cancelled nonce as used, so BillPay lets the operator refund it;
+      // only the ledger can tell that no payment ever arrived.
+      const signed = await celo.signAuthorization(carol, "USDC", u("1"));
+      await celo.cancelAuthorization(carol, "USDC", signed.nonce);
       const o8 = orderId();
-      await celo.refundAuthorization(o8, "USDC", carol.address, burnt, u("1"));
+      await celo.refundAuthorization(o8, "USDC", signed, u("1"));
       const report = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
       expect(report.discrepancies).toEqual([expect.stringContaining(`order ${o8}`)]);
       expect(report.discrepancies[0]).toContain("has no inbound payment");
       const cli = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile });
       expect(cli.out).toContain("has no inbound payment");
       expect(cli.code).toBe(1);
+    });
+
+    it("fails the audit when BillPay's balance changes without a transfer the ledger can see", async () => {
+      // Rewrite the token's balance slot for BillPay (OpenZeppelin ERC20: mapping at slot 0).
+      const usdc = celo.tokenAddress("USDC");
+      const slot = keccak256(encodeAbiParameters([{ type: "address" }, { type: "uint256" }], [celo.billPay, 0n]));
+      const real = await celo.balanceOf("USDC", celo.billPay);
+      const setBalance = (value: bigint) =>
+        celo.publicClient.request({
+          method: "hardhat_setStorageAt" as never,
+          params: [usdc, slot, toHex(value, { size: 32 })] as never,
+        });
+      await setBalance(real + u("5"));
+      try {
+        const report = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
+        const line = report.treasury.find((l) => l.chain === "CELO" && l.symbol === "USDC")!;
+        expect(line).toMatchObject({ ok: false, onChainBalance: real + u("5") });
+        expect(report.discrepancies).toContainEqual(expect.stringContaining("CELO USDC: ledger balance"));
+      } finally {
+        await setBalance(real);
+      }
     });
   });
 }

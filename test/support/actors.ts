@@ -12,6 +12,16 @@ import type { Deployments } from "../../lib/deployments.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
 import { deployerAccount, facilitatorAccount, operatorAccount } from "../../lib/local-accounts.ts";
 
+export interface SignedAuthorization {
+  from: Address;
+  to: Address;
+  value: bigint;
+  validAfter: bigint;
+  validBefore: bigint;
+  nonce: Hex;
+  signature: Hex;
+}
+
 export function chainActors(deployments: Deployments, chain: ChainKey) {
   const d = deployments.chains[chain];
   if (!d) throw new Error(`no deployment for ${chain}`);
@@ -82,19 +92,19 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       return mined(await operator.writeContract({ address: billPay, abi: billPayAbi, functionName: "refund", args: [orderId, amount] }));
     },
 
-    async refundAuthorization(orderId: Hex, symbol: TokenSymbol, payer: Address, nonce: Hex, amount: bigint) {
+    async refundAuthorization(orderId: Hex, symbol: TokenSymbol, authorization: SignedAuthorization, amount: bigint) {
       return mined(
         await operator.writeContract({
           address: billPay,
           abi: billPayAbi,
           functionName: "refundAuthorization",
-          args: [orderId, tokenAddress(symbol), payer, nonce, amount],
+          args: [orderId, tokenAddress(symbol), authorization, amount],
         }),
       );
     },
 
-    /** An x402-style payment: the payer signs, the facilitator submits transferWithAuthorization. */
-    async payByAuthorization(payer: Account, symbol: TokenSymbol, value: bigint, to: Address = billPay) {
+    /** The payer signs an EIP-3009 TransferWithAuthorization (an x402 payload's core). */
+    async signAuthorization(payer: Account, symbol: TokenSymbol, value: bigint, to: Address = billPay): Promise<SignedAuthorization> {
       const token = tokenAddress(symbol);
       const info = d.tokens.find((t) => t.address === token)!;
       const message = {
@@ -111,15 +121,21 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
         primaryType: "TransferWithAuthorization",
         message,
       });
+      return { ...message, signature };
+    },
+
+    /** An x402-style payment: the payer signs, the facilitator submits transferWithAuthorization. */
+    async payByAuthorization(payer: Account, symbol: TokenSymbol, value: bigint, to: Address = billPay) {
+      const auth = await this.signAuthorization(payer, symbol, value, to);
       const receipt = await mined(
         await facilitator.writeContract({
-          address: token,
+          address: tokenAddress(symbol),
           abi: eip3009TokenAbi,
           functionName: "transferWithAuthorization",
-          args: [message.from, message.to, message.value, message.validAfter, message.validBefore, message.nonce, signature],
+          args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
         }),
       );
-      return { receipt, nonce: message.nonce };
+      return { receipt, nonce: auth.nonce, authorization: auth };
     },
 
     /** The payer burns a nonce without paying: the chain then reads it as used. */
@@ -152,6 +168,18 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     async withdraw(symbol: TokenSymbol, to: Address, amount: bigint) {
       return mined(
         await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "withdraw", args: [tokenAddress(symbol), to, amount] }),
+      );
+    },
+
+    async setTokenAccepted(symbol: TokenSymbol, accepted: boolean) {
+      return mined(
+        await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "setTokenAccepted", args: [tokenAddress(symbol), accepted] }),
+      );
+    },
+
+    async grantOrRevokeRole(grant: boolean, role: Hex, account: Address) {
+      return mined(
+        await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: grant ? "grantRole" : "revokeRole", args: [role, account] }),
       );
     },
 

@@ -4,7 +4,39 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
 
+import pg from "pg";
+
 export const POSTGRES_URL = process.env.TEST_DATABASE_URL ?? "postgresql://postgres@127.0.0.1:5432/test";
+
+/**
+ * A database of its own on the PostgreSQL server, dropped by `drop()`. Ponder keeps its
+ * raw chain data in one `ponder_sync` schema per database, keyed by chain id; local chains
+ * reuse the real chain ids, so two runs' chains must never share a database.
+ */
+export async function freshDatabase(prefix: string, serverUrl = POSTGRES_URL): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = uniqueSchema(prefix);
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: serverUrl });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
 
 export async function tempDir(prefix: string): Promise<string> {
   return mkdtemp(join(tmpdir(), `billpay-${prefix}-`));

@@ -25,8 +25,9 @@ const bytes32 = z
   .string()
   .regex(/^0x[0-9a-fA-F]{64}$/, "must be a 0x-prefixed 32-byte hex value")
   .transform((s) => s.toLowerCase() as `0x${string}`);
-const chainId = z.coerce.number().int().positive();
-const unixSeconds = z.coerce.number().int().nonnegative().transform(BigInt);
+const INT32_MAX = 2 ** 31 - 1;
+const chainId = z.coerce.number().int().positive().max(INT32_MAX);
+const unixSeconds = z.coerce.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER).transform(BigInt);
 
 const MAX_PAGE = 500;
 
@@ -43,18 +44,23 @@ function badRequest(c: Context, error: z.ZodError) {
   );
 }
 
+/** A wallet's accounts, and its latest payments and refunds (`limit`, default 100; all of them page through /ledger/payments?payer=). */
 app.get("/ledger/wallets/:address", async (c) => {
   const parsed = z.object({ address }).safeParse(c.req.param());
+  const query = z.object({ limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100) }).strict().safeParse(c.req.query());
   if (!parsed.success) return badRequest(c, parsed.error);
+  if (!query.success) return badRequest(c, query.error);
   const payer = parsed.data.address;
+  const { limit } = query.data;
   const [accounts, payments, refunds] = await Promise.all([
     db.select().from(account).where(eq(account.payer, payer)).orderBy(asc(account.chainId), asc(account.token)),
-    db.select().from(payment).where(eq(payment.payer, payer)).orderBy(desc(payment.timestamp), desc(payment.id)).limit(100),
-    db.select().from(refund).where(eq(refund.payer, payer)).orderBy(desc(refund.timestamp), desc(refund.id)).limit(100),
+    db.select().from(payment).where(eq(payment.payer, payer)).orderBy(desc(payment.timestamp), desc(payment.id)).limit(limit),
+    db.select().from(refund).where(eq(refund.payer, payer)).orderBy(desc(refund.timestamp), desc(refund.id)).limit(limit),
   ]);
   return json(c, { address: payer, accounts, payments, refunds });
 });
 
+/** A BillPay order: its pull and refunds. An x402 order has no order id on chain until refunded: see /ledger/authorizations. */
 app.get("/ledger/orders/:orderId", async (c) => {
   const parsed = z.object({ orderId: bytes32 }).safeParse(c.req.param());
   if (!parsed.success) return badRequest(c, parsed.error);
@@ -98,19 +104,26 @@ app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
   return json(c, { payment: payments[0] ?? null, refunds });
 });
 
+/** Per chain and token; `otherInflow`/`otherOutflow` are what the totals hold beyond the named kinds. */
 app.get("/ledger/treasury", async (c) => {
   const rows = await db.select().from(treasury).orderBy(asc(treasury.chainId), asc(treasury.token));
-  return json(c, { treasury: rows });
+  const withOther = rows.map((r) => ({
+    ...r,
+    otherInflow: r.totalInflow - r.pullInflow - r.authorizationInflow,
+    otherOutflow: r.totalOutflow - r.refunds - r.withdrawals,
+  }));
+  return json(c, { treasury: withOther });
 });
 
 /** Cursor: base64url of the last row's sort key "<timestamp>:<chainId>:<blockNumber>:<logIndex>". */
 const cursor = z.string().transform((s, ctx) => {
-  const m = /^(\d+):(\d+):(\d+):(\d+)$/.exec(Buffer.from(s, "base64url").toString("utf8"));
-  if (!m) {
+  const m = /^(\d{1,20}):(\d{1,10}):(\d{1,20}):(\d{1,10})$/.exec(Buffer.from(s, "base64url").toString("utf8"));
+  const key = m && { timestamp: BigInt(m[1]!), chainId: Number(m[2]), blockNumber: BigInt(m[3]!), logIndex: Number(m[4]) };
+  if (!key || key.chainId > INT32_MAX || key.logIndex > INT32_MAX) {
     ctx.addIssue({ code: "custom", message: "is not a cursor returned by this endpoint" });
     return z.NEVER;
   }
-  return { timestamp: BigInt(m[1]!), chainId: Number(m[2]), blockNumber: BigInt(m[3]!), logIndex: Number(m[4]) };
+  return key;
 });
 const encodeCursor = (row: { timestamp: bigint; chainId: number; blockNumber: bigint; logIndex: number }) =>
   Buffer.from(`${row.timestamp}:${row.chainId}:${row.blockNumber}:${row.logIndex}`, "utf8").toString("base64url");
