@@ -8,6 +8,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { network } from "hardhat";
 import { maxUint256, parseUnits, toHex, type Hash } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { signTransferAuthorization } from "../lib/eip3009.ts";
 
 const GOAL_RATIO = 0.75;
@@ -70,6 +71,23 @@ for (const size of [1, 10, 50]) {
   results[`pullBatch_${size}_perItem`] = Math.round(Number(gas) / size);
 }
 
+// The same batches with a different payer per item (each has paid before): no storage
+// slot is shared between items, as in a batch of many agents' bills.
+const testClient = await viem.getTestClient();
+const payers = Array.from({ length: 50 }, () => privateKeyToAccount(generatePrivateKey()));
+for (const p of payers) {
+  await testClient.setBalance({ address: p.address, value: 10n ** 18n });
+  await usdc.write.mint([p.address, units("1000")]);
+  await usdc.write.approve([billPay.address, maxUint256], { account: p });
+  await billPay.write.setSpendingAllowance([usdc.address, units("1000")], { account: p });
+  await billPay.write.pull([nextOrderId(), p.address, usdc.address, units("1")], asOperator);
+}
+for (const size of [10, 50]) {
+  const items = payers.slice(0, size).map((p) => ({ orderId: nextOrderId(), payer: p.address, token: usdc.address, amount: units("1") }));
+  const gas = await gasOf(await billPay.write.pullBatch([items], asOperator));
+  results[`pullBatch_${size}_distinctPayers_perItem`] = Math.round(Number(gas) / size);
+}
+
 const refundId = nextOrderId();
 await billPay.write.pull([refundId, payer.account.address, usdc.address, units("5")], asOperator);
 results.refund = Number(await gasOf(await billPay.write.refund([refundId, units("5")], asOperator)));
@@ -90,12 +108,19 @@ results.refundAuthorization = Number(
   ),
 );
 
-const ratio = results.pullBatch_10_perItem! / results.pull;
+// The goal is judged on the harder case: a different payer per item.
+const ratio = results.pullBatch_10_distinctPayers_perItem! / results.pull;
+const sharedPayerRatio = results.pullBatch_10_perItem! / results.pull;
 const report = {
   measuredAt: new Date().toISOString(),
   chain: "Hardhat in-process (EDR), evm cancun, solc optimizer 10000 runs",
   gas: results,
-  goal: { description: "a pull in a batch of 10 costs at most 75% of a single pull", ratio, met: ratio <= GOAL_RATIO },
+  goal: {
+    description: "a pull in a batch of 10 (a different payer per item) costs at most 75% of a single pull",
+    ratio,
+    sharedPayerRatio,
+    met: ratio <= GOAL_RATIO,
+  },
 };
 
 await mkdir("bench-results", { recursive: true });
@@ -104,7 +129,7 @@ await writeFile("bench-results/gas.json", `${JSON.stringify(report, null, 2)}\n`
 console.log("BillPay gas (steady state unless noted)");
 for (const [name, gas] of Object.entries(results)) console.log(`  ${name.padEnd(32)} ${String(gas).padStart(9)}`);
 console.log(
-  `pull in a batch of 10 = ${(ratio * 100).toFixed(1)}% of a single pull (goal <= ${GOAL_RATIO * 100}%): ${report.goal.met ? "met" : "NOT met"}`,
+  `pull in a batch of 10 = ${(ratio * 100).toFixed(1)}% of a single pull with a payer per item, ${(sharedPayerRatio * 100).toFixed(1)}% with one payer (goal <= ${GOAL_RATIO * 100}%): ${report.goal.met ? "met" : "NOT met"}`,
 );
 console.log("written to bench-results/gas.json");
 if (!report.goal.met) process.exitCode = 1;
