@@ -1,0 +1,122 @@
+/**
+ * The service's HTTP surface (Hono). Routes stay thin: parse and validate, call the
+ * module that does the work, answer; every failure leaves as problem+json from errors.ts.
+ */
+import { Hono, type Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { cors } from "hono/cors";
+import { z } from "zod";
+import type { Deployments } from "../lib/deployments.ts";
+import type { Config } from "./config.ts";
+import type { Db } from "./db.ts";
+import { problemResponse, ServiceError } from "./errors.ts";
+import { openApiDocument } from "./openapi.ts";
+import type { RateSource } from "./pricing/rates.ts";
+import { QuoteStore } from "./quotes.ts";
+import { paymentRequestSchema } from "./schemas.ts";
+import { buildChallenge, probeChallenge, quoteBill, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
+
+export interface AppDeps {
+  config: Config;
+  db: Db;
+  deployments: Deployments;
+  rates: RateSource;
+}
+
+const PAYMENT_HEADERS = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
+const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
+
+function validationProblem(error: z.ZodError) {
+  const issues = error.issues.map((i) => ({ field: i.path.join(".") || "(body)", message: i.message }));
+  const detail = issues.map((i) => `${i.field}: ${i.message}`).join("; ");
+  return problemResponse("VALIDATION_FAILED", detail, { issues });
+}
+
+export function createApp(deps: AppDeps): Hono {
+  const { config } = deps;
+  const app = new Hono();
+  const quotes = new QuoteStore(deps.db, config.QUOTE_TTL_SECONDS);
+
+  const challengeContext = (c: Context): ChallengeContext => ({
+    deployments: deps.deployments,
+    quotes,
+    rates: deps.rates,
+    fees: config.SERVICE_FEES_USD,
+    ttlSeconds: config.QUOTE_TTL_SECONDS,
+    resourceUrl: `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`,
+  });
+
+  const challengeResponse = (challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}) =>
+    new Response(JSON.stringify(challenge.v1Body), {
+      status: 402,
+      headers: { "content-type": "application/json", "PAYMENT-REQUIRED": challenge.v2Header, ...extraHeaders },
+    });
+
+  app.onError((err) => {
+    if (err instanceof ServiceError) return problemResponse(err.code, err.detail, err.extra);
+    console.error(JSON.stringify({ level: "error", msg: "unhandled error", error: err.message }));
+    return problemResponse("INTERNAL", "an unexpected error occurred; nothing was charged by this request");
+  });
+  app.notFound((c) => problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}`));
+
+  app.get("/healthz", (c) => c.json({ ok: true }));
+  app.get("/readyz", async (c) => {
+    await deps.db.query("SELECT 1");
+    return c.json({ ok: true });
+  });
+  app.get("/openapi.json", (c) => c.json(openApiDocument()));
+
+  // The x402 route is public and probed from browsers: CORS open, x402 headers exposed.
+  app.use(
+    "/api/pay/x402",
+    cors({
+      origin: "*",
+      allowMethods: ["GET", "POST", "OPTIONS"],
+      allowHeaders: ["Content-Type", ...PAYMENT_HEADERS],
+      exposeHeaders: EXPOSED_HEADERS,
+      maxAge: 600,
+    }),
+  );
+
+  app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c))));
+
+  app.post(
+    "/api/pay/x402",
+    bodyLimit({
+      maxSize: config.MAX_BODY_BYTES,
+      onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
+    }),
+    async (c) => {
+      const text = await c.req.text();
+      // A probing POST without a bill gets the probe challenge, as a GET does.
+      if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c)));
+      const type = c.req.header("content-type") ?? "";
+      if (!type.toLowerCase().startsWith("application/json")) {
+        return problemResponse("UNSUPPORTED_MEDIA_TYPE", `got content-type "${type}"`);
+      }
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch (err) {
+        return problemResponse("INVALID_JSON", (err as Error).message);
+      }
+      const parsed = paymentRequestSchema.safeParse(json);
+      if (!parsed.success) return validationProblem(parsed.error);
+      const bill = parsed.data;
+      const option = resolveOption(bill);
+
+      if (PAYMENT_HEADERS.some((h) => c.req.header(h) !== undefined)) {
+        // Settlement, vending and refunds are not in this build: refuse plainly, charge nothing.
+        return problemResponse("PAYMENT_NOT_ACCEPTED_YET", "this build issues challenges only; no payment was taken");
+      }
+
+      const ctx = challengeContext(c);
+      const { quote } = await quoteBill(bill, ctx, option);
+      const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
+      const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description);
+      return challengeResponse(challenge, option.warning ? { "X-Token-Fallback": option.warning } : {});
+    },
+  );
+
+  return app;
+}

@@ -1,0 +1,59 @@
+/** The service's configuration, from the environment, validated once at start-up. */
+import { z } from "zod";
+import { CATEGORIES, RATE_SCALE } from "./pricing/price.ts";
+import { toScaled } from "./pricing/decimal.ts";
+
+const decimal = (scale: number, what: string) =>
+  z.string().transform((s, ctx) => {
+    const v = toScaled(s, scale);
+    if (v === undefined) {
+      ctx.addIssue({ code: "custom", message: `${what} must be a non-negative decimal with at most ${scale} decimals` });
+      return z.NEVER;
+    }
+    return v;
+  });
+
+const port = z.coerce.number().int().min(0).max(65535);
+
+/** Service fee per category in USD, as "AIRTIME=0,DATA=0,ELECTRICITY=0.10,...". */
+const fees = z.string().transform((s, ctx) => {
+  const out = Object.fromEntries(CATEGORIES.map((c) => [c, 0n])) as Record<(typeof CATEGORIES)[number], bigint>;
+  for (const part of s.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const [name, value] = part.split("=");
+    const category = name?.trim().toUpperCase() as (typeof CATEGORIES)[number];
+    const micro = value === undefined ? undefined : toScaled(value.trim(), 6);
+    if (!CATEGORIES.includes(category) || micro === undefined) {
+      ctx.addIssue({ code: "custom", message: `"${part}" is not CATEGORY=USD (categories: ${CATEGORIES.join(", ")})` });
+      return z.NEVER;
+    }
+    out[category] = micro;
+  }
+  return out;
+});
+
+export const configSchema = z.object({
+  PORT: port.default(8080),
+  HOST: z.string().default("127.0.0.1"),
+  SERVICE_NAME: z.string().min(1).default("BillPay"),
+  PUBLIC_URL: z.string().url().optional(),
+  DEPLOYMENTS_FILE: z.string().default("deployments/localhost.json"),
+  SERVER_DATABASE_URL: z.string().url().optional(),
+  SERVER_PGLITE_DIR: z.string().default(".data/server-pglite"),
+  NGN_PER_USD: decimal(RATE_SCALE, "NGN_PER_USD").prefault("1550"),
+  RATE_SOURCE_URL: z.string().url().optional(),
+  RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),
+  RATE_TIMEOUT_MS: z.coerce.number().int().positive().default(3_000),
+  RATE_CACHE_MS: z.coerce.number().int().nonnegative().default(60_000),
+  SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
+  QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
+  MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+/** Parses the environment; throws one error naming every bad variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = configSchema.safeParse(env);
+  if (!parsed.success) throw new Error(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}

@@ -1,0 +1,41 @@
+/** The request and result shapes of the REST route, in zod: one source for validation and the OpenAPI document. */
+import { z } from "zod";
+import { CATEGORIES } from "./pricing/price.ts";
+
+/** The most a single bill may be, in NGN (the upstream's largest product limit). */
+export const MAX_NAIRA_AMOUNT = 1_000_000;
+
+export const paymentRequestSchema = z.object({
+  serviceID: z
+    .string()
+    .trim()
+    .min(1)
+    .max(64)
+    .regex(/^[a-z0-9][a-z0-9-]*$/, "must be a lower-case slug such as mtn or ikeja-electric"),
+  serviceCategory: z
+    .string()
+    .trim()
+    .transform((s) => s.toUpperCase())
+    .pipe(z.enum(CATEGORIES, { error: `must be one of ${CATEGORIES.join(", ")}` })),
+  network: z.string().trim().min(1).max(64),
+  billersCode: z
+    .string()
+    .trim()
+    .min(1)
+    .max(32)
+    .regex(/^[0-9A-Za-z-]+$/, "must be a phone, meter, smartcard or account number"),
+  nairaAmount: z
+    .number()
+    .positive()
+    .max(MAX_NAIRA_AMOUNT, `must be at most ${MAX_NAIRA_AMOUNT} NGN`)
+    .refine((n) => Number.isInteger(Math.round(n * 100)) && Math.abs(n * 100 - Math.round(n * 100)) < 1e-6, "has at most 2 decimals (kobo)"),
+  token: z.string().trim().min(1).max(16),
+  blockchain: z.string().trim().min(1).max(16),
+  wallet_address: z.string().regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address"),
+  /** The plan, where the product has plans (data bundles, bouquets, prepaid/postpaid, exam type, bank). */
+  variation_code: z.string().trim().min(1).max(64).optional(),
+  /** The customer's phone for products that are not themselves a phone number. */
+  phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional(),
+});
+
+export type PaymentRequest = z.infer<typeof paymentRequestSchema>;

@@ -1,0 +1,135 @@
+/**
+ * The 402 challenge for a bill: one payment option per chain and token that can settle
+ * it, priced from a locked quote. Served two ways at once, as the published interface
+ * asks: an x402 v1-style JSON body (`x402Version: 1`, `accepts[]` with CAIP-2 networks)
+ * and the x402 v2 `PAYMENT-REQUIRED` header.
+ */
+import { encodePaymentRequiredHeader } from "@x402/core/http";
+import type { PaymentRequired } from "@x402/core/types";
+import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { ServiceError } from "../errors.ts";
+import { toScaled } from "../pricing/decimal.ts";
+import { MIN_PRICE_MICRO_USD, priceBill, type Category } from "../pricing/price.ts";
+import type { RateSource } from "../pricing/rates.ts";
+import { bodyHash, type QuoteStore } from "../quotes.ts";
+import type { PaymentRequest } from "../schemas.ts";
+
+export const PAYMENT_REQUIRED_ERROR = "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT";
+
+export interface Option {
+  chain: ChainKey;
+  token: TokenSymbol;
+  amount: bigint;
+}
+
+export interface ChallengeContext {
+  deployments: Deployments;
+  quotes: QuoteStore;
+  rates: RateSource;
+  fees: Record<Category, bigint>;
+  ttlSeconds: number;
+  resourceUrl: string;
+}
+
+/** Every chain and token pair that settles x402 and is deployed. */
+export function settleableOptions(deployments: Deployments): Array<{ chain: ChainKey; token: TokenSymbol }> {
+  return Object.values(CHAINS).flatMap((chain) =>
+    deployments.chains[chain.key]
+      ? chain.tokens.filter((t) => t.settlesX402).map((t) => ({ chain: chain.key, token: t.symbol }))
+      : [],
+  );
+}
+
+/** The chain and token a bill names, resolving aliases; an unrecognised token falls back to USDC, with a warning. */
+export function resolveOption(req: Pick<PaymentRequest, "blockchain" | "token">): {
+  chain: ChainKey;
+  token: TokenSymbol;
+  warning?: string;
+} {
+  const chain = chainByKey(req.blockchain);
+  if (!chain) {
+    throw new ServiceError("UNSUPPORTED_CHAIN", `blockchain "${req.blockchain}" is not supported; use ${Object.keys(CHAINS).join(" or ")}`);
+  }
+  const resolved = resolveTokenSymbol(req.token);
+  const token = resolved ?? "USDC";
+  const info = chain.tokens.find((t) => t.symbol === token);
+  if (!info?.settlesX402) {
+    const settles = chain.tokens.filter((t) => t.settlesX402).map((t) => t.symbol);
+    throw new ServiceError(
+      "TOKEN_NOT_SETTLEABLE",
+      `${token} cannot settle an x402 payment on ${chain.key}${info ? " (it has no transferWithAuthorization there)" : ""}; use ${settles.join(" or ")}`,
+    );
+  }
+  return resolved
+    ? { chain: chain.key, token }
+    : { chain: chain.key, token, warning: `token "${req.token}" is not recognised; the bill is priced and settled in USDC` };
+}
+
+/** Locks (or finds) the quote for this bill on its chain and token. */
+export async function quoteBill(req: PaymentRequest, ctx: ChallengeContext, option: { chain: ChainKey; token: TokenSymbol }) {
+  const kobo = toScaled(req.nairaAmount, 2)!;
+  const hash = bodyHash({
+    serviceID: req.serviceID,
+    serviceCategory: req.serviceCategory,
+    network: req.network.toUpperCase(),
+    billersCode: req.billersCode,
+    kobo: kobo.toString(),
+    variation_code: req.variation_code ?? "",
+    phone: req.phone ?? "",
+    wallet_address: req.wallet_address.toLowerCase(),
+    chain: option.chain,
+    token: option.token,
+  });
+  const [quote] = await ctx.quotes.lock(hash, [option], async () => {
+    const rate = await ctx.rates.ngnPerUsdMilli().catch((err: Error) => {
+      throw new ServiceError("RATE_UNAVAILABLE", err.message);
+    });
+    const price = priceBill(kobo, rate, ctx.fees[req.serviceCategory]);
+    return { amount: price.amount, rateMilli: rate };
+  });
+  return { hash, quote: quote! };
+}
+
+function requirement(ctx: ChallengeContext, option: Option, description: string) {
+  const d = ctx.deployments.chains[option.chain]!;
+  const token = d.tokens.find((t) => t.symbol === option.token)!;
+  return {
+    scheme: "exact" as const,
+    network: CHAINS[option.chain].caip2,
+    asset: token.address,
+    payTo: d.billPay.address,
+    maxTimeoutSeconds: ctx.ttlSeconds,
+    amount: option.amount.toString(),
+    description,
+    extra: { name: token.name, version: token.eip712Version!, primaryType: "TransferWithAuthorization" },
+  };
+}
+
+export function buildChallenge(ctx: ChallengeContext, options: Option[], description: string) {
+  const reqs = options.map((o) => requirement(ctx, o, description));
+  const resource = { url: ctx.resourceUrl, description, mimeType: "application/json" };
+  const v1Body = {
+    x402Version: 1,
+    error: PAYMENT_REQUIRED_ERROR,
+    accepts: reqs.map(({ amount, ...r }) => ({
+      ...r,
+      maxAmountRequired: amount,
+      resource: ctx.resourceUrl,
+      mimeType: "application/json",
+    })),
+  };
+  const v2: PaymentRequired = {
+    x402Version: 2,
+    error: PAYMENT_REQUIRED_ERROR,
+    resource,
+    accepts: reqs.map(({ description: _d, ...r }) => r),
+  };
+  return { v1Body, v2Header: encodePaymentRequiredHeader(v2) };
+}
+
+/** The probe: every option at the minimum price, for discovery without a bill. */
+export function probeChallenge(ctx: ChallengeContext) {
+  const options = settleableOptions(ctx.deployments).map((o) => ({ ...o, amount: MIN_PRICE_MICRO_USD }));
+  return buildChallenge(ctx, options, "Pay a bill: POST the bill to get its exact price (the minimum price is shown)");
+}

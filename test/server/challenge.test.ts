@@ -1,0 +1,243 @@
+import { x402HTTPClient } from "@x402/core/http";
+import { decodePaymentRequiredHeader } from "@x402/core/http";
+import { Hono } from "hono";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { createApp } from "../../server/app.ts";
+import { loadConfig } from "../../server/config.ts";
+import { openDb, type Db } from "../../server/db.ts";
+import { HttpRateSource } from "../../server/pricing/rates.ts";
+import { listen } from "../support/http-server.ts";
+import { startTestChains } from "../support/stack.ts";
+import { x402ClientFor } from "../support/x402-clients.ts";
+
+const payer = hardhatAccount(8);
+const bill = {
+  serviceID: "mtn",
+  serviceCategory: "AIRTIME",
+  network: "MTN",
+  billersCode: "08011111111",
+  nairaAmount: 1550,
+  token: "USDC",
+  blockchain: "CELO",
+  wallet_address: payer.address,
+};
+
+describe("x402 route: the 402 challenge", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let db: Db;
+  let app: Hono;
+  let rateServer: Awaited<ReturnType<typeof listen>>;
+  let rate = "1550";
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    rateServer = await listen(new Hono().get("/rate", (c) => c.json({ ngnPerUsd: rate })).fetch);
+    db = await openDb({ pgliteDir: undefined }); // in-memory PGlite
+    const config = loadConfig({ PUBLIC_URL: "http://billpay.test" });
+    app = createApp({
+      config,
+      db,
+      deployments: stack.deployments,
+      rates: new HttpRateSource(`${rateServer.url}/rate`, "ngnPerUsd", 1_000, 0),
+    });
+  });
+  afterAll(async () => {
+    await db?.close();
+    await rateServer?.close();
+    await stack?.close();
+  });
+
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    app.request("/api/pay/x402", {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
+  const quoteCount = async () => Number((await db.query<{ n: number }>("SELECT count(*)::int AS n FROM quote"))[0]!.n);
+  const celoToken = (symbol: string) => stack.deployments.chains.CELO!.tokens.find((t) => t.symbol === symbol)!;
+
+  it("answers a bill without payment with a v1 body and a v2 header, at the bill's price", async () => {
+    const res = await post(bill);
+    expect(res.status).toBe(402);
+    const body = (await res.json()) as { x402Version: number; error: string; accepts: Record<string, unknown>[] };
+    const usdc = celoToken("USDC");
+    // 1550 NGN at 1550 NGN/USD = 1 USD, no airtime fee, + 0.001 USD facilitator fee.
+    expect(body).toEqual({
+      x402Version: 1,
+      error: expect.stringMatching(/payment required/i),
+      accepts: [
+        {
+          scheme: "exact",
+          network: "eip155:42220",
+          asset: usdc.address,
+          payTo: stack.deployments.chains.CELO!.billPay.address,
+          maxTimeoutSeconds: 86400,
+          maxAmountRequired: "1001000",
+          resource: "http://billpay.test/api/pay/x402",
+          mimeType: "application/json",
+          description: "AIRTIME mtn for 08011111111: 1550 NGN",
+          extra: { name: "USDC", version: "2", primaryType: "TransferWithAuthorization" },
+        },
+      ],
+    });
+    const v2 = decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!);
+    expect(v2.x402Version).toBe(2);
+    expect(v2.accepts).toEqual([
+      expect.objectContaining({ scheme: "exact", network: "eip155:42220", amount: "1001000", asset: usdc.address }),
+    ]);
+  });
+
+  it("is accepted by the official x402 client, which signs exactly the quoted amount to BillPay", async () => {
+    const res = await post({ ...bill, billersCode: "08022222222" });
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    const required = client.getPaymentRequiredResponse((name) => res.headers.get(name), await res.json());
+    const payload = await client.createPaymentPayload(required);
+    const auth = (payload.payload as { authorization: Record<string, string> }).authorization;
+    expect(auth).toMatchObject({ from: payer.address, to: stack.deployments.chains.CELO!.billPay.address, value: "1001000" });
+  });
+
+  it("honours the token spellings: USDT is USD₮, USA₮ settles on CELO, an unknown token falls back to USDC visibly", async () => {
+    for (const [token, symbol] of [["USDT", "USD₮"], ["USD₮", "USD₮"], ["usa₮", "USA₮"], ["usdc", "USDC"]] as const) {
+      const res = await post({ ...bill, token });
+      expect(res.status, token).toBe(402);
+      const { accepts } = (await res.json()) as { accepts: Array<{ asset: string; extra: { name: string } }> };
+      expect(accepts[0]!.asset, token).toBe(celoToken(symbol).address);
+      expect(accepts[0]!.extra.name, token).toBe(celoToken(symbol).name);
+      expect(res.headers.get("X-Token-Fallback")).toBeNull();
+    }
+    const fallback = await post({ ...bill, token: "DAI" });
+    expect(fallback.status).toBe(402);
+    expect(((await fallback.json()) as { accepts: Array<{ asset: string }> }).accepts[0]!.asset).toBe(celoToken("USDC").address);
+    expect(fallback.headers.get("X-Token-Fallback")).toMatch(/"DAI" is not recognised.*USDC/);
+  });
+
+  it("settles on BASE in USDC only, and refuses unknown chains", async () => {
+    const base = await post({ ...bill, blockchain: "base" });
+    expect(base.status).toBe(402);
+    expect(((await base.json()) as { accepts: Array<{ network: string }> }).accepts[0]!.network).toBe("eip155:8453");
+    for (const [change, code] of [
+      [{ blockchain: "BASE", token: "USDT" }, "TOKEN_NOT_SETTLEABLE"],
+      [{ blockchain: "BASE", token: "USA₮" }, "TOKEN_NOT_SETTLEABLE"],
+      [{ blockchain: "SOLANA" }, "UNSUPPORTED_CHAIN"],
+    ] as const) {
+      const res = await post({ ...bill, ...change });
+      expect(res.status).toBe(422);
+      expect(res.headers.get("content-type")).toBe("application/problem+json");
+      expect(((await res.json()) as { code: string }).code).toBe(code);
+    }
+  });
+
+  it("locks the quote for the same bill while the rate moves; another bill gets today's rate", async () => {
+    const first = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as { accepts: Array<{ maxAmountRequired: string }> };
+    rate = "775"; // the naira doubles in value
+    try {
+      const again = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as typeof first;
+      expect(again.accepts[0]!.maxAmountRequired).toBe(first.accepts[0]!.maxAmountRequired);
+      const other = (await (await post({ ...bill, billersCode: "08044444444" })).json()) as typeof first;
+      expect(other.accepts[0]!.maxAmountRequired).toBe("2001000");
+    } finally {
+      rate = "1550";
+    }
+  });
+
+  it("charges at least 0.05 and adds the category's fee", async () => {
+    const small = (await (await post({ ...bill, nairaAmount: 10, billersCode: "08055555555" })).json()) as {
+      accepts: Array<{ maxAmountRequired: string }>;
+    };
+    expect(small.accepts[0]!.maxAmountRequired).toBe("50000");
+    const electricity = (await (await post({
+      ...bill,
+      serviceID: "ikeja-electric",
+      serviceCategory: "ELECTRICITY",
+      network: "IKEJA",
+      billersCode: "1111111111111",
+      variation_code: "prepaid",
+      nairaAmount: 3100.5,
+    })).json()) as { accepts: Array<{ maxAmountRequired: string }> };
+    // 3100.50 / 1550 = 2.000322.. USD, rounded up; + 0.10 fee + 0.001.
+    expect(electricity.accepts[0]!.maxAmountRequired).toBe("2101323");
+  });
+
+  it("answers the probing GET and the empty POST with every option at the minimum price", async () => {
+    for (const res of [await app.request("/api/pay/x402"), await app.request("/api/pay/x402", { method: "POST" })]) {
+      expect(res.status).toBe(402);
+      const { accepts } = (await res.json()) as { accepts: Array<{ network: string; asset: string; maxAmountRequired: string }> };
+      expect(accepts.map((a) => a.network)).toEqual(["eip155:42220", "eip155:42220", "eip155:42220", "eip155:8453"]);
+      expect(new Set(accepts.map((a) => a.maxAmountRequired))).toEqual(new Set(["50000"]));
+      expect(decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!).accepts).toHaveLength(4);
+    }
+  });
+
+  it("refuses bad input with a clear problem and stores nothing", async () => {
+    const before = await quoteCount();
+    const cases: Array<[string | Record<string, unknown>, Record<string, string>, number, string, RegExp?]> = [
+      ["{not json", {}, 400, "INVALID_JSON"],
+      [JSON.stringify(bill), { "content-type": "text/plain" }, 415, "UNSUPPORTED_MEDIA_TYPE"],
+      [{ ...bill, serviceID: undefined }, {}, 400, "VALIDATION_FAILED", /serviceID/],
+      [{ ...bill, nairaAmount: -5 }, {}, 400, "VALIDATION_FAILED", /nairaAmount/],
+      [{ ...bill, nairaAmount: 1e12 }, {}, 400, "VALIDATION_FAILED", /nairaAmount: must be at most/],
+      [{ ...bill, nairaAmount: 10.001 }, {}, 400, "VALIDATION_FAILED", /2 decimals/],
+      [{ ...bill, nairaAmount: "100" }, {}, 400, "VALIDATION_FAILED", /nairaAmount/],
+      [{ ...bill, serviceCategory: "GROCERIES" }, {}, 400, "VALIDATION_FAILED", /serviceCategory/],
+      [{ ...bill, wallet_address: "0x123" }, {}, 400, "VALIDATION_FAILED", /wallet_address/],
+      [{ ...bill, serviceID: "MTN Airtime" }, {}, 400, "VALIDATION_FAILED", /slug/],
+      [[1, 2, 3] as unknown as Record<string, unknown>, {}, 400, "VALIDATION_FAILED"],
+      [{ ...bill, billersCode: "x".repeat(20_000) }, {}, 413, "BODY_TOO_LARGE"],
+    ];
+    for (const [body, headers, status, code, detail] of cases) {
+      const res = await post(body, headers);
+      expect(res.status, code).toBe(status);
+      expect(res.headers.get("content-type")).toBe("application/problem+json");
+      const problem = (await res.json()) as { code: string; detail: string; status: number };
+      expect(problem).toMatchObject({ code, status });
+      if (detail) expect(problem.detail).toMatch(detail);
+    }
+    expect(await quoteCount()).toBe(before);
+  });
+
+  it("does not pretend to take a payment it cannot settle yet", async () => {
+    const res = await post(bill, { "X-PAYMENT": "eyJ4NDAyVmVyc2lvbiI6MX0=" });
+    expect(res.status).toBe(501);
+    expect(((await res.json()) as { code: string }).code).toBe("PAYMENT_NOT_ACCEPTED_YET");
+  });
+
+  it("is open to browsers: CORS with the x402 headers exposed", async () => {
+    const res = await app.request("/api/pay/x402", {
+      method: "OPTIONS",
+      headers: { origin: "https://agent.example", "access-control-request-method": "POST", "access-control-request-headers": "x-payment" },
+    });
+    expect(res.headers.get("access-control-allow-origin")).toBe("*");
+    expect(res.headers.get("access-control-allow-headers")).toMatch(/X-PAYMENT/i);
+    const probe = await app.request("/api/pay/x402", { headers: { origin: "https://agent.example" } });
+    expect(probe.headers.get("access-control-expose-headers")).toMatch(/PAYMENT-REQUIRED/);
+  });
+
+  it("serves health, readiness and an OpenAPI 3.1 document built from the schemas", async () => {
+    expect((await app.request("/healthz")).status).toBe(200);
+    expect((await app.request("/readyz")).status).toBe(200);
+    const doc = (await (await app.request("/openapi.json")).json()) as Record<string, any>;
+    expect(doc.openapi).toBe("3.1.0");
+    expect(doc.info.version).toBe("1.0.0");
+    const schema = doc.paths["/api/pay/x402"].post.requestBody.content["application/json"].schema;
+    expect(schema.required).toEqual(
+      expect.arrayContaining(["serviceID", "serviceCategory", "network", "billersCode", "nairaAmount", "token", "blockchain", "wallet_address"]),
+    );
+    const missing = await app.request("/nope");
+    expect(missing.status).toBe(404);
+    expect(((await missing.json()) as { code: string }).code).toBe("NOT_FOUND");
+  });
+});
+
+describe("configuration", () => {
+  it("names every bad variable at start-up", () => {
+    expect(() => loadConfig({ NGN_PER_USD: "abc", PORT: "70000", SERVICE_FEES_USD: "FOOD=1" })).toThrow(
+      /NGN_PER_USD[\s\S]*PORT|PORT[\s\S]*NGN_PER_USD/,
+    );
+    expect(() => loadConfig({ SERVICE_FEES_USD: "FOOD=1" })).toThrow(/FOOD=1/);
+    const config = loadConfig({ SERVICE_FEES_USD: "bank=0.5" });
+    expect(config.SERVICE_FEES_USD.BANK).toBe(500_000n);
+    expect(config.SERVICE_FEES_USD.AIRTIME).toBe(0n);
+    expect(config.NGN_PER_USD).toBe(1_550_000n);
+  });
+});
