@@ -104,6 +104,9 @@ export function createApp(deps: AppDeps): Hono {
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
       const option = resolveOption(bill);
+      if (!deps.deployments.chains[option.chain]) {
+        return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
+      }
 
       if (PAYMENT_HEADERS.some((h) => c.req.header(h) !== undefined)) {
         // Settlement, vending and refunds are not in this build: refuse plainly, charge nothing.

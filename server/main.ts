@@ -1,0 +1,45 @@
+/**
+ * `npm run server`: the bill-payment service on its configuration (see server/config.ts),
+ * with graceful shutdown: stop taking requests, finish those in flight, close the database.
+ */
+import { serve } from "@hono/node-server";
+import { readDeployments } from "../lib/deployments.ts";
+import { createApp } from "./app.ts";
+import { loadConfig } from "./config.ts";
+import { openDb } from "./db.ts";
+import { ConfiguredRate, HttpRateSource } from "./pricing/rates.ts";
+
+const log = (msg: string, fields: Record<string, unknown> = {}) =>
+  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
+
+let config;
+try {
+  config = loadConfig();
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(1);
+}
+
+const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR });
+const rates = config.RATE_SOURCE_URL
+  ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
+  : new ConfiguredRate(config.NGN_PER_USD);
+const app = createApp({ config, db, deployments: await readDeployments(config.DEPLOYMENTS_FILE), rates });
+
+const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
+  log("listening", { url: `http://${config.HOST}:${info.port}`, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),
+);
+
+let stopping = false;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    if (stopping) return;
+    stopping = true;
+    log("shutting down", { signal });
+    server.close(async () => {
+      await db.close();
+      process.exit(0);
+    });
+    setTimeout(() => process.exit(1), 10_000).unref();
+  });
+}
