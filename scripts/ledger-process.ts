@@ -6,7 +6,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream } from "node:fs";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
-import { readDeployments } from "../lib/deployments.ts";
+import { createHash } from "node:crypto";
+import pg from "pg";
+import { readDeployments, type Deployments } from "../lib/deployments.ts";
 import { LEDGER_VIEWS_SCHEMA, ledgerSchemaName } from "../lib/ledger-config.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -112,6 +114,33 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
     throw err;
   }
   return { url, schema, process: child, stop };
+}
+
+const isLocalUrl = (url: string) => /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(url);
+
+/**
+ * The PostgreSQL database the ledger should use for these chains. Ponder caches raw chain
+ * data per database keyed only by chain id, and local chains reuse the real ids, so a
+ * reset local chain read through the previous one's cache (measured: rows lost). For
+ * local chains the ledger therefore gets a database of its own per genesis, created on
+ * first use next to the one DATABASE_URL names; real chains use DATABASE_URL as given.
+ */
+export async function ledgerDatabaseFor(databaseUrl: string, deployments: Deployments): Promise<string> {
+  const chains = Object.values(deployments.chains);
+  if (chains.length === 0 || !chains.every((d) => isLocalUrl(d.rpcUrl))) return databaseUrl;
+  const genesis = createHash("sha256").update(chains.map((d) => d.genesisHash).sort().join(",")).digest("hex").slice(0, 12);
+  const url = new URL(databaseUrl);
+  const name = `${url.pathname.slice(1) || "postgres"}_local_${genesis}`;
+  const admin = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 5_000 });
+  await admin.connect();
+  try {
+    const exists = await admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [name]);
+    if (exists.rowCount === 0) await admin.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await admin.end();
+  }
+  url.pathname = `/${name}`;
+  return url.toString();
 }
 
 /** Waits until the ledger has indexed `chainId` up to at least `block`. */

@@ -1,12 +1,14 @@
 /** `npm run ledger`: only the ledger (Ponder), in the foreground, against chains already running. */
-import { deploymentsPath } from "../lib/deployments.ts";
+import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { DEFAULT_LEDGER_PORT } from "../lib/ledger-config.ts";
-import { startLedger } from "./ledger-process.ts";
+import { ledgerDatabaseFor, startLedger } from "./ledger-process.ts";
 
 const ledger = await startLedger({
   deploymentsFile: deploymentsPath(),
   port: Number(process.env.LEDGER_PORT ?? DEFAULT_LEDGER_PORT),
-  databaseUrl: process.env.DATABASE_URL,
+  databaseUrl: process.env.DATABASE_URL
+    ? await ledgerDatabaseFor(process.env.DATABASE_URL, await readDeployments(deploymentsPath()))
+    : undefined,
   logTo: "inherit",
 });
 console.log(`ledger ready at ${ledger.url} (schema ${ledger.schema})`);

@@ -4,9 +4,9 @@
  * DATABASE_URL is set). Ctrl-C stops everything this process started.
  */
 import { mkdir } from "node:fs/promises";
-import { deploymentsPath } from "../lib/deployments.ts";
+import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { DEFAULT_LEDGER_PORT } from "../lib/ledger-config.ts";
-import { startLedger, type Ledger } from "./ledger-process.ts";
+import { ledgerDatabaseFor, startLedger, type Ledger } from "./ledger-process.ts";
 import { startLocalChains } from "./local-chains.ts";
 
 const deploymentsFile = deploymentsPath();
@@ -21,7 +21,9 @@ try {
   ledger = await startLedger({
     deploymentsFile,
     port: Number(process.env.LEDGER_PORT ?? DEFAULT_LEDGER_PORT),
-    databaseUrl: process.env.DATABASE_URL,
+    databaseUrl: process.env.DATABASE_URL
+      ? await ledgerDatabaseFor(process.env.DATABASE_URL, await readDeployments(deploymentsFile))
+      : undefined,
     logTo: ".data/ledger.log",
   });
 } catch (err) {
