@@ -15,6 +15,7 @@ import type { RateSource } from "./pricing/rates.ts";
 import { QuoteStore } from "./quotes.ts";
 import { paymentRequestSchema } from "./schemas.ts";
 import { buildChallenge, probeChallenge, quoteBill, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
+import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
 
 export interface AppDeps {
   config: Config;
@@ -23,7 +24,7 @@ export interface AppDeps {
   rates: RateSource;
 }
 
-const PAYMENT_HEADERS = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
+const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
 
 function validationProblem(error: z.ZodError) {
@@ -108,16 +109,36 @@ export function createApp(deps: AppDeps): Hono {
         return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
       }
 
-      if (PAYMENT_HEADERS.some((h) => c.req.header(h) !== undefined)) {
-        // Settlement, vending and refunds are not in this build: refuse plainly, charge nothing.
-        return problemResponse("PAYMENT_NOT_ACCEPTED_YET", "this build issues challenges only; no payment was taken");
-      }
-
       const ctx = challengeContext(c);
       const { quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description);
-      return challengeResponse(challenge, option.warning ? { "X-Token-Fallback": option.warning } : {});
+      const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
+
+      const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
+      if (!header) return challengeResponse(challenge, extraHeaders);
+
+      // A payment that does not fit this bill's locked quote is answered like no payment:
+      // 402 with the challenge, plus the reason. Nothing is locked or settled.
+      const d = deps.deployments.chains[option.chain]!;
+      try {
+        const payment = decodePayment(header, c.req.header(header)!);
+        checkPayment(payment, {
+          chain: option.chain,
+          asset: d.tokens.find((t) => t.symbol === option.token)!.address,
+          payTo: d.billPay.address,
+          amount: quote.amount,
+          wallet: bill.wallet_address,
+          maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
+          nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+        });
+      } catch (err) {
+        if (!(err instanceof PaymentRejected)) throw err;
+        const body = { ...challenge.v1Body, error: err.detail, code: err.code };
+        return challengeResponse({ v1Body: body, v2Header: challenge.v2Header }, extraHeaders);
+      }
+      // Settlement, vending and refunds are not in this build: refuse plainly, charge nothing.
+      return problemResponse("PAYMENT_NOT_ACCEPTED_YET", "the payment checks out, but this build cannot settle it yet; nothing was taken");
     },
   );
 

@@ -196,10 +196,28 @@ describe("x402 route: the 402 challenge", () => {
     expect(await quoteCount()).toBe(before);
   });
 
-  it("does not pretend to take a payment it cannot settle yet", async () => {
-    const res = await post(bill, { "X-PAYMENT": "eyJ4NDAyVmVyc2lvbiI6MX0=" });
-    expect(res.status).toBe(501);
-    expect(((await res.json()) as { code: string }).code).toBe("PAYMENT_NOT_ACCEPTED_YET");
+  it("answers a payment that does not fit the bill with 402 and the reason; a fitting one is not taken yet (501)", async () => {
+    const challenged = await post({ ...bill, billersCode: "08066666666" });
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    const required = client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json());
+    const paymentHeaders = client.encodePaymentSignatureHeader(await client.createPaymentPayload(required));
+
+    // The same payment offered for a bill of another price.
+    const dearer = await post({ ...bill, billersCode: "08066666666", nairaAmount: 3100 }, paymentHeaders);
+    expect(dearer.status).toBe(402);
+    expect(((await dearer.json()) as { code: string }).code).toBe("AMOUNT_MISMATCH");
+
+    const otherPayer = await post({ ...bill, billersCode: "08066666666", wallet_address: hardhatAccount(10).address }, paymentHeaders);
+    expect(otherPayer.status).toBe(402);
+    expect(((await otherPayer.json()) as { code: string }).code).toBe("PAYER_MISMATCH");
+
+    const garbage = await post(bill, { "X-PAYMENT": "not-a-payment" });
+    expect(garbage.status).toBe(402);
+    expect(((await garbage.json()) as { code: string; accepts: unknown[] })).toMatchObject({ code: "INVALID_PAYMENT_HEADER" });
+
+    const fitting = await post({ ...bill, billersCode: "08066666666" }, paymentHeaders);
+    expect(fitting.status).toBe(501);
+    expect(((await fitting.json()) as { code: string }).code).toBe("PAYMENT_NOT_ACCEPTED_YET");
   });
 
   it("is open to browsers: CORS with the x402 headers exposed", async () => {
