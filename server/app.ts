@@ -14,7 +14,10 @@ import { openApiDocument } from "./openapi.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { QuoteStore } from "./quotes.ts";
 import { paymentRequestSchema } from "./schemas.ts";
-import { buildChallenge, probeChallenge, quoteBill, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
+import { encodePaymentResponseHeader } from "@x402/core/http";
+import { CHAINS } from "../lib/chains.ts";
+import { orderResult, startX402Order, type FlowDeps } from "./orders/x402-flow.ts";
+import { buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
 import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
 
 export interface AppDeps {
@@ -22,10 +25,13 @@ export interface AppDeps {
   db: Db;
   deployments: Deployments;
   rates: RateSource;
+  /** Settlement, vending and refunds (the orders' store lives in it). */
+  flow: FlowDeps;
 }
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
+// (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
 
 function validationProblem(error: z.ZodError) {
   const issues = error.issues.map((i) => ({ field: i.path.join(".") || "(body)", message: i.message }));
@@ -110,22 +116,26 @@ export function createApp(deps: AppDeps): Hono {
       }
 
       const ctx = challengeContext(c);
-      const { quote } = await quoteBill(bill, ctx, option);
+      const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description);
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
       const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
       if (!header) return challengeResponse(challenge, extraHeaders);
+      const rejected = (code: string, detail: string) =>
+        challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders);
 
       // A payment that does not fit this bill's locked quote is answered like no payment:
       // 402 with the challenge, plus the reason. Nothing is locked or settled.
       const d = deps.deployments.chains[option.chain]!;
+      const tokenAddress = d.tokens.find((t) => t.symbol === option.token)!.address;
+      let payment;
       try {
-        const payment = decodePayment(header, c.req.header(header)!);
+        payment = decodePayment(header, c.req.header(header)!);
         checkPayment(payment, {
           chain: option.chain,
-          asset: d.tokens.find((t) => t.symbol === option.token)!.address,
+          asset: tokenAddress,
           payTo: d.billPay.address,
           amount: quote.amount,
           wallet: bill.wallet_address,
@@ -134,13 +144,46 @@ export function createApp(deps: AppDeps): Hono {
         });
       } catch (err) {
         if (!(err instanceof PaymentRejected)) throw err;
-        const body = { ...challenge.v1Body, error: err.detail, code: err.code };
-        return challengeResponse({ v1Body: body, v2Header: challenge.v2Header }, extraHeaders);
+        return rejected(err.code, err.detail);
       }
-      // Settlement, vending and refunds are not in this build: refuse plainly, charge nothing.
-      return problemResponse("PAYMENT_NOT_ACCEPTED_YET", "the payment checks out, but this build cannot settle it yet; nothing was taken");
+
+      const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount }, description);
+      const { order } = await startX402Order(deps.flow, {
+        bill,
+        bodyHash: hash,
+        chain: option.chain,
+        token: option.token,
+        tokenAddress,
+        amount: quote.amount,
+        payment,
+        requirements,
+        resourceUrl: ctx.resourceUrl,
+      });
+      if (order.status === "PAYMENT_FAILED") return rejected("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle");
+
+      const settlementHeader = header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE";
+      const headers: Record<string, string> = { ...extraHeaders };
+      if (order.txHash) {
+        headers[settlementHeader] = encodePaymentResponseHeader({
+          success: true,
+          transaction: order.txHash,
+          network: CHAINS[option.chain].caip2,
+          payer: payment.authorization.from,
+        });
+      }
+      return c.json(orderResult(order), 200, headers);
     },
   );
+
+  app.get("/api/orders/:requestId", async (c) => {
+    const requestId = c.req.param("requestId");
+    if (!/^req_\d{12}[0-9a-f]{20}$/.test(requestId)) {
+      return problemResponse("VALIDATION_FAILED", "request_id must look like req_ followed by the id a payment returned");
+    }
+    const order = await deps.flow.orders.get(requestId);
+    if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
+    return c.json(orderResult(order));
+  });
 
   return app;
 }

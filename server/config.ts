@@ -47,6 +47,20 @@ export const configSchema = z.object({
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
   QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),
+  FACILITATOR_URL_CELO: z.string().url().default("http://127.0.0.1:8402"),
+  FACILITATOR_URL_BASE: z.string().url().default("http://127.0.0.1:8402"),
+  FACILITATOR_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
+  BILLER_BASE_URL: z.string().url().default("http://127.0.0.1:8403"),
+  BILLER_API_KEY: z.string().min(1).default("sandbox-api-key"),
+  BILLER_SECRET_KEY: z.string().min(1).default("sandbox-secret-key"),
+  BILLER_PUBLIC_KEY: z.string().min(1).default("sandbox-public-key"),
+  BILLER_TIMEOUT_MS: z.coerce.number().int().positive().default(15_000),
+  BILLER_DEFAULT_PHONE: z.string().regex(/^\+?\d{7,15}$/).default("08011111111"),
+  VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),
+  REQUERY_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
+  LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
+  WORKER_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
+  WORKER_GRACE_SECONDS: z.coerce.number().int().nonnegative().default(30),
 });
 
 export type Config = z.infer<typeof configSchema>;

@@ -23,6 +23,33 @@ const MIGRATIONS: string[] = [
      PRIMARY KEY (body_hash, chain, token, expires_at)
    );
    CREATE INDEX quote_live ON quote (body_hash, expires_at);`,
+  // One row per order. The unique (chain, token, payer, nonce) is the once-only lock on
+  // an x402 payment: taken before anything is settled, never released.
+  `CREATE TABLE bill_order (
+     request_id        text        PRIMARY KEY,
+     biller_request_id text        NOT NULL UNIQUE,
+     body_hash         text        NOT NULL,
+     bill              jsonb       NOT NULL,
+     chain             text        NOT NULL,
+     token             text        NOT NULL,
+     token_address     text        NOT NULL,
+     payer             text        NOT NULL,
+     amount            numeric(78) NOT NULL,
+     auth_nonce        text        NOT NULL,
+     payment           jsonb       NOT NULL,
+     requirements      jsonb       NOT NULL,
+     status            text        NOT NULL,
+     tx_hash           text,
+     purchased_code    text,
+     units             text,
+     failure_reason    text,
+     refund_tx_hash    text,
+     lease_until       timestamptz,
+     created_at        timestamptz NOT NULL DEFAULT now(),
+     updated_at        timestamptz NOT NULL DEFAULT now(),
+     UNIQUE (chain, token_address, payer, auth_nonce)
+   );
+   CREATE INDEX bill_order_open ON bill_order (status, lease_until);`,
 ];
 
 async function migrate(db: Db): Promise<void> {

@@ -9,9 +9,10 @@ export const ERRORS = {
   BODY_TOO_LARGE: { status: 413, title: "The body is larger than the service accepts" },
   UNSUPPORTED_CHAIN: { status: 422, title: "The blockchain is not one the service settles on" },
   TOKEN_NOT_SETTLEABLE: { status: 422, title: "The token cannot settle an x402 payment on that chain" },
-  PAYMENT_NOT_ACCEPTED_YET: { status: 501, title: "Paid requests are not accepted by this build yet" },
+  PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
   NOT_FOUND: { status: 404, title: "No such resource" },
+  ORDER_NOT_FOUND: { status: 404, title: "No order with that request_id" },
   INTERNAL: { status: 500, title: "Internal error" },
 } as const;
 

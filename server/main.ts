@@ -7,10 +7,11 @@ import { readDeployments } from "../lib/deployments.ts";
 import { createApp } from "./app.ts";
 import { loadConfig } from "./config.ts";
 import { openDb } from "./db.ts";
+import { startWorker } from "./orders/worker.ts";
 import { ConfiguredRate, HttpRateSource } from "./pricing/rates.ts";
+import { buildFlow, jsonLog } from "./services.ts";
 
-const log = (msg: string, fields: Record<string, unknown> = {}) =>
-  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
+const log = jsonLog;
 
 let config;
 try {
@@ -24,7 +25,10 @@ const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SER
 const rates = config.RATE_SOURCE_URL
   ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
   : new ConfiguredRate(config.NGN_PER_USD);
-const app = createApp({ config, db, deployments: await readDeployments(config.DEPLOYMENTS_FILE), rates });
+const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
+const flow = buildFlow(config, deployments, db);
+const app = createApp({ config, db, deployments, rates, flow });
+const worker = startWorker(flow, config.WORKER_INTERVAL_MS);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
   log("listening", { url: `http://${config.HOST}:${info.port}`, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),
@@ -37,6 +41,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
     stopping = true;
     log("shutting down", { signal });
     server.close(async () => {
+      await worker.stop();
       await db.close();
       process.exit(0);
     });

@@ -91,7 +91,8 @@ export async function quoteBill(req: PaymentRequest, ctx: ChallengeContext, opti
   return { hash, quote: quote! };
 }
 
-function requirement(ctx: ChallengeContext, option: Option, description: string) {
+/** One payment option as x402 requirements (the server's own, rebuilt for every check). */
+export function requirement(ctx: ChallengeContext, option: Option, description: string) {
   const d = ctx.deployments.chains[option.chain]!;
   const token = d.tokens.find((t) => t.symbol === option.token)!;
   return {

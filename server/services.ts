@@ -1,0 +1,38 @@
+/** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import type { Account } from "viem";
+import type { Deployments } from "../lib/deployments.ts";
+import { operatorAccount } from "../lib/local-accounts.ts";
+import { VtpassClient } from "./biller/vtpass.ts";
+import { Refunder } from "./chain/refunder.ts";
+import type { Config } from "./config.ts";
+import type { Db } from "./db.ts";
+import { OrderStore } from "./orders/store.ts";
+import type { WorkerDeps } from "./orders/worker.ts";
+
+export function jsonLog(msg: string, fields: Record<string, unknown> = {}): void {
+  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
+}
+
+export function buildFlow(config: Config, deployments: Deployments, db: Db, operator: Account = operatorAccount()): WorkerDeps {
+  const facilitator = (url: string) => new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS });
+  return {
+    orders: new OrderStore(db),
+    facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
+    biller: new VtpassClient({
+      baseUrl: config.BILLER_BASE_URL,
+      apiKey: config.BILLER_API_KEY,
+      secretKey: config.BILLER_SECRET_KEY,
+      publicKey: config.BILLER_PUBLIC_KEY,
+      timeoutMs: config.BILLER_TIMEOUT_MS,
+    }),
+    refunder: new Refunder(deployments, operator),
+    vendDeadlineMs: config.VEND_DEADLINE_MS,
+    requeryIntervalMs: config.REQUERY_INTERVAL_MS,
+    defaultPhone: config.BILLER_DEFAULT_PHONE,
+    log: jsonLog,
+    deployments,
+    ledgerUrl: config.LEDGER_URL,
+    graceSeconds: config.WORKER_GRACE_SECONDS,
+  };
+}

@@ -1,0 +1,222 @@
+import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
+import { wrapFetchWithPayment } from "@x402/fetch";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hardhatAccount, facilitatorAccount } from "../../lib/local-accounts.ts";
+import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
+import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
+import { createFacilitator, facilitatorApp } from "../../services/facilitator/app.ts";
+import { createApp } from "../../server/app.ts";
+import { loadConfig } from "../../server/config.ts";
+import { openDb, type Db } from "../../server/db.ts";
+import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
+import { settle } from "../../server/orders/x402-flow.ts";
+import { newBillerRequestId } from "../../server/biller/vtpass.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
+import { buildFlow } from "../../server/services.ts";
+import { decodePayment } from "../../server/x402/payment.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { listen } from "../support/http-server.ts";
+import { startTestChains } from "../support/stack.ts";
+import { x402ClientFor } from "../support/x402-clients.ts";
+
+type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
+
+describe("x402 route: paying a bill end to end", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let servers: Array<{ close(): Promise<void> }> = [];
+  let db: Db;
+  let url: string;
+  let flow: WorkerDeps;
+  let celo: ChainActors;
+  const payer = hardhatAccount(11);
+
+  const bill = (billersCode: string, extra: Record<string, unknown> = {}) => ({
+    serviceID: "mtn",
+    serviceCategory: "AIRTIME",
+    network: "MTN",
+    billersCode,
+    nairaAmount: 1550,
+    token: "USDC",
+    blockchain: "CELO",
+    wallet_address: payer.address,
+    ...extra,
+  });
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const usdc = () => celo.balanceOf("USDC", payer.address);
+
+  /** The payment headers the official client makes for this bill's challenge. */
+  async function paymentFor(body: unknown) {
+    const challenged = await post(body);
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    const required = client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json());
+    const payload = await client.createPaymentPayload(required);
+    return { headers: client.encodePaymentSignatureHeader(payload), payload };
+  }
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    celo = chainActors(stack.deployments, "CELO");
+    const facilitator = await listen(
+      facilitatorApp(createFacilitator(facilitatorAccount(), [
+        { chain: "CELO", rpcUrl: stack.rpcUrls.CELO },
+        { chain: "BASE", rpcUrl: stack.rpcUrls.BASE },
+      ])).fetch,
+    );
+    const biller = await listen(
+      billerSandboxApp({ apiKey: "k", secretKey: "s", publicKey: "p", slowAnswerMs: 1_500, pendingRequeries: 1 }).fetch,
+    );
+    db = await openDb({});
+    const config = loadConfig({
+      FACILITATOR_URL_CELO: facilitator.url,
+      FACILITATOR_URL_BASE: facilitator.url,
+      BILLER_BASE_URL: biller.url,
+      BILLER_API_KEY: "k",
+      BILLER_SECRET_KEY: "s",
+      BILLER_PUBLIC_KEY: "p",
+      BILLER_TIMEOUT_MS: "500",
+      VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
+      REQUERY_INTERVAL_MS: "200",
+      WORKER_GRACE_SECONDS: "0",
+    });
+    flow = buildFlow(config, stack.deployments, db);
+    const app = await listen(createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow }).fetch);
+    url = app.url;
+    servers = [app, biller, facilitator];
+  });
+  afterAll(async () => {
+    for (const s of servers) await s.close();
+    await db?.close();
+    await stack?.close();
+  });
+
+  it("pays with the official x402 client (protocol 2): settle first, then vend, SUCCESS", async () => {
+    const before = await usdc();
+    const treasuryBefore = await celo.balanceOf("USDC", celo.billPay);
+    const payingFetch = wrapFetchWithPayment(fetch, x402ClientFor(payer, stack.deployments));
+    const res = await payingFetch(`${url}/api/pay/x402`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(bill("08011111111")),
+    });
+    expect(res.status).toBe(200);
+    const result = (await res.json()) as Result;
+    expect(result).toMatchObject({ success: true, status: "SUCCESS", purchased_code: null, units: null });
+    expect(result.request_id).toMatch(/^req_\d{12}[0-9a-f]{20}$/);
+    expect(result.tx_hash).toMatch(/^0x[0-9a-f]{64}$/);
+    const settlement = decodePaymentResponseHeader(res.headers.get("PAYMENT-RESPONSE")!);
+    expect(settlement).toMatchObject({ success: true, transaction: result.tx_hash, network: "eip155:42220" });
+    expect(await usdc()).toBe(before - 1_001_000n);
+    expect(await celo.balanceOf("USDC", celo.billPay)).toBe(treasuryBefore + 1_001_000n);
+    const order = await (await fetch(`${url}/api/orders/${result.request_id}`)).json();
+    expect(order).toEqual(result);
+  });
+
+  it("refunds on chain when the biller fails the bill: FAILED_VENDING, payer whole again", async () => {
+    const before = await usdc();
+    const { headers } = await paymentFor(bill("08099999999"));
+    const res = await post(bill("08099999999"), headers);
+    const result = (await res.json()) as Result;
+    expect(result).toMatchObject({ success: false, status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+    expect(result.refund!.tx_hash).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(result.tx_hash).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(await usdc()).toBe(before);
+  });
+
+  it("verifies meters after settlement: a wrong one is refunded, a right one vends a token", async () => {
+    const electricity = (meter: string) =>
+      bill(meter, { serviceID: "ikeja-electric", serviceCategory: "ELECTRICITY", network: "IKEJA", variation_code: "prepaid", nairaAmount: 3100 });
+    const before = await usdc();
+    const wrong = (await (await post(electricity("9999999999999"), (await paymentFor(electricity("9999999999999"))).headers)).json()) as Result;
+    expect(wrong).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+    expect(await usdc()).toBe(before);
+    const right = (await (await post(electricity(VERIFIABLE.prepaidMeter), (await paymentFor(electricity(VERIFIABLE.prepaidMeter))).headers)).json()) as Result;
+    expect(right).toMatchObject({ status: "SUCCESS", units: "31.0" });
+    expect(right.purchased_code).toMatch(/^\d{20}$/);
+  });
+
+  it("runs a payment once: a replay returns the original result; another bill is refused (409)", async () => {
+    const { headers } = await paymentFor(bill("08011111111", { nairaAmount: 775 }));
+    const first = (await (await post(bill("08011111111", { nairaAmount: 775 }), headers)).json()) as Result;
+    const afterFirst = await usdc();
+    const replay = await post(bill("08011111111", { nairaAmount: 775 }), headers);
+    expect(replay.status).toBe(200);
+    expect(await replay.json()).toEqual(first);
+    const swapped = await post(bill("08012345678", { nairaAmount: 775 }), headers);
+    expect(swapped.status).toBe(409);
+    expect(((await swapped.json()) as { code: string }).code).toBe("PAYMENT_ALREADY_USED");
+    expect(await usdc()).toBe(afterFirst);
+  });
+
+  it("settles one payment once although many copies arrive at once", async () => {
+    const body = bill("08011111111", { nairaAmount: 1000 });
+    const { headers } = await paymentFor(body);
+    const before = await usdc();
+    const responses = await Promise.all(Array.from({ length: 6 }, () => post(body, headers)));
+    const results = (await Promise.all(responses.map((r) => r.json()))) as Result[];
+    expect(responses.every((r) => r.status === 200)).toBe(true);
+    expect(new Set(results.map((r) => r.request_id)).size).toBe(1);
+    expect(results.filter((r) => r.status === "SUCCESS").length).toBeGreaterThanOrEqual(1);
+    const quoted = BigInt((await db.query<{ amount: string }>("SELECT amount::text FROM bill_order WHERE request_id = $1", [results[0]!.request_id]))[0]!.amount);
+    expect(await usdc()).toBe(before - quoted);
+  });
+
+  it("accepts protocol 1 in X-PAYMENT and answers X-PAYMENT-RESPONSE", async () => {
+    const body = bill("08011111111", { nairaAmount: 900 });
+    const { payload } = await paymentFor(body);
+    const { accepted: _a, resource: _r, ...rest } = payload as typeof payload & { extensions?: unknown };
+    const v1 = Buffer.from(JSON.stringify({ ...rest, x402Version: 1, scheme: "exact", network: "eip155:42220" })).toString("base64");
+    const res = await post(body, { "X-PAYMENT": v1 });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Result).status).toBe("SUCCESS");
+    expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!).success).toBe(true);
+  });
+
+  it("answers TIMEOUT for a bill still pending at the deadline, and finishes it in the background", async () => {
+    const body = bill("201000000000");
+    const result = (await (await post(body, (await paymentFor(body)).headers)).json()) as Result;
+    expect(result).toMatchObject({ status: "TIMEOUT", success: false });
+    expect(result.tx_hash).toMatch(/^0x/);
+    for (let i = 0; i < 5; i++) await workOnce(flow);
+    const later = (await (await fetch(`${url}/api/orders/${result.request_id}`)).json()) as Result;
+    expect(later.status).toBe("SUCCESS");
+  });
+
+  it("finishes an order that a crash left between settlement and vending, once", async () => {
+    const body = bill("08011111111", { nairaAmount: 620 });
+    const { payload } = await paymentFor(body);
+    const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(payload));
+    const before = await usdc();
+    // What a request does before vending: take the lock, then settle. Then it "crashes".
+    const billerRequestId = newBillerRequestId();
+    const { order } = await flow.orders.lockPayment({
+      requestId: `req_${billerRequestId}`,
+      billerRequestId,
+      bodyHash: "crashed-request",
+      bill: body,
+      chain: "CELO",
+      token: "USDC",
+      tokenAddress: celo.tokenAddress("USDC"),
+      payer: payer.address,
+      amount: BigInt(payload.accepted.amount),
+      authNonce: payment.authorization.nonce,
+      payment: { x402Version: 2, payload, authorization: { ...payment.authorization, value: String(payment.authorization.value), validAfter: String(payment.authorization.validAfter), validBefore: String(payment.authorization.validBefore) }, signature: payment.signature },
+      requirements: payload.accepted as unknown as Record<string, unknown>,
+    });
+    expect((await settle(flow, order)).status).toBe("PAID");
+    expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+
+    expect(await workOnce(flow)).toBe(1);
+    const finished = (await (await fetch(`${url}/api/orders/${order.requestId}`)).json()) as Result;
+    expect(finished).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x/) });
+    expect(await workOnce(flow)).toBe(0);
+    expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+  });
+
+  it("answers a bad request_id with 400 and an unknown one with 404", async () => {
+    expect((await fetch(`${url}/api/orders/nope`)).status).toBe(400);
+    const missing = await fetch(`${url}/api/orders/req_202611211200${"0".repeat(20)}`);
+    expect(missing.status).toBe(404);
+    expect(((await missing.json()) as { code: string }).code).toBe("ORDER_NOT_FOUND");
+  });
+});
