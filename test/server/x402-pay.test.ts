@@ -17,6 +17,9 @@ import { decodePayment } from "../../server/x402/payment.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { listen } from "../support/http-server.ts";
 import { startTestChains } from "../support/stack.ts";
+import { join } from "node:path";
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
 import { x402ClientFor } from "../support/x402-clients.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
@@ -28,6 +31,8 @@ describe("x402 route: paying a bill end to end", () => {
   let url: string;
   let flow: WorkerDeps;
   let celo: ChainActors;
+  let ledger: Ledger;
+  let facilitatorUrl: string;
   const payer = hardhatAccount(11);
 
   const bill = (billersCode: string, extra: Record<string, unknown> = {}) => ({
@@ -63,10 +68,12 @@ describe("x402 route: paying a bill end to end", () => {
         { chain: "BASE", rpcUrl: stack.rpcUrls.BASE },
       ])).fetch,
     );
+    facilitatorUrl = facilitator.url;
     const biller = await listen(
       billerSandboxApp({ apiKey: "k", secretKey: "s", publicKey: "p", slowAnswerMs: 1_500, pendingRequeries: 1 }).fetch,
     );
     db = await openDb({});
+    ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
     const config = loadConfig({
       FACILITATOR_URL_CELO: facilitator.url,
       FACILITATOR_URL_BASE: facilitator.url,
@@ -78,6 +85,7 @@ describe("x402 route: paying a bill end to end", () => {
       VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
       REQUERY_INTERVAL_MS: "200",
       WORKER_GRACE_SECONDS: "0",
+      LEDGER_URL: ledger.url,
     });
     flow = buildFlow(config, stack.deployments, db);
     const app = await listen(createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow }).fetch);
@@ -87,6 +95,7 @@ describe("x402 route: paying a bill end to end", () => {
   afterAll(async () => {
     for (const s of servers) await s.close();
     await db?.close();
+    await ledger?.stop();
     await stack?.close();
   });
 
@@ -211,6 +220,35 @@ describe("x402 route: paying a bill end to end", () => {
     expect(finished).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x/) });
     expect(await workOnce(flow)).toBe(0);
     expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+  });
+
+  it("reconciles an order whose settlement answer was lost, from the ledger: paid means vend, unpaid means settle", async () => {
+    // The facilitator is unreachable for these requests: the orders stay SETTLING.
+    const deaf = { ...flow, facilitators: { CELO: new HTTPFacilitatorClient({ url: "http://127.0.0.1:9", timeoutMs: 500 }) } };
+    const lost = async (nairaAmount: number) => {
+      const body = bill("08011111111", { nairaAmount });
+      const { headers, payload } = await paymentFor(body);
+      const app = createApp({ config: loadConfig({ WORKER_GRACE_SECONDS: "0" }), db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: deaf });
+      const res = await app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+      const result = (await res.json()) as Result;
+      expect(result).toMatchObject({ status: "TIMEOUT", tx_hash: null });
+      return { result, payload };
+    };
+    const before = await usdc();
+    const landed = await lost(410);
+    const neverSent = await lost(420);
+    // The first one did reach the chain (its answer was lost on the way back).
+    const settled = await new HTTPFacilitatorClient({ url: facilitatorUrl }).settle(landed.payload, landed.payload.accepted);
+    expect(settled.success).toBe(true);
+    await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+
+    for (let i = 0; i < 3; i++) await workOnce(flow);
+    for (const { result } of [landed, neverSent]) {
+      const now = (await (await fetch(`${url}/api/orders/${result.request_id}`)).json()) as Result;
+      expect(now, result.request_id).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x[0-9a-f]{64}$/) });
+    }
+    // Each charged exactly once.
+    expect(await usdc()).toBe(before - BigInt(landed.payload.accepted.amount) - BigInt(neverSent.payload.accepted.amount));
   });
 
   it("answers a bad request_id with 400 and an unknown one with 404", async () => {
