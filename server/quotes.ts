@@ -21,7 +21,12 @@ export function bodyHash(fields: Record<string, string>): string {
   return createHash("sha256").update(canonical).digest("hex");
 }
 
+/** Live quotes kept in memory: a quote never changes once written, so a copy is safe until it expires. */
+const CACHE_LIMIT = 10_000;
+
 export class QuoteStore {
+  private readonly cache = new Map<string, LockedQuote>();
+
   constructor(
     private readonly db: Db,
     private readonly ttlSeconds: number,
@@ -57,6 +62,19 @@ export class QuoteStore {
 
   /** The oldest unexpired quote: the one the first challenge showed. */
   async live(hash: string, chain: string, token: string): Promise<LockedQuote | undefined> {
+    const key = `${hash}:${chain}:${token}`;
+    const cached = this.cache.get(key);
+    if (cached && cached.expiresAt.getTime() > Date.now()) return cached;
+    this.cache.delete(key);
+    const found = await this.read(hash, chain, token);
+    if (found) {
+      if (this.cache.size >= CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
+      this.cache.set(key, found);
+    }
+    return found;
+  }
+
+  private async read(hash: string, chain: string, token: string): Promise<LockedQuote | undefined> {
     const [row] = await this.db.query<{ amount: string; rate_milli: string; expires_at: Date }>(
       `SELECT amount::text, rate_milli::text, expires_at FROM quote
        WHERE body_hash = $1 AND chain = $2 AND token = $3 AND expires_at > now()

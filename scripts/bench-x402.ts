@@ -1,0 +1,150 @@
+/**
+ * `npm run bench:x402`: the x402 route side by side with a reference route built with
+ * @x402/hono's payment middleware, in one process tree, on the same local chain and the
+ * same local facilitator.
+ *   challenge: N sequential unpaid POSTs of one bill (its quote locked after the first):
+ *              p50/p95 latency and requests/s, for ours and the reference.
+ *   paid:      M sequential bills paid with @x402/fetch (402, sign, pay): bills/s for ours
+ *              (which also vends through the biller sandbox and records the order) and the
+ *              reference (which settles and answers). Goal: ours >= 0.8 x the reference.
+ * Writes bench-results/x402.json.
+ */
+import { mkdir, writeFile } from "node:fs/promises";
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import { ExactEvmScheme } from "@x402/evm/exact/server";
+import { wrapFetchWithPayment } from "@x402/fetch";
+import { paymentMiddleware, x402ResourceServer } from "@x402/hono";
+import { Hono } from "hono";
+import { facilitatorAccount, hardhatAccount } from "../lib/local-accounts.ts";
+import { createApp } from "../server/app.ts";
+import { loadConfig } from "../server/config.ts";
+import { openDb } from "../server/db.ts";
+import { ConfiguredRate } from "../server/pricing/rates.ts";
+import { buildFlow } from "../server/services.ts";
+import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
+import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
+import { listen } from "../test/support/http-server.ts";
+import { startTestChains } from "../test/support/stack.ts";
+import { x402ClientFor } from "../test/support/x402-clients.ts";
+
+const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
+const PAID = Number(process.env.BENCH_PAID ?? 60);
+const GOAL_RATIO = 0.8;
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+const round = (n: number) => Math.round(n * 100) / 100;
+
+const stack = await startTestChains();
+const d = stack.deployments.chains.CELO!;
+const usdc = d.tokens.find((t) => t.symbol === "USDC")!;
+const facilitator = await listen(
+  facilitatorApp(
+    createFacilitator(facilitatorAccount(), [
+      { chain: "CELO", rpcUrl: stack.rpcUrls.CELO },
+      { chain: "BASE", rpcUrl: stack.rpcUrls.BASE },
+    ]),
+  ).fetch,
+);
+const biller = await listen(billerSandboxApp({ apiKey: "k", secretKey: "s", publicKey: "p" }).fetch);
+const db = await openDb({});
+const config = loadConfig({
+  FACILITATOR_URL_CELO: facilitator.url,
+  FACILITATOR_URL_BASE: facilitator.url,
+  BILLER_BASE_URL: biller.url,
+  BILLER_API_KEY: "k",
+  BILLER_SECRET_KEY: "s",
+  BILLER_PUBLIC_KEY: "p",
+});
+const ours = await listen(
+  createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow: buildFlow(config, stack.deployments, db) }).fetch,
+);
+
+// The reference: the same price, payee and asset, protected by @x402/hono's middleware.
+const PRICE = "1001000";
+const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: facilitator.url })).register("eip155:42220", new ExactEvmScheme());
+const reference = new Hono();
+reference.use(
+  paymentMiddleware(
+    {
+      "POST /reference": {
+        accepts: {
+          scheme: "exact",
+          network: "eip155:42220",
+          payTo: d.billPay.address,
+          price: { amount: PRICE, asset: usdc.address, extra: { name: usdc.name, version: usdc.eip712Version! } },
+          maxTimeoutSeconds: 300,
+        },
+        description: "reference",
+      },
+    },
+    resourceServer,
+  ),
+);
+reference.post("/reference", (c) => c.json({ ok: true }));
+const ref = await listen(reference.fetch);
+
+const payer = hardhatAccount(12);
+const bill = () => ({
+  serviceID: "mtn",
+  serviceCategory: "AIRTIME",
+  network: "MTN",
+  billersCode: "08011111111",
+  nairaAmount: 1550,
+  token: "USDC",
+  blockchain: "CELO",
+  wallet_address: payer.address,
+});
+const init = (body: unknown): RequestInit => ({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+
+async function challenges(url: string, body: unknown) {
+  const times: number[] = [];
+  const t0 = performance.now();
+  for (let i = 0; i < CHALLENGES; i++) {
+    const s = performance.now();
+    const res = await fetch(url, init(body));
+    await res.arrayBuffer();
+    if (res.status !== 402) throw new Error(`expected 402, got ${res.status}`);
+    times.push(performance.now() - s);
+  }
+  const elapsed = performance.now() - t0;
+  times.sort((a, b) => a - b);
+  return { p50Ms: round(percentile(times, 50)), p95Ms: round(percentile(times, 95)), perSecond: Math.round(CHALLENGES / (elapsed / 1000)) };
+}
+
+async function paid(url: string, body: unknown, check: (json: Record<string, unknown>) => boolean) {
+  const payingFetch = wrapFetchWithPayment(fetch, x402ClientFor(payer, stack.deployments));
+  const t0 = performance.now();
+  for (let i = 0; i < PAID; i++) {
+    const res = await payingFetch(url, init(body));
+    const json = (await res.json()) as Record<string, unknown>;
+    if (res.status !== 200 || !check(json)) throw new Error(`paid request ${i} failed: ${res.status} ${JSON.stringify(json)}`);
+  }
+  return { bills: PAID, perSecond: round(PAID / ((performance.now() - t0) / 1000)) };
+}
+
+// Warm both paths once (JIT, quote lock, facilitator initialisation).
+await fetch(`${ours.url}/api/pay/x402`, init(bill()));
+await fetch(`${ref.url}/reference`, init({}));
+
+const challengeOurs = await challenges(`${ours.url}/api/pay/x402`, bill());
+const challengeRef = await challenges(`${ref.url}/reference`, {});
+const paidRef = await paid(`${ref.url}/reference`, {}, (j) => j.ok === true);
+const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS");
+
+for (const s of [ours, ref, biller, facilitator]) await s.close();
+await db.close();
+await stack.close();
+
+const ratio = paidOurs.perSecond / paidRef.perSecond;
+const report = {
+  measuredAt: new Date().toISOString(),
+  setup: "one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox, PGlite in memory",
+  challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
+  paid: { ours: paidOurs, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
+};
+await mkdir("bench-results", { recursive: true });
+await writeFile("bench-results/x402.json", `${JSON.stringify(report, null, 2)}\n`);
+console.log(`challenge (${CHALLENGES} sequential): ours p50 ${challengeOurs.p50Ms} ms, p95 ${challengeOurs.p95Ms} ms, ${challengeOurs.perSecond}/s; reference p50 ${challengeRef.p50Ms} ms, ${challengeRef.perSecond}/s (goal p50 < 2 ms: ${report.challenge.met ? "met" : "NOT met"})`);
+console.log(`paid (${PAID} sequential bills): ours ${paidOurs.perSecond}/s, reference ${paidRef.perSecond}/s, ratio ${round(ratio)} (goal >= ${GOAL_RATIO}: ${report.paid.met ? "met" : "NOT met"})`);
+console.log("written to bench-results/x402.json");
+if (!report.challenge.met || !report.paid.met) process.exitCode = 1;
