@@ -121,15 +121,24 @@ describe("x402 route: paying a bill end to end", () => {
     expect(order).toEqual(result);
   });
 
-  it("refunds on chain when the biller fails the bill: FAILED_VENDING, payer whole again", async () => {
+  it("refunds on chain when the biller fails the bill: FAILED_VENDING, payer whole again, both in the ledger", async () => {
     const before = await usdc();
-    const { headers } = await paymentFor(bill("08099999999"));
+    const { headers, payload } = await paymentFor(bill("08099999999"));
     const res = await post(bill("08099999999"), headers);
     const result = (await res.json()) as Result;
     expect(result).toMatchObject({ success: false, status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
     expect(result.refund!.tx_hash).toMatch(/^0x[0-9a-f]{64}$/);
     expect(result.tx_hash).toMatch(/^0x[0-9a-f]{64}$/);
     expect(await usdc()).toBe(before);
+
+    // The ledger shows the x402 payment and its refund, matched by the authorization.
+    const nonce = (payload.payload as { authorization: { nonce: string } }).authorization.nonce;
+    await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    const seen = (await (
+      await fetch(`${ledger.url}/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${payer.address}/${nonce}`)
+    ).json()) as { payment: { txHash: string; amount: string } | null; refunds: Array<{ txHash: string; amount: string }> };
+    expect(seen.payment).toMatchObject({ txHash: result.tx_hash, amount: "1001000" });
+    expect(seen.refunds).toEqual([expect.objectContaining({ txHash: result.refund!.tx_hash, amount: "1001000" })]);
   });
 
   it("verifies meters after settlement: a wrong one is refunded, a right one vends a token", async () => {
