@@ -53,10 +53,11 @@ export function createApp(deps: AppDeps): Hono {
     resourceUrl: `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`,
   });
 
-  const challengeResponse = (challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}) =>
+  /** The 402: the v1 body, and the v2 header unless the client asked for protocol 1 only (`?networks=v1`). */
+  const challengeResponse = (challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) =>
     new Response(JSON.stringify(challenge.v1Body), {
       status: 402,
-      headers: { "content-type": "application/json", "PAYMENT-REQUIRED": challenge.v2Header, ...extraHeaders },
+      headers: { "content-type": "application/json", ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }), ...extraHeaders },
     });
 
   app.onError((err) => {
@@ -85,7 +86,9 @@ export function createApp(deps: AppDeps): Hono {
     }),
   );
 
-  app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c))));
+  const v1NetworkNames = (c: Context) => c.req.query("networks") === "v1";
+
+  app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
 
   app.post(
     "/api/pay/x402",
@@ -96,7 +99,7 @@ export function createApp(deps: AppDeps): Hono {
     async (c) => {
       const text = await c.req.text();
       // A probing POST without a bill gets the probe challenge, as a GET does.
-      if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c)));
+      if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
       const type = c.req.header("content-type") ?? "";
       if (!type.toLowerCase().startsWith("application/json")) {
         return problemResponse("UNSUPPORTED_MEDIA_TYPE", `got content-type "${type}"`);
@@ -118,13 +121,14 @@ export function createApp(deps: AppDeps): Hono {
       const ctx = challengeContext(c);
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
-      const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description);
+      const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
       const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
-      if (!header) return challengeResponse(challenge, extraHeaders);
+      const v1Only = v1NetworkNames(c);
+      if (!header) return challengeResponse(challenge, extraHeaders, v1Only);
       const rejected = (code: string, detail: string) =>
-        challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders);
+        challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
 
       // A payment that does not fit this bill's locked quote is answered like no payment:
       // 402 with the challenge, plus the reason. Nothing is locked or settled.

@@ -107,14 +107,20 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
   };
 }
 
-export function buildChallenge(ctx: ChallengeContext, options: Option[], description: string) {
+/**
+ * @param v1NetworkNames the v1 body names networks as legacy x402@1 clients do ("base")
+ *   instead of the interface's CAIP-2 ids: those clients refuse a body with CAIP-2 ids, so
+ *   they opt in with `?networks=v1`. The v2 header always carries CAIP-2 ids.
+ */
+export function buildChallenge(ctx: ChallengeContext, options: Option[], description: string, v1NetworkNames = false) {
   const reqs = options.map((o) => requirement(ctx, o, description));
   const resource = { url: ctx.resourceUrl, description, mimeType: "application/json" };
   const v1Body = {
     x402Version: 1,
     error: PAYMENT_REQUIRED_ERROR,
-    accepts: reqs.map(({ amount, ...r }) => ({
+    accepts: reqs.map(({ amount, ...r }, i) => ({
       ...r,
+      ...(v1NetworkNames ? { network: CHAINS[options[i]!.chain].x402V1Network } : {}),
       maxAmountRequired: amount,
       resource: ctx.resourceUrl,
       mimeType: "application/json",
@@ -130,7 +136,7 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
 }
 
 /** The probe: every option at the minimum price, for discovery without a bill. */
-export function probeChallenge(ctx: ChallengeContext) {
+export function probeChallenge(ctx: ChallengeContext, v1NetworkNames = false) {
   const options = settleableOptions(ctx.deployments).map((o) => ({ ...o, amount: MIN_PRICE_MICRO_USD }));
-  return buildChallenge(ctx, options, "Pay a bill: POST the bill to get its exact price (the minimum price is shown)");
+  return buildChallenge(ctx, options, "Pay a bill: POST the bill to get its exact price (the minimum price is shown)", v1NetworkNames);
 }

@@ -1,5 +1,11 @@
 import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
+import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
+import { x402Client } from "@x402/core/client";
+import { toClientEvmSigner } from "@x402/evm";
+import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
+import { createWalletClient, http } from "viem";
+import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hardhatAccount, facilitatorAccount } from "../../lib/local-accounts.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
@@ -185,6 +191,39 @@ describe("x402 route: paying a bill end to end", () => {
     const { accepted: _a, resource: _r, ...rest } = payload as typeof payload & { extensions?: unknown };
     const v1 = Buffer.from(JSON.stringify({ ...rest, x402Version: 1, scheme: "exact", network: "eip155:42220" })).toString("base64");
     const res = await post(body, { "X-PAYMENT": v1 });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Result).status).toBe("SUCCESS");
+    expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!).success).toBe(true);
+  });
+
+  it("is paid by the legacy x402-fetch client on BASE, which asks for v1 network names", async () => {
+    const before = await chainActors(stack.deployments, "BASE").balanceOf("USDC", payer.address);
+    const wallet = createWalletClient({ account: payer, chain: viemChain("BASE", stack.rpcUrls.BASE), transport: http(stack.rpcUrls.BASE) });
+    const legacyFetch = legacyWrapFetchWithPayment(fetch, wallet as never, 10n ** 7n);
+    const res = await legacyFetch(`${url}/api/pay/x402?networks=v1`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(bill("08011111111", { blockchain: "BASE" })),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Result).status).toBe("SUCCESS");
+    expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!)).toMatchObject({ success: true, network: "eip155:8453" });
+    expect(await chainActors(stack.deployments, "BASE").balanceOf("USDC", payer.address)).toBe(before - 1_001_000n);
+  });
+
+  it("is paid by @x402/fetch in protocol 1 mode, when the server offers protocol 1 only", async () => {
+    // Protocol 1 names networks ("base"); the package's types only spell CAIP-2 ids.
+    const base = "base" as `${string}:${string}`;
+    const client = x402Client.fromConfig({
+      schemes: [{ network: base, client: new ExactEvmSchemeV1(toClientEvmSigner(payer as never)), x402Version: 1 }],
+      spendControls: { allowedAssets: [{ network: base, asset: chainActors(stack.deployments, "BASE").tokenAddress("USDC") }] },
+    });
+    const v1Fetch = wrapFetchWithPayment(fetch, client);
+    const res = await v1Fetch(`${url}/api/pay/x402?networks=v1`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(bill("08011111111", { blockchain: "BASE", nairaAmount: 1240 })),
+    });
     expect(res.status).toBe(200);
     expect(((await res.json()) as Result).status).toBe("SUCCESS");
     expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!).success).toBe(true);
