@@ -54,6 +54,7 @@ const config = loadConfig({
   BILLER_API_KEY: "k",
   BILLER_SECRET_KEY: "s",
   BILLER_PUBLIC_KEY: "p",
+  LOG_REQUESTS: "0",
 });
 const ours = await listen(
   createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow: buildFlow(config, stack.deployments, db) }).fetch,

@@ -17,6 +17,7 @@ import { paymentRequestSchema } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, startX402Order, type FlowDeps } from "./orders/x402-flow.ts";
+import { jsonLog } from "./services.ts";
 import { buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
 import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
 
@@ -59,6 +60,15 @@ export function createApp(deps: AppDeps): Hono {
       status: 402,
       headers: { "content-type": "application/json", ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }), ...extraHeaders },
     });
+
+  // One structured line per request (never headers or bodies: they carry payments and keys).
+  if (config.LOG_REQUESTS) {
+    app.use(async (c, next) => {
+      const started = performance.now();
+      await next();
+      jsonLog("request", { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) });
+    });
+  }
 
   app.onError((err) => {
     if (err instanceof ServiceError) return problemResponse(err.code, err.detail, err.extra);

@@ -35,7 +35,7 @@ describe("x402 route: the 402 challenge", () => {
     stack = await startTestChains();
     rateServer = await listen(new Hono().get("/rate", (c) => c.json({ ngnPerUsd: rate })).fetch);
     db = await openDb({ pgliteDir: undefined }); // in-memory PGlite
-    const config = loadConfig({ PUBLIC_URL: "http://billpay.test" });
+    const config = loadConfig({ PUBLIC_URL: "http://billpay.test", LOG_REQUESTS: "0" });
     app = createApp({
       config,
       db,

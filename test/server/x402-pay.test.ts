@@ -91,6 +91,7 @@ describe("x402 route: paying a bill end to end", () => {
       VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
       REQUERY_INTERVAL_MS: "200",
       WORKER_GRACE_SECONDS: "0",
+      LOG_REQUESTS: "0",
       LEDGER_URL: ledger.url,
     });
     flow = buildFlow(config, stack.deployments, db);
@@ -276,7 +277,7 @@ describe("x402 route: paying a bill end to end", () => {
     const lost = async (nairaAmount: number) => {
       const body = bill("08011111111", { nairaAmount });
       const { headers, payload } = await paymentFor(body);
-      const app = createApp({ config: loadConfig({ WORKER_GRACE_SECONDS: "0" }), db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: deaf });
+      const app = createApp({ config: loadConfig({ WORKER_GRACE_SECONDS: "0", LOG_REQUESTS: "0" }), db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: deaf });
       const res = await app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
       const result = (await res.json()) as Result;
       expect(result).toMatchObject({ status: "TIMEOUT", tx_hash: null });
