@@ -18,7 +18,8 @@ import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, startX402Order, type FlowDeps } from "./orders/x402-flow.ts";
 import { jsonLog } from "./services.ts";
-import { buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
+import type { Order } from "./orders/store.ts";
+import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
 import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
 
 export interface AppDeps {
@@ -44,6 +45,34 @@ export function createApp(deps: AppDeps): Hono {
   const { config } = deps;
   const app = new Hono();
   const quotes = new QuoteStore(deps.db, config.QUOTE_TTL_SECONDS);
+
+  /** The order a payment header already paid for, if the header decodes and one exists. */
+  const findPaidOrder = async (header: PaymentHeader, value: string, chain: string, tokenAddress: string) => {
+    try {
+      const { authorization } = decodePayment(header, value);
+      return await deps.flow.orders.findByPayment(chain, tokenAddress, authorization.from, authorization.nonce);
+    } catch (err) {
+      if (err instanceof PaymentRejected) return undefined; // malformed: the checks below answer it
+      throw err;
+    }
+  };
+
+  /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}) => {
+    if (order.status === "PAYMENT_FAILED") {
+      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one");
+    }
+    const headers: Record<string, string> = { ...extraHeaders };
+    if (order.txHash) {
+      headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader({
+        success: true,
+        transaction: order.txHash,
+        network: CHAINS[order.chain as keyof typeof CHAINS].caip2,
+        payer: order.payer,
+      });
+    }
+    return c.json(orderResult(order), 200, headers);
+  };
 
   const challengeContext = (c: Context): ChallengeContext => ({
     deployments: deps.deployments,
@@ -73,7 +102,10 @@ export function createApp(deps: AppDeps): Hono {
   app.onError((err) => {
     if (err instanceof ServiceError) return problemResponse(err.code, err.detail, err.extra);
     console.error(JSON.stringify({ level: "error", msg: "unhandled error", error: err.message }));
-    return problemResponse("INTERNAL", "an unexpected error occurred; nothing was charged by this request");
+    return problemResponse(
+      "INTERNAL",
+      "an unexpected error occurred; if a payment was attached, retry with the same payment or GET /api/orders/{request_id} to see where it stands",
+    );
   });
   app.notFound((c) => problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}`));
 
@@ -129,12 +161,26 @@ export function createApp(deps: AppDeps): Hono {
       }
 
       const ctx = challengeContext(c);
+      const d = deps.deployments.chains[option.chain]!;
+      const tokenAddress = d.tokens.find((t) => t.symbol === option.token)!.address;
+      const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
+
+      // A payment seen before gets its order's result, whatever its quote or clock says now.
+      if (header) {
+        const seen = await findPaidOrder(header, c.req.header(header)!, option.chain, tokenAddress);
+        if (seen) {
+          if (seen.bodyHash !== billHash(bill, option)) {
+            return problemResponse("PAYMENT_ALREADY_USED", `this payment already paid for order ${seen.requestId}, a different bill`);
+          }
+          return orderResponse(c, seen, header);
+        }
+      }
+
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
-      const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
       const v1Only = v1NetworkNames(c);
       if (!header) return challengeResponse(challenge, extraHeaders, v1Only);
       const rejected = (code: string, detail: string) =>
@@ -142,8 +188,6 @@ export function createApp(deps: AppDeps): Hono {
 
       // A payment that does not fit this bill's locked quote is answered like no payment:
       // 402 with the challenge, plus the reason. Nothing is locked or settled.
-      const d = deps.deployments.chains[option.chain]!;
-      const tokenAddress = d.tokens.find((t) => t.symbol === option.token)!.address;
       let payment;
       try {
         payment = decodePayment(header, c.req.header(header)!);
@@ -174,18 +218,7 @@ export function createApp(deps: AppDeps): Hono {
         resourceUrl: ctx.resourceUrl,
       });
       if (order.status === "PAYMENT_FAILED") return rejected("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle");
-
-      const settlementHeader = header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE";
-      const headers: Record<string, string> = { ...extraHeaders };
-      if (order.txHash) {
-        headers[settlementHeader] = encodePaymentResponseHeader({
-          success: true,
-          transaction: order.txHash,
-          network: CHAINS[option.chain].caip2,
-          payer: payment.authorization.from,
-        });
-      }
-      return c.json(orderResult(order), 200, headers);
+      return orderResponse(c, order, header, extraHeaders);
     },
   );
 

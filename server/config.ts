@@ -61,6 +61,8 @@ export const configSchema = z.object({
   LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
   WORKER_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
   WORKER_GRACE_SECONDS: z.coerce.number().int().nonnegative().default(30),
+  /** Longer than a request's worst case (facilitator, verification, vend deadline). */
+  ORDER_LEASE_SECONDS: z.coerce.number().int().min(10).default(300),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
 });
 

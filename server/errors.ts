@@ -10,6 +10,7 @@ export const ERRORS = {
   UNSUPPORTED_CHAIN: { status: 422, title: "The blockchain is not one the service settles on" },
   TOKEN_NOT_SETTLEABLE: { status: 422, title: "The token cannot settle an x402 payment on that chain" },
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
+  PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
   NOT_FOUND: { status: 404, title: "No such resource" },
   ORDER_NOT_FOUND: { status: 404, title: "No order with that request_id" },

@@ -1,5 +1,6 @@
 /** The request and result shapes of the REST route, in zod: one source for validation and the OpenAPI document. */
 import { z } from "zod";
+import { toScaled } from "./pricing/decimal.ts";
 import { CATEGORIES } from "./pricing/price.ts";
 
 /** The most a single bill may be, in NGN (the upstream's largest product limit). */
@@ -28,7 +29,7 @@ export const paymentRequestSchema = z.object({
     .number()
     .positive()
     .max(MAX_NAIRA_AMOUNT, `must be at most ${MAX_NAIRA_AMOUNT} NGN`)
-    .refine((n) => Number.isInteger(Math.round(n * 100)) && Math.abs(n * 100 - Math.round(n * 100)) < 1e-6, "has at most 2 decimals (kobo)"),
+    .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals (kobo), written plainly"),
   token: z.string().trim().min(1).max(16),
   blockchain: z.string().trim().min(1).max(16),
   wallet_address: z.string().regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address"),

@@ -33,6 +33,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, oper
     log: jsonLog,
     deployments,
     ledgerUrl: config.LEDGER_URL,
+    leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
   };
 }

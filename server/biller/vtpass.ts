@@ -15,7 +15,7 @@ export interface BillerConfig {
 
 export type VendResult =
   | { state: "delivered"; transactionId: string | null; purchasedCode: string | null; units: string | null }
-  | { state: "pending"; reason: string }
+  | { state: "pending"; reason: string; /** requery found no such request: it may never have arrived, or not yet. */ unknownRequest?: boolean }
   | { state: "failed"; code: string; reason: string };
 
 export type VerifyResult = { ok: true; customerName: string | null } | { ok: false; reason: string };
@@ -127,8 +127,9 @@ export class VtpassClient {
   async requery(requestId: string): Promise<VendResult> {
     try {
       const body = (await this.call("POST", "/api/requery", { request_id: requestId })) as { code?: string } | undefined;
-      // 015: the biller never recorded this request, so nothing was delivered.
-      if (body?.code === "015") return { state: "failed", code: "015", reason: "the biller has no such request" };
+      // 015: no record of the request. Not a failure: a pay that timed out may still land.
+      // The caller sends the pay again with the same request id (014 if it did arrive).
+      if (body?.code === "015") return { state: "pending", reason: "the biller has no record of the request", unknownRequest: true };
       return vendResult(body);
     } catch (err) {
       return { state: "pending", reason: `no answer: ${(err as Error).message}` };

@@ -88,11 +88,13 @@ export class OrderStore {
    * Takes the once-only lock on the payment and creates the order in SETTLING. When the
    * payment was seen before, returns that order instead (`created: false`).
    */
-  async lockPayment(o: NewOrder): Promise<{ order: Order; created: boolean }> {
+  async lockPayment(o: NewOrder, leaseSeconds: number): Promise<{ order: Order; created: boolean }> {
+    // The request that creates the order holds its lease while it works on it: the worker
+    // only takes orders whose lease has run out (their request died or gave up).
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
-                               auth_nonce, payment, requirements, status)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING')
+                               auth_nonce, payment, requirements, status, lease_until)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13))
        ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -108,14 +110,25 @@ export class OrderStore {
         o.authNonce.toLowerCase(),
         JSON.stringify(o.payment),
         JSON.stringify(o.requirements),
+        leaseSeconds,
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
-    const [existing] = await this.db.query<Row>(
+    return { order: (await this.findByPayment(o.chain, o.tokenAddress, o.payer, o.authNonce))!, created: false };
+  }
+
+  /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */
+  async findByPayment(chain: string, tokenAddress: string, payer: string, nonce: string): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
       `SELECT ${COLUMNS} FROM bill_order WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`,
-      [o.chain, o.tokenAddress.toLowerCase(), o.payer.toLowerCase(), o.authNonce.toLowerCase()],
+      [chain, tokenAddress.toLowerCase(), payer.toLowerCase(), nonce.toLowerCase()],
     );
-    return { order: toOrder(existing!), created: false };
+    return row && toOrder(row);
+  }
+
+  /** Gives up the lease: the worker may take the order at once if it is unfinished. */
+  async release(requestId: string): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1`, [requestId]);
   }
 
   async get(requestId: string): Promise<Order | undefined> {
@@ -131,7 +144,7 @@ export class OrderStore {
     fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash">> = {},
   ): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
-      `UPDATE bill_order SET status = $3, updated_at = now(), lease_until = NULL,
+      `UPDATE bill_order SET status = $3, updated_at = now(),
          tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
          failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash)
        WHERE request_id = $1 AND status = ANY($2::text[])
@@ -154,16 +167,21 @@ export class OrderStore {
    * Claims one unfinished order for background work, leasing it so that several
    * instances never work the same order at once.
    */
-  async claimUnfinished(statuses: OrderStatus[], olderThanSeconds: number, leaseSeconds: number): Promise<Order | undefined> {
+  async claimUnfinished(
+    statuses: OrderStatus[],
+    olderThanSeconds: number,
+    leaseSeconds: number,
+    skip: string[] = [],
+  ): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $3)
        WHERE request_id = (
          SELECT request_id FROM bill_order
          WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
-           AND updated_at < now() - make_interval(secs => $2)
+           AND updated_at <= now() - make_interval(secs => $2) AND NOT (request_id = ANY($4::text[]))
          ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED)
        RETURNING ${COLUMNS}`,
-      [statuses, olderThanSeconds, leaseSeconds],
+      [statuses, olderThanSeconds, leaseSeconds, skip],
     );
     return row && toOrder(row);
   }

@@ -8,19 +8,13 @@
  *   REFUNDING the refund has not landed: send it again (BillPay refunds once).
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
-import type { Hex } from "viem";
-import { eip3009TokenAbi } from "../../lib/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import type { Order } from "./store.ts";
-import { applyVendResult, fulfil, refund, settle, type FlowDeps } from "./x402-flow.ts";
+import { applyVendResult, authorizationUsed, fulfil, refund, requery, settle, type FlowDeps } from "./x402-flow.ts";
 
 const LEDGER_TIMEOUT_MS = 5_000;
-const LEASE_SECONDS = 60;
 
 export interface WorkerDeps extends FlowDeps {
-  deployments: Deployments;
   ledgerUrl: string;
   /** Orders younger than this are still in their request's hands. */
   graceSeconds: number;
@@ -44,14 +38,7 @@ async function reconcileSettling(deps: WorkerDeps, o: Order): Promise<void> {
     if (order) await fulfil(deps, order);
     return;
   }
-  const chain = o.chain as ChainKey;
-  const d = deps.deployments.chains[chain]!;
-  const used = await publicClientFor(chain, rpcUrlFor(chain, d)).readContract({
-    address: o.tokenAddress as Hex,
-    abi: eip3009TokenAbi,
-    functionName: "authorizationState",
-    args: [o.payer as Hex, o.authNonce as Hex],
-  });
+  const used = await authorizationUsed(deps, o);
   const validBefore = BigInt((o.payment as { authorization: { validBefore: string } }).authorization.validBefore);
   if (!used && validBefore > BigInt(Math.floor(Date.now() / 1000))) {
     const order = await settle(deps, o);
@@ -63,12 +50,13 @@ async function reconcileSettling(deps: WorkerDeps, o: Order): Promise<void> {
   // the nonce. Left for a later pass; it never becomes PAID without the ledger's payment.
 }
 
+/** One pass: each unfinished order at most once. Returns how many were worked. */
 export async function workOnce(deps: WorkerDeps): Promise<number> {
-  let worked = 0;
+  const seen: string[] = [];
   for (;;) {
-    const o = await deps.orders.claimUnfinished(["SETTLING", "PAID", "PENDING", "REFUNDING"], deps.graceSeconds, LEASE_SECONDS);
-    if (!o) return worked;
-    worked += 1;
+    const o = await deps.orders.claimUnfinished(["SETTLING", "PAID", "PENDING", "REFUNDING"], deps.graceSeconds, deps.leaseSeconds, seen);
+    if (!o) return seen.length;
+    seen.push(o.requestId);
     try {
       switch (o.status) {
         case "SETTLING":
@@ -78,7 +66,7 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
           await fulfil(deps, o);
           break;
         case "PENDING":
-          await applyVendResult(deps, o, await deps.biller.requery(o.billerRequestId));
+          await applyVendResult(deps, o, await requery(deps, o));
           break;
         case "REFUNDING":
           await refund(deps, o, o.failureReason ?? "refund retried");
@@ -87,6 +75,9 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
     } catch (err) {
       deps.log("worker could not finish an order; it will retry", { requestId: o.requestId, error: (err as Error).message });
     }
+    // Released after its work, finished or not: the next pass may take it again once its
+    // grace period (counted from its last change) is over.
+    await deps.orders.release(o.requestId);
   }
 }
 

@@ -14,10 +14,53 @@ import type { Refunder } from "../chain/refunder.ts";
 import { ServiceError } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { Authorization, DecodedPayment } from "../x402/payment.ts";
-import type { Order, OrderStore } from "./store.ts";
+import type { Order, OrderStatus, OrderStore } from "./store.ts";
+import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+
+/** Moves the order on; when another actor moved it first, returns it as it now stands. */
+async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
+  return (await deps.orders.transition(order.requestId, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
+}
+
+/** Whether the payer's authorization has been consumed on chain (by this payment, or otherwise). */
+export async function authorizationUsed(deps: FlowDeps, o: Order): Promise<boolean> {
+  const chain = o.chain as ChainKey;
+  return publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!)).readContract({
+    address: o.tokenAddress as Hex,
+    abi: eip3009TokenAbi,
+    functionName: "authorizationState",
+    args: [o.payer as Hex, o.authNonce as Hex],
+  });
+}
+
+/**
+ * The facilitator refused or failed. Only when the chain confirms the authorization is
+ * still unused is the order PAYMENT_FAILED: a settlement still in flight, or one someone
+ * else submitted, must not be written off. Otherwise it stays SETTLING for the worker,
+ * which decides from the ledger's record of the payment.
+ */
+async function paymentFailed(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
+  let used: boolean;
+  try {
+    used = await authorizationUsed(deps, order);
+  } catch (err) {
+    deps.log("could not read the authorization's state; the worker will decide", { requestId: order.requestId, error: (err as Error).message });
+    return order;
+  }
+  if (used) {
+    deps.log("facilitator refused, but the authorization is consumed; the worker will decide", { requestId: order.requestId, reason });
+    return order;
+  }
+  return move(deps, order, ["SETTLING"], "PAYMENT_FAILED", { failureReason: reason });
+}
 
 export interface FlowDeps {
   orders: OrderStore;
+  deployments: Deployments;
+  /** How long whoever works an order (a request or the worker) holds it: longer than its worst case. */
+  leaseSeconds: number;
   facilitators: Partial<Record<ChainKey, FacilitatorClient>>;
   biller: VtpassClient;
   refunder: Refunder;
@@ -93,7 +136,8 @@ export async function startX402Order(
   },
 ): Promise<{ order: Order; replay: boolean }> {
   const billerRequestId = newBillerRequestId();
-  const { order, created } = await deps.orders.lockPayment({
+  const { order, created } = await deps.orders.lockPayment(
+    {
     requestId: `req_${billerRequestId}`,
     billerRequestId,
     bodyHash: input.bodyHash,
@@ -106,16 +150,22 @@ export async function startX402Order(
     authNonce: input.payment.authorization.nonce,
     payment: storedPayment(input.payment, input.requirements, input.resourceUrl) as unknown as Record<string, unknown>,
     requirements: input.requirements as unknown as Record<string, unknown>,
-  });
+    },
+    deps.leaseSeconds,
+  );
   if (!created) {
     if (order.bodyHash !== input.bodyHash) {
       throw new ServiceError("PAYMENT_ALREADY_USED", `this payment already paid for order ${order.requestId}, a different bill`);
     }
     return { order, replay: true };
   }
-  const settled = await settle(deps, order);
-  if (settled.status !== "PAID") return { order: settled, replay: false };
-  return { order: await fulfil(deps, settled), replay: false };
+  try {
+    const settled = await settle(deps, order);
+    if (settled.status !== "PAID") return { order: settled, replay: false };
+    return { order: await fulfil(deps, settled), replay: false };
+  } finally {
+    await deps.orders.release(order.requestId);
+  }
 }
 
 /** Verifies then settles; a definite refusal ends in PAYMENT_FAILED, an unclear one stays SETTLING for the worker. */
@@ -123,7 +173,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
-  if (!facilitator) return (await deps.orders.transition(order.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "no facilitator for this chain" }))!;
+  if (!facilitator) return paymentFailed(deps, order, "no facilitator for this chain");
 
   let verified: VerifyResponse;
   try {
@@ -137,9 +187,11 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
     verified = response;
   }
   if (!verified.isValid) {
-    return (await deps.orders.transition(order.requestId, ["SETTLING"], "PAYMENT_FAILED", {
-      failureReason: `facilitator: ${verified.invalidReason ?? "invalid payment"}${verified.invalidMessage ? ` (${verified.invalidMessage})` : ""}`,
-    }))!;
+    return paymentFailed(
+      deps,
+      order,
+      `facilitator: ${verified.invalidReason ?? "invalid payment"}${verified.invalidMessage ? ` (${verified.invalidMessage})` : ""}`,
+    );
   }
 
   let result: SettleResponse;
@@ -154,12 +206,8 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
     }
     result = response;
   }
-  if (!result.success) {
-    return (await deps.orders.transition(order.requestId, ["SETTLING"], "PAYMENT_FAILED", {
-      failureReason: `facilitator: ${result.errorReason ?? "settlement failed"}`,
-    }))!;
-  }
-  return (await deps.orders.transition(order.requestId, ["SETTLING"], "PAID", { txHash: result.transaction }))!;
+  if (!result.success) return paymentFailed(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
+  return move(deps, order, ["SETTLING"], "PAID", { txHash: result.transaction });
 }
 
 /** Vends a paid order: verification where the product has it, then the biller, waiting up to the deadline. */
@@ -173,8 +221,20 @@ export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
       return refund(deps, order, `verification unavailable: ${(err as Error).message}`);
     }
   }
+  let result = await pay(deps, order);
+  const deadline = Date.now() + deps.vendDeadlineMs;
+  while (result.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
+    await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
+    result = await requery(deps, order);
+  }
+  return applyVendResult(deps, order, result);
+}
+
+/** Pays the biller under the order's fixed request id (a repeat is recognised as one). */
+function pay(deps: FlowDeps, order: Order): Promise<VendResult> {
+  const bill = order.bill as unknown as PaymentRequest;
   const phone = bill.phone ?? (bill.serviceCategory === "AIRTIME" || bill.serviceCategory === "DATA" ? bill.billersCode : deps.defaultPhone);
-  let result: VendResult = await deps.biller.pay({
+  return deps.biller.pay({
     requestId: order.billerRequestId,
     serviceID: bill.serviceID,
     billersCode: bill.billersCode,
@@ -182,33 +242,31 @@ export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
     amount: bill.nairaAmount,
     phone,
   });
-  const deadline = Date.now() + deps.vendDeadlineMs;
-  while (result.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
-    await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
-    result = await deps.biller.requery(order.billerRequestId);
-  }
-  return applyVendResult(deps, order, result);
+}
+
+/** Asks the biller how the order stands; when it has no record, the pay is sent again. */
+export async function requery(deps: FlowDeps, order: Order): Promise<VendResult> {
+  const result = await deps.biller.requery(order.billerRequestId);
+  return result.state === "pending" && result.unknownRequest ? pay(deps, order) : result;
 }
 
 export async function applyVendResult(deps: FlowDeps, order: Order, result: VendResult): Promise<Order> {
   switch (result.state) {
     case "delivered":
-      return (
-        (await deps.orders.transition(order.requestId, ["PAID", "PENDING"], "SUCCESS", {
-          purchasedCode: result.purchasedCode ?? undefined,
-          units: result.units ?? undefined,
-        })) ?? order
-      );
+      return move(deps, order, ["PAID", "PENDING"], "SUCCESS", {
+        purchasedCode: result.purchasedCode ?? undefined,
+        units: result.units ?? undefined,
+      });
     case "failed":
       return refund(deps, order, `biller: ${result.reason}`);
     default:
-      return (await deps.orders.transition(order.requestId, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason })) ?? order;
+      return move(deps, order, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason });
   }
 }
 
 /** Refunds the payer on chain: REFUNDING first (so a crash is retried), REFUNDED once the chain has it. */
 export async function refund(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
-  const refunding = (await deps.orders.transition(order.requestId, ["PAID", "PENDING", "REFUNDING"], "REFUNDING", { failureReason: reason })) ?? order;
+  const refunding = await move(deps, order, ["PAID", "PENDING", "REFUNDING"], "REFUNDING", { failureReason: reason });
   if (refunding.status !== "REFUNDING") return refunding;
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
@@ -229,7 +287,7 @@ export async function refund(deps: FlowDeps, order: Order, reason: string): Prom
       amount: refunding.amount,
     });
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
-    return (await deps.orders.transition(refunding.requestId, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash })) ?? refunding;
+    return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
     deps.log("refund failed; the worker will retry", { requestId: refunding.requestId, error: (err as Error).message });
     return refunding;

@@ -66,21 +66,26 @@ export function resolveOption(req: Pick<PaymentRequest, "blockchain" | "token">)
     : { chain: chain.key, token, warning: `token "${req.token}" is not recognised; the bill is priced and settled in USDC` };
 }
 
-/** Locks (or finds) the quote for this bill on its chain and token. */
-export async function quoteBill(req: PaymentRequest, ctx: ChallengeContext, option: { chain: ChainKey; token: TokenSymbol }) {
-  const kobo = toScaled(req.nairaAmount, 2)!;
-  const hash = bodyHash({
+/** The bill's identity: what a quote and a payment are bound to. */
+export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: TokenSymbol }): string {
+  return bodyHash({
     serviceID: req.serviceID,
     serviceCategory: req.serviceCategory,
     network: req.network.toUpperCase(),
     billersCode: req.billersCode,
-    kobo: kobo.toString(),
+    kobo: toScaled(req.nairaAmount, 2)!.toString(),
     variation_code: req.variation_code ?? "",
     phone: req.phone ?? "",
     wallet_address: req.wallet_address.toLowerCase(),
     chain: option.chain,
     token: option.token,
   });
+}
+
+/** Locks (or finds) the quote for this bill on its chain and token. */
+export async function quoteBill(req: PaymentRequest, ctx: ChallengeContext, option: { chain: ChainKey; token: TokenSymbol }) {
+  const kobo = toScaled(req.nairaAmount, 2)!;
+  const hash = billHash(req, option);
   const [quote] = await ctx.quotes.lock(hash, [option], async () => {
     const rate = await ctx.rates.ngnPerUsdMilli().catch((err: Error) => {
       throw new ServiceError("RATE_UNAVAILABLE", err.message);

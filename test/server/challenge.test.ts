@@ -180,6 +180,7 @@ describe("x402 route: the 402 challenge", () => {
       [{ ...bill, nairaAmount: -5 }, {}, 400, "VALIDATION_FAILED", /nairaAmount/],
       [{ ...bill, nairaAmount: 1e12 }, {}, 400, "VALIDATION_FAILED", /nairaAmount: must be at most/],
       [{ ...bill, nairaAmount: 10.001 }, {}, 400, "VALIDATION_FAILED", /2 decimals/],
+      [{ ...bill, nairaAmount: 10.000000001 }, {}, 400, "VALIDATION_FAILED", /2 decimals/],
       [{ ...bill, nairaAmount: "100" }, {}, 400, "VALIDATION_FAILED", /nairaAmount/],
       [{ ...bill, serviceCategory: "GROCERIES" }, {}, 400, "VALIDATION_FAILED", /serviceCategory/],
       [{ ...bill, wallet_address: "0x123" }, {}, 400, "VALIDATION_FAILED", /wallet_address/],

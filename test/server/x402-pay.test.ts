@@ -260,7 +260,7 @@ describe("x402 route: paying a bill end to end", () => {
       authNonce: payment.authorization.nonce,
       payment: { x402Version: 2, payload, authorization: { ...payment.authorization, value: String(payment.authorization.value), validAfter: String(payment.authorization.validAfter), validBefore: String(payment.authorization.validBefore) }, signature: payment.signature },
       requirements: payload.accepted as unknown as Record<string, unknown>,
-    });
+    }, 0); // the "crashed" request's lease has run out
     expect((await settle(flow, order)).status).toBe("PAID");
     expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
 
@@ -298,6 +298,22 @@ describe("x402 route: paying a bill end to end", () => {
     }
     // Each charged exactly once.
     expect(await usdc()).toBe(before - BigInt(landed.payload.accepted.amount) - BigInt(neverSent.payload.accepted.amount));
+  });
+
+  it("never writes off a payment the facilitator refuses when the chain shows it consumed", async () => {
+    // Someone settles the payment before the service does (a stale header, a fast third
+    // party): the facilitator then calls it invalid, but the money has moved.
+    const body = bill("08011111111", { nairaAmount: 430 });
+    const { headers, payload } = await paymentFor(body);
+    const before = await usdc();
+    expect((await new HTTPFacilitatorClient({ url: facilitatorUrl }).settle(payload, payload.accepted)).success).toBe(true);
+    const result = (await (await post(body, headers)).json()) as Result;
+    expect(result.status).toBe("TIMEOUT"); // not a 402, not written off
+    await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    for (let i = 0; i < 2; i++) await workOnce(flow);
+    const later = (await (await fetch(`${url}/api/orders/${result.request_id}`)).json()) as Result;
+    expect(later).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x[0-9a-f]{64}$/) });
+    expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
   });
 
   it("answers a bad request_id with 400 and an unknown one with 404", async () => {
