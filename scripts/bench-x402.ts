@@ -15,17 +15,10 @@ import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { paymentMiddleware, x402ResourceServer } from "@x402/hono";
 import { Hono } from "hono";
-import { facilitatorAccount, hardhatAccount } from "../lib/local-accounts.ts";
-import { createApp } from "../server/app.ts";
-import { loadConfig } from "../server/config.ts";
-import { openDb } from "../server/db.ts";
-import { ConfiguredRate } from "../server/pricing/rates.ts";
-import { buildFlow } from "../server/services.ts";
-import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
-import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
-import { listen } from "../test/support/http-server.ts";
+import { hardhatAccount } from "../lib/local-accounts.ts";
 import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../test/support/x402-clients.ts";
+import { listen, startServiceStack } from "./service-stack.ts";
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
 const PAID = Number(process.env.BENCH_PAID ?? 60);
@@ -37,32 +30,15 @@ const round = (n: number) => Math.round(n * 100) / 100;
 const stack = await startTestChains();
 const d = stack.deployments.chains.CELO!;
 const usdc = d.tokens.find((t) => t.symbol === "USDC")!;
-const facilitator = await listen(
-  facilitatorApp(
-    createFacilitator(facilitatorAccount(), [
-      { chain: "CELO", rpcUrl: stack.rpcUrls.CELO },
-      { chain: "BASE", rpcUrl: stack.rpcUrls.BASE },
-    ]),
-  ).fetch,
-);
-const biller = await listen(billerSandboxApp({ apiKey: "k", secretKey: "s", publicKey: "p" }).fetch);
-const db = await openDb({});
-const config = loadConfig({
-  FACILITATOR_URL_CELO: facilitator.url,
-  FACILITATOR_URL_BASE: facilitator.url,
-  BILLER_BASE_URL: biller.url,
-  BILLER_API_KEY: "k",
-  BILLER_SECRET_KEY: "s",
-  BILLER_PUBLIC_KEY: "p",
-  LOG_REQUESTS: "0",
-});
-const ours = await listen(
-  createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow: buildFlow(config, stack.deployments, db) }).fetch,
-);
+const service = await startServiceStack({ deployments: stack.deployments, env: { LOG_REQUESTS: "0" } });
+const ours = { url: service.urls.service };
 
 // The reference: the same price, payee and asset, protected by @x402/hono's middleware.
 const PRICE = "1001000";
-const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: facilitator.url })).register("eip155:42220", new ExactEvmScheme());
+const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: service.urls.facilitator })).register(
+  "eip155:42220",
+  new ExactEvmScheme(),
+);
 const reference = new Hono();
 reference.use(
   paymentMiddleware(
@@ -132,8 +108,8 @@ const challengeRef = await challenges(`${ref.url}/reference`, {});
 const paidRef = await paid(`${ref.url}/reference`, {}, (j) => j.ok === true);
 const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS");
 
-for (const s of [ours, ref, biller, facilitator]) await s.close();
-await db.close();
+await ref.close();
+await service.close();
 await stack.close();
 
 const ratio = paidOurs.perSecond / paidRef.perSecond;

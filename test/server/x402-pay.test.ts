@@ -1,38 +1,35 @@
-import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
-import { wrapFetchWithPayment } from "@x402/fetch";
-import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
+import { join } from "node:path";
 import { x402Client } from "@x402/core/client";
+import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
+import { HTTPFacilitatorClient } from "@x402/core/server";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
+import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http } from "viem";
-import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardhatAccount, facilitatorAccount } from "../../lib/local-accounts.ts";
-import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
-import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
-import { createFacilitator, facilitatorApp } from "../../services/facilitator/app.ts";
+import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
+import { viemChain } from "../../lib/chains.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
+import { startServiceStack, type ServiceStack } from "../../scripts/service-stack.ts";
 import { createApp } from "../../server/app.ts";
+import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { loadConfig } from "../../server/config.ts";
-import { openDb, type Db } from "../../server/db.ts";
+import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
-import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { buildFlow } from "../../server/services.ts";
 import { decodePayment } from "../../server/x402/payment.ts";
+import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { listen } from "../support/http-server.ts";
 import { startTestChains } from "../support/stack.ts";
-import { join } from "node:path";
-import { HTTPFacilitatorClient } from "@x402/core/server";
-import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
 import { x402ClientFor } from "../support/x402-clients.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
 
 describe("x402 route: paying a bill end to end", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;
-  let servers: Array<{ close(): Promise<void> }> = [];
+  let service: ServiceStack;
   let db: Db;
   let url: string;
   let flow: WorkerDeps;
@@ -68,40 +65,24 @@ describe("x402 route: paying a bill end to end", () => {
   beforeAll(async () => {
     stack = await startTestChains();
     celo = chainActors(stack.deployments, "CELO");
-    const facilitator = await listen(
-      facilitatorApp(createFacilitator(facilitatorAccount(), [
-        { chain: "CELO", rpcUrl: stack.rpcUrls.CELO },
-        { chain: "BASE", rpcUrl: stack.rpcUrls.BASE },
-      ])).fetch,
-    );
-    facilitatorUrl = facilitator.url;
-    const biller = await listen(
-      billerSandboxApp({ apiKey: "k", secretKey: "s", publicKey: "p", slowAnswerMs: 1_500, pendingRequeries: 1 }).fetch,
-    );
-    db = await openDb({});
     ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
-    const config = loadConfig({
-      FACILITATOR_URL_CELO: facilitator.url,
-      FACILITATOR_URL_BASE: facilitator.url,
-      BILLER_BASE_URL: biller.url,
-      BILLER_API_KEY: "k",
-      BILLER_SECRET_KEY: "s",
-      BILLER_PUBLIC_KEY: "p",
-      BILLER_TIMEOUT_MS: "500",
-      VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
-      REQUERY_INTERVAL_MS: "200",
-      WORKER_GRACE_SECONDS: "0",
-      LOG_REQUESTS: "0",
-      LEDGER_URL: ledger.url,
+    service = await startServiceStack({
+      deployments: stack.deployments,
+      env: {
+        BILLER_TIMEOUT_MS: "500",
+        VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
+        REQUERY_INTERVAL_MS: "200",
+        WORKER_GRACE_SECONDS: "0",
+        LOG_REQUESTS: "0",
+        LEDGER_URL: ledger.url,
+      },
     });
-    flow = buildFlow(config, stack.deployments, db);
-    const app = await listen(createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(config.NGN_PER_USD), flow }).fetch);
-    url = app.url;
-    servers = [app, biller, facilitator];
+    ({ db, flow } = service);
+    url = service.urls.service;
+    facilitatorUrl = service.urls.facilitator;
   });
   afterAll(async () => {
-    for (const s of servers) await s.close();
-    await db?.close();
+    await service?.close();
     await ledger?.stop();
     await stack?.close();
   });

@@ -1,0 +1,87 @@
+/**
+ * The service and its local stand-ins on loopback: the x402 facilitator, the biller
+ * sandbox and the service itself (with its database and order flow), for chains already
+ * deployed. Used by `npm start`, the end-to-end tests and the x402 benchmark.
+ */
+import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
+import { CHAIN_KEYS } from "../lib/chains.ts";
+import { requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import { facilitatorAccount } from "../lib/local-accounts.ts";
+import { createApp } from "../server/app.ts";
+import { loadConfig, type Config } from "../server/config.ts";
+import { openDb, type Db } from "../server/db.ts";
+import type { WorkerDeps } from "../server/orders/worker.ts";
+import { ConfiguredRate, HttpRateSource } from "../server/pricing/rates.ts";
+import { buildFlow } from "../server/services.ts";
+import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
+import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
+
+/** Serves `fetch` on 127.0.0.1:`port` (0: a free port). */
+export async function listen(fetch: (req: Request, env?: unknown) => Response | Promise<Response>, port = 0) {
+  const server = serve({ fetch, port, hostname: "127.0.0.1" });
+  await new Promise((r) => server.once("listening", r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+export interface ServiceStack {
+  config: Config;
+  db: Db;
+  flow: WorkerDeps;
+  urls: { facilitator: string; biller: string; service: string };
+  close(): Promise<void>;
+}
+
+/**
+ * @param env   service settings as environment strings (server/config.ts); the stand-ins'
+ *              URLs and the biller keys are filled in from what is started here
+ * @param ports 0 (a free port) unless given
+ */
+export async function startServiceStack(options: {
+  deployments: Deployments;
+  env?: Record<string, string>;
+  ports?: { facilitator?: number; biller?: number; service?: number };
+  /** The service's PGlite directory; in memory when absent (ignored with SERVER_DATABASE_URL). */
+  pgliteDir?: string;
+}): Promise<ServiceStack> {
+  const { deployments } = options;
+  const closers: Array<() => Promise<unknown>> = [];
+  try {
+    const chains = CHAIN_KEYS.map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
+    const facilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains)).fetch, options.ports?.facilitator);
+    closers.push(facilitator.close);
+    const base = loadConfig(options.env ?? {});
+    const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
+    const biller = await listen(billerSandboxApp(keys).fetch, options.ports?.biller);
+    closers.push(biller.close);
+
+    const config = loadConfig({
+      ...options.env,
+      FACILITATOR_URL_CELO: facilitator.url,
+      FACILITATOR_URL_BASE: facilitator.url,
+      BILLER_BASE_URL: biller.url,
+    });
+    const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: options.pgliteDir });
+    closers.push(() => db.close());
+    const rates = config.RATE_SOURCE_URL
+      ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
+      : new ConfiguredRate(config.NGN_PER_USD);
+    const flow = buildFlow(config, deployments, db);
+    const service = await listen(createApp({ config, db, deployments, rates, flow }).fetch, options.ports?.service);
+    closers.push(service.close);
+
+    return {
+      config,
+      db,
+      flow,
+      urls: { facilitator: facilitator.url, biller: biller.url, service: service.url },
+      close: async () => {
+        for (const close of closers.reverse()) await close().catch(() => {});
+      },
+    };
+  } catch (err) {
+    for (const close of closers.reverse()) await close().catch(() => {});
+    throw err;
+  }
+}
