@@ -159,14 +159,18 @@ export async function startX402Order(
     }
     return { order, replay: true };
   }
+  let last = order;
   try {
-    const settled = await settle(deps, order);
-    if (settled.status !== "PAID") return { order: settled, replay: false };
-    return { order: await fulfil(deps, settled), replay: false };
+    last = await settle(deps, order);
+    if (last.status === "PAID") last = await fulfil(deps, last);
+    return { order: last, replay: false };
   } finally {
-    await deps.orders.release(order.requestId);
+    // An unfinished order goes to the worker at once; a finished one needs no release.
+    if (!FINISHED.has(last.status)) await deps.orders.release(order.requestId);
   }
 }
+
+const FINISHED = new Set<OrderStatus>(["SUCCESS", "REFUNDED", "PAYMENT_FAILED"]);
 
 /** Verifies then settles; a definite refusal ends in PAYMENT_FAILED, an unclear one stays SETTLING for the worker. */
 export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
