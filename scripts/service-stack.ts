@@ -12,7 +12,7 @@ import { createApp } from "../server/app.ts";
 import { loadConfig, type Config } from "../server/config.ts";
 import { openDb, type Db } from "../server/db.ts";
 import type { WorkerDeps } from "../server/orders/worker.ts";
-import { ConfiguredRate, HttpRateSource } from "../server/pricing/rates.ts";
+import { rateSourceFor } from "../server/pricing/rates.ts";
 import { buildFlow } from "../server/services.ts";
 import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
 import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
@@ -64,9 +64,7 @@ export async function startServiceStack(options: {
     });
     const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: options.pgliteDir });
     closers.push(() => db.close());
-    const rates = config.RATE_SOURCE_URL
-      ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
-      : new ConfiguredRate(config.NGN_PER_USD);
+    const rates = rateSourceFor(config);
     const flow = buildFlow(config, deployments, db);
     const service = await listen(createApp({ config, db, deployments, rates, flow }).fetch, options.ports?.service);
     closers.push(service.close);

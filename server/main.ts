@@ -8,7 +8,7 @@ import { createApp } from "./app.ts";
 import { loadConfig } from "./config.ts";
 import { openDb } from "./db.ts";
 import { startWorker } from "./orders/worker.ts";
-import { ConfiguredRate, HttpRateSource } from "./pricing/rates.ts";
+import { rateSourceFor } from "./pricing/rates.ts";
 import { buildFlow, jsonLog } from "./services.ts";
 
 const log = jsonLog;
@@ -22,9 +22,7 @@ try {
 }
 
 const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR });
-const rates = config.RATE_SOURCE_URL
-  ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
-  : new ConfiguredRate(config.NGN_PER_USD);
+const rates = rateSourceFor(config);
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
 const app = createApp({ config, db, deployments, rates, flow });

@@ -47,3 +47,16 @@ export class HttpRateSource implements RateSource {
     return rate;
   }
 }
+
+/** The rate source the configuration names: the HTTP source when RATE_SOURCE_URL is set, else the configured figure. */
+export function rateSourceFor(config: {
+  RATE_SOURCE_URL?: string;
+  RATE_SOURCE_FIELD: string;
+  RATE_TIMEOUT_MS: number;
+  RATE_CACHE_MS: number;
+  NGN_PER_USD: bigint;
+}): RateSource {
+  return config.RATE_SOURCE_URL
+    ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
+    : new ConfiguredRate(config.NGN_PER_USD);
+}
