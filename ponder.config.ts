@@ -7,18 +7,18 @@
  */
 import { createConfig } from "ponder";
 import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
+import { isLocalRpcUrl } from "./lib/chain-client.ts";
 import type { ChainKey } from "./lib/chains.ts";
 import { readDeploymentsSync, requireChain, rpcUrlFor } from "./lib/deployments.ts";
 import { ledgerDatabase, ledgerPollingIntervalMs } from "./lib/ledger-config.ts";
 
 const deployments = readDeploymentsSync();
-const isLocal = (url: string) => /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(url);
 
 function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
   const rpc = rpcUrlFor(key, d);
   // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
-  return { id: d.chainId, rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: isLocal(rpc) };
+  return { id: d.chainId, rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: isLocalRpcUrl(rpc) };
 }
 
 function billPay(key: ChainKey) {

@@ -13,3 +13,8 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
     pollingInterval: POLLING_INTERVAL_MS,
   });
 }
+
+/** Whether an RPC URL is a node on this machine (a local, resettable chain). */
+export function isLocalRpcUrl(url: string): boolean {
+  return /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(url);
+}

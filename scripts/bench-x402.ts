@@ -17,7 +17,7 @@ import { paymentMiddleware, x402ResourceServer } from "@x402/hono";
 import { Hono } from "hono";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { startTestChains } from "../test/support/stack.ts";
-import { x402ClientFor } from "../test/support/x402-clients.ts";
+import { x402ClientFor } from "../lib/x402-payer.ts";
 import { listen, startServiceStack } from "./service-stack.ts";
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);

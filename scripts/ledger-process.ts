@@ -8,6 +8,7 @@ import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { createHash } from "node:crypto";
 import pg from "pg";
+import { isLocalRpcUrl } from "../lib/chain-client.ts";
 import { readDeployments, type Deployments } from "../lib/deployments.ts";
 import { LEDGER_VIEWS_SCHEMA, ledgerSchemaName } from "../lib/ledger-config.ts";
 
@@ -116,8 +117,6 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   return { url, schema, process: child, stop };
 }
 
-const isLocalUrl = (url: string) => /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(url);
-
 /**
  * The PostgreSQL database the ledger should use for these chains. Ponder caches raw chain
  * data per database keyed only by chain id, and local chains reuse the real ids, so a
@@ -127,7 +126,7 @@ const isLocalUrl = (url: string) => /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\]
  */
 export async function ledgerDatabaseFor(databaseUrl: string, deployments: Deployments): Promise<string> {
   const chains = Object.values(deployments.chains);
-  if (chains.length === 0 || !chains.every((d) => isLocalUrl(d.rpcUrl))) return databaseUrl;
+  if (chains.length === 0 || !chains.every((d) => isLocalRpcUrl(d.rpcUrl))) return databaseUrl;
   const genesis = createHash("sha256").update(chains.map((d) => d.genesisHash).sort().join(",")).digest("hex").slice(0, 12);
   const url = new URL(databaseUrl);
   const name = `${url.pathname.slice(1) || "postgres"}_local_${genesis}`;

@@ -3,26 +3,15 @@
  * official x402 client (@x402/fetch), as Hardhat account #3. Shows the 402 it answered
  * and the result. Arguments: [phone] [nairaAmount] [token] [blockchain].
  */
-import { x402Client } from "@x402/core/client";
-import { toClientEvmSigner } from "@x402/evm";
-import { ExactEvmScheme } from "@x402/evm/exact/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
+import { x402ClientFor } from "../lib/x402-payer.ts";
 
 const [phone = "08011111111", naira = "1550", token = "USDC", blockchain = "CELO"] = process.argv.slice(2);
 const url = `${process.env.SERVICE_URL ?? "http://127.0.0.1:8080"}/api/pay/x402`;
 const payer = hardhatAccount(3);
-const deployments = await readDeployments(deploymentsPath());
-
-// The local tokens are not x402's built-in assets: allow them in the client's spend controls.
-const allowedAssets = Object.values(deployments.chains).flatMap((d) =>
-  d.tokens.filter((t) => t.eip712Version).map((t) => ({ network: `eip155:${d.chainId}` as const, asset: t.address })),
-);
-const client = x402Client.fromConfig({
-  schemes: [{ network: "eip155:*", client: new ExactEvmScheme(toClientEvmSigner(payer as never)) }],
-  spendControls: { allowedAssets, maxAmountPerPayment: false },
-});
+const client = x402ClientFor(payer, await readDeployments(deploymentsPath()));
 
 const bill = {
   serviceID: "mtn",
@@ -34,8 +23,8 @@ const bill = {
   blockchain,
   wallet_address: payer.address,
 };
-const init = { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(bill) };
+const init = { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(bill), signal: AbortSignal.timeout(60_000) };
 const challenge = await fetch(url, init);
 console.log(`challenge: ${challenge.status}`, JSON.stringify((await challenge.json()) as unknown, null, 2));
-const paid = await wrapFetchWithPayment(fetch, client)(url, init);
+const paid = await wrapFetchWithPayment(fetch, client)(url, { ...init, signal: AbortSignal.timeout(60_000) });
 console.log(`paid: ${paid.status}`, JSON.stringify(await paid.json(), null, 2));

@@ -7,7 +7,10 @@
 import type { FacilitatorClient } from "@x402/core/server";
 import type { PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse } from "@x402/core/types";
 import type { Hex } from "viem";
+import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
 import { newBillerRequestId } from "../biller/vtpass.ts";
 import type { Refunder } from "../chain/refunder.ts";
@@ -15,9 +18,6 @@ import { ServiceError } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { Authorization, DecodedPayment } from "../x402/payment.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
-import { eip3009TokenAbi } from "../../lib/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
 async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {

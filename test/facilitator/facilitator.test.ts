@@ -9,7 +9,7 @@ import { facilitatorAccount, hardhatAccount } from "../../lib/local-accounts.ts"
 import { createFacilitator, facilitatorApp } from "../../services/facilitator/app.ts";
 import { chainActors } from "../support/actors.ts";
 import { startTestChains } from "../support/stack.ts";
-import { x402ClientFor } from "../support/x402-clients.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 describe("local x402 facilitator over the standard HTTP API", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;

@@ -10,7 +10,7 @@ import { openDb, type Db } from "../../server/db.ts";
 import { HttpRateSource } from "../../server/pricing/rates.ts";
 import { listen } from "../support/http-server.ts";
 import { startTestChains } from "../support/stack.ts";
-import { x402ClientFor } from "../support/x402-clients.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 const payer = hardhatAccount(8);
 const bill = {

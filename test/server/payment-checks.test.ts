@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Deployments } from "../../lib/deployments.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { checkPayment, decodePayment, PaymentRejected, type Expected } from "../../server/x402/payment.ts";
-import { x402ClientFor } from "../support/x402-clients.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 // Addresses only: nothing here touches a chain.
 const token = "0x5FbDB2315678afecb367f032d93F642f64180aa3";

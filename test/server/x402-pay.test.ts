@@ -23,7 +23,7 @@ import { decodePayment } from "../../server/x402/payment.ts";
 import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startTestChains } from "../support/stack.ts";
-import { x402ClientFor } from "../support/x402-clients.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
 

@@ -1,11 +1,15 @@
-/** Official x402 clients for a local payer: @x402/core's x402Client with @x402/evm's exact scheme. */
+/**
+ * An x402 payer for the local stack: the official x402 client (@x402/core with @x402/evm's
+ * exact scheme) for a local account. The local tokens are not x402's built-in assets, so
+ * the client's spend controls must name them.
+ */
 import { x402Client } from "@x402/core/client";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/client";
 import type { Account } from "viem";
-import type { Deployments } from "../../lib/deployments.ts";
+import type { Deployments } from "./deployments.ts";
 
-/** The local tokens are not x402's default assets: the client's spend controls must allow them. */
+/** Every deployed token that can settle an x402 payment, as the client's spend controls name assets. */
 export function localAssets(deployments: Deployments) {
   return Object.values(deployments.chains).flatMap((d) =>
     d.tokens.filter((t) => t.eip712Version !== null).map((t) => ({ network: `eip155:${d.chainId}` as const, asset: t.address })),
