@@ -50,6 +50,86 @@ const MIGRATIONS: string[] = [
      UNIQUE (chain, token_address, payer, auth_nonce)
    );
    CREATE INDEX bill_order_open ON bill_order (status, lease_until);`,
+  // The agent hub. Orders gain a rail: an x402 order is keyed by its authorization, a pulled
+  // one by its on-chain order id, and an agent's retry by its idempotency key.
+  `ALTER TABLE bill_order ADD COLUMN rail text NOT NULL DEFAULT 'x402';
+   ALTER TABLE bill_order ALTER COLUMN auth_nonce DROP NOT NULL;
+   ALTER TABLE bill_order ALTER COLUMN payment DROP NOT NULL;
+   ALTER TABLE bill_order ALTER COLUMN requirements DROP NOT NULL;
+   ALTER TABLE bill_order ADD COLUMN onchain_order_id text UNIQUE;
+   ALTER TABLE bill_order ADD COLUMN batch_id text;
+   ALTER TABLE bill_order ADD COLUMN schedule_id text;
+   ALTER TABLE bill_order ADD COLUMN idempotency_key text;
+   CREATE UNIQUE INDEX bill_order_idempotency ON bill_order (payer, idempotency_key) WHERE idempotency_key IS NOT NULL;
+   CREATE INDEX bill_order_history ON bill_order (payer, created_at DESC, request_id DESC);
+   -- One row per linked wallet; the key and PIN only as hashes. A new link retires the old key.
+   CREATE TABLE agent_link (
+     wallet         text        PRIMARY KEY,
+     api_key_hash   text        NOT NULL UNIQUE,
+     pin_hash       text        NOT NULL,
+     channel        text        NOT NULL,
+     approved_chain text        NOT NULL,
+     approved_token text        NOT NULL,
+     pin_failures   integer     NOT NULL DEFAULT 0,
+     locked_until   timestamptz,
+     linked_at      timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE TABLE retired_api_key (
+     api_key_hash text        PRIMARY KEY,
+     wallet       text        NOT NULL,
+     retired_at   timestamptz NOT NULL DEFAULT now()
+   );
+   -- Each link signature once ever (by its hash).
+   CREATE TABLE link_signature (
+     signature_hash text        PRIMARY KEY,
+     wallet         text        NOT NULL,
+     used_at        timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE TABLE bill_schedule (
+     id           text        PRIMARY KEY,
+     wallet       text        NOT NULL,
+     bill         jsonb       NOT NULL,
+     chain        text        NOT NULL,
+     token        text        NOT NULL,
+     run_at       timestamptz,
+     cron         text,
+     next_run_at  timestamptz,
+     status       text        NOT NULL,
+     runs         integer     NOT NULL DEFAULT 0,
+     max_runs     integer,
+     created_at   timestamptz NOT NULL DEFAULT now(),
+     cancelled_at timestamptz
+   );
+   CREATE INDEX bill_schedule_due ON bill_schedule (status, next_run_at);
+   CREATE INDEX bill_schedule_wallet ON bill_schedule (wallet, created_at DESC);
+   -- The once-only key of a schedule's run: (schedule, due time).
+   CREATE TABLE schedule_run (
+     schedule_id text        NOT NULL REFERENCES bill_schedule (id),
+     due_at      timestamptz NOT NULL,
+     request_id  text,
+     outcome     text,
+     error       text,
+     started_at  timestamptz NOT NULL DEFAULT now(),
+     PRIMARY KEY (schedule_id, due_at)
+   );
+   -- Pulls the ledger shows that no live order accounts for: refunded once, by (chain, order id).
+   CREATE TABLE orphan_pull (
+     chain          text        NOT NULL,
+     order_id       text        NOT NULL,
+     payer          text        NOT NULL,
+     token_address  text        NOT NULL,
+     amount         numeric(78) NOT NULL,
+     pull_tx_hash   text        NOT NULL,
+     status         text        NOT NULL,
+     refund_tx_hash text,
+     created_at     timestamptz NOT NULL DEFAULT now(),
+     PRIMARY KEY (chain, order_id)
+   );
+   CREATE TABLE reconciler_cursor (
+     name       text        PRIMARY KEY,
+     position   text        NOT NULL,
+     updated_at timestamptz NOT NULL DEFAULT now()
+   );`,
 ];
 
 async function migrate(db: Db): Promise<void> {

@@ -4,7 +4,7 @@ import type { Account } from "viem";
 import type { Deployments } from "../lib/deployments.ts";
 import { operatorAccount } from "../lib/local-accounts.ts";
 import { VtpassClient } from "./biller/vtpass.ts";
-import { Refunder } from "./chain/refunder.ts";
+import { ChainOperator } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { OrderStore } from "./orders/store.ts";
@@ -26,7 +26,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, oper
       publicKey: config.BILLER_PUBLIC_KEY,
       timeoutMs: config.BILLER_TIMEOUT_MS,
     }),
-    refunder: new Refunder(deployments, operator),
+    operator: new ChainOperator(deployments, operator),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,

@@ -4,15 +4,30 @@
  *                    -> PENDING (biller still working) -> SUCCESS | REFUNDING
  *                    -> REFUNDING -> REFUNDED
  *   SETTLING -> PAYMENT_FAILED (nothing moved)
+ * and a pulled (agent-hub) order starts at PULLING instead of SETTLING:
+ *   PULLING -> PAID (the ledger shows its Pulled event) -> as above
+ *   PULLING -> PAYMENT_FAILED (the pull reverted or never landed; nothing moved)
  * and the payer sees SUCCESS, FAILED_VENDING (refunding or refunded) or TIMEOUT (not
  * finished yet; GET /api/orders/{request_id} tells the rest).
  */
+import { keccak256, toBytes, type Hex } from "viem";
 import type { Db } from "../db.ts";
 
-export type OrderStatus = "SETTLING" | "PAYMENT_FAILED" | "PAID" | "PENDING" | "SUCCESS" | "REFUNDING" | "REFUNDED";
+/** BillPay's 32-byte order id for a service request id. */
+export const onChainOrderId = (requestId: string): Hex => keccak256(toBytes(requestId));
+
+export type OrderStatus = "SETTLING" | "PULLING" | "PAYMENT_FAILED" | "PAID" | "PENDING" | "SUCCESS" | "REFUNDING" | "REFUNDED";
+
+export type Rail = "x402" | "pull";
 
 export interface Order {
   requestId: string;
+  rail: Rail;
+  /** BillPay's order id (keccak256 of the request id): the key of a pull and of any refund. */
+  onchainOrderId: string;
+  batchId: string | null;
+  scheduleId: string | null;
+  idempotencyKey: string | null;
   billerRequestId: string;
   bodyHash: string;
   bill: Record<string, unknown>;
@@ -21,19 +36,27 @@ export interface Order {
   tokenAddress: string;
   payer: string;
   amount: bigint;
-  authNonce: string;
-  payment: Record<string, unknown>;
-  requirements: Record<string, unknown>;
+  /** x402 only: the EIP-3009 nonce, the signed payment and the requirements it was checked against. */
+  authNonce: string | null;
+  payment: Record<string, unknown> | null;
+  requirements: Record<string, unknown> | null;
   status: OrderStatus;
   txHash: string | null;
   purchasedCode: string | null;
   units: string | null;
   failureReason: string | null;
   refundTxHash: string | null;
+  createdAt: Date;
 }
 
 interface Row {
   request_id: string;
+  rail: Rail;
+  onchain_order_id: string;
+  batch_id: string | null;
+  schedule_id: string | null;
+  idempotency_key: string | null;
+  created_at: Date;
   biller_request_id: string;
   body_hash: string;
   bill: Record<string, unknown>;
@@ -42,9 +65,9 @@ interface Row {
   token_address: string;
   payer: string;
   amount: string;
-  auth_nonce: string;
-  payment: Record<string, unknown>;
-  requirements: Record<string, unknown>;
+  auth_nonce: string | null;
+  payment: Record<string, unknown> | null;
+  requirements: Record<string, unknown> | null;
   status: OrderStatus;
   tx_hash: string | null;
   purchased_code: string | null;
@@ -53,12 +76,18 @@ interface Row {
   refund_tx_hash: string | null;
 }
 
-const COLUMNS = `request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
+const COLUMNS = `request_id, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, payment, requirements, status, tx_hash, purchased_code, units, failure_reason, refund_tx_hash`;
 
 function toOrder(r: Row): Order {
   return {
     requestId: r.request_id,
+    rail: r.rail,
+    onchainOrderId: r.onchain_order_id,
+    batchId: r.batch_id,
+    scheduleId: r.schedule_id,
+    idempotencyKey: r.idempotency_key,
+    createdAt: new Date(r.created_at),
     billerRequestId: r.biller_request_id,
     bodyHash: r.body_hash,
     bill: r.bill,
@@ -79,7 +108,24 @@ function toOrder(r: Row): Order {
   };
 }
 
-export type NewOrder = Omit<Order, "status" | "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash">;
+export type NewOrder = Omit<
+  Order,
+  | "status"
+  | "txHash"
+  | "purchasedCode"
+  | "units"
+  | "failureReason"
+  | "refundTxHash"
+  | "rail"
+  | "onchainOrderId"
+  | "batchId"
+  | "scheduleId"
+  | "idempotencyKey"
+  | "createdAt"
+>;
+
+export type NewPullOrder = Omit<NewOrder, "authNonce" | "payment" | "requirements"> &
+  Pick<Order, "batchId" | "scheduleId" | "idempotencyKey">;
 
 export class OrderStore {
   constructor(private readonly db: Db) {}
@@ -93,8 +139,8 @@ export class OrderStore {
     // only takes orders whose lease has run out (their request died or gave up).
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
-                               auth_nonce, payment, requirements, status, lease_until)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13))
+                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14)
        ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -107,14 +153,94 @@ export class OrderStore {
         o.tokenAddress.toLowerCase(),
         o.payer.toLowerCase(),
         o.amount.toString(),
-        o.authNonce.toLowerCase(),
+        o.authNonce!.toLowerCase(),
         JSON.stringify(o.payment),
         JSON.stringify(o.requirements),
         leaseSeconds,
+        onChainOrderId(o.requestId),
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
-    return { order: (await this.findByPayment(o.chain, o.tokenAddress, o.payer, o.authNonce))!, created: false };
+    return { order: (await this.findByPayment(o.chain, o.tokenAddress, o.payer, o.authNonce!))!, created: false };
+  }
+
+  /**
+   * Creates pulled orders in PULLING, leased to the caller, before any pull is sent: the
+   * chain never holds a pull the table does not know. With an idempotency key already used
+   * by the payer, nothing is created and that order is returned instead (`created: false`).
+   */
+  async createPullOrders(orders: NewPullOrder[], leaseSeconds: number): Promise<{ orders: Order[]; created: boolean }> {
+    if (orders.length === 0) return { orders: [], created: true };
+    const params: unknown[] = [leaseSeconds];
+    const values = orders.map((o) => {
+      const base = params.length;
+      params.push(
+        o.requestId,
+        o.billerRequestId,
+        o.bodyHash,
+        JSON.stringify(o.bill),
+        o.chain,
+        o.token,
+        o.tokenAddress.toLowerCase(),
+        o.payer.toLowerCase(),
+        o.amount.toString(),
+        onChainOrderId(o.requestId),
+        o.batchId,
+        o.scheduleId,
+        o.idempotencyKey,
+      );
+      const p = (i: number) => `$${base + i}`;
+      return `(${[1, 2, 3, 4, 5, 6, 7, 8, 9].map(p).join(", ")}, 'PULLING', now() + make_interval(secs => $1), 'pull', ${p(10)}, ${p(11)}, ${p(12)}, ${p(13)})`;
+    });
+    // One statement: a batch is created whole or not at all.
+    const inserted = await this.db.query<Row>(
+      `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
+                               status, lease_until, rail, onchain_order_id, batch_id, schedule_id, idempotency_key)
+       VALUES ${values.join(", ")}
+       ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+       RETURNING ${COLUMNS}`,
+      params,
+    );
+    if (inserted.length === orders.length) return { orders: inserted.map(toOrder), created: true };
+    const first = orders[0]!;
+    const existing = first.idempotencyKey ? await this.findByIdempotencyKey(first.payer, first.idempotencyKey) : undefined;
+    if (!existing || orders.length !== 1) throw new Error("pull orders were only partly created");
+    return { orders: [existing], created: false };
+  }
+
+  async findByIdempotencyKey(payer: string, key: string): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(`SELECT ${COLUMNS} FROM bill_order WHERE payer = $1 AND idempotency_key = $2`, [
+      payer.toLowerCase(),
+      key,
+    ]);
+    return row && toOrder(row);
+  }
+
+  /** Orders by BillPay order id (lower-case hex). */
+  async findByOnchainIds(ids: string[]): Promise<Order[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.db.query<Row>(`SELECT ${COLUMNS} FROM bill_order WHERE onchain_order_id = ANY($1::text[])`, [
+      ids.map((i) => i.toLowerCase()),
+    ]);
+    return rows.map(toOrder);
+  }
+
+  async byBatch(batchId: string): Promise<Order[]> {
+    const rows = await this.db.query<Row>(`SELECT ${COLUMNS} FROM bill_order WHERE batch_id = $1 ORDER BY request_id`, [batchId]);
+    return rows.map(toOrder);
+  }
+
+  /** A payer's orders, newest first; after `afterRequestId` (the last one of the previous page) when given. */
+  async history(payer: string, limit: number, afterRequestId?: string): Promise<Order[]> {
+    // The cursor is compared by the database's own timestamp (microseconds), looked up by id.
+    const rows = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM bill_order
+       WHERE payer = $1 AND ($2::text IS NULL OR (created_at, request_id) <
+         (SELECT created_at, request_id FROM bill_order WHERE request_id = $2 AND payer = $1))
+       ORDER BY created_at DESC, request_id DESC LIMIT $3`,
+      [payer.toLowerCase(), afterRequestId ?? null, limit],
+    );
+    return rows.map(toOrder);
   }
 
   /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */

@@ -10,7 +10,8 @@
  */
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import type { Order } from "./store.ts";
-import { applyVendResult, authorizationUsed, fulfil, refund, requery, settle, type FlowDeps } from "./x402-flow.ts";
+import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
+import { authorizationUsed, settle } from "./x402-flow.ts";
 
 const LEDGER_TIMEOUT_MS = 5_000;
 

@@ -6,6 +6,8 @@
  * token, and the authorization's validity window bounded (no ten-year authorizations).
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
+import type { PaymentPayload } from "@x402/core/types";
+import type { Hex } from "viem";
 import { z } from "zod";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 
@@ -161,4 +163,12 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
       `valid until ${a.validBefore}, beyond the challenge's ${e.maxTimeoutSeconds} s lifetime`,
     );
   }
+}
+
+/** An x402 payment as an order keeps it: the payload for the facilitator, and the signed authorization for a refund. */
+export interface StoredPayment {
+  x402Version: 1 | 2;
+  payload: PaymentPayload;
+  authorization: Record<keyof Authorization, string>;
+  signature: Hex;
 }

@@ -135,6 +135,7 @@ const paymentsQuery = z
     chainId: chainId.optional(),
     token: address.optional(),
     payer: address.optional(),
+    rail: z.enum(["pull", "authorization"]).optional(),
     limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100),
     cursor: cursor.optional(),
   })
@@ -159,6 +160,7 @@ app.get("/ledger/payments", async (c) => {
         q.chainId !== undefined ? eq(payment.chainId, q.chainId) : undefined,
         q.token ? eq(payment.token, q.token) : undefined,
         q.payer ? eq(payment.payer, q.payer) : undefined,
+        q.rail ? eq(payment.rail, q.rail) : undefined,
         q.cursor
           ? sql`(${payment.timestamp}, ${payment.chainId}, ${payment.blockNumber}, ${payment.logIndex}) >
                 (${q.cursor.timestamp}, ${q.cursor.chainId}, ${q.cursor.blockNumber}, ${q.cursor.logIndex})`

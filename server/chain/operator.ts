@@ -1,0 +1,138 @@
+/**
+ * The server's operator key at work on BillPay: pulls (agent hub) and refunds (both rails).
+ * Transactions are sent one at a time per chain, so the operator's nonces stay in order;
+ * receipts are awaited outside that queue, with a timeout, so one slow receipt does not
+ * hold up the next send. A contract refusal is reported by its error name, so callers can
+ * tell "already done" (a retry after a crash) from a real failure.
+ */
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  createWalletClient,
+  http,
+  type Account,
+  type Hex,
+  type TransactionReceipt,
+} from "viem";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { viemChain, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { onChainOrderId } from "../orders/store.ts";
+import type { Authorization } from "../x402/payment.ts";
+
+const RECEIPT_TIMEOUT_MS = 60_000;
+/** BillPay's ABI plus the token's errors, so a refusal from inside the token is named too. */
+const abi = [...billPayAbi, ...eip3009TokenAbi.filter((item) => item.type === "error")];
+const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "OrderExists", "AlreadyRefunded"]);
+
+export { onChainOrderId };
+
+/** BillPay (or the token) refused the call: nothing was sent, or the transaction reverted. */
+export class ContractRefused extends Error {
+  constructor(
+    readonly errorName: string,
+    readonly args: readonly unknown[],
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export type RefundOutcome = { txHash: Hex } | { alreadyRefunded: true };
+
+export interface PullItem {
+  requestId: string;
+  payer: Hex;
+  token: Hex;
+  amount: bigint;
+}
+
+type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization"; args: readonly unknown[] };
+
+export class ChainOperator {
+  private queues = new Map<ChainKey, Promise<unknown>>();
+
+  constructor(
+    private readonly deployments: Deployments,
+    private readonly operator: Account,
+  ) {}
+
+  /** One pull; resolves once mined, with its transaction hash. `onSent` learns the hash first. */
+  pull(chain: ChainKey, item: PullItem, onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
+    return this.write(chain, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSent);
+  }
+
+  /** Many pulls in one transaction, all or nothing. */
+  pullBatch(chain: ChainKey, items: PullItem[], onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
+    const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
+    return this.write(chain, { functionName: "pullBatch", args: [requests] }, onSent);
+  }
+
+  /** Refunds a pulled order to its payer. */
+  refund(args: { chain: ChainKey; requestId: string; amount: bigint }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refund", args: [onChainOrderId(args.requestId), args.amount] });
+  }
+
+  /** Refunds an x402 order with the payer's own signed authorization. */
+  refundAuthorization(args: {
+    chain: ChainKey;
+    requestId: string;
+    token: Hex;
+    authorization: Authorization;
+    signature: Hex;
+    amount: bigint;
+  }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, {
+      functionName: "refundAuthorization",
+      args: [onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
+    });
+  }
+
+  private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
+    try {
+      return { txHash: await this.write(chain, call) };
+    } catch (err) {
+      if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true };
+      throw err;
+    }
+  }
+
+  private async write(chain: ChainKey, call: Write, onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
+    const d = this.deployments.chains[chain];
+    if (!d) throw new Error(`${chain} has no deployment`);
+    const rpcUrl = rpcUrlFor(chain, d);
+    const previous = this.queues.get(chain) ?? Promise.resolve();
+    const sent = previous
+      .catch(() => {})
+      .then(() => {
+        const wallet = createWalletClient({
+          account: this.operator,
+          chain: viemChain(chain, rpcUrl),
+          transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }),
+        });
+        // The gas estimate runs the call first: a refusal surfaces here, before anything is sent.
+        return wallet.writeContract({ address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof wallet.writeContract>[0]);
+      });
+    this.queues.set(chain, sent);
+    let hash: Hex;
+    try {
+      hash = await sent;
+    } catch (err) {
+      throw refusal(err) ?? err;
+    }
+    await onSent?.(hash);
+    const receipt: TransactionReceipt = await publicClientFor(chain, rpcUrl).waitForTransactionReceipt({ hash, timeout: RECEIPT_TIMEOUT_MS });
+    if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${hash} reverted`);
+    return hash;
+  }
+}
+
+/** The contract's (or token's) reason for refusing, when the error carries one. */
+function refusal(err: unknown): ContractRefused | undefined {
+  if (!(err instanceof BaseError)) return undefined;
+  const reverted = err.walk((e) => e instanceof ContractFunctionRevertedError);
+  if (!(reverted instanceof ContractFunctionRevertedError)) return undefined;
+  const name = reverted.data?.errorName ?? (reverted.reason ? "Error" : "Reverted");
+  return new ContractRefused(name, reverted.data?.args ?? [], reverted.reason ?? reverted.shortMessage);
+}
