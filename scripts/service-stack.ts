@@ -13,7 +13,8 @@ import { loadConfig, type Config } from "../server/config.ts";
 import { openDb, type Db } from "../server/db.ts";
 import type { WorkerDeps } from "../server/orders/worker.ts";
 import { rateSourceFor } from "../server/pricing/rates.ts";
-import { buildFlow } from "../server/services.ts";
+import { buildFlow, buildHub } from "../server/services.ts";
+import type { AgentHub } from "../server/agent/hub.ts";
 import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
 import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
 
@@ -29,6 +30,7 @@ export interface ServiceStack {
   config: Config;
   db: Db;
   flow: WorkerDeps;
+  hub: AgentHub;
   urls: { facilitator: string; biller: string; service: string };
   close(): Promise<void>;
 }
@@ -66,13 +68,15 @@ export async function startServiceStack(options: {
     closers.push(() => db.close());
     const rates = rateSourceFor(config);
     const flow = buildFlow(config, deployments, db);
-    const service = await listen(createApp({ config, db, deployments, rates, flow }).fetch, options.ports?.service);
+    const hub = buildHub(config, deployments, db, flow, rates);
+    const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);
     closers.push(service.close);
 
     return {
       config,
       db,
       flow,
+      hub,
       urls: { facilitator: facilitator.url, biller: biller.url, service: service.url },
       close: async () => {
         for (const close of closers.reverse()) await close().catch(() => {});

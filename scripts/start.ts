@@ -48,7 +48,7 @@ try {
     pgliteDir: config.SERVER_PGLITE_DIR,
   });
   closers.push(() => stack.close());
-  const worker = startWorker(stack.flow, config.WORKER_INTERVAL_MS);
+  const worker = startWorker(stack.flow, config.WORKER_INTERVAL_MS, [() => stack.hub.runDueSchedules()]);
   closers.push(() => worker.stop());
   log(`facilitator: ${stack.urls.facilitator}`);
   log(`biller sandbox: ${stack.urls.biller}`);

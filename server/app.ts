@@ -18,10 +18,16 @@ import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { startX402Order } from "./orders/x402-flow.ts";
-import { jsonLog } from "./services.ts";
+import { buildHub, jsonLog } from "./services.ts";
 import type { Order } from "./orders/store.ts";
 import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
 import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
+import { agentCard, mountA2a } from "./agent/a2a.ts";
+import type { AgentHub } from "./agent/hub.ts";
+import { LINK_PATH, linkWallet, readWalletHeaders } from "./agent/link.ts";
+import { mcpHandler } from "./agent/mcp.ts";
+import { agentTools } from "./agent/tools.ts";
+import { jsonBody, parseJsonBody } from "./http-body.ts";
 
 export interface AppDeps {
   config: Config;
@@ -30,6 +36,8 @@ export interface AppDeps {
   rates: RateSource;
   /** Settlement, vending and refunds (the orders' store lives in it). */
   flow: FlowDeps;
+  /** The agent hub behind /api/agent/link, /api/mcp and /api/a2a; built from the rest when absent. */
+  hub?: AgentHub;
 }
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
@@ -143,16 +151,8 @@ export function createApp(deps: AppDeps): Hono {
       const text = await c.req.text();
       // A probing POST without a bill gets the probe challenge, as a GET does.
       if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
-      const type = c.req.header("content-type") ?? "";
-      if (!type.toLowerCase().startsWith("application/json")) {
-        return problemResponse("UNSUPPORTED_MEDIA_TYPE", `got content-type "${type}"`);
-      }
-      let json: unknown;
-      try {
-        json = JSON.parse(text);
-      } catch (err) {
-        return problemResponse("INVALID_JSON", (err as Error).message);
-      }
+      const json = parseJsonBody(c.req.header("content-type"), text);
+      if (json instanceof Response) return json;
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
@@ -222,6 +222,58 @@ export function createApp(deps: AppDeps): Hono {
       return orderResponse(c, order, header, extraHeaders);
     },
   );
+
+  // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
+  const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);
+  const hostGuard = async (c: Context, next: () => Promise<void>) => {
+    const hostname = (value: string) => {
+      try {
+        return new URL(value.includes("://") ? value : `http://${value}`).hostname.toLowerCase();
+      } catch {
+        return "";
+      }
+    };
+    const host = c.req.header("host");
+    const origin = c.req.header("origin");
+    if (!host || !allowedHosts.has(hostname(host))) return problemResponse("HOST_NOT_ALLOWED", `host "${host ?? ""}" is not served here`);
+    if (origin && origin !== "null" && !allowedHosts.has(hostname(origin))) return problemResponse("HOST_NOT_ALLOWED", `origin "${origin}" is not allowed`);
+    await next();
+  };
+  for (const path of [LINK_PATH, "/api/mcp", "/api/a2a", "/.well-known/agent-card.json"]) app.use(path, hostGuard);
+
+  const hub = deps.hub ?? buildHub(config, deps.deployments, deps.db, deps.flow, deps.rates);
+  const tools = agentTools(config.BATCH_MAX_BILLS);
+  const toolContext = { hub, batchMax: config.BATCH_MAX_BILLS };
+  const agentBodyLimit = bodyLimit({
+    maxSize: config.MAX_BODY_BYTES * 4,
+    onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES * 4} bytes`),
+  });
+
+  app.post(LINK_PATH, bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }), async (c) => {
+    const headers = readWalletHeaders((name) => c.req.header(name));
+    const body = await jsonBody(c);
+    if (body instanceof Response) return body;
+    const linked = await linkWallet(
+      { serviceName: config.SERVICE_NAME, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS, deployments: deps.deployments, links: hub.deps.links },
+      headers,
+      body,
+    );
+    return c.json(linked, 200, { "cache-control": "no-store" });
+  });
+
+  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: jsonLog });
+  app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw));
+  // Stateless: no session to resume (GET) or end (DELETE).
+  app.on(["GET", "DELETE"], "/api/mcp", () => new Response(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Method not allowed: POST JSON-RPC to /api/mcp" } }), { status: 405, headers: { "content-type": "application/json", allow: "POST" } }));
+
+  app.use("/api/a2a", agentBodyLimit);
+  mountA2a(app, {
+    card: (baseUrl) => agentCard({ name: config.SERVICE_NAME, version: "1.0.0", baseUrl, tools }),
+    tools,
+    ctx: toolContext,
+    log: jsonLog,
+    baseUrl: config.PUBLIC_URL,
+  });
 
   app.get("/api/orders/:requestId", async (c) => {
     const requestId = c.req.param("requestId");

@@ -63,6 +63,22 @@ export const configSchema = z.object({
   WORKER_GRACE_SECONDS: z.coerce.number().int().nonnegative().default(30),
   /** Longer than a request's worst case (facilitator, verification, vend deadline). */
   ORDER_LEASE_SECONDS: z.coerce.number().int().min(10).default(300),
+  /** Host names (no port) the agent routes answer, against DNS rebinding; PUBLIC_URL's host is added. */
+  ALLOWED_HOSTS: z
+    .string()
+    .default("localhost,127.0.0.1,[::1]")
+    .transform((s) => s.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean)),
+  /** How far a link signature's timestamp may be from now, either way. */
+  LINK_SIGNATURE_WINDOW_SECONDS: z.coerce.number().int().min(10).max(3_600).default(300),
+  PIN_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(5),
+  PIN_LOCK_SECONDS: z.coerce.number().int().min(1).default(900),
+  /** Bills in one pay_bill_batch (one pullBatch transaction). */
+  BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),
+  /** How long a pay waits for the ledger to show its pull before answering TIMEOUT. */
+  PULL_LEDGER_WAIT_MS: z.coerce.number().int().min(0).default(15_000),
+  /** The shortest gap allowed between two runs of a recurring schedule. */
+  SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
+  SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
 });
 

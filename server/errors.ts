@@ -12,12 +12,43 @@ export const ERRORS = {
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
+  // Linking a wallet (POST /api/agent/link)
+  WALLET_HEADERS_INVALID: { status: 400, title: "The x-wallet-address, x-wallet-signature and x-wallet-timestamp headers are missing or malformed" },
+  WALLET_MISMATCH: { status: 400, title: "The body's wallet_address is not the wallet that signed" },
+  SIGNATURE_STALE: { status: 401, title: "The signed timestamp is outside the freshness window" },
+  SIGNATURE_INVALID: { status: 401, title: "The signature was not made by the wallet over the expected message" },
+  SIGNATURE_REPLAYED: { status: 409, title: "This signature was used before; sign a new message" },
+  TOKEN_NOT_PULLABLE: { status: 422, title: "The token cannot be paid through the agent hub on that chain" },
+  // Agent tools (MCP and A2A): the same codes come back in a tool's error result
+  API_KEY_INVALID: { status: 401, title: "The api_key is unknown" },
+  API_KEY_RETIRED: { status: 401, title: "The api_key was retired by a newer link; use the newest key" },
+  PIN_INVALID: { status: 401, title: "The PIN is wrong" },
+  PIN_LOCKED: { status: 423, title: "Too many wrong PINs: paying is locked for a while" },
+  SPENDING_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The BillPay spending allowance left is less than the price" },
+  TOKEN_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The token allowance to BillPay is less than the price" },
+  BALANCE_INSUFFICIENT: { status: 402, title: "The wallet's token balance is less than the price" },
+  PULL_REFUSED: { status: 402, title: "BillPay refused the pull; nothing was taken" },
+  IDEMPOTENCY_KEY_REUSED: { status: 409, title: "This idempotency_key already paid for a different bill" },
+  BATCH_TOO_LARGE: { status: 400, title: "The batch has more bills than one transaction takes" },
+  SCHEDULE_NOT_FOUND: { status: 404, title: "No such schedule for this wallet" },
+  SCHEDULE_NOT_ACTIVE: { status: 409, title: "The schedule has already finished or been cancelled" },
+  CURSOR_INVALID: { status: 400, title: "The cursor is not one this wallet's history returned" },
+  BILLER_UNAVAILABLE: { status: 503, title: "The biller could not be reached; try again" },
+  LEDGER_UNAVAILABLE: { status: 503, title: "The ledger could not be reached; try again" },
+  CHAIN_UNAVAILABLE: { status: 503, title: "The chain could not be read; try again" },
+  HOST_NOT_ALLOWED: { status: 403, title: "The Host or Origin header is not one this service answers" },
   NOT_FOUND: { status: 404, title: "No such resource" },
   ORDER_NOT_FOUND: { status: 404, title: "No order with that request_id" },
   INTERNAL: { status: 500, title: "Internal error" },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;
+
+/** The error as a JSON object: the problem+json body, also what a tool's error result carries. */
+export function problemBody(code: ErrorCode, detail: string, extra: Record<string, unknown> = {}) {
+  const { status, title } = ERRORS[code];
+  return { type: "about:blank", title, status, code, detail, ...extra };
+}
 
 export class ServiceError extends Error {
   constructor(
@@ -30,9 +61,8 @@ export class ServiceError extends Error {
 }
 
 export function problemResponse(code: ErrorCode, detail: string, extra: Record<string, unknown> = {}): Response {
-  const { status, title } = ERRORS[code];
-  return new Response(JSON.stringify({ type: "about:blank", title, status, code, detail, ...extra }), {
-    status,
+  return new Response(JSON.stringify(problemBody(code, detail, extra)), {
+    status: ERRORS[code].status,
     headers: { "content-type": "application/problem+json" },
   });
 }

@@ -9,7 +9,7 @@ import { loadConfig } from "./config.ts";
 import { openDb } from "./db.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
-import { buildFlow, jsonLog } from "./services.ts";
+import { buildFlow, buildHub, jsonLog } from "./services.ts";
 
 const log = jsonLog;
 
@@ -25,8 +25,9 @@ const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SER
 const rates = rateSourceFor(config);
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
-const app = createApp({ config, db, deployments, rates, flow });
-const worker = startWorker(flow, config.WORKER_INTERVAL_MS);
+const hub = buildHub(config, deployments, db, flow, rates);
+const app = createApp({ config, db, deployments, rates, flow, hub });
+const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules()]);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
   log("listening", { url: `http://${config.HOST}:${info.port}`, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),

@@ -40,3 +40,21 @@ export const paymentRequestSchema = z.object({
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;
+
+/** Body of POST /api/agent/link. */
+export const linkRequestSchema = z.object({
+  wallet_address: z.string().regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address"),
+  channel: z
+    .string()
+    .trim()
+    .transform((s) => s.toUpperCase())
+    .pipe(z.enum(["MCP", "A2A"], { error: "must be MCP or A2A" }))
+    .default("MCP"),
+  pin: z.string().regex(/^\d{4,6}$/, "must be 4 to 6 digits, as a string"),
+  approved_chain: z.string().trim().min(1).max(16).default("CELO"),
+  approved_token: z.string().trim().min(1).max(16).default("USDC"),
+});
+
+export type LinkRequest = z.infer<typeof linkRequestSchema>;
+
+export const linkResultSchema = z.object({ success: z.boolean(), api_key: z.string() });

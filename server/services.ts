@@ -7,8 +7,15 @@ import { VtpassClient } from "./biller/vtpass.ts";
 import { ChainOperator } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
+import { LedgerClient } from "./ledger-client.ts";
+import { OrphanPulls } from "./orders/pull-reconciler.ts";
 import { OrderStore } from "./orders/store.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
+import type { FlowDeps } from "./orders/fulfil.ts";
+import type { RateSource } from "./pricing/rates.ts";
+import { AgentHub } from "./agent/hub.ts";
+import { LinkStore } from "./agent/links.ts";
+import { ScheduleStore } from "./agent/schedules.ts";
 
 export function jsonLog(msg: string, fields: Record<string, unknown> = {}): void {
   console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
@@ -18,6 +25,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, oper
   const facilitator = (url: string) => new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS });
   return {
     orders: new OrderStore(db),
+    orphans: new OrphanPulls(db),
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
     biller: new VtpassClient({
       baseUrl: config.BILLER_BASE_URL,
@@ -32,8 +40,24 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, oper
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     log: jsonLog,
     deployments,
-    ledgerUrl: config.LEDGER_URL,
+    ledger: new LedgerClient(config.LEDGER_URL),
+    ledgerWaitMs: config.PULL_LEDGER_WAIT_MS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
   };
+}
+
+/** The agent hub over an order flow: links, schedules and the tools' operations. */
+export function buildHub(config: Config, deployments: Deployments, db: Db, flow: FlowDeps, rates: RateSource): AgentHub {
+  return new AgentHub({
+    config,
+    db,
+    deployments,
+    rates,
+    flow,
+    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS }),
+    schedules: new ScheduleStore(db),
+    biller: flow.biller,
+    ledger: flow.ledger,
+  });
 }

@@ -69,9 +69,9 @@ export class ChainOperator {
     return this.write(chain, { functionName: "pullBatch", args: [requests] }, onSent);
   }
 
-  /** Refunds a pulled order to its payer. */
-  refund(args: { chain: ChainKey; requestId: string; amount: bigint }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refund", args: [onChainOrderId(args.requestId), args.amount] });
+  /** Refunds a pulled order (by BillPay's order id) to its payer. */
+  refund(args: { chain: ChainKey; orderId: Hex; amount: bigint }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] });
   }
 
   /** Refunds an x402 order with the payer's own signed authorization. */

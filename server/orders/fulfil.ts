@@ -10,6 +10,7 @@ import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
 import type { ChainOperator } from "../chain/operator.ts";
+import type { LedgerClient } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
@@ -29,6 +30,10 @@ export interface FlowDeps {
   biller: VtpassClient;
   /** The operator key's transactions on BillPay: pulls and refunds. */
   operator: ChainOperator;
+  /** Where an order's payment and refund are read from. */
+  ledger: LedgerClient;
+  /** How long a pay waits for the ledger to show its pull before answering TIMEOUT. */
+  ledgerWaitMs: number;
   /** How long a request waits for the biller before answering TIMEOUT. */
   vendDeadlineMs: number;
   requeryIntervalMs: number;
@@ -129,7 +134,7 @@ export async function refund(deps: FlowDeps, order: Order, reason: string): Prom
 }
 
 function refundPull(deps: FlowDeps, o: Order) {
-  return deps.operator.refund({ chain: o.chain as ChainKey, requestId: o.requestId, amount: o.amount });
+  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount: o.amount });
 }
 
 function refundX402(deps: FlowDeps, refunding: Order) {
@@ -154,7 +159,8 @@ function refundX402(deps: FlowDeps, refunding: Order) {
 
 /** What the payer sees: the interface's result shape. */
 export function orderResult(o: Order) {
-  const status = o.status === "SUCCESS" ? "SUCCESS" : o.status === "REFUNDING" || o.status === "REFUNDED" ? "FAILED_VENDING" : "TIMEOUT";
+  const failed = o.status === "REFUNDING" || o.status === "REFUNDED" || o.status === "PAYMENT_FAILED";
+  const status = o.status === "SUCCESS" ? "SUCCESS" : failed ? "FAILED_VENDING" : "TIMEOUT";
   return {
     success: status === "SUCCESS",
     status,
@@ -162,8 +168,11 @@ export function orderResult(o: Order) {
     units: o.units,
     request_id: o.requestId,
     tx_hash: o.txHash,
-    ...(status === "FAILED_VENDING"
-      ? { refund: { status: o.status === "REFUNDED" ? "REFUNDED" : "PENDING", tx_hash: o.refundTxHash, reason: o.failureReason } }
-      : {}),
+    ...(o.status === "PAYMENT_FAILED"
+      ? // The payment never moved: nothing to refund.
+        { charged: false, reason: o.failureReason }
+      : status === "FAILED_VENDING"
+        ? { refund: { status: o.status === "REFUNDED" ? "REFUNDED" : "PENDING", tx_hash: o.refundTxHash, reason: o.failureReason } }
+        : {}),
   };
 }

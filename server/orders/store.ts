@@ -252,6 +252,14 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
+  /** Records the pull transaction sent for these orders (before its receipt), for the worker. */
+  async setTxHash(requestIds: string[], txHash: string): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET tx_hash = $2, updated_at = now() WHERE request_id = ANY($1::text[]) AND tx_hash IS NULL`, [
+      requestIds,
+      txHash,
+    ]);
+  }
+
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */
   async release(requestId: string): Promise<void> {
     await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1`, [requestId]);

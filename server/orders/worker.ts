@@ -5,35 +5,24 @@
  *   PAID      a crash between settlement and vending: vend (the biller's request id is
  *             fixed, so a repeat is recognised as one and requeried);
  *   PENDING   the biller is still working: requery;
- *   REFUNDING the refund has not landed: send it again (BillPay refunds once).
+ *   REFUNDING the refund has not landed: send it again (BillPay refunds once);
+ *   PULLING   a pull whose request died: see orders/pull-reconciler.ts.
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import type { ChainKey } from "../../lib/chains.ts";
 import type { Order } from "./store.ts";
 import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
+import { OrphanPulls, reconcileOrphanPulls, reconcilePulling } from "./pull-reconciler.ts";
 import { authorizationUsed, settle } from "./x402-flow.ts";
 
-const LEDGER_TIMEOUT_MS = 5_000;
-
 export interface WorkerDeps extends FlowDeps {
-  ledgerUrl: string;
+  orphans: OrphanPulls;
   /** Orders younger than this are still in their request's hands. */
   graceSeconds: number;
 }
 
-/** The ledger's record of an x402 payment, by (chain, token, payer, nonce). */
-async function ledgerPayment(deps: WorkerDeps, o: Order): Promise<{ txHash: string } | null> {
-  const chainId = CHAINS[o.chain as ChainKey].chainId;
-  const res = await fetch(`${deps.ledgerUrl}/ledger/authorizations/${chainId}/${o.tokenAddress}/${o.payer}/${o.authNonce}`, {
-    signal: AbortSignal.timeout(LEDGER_TIMEOUT_MS),
-  });
-  if (!res.ok) throw new Error(`ledger answered ${res.status}`);
-  const body = (await res.json()) as { payment: { txHash: string } | null };
-  return body.payment;
-}
-
 async function reconcileSettling(deps: WorkerDeps, o: Order): Promise<void> {
-  const paid = await ledgerPayment(deps, o);
+  const { payment: paid } = await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!);
   if (paid) {
     const order = await deps.orders.transition(o.requestId, ["SETTLING"], "PAID", { txHash: paid.txHash });
     if (order) await fulfil(deps, order);
@@ -55,13 +44,21 @@ async function reconcileSettling(deps: WorkerDeps, o: Order): Promise<void> {
 export async function workOnce(deps: WorkerDeps): Promise<number> {
   const seen: string[] = [];
   for (;;) {
-    const o = await deps.orders.claimUnfinished(["SETTLING", "PAID", "PENDING", "REFUNDING"], deps.graceSeconds, deps.leaseSeconds, seen);
+    const o = await deps.orders.claimUnfinished(
+      ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING"],
+      deps.graceSeconds,
+      deps.leaseSeconds,
+      seen,
+    );
     if (!o) return seen.length;
     seen.push(o.requestId);
     try {
       switch (o.status) {
         case "SETTLING":
           await reconcileSettling(deps, o);
+          break;
+        case "PULLING":
+          await reconcilePulling(deps, o);
           break;
         case "PAID":
           await fulfil(deps, o);
@@ -82,10 +79,20 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
   }
 }
 
-export function startWorker(deps: WorkerDeps, intervalMs: number): { stop(): Promise<void> } {
+/**
+ * Runs a pass every `intervalMs`, one at a time: unfinished orders, then pulls no order
+ * accounts for, then whatever `also` adds (due schedules).
+ */
+export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<() => Promise<unknown>> = []): { stop(): Promise<void> } {
   let running: Promise<unknown> = Promise.resolve();
+  const tasks = [() => workOnce(deps), () => reconcileOrphanPulls(deps), ...also];
+  let busy = false;
   const timer = setInterval(() => {
-    running = running.then(() => workOnce(deps)).catch((err: Error) => deps.log("worker pass failed", { error: err.message }));
+    if (busy) return; // a slow pass is not stacked up behind
+    busy = true;
+    running = (async () => {
+      for (const task of tasks) await task().catch((err: Error) => deps.log("worker pass failed", { error: err.message }));
+    })().finally(() => (busy = false));
   }, intervalMs);
   return {
     async stop() {

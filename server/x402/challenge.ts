@@ -83,7 +83,11 @@ export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: 
 }
 
 /** Locks (or finds) the quote for this bill on its chain and token. */
-export async function quoteBill(req: PaymentRequest, ctx: ChallengeContext, option: { chain: ChainKey; token: TokenSymbol }) {
+export async function quoteBill(
+  req: PaymentRequest,
+  ctx: Pick<ChallengeContext, "quotes" | "rates" | "fees">,
+  option: { chain: ChainKey; token: TokenSymbol },
+) {
   const kobo = toScaled(req.nairaAmount, 2)!;
   const hash = billHash(req, option);
   const [quote] = await ctx.quotes.lock(hash, [option], async () => {

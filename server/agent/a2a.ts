@@ -1,0 +1,196 @@
+/**
+ * POST /api/a2a and the Agent Card: the agent tools as A2A skills (@a2a-js/sdk), over
+ * JSON-RPC in protocol 1.0 (`SendMessage`, header `A2A-Version: 1.0`) and 0.3
+ * (`message/send`, no header). A call is a message with a data part
+ * `{"skill": "<tool>", "arguments": {...}}` (or the same JSON as text); the answer is a
+ * message with a data part holding the tool's result, or `{"error": {...}}` with the
+ * service's error code. Each answer is a direct message: nothing is kept as a task.
+ */
+import { randomUUID } from "node:crypto";
+import { A2A_PROTOCOL_VERSION, A2A_VERSION_HEADER, formatSSEEvent, Role, type AgentCard, type Message, type Part } from "@a2a-js/sdk";
+import { A2A_LEGACY_PROTOCOL_VERSION, duplicateInterfacesForLegacy } from "@a2a-js/sdk/compat/v0_3";
+import { LegacyJsonRpcTransportHandler } from "@a2a-js/sdk/compat/v0_3/server";
+import {
+  AgentEvent,
+  DefaultRequestHandler,
+  defaultServerCallContextBuilder,
+  InMemoryTaskStore,
+  JsonRpcTransportHandler,
+  UnauthenticatedUser,
+  validateVersion,
+  type AgentExecutor,
+  type ExecutionEventBus,
+  type RequestContext,
+} from "@a2a-js/sdk/server";
+import type { Hono } from "hono";
+import { z } from "zod";
+import { problemBody } from "../errors.ts";
+import { callTool } from "./mcp.ts";
+import type { ToolContext, ToolDefinition } from "./tools.ts";
+
+const callSchema = z.object({
+  skill: z.string().optional(),
+  tool: z.string().optional(),
+  name: z.string().optional(),
+  arguments: z.record(z.string(), z.unknown()).default({}),
+});
+
+/** The tool call a message carries: its first data part, else its text parsed as JSON. */
+function readCall(message: Message): z.infer<typeof callSchema> | null {
+  for (const part of message.parts) {
+    const content = part.content;
+    let candidate: unknown;
+    if (content?.$case === "data") candidate = content.value;
+    else if (content?.$case === "text") {
+      try {
+        candidate = JSON.parse(content.value);
+      } catch {
+        continue;
+      }
+    }
+    const parsed = callSchema.safeParse(candidate);
+    if (parsed.success) return parsed.data;
+  }
+  return null;
+}
+
+const dataPart = (value: unknown): Part => ({ content: { $case: "data", value }, metadata: undefined, filename: "", mediaType: "application/json" });
+const textPart = (value: string): Part => ({ content: { $case: "text", value }, metadata: undefined, filename: "", mediaType: "text/plain" });
+
+class ToolExecutor implements AgentExecutor {
+  constructor(
+    private readonly tools: ToolDefinition[],
+    private readonly ctx: ToolContext,
+    private readonly log: (msg: string, f?: Record<string, unknown>) => void,
+  ) {}
+
+  async execute(request: RequestContext, bus: ExecutionEventBus): Promise<void> {
+    const reply = (parts: Part[]) => {
+      bus.publish(
+        AgentEvent.message({
+          messageId: randomUUID(),
+          contextId: request.contextId,
+          taskId: "",
+          role: Role.ROLE_AGENT,
+          parts,
+          metadata: undefined,
+          extensions: [],
+          referenceTaskIds: [],
+        }),
+      );
+      bus.finished();
+    };
+    const call = readCall(request.userMessage);
+    const name = call?.skill ?? call?.tool ?? call?.name;
+    const tool = this.tools.find((t) => t.name === name);
+    if (!call || !tool) {
+      const error = problemBody(
+        "VALIDATION_FAILED",
+        `${name ? `unknown skill "${name}"` : "no skill call found"}; send a data part {"skill": one of ${this.tools.map((t) => t.name).join(", ")}, "arguments": {...}}`,
+      );
+      return reply([textPart(error.detail), dataPart({ error })]);
+    }
+    const parsed = z.object(tool.input).safeParse(call.arguments);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => ({ field: i.path.join(".") || "(arguments)", message: i.message }));
+      const error = problemBody("VALIDATION_FAILED", issues.map((i) => `${i.field}: ${i.message}`).join("; "), { issues });
+      return reply([textPart(error.detail), dataPart({ error })]);
+    }
+    const result = await callTool(tool, parsed.data, this.ctx, this.log);
+    reply([textPart(`${tool.name}: ${result.isError ? "refused" : "done"}`), dataPart(result.structuredContent)]);
+  }
+
+  async cancelTask(): Promise<void> {
+    // Every answer is immediate; there is never a running task to cancel.
+  }
+}
+
+export function agentCard(options: { name: string; version: string; baseUrl: string; tools: ToolDefinition[] }): AgentCard {
+  const url = `${options.baseUrl}/api/a2a`;
+  return {
+    name: options.name,
+    description:
+      "Pays real-world bills (airtime, data, electricity, cable TV, bank transfer, exam PINs) in stablecoins from a wallet's " +
+      "pre-approved on-chain allowance. Call a skill with a data part {\"skill\": \"<id>\", \"arguments\": {...}}; start with describe_capabilities.",
+    supportedInterfaces: duplicateInterfacesForLegacy([{ url, protocolBinding: "JSONRPC", tenant: "", protocolVersion: A2A_PROTOCOL_VERSION }], ["JSONRPC"]),
+    provider: { organization: options.name, url: options.baseUrl },
+    version: options.version,
+    documentationUrl: `${options.baseUrl}/openapi.json`,
+    capabilities: { streaming: false, pushNotifications: false, extensions: [], extendedAgentCard: false },
+    securitySchemes: {},
+    securityRequirements: [],
+    defaultInputModes: ["application/json", "text/plain"],
+    defaultOutputModes: ["application/json", "text/plain"],
+    skills: options.tools.map((t) => ({
+      id: t.name,
+      name: t.title,
+      description: `${t.description}${t.authenticated ? " Arguments include api_key." : ""}${t.paying ? " Arguments include pin." : ""}`,
+      tags: [t.paying ? "payment" : "read", "bill-payment"],
+      examples: t.examples,
+      inputModes: ["application/json"],
+      outputModes: ["application/json"],
+      securityRequirements: [],
+    })),
+    signatures: [],
+  };
+}
+
+export function mountA2a(
+  app: Hono,
+  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: (msg: string, f?: Record<string, unknown>) => void; baseUrl?: string },
+): void {
+  const executor = new ToolExecutor(options.tools, options.ctx, options.log);
+  // The card names the public URL; built on first use when it comes from the request.
+  const handlers = new Map<string, { v1: JsonRpcTransportHandler; legacy: LegacyJsonRpcTransportHandler; card: AgentCard }>();
+  const forBase = (baseUrl: string) => {
+    let h = handlers.get(baseUrl);
+    if (!h) {
+      const card = options.card(baseUrl);
+      const requestHandler = new DefaultRequestHandler(card, new InMemoryTaskStore(), executor);
+      h = { v1: new JsonRpcTransportHandler(requestHandler), legacy: new LegacyJsonRpcTransportHandler(requestHandler), card };
+      if (handlers.size < 8) handlers.set(baseUrl, h);
+    }
+    return h;
+  };
+  const baseOf = (url: string) => options.baseUrl ?? new URL(url).origin;
+
+  app.get("/.well-known/agent-card.json", (c) => {
+    const { card } = forBase(baseOf(c.req.url));
+    // 0.3 peers read `url`, `protocolVersion` and `preferredTransport`; 1.0 peers read supportedInterfaces.
+    const legacy = { url: `${baseOf(c.req.url)}/api/a2a`, protocolVersion: "0.3.0", preferredTransport: "JSONRPC" };
+    return c.json({ ...card, ...legacy }, 200, { "cache-control": "public, max-age=300" });
+  });
+
+  app.post("/api/a2a", async (c) => {
+    const h = forBase(baseOf(c.req.url));
+    const requested = c.req.header(A2A_VERSION_HEADER);
+    const legacy = (requested || A2A_LEGACY_PROTOCOL_VERSION) === A2A_LEGACY_PROTOCOL_VERSION;
+    let body: unknown;
+    try {
+      body = await c.req.json();
+    } catch {
+      return c.json({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "the body is not valid JSON" } });
+    }
+    const id = (body as { id?: string | number })?.id ?? null;
+    const mapError = legacy ? LegacyJsonRpcTransportHandler.mapToLegacyJSONRPCError : JsonRpcTransportHandler.mapToJSONRPCError;
+    try {
+      const context = defaultServerCallContextBuilder({
+        extensions: undefined,
+        user: new UnauthenticatedUser(),
+        headers: Object.fromEntries(c.req.raw.headers),
+        requestedVersion: requested,
+      });
+      validateVersion(context.requestedVersion ?? A2A_LEGACY_PROTOCOL_VERSION, h.card, "JSONRPC");
+      const out = await (legacy ? h.legacy : h.v1).handle(body as Record<string, unknown>, context);
+      if (out && typeof (out as AsyncGenerator)[Symbol.asyncIterator] === "function") {
+        // Streaming methods: every answer is one message, sent as a one-event stream.
+        const events: string[] = [];
+        for await (const event of out as AsyncGenerator) events.push(formatSSEEvent(event));
+        return new Response(events.join(""), { headers: { "content-type": "text/event-stream", "cache-control": "no-cache" } });
+      }
+      return c.json(out as object);
+    } catch (err) {
+      return c.json({ jsonrpc: "2.0", id, error: mapError(err) });
+    }
+  });
+}

@@ -1,0 +1,101 @@
+/**
+ * describe_capabilities: what an agent needs to use the service with nothing else in hand.
+ * Built from the one source of each fact: chains and tokens (lib/chains.ts), the deployed
+ * addresses, the configuration (fees, limits), the tool definitions and the error catalogue.
+ */
+import { z } from "zod";
+import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { ERRORS } from "../errors.ts";
+import { FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
+import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
+import type { AgentHub } from "./hub.ts";
+import type { ToolDefinition } from "./tools.ts";
+
+const usd = (micro: bigint) => (Number(micro) / 1e6).toFixed(6).replace(/0+$/, "").replace(/\.$/, "");
+
+export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[]) {
+  const { config, deployments, rates } = hub.deps;
+  const rate = await rates.ngnPerUsdMilli().catch(() => null);
+  const chains = (Object.keys(deployments.chains) as ChainKey[]).map((key) => {
+    const d = deployments.chains[key]!;
+    return {
+      chain: key,
+      chain_id: CHAINS[key].chainId,
+      caip2: CHAINS[key].caip2,
+      billpay_contract: d.billPay.address,
+      tokens: CHAINS[key].tokens.map((t) => ({
+        token: t.symbol,
+        address: d.tokens.find((x) => x.symbol === t.symbol)?.address ?? null,
+        decimals: t.decimals,
+        agent_hub: t.acceptedForPulls,
+        x402: t.settlesX402,
+      })),
+    };
+  });
+  return {
+    service: config.SERVICE_NAME,
+    what: "Pays real-world bills (airtime, data, electricity, cable TV, bank transfer, exam PINs) in stablecoins; refunds on chain when vending fails.",
+    categories: ["AIRTIME", "DATA", "ELECTRICITY", "CABLE", "BANK", "EDUCATION"],
+    post_settlement_verification:
+      "ELECTRICITY, BANK, EDUCATION (jamb) and CABLE (except showmax) numbers are checked with the biller after payment; a wrong number is refunded automatically.",
+    chains,
+    token_aliases: { USDT: "USD₮" },
+    amounts: "Token amounts are integers in raw units (6 decimals: 1000000 = 1 USD); nairaAmount is NGN with at most 2 decimals.",
+    pricing: {
+      formula: "price = nairaAmount / NGN-per-USD rate + service fee (per category) + facilitator fee, at least the minimum, rounded up to a raw unit",
+      ngn_per_usd: rate === null ? null : (Number(rate) / 1000).toString(),
+      service_fee_usd: Object.fromEntries(Object.entries(config.SERVICE_FEES_USD).map(([k, v]) => [k, usd(v)])),
+      facilitator_fee_usd: usd(FACILITATOR_FEE_MICRO_USD),
+      minimum_price_usd: usd(MIN_PRICE_MICRO_USD),
+    },
+    limits: {
+      max_naira_amount: MAX_NAIRA_AMOUNT,
+      batch_max_bills: config.BATCH_MAX_BILLS,
+      pin: `4 to 6 digits; ${config.PIN_MAX_ATTEMPTS} wrong PINs lock paying tools for ${config.PIN_LOCK_SECONDS} seconds`,
+      link_signature_window_seconds: config.LINK_SIGNATURE_WINDOW_SECONDS,
+      schedule_min_interval_seconds: config.SCHEDULE_MIN_INTERVAL_SECONDS,
+      schedules_per_wallet: config.SCHEDULE_MAX_PER_WALLET,
+    },
+    setup: [
+      {
+        step: 1,
+        what: "Link the wallet once: POST /api/agent/link",
+        headers: {
+          "x-wallet-address": "<wallet>",
+          "x-wallet-timestamp": "<now in milliseconds since epoch>",
+          "x-wallet-signature": `personal_sign by the wallet of the text "${config.SERVICE_NAME} Agent Action: POST:/api/agent/link: <the same timestamp>"`,
+        },
+        body: { wallet_address: "<wallet>", channel: "MCP or A2A", pin: "4 to 6 digits", approved_chain: "CELO or BASE", approved_token: "USDC, USDT or USA₮" },
+        returns: "{ success, api_key }: the api_key is shown once; linking again mints a new key and retires the old one. Each signature works once.",
+      },
+      {
+        step: 2,
+        what: "Approve BillPay on the token (from the wallet, on chain)",
+        call: "token.approve(address spender = billpay_contract, uint256 amount)",
+      },
+      {
+        step: 3,
+        what: "Set the most BillPay may pull (from the wallet, on chain); 0 revokes at any time",
+        call: "BillPay.setSpendingAllowance(address token, uint256 amount)",
+      },
+      { step: 4, what: "check_balance shows spendable_now: the least of balance, token allowance and spending allowance" },
+      { step: 5, what: "pay_bill, pay_bill_batch or schedule_bill with the api_key and PIN" },
+    ],
+    transports: {
+      mcp: { url: "/api/mcp", how: 'JSON-RPC 2.0 "tools/call" with params {name, arguments}; the answer is JSON text in result.content[0].text' },
+      a2a: {
+        url: "/api/a2a",
+        agent_card: "/.well-known/agent-card.json",
+        how: 'message/send (0.3) or SendMessage (1.0) with a data part {"skill": "<tool name>", "arguments": {...}}; the answer is a data part',
+      },
+    },
+    tools: tools.map((t) => ({
+      name: t.name,
+      description: t.description,
+      needs_api_key: t.authenticated,
+      needs_pin: t.paying,
+      arguments: z.toJSONSchema(z.object(t.input), { io: "input", unrepresentable: "any" }),
+    })),
+    errors: Object.fromEntries(Object.entries(ERRORS).map(([code, e]) => [code, { status: e.status, title: e.title }])),
+  };
+}

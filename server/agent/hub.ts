@@ -1,0 +1,340 @@
+/**
+ * The agent hub's operations, behind every agent tool (agent/tools.ts) whatever the
+ * transport (MCP, A2A): who a key speaks for, the PIN gate on paying, paying one bill or a
+ * batch from the wallet's allowance, schedules, balances and history. Amounts leave as
+ * decimal strings of raw token units (6 decimals), with a formatted figure beside them.
+ */
+import { formatUnits, type Hex } from "viem";
+import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import type { VtpassClient } from "../biller/vtpass.ts";
+import { readWalletState } from "../chain/wallet-state.ts";
+import type { Config } from "../config.ts";
+import type { Db } from "../db.ts";
+import { ServiceError } from "../errors.ts";
+import type { LedgerClient } from "../ledger-client.ts";
+import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
+import { startPullOrders } from "../orders/pull-flow.ts";
+import type { Order } from "../orders/store.ts";
+import type { RateSource } from "../pricing/rates.ts";
+import { QuoteStore } from "../quotes.ts";
+import type { PaymentRequest } from "../schemas.ts";
+import { quoteBill } from "../x402/challenge.ts";
+import type { Link, LinkStore } from "./links.ts";
+import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
+
+/** A bill as an agent names it: the REST bill without the wallet, chain and token (those come from the link or the call). */
+export type AgentBill = Omit<PaymentRequest, "token" | "blockchain" | "wallet_address">;
+
+export interface HubDeps {
+  config: Config;
+  db: Db;
+  deployments: Deployments;
+  rates: RateSource;
+  flow: FlowDeps;
+  links: LinkStore;
+  schedules: ScheduleStore;
+  biller: VtpassClient;
+  ledger: LedgerClient;
+}
+
+const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
+
+export class AgentHub {
+  private readonly quotes: QuoteStore;
+
+  constructor(readonly deps: HubDeps) {
+    this.quotes = new QuoteStore(deps.db, deps.config.QUOTE_TTL_SECONDS);
+  }
+
+  authenticate(apiKey: string): Promise<Link> {
+    return this.deps.links.authenticate(apiKey);
+  }
+
+  /** The gate on every paying tool. */
+  checkPin(link: Link, pin: string): Promise<void> {
+    return this.deps.links.checkPin(link.wallet, pin);
+  }
+
+  /** The chain and token a pull uses: the call's, else the link's approved pair. */
+  pullOption(link: Pick<Link, "approvedChain" | "approvedToken">, chain?: string, token?: string): { chain: ChainKey; token: TokenSymbol; tokenAddress: Hex } {
+    return resolvePullOption(this.deps.deployments, chain ?? link.approvedChain, token ?? link.approvedToken);
+  }
+
+  private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
+    const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
+    const { hash, quote } = await quoteBill(request, { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD }, { chain, token });
+    return { bill: request, bodyHash: hash, amount: quote.amount };
+  }
+
+  /** pay_bill: one bill, one pull. */
+  async payBill(link: Link, bill: AgentBill, options: { chain?: string; token?: string; idempotencyKey?: string; scheduleId?: string } = {}) {
+    const option = this.pullOption(link, options.chain, options.token);
+    const priced = await this.price(link, bill, option.chain, option.token);
+    const { orders, replay } = await startPullOrders(this.deps.flow, {
+      wallet: link.wallet as Hex,
+      ...option,
+      bills: [priced],
+      batch: false,
+      idempotencyKey: options.idempotencyKey,
+      scheduleId: options.scheduleId,
+    });
+    return { ...this.result(orders[0]!), ...(replay ? { replayed: true } : {}) };
+  }
+
+  /** pay_bill_batch: every bill in one pullBatch; a result per bill, in the order given. */
+  async payBatch(link: Link, bills: AgentBill[], options: { chain?: string; token?: string } = {}) {
+    const max = this.deps.config.BATCH_MAX_BILLS;
+    if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
+    const option = this.pullOption(link, options.chain, options.token);
+    const priced = [];
+    for (const bill of bills) priced.push(await this.price(link, bill, option.chain, option.token));
+    const { orders } = await startPullOrders(this.deps.flow, { wallet: link.wallet as Hex, ...option, bills: priced, batch: bills.length > 1 });
+    const results = orders.map((o) => this.result(o));
+    return {
+      batch_id: orders[0]!.batchId,
+      chain: option.chain,
+      token: option.token,
+      total: units(orders.reduce((s, o) => s + o.amount, 0n)),
+      succeeded: results.filter((r) => r.status === "SUCCESS").length,
+      failed: results.filter((r) => r.status === "FAILED_VENDING").length,
+      pending: results.filter((r) => r.status === "TIMEOUT").length,
+      results,
+    };
+  }
+
+  /** The REST route's result shape, plus what an agent wants to see of the charge. */
+  result(o: Order) {
+    return { ...orderResult(o), chain: o.chain, token: o.token, amount: units(o.amount) };
+  }
+
+  async scheduleBill(
+    link: Link,
+    bill: AgentBill,
+    when: { runAt?: string; cron?: string; maxRuns?: number },
+    options: { chain?: string; token?: string } = {},
+  ) {
+    const { config } = this.deps;
+    const option = this.pullOption(link, options.chain, options.token);
+    const now = new Date();
+    let firstRun: Date;
+    if (when.cron) {
+      firstRun = checkCron(when.cron, config.SCHEDULE_MIN_INTERVAL_SECONDS, now);
+    } else {
+      firstRun = new Date(when.runAt!);
+      if (firstRun.getTime() < now.getTime() - 1_000) throw new ServiceError("VALIDATION_FAILED", "run_at is in the past");
+      if (firstRun.getTime() > now.getTime() + 366 * 86_400_000) throw new ServiceError("VALIDATION_FAILED", "run_at is more than a year away");
+    }
+    // Priced now to show the agent what a run costs at today's rate; each run is priced when it runs.
+    const priced = await this.price(link, bill, option.chain, option.token);
+    const schedule = await this.deps.schedules.create({
+      wallet: link.wallet,
+      bill,
+      chain: option.chain,
+      token: option.token,
+      runAt: when.cron ? null : firstRun,
+      cron: when.cron ?? null,
+      firstRun,
+      maxRuns: when.cron ? (when.maxRuns ?? null) : 1,
+      maxPerWallet: config.SCHEDULE_MAX_PER_WALLET,
+    });
+    return { ...scheduleView(schedule), price_now: units(priced.amount) };
+  }
+
+  async listSchedules(link: Link, status?: ScheduleStatus) {
+    const list = await this.deps.schedules.list(link.wallet, status);
+    return {
+      schedules: list.map((s) => ({
+        ...scheduleView(s),
+        last_runs: s.lastRuns.map((r) => ({ due_at: r.dueAt.toISOString(), request_id: r.requestId, outcome: r.outcome ?? "RUNNING", error: r.error })),
+      })),
+    };
+  }
+
+  async cancelSchedule(link: Link, id: string) {
+    return scheduleView(await this.deps.schedules.cancel(link.wallet, id));
+  }
+
+  /** Runs every due schedule once per due time (called by the worker on every instance). */
+  async runDueSchedules(): Promise<number> {
+    const { schedules } = this.deps;
+    let ran = 0;
+    const retries = await schedules.unfinishedRuns(this.deps.config.ORDER_LEASE_SECONDS);
+    for (const { schedule, dueAt } of retries) await this.runSchedule(schedule, dueAt);
+    for (const s of await schedules.due(20)) {
+      const due = s.nextRunAt!;
+      if (!(await schedules.claim(s, nextDue(s, due)))) continue;
+      await this.runSchedule(s, due);
+      ran++;
+    }
+    return ran;
+  }
+
+  private async runSchedule(s: Schedule, due: Date): Promise<void> {
+    const link = { wallet: s.wallet, approvedChain: s.chain, approvedToken: s.token, channel: "SCHEDULE", linkedAt: s.createdAt };
+    try {
+      // The key ties the order to this run: a repeat after a crash finds it instead of paying again.
+      const result = await this.payBill(link, s.bill, { chain: s.chain, token: s.token, idempotencyKey: `${s.id}@${due.getTime()}`, scheduleId: s.id });
+      await this.deps.schedules.finishRun(s.id, due, { requestId: result.request_id, outcome: result.status });
+    } catch (err) {
+      const code = err instanceof ServiceError ? err.code : "INTERNAL";
+      await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error: `${code}: ${(err as Error).message}` });
+      this.deps.flow.log("scheduled bill not paid", { scheduleId: s.id, error: code });
+    }
+  }
+
+  /** check_balance: per chain and pull token, from the chain (what can be pulled now) and the ledger (what was paid). */
+  async balance(link: Link, chain?: string) {
+    const chains = chain ? [resolvePullOption(this.deps.deployments, chain, "USDC").chain] : (Object.keys(this.deps.deployments.chains) as ChainKey[]);
+    let ledgerAccounts: Awaited<ReturnType<LedgerClient["accounts"]>> | null = null;
+    let ledgerError: string | undefined;
+    try {
+      ledgerAccounts = await this.deps.ledger.accounts(link.wallet);
+    } catch (err) {
+      ledgerError = (err as Error).message;
+    }
+    const balances = [];
+    for (const key of chains) {
+      const d = this.deps.deployments.chains[key]!;
+      const tokens = CHAINS[key].tokens.filter((t) => t.acceptedForPulls);
+      const addresses = tokens.map((t) => d.tokens.find((x) => x.symbol === t.symbol)!.address as Hex);
+      const states = await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses);
+      for (const [i, t] of tokens.entries()) {
+        const s = states[i]!;
+        const account = ledgerAccounts?.find((a) => a.chainId === CHAINS[key].chainId && a.token.toLowerCase() === s.token.toLowerCase());
+        balances.push({
+          chain: key,
+          token: t.symbol,
+          token_address: s.token,
+          approved: key === link.approvedChain && t.symbol === link.approvedToken,
+          balance: units(s.balance),
+          token_allowance: units(s.tokenAllowance),
+          spending_allowance: units(s.spendingAllowance),
+          spendable_now: units(s.spendable),
+          block_number: s.blockNumber.toString(),
+          ledger: account
+            ? {
+                spending_allowance: units(BigInt(String(account.spendingAllowance))),
+                total_paid: units(BigInt(String(account.totalPaid))),
+                total_refunded: units(BigInt(String(account.totalRefunded))),
+                payments: account.paymentCount,
+                refunds: account.refundCount,
+              }
+            : null,
+        });
+      }
+    }
+    return {
+      wallet: link.wallet,
+      approved_chain: link.approvedChain,
+      approved_token: link.approvedToken,
+      balances,
+      ...(ledgerError ? { ledger_error: `ledger unavailable: ${ledgerError}` } : {}),
+    };
+  }
+
+  /** transaction_history: the wallet's orders, newest first, each with its payment and refund in the ledger. */
+  async history(link: Link, limit: number, cursor?: string) {
+    let after: string | undefined;
+    if (cursor) {
+      after = Buffer.from(cursor, "base64url").toString("utf8");
+      const order = /^req_\w+$/.test(after) ? await this.deps.flow.orders.get(after) : undefined;
+      if (!order || order.payer !== link.wallet.toLowerCase()) throw new ServiceError("CURSOR_INVALID", "the cursor is not one this wallet's history returned");
+    }
+    const orders = await this.deps.flow.orders.history(link.wallet, limit + 1, after);
+    const page = orders.slice(0, limit);
+    const items = await Promise.all(
+      page.map(async (o) => {
+        let onchain: unknown = null;
+        let ledgerError: string | undefined;
+        try {
+          onchain = await this.onchain(o);
+        } catch (err) {
+          ledgerError = (err as Error).message;
+        }
+        return {
+          ...this.result(o),
+          rail: o.rail === "pull" ? "agent" : "x402",
+          bill: o.bill,
+          created_at: o.createdAt.toISOString(),
+          batch_id: o.batchId,
+          schedule_id: o.scheduleId,
+          onchain,
+          ...(ledgerError ? { ledger_error: ledgerError } : {}),
+        };
+      }),
+    );
+    const last = page.at(-1);
+    return { transactions: items, next_cursor: orders.length > limit && last ? Buffer.from(last.requestId, "utf8").toString("base64url") : null };
+  }
+
+  private async onchain(o: Order) {
+    const record =
+      o.rail === "pull"
+        ? await this.deps.ledger.order(o.onchainOrderId)
+        : o.authNonce
+          ? await this.deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce).then((r) => ({
+              payments: r.payment ? [r.payment] : [],
+              refunds: r.refunds,
+            }))
+          : { payments: [], refunds: [] };
+    const payment = record.payments[0];
+    return {
+      payment: payment ? { tx_hash: payment.txHash, amount: units(BigInt(payment.amount)), block_number: String(payment.blockNumber), timestamp: String(payment.timestamp) } : null,
+      refunds: record.refunds.map((r) => ({ tx_hash: r.txHash, amount: units(BigInt(r.amount)), timestamp: String(r.timestamp) })),
+    };
+  }
+
+  async plans(serviceID: string) {
+    try {
+      const variations = await this.deps.biller.variations(serviceID);
+      return {
+        serviceID,
+        plans: variations.map((v) => ({ variation_code: v.variation_code, name: v.name, nairaAmount: Number(v.variation_amount), fixed_price: v.fixedPrice === "Yes" })),
+      };
+    } catch (err) {
+      throw new ServiceError("BILLER_UNAVAILABLE", `could not list plans for "${serviceID}": ${(err as Error).message}`);
+    }
+  }
+
+  async internationalOptions() {
+    try {
+      return { countries: await this.deps.biller.internationalCountries() };
+    } catch (err) {
+      throw new ServiceError("BILLER_UNAVAILABLE", `could not list international options: ${(err as Error).message}`);
+    }
+  }
+}
+
+function scheduleView(s: Schedule) {
+  return {
+    schedule_id: s.id,
+    status: s.status,
+    kind: s.cron ? "recurring" : "once",
+    cron: s.cron,
+    run_at: s.runAt?.toISOString() ?? null,
+    next_run_at: s.nextRunAt?.toISOString() ?? null,
+    runs: s.runs,
+    max_runs: s.maxRuns,
+    chain: s.chain,
+    token: s.token,
+    bill: s.bill,
+    created_at: s.createdAt.toISOString(),
+    cancelled_at: s.cancelledAt?.toISOString() ?? null,
+  };
+}
+
+/** Resolves a chain and token the agent hub can pull, deployed here; refuses anything else clearly. */
+export function resolvePullOption(deployments: Deployments, chainName: string, tokenName: string): { chain: ChainKey; token: TokenSymbol; tokenAddress: Hex } {
+  const chain = chainByKey(chainName);
+  if (!chain || !deployments.chains[chain.key]) {
+    throw new ServiceError("UNSUPPORTED_CHAIN", `chain "${chainName}" is not one the agent hub pays on; use ${Object.keys(deployments.chains).join(" or ")}`);
+  }
+  const pullable = chain.tokens.filter((t) => t.acceptedForPulls).map((t) => t.symbol);
+  const token = resolveTokenSymbol(tokenName);
+  if (!token || !pullable.includes(token)) {
+    throw new ServiceError("TOKEN_NOT_PULLABLE", `token "${tokenName}" cannot be paid through the agent hub on ${chain.key}; use ${pullable.join(", ")}`);
+  }
+  const address = deployments.chains[chain.key]!.tokens.find((t) => t.symbol === token)!.address as Hex;
+  return { chain: chain.key, token, tokenAddress: address };
+}

@@ -1,0 +1,57 @@
+/**
+ * POST /api/mcp: the agent tools over MCP (the official SDK), stateless: a fresh server and
+ * transport per request, answers as plain JSON. The SDK insists on an Accept header naming
+ * both JSON and SSE; a client that sends none (the interface's curl sample) gets one
+ * supplied, since it will receive JSON either way. Tool failures come back as MCP tool
+ * errors (`isError`) carrying the service's error code, never as transport errors.
+ */
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { problemBody, ServiceError } from "../errors.ts";
+import { runTool, type ToolContext, type ToolDefinition } from "./tools.ts";
+
+/** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
+export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: (msg: string, f?: Record<string, unknown>) => void): Promise<CallToolResult> {
+  try {
+    const result = (await runTool(tool, args, ctx)) as Record<string, unknown>;
+    return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result };
+  } catch (err) {
+    const error =
+      err instanceof ServiceError
+        ? problemBody(err.code, err.detail, err.extra)
+        : problemBody("INTERNAL", "the tool failed unexpectedly; for a payment, check transaction_history before retrying");
+    if (!(err instanceof ServiceError)) log("tool failed", { tool: tool.name, error: (err as Error).message });
+    return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+  }
+}
+
+export function mcpHandler(options: { name: string; version: string; tools: ToolDefinition[]; ctx: ToolContext; log: (msg: string, f?: Record<string, unknown>) => void }) {
+  return async (request: Request): Promise<Response> => {
+    const server = new McpServer({ name: options.name, version: options.version }, { capabilities: { tools: {} } });
+    for (const tool of options.tools) {
+      server.registerTool(
+        tool.name,
+        { title: tool.title, description: tool.description, inputSchema: tool.input, annotations: { readOnlyHint: !tool.paying && tool.name !== "cancel_schedule", openWorldHint: true } },
+        (args: Record<string, unknown>) => callTool(tool, args, options.ctx, options.log),
+      );
+    }
+    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    await server.connect(transport);
+    try {
+      return await transport.handleRequest(await withAccept(request));
+    } finally {
+      await server.close();
+    }
+  };
+}
+
+/** Adds what the SDK requires of Accept when the client did not say. */
+async function withAccept(request: Request): Promise<Request> {
+  const accept = request.headers.get("accept") ?? "";
+  if (accept.includes("application/json") && accept.includes("text/event-stream")) return request;
+  const headers = new Headers(request.headers);
+  headers.set("accept", "application/json, text/event-stream");
+  const body = request.method === "GET" || request.method === "HEAD" ? undefined : await request.text();
+  return new Request(request.url, { method: request.method, headers, body });
+}

@@ -1,0 +1,208 @@
+/**
+ * Scheduled bills: one-off (at a time) or recurring (a cron pattern, UTC, five fields or six
+ * with seconds). A schedule is a row; each due time is claimed by one atomic statement that
+ * both advances the schedule and inserts its run keyed by (schedule, due time), so with any
+ * number of instances a due time runs once, and a cancelled schedule (the same row, updated
+ * under the same lock) is never claimed again. The run pays through the ordinary pull path
+ * under an idempotency key derived from that key, so a crash mid-run repeats nothing.
+ * After downtime a recurring schedule runs once for the missed time, then resumes.
+ */
+import { randomBytes } from "node:crypto";
+import { Cron } from "croner";
+import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
+import type { Db } from "../db.ts";
+import { ServiceError } from "../errors.ts";
+import type { AgentBill } from "./hub.ts";
+
+export type ScheduleStatus = "ACTIVE" | "COMPLETED" | "CANCELLED";
+
+export interface Schedule {
+  id: string;
+  wallet: string;
+  bill: AgentBill;
+  chain: ChainKey;
+  token: TokenSymbol;
+  runAt: Date | null;
+  cron: string | null;
+  nextRunAt: Date | null;
+  status: ScheduleStatus;
+  runs: number;
+  maxRuns: number | null;
+  createdAt: Date;
+  cancelledAt: Date | null;
+}
+
+export interface ScheduleRun {
+  dueAt: Date;
+  requestId: string | null;
+  outcome: string | null;
+  error: string | null;
+}
+
+interface Row {
+  id: string;
+  wallet: string;
+  bill: AgentBill;
+  chain: ChainKey;
+  token: TokenSymbol;
+  run_at: Date | null;
+  cron: string | null;
+  next_run_at: Date | null;
+  status: ScheduleStatus;
+  runs: number;
+  max_runs: number | null;
+  created_at: Date;
+  cancelled_at: Date | null;
+}
+
+const d = (v: Date | null) => (v ? new Date(v) : null);
+const toSchedule = (r: Row): Schedule => ({
+  id: r.id,
+  wallet: r.wallet,
+  bill: r.bill,
+  chain: r.chain,
+  token: r.token,
+  runAt: d(r.run_at),
+  cron: r.cron,
+  nextRunAt: d(r.next_run_at),
+  status: r.status,
+  runs: r.runs,
+  maxRuns: r.max_runs,
+  createdAt: new Date(r.created_at),
+  cancelledAt: d(r.cancelled_at),
+});
+
+/** The next time a cron pattern fires strictly after `after` (UTC), or null. */
+export function nextCronRun(pattern: string, after: Date): Date | null {
+  return new Cron(pattern, { timezone: "UTC" }).nextRun(after);
+}
+
+/** Checks a cron pattern: parseable, fires again, and never more often than `minIntervalSeconds`. */
+export function checkCron(pattern: string, minIntervalSeconds: number, now = new Date()): Date {
+  let runs: Date[];
+  try {
+    const fields = pattern.trim().split(/\s+/).length;
+    if (fields !== 5 && fields !== 6) throw new Error("needs 5 fields (minute hour day month weekday) or 6 (seconds first)");
+    runs = new Cron(pattern, { timezone: "UTC" }).nextRuns(6, now);
+  } catch (err) {
+    throw new ServiceError("VALIDATION_FAILED", `cron "${pattern}" is not a cron pattern: ${(err as Error).message}`);
+  }
+  if (runs.length === 0) throw new ServiceError("VALIDATION_FAILED", `cron "${pattern}" never fires`);
+  for (let i = 1; i < runs.length; i++) {
+    if (runs[i]!.getTime() - runs[i - 1]!.getTime() < minIntervalSeconds * 1000) {
+      throw new ServiceError("VALIDATION_FAILED", `cron "${pattern}" fires more often than every ${minIntervalSeconds} seconds`);
+    }
+  }
+  return runs[0]!;
+}
+
+export class ScheduleStore {
+  constructor(private readonly db: Db) {}
+
+  async create(s: {
+    wallet: string;
+    bill: AgentBill;
+    chain: ChainKey;
+    token: TokenSymbol;
+    runAt: Date | null;
+    cron: string | null;
+    firstRun: Date;
+    maxRuns: number | null;
+    maxPerWallet: number;
+  }): Promise<Schedule> {
+    const id = `sch_${randomBytes(10).toString("hex")}`;
+    // The per-wallet cap is checked in the same statement as the insert.
+    const [row] = await this.db.query<Row>(
+      `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9
+       WHERE (SELECT count(*) FROM bill_schedule WHERE wallet = $2 AND status = 'ACTIVE') < $10
+       RETURNING *`,
+      [id, s.wallet.toLowerCase(), JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet],
+    );
+    if (!row) throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} active schedules; cancel one first`);
+    return toSchedule(row);
+  }
+
+  async list(wallet: string, status?: ScheduleStatus): Promise<Array<Schedule & { lastRuns: ScheduleRun[] }>> {
+    const rows = await this.db.query<Row>(
+      `SELECT * FROM bill_schedule WHERE wallet = $1 AND ($2::text IS NULL OR status = $2) ORDER BY created_at DESC LIMIT 100`,
+      [wallet.toLowerCase(), status ?? null],
+    );
+    const runs = await this.db.query<{ schedule_id: string; due_at: Date; request_id: string | null; outcome: string | null; error: string | null }>(
+      `SELECT schedule_id, due_at, request_id, outcome, error FROM schedule_run WHERE schedule_id = ANY($1::text[]) ORDER BY due_at DESC`,
+      [rows.map((r) => r.id)],
+    );
+    return rows.map((r) => ({
+      ...toSchedule(r),
+      lastRuns: runs
+        .filter((x) => x.schedule_id === r.id)
+        .slice(0, 5)
+        .map((x) => ({ dueAt: new Date(x.due_at), requestId: x.request_id, outcome: x.outcome, error: x.error })),
+    }));
+  }
+
+  /** Cancels an active schedule of this wallet; it is never claimed again. */
+  async cancel(wallet: string, id: string): Promise<Schedule> {
+    const [row] = await this.db.query<Row>(
+      `UPDATE bill_schedule SET status = 'CANCELLED', cancelled_at = now(), next_run_at = NULL
+       WHERE id = $1 AND wallet = $2 AND status = 'ACTIVE' RETURNING *`,
+      [id, wallet.toLowerCase()],
+    );
+    if (row) return toSchedule(row);
+    const [existing] = await this.db.query<Row>(`SELECT * FROM bill_schedule WHERE id = $1 AND wallet = $2`, [id, wallet.toLowerCase()]);
+    if (!existing) throw new ServiceError("SCHEDULE_NOT_FOUND", `this wallet has no schedule ${id}`);
+    throw new ServiceError("SCHEDULE_NOT_ACTIVE", `schedule ${id} is already ${existing.status.toLowerCase()}`);
+  }
+
+  async due(limit: number): Promise<Schedule[]> {
+    const rows = await this.db.query<Row>(
+      `SELECT * FROM bill_schedule WHERE status = 'ACTIVE' AND next_run_at <= now() ORDER BY next_run_at LIMIT $1`,
+      [limit],
+    );
+    return rows.map(toSchedule);
+  }
+
+  /**
+   * Claims the schedule's due run: advances it (to `next`, or finished when null) and
+   * inserts the run, in one statement. False when another instance, or a cancel, got there first.
+   */
+  async claim(s: Schedule, next: Date | null): Promise<boolean> {
+    const rows = await this.db.query(
+      `WITH claimed AS (
+         UPDATE bill_schedule SET next_run_at = $3, runs = runs + 1, status = CASE WHEN $3::timestamptz IS NULL THEN 'COMPLETED' ELSE status END
+         WHERE id = $1 AND status = 'ACTIVE' AND next_run_at = $2
+         RETURNING id)
+       INSERT INTO schedule_run (schedule_id, due_at) SELECT id, $2 FROM claimed
+       ON CONFLICT DO NOTHING RETURNING schedule_id`,
+      [s.id, s.nextRunAt, next],
+    );
+    return rows.length === 1;
+  }
+
+  async finishRun(scheduleId: string, dueAt: Date, result: { requestId?: string; outcome: string; error?: string }): Promise<void> {
+    await this.db.query(`UPDATE schedule_run SET request_id = $3, outcome = $4, error = $5 WHERE schedule_id = $1 AND due_at = $2`, [
+      scheduleId,
+      dueAt,
+      result.requestId ?? null,
+      result.outcome,
+      result.error ?? null,
+    ]);
+  }
+
+  /** Runs claimed but never finished (the instance died mid-run), older than `seconds`. */
+  async unfinishedRuns(seconds: number): Promise<Array<{ schedule: Schedule; dueAt: Date }>> {
+    const rows = await this.db.query<Row & { due_at: Date }>(
+      `SELECT s.*, r.due_at FROM schedule_run r JOIN bill_schedule s ON s.id = r.schedule_id
+       WHERE r.outcome IS NULL AND r.started_at < now() - make_interval(secs => $1) LIMIT 20`,
+      [seconds],
+    );
+    return rows.map((r) => ({ schedule: toSchedule(r), dueAt: new Date(r.due_at) }));
+  }
+}
+
+/** The next due time after a run at `due`: never in the past, so missed times collapse into one run. */
+export function nextDue(s: Schedule, due: Date, now = new Date()): Date | null {
+  if (!s.cron) return null;
+  if (s.maxRuns !== null && s.runs + 1 >= s.maxRuns) return null;
+  return nextCronRun(s.cron, due.getTime() > now.getTime() ? due : now);
+}

@@ -1,0 +1,209 @@
+/**
+ * The ten agent tools, each defined once: name, description, zod input and handler. MCP
+ * (agent/mcp.ts) and A2A (agent/a2a.ts) are thin adapters over this list, and
+ * describe_capabilities reads it too. A handler returns a JSON object; a refusal is a
+ * ServiceError whose code comes from the one catalogue (server/errors.ts).
+ */
+import { z } from "zod";
+import { CHAINS } from "../../lib/chains.ts";
+import { API_KEY_PATTERN, PIN_PATTERN } from "./credentials.ts";
+import type { AgentBill, AgentHub } from "./hub.ts";
+import type { Link } from "./links.ts";
+import { ServiceError } from "../errors.ts";
+import { paymentRequestSchema } from "../schemas.ts";
+import { describeCapabilities } from "./capabilities.ts";
+
+const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
+const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when linking").describe("The PIN set when linking (4 to 6 digits)");
+const chain = z.string().min(1).max(16).optional().describe(`Chain to pay on (${Object.keys(CHAINS).join(" or ")}); default: the chain approved at linking`);
+const token = z.string().min(1).max(16).optional().describe("Token to pay in (USDC, USDT/USD₮, USA₮); default: the token approved at linking");
+
+/** A bill, as the REST route takes it minus the wallet, chain and token. */
+const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wallet_address: true }).shape;
+const bill = z.object(billFields);
+
+export interface ToolContext {
+  hub: AgentHub;
+  batchMax: number;
+}
+
+export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
+  name: string;
+  title: string;
+  description: string;
+  input: S;
+  /** Whether the tool moves money (needs the PIN; locked after too many wrong PINs). */
+  paying: boolean;
+  /** Whether the tool needs a linked wallet's api_key. */
+  authenticated: boolean;
+  examples: string[];
+  run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
+}
+
+const define = <S extends z.ZodRawShape>(t: ToolDefinition<S>) => t as unknown as ToolDefinition;
+
+const billOf = (args: Record<string, unknown>): AgentBill => {
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(billFields)) if (args[key] !== undefined) out[key] = args[key];
+  return out as AgentBill;
+};
+
+export function agentTools(batchMax: number): ToolDefinition[] {
+  return [
+    define({
+      name: "describe_capabilities",
+      title: "Describe capabilities",
+      description:
+        "Everything needed to use this service: bill categories, chains, tokens and contract addresses, fees and limits, " +
+        "how to link a wallet and set its on-chain allowance (exact calls), and every tool with its arguments. Needs no api_key.",
+      input: { api_key: apiKey.optional() },
+      paying: false,
+      authenticated: false,
+      examples: ['{"skill":"describe_capabilities","arguments":{}}'],
+      run: async (_args, _link, ctx) => describeCapabilities(ctx.hub, agentTools(ctx.batchMax)),
+    }),
+    define({
+      name: "check_balance",
+      title: "Check balance",
+      description:
+        "The linked wallet's token balance, token allowance to BillPay, BillPay spending allowance left and what can be spent now " +
+        "(the least of the three), per chain and token, read from the chain; plus totals paid and refunded from the ledger.",
+      input: { api_key: apiKey, chain },
+      paying: false,
+      authenticated: true,
+      examples: ['{"skill":"check_balance","arguments":{"api_key":"bpk_...","chain":"CELO"}}'],
+      run: (args, link, ctx) => ctx.hub.balance(link!, args.chain),
+    }),
+    define({
+      name: "list_plans",
+      title: "List plans",
+      description:
+        "The plans (variation_code, name, nairaAmount) of a product with plans: data bundles (mtn-data, ...), cable bouquets " +
+        "(dstv, gotv, ...), electricity meter types, exam types (waec, jamb). Pass the variation_code to pay_bill.",
+      input: { api_key: apiKey.optional(), serviceID: billFields.serviceID },
+      paying: false,
+      authenticated: false,
+      examples: ['{"skill":"list_plans","arguments":{"serviceID":"mtn-data"}}'],
+      run: (args, _link, ctx) => ctx.hub.plans(args.serviceID),
+    }),
+    define({
+      name: "list_international_options",
+      title: "List international options",
+      description: "Countries (code, name, currency, dialling prefix) where international airtime can be bought.",
+      input: { api_key: apiKey.optional() },
+      paying: false,
+      authenticated: false,
+      examples: ['{"skill":"list_international_options","arguments":{}}'],
+      run: (_args, _link, ctx) => ctx.hub.internationalOptions(),
+    }),
+    define({
+      name: "transaction_history",
+      title: "Transaction history",
+      description:
+        "The linked wallet's orders, newest first, each with its result and its on-chain payment and refund from the ledger. " +
+        "Pass next_cursor back as cursor for the next page.",
+      input: {
+        api_key: apiKey,
+        limit: z.number().int().min(1).max(50).default(20).describe("Orders per page (1 to 50, default 20)"),
+        cursor: z.string().max(200).optional().describe("next_cursor from the previous page"),
+      },
+      paying: false,
+      authenticated: true,
+      examples: ['{"skill":"transaction_history","arguments":{"api_key":"bpk_...","limit":10}}'],
+      run: (args, link, ctx) => ctx.hub.history(link!, args.limit, args.cursor),
+    }),
+    define({
+      name: "pay_bill",
+      title: "Pay a bill",
+      description:
+        "Pays one bill from the wallet's pre-approved allowance (no signature): prices it like the REST route, pulls the price " +
+        "through BillPay, vends it, and refunds on chain if vending fails. Returns success, status (SUCCESS, FAILED_VENDING, " +
+        "TIMEOUT: still being worked, see transaction_history), purchased_code, units, request_id, tx_hash. Pass an idempotency_key " +
+        "to make a retry safe: the same key returns the first order instead of paying again.",
+      input: {
+        api_key: apiKey,
+        pin,
+        ...billFields,
+        chain,
+        token,
+        idempotency_key: z.string().min(1).max(64).regex(/^[\w.:-]+$/).optional().describe("Your key for this bill: a retry with it never pays twice"),
+      },
+      paying: true,
+      authenticated: true,
+      examples: [
+        '{"skill":"pay_bill","arguments":{"api_key":"bpk_...","pin":"1234","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":500}}',
+      ],
+      run: (args, link, ctx) => ctx.hub.payBill(link!, billOf(args), { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key }),
+    }),
+    define({
+      name: "pay_bill_batch",
+      title: "Pay bills in one batch",
+      description:
+        `Pays up to ${batchMax} bills with one on-chain pullBatch transaction (one chain and token for all). All are pulled or ` +
+        "none; then each bill is vended by itself and each failed bill is refunded by itself. Returns a result per bill, in order.",
+      input: { api_key: apiKey, pin, chain, token, bills: z.array(bill).min(1).max(batchMax).describe(`1 to ${batchMax} bills, each as pay_bill takes it`) },
+      paying: true,
+      authenticated: true,
+      examples: ['{"skill":"pay_bill_batch","arguments":{"api_key":"bpk_...","pin":"1234","bills":[{"serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":100}]}}'],
+      run: (args, link, ctx) => ctx.hub.payBatch(link!, args.bills as AgentBill[], { chain: args.chain, token: args.token }),
+    }),
+    define({
+      name: "schedule_bill",
+      title: "Schedule a bill",
+      description:
+        "Schedules a bill to be paid later through the same path as pay_bill: once at run_at (ISO 8601 time), or recurring on a " +
+        "cron pattern in UTC (5 fields, or 6 with seconds first), optionally at most max_runs times. Each run is priced when it " +
+        "runs and needs the allowance then; the PIN is checked now.",
+      input: {
+        api_key: apiKey,
+        pin,
+        ...billFields,
+        chain,
+        token,
+        run_at: z.iso.datetime({ offset: true }).optional().describe("When to pay once, e.g. 2026-12-01T09:00:00Z"),
+        cron: z.string().min(9).max(100).optional().describe('Recurring: cron pattern in UTC, e.g. "0 9 1 * *" (09:00 on the 1st)'),
+        max_runs: z.number().int().min(1).max(1000).optional().describe("Recurring: stop after this many runs"),
+      },
+      paying: true,
+      authenticated: true,
+      examples: ['{"skill":"schedule_bill","arguments":{"api_key":"bpk_...","pin":"1234","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":200,"cron":"0 9 1 * *"}}'],
+      run: async (args, link, ctx) => {
+        if ((args.run_at === undefined) === (args.cron === undefined)) {
+          throw new ServiceError("VALIDATION_FAILED", "give exactly one of run_at (once) or cron (recurring)");
+        }
+        return ctx.hub.scheduleBill(link!, billOf(args), { runAt: args.run_at, cron: args.cron, maxRuns: args.max_runs }, { chain: args.chain, token: args.token });
+      },
+    }),
+    define({
+      name: "list_schedules",
+      title: "List schedules",
+      description: "The linked wallet's schedules (newest first), with their next run and last runs' outcomes.",
+      input: { api_key: apiKey, status: z.enum(["ACTIVE", "COMPLETED", "CANCELLED"]).optional().describe("Only schedules in this state") },
+      paying: false,
+      authenticated: true,
+      examples: ['{"skill":"list_schedules","arguments":{"api_key":"bpk_..."}}'],
+      run: (args, link, ctx) => ctx.hub.listSchedules(link!, args.status),
+    }),
+    define({
+      name: "cancel_schedule",
+      title: "Cancel a schedule",
+      description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes).",
+      input: { api_key: apiKey, schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
+      paying: false,
+      authenticated: true,
+      examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","schedule_id":"sch_..."}}'],
+      run: (args, link, ctx) => ctx.hub.cancelSchedule(link!, args.schedule_id),
+    }),
+  ];
+}
+
+/**
+ * Runs a tool on already-validated arguments: the key (when the tool needs one), then the
+ * PIN (paying tools), then the handler.
+ */
+export async function runTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext): Promise<unknown> {
+  let link: Link | null = null;
+  if (tool.authenticated || typeof args.api_key === "string") link = await ctx.hub.authenticate(String(args.api_key));
+  if (tool.paying) await ctx.hub.checkPin(link!, String(args.pin));
+  return tool.run(args as never, link, ctx);
+}

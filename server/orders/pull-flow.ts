@@ -1,0 +1,136 @@
+/**
+ * Agent-hub orders, paid by a pull from the wallet's pre-approved allowance: check the
+ * wallet can pay (so a refusal charges nothing), create the orders (the table knows every
+ * pull before the chain does), pull through BillPay with the operator key (one bill, or a
+ * batch in one pullBatch), count an order paid only once the ledger shows its Pulled event,
+ * then vend as every order does (orders/fulfil.ts), refunding each failed bill by itself.
+ */
+import { randomBytes } from "node:crypto";
+import type { Hex } from "viem";
+import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
+import { newBillerRequestId } from "../biller/vtpass.ts";
+import { ContractRefused } from "../chain/operator.ts";
+import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
+import { ServiceError, type ErrorCode } from "../errors.ts";
+import type { PaymentRequest } from "../schemas.ts";
+import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
+import type { Order } from "./store.ts";
+
+const LEDGER_POLL_MS = 50;
+
+export interface PullBill {
+  bill: PaymentRequest;
+  /** The bill's identity (quotes.ts): a repeat under one idempotency key must be the same bill. */
+  bodyHash: string;
+  amount: bigint;
+}
+
+export interface PullInput {
+  wallet: Hex;
+  chain: ChainKey;
+  token: TokenSymbol;
+  tokenAddress: Hex;
+  bills: PullBill[];
+  /** Several bills go in one pullBatch; a single one uses pull. */
+  batch: boolean;
+  scheduleId?: string;
+  /** A caller's key for one bill: a retry with it gets the first order, never a second charge. */
+  idempotencyKey?: string;
+}
+
+/** BillPay's and the token's refusals, as the errors an agent can act on. */
+const REFUSALS: Record<string, ErrorCode> = {
+  SpendingAllowanceExceeded: "SPENDING_ALLOWANCE_INSUFFICIENT",
+  ERC20InsufficientAllowance: "TOKEN_ALLOWANCE_INSUFFICIENT",
+  ERC20InsufficientBalance: "BALANCE_INSUFFICIENT",
+};
+
+export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise<{ orders: Order[]; replay: boolean }> {
+  if (input.idempotencyKey) {
+    const seen = await deps.orders.findByIdempotencyKey(input.wallet, input.idempotencyKey);
+    if (seen) return { orders: [sameBill(seen, input)], replay: true };
+  }
+  const total = input.bills.reduce((sum, b) => sum + b.amount, 0n);
+  const [state] = await readWalletState(deps.deployments, input.chain, input.wallet, [input.tokenAddress]);
+  requireFunds(state!, total, input.token);
+
+  const batchId = input.batch ? `bat_${randomBytes(10).toString("hex")}` : null;
+  const { orders, created } = await deps.orders.createPullOrders(
+    input.bills.map((b) => {
+      const billerRequestId = newBillerRequestId();
+      return {
+        requestId: `req_${billerRequestId}`,
+        billerRequestId,
+        bodyHash: b.bodyHash,
+        bill: b.bill as unknown as Record<string, unknown>,
+        chain: input.chain,
+        token: input.token,
+        tokenAddress: input.tokenAddress,
+        payer: input.wallet,
+        amount: b.amount,
+        batchId,
+        scheduleId: input.scheduleId ?? null,
+        idempotencyKey: input.idempotencyKey ?? null,
+      };
+    }),
+    deps.leaseSeconds,
+  );
+  if (!created) return { orders: [sameBill(orders[0]!, input)], replay: true };
+
+  let last = orders;
+  try {
+    last = await pullAndWait(deps, input.chain, orders);
+    last = await Promise.all(last.map((o) => (o.status === "PAID" ? fulfil(deps, o) : o)));
+    return { orders: last, replay: false };
+  } finally {
+    // Unfinished orders go to the worker at once; finished ones need no release.
+    for (const o of last) if (!FINISHED.has(o.status)) await deps.orders.release(o.requestId);
+  }
+}
+
+function sameBill(order: Order, input: PullInput): Order {
+  if (input.bills.length !== 1 || order.bodyHash !== input.bills[0]!.bodyHash) {
+    throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${input.idempotencyKey}" already paid for order ${order.requestId}, a different bill`);
+  }
+  return order;
+}
+
+/**
+ * Sends the pull and waits for the ledger. A refusal fails every order (nothing moved) and
+ * is thrown as the agent's error; an unclear outcome (no receipt, ledger behind) leaves the
+ * orders PULLING for the worker, which decides from the chain and the ledger.
+ */
+async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[]): Promise<Order[]> {
+  const items = orders.map((o) => ({ requestId: o.requestId, payer: o.payer as Hex, token: o.tokenAddress as Hex, amount: o.amount }));
+  const ids = orders.map((o) => o.requestId);
+  const onSent = (hash: Hex) => deps.orders.setTxHash(ids, hash);
+  try {
+    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSent);
+    else await deps.operator.pullBatch(chain, items, onSent);
+  } catch (err) {
+    if (!(err instanceof ContractRefused)) {
+      deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: (err as Error).message });
+      return orders;
+    }
+    const reason = `BillPay refused the pull: ${err.errorName}`;
+    await Promise.all(orders.map((o) => move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: reason })));
+    const code = REFUSALS[err.errorName] ?? "PULL_REFUSED";
+    throw new ServiceError(code, `${reason}; nothing was charged`, { request_ids: ids });
+  }
+  return Promise.all(orders.map((o) => awaitLedgerPull(deps, o)));
+}
+
+/** PULLING -> PAID once the ledger shows the pull; unchanged if it does not within the wait. */
+export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = deps.ledgerWaitMs): Promise<Order> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    try {
+      const [pull] = (await deps.ledger.order(order.onchainOrderId)).payments;
+      if (pull) return move(deps, order, ["PULLING"], "PAID", { txHash: pull.txHash });
+    } catch (err) {
+      deps.log("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: (err as Error).message });
+    }
+    if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
+    await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
+  }
+}
