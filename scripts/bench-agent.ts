@@ -1,0 +1,125 @@
+/**
+ * `npm run bench:agent`: the agent hub's pay_bill over MCP on the local stack (chains,
+ * Ponder ledger, biller sandbox, service), every call a real pull, ledger wait and vend.
+ *   sequential: one agent, N pay_bill calls one after another: calls/s and p50/p95 latency;
+ *   parallel:   20 agents at once, M calls each: calls/s overall;
+ *   batch:      one pay_bill_batch of 20 bills against 20 single pay_bill calls: wall time
+ *               and gas (one pullBatch against 20 pulls).
+ * Writes bench-results/agent.json.
+ */
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
+import { eip3009TokenAbi } from "../lib/abis.ts";
+import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
+import { viemChain } from "../lib/chains.ts";
+import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
+import { chainActors } from "../test/support/actors.ts";
+import { startTestChains } from "../test/support/stack.ts";
+import { startLedger } from "./ledger-process.ts";
+import { startServiceStack } from "./service-stack.ts";
+
+const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
+const AGENTS = 20;
+const PER_AGENT = Number(process.env.BENCH_PER_AGENT ?? 5);
+const BATCH = 20;
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+const round = (n: number) => Math.round(n * 100) / 100;
+const airtime = (nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount });
+
+const stack = await startTestChains();
+const celo = chainActors(stack.deployments, "CELO");
+const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
+const service = await startServiceStack({
+  deployments: stack.deployments,
+  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, BATCH_MAX_BILLS: String(BATCH) },
+});
+const url = service.urls.service;
+const mcp = await mcpAgent(url);
+
+// Accounts #3 to #19 come funded; the rest of the 21 wallets get gas and USDC here.
+const d = stack.deployments.chains.CELO!;
+const rpc = d.rpcUrl;
+const usdc = celo.tokenAddress("USDC");
+const admin = createWalletClient({ account: deployerAccount(), chain: viemChain("CELO", rpc), transport: http(rpc) });
+async function fund(account: Account) {
+  await celo.publicClient.request({ method: "hardhat_setBalance" as never, params: [account.address, "0x56BC75E2D63100000"] as never });
+  await celo.mined(await admin.writeContract({ address: usdc, abi: eip3009TokenAbi, functionName: "mint", args: [account.address, parseUnits("10000", 6)] }));
+}
+
+async function agent(index: number) {
+  const account = hardhatAccount(index);
+  if (index > 19) await fund(account);
+  await celo.approveAndAllow(account, "USDC", parseUnits("5000", 6));
+  const apiKey = await linkAgent(url, account);
+  return { account, apiKey };
+}
+
+async function pay(apiKey: string, args: Record<string, unknown> = airtime()) {
+  const s = performance.now();
+  const answer = await mcp.call("pay_bill", { api_key: apiKey, pin: "1234", ...args });
+  if (answer.isError || answer.data.status !== "SUCCESS") throw new Error(`pay_bill failed: ${JSON.stringify(answer.data)}`);
+  return { ms: performance.now() - s, txHash: answer.data.tx_hash as Hex };
+}
+const gasOf = async (hash: Hex) => (await celo.publicClient.getTransactionReceipt({ hash })).gasUsed;
+
+const agents = [];
+for (let i = 0; i < AGENTS + 1; i++) agents.push(await agent(3 + i));
+const [solo, ...crowd] = agents;
+
+await pay(solo!.apiKey); // warm-up: JIT, quote lock, MCP client
+
+// One agent, sequentially.
+const times: number[] = [];
+let t0 = performance.now();
+for (let i = 0; i < SEQUENTIAL; i++) times.push((await pay(solo!.apiKey)).ms);
+const sequentialSeconds = (performance.now() - t0) / 1000;
+times.sort((a, b) => a - b);
+const sequential = { calls: SEQUENTIAL, perSecond: round(SEQUENTIAL / sequentialSeconds), p50Ms: round(percentile(times, 50)), p95Ms: round(percentile(times, 95)) };
+
+// Twenty agents at once.
+t0 = performance.now();
+await Promise.all(crowd.map(async (a) => { for (let i = 0; i < PER_AGENT; i++) await pay(a.apiKey); }));
+const parallelSeconds = (performance.now() - t0) / 1000;
+const parallel = { agents: AGENTS, calls: AGENTS * PER_AGENT, perSecond: round((AGENTS * PER_AGENT) / parallelSeconds) };
+
+// A batch of 20 against 20 single calls (distinct amounts: distinct bills).
+t0 = performance.now();
+const singles = [];
+for (let i = 0; i < BATCH; i++) singles.push(await pay(solo!.apiKey, airtime(1000 + i)));
+const singlesMs = performance.now() - t0;
+let singlesGas = 0n;
+for (const s of singles) singlesGas += await gasOf(s.txHash);
+t0 = performance.now();
+const batch = await mcp.call("pay_bill_batch", { api_key: solo!.apiKey, pin: "1234", bills: Array.from({ length: BATCH }, (_, i) => airtime(2000 + i)) });
+const batchMs = performance.now() - t0;
+if (batch.isError || batch.data.succeeded !== BATCH) throw new Error(`batch failed: ${JSON.stringify(batch.data).slice(0, 500)}`);
+const batchGas = await gasOf((batch.data.results as Array<{ tx_hash: Hex }>)[0]!.tx_hash);
+
+await mcp.close();
+await service.close();
+await ledger.stop();
+await stack.close();
+
+const report = {
+  measuredAt: new Date().toISOString(),
+  setup: "one process tree; local Hardhat chain (automine), Ponder ledger (PGlite), biller sandbox, service on PGlite in memory; pay_bill over MCP",
+  sequential,
+  parallel,
+  batch: {
+    bills: BATCH,
+    batchMs: Math.round(batchMs),
+    singlesMs: Math.round(singlesMs),
+    speedup: round(singlesMs / batchMs),
+    batchGas: batchGas.toString(),
+    singlesGas: singlesGas.toString(),
+    gasRatio: round(Number(batchGas) / Number(singlesGas)),
+  },
+};
+await mkdir("bench-results", { recursive: true });
+await writeFile("bench-results/agent.json", `${JSON.stringify(report, null, 2)}\n`);
+console.log(`sequential (1 agent, ${SEQUENTIAL} calls): ${sequential.perSecond} calls/s, p50 ${sequential.p50Ms} ms, p95 ${sequential.p95Ms} ms`);
+console.log(`parallel (${AGENTS} agents x ${PER_AGENT} calls): ${parallel.perSecond} calls/s`);
+console.log(`batch of ${BATCH}: ${report.batch.batchMs} ms and ${batchGas} gas; ${BATCH} single calls: ${report.batch.singlesMs} ms and ${singlesGas} gas (${report.batch.speedup}x faster, ${report.batch.gasRatio} of the gas)`);
+console.log("written to bench-results/agent.json");

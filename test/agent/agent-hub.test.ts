@@ -1,0 +1,457 @@
+/**
+ * The agent hub end to end, against real local chains, a real Ponder ledger, the biller
+ * sandbox and the service: linking, every tool over the official MCP client, the same
+ * tools as A2A skills over the official A2A client (1.0) and raw 0.3 JSON-RPC, PIN
+ * lockout, allowance exhaustion, batches with mixed outcomes, schedules, and the
+ * reconciler closing what a crash leaves behind.
+ */
+import { join } from "node:path";
+import { ClientFactory } from "@a2a-js/sdk/client";
+import { Role, type Message } from "@a2a-js/sdk";
+import { keccak256, toBytes, type Account } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
+import { startServiceStack, type ServiceStack } from "../../scripts/service-stack.ts";
+import { buildHub } from "../../server/services.ts";
+import { reconcileOrphanPulls } from "../../server/orders/pull-reconciler.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import { newBillerRequestId } from "../../server/biller/vtpass.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startTestChains } from "../support/stack.ts";
+
+const USD = 1_000_000n;
+const airtime = (billersCode: string, nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
+
+describe("agent hub: link once, then pay over MCP and A2A from an on-chain allowance", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let service: ServiceStack;
+  let ledger: Ledger;
+  let celo: ChainActors;
+  let url: string;
+  let mcp: Awaited<ReturnType<typeof mcpAgent>>;
+
+  /** A linked agent with an allowance: its wallet, key and a tool caller bound to its key. */
+  async function agent(index: number, spending = 100n * USD, pin = "1234") {
+    const account = hardhatAccount(index);
+    await celo.approveAndAllow(account, "USDC", spending);
+    const apiKey = await linkAgent(url, account, { pin });
+    const call = (name: string, args: Record<string, unknown> = {}) => mcp.call(name, { api_key: apiKey, ...args });
+    return { account, apiKey, call, pin };
+  }
+  const usdc = (who: Account) => celo.balanceOf("USDC", who.address);
+  const errorCode = (a: ToolAnswer) => (a.data.error as { code?: string } | undefined)?.code;
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    celo = chainActors(stack.deployments, "CELO");
+    ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
+    service = await startServiceStack({
+      deployments: stack.deployments,
+      env: {
+        BILLER_TIMEOUT_MS: "500",
+        VEND_DEADLINE_MS: "300",
+        REQUERY_INTERVAL_MS: "200",
+        WORKER_GRACE_SECONDS: "0",
+        LOG_REQUESTS: "0",
+        LEDGER_URL: ledger.url,
+        PIN_MAX_ATTEMPTS: "3",
+        PIN_LOCK_SECONDS: "600",
+        SCHEDULE_MIN_INTERVAL_SECONDS: "1",
+        BATCH_MAX_BILLS: "5",
+      },
+    });
+    url = service.urls.service;
+    mcp = await mcpAgent(url);
+  });
+  afterAll(async () => {
+    await mcp?.close();
+    await service?.close();
+    await ledger?.stop();
+    await stack?.close();
+  });
+
+  describe("POST /api/agent/link", () => {
+    const link = async (headers: Record<string, string>, body: Record<string, unknown>) => {
+      const res = await fetch(`${url}/api/agent/link`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const wallet = hardhatAccount(3);
+    const body = { wallet_address: wallet.address, channel: "MCP", pin: "4321", approved_chain: "CELO", approved_token: "USDT" };
+
+    it("links with a fresh signature, once; a replay, a stale or a foreign signature is refused", async () => {
+      const headers = await linkHeaders(wallet, "BillPay");
+      const ok = await link(headers, body);
+      expect(ok.status).toBe(200);
+      expect(ok.body).toEqual({ success: true, api_key: expect.stringMatching(/^bpk_[A-Za-z0-9_-]{43}$/) });
+
+      expect(await link(headers, body)).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
+      const stale = await linkHeaders(wallet, "BillPay", String(Date.now() - 10 * 60_000));
+      expect(await link(stale, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_STALE" } });
+      const future = await linkHeaders(wallet, "BillPay", String(Date.now() + 10 * 60_000));
+      expect(await link(future, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_STALE" } });
+      // Signed by another key, but claiming the wallet.
+      const foreign = { ...(await linkHeaders(hardhatAccount(4), "BillPay")), "x-wallet-address": wallet.address };
+      expect(await link(foreign, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
+      // Signed over another service's name.
+      expect(await link(await linkHeaders(wallet, "OtherService"), body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
+
+      // The key works, and it was linked for USD₮ (USDT is its alias).
+      const balance = await mcp.call("check_balance", { api_key: ok.body.api_key, chain: "CELO" });
+      expect(balance.isError).toBe(false);
+      expect(balance.data).toMatchObject({ approved_chain: "CELO", approved_token: "USD₮" });
+    });
+
+    it("refuses malformed links with a code, and stores nothing", async () => {
+      const headers = await linkHeaders(wallet, "BillPay");
+      const cases: Array<[Record<string, string>, Record<string, unknown>, number, string]> = [
+        [{}, body, 400, "WALLET_HEADERS_INVALID"],
+        [{ ...headers, "x-wallet-timestamp": "yesterday" }, body, 400, "WALLET_HEADERS_INVALID"],
+        [{ ...headers, "x-wallet-signature": "0x1234" }, body, 400, "WALLET_HEADERS_INVALID"],
+        [headers, { ...body, pin: "12" }, 400, "VALIDATION_FAILED"],
+        [headers, { ...body, pin: 1234 }, 400, "VALIDATION_FAILED"],
+        [headers, { ...body, channel: "SMS" }, 400, "VALIDATION_FAILED"],
+        [headers, { ...body, wallet_address: hardhatAccount(4).address }, 400, "WALLET_MISMATCH"],
+        [headers, { ...body, approved_chain: "SOLANA" }, 422, "UNSUPPORTED_CHAIN"],
+        [headers, { ...body, approved_chain: "BASE", approved_token: "USDT" }, 422, "TOKEN_NOT_PULLABLE"],
+      ];
+      for (const [h, b, status, code] of cases) expect(await link(h, b), code).toMatchObject({ status, body: { code } });
+      // None of those spent the signature: it still links.
+      expect((await link(headers, body)).status).toBe(200);
+      const notJson = await fetch(`${url}/api/agent/link`, { method: "POST", headers: { "content-type": "application/json", ...(await linkHeaders(wallet, "BillPay")) }, body: "{" });
+      expect(notJson.status).toBe(400);
+    });
+
+    it("a new link retires the old key; an unknown key is told apart from a retired one", async () => {
+      const first = await linkAgent(url, hardhatAccount(5));
+      const second = await linkAgent(url, hardhatAccount(5));
+      expect(second).not.toBe(first);
+      expect(errorCode(await mcp.call("check_balance", { api_key: first }))).toBe("API_KEY_RETIRED");
+      expect((await mcp.call("check_balance", { api_key: second })).isError).toBe(false);
+      expect(errorCode(await mcp.call("check_balance", { api_key: `bpk_${"A".repeat(43)}` }))).toBe("API_KEY_INVALID");
+    });
+
+    it("answers only the configured hosts and origins (DNS rebinding)", async () => {
+      const res = await fetch(`${url}/api/mcp`, { method: "POST", headers: { "content-type": "application/json", origin: "http://evil.example" }, body: "{}" });
+      expect(res.status).toBe(403);
+      expect(await res.json()).toMatchObject({ code: "HOST_NOT_ALLOWED" });
+    });
+  });
+
+  describe("MCP", () => {
+    it("lists the ten tools, each with a description and an input schema", async () => {
+      const { tools } = await mcp.client.listTools();
+      expect(tools.map((t) => t.name).sort()).toEqual(
+        ["cancel_schedule", "check_balance", "describe_capabilities", "list_international_options", "list_plans", "list_schedules", "pay_bill", "pay_bill_batch", "schedule_bill", "transaction_history"],
+      );
+      for (const t of tools) {
+        expect(t.description!.length).toBeGreaterThan(40);
+        expect(t.inputSchema.type).toBe("object");
+      }
+      const pay = tools.find((t) => t.name === "pay_bill")!;
+      expect(pay.inputSchema.required).toEqual(expect.arrayContaining(["api_key", "pin", "serviceID", "billersCode", "nairaAmount"]));
+    });
+
+    it("answers the interface's plain curl sample (no Accept header) with the balance at result.content[0].text", async () => {
+      const a = await agent(6, 7n * USD);
+      const res = await fetch(`${url}/api/mcp`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "check_balance", arguments: { api_key: a.apiKey, chain: "CELO" } } }),
+      });
+      expect(res.status).toBe(200);
+      const rpc = (await res.json()) as { result: { content: Array<{ text: string }> } };
+      const balance = JSON.parse(rpc.result.content[0]!.text) as { balances: Array<Record<string, { units: string }> & { token: string }> };
+      const usdcRow = balance.balances.find((b) => b.token === "USDC")!;
+      expect(usdcRow.balance!.units).toBe((await usdc(a.account)).toString());
+      expect(usdcRow.spending_allowance!.units).toBe((7n * USD).toString());
+      expect(usdcRow.spendable_now!.units).toBe((7n * USD).toString());
+    });
+
+    it("describe_capabilities tells an agent the chains, contracts, fees, limits and set-up calls", async () => {
+      const { isError, data } = await mcp.call("describe_capabilities", {});
+      expect(isError).toBe(false);
+      const chains = data.chains as Array<{ chain: string; billpay_contract: string; tokens: Array<{ token: string; address: string }> }>;
+      expect(chains.find((c) => c.chain === "CELO")!.billpay_contract).toBe(stack.deployments.chains.CELO!.billPay.address);
+      expect(JSON.stringify(data.setup)).toContain("setSpendingAllowance(address token, uint256 amount)");
+      expect(JSON.stringify(data.setup)).toContain("BillPay Agent Action: POST:/api/agent/link: ");
+      expect(data.limits).toMatchObject({ batch_max_bills: 5 });
+      expect((data.tools as unknown[]).length).toBe(10);
+      expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
+    });
+
+    it("list_plans and list_international_options come from the biller; bad input is a tool error", async () => {
+      const plans = await mcp.call("list_plans", { serviceID: "mtn-data" });
+      expect(plans.isError).toBe(false);
+      expect((plans.data.plans as unknown[]).length).toBeGreaterThan(0);
+      expect(plans.data.plans).toEqual(expect.arrayContaining([expect.objectContaining({ variation_code: expect.any(String), nairaAmount: expect.any(Number) })]));
+      const intl = await mcp.call("list_international_options", {});
+      expect((intl.data.countries as unknown[]).length).toBeGreaterThan(0);
+      expect(errorCode(await mcp.call("list_plans", { serviceID: "no-such-product" }))).toBe("BILLER_UNAVAILABLE");
+      const bad = await mcp.call("list_plans", { serviceID: "Not A Slug" });
+      expect(bad.isError).toBe(true);
+    });
+
+    it("pay_bill pulls the price, vends, and shows in the ledger; a retry with the same idempotency_key pays nothing more", async () => {
+      const a = await agent(7);
+      const before = await usdc(a.account);
+      const paid = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), idempotency_key: "first-bill" });
+      expect(paid.isError).toBe(false);
+      expect(paid.data).toMatchObject({ success: true, status: "SUCCESS", request_id: expect.stringMatching(/^req_/), tx_hash: expect.stringMatching(/^0x/), chain: "CELO", token: "USDC" });
+      const amount = BigInt((paid.data.amount as { units: string }).units);
+      expect(amount).toBe(1_001_000n); // 1550 NGN at 1550/USD + 0.001 fee
+      expect(await usdc(a.account)).toBe(before - amount);
+      const order = (await (await fetch(`${ledger.url}/ledger/orders/${keccak256(toBytes(paid.data.request_id as string))}`)).json()) as { payments: unknown[] };
+      expect(order.payments[0]).toMatchObject({ rail: "pull", amount: amount.toString() });
+
+      const again = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), idempotency_key: "first-bill" });
+      expect(again.data).toMatchObject({ request_id: paid.data.request_id, replayed: true });
+      expect(await usdc(a.account)).toBe(before - amount);
+      expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 999), idempotency_key: "first-bill" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+    });
+
+    it("pay_bill refunds on chain when the biller fails the bill", async () => {
+      const a = await agent(8);
+      const before = await usdc(a.account);
+      const failed = await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999") });
+      expect(failed.data).toMatchObject({ success: false, status: "FAILED_VENDING", refund: { status: "REFUNDED", tx_hash: expect.stringMatching(/^0x/) } });
+      expect(await usdc(a.account)).toBe(before);
+    });
+
+    it("refuses, charging nothing, bad arguments, a wrong PIN, an unknown key and a short allowance", async () => {
+      const a = await agent(9, 2n * USD);
+      const before = await usdc(a.account);
+      const cases: Array<[Record<string, unknown>, string | undefined]> = [
+        [{ pin: a.pin, ...airtime("08011111111"), nairaAmount: -5 }, undefined],
+        [{ pin: a.pin, ...airtime("08011111111"), serviceCategory: "GROCERIES" }, undefined],
+        [{ pin: "12", ...airtime("08011111111") }, undefined],
+        [{ pin: a.pin, ...airtime("08011111111"), chain: "SOLANA" }, "UNSUPPORTED_CHAIN"],
+        [{ pin: a.pin, ...airtime("08011111111"), chain: "BASE", token: "USDT" }, "TOKEN_NOT_PULLABLE"],
+        [{ pin: a.pin, ...airtime("08011111111", 4650) }, "SPENDING_ALLOWANCE_INSUFFICIENT"], // 3 USD against 2
+        [{ pin: a.pin, ...airtime("08011111111"), token: "USDT" }, "SPENDING_ALLOWANCE_INSUFFICIENT"], // no USD₮ allowance
+      ];
+      for (const [args, code] of cases) {
+        const answer = await a.call("pay_bill", args);
+        expect(answer.isError, JSON.stringify(args)).toBe(true);
+        if (code) expect(errorCode(answer)).toBe(code);
+      }
+      expect(errorCode(await mcp.call("pay_bill", { api_key: `bpk_${"B".repeat(43)}`, pin: "1234", ...airtime("08011111111") }))).toBe("API_KEY_INVALID");
+      // Token allowance short: spending allowance is there, the ERC-20 approval is not.
+      await celo.approveAndAllow(a.account, "USDC", 50n * USD, 1n * USD);
+      expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 3100) }))).toBe("TOKEN_ALLOWANCE_INSUFFICIENT");
+      expect(await usdc(a.account)).toBe(before);
+    });
+
+    it("exhausts the allowance: pays while it lasts, then refuses", async () => {
+      const a = await agent(10, 2_100_000n);
+      expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") })).data).toMatchObject({ status: "SUCCESS" });
+      expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") })).data).toMatchObject({ status: "SUCCESS" });
+      const third = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
+      expect(errorCode(third)).toBe("SPENDING_ALLOWANCE_INSUFFICIENT");
+      expect(third.data.error).toMatchObject({ required: "1001000", available: "98000" });
+    });
+
+    it("locks paying tools after too many wrong PINs; reading tools keep working", async () => {
+      const a = await agent(11);
+      const before = await usdc(a.account);
+      const wrong = () => a.call("pay_bill", { pin: "9999", ...airtime("08011111111") });
+      expect((await wrong()).data.error).toMatchObject({ code: "PIN_INVALID", attempts_left: 2 });
+      expect((await wrong()).data.error).toMatchObject({ code: "PIN_INVALID", attempts_left: 1 });
+      expect((await wrong()).data.error).toMatchObject({ code: "PIN_LOCKED", retry_after_seconds: expect.any(Number) });
+      // Locked: even the right PIN is refused, on every paying tool.
+      expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") }))).toBe("PIN_LOCKED");
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111")] }))).toBe("PIN_LOCKED");
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: new Date(Date.now() + 60_000).toISOString() }))).toBe("PIN_LOCKED");
+      expect((await a.call("check_balance")).isError).toBe(false);
+      expect(await usdc(a.account)).toBe(before);
+    });
+
+    it("pay_bill_batch pulls every bill in one transaction, vends each, refunds each failure by itself", async () => {
+      const a = await agent(12);
+      const before = await usdc(a.account);
+      const treasuryBefore = await celo.balanceOf("USDC", celo.billPay);
+      const answer = await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111", 1550), airtime("08099999999", 3100), airtime("08011111111", 775)] });
+      expect(answer.isError).toBe(false);
+      const results = answer.data.results as Array<{ status: string; tx_hash: string; amount: { units: string }; refund?: { status: string } }>;
+      expect(results.map((r) => r.status)).toEqual(["SUCCESS", "FAILED_VENDING", "SUCCESS"]);
+      expect(new Set(results.map((r) => r.tx_hash)).size).toBe(1); // one pullBatch
+      expect(results[1]!.refund).toMatchObject({ status: "REFUNDED" });
+      expect(answer.data).toMatchObject({ succeeded: 2, failed: 1, pending: 0, batch_id: expect.stringMatching(/^bat_/) });
+      const kept = BigInt(results[0]!.amount.units) + BigInt(results[2]!.amount.units);
+      expect(await usdc(a.account)).toBe(before - kept);
+      expect(await celo.balanceOf("USDC", celo.billPay)).toBe(treasuryBefore + kept);
+
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) }))).toBeUndefined(); // schema refusal: >5
+      expect((await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) })).isError).toBe(true);
+      expect((await a.call("pay_bill_batch", { pin: a.pin, bills: [] })).isError).toBe(true);
+      // A batch the allowance cannot cover is refused whole: nothing pulled.
+      const small = await agent(13, 2n * USD);
+      const smallBefore = await usdc(small.account);
+      expect(errorCode(await small.call("pay_bill_batch", { pin: small.pin, bills: [airtime("08011111111"), airtime("08011111111")] }))).toBe("SPENDING_ALLOWANCE_INSUFFICIENT");
+      expect(await usdc(small.account)).toBe(smallBefore);
+    });
+
+    it("transaction_history lists the wallet's orders newest first, with on-chain payment and refund, page by page", async () => {
+      const a = await agent(14);
+      await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 100) });
+      await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999", 200) });
+      await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 300) });
+      const first = await a.call("transaction_history", { limit: 2 });
+      const page1 = first.data.transactions as Array<{ bill: { nairaAmount: number }; status: string; onchain: { payment: { tx_hash: string } | null; refunds: unknown[] } }>;
+      expect(page1.map((t) => t.bill.nairaAmount)).toEqual([300, 200]);
+      expect(page1[1]).toMatchObject({ status: "FAILED_VENDING", onchain: { payment: { tx_hash: expect.stringMatching(/^0x/) }, refunds: [expect.objectContaining({ tx_hash: expect.any(String) })] } });
+      expect(page1[0]!.onchain.refunds).toEqual([]);
+      const second = await a.call("transaction_history", { limit: 2, cursor: first.data.next_cursor });
+      expect((second.data.transactions as Array<{ bill: { nairaAmount: number } }>).map((t) => t.bill.nairaAmount)).toEqual([100]);
+      expect(second.data.next_cursor).toBeNull();
+      expect(errorCode(await a.call("transaction_history", { cursor: "bm9wZQ" }))).toBe("CURSOR_INVALID");
+      expect((await a.call("transaction_history", { limit: 500 })).isError).toBe(true);
+    });
+
+    it("schedules a one-off and a recurring bill; each due time runs once, even with two instances; a cancelled one never runs", async () => {
+      const a = await agent(15);
+      const before = await usdc(a.account);
+      const once = await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111", 100), run_at: new Date(Date.now() + 500).toISOString() });
+      expect(once.data).toMatchObject({ status: "ACTIVE", kind: "once", schedule_id: expect.stringMatching(/^sch_/) });
+      const recurring = await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111", 200), cron: "*/2 * * * * *", max_runs: 5 });
+      expect(recurring.data).toMatchObject({ status: "ACTIVE", kind: "recurring" });
+
+      // A second instance over the same database races the first for every due time.
+      const other = buildHub(service.config, stack.deployments, service.db, service.flow, new ConfiguredRate(1_550_000n));
+      const runBoth = () => Promise.all([service.hub.runDueSchedules(), other.runDueSchedules()]);
+      await new Promise((r) => setTimeout(r, 2_100));
+      await runBoth();
+      await new Promise((r) => setTimeout(r, 2_100));
+      await runBoth();
+
+      const listed = (await a.call("list_schedules")).data.schedules as Array<{ schedule_id: string; status: string; runs: number; last_runs: Array<{ outcome: string; request_id: string }> }>;
+      const onceNow = listed.find((s) => s.schedule_id === once.data.schedule_id)!;
+      expect(onceNow).toMatchObject({ status: "COMPLETED", runs: 1, last_runs: [expect.objectContaining({ outcome: "SUCCESS" })] });
+      const recurringNow = listed.find((s) => s.schedule_id === recurring.data.schedule_id)!;
+      expect(recurringNow.runs).toBe(2);
+      expect(recurringNow.last_runs.every((r) => r.outcome === "SUCCESS")).toBe(true);
+      expect(new Set(recurringNow.last_runs.map((r) => r.request_id)).size).toBe(2);
+
+      const cancelled = await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id });
+      expect(cancelled.data).toMatchObject({ status: "CANCELLED", next_run_at: null });
+      await new Promise((r) => setTimeout(r, 2_100));
+      await runBoth();
+      const after = (await a.call("list_schedules", { status: "CANCELLED" })).data.schedules as Array<{ runs: number }>;
+      expect(after[0]!.runs).toBe(2);
+      const history = (await a.call("transaction_history", { limit: 50 })).data.transactions as Array<{ schedule_id: string | null; amount: { units: string } }>;
+      expect(history.filter((t) => t.schedule_id).length).toBe(3);
+      const spent = history.reduce((s, t) => s + BigInt(t.amount.units), 0n);
+      expect(await usdc(a.account)).toBe(before - spent);
+
+      expect(errorCode(await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id }))).toBe("SCHEDULE_NOT_ACTIVE");
+      expect(errorCode(await a.call("cancel_schedule", { schedule_id: "sch_00000000000000000000" }))).toBe("SCHEDULE_NOT_FOUND");
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: new Date().toISOString(), cron: "0 9 * * *" }))).toBe("VALIDATION_FAILED");
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111") }))).toBe("VALIDATION_FAILED");
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), cron: "not a cron" }))).toBe("VALIDATION_FAILED");
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: "2020-01-01T00:00:00Z" }))).toBe("VALIDATION_FAILED");
+    });
+  });
+
+  describe("A2A", () => {
+    const dataOf = (m: Message) => m.parts.map((p) => p.content).find((c) => c?.$case === "data")?.value as Record<string, unknown>;
+    const message = (skill: string, args: Record<string, unknown>): Message => ({
+      messageId: crypto.randomUUID(),
+      contextId: "",
+      taskId: "",
+      role: Role.ROLE_USER,
+      parts: [{ content: { $case: "data", value: { skill, arguments: args } }, metadata: undefined, filename: "", mediaType: "application/json" }],
+      metadata: undefined,
+      extensions: [],
+      referenceTaskIds: [],
+    });
+
+    it("serves the Agent Card with the ten skills, and pays over A2A 1.0 with the official client", async () => {
+      const card = (await (await fetch(`${url}/.well-known/agent-card.json`)).json()) as { skills: Array<{ id: string }>; supportedInterfaces: Array<{ protocolVersion: string }> };
+      expect(card.skills.map((s) => s.id)).toHaveLength(10);
+      expect(card.supportedInterfaces.map((i) => i.protocolVersion).sort()).toEqual(["0.3", "1.0"]);
+
+      const client = await new ClientFactory().createFromUrl(url);
+      const a = await agent(16);
+      const before = await usdc(a.account);
+      const balance = (await client.sendMessage({ tenant: "", message: message("check_balance", { api_key: a.apiKey }), configuration: undefined, metadata: undefined })) as Message;
+      expect(dataOf(balance)).toMatchObject({ approved_token: "USDC" });
+      const paid = (await client.sendMessage({ tenant: "", message: message("pay_bill", { api_key: a.apiKey, pin: a.pin, ...airtime("08011111111") }), configuration: undefined, metadata: undefined })) as Message;
+      expect(dataOf(paid)).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x/) });
+      expect(await usdc(a.account)).toBe(before - 1_001_000n);
+      const refused = (await client.sendMessage({ tenant: "", message: message("pay_bill", { api_key: a.apiKey, pin: "0000", ...airtime("08011111111") }), configuration: undefined, metadata: undefined })) as Message;
+      expect(dataOf(refused)).toMatchObject({ error: { code: "PIN_INVALID" } });
+      const unknown = (await client.sendMessage({ tenant: "", message: message("buy_pizza", {}), configuration: undefined, metadata: undefined })) as Message;
+      expect(dataOf(unknown)).toMatchObject({ error: { code: "VALIDATION_FAILED" } });
+    });
+
+    it("takes the 0.3 message/send method, with the call as JSON text too", async () => {
+      const a = await agent(17);
+      const rpc = async (parts: unknown[]) => {
+        const res = await fetch(`${url}/api/a2a`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ jsonrpc: "2.0", id: 7, method: "message/send", params: { message: { kind: "message", messageId: crypto.randomUUID(), role: "user", parts } } }),
+        });
+        return (await res.json()) as { id: number; result?: { kind: string; parts: Array<{ kind: string; data?: Record<string, unknown> }> }; error?: unknown };
+      };
+      const viaData = await rpc([{ kind: "data", data: { skill: "pay_bill_batch", arguments: { api_key: a.apiKey, pin: a.pin, bills: [airtime("08011111111"), airtime("08011111111", 775)] } } }]);
+      expect(viaData.id).toBe(7);
+      expect(viaData.result!.kind).toBe("message");
+      const batch = viaData.result!.parts.find((p) => p.kind === "data")!.data!;
+      expect(batch).toMatchObject({ succeeded: 2 });
+      const viaText = await rpc([{ kind: "text", text: JSON.stringify({ skill: "list_schedules", arguments: { api_key: a.apiKey } }) }]);
+      expect(viaText.result!.parts.find((p) => p.kind === "data")!.data).toEqual({ schedules: [] });
+      const badRpc = await (await fetch(`${url}/api/a2a`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 8, method: "no/such" }) })).json();
+      expect(badRpc).toMatchObject({ id: 8, error: { code: expect.any(Number) } });
+    });
+  });
+
+  describe("reconciler", () => {
+    it("finishes a pull whose request died before vending, exactly once", async () => {
+      const account = hardhatAccount(18);
+      await celo.approveAndAllow(account, "USDC", 10n * USD);
+      const { flow } = service;
+      const token = celo.tokenAddress("USDC");
+      const billerRequestId = newBillerRequestId();
+      const [order] = (
+        await flow.orders.createPullOrders(
+          [{ requestId: `req_${billerRequestId}`, billerRequestId, bodyHash: "crash-test", bill: { ...airtime("08011111111"), token: "USDC", blockchain: "CELO", wallet_address: account.address }, chain: "CELO", token: "USDC", tokenAddress: token, payer: account.address, amount: 1_001_000n, batchId: null, scheduleId: null, idempotencyKey: null }],
+          0,
+        )
+      ).orders;
+      // The pull lands, then the process "dies": no PAID, no vend.
+      await flow.operator.pull("CELO", { requestId: order!.requestId, payer: account.address, token, amount: 1_001_000n }, (h) => flow.orders.setTxHash([order!.requestId], h));
+      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+      expect(await workOnce(flow)).toBeGreaterThanOrEqual(1);
+      expect(await flow.orders.get(order!.requestId)).toMatchObject({ status: "SUCCESS", purchasedCode: null });
+      expect(await workOnce(flow)).toBe(0);
+
+      // A pull that never landed (crash before sending) is written off: nothing moved.
+      const neverId = newBillerRequestId();
+      const [never] = (
+        await flow.orders.createPullOrders(
+          [{ requestId: `req_${neverId}`, billerRequestId: neverId, bodyHash: "crash-test-2", bill: { ...airtime("08011111111"), token: "USDC", blockchain: "CELO", wallet_address: account.address }, chain: "CELO", token: "USDC", tokenAddress: token, payer: account.address, amount: 1_001_000n, batchId: null, scheduleId: null, idempotencyKey: null }],
+          0,
+        )
+      ).orders;
+      await workOnce(flow);
+      expect(await flow.orders.get(never!.requestId)).toMatchObject({ status: "PAYMENT_FAILED", failureReason: "no pull was sent" });
+    });
+
+    it("refunds, once, a pull the server has no order for", async () => {
+      const account = hardhatAccount(19);
+      await celo.approveAndAllow(account, "USDC", 10n * USD);
+      const before = await usdc(account);
+      const orderId = keccak256(toBytes(`stray-${Date.now()}`));
+      await celo.pull(orderId, account.address, "USDC", 2n * USD);
+      expect(await usdc(account)).toBe(before - 2n * USD);
+      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+      expect(await reconcileOrphanPulls(service.flow)).toBe(1);
+      expect(await usdc(account)).toBe(before);
+      expect(await reconcileOrphanPulls(service.flow)).toBe(0);
+      await expect.poll(async () => ((await (await fetch(`${ledger.url}/ledger/orders/${orderId}`)).json()) as { refunds: unknown[] }).refunds, { timeout: 10_000 }).toHaveLength(1);
+    });
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * The agent hub's state on both databases the service runs on (PGlite by default,
+ * PostgreSQL when configured): links and their keys, the PIN lockout under concurrent
+ * attempts, idempotent pull orders, and a schedule's due time claimed once by racing
+ * instances, with a cancel atomic against the claim.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
+import { LinkStore } from "../../server/agent/links.ts";
+import { ScheduleStore, checkCron, nextDue } from "../../server/agent/schedules.ts";
+import { openDb, type Db } from "../../server/db.ts";
+import { ServiceError } from "../../server/errors.ts";
+import { OrderStore } from "../../server/orders/store.ts";
+import { freshDatabase } from "../support/stack.ts";
+
+const WALLET = "0x00000000000000000000000000000000000000aa";
+const bill = { serviceID: "mtn", serviceCategory: "AIRTIME" as const, network: "MTN", billersCode: "08011111111", nairaAmount: 100 };
+const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
+
+for (const kind of ["pglite", "postgresql"] as const) {
+  describe(`agent state on ${kind}`, () => {
+    let db: Db;
+    let drop: (() => Promise<void>) | undefined;
+
+    beforeAll(async () => {
+      if (kind === "postgresql") {
+        const fresh = await freshDatabase("agent_state");
+        drop = fresh.drop;
+        db = await openDb({ url: fresh.url });
+      } else {
+        db = await openDb({});
+      }
+    });
+    afterAll(async () => {
+      await db?.close();
+      await drop?.();
+    });
+
+    it("links, retires the old key on a re-link, and spends each signature once", async () => {
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60 });
+      const first = newApiKey();
+      const second = newApiKey();
+      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(first), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      expect(await links.authenticate(first)).toMatchObject({ wallet: WALLET, approvedChain: "CELO", approvedToken: "USDC" });
+      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(second), pinHash: await hashPin("5678"), channel: "A2A", chain: "CELO", token: "USD₮" });
+      expect(await codeOf(links.authenticate(first))).toBe("API_KEY_RETIRED");
+      expect(await links.authenticate(second)).toMatchObject({ channel: "A2A", approvedToken: "USD₮" });
+      expect(await codeOf(links.authenticate(newApiKey()))).toBe("API_KEY_INVALID");
+      expect(await links.useSignature("sig-1", WALLET)).toBe(true);
+      expect(await links.useSignature("sig-1", WALLET)).toBe(false);
+    });
+
+    it("locks after the limit even when wrong PINs arrive at once, and the right PIN is refused while locked", async () => {
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60 });
+      const wallet = "0x00000000000000000000000000000000000000bb";
+      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
+      const codes = await Promise.all(Array.from({ length: 5 }, () => codeOf(links.checkPin(wallet, "0000"))));
+      expect(codes.filter((c) => c === "PIN_LOCKED").length).toBeGreaterThanOrEqual(1);
+      expect(codes.every((c) => c === "PIN_INVALID" || c === "PIN_LOCKED")).toBe(true);
+      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED");
+    });
+
+    it("creates a pull order once per idempotency key, even when two requests race", async () => {
+      const orders = new OrderStore(db);
+      const order = (n: number) => ({
+        requestId: `req_20261121120${n}00000000000000000000`,
+        billerRequestId: `20261121120${n}00000000000000000000`,
+        bodyHash: "h",
+        bill: bill as unknown as Record<string, unknown>,
+        chain: "CELO",
+        token: "USDC",
+        tokenAddress: "0x00000000000000000000000000000000000000cc",
+        payer: WALLET,
+        amount: 1_000n,
+        batchId: null,
+        scheduleId: null,
+        idempotencyKey: "same-key",
+      });
+      const [a, b] = await Promise.all([orders.createPullOrders([order(1)], 60), orders.createPullOrders([order(2)], 60)]);
+      expect([a.created, b.created].sort()).toEqual([false, true]);
+      expect(a.orders[0]!.requestId).toBe(b.orders[0]!.requestId);
+      expect(a.orders[0]).toMatchObject({ rail: "pull", status: "PULLING", amount: 1_000n });
+    });
+
+    it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {
+      const schedules = new ScheduleStore(db);
+      const first = checkCron("*/5 * * * * *", 1);
+      const s = await schedules.create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt: null, cron: "*/5 * * * * *", firstRun: first, maxRuns: null, maxPerWallet: 10 });
+      const due = { ...s, nextRunAt: first };
+      const wins = await Promise.all(Array.from({ length: 4 }, () => schedules.claim(due, nextDue(due, first))));
+      expect(wins.filter(Boolean)).toHaveLength(1);
+      const [listed] = await schedules.list(WALLET, "ACTIVE");
+      expect(listed).toMatchObject({ runs: 1, lastRuns: [expect.objectContaining({ dueAt: first, outcome: null })] });
+
+      const again = { ...s, nextRunAt: listed!.nextRunAt };
+      await schedules.cancel(WALLET, s.id);
+      expect(await schedules.claim(again, nextDue(again, again.nextRunAt!))).toBe(false);
+      expect(await codeOf(schedules.cancel(WALLET, s.id))).toBe("SCHEDULE_NOT_ACTIVE");
+      expect(await codeOf(schedules.cancel("0x00000000000000000000000000000000000000dd", s.id))).toBe("SCHEDULE_NOT_FOUND");
+      expect(() => checkCron("* * * * * *", 2)).toThrow(/more often/);
+      expect(() => checkCron("61 * * * *", 1)).toThrow(/not a cron/);
+    });
+  });
+}
