@@ -130,18 +130,30 @@ const MIGRATIONS: string[] = [
      position   text        NOT NULL,
      updated_at timestamptz NOT NULL DEFAULT now()
    );`,
+  // A lease names its holder, so a holder whose lease ran out cannot release its successor's.
+  `ALTER TABLE bill_order ADD COLUMN lease_token text;`,
 ];
 
+/** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
 async function migrate(db: Db): Promise<void> {
   await db.query(`CREATE TABLE IF NOT EXISTS schema_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
   const done = new Set((await db.query<{ version: number }>(`SELECT version FROM schema_migration`)).map((r) => r.version));
   for (const [i, sql] of MIGRATIONS.entries()) {
     if (done.has(i + 1)) continue;
-    await db.query(sql);
-    // A concurrent instance may have applied it meanwhile: the key makes that a no-op.
-    await db.query(`INSERT INTO schema_migration (version) VALUES ($1) ON CONFLICT DO NOTHING`, [i + 1]);
+    await db.query("BEGIN");
+    try {
+      await db.query(sql);
+      await db.query(`INSERT INTO schema_migration (version) VALUES ($1)`, [i + 1]);
+      await db.query("COMMIT");
+    } catch (err) {
+      await db.query("ROLLBACK");
+      throw err;
+    }
   }
 }
+
+/** Instances starting together take turns migrating (a session-level advisory lock). */
+const MIGRATION_LOCK = 7_402_402;
 
 export async function openDb(options: { url?: string; pgliteDir?: string }): Promise<Db> {
   let db: Db;
@@ -151,6 +163,15 @@ export async function openDb(options: { url?: string; pgliteDir?: string }): Pro
       query: async (text, params) => (await pool.query(text, params)).rows,
       close: () => pool.end(),
     };
+    const client = await pool.connect();
+    try {
+      await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+      await migrate({ query: async (text, params) => (await client.query(text, params)).rows, close: async () => {} });
+    } finally {
+      await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]).catch(() => {});
+      client.release();
+    }
+    return db;
   } else {
     const lite = new PGlite(options.pgliteDir);
     db = {

@@ -58,9 +58,9 @@ export class LedgerClient {
     return this.get(`/ledger/authorizations/${CHAINS[chain].chainId}/${token}/${payer}/${nonce}`);
   }
 
-  /** Pulls in ledger order (time, chain, block, log), from `from` (unix seconds) or after `cursor`. */
-  pulls(q: { from?: bigint; cursor?: string; limit: number }): Promise<{ payments: LedgerPayment[]; nextCursor: string | null }> {
-    const params = new URLSearchParams({ rail: "pull", limit: String(q.limit) });
+  /** One chain's pulls in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */
+  pulls(q: { chainId: number; from?: bigint; cursor?: string; limit: number }): Promise<{ payments: LedgerPayment[]; nextCursor: string | null }> {
+    const params = new URLSearchParams({ rail: "pull", chainId: String(q.chainId), limit: String(q.limit) });
     if (q.cursor) params.set("cursor", q.cursor);
     else if (q.from !== undefined) params.set("from", q.from.toString());
     return this.get(`/ledger/payments?${params}`);

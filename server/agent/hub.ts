@@ -83,13 +83,19 @@ export class AgentHub {
   }
 
   /** pay_bill_batch: every bill in one pullBatch; a result per bill, in the order given. */
-  async payBatch(link: Link, bills: AgentBill[], options: { chain?: string; token?: string } = {}) {
+  async payBatch(link: Link, bills: AgentBill[], options: { chain?: string; token?: string; idempotencyKey?: string } = {}) {
     const max = this.deps.config.BATCH_MAX_BILLS;
     if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
     const option = this.pullOption(link, options.chain, options.token);
     const priced = [];
     for (const bill of bills) priced.push(await this.price(link, bill, option.chain, option.token));
-    const { orders } = await startPullOrders(this.deps.flow, { wallet: link.wallet as Hex, ...option, bills: priced, batch: bills.length > 1 });
+    const { orders, replay } = await startPullOrders(this.deps.flow, {
+      wallet: link.wallet as Hex,
+      ...option,
+      bills: priced,
+      batch: true,
+      idempotencyKey: options.idempotencyKey,
+    });
     const results = orders.map((o) => this.result(o));
     return {
       batch_id: orders[0]!.batchId,
@@ -100,6 +106,7 @@ export class AgentHub {
       failed: results.filter((r) => r.status === "FAILED_VENDING").length,
       pending: results.filter((r) => r.status === "TIMEOUT").length,
       results,
+      ...(replay ? { replayed: true } : {}),
     };
   }
 
@@ -177,9 +184,10 @@ export class AgentHub {
       const result = await this.payBill(link, s.bill, { chain: s.chain, token: s.token, idempotencyKey: `${s.id}@${due.getTime()}`, scheduleId: s.id });
       await this.deps.schedules.finishRun(s.id, due, { requestId: result.request_id, outcome: result.status });
     } catch (err) {
-      const code = err instanceof ServiceError ? err.code : "INTERNAL";
-      await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error: `${code}: ${(err as Error).message}` });
-      this.deps.flow.log("scheduled bill not paid", { scheduleId: s.id, error: code });
+      // An agent sees the service's own refusals; anything else stays in the log.
+      const error = err instanceof ServiceError ? `${err.code}: ${err.detail}` : "INTERNAL: the run failed unexpectedly; it was not paid";
+      await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
+      this.deps.flow.log("scheduled bill not paid", { scheduleId: s.id, error: err instanceof ServiceError ? err.code : (err as Error).message });
     }
   }
 

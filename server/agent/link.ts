@@ -82,9 +82,11 @@ export async function linkWallet(deps: LinkDeps, headers: WalletHeaders, body: u
   if (!(await signedBy(deps, headers.address, message, headers.signature, option.chain))) {
     throw new ServiceError("SIGNATURE_INVALID", `x-wallet-signature is not ${headers.address}'s personal_sign of "${message}"`);
   }
-  // Spent before anything else changes: a replay of this request gets 409, never a second key.
-  const signatureHash = createHash("sha256").update(headers.signature.toLowerCase()).digest("hex");
-  if (!(await deps.links.useSignature(signatureHash, headers.address))) {
+  // Spent before anything else changes: a replay gets 409, never a second key. Keyed by what
+  // was signed (wallet and timestamp), not by the signature's bytes: an ECDSA signature has
+  // other valid encodings (v as 0/1, s as n - s) that must not count as new.
+  const signedKey = createHash("sha256").update(`${headers.address.toLowerCase()}:${headers.timestamp}`).digest("hex");
+  if (!(await deps.links.useSignature(signedKey, headers.address))) {
     throw new ServiceError("SIGNATURE_REPLAYED", "this signature was already used; sign the message again with a new timestamp");
   }
   const apiKey = newApiKey();

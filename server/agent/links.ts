@@ -53,13 +53,18 @@ export class LinkStore {
     return rows.length === 1;
   }
 
-  /** Links (or re-links) a wallet: the new key hash replaces the old, which is retired. */
+  /** Links (or re-links) a wallet: the new key hash replaces the old, which is retired, and its active schedules are cancelled. */
   async link(l: { wallet: string; apiKeyHash: string; pinHash: string; channel: string; chain: ChainKey; token: TokenSymbol }): Promise<void> {
     await this.db.query(
       `WITH retired AS (
          INSERT INTO retired_api_key (api_key_hash, wallet)
          SELECT api_key_hash, wallet FROM agent_link WHERE wallet = $1
-         ON CONFLICT DO NOTHING)
+         ON CONFLICT DO NOTHING),
+       -- Schedules were authorised under the old key: a re-link (the way to shut out a
+       -- leaked key) cancels them too.
+       schedules AS (
+         UPDATE bill_schedule SET status = 'CANCELLED', cancelled_at = now(), next_run_at = NULL
+         WHERE wallet = $1 AND status = 'ACTIVE')
        INSERT INTO agent_link (wallet, api_key_hash, pin_hash, channel, approved_chain, approved_token)
        VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (wallet) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash, pin_hash = EXCLUDED.pin_hash,
@@ -84,30 +89,32 @@ export class LinkStore {
     return row && toLink(row);
   }
 
-  /** Checks the PIN for a paying call: PIN_LOCKED while locked, PIN_INVALID (counted) when wrong. */
+  /**
+   * Checks the PIN for a paying call: PIN_LOCKED while locked, PIN_INVALID (counted) when
+   * wrong. Each attempt is counted before the slow hash is checked, in one statement that
+   * also refuses while locked, so parallel guesses cannot outrun the limit; the attempt that
+   * reaches it starts the lock. A right PIN then clears the count.
+   */
   async checkPin(wallet: string, pin: string): Promise<void> {
-    const [row] = await this.db.query<LinkRow & { locked: boolean }>(
-      `SELECT *, (locked_until IS NOT NULL AND locked_until > now()) AS locked FROM agent_link WHERE wallet = $1`,
-      [wallet.toLowerCase()],
-    );
-    if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
-    if (row.locked) throw locked(new Date(row.locked_until!));
-    if (await verifyPin(pin, row.pin_hash)) {
-      if (row.pin_failures > 0) {
-        await this.db.query(`UPDATE agent_link SET pin_failures = 0, locked_until = NULL WHERE wallet = $1`, [row.wallet]);
-      }
-      return;
-    }
-    // Counted atomically; the attempt that reaches the limit starts the lock and resets the count.
-    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null }>(
+    const [attempt] = await this.db.query<{ pin_hash: string; pin_failures: number; locked_until: Date | null }>(
       `UPDATE agent_link SET
          locked_until = CASE WHEN pin_failures + 1 >= $2 THEN now() + make_interval(secs => $3) ELSE locked_until END,
          pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 RETURNING pin_failures, locked_until`,
-      [row.wallet, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
+       WHERE wallet = $1 AND (locked_until IS NULL OR locked_until <= now())
+       RETURNING pin_hash, pin_failures, locked_until`,
+      [wallet.toLowerCase(), this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
     );
-    if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) throw locked(new Date(after.locked_until));
-    const left = this.pinPolicy.maxAttempts - (after?.pin_failures ?? 0);
+    if (!attempt) {
+      const [row] = await this.db.query<{ locked_until: Date | null }>(`SELECT locked_until FROM agent_link WHERE wallet = $1`, [wallet.toLowerCase()]);
+      if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
+      throw locked(new Date(row.locked_until!));
+    }
+    if (await verifyPin(pin, attempt.pin_hash)) {
+      await this.db.query(`UPDATE agent_link SET pin_failures = 0, locked_until = NULL WHERE wallet = $1`, [wallet.toLowerCase()]);
+      return;
+    }
+    if (attempt.locked_until && new Date(attempt.locked_until).getTime() > Date.now()) throw locked(new Date(attempt.locked_until));
+    const left = this.pinPolicy.maxAttempts - attempt.pin_failures;
     throw new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
   }
 }

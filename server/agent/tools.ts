@@ -18,6 +18,8 @@ const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when
 const chain = z.string().min(1).max(16).optional().describe(`Chain to pay on (${Object.keys(CHAINS).join(" or ")}); default: the chain approved at linking`);
 const token = z.string().min(1).max(16).optional().describe("Token to pay in (USDC, USDT/USD₮, USA₮); default: the token approved at linking");
 
+const idempotencyKey = z.string().min(1).max(64).regex(/^[\w.:-]+$/, "letters, digits and . _ : - only").optional();
+
 /** A bill, as the REST route takes it minus the wallet, chain and token. */
 const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wallet_address: true }).shape;
 const bill = z.object(billFields);
@@ -126,7 +128,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         ...billFields,
         chain,
         token,
-        idempotency_key: z.string().min(1).max(64).regex(/^[\w.:-]+$/).optional().describe("Your key for this bill: a retry with it never pays twice"),
+        idempotency_key: idempotencyKey.describe("Your key for this bill: a retry with it never pays twice"),
       },
       paying: true,
       authenticated: true,
@@ -140,12 +142,21 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       title: "Pay bills in one batch",
       description:
         `Pays up to ${batchMax} bills with one on-chain pullBatch transaction (one chain and token for all). All are pulled or ` +
-        "none; then each bill is vended by itself and each failed bill is refunded by itself. Returns a result per bill, in order.",
-      input: { api_key: apiKey, pin, chain, token, bills: z.array(bill).min(1).max(batchMax).describe(`1 to ${batchMax} bills, each as pay_bill takes it`) },
+        "none; then each bill is vended by itself and each failed bill is refunded by itself. Returns a result per bill, in order. " +
+        "Pass an idempotency_key to make a retry safe.",
+      input: {
+        api_key: apiKey,
+        pin,
+        chain,
+        token,
+        bills: z.array(bill).min(1).max(batchMax).describe(`1 to ${batchMax} bills, each as pay_bill takes it`),
+        idempotency_key: idempotencyKey.describe("Your key for this batch: a retry with it returns the first batch's results, never pays twice"),
+      },
       paying: true,
       authenticated: true,
       examples: ['{"skill":"pay_bill_batch","arguments":{"api_key":"bpk_...","pin":"1234","bills":[{"serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":100}]}}'],
-      run: (args, link, ctx) => ctx.hub.payBatch(link!, args.bills as AgentBill[], { chain: args.chain, token: args.token }),
+      run: (args, link, ctx) =>
+        ctx.hub.payBatch(link!, args.bills as AgentBill[], { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key }),
     }),
     define({
       name: "schedule_bill",

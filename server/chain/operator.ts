@@ -2,14 +2,16 @@
  * The server's operator key at work on BillPay: pulls (agent hub) and refunds (both rails).
  * Transactions are sent one at a time per chain, so the operator's nonces stay in order;
  * receipts are awaited outside that queue, with a timeout, so one slow receipt does not
- * hold up the next send. A contract refusal is reported by its error name, so callers can
+ * hold up the next send. One process per operator key: instances each sign with their own. A contract refusal is reported by its error name, so callers can
  * tell "already done" (a retry after a crash) from a real failure.
  */
 import {
   BaseError,
   ContractFunctionRevertedError,
   createWalletClient,
+  encodeFunctionData,
   http,
+  keccak256,
   type Account,
   type Hex,
   type TransactionReceipt,
@@ -58,15 +60,15 @@ export class ChainOperator {
     private readonly operator: Account,
   ) {}
 
-  /** One pull; resolves once mined, with its transaction hash. `onSent` learns the hash first. */
-  pull(chain: ChainKey, item: PullItem, onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
-    return this.write(chain, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSent);
+  /** One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash before it is sent. */
+  pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
+    return this.write(chain, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned);
   }
 
   /** Many pulls in one transaction, all or nothing. */
-  pullBatch(chain: ChainKey, items: PullItem[], onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
+  pullBatch(chain: ChainKey, items: PullItem[], onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    return this.write(chain, { functionName: "pullBatch", args: [requests] }, onSent);
+    return this.write(chain, { functionName: "pullBatch", args: [requests] }, onSigned);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
@@ -98,31 +100,42 @@ export class ChainOperator {
     }
   }
 
-  private async write(chain: ChainKey, call: Write, onSent?: (hash: Hex) => Promise<void>): Promise<Hex> {
+  /**
+   * Simulates the call (a refusal surfaces here, named, before anything is signed), signs
+   * it, hands the hash to `onSigned` (callers record it: the chain can never hold a
+   * transaction they do not know of), sends it, and waits for its own receipt.
+   */
+  private async write(chain: ChainKey, call: Write, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
+    const client = publicClientFor(chain, rpcUrl);
     const previous = this.queues.get(chain) ?? Promise.resolve();
     const sent = previous
       .catch(() => {})
-      .then(() => {
-        const wallet = createWalletClient({
-          account: this.operator,
-          chain: viemChain(chain, rpcUrl),
-          transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }),
+      .then(async () => {
+        const wallet = createWalletClient({ account: this.operator, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
+        const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.simulateContract>[0];
+        try {
+          await client.simulateContract({ ...target, account: this.operator });
+        } catch (err) {
+          throw refusal(err) ?? err;
+        }
+        const request = await wallet.prepareTransactionRequest({
+          to: d.billPay.address as Hex,
+          data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
         });
-        // The gas estimate runs the call first: a refusal surfaces here, before anything is sent.
-        return wallet.writeContract({ address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof wallet.writeContract>[0]);
+        const serialized = await wallet.signTransaction(request);
+        const hash = keccak256(serialized);
+        await onSigned?.(hash);
+        await wallet.sendRawTransaction({ serializedTransaction: serialized });
+        return hash;
       });
     this.queues.set(chain, sent);
-    let hash: Hex;
-    try {
-      hash = await sent;
-    } catch (err) {
-      throw refusal(err) ?? err;
-    }
-    await onSent?.(hash);
-    const receipt: TransactionReceipt = await publicClientFor(chain, rpcUrl).waitForTransactionReceipt({ hash, timeout: RECEIPT_TIMEOUT_MS });
+    const hash = await sent;
+    const receipt: TransactionReceipt = await client.waitForTransactionReceipt({ hash, timeout: RECEIPT_TIMEOUT_MS });
+    // Another sender with this key took the nonce: what happened to ours is unknown.
+    if (receipt.transactionHash !== hash) throw new Error(`transaction ${hash} was replaced by ${receipt.transactionHash}`);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${hash} reverted`);
     return hash;
   }

@@ -45,10 +45,18 @@ const REFUSALS: Record<string, ErrorCode> = {
   ERC20InsufficientBalance: "BALANCE_INSUFFICIENT",
 };
 
+/** Each order's own key: the caller's for a single bill, `<key>#<position>` in a batch. */
+function orderKeys(input: PullInput): Array<string | null> {
+  const key = input.idempotencyKey;
+  if (!key) return input.bills.map(() => null);
+  return input.batch ? input.bills.map((_, i) => `${key}#${i}`) : [key];
+}
+
 export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise<{ orders: Order[]; replay: boolean }> {
+  const keys = orderKeys(input);
   if (input.idempotencyKey) {
-    const seen = await deps.orders.findByIdempotencyKey(input.wallet, input.idempotencyKey);
-    if (seen) return { orders: [sameBill(seen, input)], replay: true };
+    const seen = await deps.orders.findByIdempotencyKeys(input.wallet, keys as string[]);
+    if (seen.length > 0) return { orders: sameBills(seen, keys as string[], input), replay: true };
   }
   const total = input.bills.reduce((sum, b) => sum + b.amount, 0n);
   const [state] = await readWalletState(deps.deployments, input.chain, input.wallet, [input.tokenAddress]);
@@ -56,7 +64,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
 
   const batchId = input.batch ? `bat_${randomBytes(10).toString("hex")}` : null;
   const { orders, created } = await deps.orders.createPullOrders(
-    input.bills.map((b) => {
+    input.bills.map((b, i) => {
       const billerRequestId = newBillerRequestId();
       return {
         requestId: `req_${billerRequestId}`,
@@ -70,12 +78,12 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
         amount: b.amount,
         batchId,
         scheduleId: input.scheduleId ?? null,
-        idempotencyKey: input.idempotencyKey ?? null,
+        idempotencyKey: keys[i]!,
       };
     }),
     deps.leaseSeconds,
   );
-  if (!created) return { orders: [sameBill(orders[0]!, input)], replay: true };
+  if (!created) return { orders: sameBills(orders, keys as string[], input), replay: true };
 
   let last = orders;
   try {
@@ -84,15 +92,22 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
     return { orders: last, replay: false };
   } finally {
     // Unfinished orders go to the worker at once; finished ones need no release.
-    for (const o of last) if (!FINISHED.has(o.status)) await deps.orders.release(o.requestId);
+    // Released with the token they were created under: if the worker took one over, it stays the worker's.
+    for (const [i, o] of last.entries()) if (!FINISHED.has(o.status)) await deps.orders.release(o.requestId, orders[i]!.leaseToken);
   }
 }
 
-function sameBill(order: Order, input: PullInput): Order {
-  if (input.bills.length !== 1 || order.bodyHash !== input.bills[0]!.bodyHash) {
-    throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${input.idempotencyKey}" already paid for order ${order.requestId}, a different bill`);
+/** The orders an idempotency key already made, checked to be for the same bills, in order. */
+function sameBills(seen: Order[], keys: string[], input: PullInput): Order[] {
+  const byKey = new Map(seen.map((o) => [o.idempotencyKey, o]));
+  const orders = keys.map((k) => byKey.get(k));
+  if (orders.some((o, i) => !o || o.bodyHash !== input.bills[i]!.bodyHash) || seen.length !== keys.length) {
+    throw new ServiceError(
+      "IDEMPOTENCY_KEY_REUSED",
+      `idempotency_key "${input.idempotencyKey}" already paid for ${seen.map((o) => o.requestId).join(", ")}, different bills`,
+    );
   }
-  return order;
+  return orders as Order[];
 }
 
 /**
@@ -103,10 +118,10 @@ function sameBill(order: Order, input: PullInput): Order {
 async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[]): Promise<Order[]> {
   const items = orders.map((o) => ({ requestId: o.requestId, payer: o.payer as Hex, token: o.tokenAddress as Hex, amount: o.amount }));
   const ids = orders.map((o) => o.requestId);
-  const onSent = (hash: Hex) => deps.orders.setTxHash(ids, hash);
+  const onSigned = (hash: Hex) => deps.orders.setTxHash(ids, hash);
   try {
-    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSent);
-    else await deps.operator.pullBatch(chain, items, onSent);
+    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSigned);
+    else await deps.operator.pullBatch(chain, items, onSigned);
   } catch (err) {
     if (!(err instanceof ContractRefused)) {
       deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: (err as Error).message });

@@ -18,7 +18,7 @@ import type { LedgerPayment } from "../ledger-client.ts";
 import { fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 
-/** Pulls are re-read this far back each pass: the ledger orders chains by time, and one may lag. */
+/** Pulls are re-read this far back each pass: blocks of one chain may be indexed out of time order by a little. */
 const OVERLAP_SECONDS = 120n;
 const PAGE = 200;
 
@@ -39,10 +39,11 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   });
   // Pulled, but the ledger has not caught up: a later pass decides from the ledger.
   if (onChain.payer !== "0x0000000000000000000000000000000000000000") return;
+  // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
+  // a reverted receipt means nothing moved; no receipt yet means it may still land: wait
+  // while the order is young. Should it land after the write-off, the orphan pass refunds it.
   if (o.txHash) {
     const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
-    // Still pending somewhere: wait while the order is young; should it land after the
-    // write-off below, the orphan pass refunds it.
     if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
   }
   await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: o.txHash ? "the pull did not land" : "no pull was sent" });
@@ -77,46 +78,51 @@ export class OrphanPulls {
     ]);
   }
 
-  async position(): Promise<bigint | undefined> {
-    const [row] = await this.db.query<{ position: string }>(`SELECT position FROM reconciler_cursor WHERE name = 'pulls'`);
+  /** How far the pass has read one chain's pulls (ledger timestamp, unix seconds). */
+  async position(chainId: number): Promise<bigint | undefined> {
+    const [row] = await this.db.query<{ position: string }>(`SELECT position FROM reconciler_cursor WHERE name = $1`, [`pulls:${chainId}`]);
     return row ? BigInt(row.position) : undefined;
   }
 
-  async advance(timestamp: bigint): Promise<void> {
+  async advance(chainId: number, timestamp: bigint): Promise<void> {
     await this.db.query(
-      `INSERT INTO reconciler_cursor (name, position) VALUES ('pulls', $1)
+      `INSERT INTO reconciler_cursor (name, position) VALUES ($1, $2)
        ON CONFLICT (name) DO UPDATE SET position = GREATEST(reconciler_cursor.position::numeric, EXCLUDED.position::numeric)::text, updated_at = now()`,
-      [timestamp.toString()],
+      [`pulls:${chainId}`, timestamp.toString()],
     );
   }
 }
 
-/** One pass over the ledger's recent pulls; returns how many orphans it refunded. */
+/**
+ * One pass over the ledger's recent pulls, chain by chain (each chain is indexed at its own
+ * pace, so each keeps its own position); returns how many orphans it refunded.
+ */
 export async function reconcileOrphanPulls(deps: FlowDeps & { orphans: OrphanPulls }): Promise<number> {
-  const chainOf = new Map(Object.values(CHAINS).map((c) => [c.chainId, c.key]));
-  const since = await deps.orphans.position();
-  let page = await deps.ledger.pulls({ from: since === undefined ? 0n : since > OVERLAP_SECONDS ? since - OVERLAP_SECONDS : 0n, limit: PAGE });
-  let newest = since ?? 0n;
-  for (;;) {
-    const known = new Map((await deps.orders.findByOnchainIds(page.payments.map((p) => p.orderId!))).map((o) => [o.onchainOrderId, o]));
-    for (const p of page.payments) {
-      const chain = chainOf.get(p.chainId);
-      if (!chain) continue;
-      const order = known.get(p.orderId!.toLowerCase());
-      if (!order) {
-        await deps.orphans.record(chain, p);
-      } else if (order.status === "PAYMENT_FAILED") {
-        // Written off as never pulled, and then the pull landed: give the money back.
-        const reason = "the pull landed after the order was written off";
-        const refunding = await deps.orders.transition(order.requestId, ["PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: p.txHash });
-        if (refunding) await refund(deps, refunding, reason);
+  for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
+    const chainId = CHAINS[chain].chainId;
+    const since = await deps.orphans.position(chainId);
+    const from = since === undefined ? 0n : since > OVERLAP_SECONDS ? since - OVERLAP_SECONDS : 0n;
+    let page = await deps.ledger.pulls({ chainId, from, limit: PAGE });
+    let newest = since ?? 0n;
+    for (;;) {
+      const known = new Map((await deps.orders.findByOnchainIds(page.payments.map((p) => p.orderId!))).map((o) => [o.onchainOrderId, o]));
+      for (const p of page.payments) {
+        const order = known.get(p.orderId!.toLowerCase());
+        if (!order) {
+          await deps.orphans.record(chain, p);
+        } else if (order.status === "PAYMENT_FAILED") {
+          // Written off as never pulled, and then the pull landed: give the money back.
+          const reason = "the pull landed after the order was written off";
+          const refunding = await deps.orders.transition(order.requestId, ["PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: p.txHash });
+          if (refunding) await refund(deps, refunding, reason);
+        }
+        if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
       }
-      if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
+      if (!page.nextCursor) break;
+      page = await deps.ledger.pulls({ chainId, cursor: page.nextCursor, limit: PAGE });
     }
-    if (!page.nextCursor) break;
-    page = await deps.ledger.pulls({ cursor: page.nextCursor, limit: PAGE });
+    await deps.orphans.advance(chainId, newest);
   }
-  await deps.orphans.advance(newest);
 
   let refunded = 0;
   for (const o of await deps.orphans.unrefunded()) {

@@ -10,6 +10,7 @@
  * and the payer sees SUCCESS, FAILED_VENDING (refunding or refunded) or TIMEOUT (not
  * finished yet; GET /api/orders/{request_id} tells the rest).
  */
+import { randomUUID } from "node:crypto";
 import { keccak256, toBytes, type Hex } from "viem";
 import type { Db } from "../db.ts";
 
@@ -47,6 +48,8 @@ export interface Order {
   failureReason: string | null;
   refundTxHash: string | null;
   createdAt: Date;
+  /** Who holds the order's lease right now (whoever created or claimed it). */
+  leaseToken: string | null;
 }
 
 interface Row {
@@ -57,6 +60,7 @@ interface Row {
   schedule_id: string | null;
   idempotency_key: string | null;
   created_at: Date;
+  lease_token: string | null;
   biller_request_id: string;
   body_hash: string;
   bill: Record<string, unknown>;
@@ -76,7 +80,7 @@ interface Row {
   refund_tx_hash: string | null;
 }
 
-const COLUMNS = `request_id, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
+const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, payment, requirements, status, tx_hash, purchased_code, units, failure_reason, refund_tx_hash`;
 
 function toOrder(r: Row): Order {
@@ -88,6 +92,7 @@ function toOrder(r: Row): Order {
     scheduleId: r.schedule_id,
     idempotencyKey: r.idempotency_key,
     createdAt: new Date(r.created_at),
+    leaseToken: r.lease_token,
     billerRequestId: r.biller_request_id,
     bodyHash: r.body_hash,
     bill: r.bill,
@@ -122,6 +127,7 @@ export type NewOrder = Omit<
   | "scheduleId"
   | "idempotencyKey"
   | "createdAt"
+  | "leaseToken"
 >;
 
 export type NewPullOrder = Omit<NewOrder, "authNonce" | "payment" | "requirements"> &
@@ -139,8 +145,8 @@ export class OrderStore {
     // only takes orders whose lease has run out (their request died or gave up).
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
-                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14)
+                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15)
        ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -158,6 +164,7 @@ export class OrderStore {
         JSON.stringify(o.requirements),
         leaseSeconds,
         onChainOrderId(o.requestId),
+        randomUUID(),
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
@@ -171,7 +178,7 @@ export class OrderStore {
    */
   async createPullOrders(orders: NewPullOrder[], leaseSeconds: number): Promise<{ orders: Order[]; created: boolean }> {
     if (orders.length === 0) return { orders: [], created: true };
-    const params: unknown[] = [leaseSeconds];
+    const params: unknown[] = [leaseSeconds, randomUUID()];
     const values = orders.map((o) => {
       const base = params.length;
       params.push(
@@ -190,30 +197,32 @@ export class OrderStore {
         o.idempotencyKey,
       );
       const p = (i: number) => `$${base + i}`;
-      return `(${[1, 2, 3, 4, 5, 6, 7, 8, 9].map(p).join(", ")}, 'PULLING', now() + make_interval(secs => $1), 'pull', ${p(10)}, ${p(11)}, ${p(12)}, ${p(13)})`;
+      return `(${[1, 2, 3, 4, 5, 6, 7, 8, 9].map(p).join(", ")}, 'PULLING', now() + make_interval(secs => $1), $2, 'pull', ${p(10)}, ${p(11)}, ${p(12)}, ${p(13)})`;
     });
     // One statement: a batch is created whole or not at all.
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
-                               status, lease_until, rail, onchain_order_id, batch_id, schedule_id, idempotency_key)
+                               status, lease_until, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key)
        VALUES ${values.join(", ")}
        ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
        RETURNING ${COLUMNS}`,
       params,
     );
-    if (inserted.length === orders.length) return { orders: inserted.map(toOrder), created: true };
-    const first = orders[0]!;
-    const existing = first.idempotencyKey ? await this.findByIdempotencyKey(first.payer, first.idempotencyKey) : undefined;
-    if (!existing || orders.length !== 1) throw new Error("pull orders were only partly created");
-    return { orders: [existing], created: false };
+    const byId = new Map(inserted.map((r) => [r.request_id, toOrder(r)]));
+    if (inserted.length === orders.length) return { orders: orders.map((o) => byId.get(o.requestId)!), created: true };
+    // A concurrent call with the same key won: its orders are the answer. (One statement
+    // inserts a batch whole, so a racing batch finds all of its keys taken, never some.)
+    if (inserted.length > 0) throw new Error("pull orders were only partly created");
+    const keys = orders.map((o) => o.idempotencyKey).filter((k): k is string => k !== null);
+    return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
   }
 
-  async findByIdempotencyKey(payer: string, key: string): Promise<Order | undefined> {
-    const [row] = await this.db.query<Row>(`SELECT ${COLUMNS} FROM bill_order WHERE payer = $1 AND idempotency_key = $2`, [
+  async findByIdempotencyKeys(payer: string, keys: string[]): Promise<Order[]> {
+    const rows = await this.db.query<Row>(`SELECT ${COLUMNS} FROM bill_order WHERE payer = $1 AND idempotency_key = ANY($2::text[])`, [
       payer.toLowerCase(),
-      key,
+      keys,
     ]);
-    return row && toOrder(row);
+    return rows.map(toOrder);
   }
 
   /** Orders by BillPay order id (lower-case hex). */
@@ -261,8 +270,8 @@ export class OrderStore {
   }
 
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */
-  async release(requestId: string): Promise<void> {
-    await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1`, [requestId]);
+  async release(requestId: string, leaseToken: string | null): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1 AND lease_token = $2`, [requestId, leaseToken]);
   }
 
   async get(requestId: string): Promise<Order | undefined> {
@@ -308,14 +317,14 @@ export class OrderStore {
     skip: string[] = [],
   ): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
-      `UPDATE bill_order SET lease_until = now() + make_interval(secs => $3)
+      `UPDATE bill_order SET lease_until = now() + make_interval(secs => $3), lease_token = $5
        WHERE request_id = (
          SELECT request_id FROM bill_order
          WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
            AND updated_at <= now() - make_interval(secs => $2) AND NOT (request_id = ANY($4::text[]))
          ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED)
        RETURNING ${COLUMNS}`,
-      [statuses, olderThanSeconds, leaseSeconds, skip],
+      [statuses, olderThanSeconds, leaseSeconds, skip, randomUUID()],
     );
     return row && toOrder(row);
   }

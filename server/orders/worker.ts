@@ -75,7 +75,7 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
     }
     // Released after its work, finished or not: the next pass may take it again once its
     // grace period (counted from its last change) is over.
-    await deps.orders.release(o.requestId);
+    await deps.orders.release(o.requestId, o.leaseToken);
   }
 }
 

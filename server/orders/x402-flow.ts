@@ -121,7 +121,7 @@ export async function startX402Order(
     return { order: last, replay: false };
   } finally {
     // An unfinished order goes to the worker at once; a finished one needs no release.
-    if (!FINISHED.has(last.status)) await deps.orders.release(order.requestId);
+    if (!FINISHED.has(last.status)) await deps.orders.release(order.requestId, order.leaseToken);
   }
 }
 

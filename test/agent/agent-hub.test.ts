@@ -88,6 +88,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(ok.body).toEqual({ success: true, api_key: expect.stringMatching(/^bpk_[A-Za-z0-9_-]{43}$/) });
 
       expect(await link(headers, body)).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
+      // The same signature re-encoded (v as 0/1 instead of 27/28) still recovers the wallet: still a replay.
+      const sig = headers["x-wallet-signature"]!;
+      const reencoded = `${sig.slice(0, -2)}${sig.endsWith("1b") ? "00" : "01"}`;
+      expect(await link({ ...headers, "x-wallet-signature": reencoded }, body)).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
       const stale = await linkHeaders(wallet, "BillPay", String(Date.now() - 10 * 60_000));
       expect(await link(stale, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_STALE" } });
       const future = await linkHeaders(wallet, "BillPay", String(Date.now() + 10 * 60_000));
@@ -124,9 +128,13 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(notJson.status).toBe(400);
     });
 
-    it("a new link retires the old key; an unknown key is told apart from a retired one", async () => {
+    it("a new link retires the old key and cancels its schedules; an unknown key is told apart from a retired one", async () => {
       const first = await linkAgent(url, hardhatAccount(5));
+      const scheduled = await mcp.call("schedule_bill", { api_key: first, pin: "1234", ...airtime("08011111111"), cron: "0 9 1 * *" });
+      expect(scheduled.data).toMatchObject({ status: "ACTIVE" });
       const second = await linkAgent(url, hardhatAccount(5));
+      const schedules = (await mcp.call("list_schedules", { api_key: second })).data.schedules as Array<{ status: string }>;
+      expect(schedules.map((x) => x.status)).toEqual(["CANCELLED"]);
       expect(second).not.toBe(first);
       expect(errorCode(await mcp.call("check_balance", { api_key: first }))).toBe("API_KEY_RETIRED");
       expect((await mcp.call("check_balance", { api_key: second })).isError).toBe(false);
@@ -272,7 +280,8 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const a = await agent(12);
       const before = await usdc(a.account);
       const treasuryBefore = await celo.balanceOf("USDC", celo.billPay);
-      const answer = await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111", 1550), airtime("08099999999", 3100), airtime("08011111111", 775)] });
+      const bills = [airtime("08011111111", 1550), airtime("08099999999", 3100), airtime("08011111111", 775)];
+      const answer = await a.call("pay_bill_batch", { pin: a.pin, bills, idempotency_key: "batch-1" });
       expect(answer.isError).toBe(false);
       const results = answer.data.results as Array<{ status: string; tx_hash: string; amount: { units: string }; refund?: { status: string } }>;
       expect(results.map((r) => r.status)).toEqual(["SUCCESS", "FAILED_VENDING", "SUCCESS"]);
@@ -282,6 +291,12 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const kept = BigInt(results[0]!.amount.units) + BigInt(results[2]!.amount.units);
       expect(await usdc(a.account)).toBe(before - kept);
       expect(await celo.balanceOf("USDC", celo.billPay)).toBe(treasuryBefore + kept);
+      // A retry under the same key answers from the first batch and pulls nothing.
+      const retry = await a.call("pay_bill_batch", { pin: a.pin, bills, idempotency_key: "batch-1" });
+      expect(retry.data).toMatchObject({ replayed: true, batch_id: answer.data.batch_id });
+      expect((retry.data.results as Array<{ request_id: string }>).map((r) => r.request_id)).toEqual((answer.data.results as Array<{ request_id: string }>).map((r) => r.request_id));
+      expect(await usdc(a.account)).toBe(before - kept);
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: bills.slice(1), idempotency_key: "batch-1" }))).toBe("IDEMPOTENCY_KEY_REUSED");
 
       expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) }))).toBeUndefined(); // schema refusal: >5
       expect((await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) })).isError).toBe(true);
@@ -409,35 +424,79 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   });
 
   describe("reconciler", () => {
+    /** A pull order as pay_bill writes it before pulling, its lease already run out. */
+    async function pullOrder(account: Account, billersCode = "08011111111") {
+      const billerRequestId = newBillerRequestId();
+      const { orders } = await service.flow.orders.createPullOrders(
+        [
+          {
+            requestId: `req_${billerRequestId}`,
+            billerRequestId,
+            bodyHash: `crash-${billerRequestId}`,
+            bill: { ...airtime(billersCode), token: "USDC", blockchain: "CELO", wallet_address: account.address },
+            chain: "CELO",
+            token: "USDC",
+            tokenAddress: celo.tokenAddress("USDC"),
+            payer: account.address,
+            amount: 1_001_000n,
+            batchId: null,
+            scheduleId: null,
+            idempotencyKey: null,
+          },
+        ],
+        0,
+      );
+      return orders[0]!;
+    }
+    const pullFor = (order: { requestId: string }, account: Account) =>
+      service.flow.operator.pull("CELO", { requestId: order.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n }, (h) =>
+        service.flow.orders.setTxHash([order.requestId], h),
+      );
+    const ledgerAtHead = async () => waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+
     it("finishes a pull whose request died before vending, exactly once", async () => {
       const account = hardhatAccount(18);
       await celo.approveAndAllow(account, "USDC", 10n * USD);
       const { flow } = service;
-      const token = celo.tokenAddress("USDC");
-      const billerRequestId = newBillerRequestId();
-      const [order] = (
-        await flow.orders.createPullOrders(
-          [{ requestId: `req_${billerRequestId}`, billerRequestId, bodyHash: "crash-test", bill: { ...airtime("08011111111"), token: "USDC", blockchain: "CELO", wallet_address: account.address }, chain: "CELO", token: "USDC", tokenAddress: token, payer: account.address, amount: 1_001_000n, batchId: null, scheduleId: null, idempotencyKey: null }],
-          0,
-        )
-      ).orders;
+      const order = await pullOrder(account);
       // The pull lands, then the process "dies": no PAID, no vend.
-      await flow.operator.pull("CELO", { requestId: order!.requestId, payer: account.address, token, amount: 1_001_000n }, (h) => flow.orders.setTxHash([order!.requestId], h));
-      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+      await pullFor(order, account);
+      await ledgerAtHead();
       expect(await workOnce(flow)).toBeGreaterThanOrEqual(1);
-      expect(await flow.orders.get(order!.requestId)).toMatchObject({ status: "SUCCESS", purchasedCode: null });
+      expect(await flow.orders.get(order.requestId)).toMatchObject({ status: "SUCCESS", purchasedCode: null });
       expect(await workOnce(flow)).toBe(0);
 
       // A pull that never landed (crash before sending) is written off: nothing moved.
-      const neverId = newBillerRequestId();
-      const [never] = (
-        await flow.orders.createPullOrders(
-          [{ requestId: `req_${neverId}`, billerRequestId: neverId, bodyHash: "crash-test-2", bill: { ...airtime("08011111111"), token: "USDC", blockchain: "CELO", wallet_address: account.address }, chain: "CELO", token: "USDC", tokenAddress: token, payer: account.address, amount: 1_001_000n, batchId: null, scheduleId: null, idempotencyKey: null }],
-          0,
-        )
-      ).orders;
+      const never = await pullOrder(account);
       await workOnce(flow);
-      expect(await flow.orders.get(never!.requestId)).toMatchObject({ status: "PAYMENT_FAILED", failureReason: "no pull was sent" });
+      expect(await flow.orders.get(never.requestId)).toMatchObject({ status: "PAYMENT_FAILED", failureReason: "no pull was sent" });
+    });
+
+    it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {
+      const account = hardhatAccount(18);
+      const { flow } = service;
+      const before = await usdc(account);
+      // Vending failed and the order went REFUNDING, then the process died before the refund.
+      const failed = await pullOrder(account, "08099999999");
+      await pullFor(failed, account);
+      await flow.orders.transition(failed.requestId, ["PULLING"], "PAID");
+      await flow.orders.transition(failed.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: failed" });
+      // Written off as never pulled, and then its pull landed after all.
+      const late = await pullOrder(account);
+      await flow.orders.transition(late.requestId, ["PULLING"], "PAYMENT_FAILED", { failureReason: "no pull was sent" });
+      await pullFor(late, account);
+      expect(await usdc(account)).toBe(before - 2_002_000n);
+
+      await workOnce(flow);
+      await ledgerAtHead();
+      await reconcileOrphanPulls(flow);
+      expect(await flow.orders.get(failed.requestId)).toMatchObject({ status: "REFUNDED", refundTxHash: expect.stringMatching(/^0x/) });
+      expect(await flow.orders.get(late.requestId)).toMatchObject({ status: "REFUNDED", failureReason: "the pull landed after the order was written off" });
+      expect(await usdc(account)).toBe(before);
+      // Nothing is refunded twice.
+      await workOnce(flow);
+      await reconcileOrphanPulls(flow);
+      expect(await usdc(account)).toBe(before);
     });
 
     it("refunds, once, a pull the server has no order for", async () => {
