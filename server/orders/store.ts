@@ -133,6 +133,21 @@ export type NewOrder = Omit<
 export type NewPullOrder = Omit<NewOrder, "authNonce" | "payment" | "requirements"> &
   Pick<Order, "batchId" | "scheduleId" | "idempotencyKey">;
 
+/** The first nine columns of every new order, in insert order (request_id ... amount). */
+function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
+  return [
+    o.requestId,
+    o.billerRequestId,
+    o.bodyHash,
+    JSON.stringify(o.bill),
+    o.chain,
+    o.token,
+    o.tokenAddress.toLowerCase(),
+    o.payer.toLowerCase(),
+    o.amount.toString(),
+  ];
+}
+
 export class OrderStore {
   constructor(private readonly db: Db) {}
 
@@ -150,15 +165,7 @@ export class OrderStore {
        ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
-        o.requestId,
-        o.billerRequestId,
-        o.bodyHash,
-        JSON.stringify(o.bill),
-        o.chain,
-        o.token,
-        o.tokenAddress.toLowerCase(),
-        o.payer.toLowerCase(),
-        o.amount.toString(),
+        ...billParams(o),
         o.authNonce!.toLowerCase(),
         JSON.stringify(o.payment),
         JSON.stringify(o.requirements),
@@ -182,15 +189,7 @@ export class OrderStore {
     const values = orders.map((o) => {
       const base = params.length;
       params.push(
-        o.requestId,
-        o.billerRequestId,
-        o.bodyHash,
-        JSON.stringify(o.bill),
-        o.chain,
-        o.token,
-        o.tokenAddress.toLowerCase(),
-        o.payer.toLowerCase(),
-        o.amount.toString(),
+        ...billParams(o),
         onChainOrderId(o.requestId),
         o.batchId,
         o.scheduleId,

@@ -5,27 +5,27 @@
  * lockout, allowance exhaustion, batches with mixed outcomes, schedules, and the
  * reconciler closing what a crash leaves behind.
  */
-import { join } from "node:path";
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
 import { keccak256, toBytes, type Account } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
-import { startServiceStack, type ServiceStack } from "../../scripts/service-stack.ts";
+import { waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
+import type { ServiceStack } from "../../scripts/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/pull-reconciler.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startTestChains } from "../support/stack.ts";
+import { startPayingStack, type startTestChains } from "../support/stack.ts";
 
 const USD = 1_000_000n;
 const airtime = (billersCode: string, nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
 
 describe("agent hub: link once, then pay over MCP and A2A from an on-chain allowance", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
   let stack: Awaited<ReturnType<typeof startTestChains>>;
   let service: ServiceStack;
   let ledger: Ledger;
@@ -45,32 +45,15 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   const errorCode = (a: ToolAnswer) => (a.data.error as { code?: string } | undefined)?.code;
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    paying = await startPayingStack({ PIN_MAX_ATTEMPTS: "3", PIN_LOCK_SECONDS: "600", SCHEDULE_MIN_INTERVAL_SECONDS: "1", BATCH_MAX_BILLS: "5" });
+    ({ chains: stack, ledger, service } = paying);
     celo = chainActors(stack.deployments, "CELO");
-    ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
-    service = await startServiceStack({
-      deployments: stack.deployments,
-      env: {
-        BILLER_TIMEOUT_MS: "500",
-        VEND_DEADLINE_MS: "300",
-        REQUERY_INTERVAL_MS: "200",
-        WORKER_GRACE_SECONDS: "0",
-        LOG_REQUESTS: "0",
-        LEDGER_URL: ledger.url,
-        PIN_MAX_ATTEMPTS: "3",
-        PIN_LOCK_SECONDS: "600",
-        SCHEDULE_MIN_INTERVAL_SECONDS: "1",
-        BATCH_MAX_BILLS: "5",
-      },
-    });
     url = service.urls.service;
     mcp = await mcpAgent(url);
   });
   afterAll(async () => {
     await mcp?.close();
-    await service?.close();
-    await ledger?.stop();
-    await stack?.close();
+    await paying?.close();
   });
 
   describe("POST /api/agent/link", () => {

@@ -1,4 +1,3 @@
-import { join } from "node:path";
 import { x402Client } from "@x402/core/client";
 import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
 import { HTTPFacilitatorClient } from "@x402/core/server";
@@ -10,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
 import { viemChain } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
-import { startServiceStack, type ServiceStack } from "../../scripts/service-stack.ts";
+import { waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
+import type { ServiceStack } from "../../scripts/service-stack.ts";
 import { createApp } from "../../server/app.ts";
 import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -22,12 +21,13 @@ import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { decodePayment } from "../../server/x402/payment.ts";
 import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startTestChains } from "../support/stack.ts";
+import { startPayingStack, type startTestChains } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
 
 describe("x402 route: paying a bill end to end", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
   let stack: Awaited<ReturnType<typeof startTestChains>>;
   let service: ServiceStack;
   let db: Db;
@@ -63,29 +63,14 @@ describe("x402 route: paying a bill end to end", () => {
   }
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    paying = await startPayingStack();
+    ({ chains: stack, ledger, service } = paying);
     celo = chainActors(stack.deployments, "CELO");
-    ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
-    service = await startServiceStack({
-      deployments: stack.deployments,
-      env: {
-        BILLER_TIMEOUT_MS: "500",
-        VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
-        REQUERY_INTERVAL_MS: "200",
-        WORKER_GRACE_SECONDS: "0",
-        LOG_REQUESTS: "0",
-        LEDGER_URL: ledger.url,
-      },
-    });
     ({ db, flow } = service);
     url = service.urls.service;
     facilitatorUrl = service.urls.facilitator;
   });
-  afterAll(async () => {
-    await service?.close();
-    await ledger?.stop();
-    await stack?.close();
-  });
+  afterAll(() => paying?.close());
 
   it("pays with the official x402 client (protocol 2): settle first, then vend, SUCCESS", async () => {
     const before = await usdc();

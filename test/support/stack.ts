@@ -2,7 +2,9 @@
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { startLedger } from "../../scripts/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
+import { startServiceStack } from "../../scripts/service-stack.ts";
 
 import pg from "pg";
 
@@ -53,4 +55,36 @@ export async function startTestChains(): Promise<LocalChains & { deploymentsFile
 /** A schema name no other run uses (PostgreSQL is shared between runs). */
 export function uniqueSchema(prefix: string): string {
   return `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/**
+ * Everything an end-to-end suite pays against: local chains, a real Ponder ledger on them,
+ * and the service with its facilitator and biller sandbox, tuned for tests (a short vend
+ * deadline, no worker grace, quiet logs). `env` adds or overrides service settings.
+ */
+export async function startPayingStack(env: Record<string, string> = {}) {
+  const chains = await startTestChains();
+  const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: join(chains.dir, "ledger"), logTo: join(chains.dir, "ledger.log") });
+  const service = await startServiceStack({
+    deployments: chains.deployments,
+    env: {
+      BILLER_TIMEOUT_MS: "500",
+      VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
+      REQUERY_INTERVAL_MS: "200",
+      WORKER_GRACE_SECONDS: "0",
+      LOG_REQUESTS: "0",
+      LEDGER_URL: ledger.url,
+      ...env,
+    },
+  });
+  return {
+    chains,
+    ledger,
+    service,
+    async close() {
+      await service.close();
+      await ledger.stop();
+      await chains.close();
+    },
+  };
 }
