@@ -12,31 +12,35 @@ export const paymentRequestSchema = z.object({
     .trim()
     .min(1)
     .max(64)
-    .regex(/^[a-z0-9][a-z0-9-]*$/, "must be a lower-case slug such as mtn or ikeja-electric"),
+    .regex(/^[a-z0-9][a-z0-9-]*$/, "must be a lower-case slug such as mtn or ikeja-electric")
+    .describe("The biller's product id, e.g. mtn, mtn-data, ikeja-electric, dstv, waec, jamb, bank-deposit"),
   serviceCategory: z
     .string()
     .trim()
     .transform((s) => s.toUpperCase())
-    .pipe(z.enum(CATEGORIES, { error: `must be one of ${CATEGORIES.join(", ")}` })),
-  network: z.string().trim().min(1).max(64),
+    .pipe(z.enum(CATEGORIES, { error: `must be one of ${CATEGORIES.join(", ")}` }))
+    .describe(`One of ${CATEGORIES.join(", ")}`),
+  network: z.string().trim().min(1).max(64).describe("The provider's name, upper case, e.g. MTN, IKEJA-ELECTRIC, DSTV"),
   billersCode: z
     .string()
     .trim()
     .min(1)
     .max(32)
-    .regex(/^[0-9A-Za-z-]+$/, "must be a phone, meter, smartcard or account number"),
+    .regex(/^[0-9A-Za-z-]+$/, "must be a phone, meter, smartcard or account number")
+    .describe("The phone, meter, smartcard/IUC, profile or account number being paid for"),
   nairaAmount: z
     .number()
     .positive()
     .max(MAX_NAIRA_AMOUNT, `must be at most ${MAX_NAIRA_AMOUNT} NGN`)
-    .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals (kobo), written plainly"),
+    .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals (kobo), written plainly")
+    .describe("The bill in NGN (at most 2 decimals): the source of truth for the price"),
   token: z.string().trim().min(1).max(16),
   blockchain: z.string().trim().min(1).max(16),
   wallet_address: z.string().regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address"),
   /** The plan, where the product has plans (data bundles, bouquets, prepaid/postpaid, exam type, bank). */
-  variation_code: z.string().trim().min(1).max(64).optional(),
+  variation_code: z.string().trim().min(1).max(64).optional().describe("The plan, where the product has plans (see list_plans)"),
   /** The customer's phone for products that are not themselves a phone number. */
-  phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional(),
+  phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional().describe("The customer's phone, for products that are not a phone number"),
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;

@@ -6,16 +6,30 @@
 import { z } from "zod";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
-import { FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
+import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD, type Category } from "../pricing/price.ts";
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
 import type { AgentHub } from "./hub.ts";
 import type { ToolDefinition } from "./tools.ts";
+
+/** The biller's category identifier for each of the service's categories. */
+const BILLER_CATEGORY: Record<Category, string> = {
+  AIRTIME: "airtime",
+  DATA: "data",
+  ELECTRICITY: "electricity-bill",
+  CABLE: "tv-subscription",
+  BANK: "bank-deposit",
+  EDUCATION: "education",
+};
 
 const usd = (micro: bigint) => (Number(micro) / 1e6).toFixed(6).replace(/0+$/, "").replace(/\.$/, "");
 
 export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[]) {
   const { config, deployments, rates } = hub.deps;
   const rate = await rates.ngnPerUsdMilli().catch(() => null);
+  // The biller's products by category, so an agent knows the serviceIDs; left out if the biller is unreachable.
+  const products = await Promise.all(
+    Object.entries(BILLER_CATEGORY).map(async ([category, identifier]) => [category, await hub.deps.biller.services(identifier)] as const),
+  ).then(Object.fromEntries, () => null);
   const chains = (Object.keys(deployments.chains) as ChainKey[]).map((key) => {
     const d = deployments.chains[key]!;
     return {
@@ -35,7 +49,9 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
   return {
     service: config.SERVICE_NAME,
     what: "Pays real-world bills (airtime, data, electricity, cable TV, bank transfer, exam PINs) in stablecoins; refunds on chain when vending fails.",
-    categories: ["AIRTIME", "DATA", "ELECTRICITY", "CABLE", "BANK", "EDUCATION"],
+    categories: CATEGORIES,
+    products: products ?? "the biller is unreachable right now; list_plans takes a serviceID such as mtn-data or dstv",
+    bill_fields: "serviceID, serviceCategory, network, billersCode, nairaAmount, and variation_code (a plan from list_plans) or phone where the product needs them; see each tool's arguments",
     post_settlement_verification:
       "ELECTRICITY, BANK, EDUCATION (jamb) and CABLE (except showmax) numbers are checked with the biller after payment; a wrong number is refunded automatically.",
     chains,

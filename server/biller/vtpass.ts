@@ -154,6 +154,15 @@ export class VtpassClient {
     return body.content.variations;
   }
 
+  /** The biller's products in one of its categories (its identifiers: airtime, data, electricity-bill, ...). */
+  async services(identifier: string): Promise<Array<{ serviceID: string; name: string }>> {
+    const body = (await this.call("GET", `/api/services?identifier=${encodeURIComponent(identifier)}`)) as
+      | { content?: Array<{ serviceID: string; name: string }> }
+      | undefined;
+    if (!Array.isArray(body?.content)) throw new Error(`no services for ${identifier}`);
+    return body.content.map((x) => ({ serviceID: x.serviceID, name: x.name }));
+  }
+
   async internationalCountries(): Promise<Array<{ code: string; name: string; currency: string; prefix: string }>> {
     const body = (await this.call("GET", "/api/get-international-airtime-countries")) as
       | { content?: { countries?: Array<{ code: string; name: string; currency: string; prefix: string }> } }

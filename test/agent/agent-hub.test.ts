@@ -171,6 +171,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
       expect((data.tools as unknown[]).length).toBe(10);
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
+      expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String) }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });
 
     it("list_plans and list_international_options come from the biller; bad input is a tool error", async () => {
