@@ -11,7 +11,7 @@ import { ScheduleStore, checkCron, nextDue } from "../../server/agent/schedules.
 import { openDb, type Db } from "../../server/db.ts";
 import { ServiceError } from "../../server/errors.ts";
 import { OrderStore } from "../../server/orders/store.ts";
-import { freshDatabase } from "../support/stack.ts";
+import { freshDatabase, tempDir } from "../support/stack.ts";
 
 const WALLET = "0x00000000000000000000000000000000000000aa";
 const bill = { serviceID: "mtn", serviceCategory: "AIRTIME" as const, network: "MTN", billersCode: "08011111111", nairaAmount: 100 };
@@ -107,3 +107,22 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
   });
 }
+
+describe("schedules across a restart", () => {
+  it("are still there, and due, when the service opens its database again", async () => {
+    const dir = await tempDir("schedules-restart");
+    const before = await openDb({ pgliteDir: dir });
+    const runAt = new Date(Date.now() + 200);
+    const s = await new ScheduleStore(before).create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt, cron: null, firstRun: runAt, maxRuns: 1, maxPerWallet: 10 });
+    await before.close();
+    await new Promise((r) => setTimeout(r, 300));
+    const after = await openDb({ pgliteDir: dir });
+    try {
+      const due = await new ScheduleStore(after).due(10);
+      expect(due.map((x) => x.id)).toEqual([s.id]);
+      expect(await new ScheduleStore(after).claim(due[0]!, nextDue(due[0]!, due[0]!.nextRunAt!))).toBe(true);
+    } finally {
+      await after.close();
+    }
+  });
+});
