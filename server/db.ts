@@ -132,6 +132,10 @@ const MIGRATIONS: string[] = [
    );`,
   // A lease names its holder, so a holder whose lease ran out cannot release its successor's.
   `ALTER TABLE bill_order ADD COLUMN lease_token text;`,
+  // PIN checks in flight count against the attempts left, so parallel guesses cannot outrun
+  // the limit; a count older than a minute is from a process that died mid-check.
+  `ALTER TABLE agent_link ADD COLUMN pin_pending integer NOT NULL DEFAULT 0;
+   ALTER TABLE agent_link ADD COLUMN pin_attempt_at timestamptz;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
@@ -165,10 +169,13 @@ export async function openDb(options: { url?: string; pgliteDir?: string }): Pro
     };
     const client = await pool.connect();
     try {
+      // Waiting for another instance's migration, or building an index, may take a while.
+      await client.query("SET statement_timeout = 0");
       await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
       await migrate({ query: async (text, params) => (await client.query(text, params)).rows, close: async () => {} });
     } finally {
       await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]).catch(() => {});
+      await client.query("RESET statement_timeout").catch(() => {});
       client.release();
     }
     return db;

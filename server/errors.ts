@@ -24,6 +24,7 @@ export const ERRORS = {
   API_KEY_RETIRED: { status: 401, title: "The api_key was retired by a newer link; use the newest key" },
   PIN_INVALID: { status: 401, title: "The PIN is wrong" },
   PIN_LOCKED: { status: 423, title: "Too many wrong PINs: paying is locked for a while" },
+  PIN_BUSY: { status: 429, title: "As many PIN checks are under way for this wallet as attempts are left; retry in a moment" },
   SPENDING_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The BillPay spending allowance left is less than the price" },
   TOKEN_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The token allowance to BillPay is less than the price" },
   BALANCE_INSUFFICIENT: { status: 402, title: "The wallet's token balance is less than the price" },

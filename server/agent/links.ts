@@ -69,7 +69,7 @@ export class LinkStore {
        VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (wallet) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash, pin_hash = EXCLUDED.pin_hash,
          channel = EXCLUDED.channel, approved_chain = EXCLUDED.approved_chain, approved_token = EXCLUDED.approved_token,
-         pin_failures = 0, locked_until = NULL, linked_at = now()`,
+         pin_failures = 0, pin_pending = 0, locked_until = NULL, linked_at = now()`,
       [l.wallet.toLowerCase(), l.apiKeyHash, l.pinHash, l.channel, l.chain, l.token],
     );
   }
@@ -91,30 +91,50 @@ export class LinkStore {
 
   /**
    * Checks the PIN for a paying call: PIN_LOCKED while locked, PIN_INVALID (counted) when
-   * wrong. Each attempt is counted before the slow hash is checked, in one statement that
-   * also refuses while locked, so parallel guesses cannot outrun the limit; the attempt that
-   * reaches it starts the lock. A right PIN then clears the count.
+   * wrong. A check is reserved before the slow hash runs, and checks in flight count against
+   * the attempts left (PIN_BUSY beyond them), so parallel guesses cannot outrun the limit
+   * while parallel right PINs never lock anyone out. Only a confirmed wrong PIN counts as a
+   * failure; the one that reaches the limit starts the lock. A right PIN clears the failures.
    */
   async checkPin(wallet: string, pin: string): Promise<void> {
-    const [attempt] = await this.db.query<{ pin_hash: string; pin_failures: number; locked_until: Date | null }>(
-      `UPDATE agent_link SET
-         locked_until = CASE WHEN pin_failures + 1 >= $2 THEN now() + make_interval(secs => $3) ELSE locked_until END,
-         pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 AND (locked_until IS NULL OR locked_until <= now())
-       RETURNING pin_hash, pin_failures, locked_until`,
-      [wallet.toLowerCase(), this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
+    const w = wallet.toLowerCase();
+    const pending = `(CASE WHEN pin_attempt_at < now() - interval '60 seconds' THEN 0 ELSE pin_pending END)`;
+    const [reserved] = await this.db.query<{ pin_hash: string }>(
+      `UPDATE agent_link SET pin_pending = ${pending} + 1, pin_attempt_at = now()
+       WHERE wallet = $1 AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2
+       RETURNING pin_hash`,
+      [w, this.pinPolicy.maxAttempts],
     );
-    if (!attempt) {
-      const [row] = await this.db.query<{ locked_until: Date | null }>(`SELECT locked_until FROM agent_link WHERE wallet = $1`, [wallet.toLowerCase()]);
+    if (!reserved) {
+      const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean }>(
+        `SELECT locked_until, (locked_until IS NOT NULL AND locked_until > now()) AS locked FROM agent_link WHERE wallet = $1`,
+        [w],
+      );
       if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
-      throw locked(new Date(row.locked_until!));
+      if (row.locked) throw locked(new Date(row.locked_until!));
+      throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
-    if (await verifyPin(pin, attempt.pin_hash)) {
-      await this.db.query(`UPDATE agent_link SET pin_failures = 0, locked_until = NULL WHERE wallet = $1`, [wallet.toLowerCase()]);
+    let right: boolean;
+    try {
+      right = await verifyPin(pin, reserved.pin_hash);
+    } catch (err) {
+      await this.db.query(`UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0) WHERE wallet = $1`, [w]);
+      throw err;
+    }
+    if (right) {
+      await this.db.query(`UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0), pin_failures = 0 WHERE wallet = $1`, [w]);
       return;
     }
-    if (attempt.locked_until && new Date(attempt.locked_until).getTime() > Date.now()) throw locked(new Date(attempt.locked_until));
-    const left = this.pinPolicy.maxAttempts - attempt.pin_failures;
+    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null }>(
+      `UPDATE agent_link SET
+         pin_pending = GREATEST(pin_pending - 1, 0),
+         locked_until = CASE WHEN pin_failures + 1 >= $2 THEN now() + make_interval(secs => $3) ELSE locked_until END,
+         pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
+       WHERE wallet = $1 RETURNING pin_failures, locked_until`,
+      [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
+    );
+    if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) throw locked(new Date(after.locked_until));
+    const left = this.pinPolicy.maxAttempts - (after?.pin_failures ?? 0);
     throw new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
   }
 }

@@ -56,7 +56,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
   const keys = orderKeys(input);
   if (input.idempotencyKey) {
     const seen = await deps.orders.findByIdempotencyKeys(input.wallet, keys as string[]);
-    if (seen.length > 0) return { orders: sameBills(seen, keys as string[], input), replay: true };
+    if (seen.length > 0) return { orders: await sameBills(deps, seen, keys as string[], input), replay: true };
   }
   const total = input.bills.reduce((sum, b) => sum + b.amount, 0n);
   const [state] = await readWalletState(deps.deployments, input.chain, input.wallet, [input.tokenAddress]);
@@ -83,7 +83,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
     }),
     deps.leaseSeconds,
   );
-  if (!created) return { orders: sameBills(orders, keys as string[], input), replay: true };
+  if (!created) return { orders: await sameBills(deps, orders, keys as string[], input), replay: true };
 
   let last = orders;
   try {
@@ -98,10 +98,12 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
 }
 
 /** The orders an idempotency key already made, checked to be for the same bills, in order. */
-function sameBills(seen: Order[], keys: string[], input: PullInput): Order[] {
+async function sameBills(deps: FlowDeps, seen: Order[], keys: string[], input: PullInput): Promise<Order[]> {
   const byKey = new Map(seen.map((o) => [o.idempotencyKey, o]));
   const orders = keys.map((k) => byKey.get(k));
-  if (orders.some((o, i) => !o || o.bodyHash !== input.bills[i]!.bodyHash) || seen.length !== keys.length) {
+  // The whole earlier batch must match, not just as many bills as this call names.
+  const earlier = seen[0]?.batchId ? (await deps.orders.byBatch(seen[0].batchId)).length : seen.length;
+  if (orders.some((o, i) => !o || o.bodyHash !== input.bills[i]!.bodyHash) || seen.length !== keys.length || earlier !== keys.length) {
     throw new ServiceError(
       "IDEMPOTENCY_KEY_REUSED",
       `idempotency_key "${input.idempotencyKey}" already paid for ${seen.map((o) => o.requestId).join(", ")}, different bills`,

@@ -42,11 +42,13 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
   // a reverted receipt means nothing moved; no receipt yet means it may still land: wait
   // while the order is young. Should it land after the write-off, the orphan pass refunds it.
-  if (o.txHash) {
-    const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
-    if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
+  if (!o.txHash) {
+    await deps.orders.writeOffUnsent(o.requestId); // a no-op if a pull was signed meanwhile
+    return;
   }
-  await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: o.txHash ? "the pull did not land" : "no pull was sent" });
+  const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
+  if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
+  await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
 }
 
 interface OrphanRow {

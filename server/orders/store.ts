@@ -211,7 +211,14 @@ export class OrderStore {
     if (inserted.length === orders.length) return { orders: orders.map((o) => byId.get(o.requestId)!), created: true };
     // A concurrent call with the same key won: its orders are the answer. (One statement
     // inserts a batch whole, so a racing batch finds all of its keys taken, never some.)
-    if (inserted.length > 0) throw new Error("pull orders were only partly created");
+    if (inserted.length > 0) {
+      // Part of this batch's keys were taken by another call with the same key (a batch of
+      // another size): take back the rest, which no pull was signed for, and refuse.
+      await this.db.query(`DELETE FROM bill_order WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL`, [
+        inserted.map((r) => r.request_id),
+      ]);
+      return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, orders.map((o) => o.idempotencyKey!)), created: false };
+    }
     const keys = orders.map((o) => o.idempotencyKey).filter((k): k is string => k !== null);
     return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
   }
@@ -260,12 +267,28 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
-  /** Records the pull transaction sent for these orders (before its receipt), for the worker. */
+  /**
+   * Records the signed pull for these orders, before it is sent. Throws (so it is never
+   * sent) unless every order is still PULLING without one: the worker may have written an
+   * order off meanwhile.
+   */
   async setTxHash(requestIds: string[], txHash: string): Promise<void> {
-    await this.db.query(`UPDATE bill_order SET tx_hash = $2, updated_at = now() WHERE request_id = ANY($1::text[]) AND tx_hash IS NULL`, [
-      requestIds,
-      txHash,
-    ]);
+    const rows = await this.db.query(
+      `UPDATE bill_order SET tx_hash = $2, updated_at = now()
+       WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL RETURNING request_id`,
+      [requestIds, txHash],
+    );
+    if (rows.length !== requestIds.length) throw new Error("the orders are no longer waiting for a pull; nothing was sent");
+  }
+
+  /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
+  async writeOffUnsent(requestId: string): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
+      `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
+       WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING ${COLUMNS}`,
+      [requestId],
+    );
+    return row && toOrder(row);
   }
 
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */

@@ -281,6 +281,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect((retry.data.results as Array<{ request_id: string }>).map((r) => r.request_id)).toEqual((answer.data.results as Array<{ request_id: string }>).map((r) => r.request_id));
       expect(await usdc(a.account)).toBe(before - kept);
       expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: bills.slice(1), idempotency_key: "batch-1" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: bills.slice(0, 2), idempotency_key: "batch-1" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: [...bills, airtime("08011111111", 100)], idempotency_key: "batch-1" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      expect(await usdc(a.account)).toBe(before - kept);
 
       expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) }))).toBeUndefined(); // schema refusal: >5
       expect((await a.call("pay_bill_batch", { pin: a.pin, bills: Array(6).fill(airtime("08011111111")) })).isError).toBe(true);
@@ -454,6 +457,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const never = await pullOrder(account);
       await workOnce(flow);
       expect(await flow.orders.get(never.requestId)).toMatchObject({ status: "PAYMENT_FAILED", failureReason: "no pull was sent" });
+      // A request that wakes up after the write-off cannot send its pull any more.
+      const balance = await usdc(account);
+      await expect(pullFor(never, account)).rejects.toThrow(/no longer waiting for a pull/);
+      expect(await usdc(account)).toBe(balance);
     });
 
     it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {
@@ -465,10 +472,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await pullFor(failed, account);
       await flow.orders.transition(failed.requestId, ["PULLING"], "PAID");
       await flow.orders.transition(failed.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: failed" });
-      // Written off as never pulled, and then its pull landed after all.
+      // Written off when its pull had not landed within the lease, and then the pull landed after all.
       const late = await pullOrder(account);
-      await flow.orders.transition(late.requestId, ["PULLING"], "PAYMENT_FAILED", { failureReason: "no pull was sent" });
-      await pullFor(late, account);
+      await flow.orders.transition(late.requestId, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
+      await flow.operator.pull("CELO", { requestId: late.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n });
       expect(await usdc(account)).toBe(before - 2_002_000n);
 
       await workOnce(flow);

@@ -53,15 +53,24 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(await links.useSignature("sig-1", WALLET)).toBe(false);
     });
 
-    it("locks after the limit even when wrong PINs arrive at once, and the right PIN is refused while locked", async () => {
+    it("locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked", async () => {
       const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60 });
       const wallet = "0x00000000000000000000000000000000000000bb";
       await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
+      // Eight right PINs at once: never a lock; those beyond the attempts left wait their turn.
+      const rights = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "1234"))));
+      expect(rights.filter((c) => c === "OK").length).toBeGreaterThanOrEqual(3);
+      expect(rights.every((c) => c === "OK" || c === "PIN_BUSY")).toBe(true);
+      // Wrong, wrong, right: the right one clears the count.
+      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
+      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
+      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
       // Eight guesses at once: only three are ever checked (two wrong, the third locks).
       const codes = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "0000"))));
       expect(codes.filter((c) => c === "PIN_INVALID")).toHaveLength(2);
-      expect(codes.filter((c) => c === "PIN_LOCKED")).toHaveLength(6);
+      expect(codes.filter((c) => c === "PIN_LOCKED")).toHaveLength(1);
+      expect(codes.filter((c) => c === "PIN_BUSY")).toHaveLength(5);
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED");
     });
 
