@@ -6,12 +6,11 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Account } from "viem";
-
-export const LINK_PATH = "/api/agent/link";
+import { LINK_PATH, linkMessage } from "./agent-link.ts";
 
 /** The three wallet headers for a link, signed now (or at `timestamp`). */
 export async function linkHeaders(account: Account, serviceName: string, timestamp = Date.now().toString()): Promise<Record<string, string>> {
-  const signature = await account.signMessage!({ message: `${serviceName} Agent Action: POST:${LINK_PATH}: ${timestamp}` });
+  const signature = await account.signMessage!({ message: linkMessage(serviceName, timestamp) });
   return { "x-wallet-address": account.address, "x-wallet-signature": signature, "x-wallet-timestamp": timestamp };
 }
 

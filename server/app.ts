@@ -9,10 +9,9 @@ import { z } from "zod";
 import type { Deployments } from "../lib/deployments.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
-import { problemResponse, ServiceError } from "./errors.ts";
+import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import type { RateSource } from "./pricing/rates.ts";
-import { QuoteStore } from "./quotes.ts";
 import { paymentRequestSchema } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
@@ -24,7 +23,8 @@ import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resol
 import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
 import type { AgentHub } from "./agent/hub.ts";
-import { LINK_PATH, linkWallet, readWalletHeaders } from "./agent/link.ts";
+import { LINK_PATH } from "../lib/agent-link.ts";
+import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
 import { jsonBody, parseJsonBody } from "./http-body.ts";
@@ -45,15 +45,16 @@ const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESP
 // (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
 
 function validationProblem(error: z.ZodError) {
-  const issues = error.issues.map((i) => ({ field: i.path.join(".") || "(body)", message: i.message }));
-  const detail = issues.map((i) => `${i.field}: ${i.message}`).join("; ");
-  return problemResponse("VALIDATION_FAILED", detail, { issues });
+  const e = validationFailed(error);
+  return problemResponse(e.code, e.detail, e.extra);
 }
 
 export function createApp(deps: AppDeps): Hono {
   const { config } = deps;
   const app = new Hono();
-  const quotes = new QuoteStore(deps.db, config.QUOTE_TTL_SECONDS);
+  const hub = deps.hub ?? buildHub(config, deps.deployments, deps.db, deps.flow, deps.rates);
+  // One store of locked quotes (and its cache) for both rails.
+  const quotes = hub.quotes;
 
   /** The order a payment header already paid for, if the header decodes and one exists. */
   const findPaidOrder = async (header: PaymentHeader, value: string, chain: string, tokenAddress: string) => {
@@ -241,9 +242,8 @@ export function createApp(deps: AppDeps): Hono {
   };
   for (const path of [LINK_PATH, "/api/mcp", "/api/a2a", "/.well-known/agent-card.json"]) app.use(path, hostGuard);
 
-  const hub = deps.hub ?? buildHub(config, deps.deployments, deps.db, deps.flow, deps.rates);
   const tools = agentTools(config.BATCH_MAX_BILLS);
-  const toolContext = { hub, batchMax: config.BATCH_MAX_BILLS };
+  const toolContext = { hub, tools };
   const agentBodyLimit = bodyLimit({
     maxSize: config.MAX_BODY_BYTES * 4,
     onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES * 4} bytes`),

@@ -61,6 +61,12 @@ export class ServiceError extends Error {
   }
 }
 
+/** A zod refusal as VALIDATION_FAILED: every issue named by its field, in `detail` and in `issues`. */
+export function validationFailed(error: { issues: Array<{ path: PropertyKey[]; message: string }> }, whole = "(body)"): ServiceError {
+  const issues = error.issues.map((i) => ({ field: i.path.map(String).join(".") || whole, message: i.message }));
+  return new ServiceError("VALIDATION_FAILED", issues.map((i) => `${i.field}: ${i.message}`).join("; "), { issues });
+}
+
 export function problemResponse(code: ErrorCode, detail: string, extra: Record<string, unknown> = {}): Response {
   return new Response(JSON.stringify(problemBody(code, detail, extra)), {
     status: ERRORS[code].status,

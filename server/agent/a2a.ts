@@ -24,7 +24,7 @@ import {
 } from "@a2a-js/sdk/server";
 import type { Hono } from "hono";
 import { z } from "zod";
-import { problemBody } from "../errors.ts";
+import { problemBody, validationFailed } from "../errors.ts";
 import { callTool } from "./mcp.ts";
 import type { ToolContext, ToolDefinition } from "./tools.ts";
 
@@ -92,8 +92,8 @@ class ToolExecutor implements AgentExecutor {
     }
     const parsed = z.object(tool.input).safeParse(call.arguments);
     if (!parsed.success) {
-      const issues = parsed.error.issues.map((i) => ({ field: i.path.join(".") || "(arguments)", message: i.message }));
-      const error = problemBody("VALIDATION_FAILED", issues.map((i) => `${i.field}: ${i.message}`).join("; "), { issues });
+      const refusal = validationFailed(parsed.error, "(arguments)");
+      const error = problemBody(refusal.code, refusal.detail, refusal.extra);
       return reply([textPart(error.detail), dataPart({ error })]);
     }
     const result = await callTool(tool, parsed.data, this.ctx, this.log);

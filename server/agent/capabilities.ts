@@ -3,7 +3,9 @@
  * Built from the one source of each fact: chains and tokens (lib/chains.ts), the deployed
  * addresses, the configuration (fees, limits), the tool definitions and the error catalogue.
  */
+import { formatUnits } from "viem";
 import { z } from "zod";
+import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
 import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD, type Category } from "../pricing/price.ts";
@@ -21,7 +23,7 @@ const BILLER_CATEGORY: Record<Category, string> = {
   EDUCATION: "education",
 };
 
-const usd = (micro: bigint) => (Number(micro) / 1e6).toFixed(6).replace(/0+$/, "").replace(/\.$/, "");
+const usd = (micro: bigint) => formatUnits(micro, 6);
 
 export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[]) {
   const { config, deployments, rates } = hub.deps;
@@ -75,11 +77,11 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
     setup: [
       {
         step: 1,
-        what: "Link the wallet once: POST /api/agent/link",
+        what: `Link the wallet once: POST ${LINK_PATH}`,
         headers: {
           "x-wallet-address": "<wallet>",
           "x-wallet-timestamp": "<now in milliseconds since epoch>",
-          "x-wallet-signature": `personal_sign by the wallet of the text "${config.SERVICE_NAME} Agent Action: POST:/api/agent/link: <the same timestamp>"`,
+          "x-wallet-signature": `personal_sign by the wallet of the text "${linkMessage(config.SERVICE_NAME, "<the same timestamp>")}"`,
         },
         body: { wallet_address: "<wallet>", channel: "MCP or A2A", pin: "4 to 6 digits", approved_chain: "CELO or BASE", approved_token: "USDC, USDT or USA₮" },
         returns: "{ success, api_key }: the api_key is shown once; linking again mints a new key and retires the old one. Each signature works once.",

@@ -41,7 +41,8 @@ export interface HubDeps {
 const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
 
 export class AgentHub {
-  private readonly quotes: QuoteStore;
+  /** Locked quotes, shared with the x402 route. */
+  readonly quotes: QuoteStore;
 
   constructor(readonly deps: HubDeps) {
     this.quotes = new QuoteStore(deps.db, deps.config.QUOTE_TTL_SECONDS);
@@ -87,8 +88,7 @@ export class AgentHub {
     const max = this.deps.config.BATCH_MAX_BILLS;
     if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
     const option = this.pullOption(link, options.chain, options.token);
-    const priced = [];
-    for (const bill of bills) priced.push(await this.price(link, bill, option.chain, option.token));
+    const priced = await Promise.all(bills.map((bill) => this.price(link, bill, option.chain, option.token)));
     const { orders, replay } = await startPullOrders(this.deps.flow, {
       wallet: link.wallet as Hex,
       ...option,
@@ -194,22 +194,26 @@ export class AgentHub {
   /** check_balance: per chain and pull token, from the chain (what can be pulled now) and the ledger (what was paid). */
   async balance(link: Link, chain?: string) {
     const chains = chain ? [resolvePullOption(this.deps.deployments, chain, "USDC").chain] : (Object.keys(this.deps.deployments.chains) as ChainKey[]);
-    let ledgerAccounts: Awaited<ReturnType<LedgerClient["accounts"]>> | null = null;
     let ledgerError: string | undefined;
-    try {
-      ledgerAccounts = await this.deps.ledger.accounts(link.wallet);
-    } catch (err) {
-      ledgerError = (err as Error).message;
-    }
+    // The ledger and every chain are read at once.
+    const ledgerAccounts = this.deps.ledger.accounts(link.wallet).catch((err: Error) => {
+      ledgerError = err.message;
+      return null;
+    });
+    const perChain = await Promise.all(
+      chains.map(async (key) => {
+        const d = this.deps.deployments.chains[key]!;
+        const tokens = CHAINS[key].tokens.filter((t) => t.acceptedForPulls);
+        const addresses = tokens.map((t) => d.tokens.find((x) => x.symbol === t.symbol)!.address as Hex);
+        return { key, tokens, states: await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses) };
+      }),
+    );
+    const accounts = await ledgerAccounts;
     const balances = [];
-    for (const key of chains) {
-      const d = this.deps.deployments.chains[key]!;
-      const tokens = CHAINS[key].tokens.filter((t) => t.acceptedForPulls);
-      const addresses = tokens.map((t) => d.tokens.find((x) => x.symbol === t.symbol)!.address as Hex);
-      const states = await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses);
+    for (const { key, tokens, states } of perChain) {
       for (const [i, t] of tokens.entries()) {
         const s = states[i]!;
-        const account = ledgerAccounts?.find((a) => a.chainId === CHAINS[key].chainId && a.token.toLowerCase() === s.token.toLowerCase());
+        const account = accounts?.find((a) => a.chainId === CHAINS[key].chainId && a.token.toLowerCase() === s.token.toLowerCase());
         balances.push({
           chain: key,
           token: t.symbol,

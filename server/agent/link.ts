@@ -7,19 +7,15 @@
  */
 import { createHash } from "node:crypto";
 import { getAddress, isAddress, isHex, recoverMessageAddress, type Hex } from "viem";
+import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
-import { ServiceError } from "../errors.ts";
+import { ServiceError, validationFailed } from "../errors.ts";
 import { linkRequestSchema, type LinkRequest } from "../schemas.ts";
 import { hashApiKey, hashPin, newApiKey } from "./credentials.ts";
 import { resolvePullOption } from "./hub.ts";
 import type { LinkStore } from "./links.ts";
 
-export const LINK_PATH = "/api/agent/link";
-
-export function linkMessage(serviceName: string, timestamp: string): string {
-  return `${serviceName} Agent Action: POST:${LINK_PATH}: ${timestamp}`;
-}
 
 export interface LinkDeps {
   serviceName: string;
@@ -65,10 +61,7 @@ async function signedBy(deps: LinkDeps, wallet: Hex, message: string, signature:
 
 export async function linkWallet(deps: LinkDeps, headers: WalletHeaders, body: unknown): Promise<{ success: true; api_key: string }> {
   const parsed = linkRequestSchema.safeParse(body);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => ({ field: i.path.join(".") || "(body)", message: i.message }));
-    throw new ServiceError("VALIDATION_FAILED", issues.map((i) => `${i.field}: ${i.message}`).join("; "), { issues });
-  }
+  if (!parsed.success) throw validationFailed(parsed.error);
   const req = parsed.data;
   if (getAddress(req.wallet_address) !== headers.address) {
     throw new ServiceError("WALLET_MISMATCH", "wallet_address in the body must be the x-wallet-address that signed");

@@ -23,10 +23,13 @@ const idempotencyKey = z.string().min(1).max(64).regex(/^[\w.:-]+$/, "letters, d
 /** A bill, as the REST route takes it minus the wallet, chain and token. */
 const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wallet_address: true }).shape;
 const bill = z.object(billFields);
+/** What a paying tool takes for one bill: the credentials, the bill, and where to pay it. */
+const payingBill = { api_key: apiKey, pin, ...billFields, chain, token };
 
 export interface ToolContext {
   hub: AgentHub;
-  batchMax: number;
+  /** Every tool, for describe_capabilities. */
+  tools: ToolDefinition[];
 }
 
 export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
@@ -62,7 +65,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       paying: false,
       authenticated: false,
       examples: ['{"skill":"describe_capabilities","arguments":{}}'],
-      run: async (_args, _link, ctx) => describeCapabilities(ctx.hub, agentTools(ctx.batchMax)),
+      run: async (_args, _link, ctx) => describeCapabilities(ctx.hub, ctx.tools),
     }),
     define({
       name: "check_balance",
@@ -122,14 +125,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         "through BillPay, vends it, and refunds on chain if vending fails. Returns success, status (SUCCESS, FAILED_VENDING, " +
         "TIMEOUT: still being worked, see transaction_history), purchased_code, units, request_id, tx_hash. Pass an idempotency_key " +
         "to make a retry safe: the same key returns the first order instead of paying again.",
-      input: {
-        api_key: apiKey,
-        pin,
-        ...billFields,
-        chain,
-        token,
-        idempotency_key: idempotencyKey.describe("Your key for this bill: a retry with it never pays twice"),
-      },
+      input: { ...payingBill, idempotency_key: idempotencyKey.describe("Your key for this bill: a retry with it never pays twice") },
       paying: true,
       authenticated: true,
       examples: [
@@ -166,11 +162,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         "cron pattern in UTC (5 fields, or 6 with seconds first), optionally at most max_runs times. Each run is priced when it " +
         "runs and needs the allowance then; the PIN is checked now.",
       input: {
-        api_key: apiKey,
-        pin,
-        ...billFields,
-        chain,
-        token,
+        ...payingBill,
         run_at: z.iso.datetime({ offset: true }).optional().describe("When to pay once, e.g. 2026-12-01T09:00:00Z"),
         cron: z.string().min(9).max(100).optional().describe('Recurring: cron pattern in UTC, e.g. "0 9 1 * *" (09:00 on the 1st)'),
         max_runs: z.number().int().min(1).max(1000).optional().describe("Recurring: stop after this many runs"),

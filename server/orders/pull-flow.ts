@@ -8,13 +8,12 @@
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import { newBillerRequestId } from "../biller/vtpass.ts";
 import { ContractRefused } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
-import type { Order } from "./store.ts";
+import { newOrderIds, type Order } from "./store.ts";
 
 const LEDGER_POLL_MS = 50;
 
@@ -64,23 +63,19 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
 
   const batchId = input.batch ? `bat_${randomBytes(10).toString("hex")}` : null;
   const { orders, created } = await deps.orders.createPullOrders(
-    input.bills.map((b, i) => {
-      const billerRequestId = newBillerRequestId();
-      return {
-        requestId: `req_${billerRequestId}`,
-        billerRequestId,
-        bodyHash: b.bodyHash,
-        bill: b.bill as unknown as Record<string, unknown>,
-        chain: input.chain,
-        token: input.token,
-        tokenAddress: input.tokenAddress,
-        payer: input.wallet,
-        amount: b.amount,
-        batchId,
-        scheduleId: input.scheduleId ?? null,
-        idempotencyKey: keys[i]!,
-      };
-    }),
+    input.bills.map((b, i) => ({
+      ...newOrderIds(),
+      bodyHash: b.bodyHash,
+      bill: b.bill as unknown as Record<string, unknown>,
+      chain: input.chain,
+      token: input.token,
+      tokenAddress: input.tokenAddress,
+      payer: input.wallet,
+      amount: b.amount,
+      batchId,
+      scheduleId: input.scheduleId ?? null,
+      idempotencyKey: keys[i]!,
+    })),
     deps.leaseSeconds,
   );
   if (!created) return { orders: await sameBills(deps, orders, keys as string[], input), replay: true };
@@ -134,7 +129,10 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[]): Pr
     const code = REFUSALS[err.errorName] ?? "PULL_REFUSED";
     throw new ServiceError(code, `${reason}; nothing was charged`, { request_ids: ids });
   }
-  return Promise.all(orders.map((o) => awaitLedgerPull(deps, o)));
+  // One transaction: once the ledger shows its first pull, it shows them all.
+  const first = await awaitLedgerPull(deps, orders[0]!);
+  const rest = await Promise.all(orders.slice(1).map((o) => awaitLedgerPull(deps, o, first.status === "PAID" ? 0 : undefined)));
+  return [first, ...rest];
 }
 
 /** PULLING -> PAID once the ledger shows the pull; unchanged if it does not within the wait. */

@@ -18,8 +18,6 @@ import type { LedgerPayment } from "../ledger-client.ts";
 import { fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 
-/** Pulls are re-read this far back each pass: blocks of one chain may be indexed out of time order by a little. */
-const OVERLAP_SECONDS = 120n;
 const PAGE = 200;
 
 export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> {
@@ -103,8 +101,9 @@ export async function reconcileOrphanPulls(deps: FlowDeps & { orphans: OrphanPul
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
     const chainId = CHAINS[chain].chainId;
     const since = await deps.orphans.position(chainId);
-    const from = since === undefined ? 0n : since > OVERLAP_SECONDS ? since - OVERLAP_SECONDS : 0n;
-    let page = await deps.ledger.pulls({ chainId, from, limit: PAGE });
+    // One chain's blocks are indexed in order, so its position only moves forward; the
+    // position's own second is read again (`from` is inclusive) and known pulls are skipped.
+    let page = await deps.ledger.pulls({ chainId, from: since ?? 0n, limit: PAGE });
     let newest = since ?? 0n;
     for (;;) {
       const known = new Map((await deps.orders.findByOnchainIds(page.payments.map((p) => p.orderId!))).map((o) => [o.onchainOrderId, o]));

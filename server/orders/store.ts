@@ -12,7 +12,14 @@
  */
 import { randomUUID } from "node:crypto";
 import { keccak256, toBytes, type Hex } from "viem";
+import { newBillerRequestId } from "../biller/vtpass.ts";
 import type { Db } from "../db.ts";
+
+/** A new order's ids: the biller's request id, and the service's (`req_` + it) from which BillPay's is derived. */
+export function newOrderIds(): { requestId: string; billerRequestId: string } {
+  const billerRequestId = newBillerRequestId();
+  return { requestId: `req_${billerRequestId}`, billerRequestId };
+}
 
 /** BillPay's 32-byte order id for a service request id. */
 export const onChainOrderId = (requestId: string): Hex => keccak256(toBytes(requestId));

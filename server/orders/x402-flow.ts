@@ -10,12 +10,11 @@ import { eip3009TokenAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
-import { newBillerRequestId } from "../biller/vtpass.ts";
 import { ServiceError } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { DecodedPayment, StoredPayment } from "../x402/payment.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
-import type { Order } from "./store.ts";
+import { newOrderIds, type Order } from "./store.ts";
 
 /** Whether the payer's authorization has been consumed on chain (by this payment, or otherwise). */
 export async function authorizationUsed(deps: FlowDeps, o: Order): Promise<boolean> {
@@ -90,21 +89,19 @@ export async function startX402Order(
     resourceUrl: string;
   },
 ): Promise<{ order: Order; replay: boolean }> {
-  const billerRequestId = newBillerRequestId();
   const { order, created } = await deps.orders.lockPayment(
     {
-    requestId: `req_${billerRequestId}`,
-    billerRequestId,
-    bodyHash: input.bodyHash,
-    bill: input.bill as unknown as Record<string, unknown>,
-    chain: input.chain,
-    token: input.token,
-    tokenAddress: input.tokenAddress,
-    payer: input.payment.authorization.from,
-    amount: input.amount,
-    authNonce: input.payment.authorization.nonce,
-    payment: storedPayment(input.payment, input.requirements, input.resourceUrl) as unknown as Record<string, unknown>,
-    requirements: input.requirements as unknown as Record<string, unknown>,
+      ...newOrderIds(),
+      bodyHash: input.bodyHash,
+      bill: input.bill as unknown as Record<string, unknown>,
+      chain: input.chain,
+      token: input.token,
+      tokenAddress: input.tokenAddress,
+      payer: input.payment.authorization.from,
+      amount: input.amount,
+      authNonce: input.payment.authorization.nonce,
+      payment: storedPayment(input.payment, input.requirements, input.resourceUrl) as unknown as Record<string, unknown>,
+      requirements: input.requirements as unknown as Record<string, unknown>,
     },
     deps.leaseSeconds,
   );
