@@ -6,6 +6,7 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
+import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
 import {SignatureChecker} from "@openzeppelin/contracts/utils/cryptography/SignatureChecker.sol";
@@ -22,13 +23,29 @@ interface IEIP3009 {
 ///         agent-hub payments are pulled by the operator from a payer's own spending allowance,
 ///         and x402 payments arrive as EIP-3009 transfers naming this contract as `payTo`.
 ///         Refunds of failed bills leave from here, and only to the original payer.
-/// @dev    Roles: DEFAULT_ADMIN_ROLE manages roles, the token accept-list and withdrawals;
-///         OPERATOR_ROLE (the service's hot key) pulls and refunds; PAUSER_ROLE stops pulls.
-///         Pausing stops new pulls only: payers can always revoke, and refunds keep flowing.
+/// @dev    Money leaves this contract in exactly three ways, and the chain bounds each:
+///         - `refund`: a pulled order back to its payer; at most what was pulled, once per
+///           order; REFUNDER_ROLE; within the token's refund budget; stopped by pause. It
+///           gives back the spending allowance the pull used, unless the payer has set a
+///           new allowance since.
+///         - `refundAuthorization`: an x402 order back to its payer; at most the value of an
+///           authorization the payer signed to this contract whose nonce is consumed, once
+///           per (token, payer, nonce) and per order id; REFUNDER_ROLE; within the refund
+///           budget; stopped by pause. The chain cannot tell whether the nonce was consumed
+///           by a payment to this contract or cancelled, nor how much that payment was: the
+///           token moved it without calling here. The service checks that against the
+///           ledger before it refunds, and `npm run audit` checks every refund afterwards.
+///           The budget is what bounds a leaked refunder key on chain.
+///         - `withdraw`: DEFAULT_ADMIN_ROLE only (a multisig in production).
+///         Roles: DEFAULT_ADMIN_ROLE manages roles, the accept-list, refund budgets and
+///         withdrawals; OPERATOR_ROLE (a hot key) pulls and can move no money out;
+///         REFUNDER_ROLE (a hot key) refunds; PAUSER_ROLE (the guardian) stops pulls and
+///         refunds. Payers can always revoke, paused or not.
 contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
 
     bytes32 public constant OPERATOR_ROLE = keccak256("OPERATOR_ROLE");
+    bytes32 public constant REFUNDER_ROLE = keccak256("REFUNDER_ROLE");
     bytes32 public constant PAUSER_ROLE = keccak256("PAUSER_ROLE");
 
     bytes32 private constant TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
@@ -57,11 +74,23 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     /// @notice What the chain knows of an order id. Packed in two storage slots.
     /// @dev    `paid` is the pulled amount for agent-hub orders and 0 for x402 orders, whose
     ///         value the contract never sees (the token moves funds without calling BillPay).
+    ///         `pulledAt` is the block of the pull (0 for x402 orders).
     struct Order {
         address payer;
         uint96 paid;
         address token;
         bool refunded;
+        uint64 pulledAt;
+    }
+
+    /// @notice A token's refund budget: a bucket of `limit` that refills at `limit` per
+    ///         `period` seconds. Refunds draw on it and revert beyond what it holds, so over
+    ///         any span of T seconds at most `limit + limit * T / period` can be refunded.
+    struct RefundBudget {
+        uint96 limit;
+        uint32 period;
+        uint96 available;
+        uint32 updatedAt;
     }
 
     /// @notice payer => token => the most the operator may still pull, in raw token units.
@@ -73,7 +102,12 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     /// @notice keccak256(abi.encode(token, payer, nonce)) => an x402 payment already refunded.
     mapping(bytes32 authorizationKey => bool refunded) public authorizationRefunded;
 
+    /// @notice payer => token => the block in which the payer last set its spending allowance.
+    ///         A refund restores the allowance only of a pull made in a later block.
+    mapping(address payer => mapping(address token => uint256 blockNumber)) public spendingAllowanceSetAt;
+
     mapping(bytes32 orderId => Order) private _orders;
+    mapping(address token => RefundBudget) private _refundBudgets;
 
     /// @notice A payer set the most the operator may pull from it in `token` from now on.
     event SpendingAllowanceSet(address indexed payer, address indexed token, uint256 amount);
@@ -86,6 +120,13 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     event Refunded(
         bytes32 indexed orderId, address indexed payer, address indexed token, uint256 amount, bytes32 authorizationNonce
     );
+    /// @notice A refunded pull gave back the spending allowance it used: `amount` was added,
+    ///         leaving `allowanceLeft`.
+    event SpendingAllowanceRestored(
+        bytes32 indexed orderId, address indexed payer, address indexed token, uint256 amount, uint256 allowanceLeft
+    );
+    /// @notice The admin set a token's refund budget.
+    event RefundBudgetSet(address indexed token, uint256 limit, uint256 period);
     /// @notice The admin moved treasury funds out.
     event Withdrawn(address indexed token, address indexed to, uint256 amount);
     /// @notice The admin added a token to, or removed it from, the accept-list.
@@ -105,15 +146,20 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     error NotAnAuthorizationToken(address token);
     error AuthorizationNotToThisContract(address to);
     error InvalidAuthorizationSignature();
+    error ZeroNonce();
+    error InvalidRefundPeriod(uint256 period);
+    error RefundBudgetExceeded(address token, uint256 requested, uint256 available);
 
-    /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, withdrawals)
-    /// @param operator holds OPERATOR_ROLE (pulls and refunds); may be zero and granted later
+    /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, refund budgets, withdrawals)
+    /// @param operator holds OPERATOR_ROLE (pulls); may be zero and granted later
+    /// @param refunder holds REFUNDER_ROLE (refunds); may be zero and granted later
     /// @param pauser   holds PAUSER_ROLE; may be zero and granted later
-    /// @param tokens   the initial accept-list
-    constructor(address admin, address operator, address pauser, address[] memory tokens) {
+    /// @param tokens   the initial accept-list. Refund budgets start at zero: the admin sets them.
+    constructor(address admin, address operator, address refunder, address pauser, address[] memory tokens) {
         if (admin == address(0)) revert ZeroAddress();
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
         if (operator != address(0)) _grantRole(OPERATOR_ROLE, operator);
+        if (refunder != address(0)) _grantRole(REFUNDER_ROLE, refunder);
         if (pauser != address(0)) _grantRole(PAUSER_ROLE, pauser);
         for (uint256 i = 0; i < tokens.length; ++i) {
             _setTokenAccepted(tokens[i], true);
@@ -126,13 +172,15 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     ///         raw token units. It replaces the previous figure; 0 revokes. Revoking works for
     ///         any token and even while the contract is paused. The token's own ERC-20
     ///         `approve` of this contract is needed as well: this figure only narrows it.
+    ///         A refund of an earlier pull does not add to a figure set after that pull.
     function setSpendingAllowance(address token, uint256 amount) external {
         if (amount != 0 && !isAcceptedToken[token]) revert TokenNotAccepted(token);
         spendingAllowance[msg.sender][token] = amount;
+        spendingAllowanceSetAt[msg.sender][token] = block.number;
         emit SpendingAllowanceSet(msg.sender, token, amount);
     }
 
-    // -------------------------------------------------------------- operator
+    // ---------------------------------------------------------- pulls (operator)
 
     /// @notice Pull `amount` of `token` from `payer` into this contract for `orderId`.
     /// @dev    The payer's spending allowance is decremented before the transfer; each order
@@ -160,8 +208,13 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         }
     }
 
-    /// @notice Refund a pulled order to its payer: at most the pulled amount, once.
-    function refund(bytes32 orderId, uint256 amount) external onlyRole(OPERATOR_ROLE) nonReentrant {
+    // ------------------------------------------------------- refunds (refunder)
+
+    /// @notice Refund a pulled order to its payer: at most the pulled amount, once, within the
+    ///         token's refund budget. The spending allowance the pull used is given back (a
+    ///         refunded bill was never delivered), unless the payer set a new allowance after
+    ///         the pull (in that block or later): that figure is the payer's word from then on.
+    function refund(bytes32 orderId, uint256 amount) external onlyRole(REFUNDER_ROLE) whenNotPaused nonReentrant {
         Order storage order = _orders[orderId];
         address payer = order.payer;
         if (payer == address(0)) revert UnknownOrder(orderId);
@@ -171,31 +224,46 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
 
         order.refunded = true;
         address token = order.token;
+        _spendRefundBudget(token, amount);
         emit Refunded(orderId, payer, token, amount, bytes32(0));
+        if (spendingAllowanceSetAt[payer][token] < order.pulledAt) {
+            uint256 left = spendingAllowance[payer][token];
+            // Saturating: an "unlimited" allowance stays unlimited instead of reverting.
+            left = left > type(uint256).max - amount ? type(uint256).max : left + amount;
+            spendingAllowance[payer][token] = left;
+            emit SpendingAllowanceRestored(orderId, payer, token, amount, left);
+        }
         IERC20(token).safeTransfer(payer, amount);
     }
 
     /// @notice Refund an order paid by x402 to its payer: the payer's signed EIP-3009
     ///         authorization (the x402 payload) is presented, and at most its value goes back.
-    /// @dev    What the chain enforces here: the operator role; that `auth` is a
+    /// @dev    What the chain enforces here: REFUNDER_ROLE; not paused; that `auth` is a
     ///         TransferWithAuthorization signed by `auth.from` for `token` (its own EIP-712
-    ///         domain), naming this contract as payee; that its nonce has been consumed
+    ///         domain), naming this contract as payee, with a non-zero nonce (zero marks a
+    ///         pull's refund in `Refunded`); that its nonce has been consumed
     ///         (authorizationState is true); `amount` <= `auth.value`; one refund per
-    ///         (token, payer, nonce) and per order id; the money goes only to the payer.
-    ///         So even a stolen operator key can only return to payers what they authorised
-    ///         this contract to take. What the chain cannot enforce: that the nonce was
-    ///         consumed by this transfer rather than cancelled, because the token moved the
-    ///         funds without calling BillPay. The ledger checks that instead: every Refunded
-    ///         event with a non-zero nonce must match an x402 payment (AuthorizationUsed then
-    ///         Transfer payer -> BillPay) of at least `amount` (`npm run audit`).
+    ///         (token, payer, nonce) and per order id; the token's refund budget; the money
+    ///         goes only to the payer.
+    ///         What the chain cannot enforce: that the nonce was consumed by a transfer to this
+    ///         contract rather than cancelled or spent on another authorization under the same
+    ///         nonce, nor the amount that transfer carried, because the token moved the funds
+    ///         without calling BillPay. A payer can sign two authorizations under one nonce and
+    ///         have the small one land; a refunder key can sign one from its own wallet and
+    ///         cancel it. So the service refunds only what the ledger shows arrived under the
+    ///         nonce (an AuthorizationUsed immediately followed by its Transfer payer ->
+    ///         BillPay), `npm run audit` matches every refund to such a payment, and the
+    ///         refund budget caps what a leaked refunder key can take meanwhile.
     function refundAuthorization(bytes32 orderId, address token, Authorization calldata auth, uint256 amount)
         external
-        onlyRole(OPERATOR_ROLE)
+        onlyRole(REFUNDER_ROLE)
+        whenNotPaused
         nonReentrant
     {
         address payer = auth.from;
         if (payer == address(0)) revert ZeroAddress();
         if (amount == 0) revert ZeroAmount();
+        if (auth.nonce == bytes32(0)) revert ZeroNonce();
         if (auth.to != address(this)) revert AuthorizationNotToThisContract(auth.to);
         if (amount > auth.value) revert RefundExceedsPayment(orderId, amount, auth.value);
         if (_orders[orderId].payer != address(0)) revert OrderExists(orderId);
@@ -204,7 +272,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         _requireSignedAndUsed(token, auth);
 
         authorizationRefunded[key] = true;
-        _orders[orderId] = Order({payer: payer, paid: 0, token: token, refunded: true});
+        _orders[orderId] = Order({payer: payer, paid: 0, token: token, refunded: true, pulledAt: 0});
+        _spendRefundBudget(token, amount);
         emit Refunded(orderId, payer, token, amount, auth.nonce);
         IERC20(token).safeTransfer(payer, amount);
     }
@@ -223,6 +292,23 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         _setTokenAccepted(token, accepted);
     }
 
+    /// @notice Set how much of `token` may be refunded: up to `limit` at once, refilled at
+    ///         `limit` per `period` seconds. A token whose budget was never set starts full;
+    ///         otherwise what is available now is kept, capped at the new limit. A limit of 0
+    ///         stops refunds in that token.
+    function setRefundBudget(address token, uint256 limit, uint256 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (period == 0 || period > type(uint32).max) revert InvalidRefundPeriod(period);
+        RefundBudget storage b = _refundBudgets[token];
+        uint96 newLimit = SafeCast.toUint96(limit);
+        uint256 available = b.period == 0 ? newLimit : Math.min(_availableRefundBudget(b), newLimit);
+        b.limit = newLimit;
+        b.period = uint32(period);
+        b.available = uint96(available);
+        b.updatedAt = uint32(block.timestamp);
+        emit RefundBudgetSet(token, limit, period);
+    }
+
+    /// @notice Pauses pulls and refunds. Revoking a spending allowance still works.
     function pause() external onlyRole(PAUSER_ROLE) {
         _pause();
     }
@@ -238,6 +324,12 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         return _orders[orderId];
     }
 
+    /// @notice A token's refund budget, and how much of it can be refunded right now.
+    function refundBudget(address token) external view returns (uint256 limit, uint256 period, uint256 available) {
+        RefundBudget storage b = _refundBudgets[token];
+        return (b.limit, b.period, _availableRefundBudget(b));
+    }
+
     // -------------------------------------------------------------- internal
 
     function _pull(bytes32 orderId, address payer, address token, uint256 amount) private returns (uint256 left) {
@@ -251,9 +343,25 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
             left = available - amount;
         }
         spendingAllowance[payer][token] = left;
-        _orders[orderId] = Order({payer: payer, paid: SafeCast.toUint96(amount), token: token, refunded: false});
+        _orders[orderId] = Order({
+            payer: payer, paid: SafeCast.toUint96(amount), token: token, refunded: false, pulledAt: uint64(block.number)
+        });
         emit Pulled(orderId, payer, token, amount, left);
         IERC20(token).safeTransferFrom(payer, address(this), amount);
+    }
+
+    function _availableRefundBudget(RefundBudget storage b) private view returns (uint256) {
+        if (b.period == 0) return 0;
+        uint256 refill = (block.timestamp - b.updatedAt) * b.limit / b.period;
+        return Math.min(uint256(b.available) + refill, b.limit);
+    }
+
+    function _spendRefundBudget(address token, uint256 amount) private {
+        RefundBudget storage b = _refundBudgets[token];
+        uint256 available = _availableRefundBudget(b);
+        if (amount > available) revert RefundBudgetExceeded(token, amount, available);
+        b.available = uint96(available - amount);
+        b.updatedAt = uint32(block.timestamp);
     }
 
     function _setTokenAccepted(address token, bool accepted) private {

@@ -15,6 +15,11 @@ export const billPayAbi = [
       },
       {
         "internalType": "address",
+        "name": "refunder",
+        "type": "address"
+      },
+      {
+        "internalType": "address",
         "name": "pauser",
         "type": "address"
       },
@@ -135,6 +140,17 @@ export const billPayAbi = [
   {
     "inputs": [
       {
+        "internalType": "uint256",
+        "name": "period",
+        "type": "uint256"
+      }
+    ],
+    "name": "InvalidRefundPeriod",
+    "type": "error"
+  },
+  {
+    "inputs": [
+      {
         "internalType": "address",
         "name": "token",
         "type": "address"
@@ -157,6 +173,27 @@ export const billPayAbi = [
   {
     "inputs": [],
     "name": "ReentrancyGuardReentrantCall",
+    "type": "error"
+  },
+  {
+    "inputs": [
+      {
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      },
+      {
+        "internalType": "uint256",
+        "name": "requested",
+        "type": "uint256"
+      },
+      {
+        "internalType": "uint256",
+        "name": "available",
+        "type": "uint256"
+      }
+    ],
+    "name": "RefundBudgetExceeded",
     "type": "error"
   },
   {
@@ -266,6 +303,11 @@ export const billPayAbi = [
     "type": "error"
   },
   {
+    "inputs": [],
+    "name": "ZeroNonce",
+    "type": "error"
+  },
+  {
     "anonymous": false,
     "inputs": [
       {
@@ -313,6 +355,31 @@ export const billPayAbi = [
       }
     ],
     "name": "Pulled",
+    "type": "event"
+  },
+  {
+    "anonymous": false,
+    "inputs": [
+      {
+        "indexed": true,
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      },
+      {
+        "indexed": false,
+        "internalType": "uint256",
+        "name": "limit",
+        "type": "uint256"
+      },
+      {
+        "indexed": false,
+        "internalType": "uint256",
+        "name": "period",
+        "type": "uint256"
+      }
+    ],
+    "name": "RefundBudgetSet",
     "type": "event"
   },
   {
@@ -432,6 +499,43 @@ export const billPayAbi = [
     "inputs": [
       {
         "indexed": true,
+        "internalType": "bytes32",
+        "name": "orderId",
+        "type": "bytes32"
+      },
+      {
+        "indexed": true,
+        "internalType": "address",
+        "name": "payer",
+        "type": "address"
+      },
+      {
+        "indexed": true,
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      },
+      {
+        "indexed": false,
+        "internalType": "uint256",
+        "name": "amount",
+        "type": "uint256"
+      },
+      {
+        "indexed": false,
+        "internalType": "uint256",
+        "name": "allowanceLeft",
+        "type": "uint256"
+      }
+    ],
+    "name": "SpendingAllowanceRestored",
+    "type": "event"
+  },
+  {
+    "anonymous": false,
+    "inputs": [
+      {
+        "indexed": true,
         "internalType": "address",
         "name": "payer",
         "type": "address"
@@ -538,6 +642,19 @@ export const billPayAbi = [
   {
     "inputs": [],
     "name": "PAUSER_ROLE",
+    "outputs": [
+      {
+        "internalType": "bytes32",
+        "name": "",
+        "type": "bytes32"
+      }
+    ],
+    "stateMutability": "view",
+    "type": "function"
+  },
+  {
+    "inputs": [],
+    "name": "REFUNDER_ROLE",
     "outputs": [
       {
         "internalType": "bytes32",
@@ -678,6 +795,11 @@ export const billPayAbi = [
             "internalType": "bool",
             "name": "refunded",
             "type": "bool"
+          },
+          {
+            "internalType": "uint64",
+            "name": "pulledAt",
+            "type": "uint64"
           }
         ],
         "internalType": "struct BillPay.Order",
@@ -863,6 +985,35 @@ export const billPayAbi = [
   {
     "inputs": [
       {
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      }
+    ],
+    "name": "refundBudget",
+    "outputs": [
+      {
+        "internalType": "uint256",
+        "name": "limit",
+        "type": "uint256"
+      },
+      {
+        "internalType": "uint256",
+        "name": "period",
+        "type": "uint256"
+      },
+      {
+        "internalType": "uint256",
+        "name": "available",
+        "type": "uint256"
+      }
+    ],
+    "stateMutability": "view",
+    "type": "function"
+  },
+  {
+    "inputs": [
+      {
         "internalType": "bytes32",
         "name": "role",
         "type": "bytes32"
@@ -892,6 +1043,29 @@ export const billPayAbi = [
       }
     ],
     "name": "revokeRole",
+    "outputs": [],
+    "stateMutability": "nonpayable",
+    "type": "function"
+  },
+  {
+    "inputs": [
+      {
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      },
+      {
+        "internalType": "uint256",
+        "name": "limit",
+        "type": "uint256"
+      },
+      {
+        "internalType": "uint256",
+        "name": "period",
+        "type": "uint256"
+      }
+    ],
+    "name": "setRefundBudget",
     "outputs": [],
     "stateMutability": "nonpayable",
     "type": "function"
@@ -950,6 +1124,30 @@ export const billPayAbi = [
       {
         "internalType": "uint256",
         "name": "amount",
+        "type": "uint256"
+      }
+    ],
+    "stateMutability": "view",
+    "type": "function"
+  },
+  {
+    "inputs": [
+      {
+        "internalType": "address",
+        "name": "payer",
+        "type": "address"
+      },
+      {
+        "internalType": "address",
+        "name": "token",
+        "type": "address"
+      }
+    ],
+    "name": "spendingAllowanceSetAt",
+    "outputs": [
+      {
+        "internalType": "uint256",
+        "name": "blockNumber",
         "type": "uint256"
       }
     ],

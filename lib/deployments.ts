@@ -27,7 +27,9 @@ const chainDeployment = z.object({
   genesisHash: hash,
   billPay: deployed,
   multicall3: address,
-  roles: z.object({ admin: address, operator: address, pauser: address }),
+  roles: z.object({ admin: address, operator: address, refunder: address, pauser: address }),
+  /** Each accepted token's refund budget as deployed: at most `limit` raw units refunded per `periodSeconds`, refilling. */
+  refundBudget: z.object({ limit: z.string().regex(/^\d+$/), periodSeconds: z.number().int().positive() }),
   tokens: z.array(tokenDeployment).min(1),
 });
 

@@ -1,8 +1,9 @@
 /**
  * Keys for local chains. Hardhat's well-known test mnemonic: these keys are public and
  * control nothing real. Every role key can be replaced by an environment variable.
- *   #0 deployer, admin and pauser   #1 operator (the server's hot key)
+ *   #0 deployer, admin and pauser   #1 operator (the server's pulling key)
  *   #2 facilitator (x402 settlement) #3..#19 funded payers for development and tests
+ *   #20 refunder (the server's refunding key; funded with gas by the local deployment)
  */
 import type { Hex } from "viem";
 import { mnemonicToAccount, privateKeyToAccount, type Account } from "viem/accounts";
@@ -28,6 +29,7 @@ function fromEnvOr(envName: string, index: number): Account {
 export const deployerAccount = () => fromEnvOr("DEPLOYER_PRIVATE_KEY", 0);
 export const operatorAccount = () => fromEnvOr("OPERATOR_PRIVATE_KEY", 1);
 export const facilitatorAccount = () => fromEnvOr("FACILITATOR_PRIVATE_KEY", 2);
+export const refunderAccount = () => fromEnvOr("REFUNDER_PRIVATE_KEY", 20);
 
 export function payerAccounts(): Account[] {
   const out: Account[] = [];

@@ -16,16 +16,18 @@ const units = (n: string) => parseUnits(n, 6);
 
 const { viem } = await network.connect();
 const publicClient = await viem.getPublicClient();
-const [admin, operator, payer, otherPayer] = await viem.getWalletClients();
-if (!admin || !operator || !payer || !otherPayer) throw new Error("not enough accounts");
+const [admin, operator, refunder, payer, otherPayer] = await viem.getWalletClients();
+if (!admin || !operator || !refunder || !payer || !otherPayer) throw new Error("not enough accounts");
 
 const usdc = await viem.deployContract("EIP3009Token", ["USDC", "USDC", "2", admin.account.address]);
 const billPay = await viem.deployContract("BillPay", [
   admin.account.address,
   operator.account.address,
+  refunder.account.address,
   admin.account.address,
   [usdc.address],
 ]);
+await billPay.write.setRefundBudget([usdc.address, units("1000000"), 86_400n]);
 for (const p of [payer, otherPayer]) {
   await usdc.write.mint([p.account.address, units("1000000")]);
   await usdc.write.approve([billPay.address, maxUint256], { account: p.account });
@@ -35,6 +37,7 @@ let seq = 0;
 const nextOrderId = () => toHex(++seq, { size: 32 });
 const gasOf = async (hash: Hash) => (await publicClient.waitForTransactionReceipt({ hash })).gasUsed;
 const asOperator = { account: operator.account };
+const asRefunder = { account: refunder.account };
 
 const results: Record<string, number> = {};
 
@@ -90,7 +93,7 @@ for (const size of [10, 50]) {
 
 const refundId = nextOrderId();
 await billPay.write.pull([refundId, payer.account.address, usdc.address, units("5")], asOperator);
-results.refund = Number(await gasOf(await billPay.write.refund([refundId, units("5")], asOperator)));
+results.refund = Number(await gasOf(await billPay.write.refund([refundId, units("5")], asRefunder)));
 
 // Refund of an x402 order: the payer paid the treasury by transferWithAuthorization.
 const auth = await signTransferAuthorization(payer, usdc, {
@@ -103,7 +106,7 @@ results.refundAuthorization = Number(
   await gasOf(
     await billPay.write.refundAuthorization(
       [nextOrderId(), usdc.address, { ...auth.message, signature: auth.signature }, units("5")],
-      asOperator,
+      asRefunder,
     ),
   ),
 );

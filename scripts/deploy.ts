@@ -1,7 +1,7 @@
 /**
  * Idempotent deployment of the local stack onto one chain: local tokens shaped like the
- * real ones, BillPay with its roles and accept-list, Multicall3 at its canonical address,
- * and 10,000 of every token for each funded payer account.
+ * real ones, BillPay with its roles, accept-list and refund budgets, Multicall3 at its
+ * canonical address, and 10,000 of every token for each funded payer account.
  */
 import {
   getAddress,
@@ -17,10 +17,19 @@ import { loadArtifact } from "../lib/artifacts.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { CHAINS, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
 import type { ChainDeployment, TokenDeployment } from "../lib/deployments.ts";
-import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts } from "../lib/local-accounts.ts";
+import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts, refunderAccount } from "../lib/local-accounts.ts";
 
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
 const GAS_FUNDING = parseUnits("1000", 18);
+
+/** The refund budget given to every accepted token: REFUND_BUDGET raw units per REFUND_BUDGET_PERIOD_SECONDS. */
+export function refundBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { limit: string; periodSeconds: number } {
+  const limit = env.REFUND_BUDGET ?? parseUnits("5000", 6).toString();
+  const periodSeconds = Number(env.REFUND_BUDGET_PERIOD_SECONDS ?? 86_400);
+  if (!/^\d+$/.test(limit)) throw new Error("REFUND_BUDGET must be a whole number of raw token units");
+  if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error("REFUND_BUDGET_PERIOD_SECONDS must be a positive whole number");
+  return { limit, periodSeconds };
+}
 
 export interface DeployResult {
   deployment: ChainDeployment;
@@ -34,7 +43,8 @@ async function hasCode(client: PublicClient, address: Address): Promise<boolean>
 
 /**
  * True when `existing` is still on this chain and fits the configured keys: same genesis,
- * code at every address, and the configured operator holds BillPay's operator role.
+ * code at every address, and the configured operator and refunder hold their roles (an
+ * older BillPay without the refunder role does not fit).
  */
 async function stillDeployed(client: PublicClient, existing: ChainDeployment, genesisHash: Hex): Promise<boolean> {
   if (existing.genesisHash !== genesisHash) return false;
@@ -42,8 +52,18 @@ async function stillDeployed(client: PublicClient, existing: ChainDeployment, ge
   const present = await Promise.all(addresses.map((a) => hasCode(client, a as Address)));
   if (!present.every(Boolean)) return false;
   const billPay = existing.billPay.address as Address;
-  const role = await client.readContract({ address: billPay, abi: billPayAbi, functionName: "OPERATOR_ROLE" });
-  return client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [role, operatorAccount().address] });
+  const holds = async (role: "OPERATOR_ROLE" | "REFUNDER_ROLE", account: Address) =>
+    client.readContract({
+      address: billPay,
+      abi: billPayAbi,
+      functionName: "hasRole",
+      args: [await client.readContract({ address: billPay, abi: billPayAbi, functionName: role }), account],
+    });
+  try {
+    return (await holds("OPERATOR_ROLE", operatorAccount().address)) && (await holds("REFUNDER_ROLE", refunderAccount().address));
+  } catch {
+    return false;
+  }
 }
 
 export async function ensureLocalDeployment(
@@ -64,7 +84,9 @@ export async function ensureLocalDeployment(
 
   const deployer = deployerAccount();
   const operator = operatorAccount().address;
+  const refunder = refunderAccount().address;
   const facilitator = facilitatorAccount().address;
+  const refundBudget = refundBudgetFromEnv();
   const wallet = createWalletClient({
     account: deployer,
     chain: viemChain(chainKey, rpcUrl),
@@ -72,7 +94,7 @@ export async function ensureLocalDeployment(
   });
 
   // Role keys given by env may hold no gas on a fresh local chain.
-  for (const who of [deployer.address, operator, facilitator]) {
+  for (const who of [deployer.address, operator, refunder, facilitator]) {
     if ((await client.getBalance({ address: who })) === 0n) {
       await client.request({ method: "hardhat_setBalance" as never, params: [who, `0x${GAS_FUNDING.toString(16)}`] as never });
     }
@@ -129,9 +151,24 @@ export async function ensureLocalDeployment(
   const billPayTx = await wallet.deployContract({
     abi: billPayArtifact.abi,
     bytecode: billPayArtifact.bytecode,
-    args: [deployer.address, operator, deployer.address, accepted],
+    args: [deployer.address, operator, refunder, deployer.address, accepted],
     nonce: nonce++,
   });
+  const billPayReceipt = await client.waitForTransactionReceipt({ hash: billPayTx });
+  if (!billPayReceipt.contractAddress) throw new Error(`deploying BillPay on ${chainKey} produced no contract`);
+  const billPay = getAddress(billPayReceipt.contractAddress);
+  const budgetTxs: Hex[] = [];
+  for (const token of accepted) {
+    budgetTxs.push(
+      await wallet.writeContract({
+        address: billPay,
+        abi: billPayAbi,
+        functionName: "setRefundBudget",
+        args: [token, BigInt(refundBudget.limit), BigInt(refundBudget.periodSeconds)],
+        nonce: nonce++,
+      }),
+    );
+  }
 
   const fundingTxs: Hex[] = [];
   for (const token of tokens) {
@@ -149,11 +186,9 @@ export async function ensureLocalDeployment(
     }
   }
 
-  const billPayReceipt = await client.waitForTransactionReceipt({ hash: billPayTx });
-  if (!billPayReceipt.contractAddress) throw new Error(`deploying BillPay on ${chainKey} produced no contract`);
-  const fundingReceipts = await Promise.all(fundingTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
-  const failed = fundingReceipts.filter((r) => r.status !== "success");
-  if (failed.length > 0) throw new Error(`${failed.length} funding transactions failed on ${chainKey}`);
+  const setupReceipts = await Promise.all([...budgetTxs, ...fundingTxs].map((hash) => client.waitForTransactionReceipt({ hash })));
+  const failed = setupReceipts.filter((r) => r.status !== "success");
+  if (failed.length > 0) throw new Error(`${failed.length} set-up transactions (refund budgets, funding) failed on ${chainKey}`);
 
   return {
     reused: false,
@@ -161,9 +196,10 @@ export async function ensureLocalDeployment(
       chainId,
       rpcUrl,
       genesisHash: genesis.hash,
-      billPay: { address: getAddress(billPayReceipt.contractAddress), block: Number(billPayReceipt.blockNumber) },
+      billPay: { address: billPay, block: Number(billPayReceipt.blockNumber) },
       multicall3: MULTICALL3_ADDRESS,
-      roles: { admin: deployer.address, operator, pauser: deployer.address },
+      roles: { admin: deployer.address, operator, refunder, pauser: deployer.address },
+      refundBudget,
       tokens,
     },
   };

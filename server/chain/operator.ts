@@ -1,9 +1,12 @@
 /**
- * The server's operator key at work on BillPay: pulls (agent hub) and refunds (both rails).
- * Transactions are sent one at a time per chain, so the operator's nonces stay in order;
- * receipts are awaited outside that queue, with a timeout, so one slow receipt does not
- * hold up the next send. One process per operator key: instances each sign with their own. A contract refusal is reported by its error name, so callers can
- * tell "already done" (a retry after a crash) from a real failure.
+ * The server's hot keys at work on BillPay: the operator key pulls (agent hub), the
+ * refunder key refunds (both rails); BillPay gives each only its own role, so a leaked
+ * pulling key moves nothing out and a leaked refunding key is held to the refund budget.
+ * Transactions are sent one at a time per chain and key, so each key's nonces stay in
+ * order; receipts are awaited outside that queue, with a timeout, so one slow receipt does
+ * not hold up the next send. One process per key: instances each sign with their own. A
+ * contract refusal is reported by its error name, so callers can tell "already done" (a
+ * retry after a crash) from a real failure.
  */
 import {
   BaseError,
@@ -52,23 +55,30 @@ export interface PullItem {
 
 type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization"; args: readonly unknown[] };
 
+export interface HotKeys {
+  /** Holds OPERATOR_ROLE: pulls. */
+  operator: Account;
+  /** Holds REFUNDER_ROLE: refunds, within the refund budget. */
+  refunder: Account;
+}
+
 export class ChainOperator {
-  private queues = new Map<ChainKey, Promise<unknown>>();
+  private queues = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly deployments: Deployments,
-    private readonly operator: Account,
+    private readonly keys: HotKeys,
   ) {}
 
   /** One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash before it is sent. */
   pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
-    return this.write(chain, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned);
+    return this.write(chain, this.keys.operator, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned);
   }
 
   /** Many pulls in one transaction, all or nothing. */
   pullBatch(chain: ChainKey, items: PullItem[], onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    return this.write(chain, { functionName: "pullBatch", args: [requests] }, onSigned);
+    return this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
@@ -93,7 +103,7 @@ export class ChainOperator {
 
   private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
     try {
-      return { txHash: await this.write(chain, call) };
+      return { txHash: await this.write(chain, this.keys.refunder, call) };
     } catch (err) {
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true };
       throw err;
@@ -105,19 +115,20 @@ export class ChainOperator {
    * it, hands the hash to `onSigned` (callers record it: the chain can never hold a
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
-  private async write(chain: ChainKey, call: Write, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
+  private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
     const client = publicClientFor(chain, rpcUrl);
-    const previous = this.queues.get(chain) ?? Promise.resolve();
+    const queue = `${chain}:${signer.address}`;
+    const previous = this.queues.get(queue) ?? Promise.resolve();
     const sent = previous
       .catch(() => {})
       .then(async () => {
-        const wallet = createWalletClient({ account: this.operator, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
+        const wallet = createWalletClient({ account: signer, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
         const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.simulateContract>[0];
         try {
-          await client.simulateContract({ ...target, account: this.operator });
+          await client.simulateContract({ ...target, account: signer });
         } catch (err) {
           throw refusal(err) ?? err;
         }
@@ -131,7 +142,7 @@ export class ChainOperator {
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
         return hash;
       });
-    this.queues.set(chain, sent);
+    this.queues.set(queue, sent);
     const hash = await sent;
     const receipt: TransactionReceipt = await client.waitForTransactionReceipt({ hash, timeout: RECEIPT_TIMEOUT_MS });
     // Another sender with this key took the nonce: what happened to ours is unknown.

@@ -6,7 +6,7 @@ import { erc20Abi, getAddress, parseUnits, type Address } from "viem";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { CHAIN_KEYS, CHAINS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
-import { hardhatAccount, operatorAccount, payerAccounts } from "../../lib/local-accounts.ts";
+import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
 
@@ -45,17 +45,25 @@ describe("local chains (npm run chains)", () => {
     expect(Object.keys(raw.chains).sort()).toEqual(["BASE", "CELO"]);
   });
 
-  it("deploys BillPay with its roles and the tokens that may be pulled", async () => {
+  it("deploys BillPay with its roles, refund budgets and the tokens that may be pulled", async () => {
     for (const key of CHAIN_KEYS) {
       const d = chains.deployments.chains[key]!;
       const client = publicClientFor(key, chains.rpcUrls[key]);
       const read = (functionName: string, args: unknown[]) =>
         client.readContract({ address: d.billPay.address as Address, abi: billPayAbi, functionName, args });
       const operatorRole = await read("OPERATOR_ROLE", []);
+      const refunderRole = await read("REFUNDER_ROLE", []);
       expect(await read("hasRole", [operatorRole, operatorAccount().address])).toBe(true);
+      expect(await read("hasRole", [refunderRole, refunderAccount().address])).toBe(true);
+      // The pulling key cannot refund, nor the refunding key pull.
+      expect(await read("hasRole", [refunderRole, operatorAccount().address])).toBe(false);
+      expect(await read("hasRole", [operatorRole, refunderAccount().address])).toBe(false);
       expect(await read("hasRole", [`0x${"0".repeat(64)}`, hardhatAccount(0).address])).toBe(true);
       for (const [i, t] of d.tokens.entries()) {
-        expect(await read("isAcceptedToken", [t.address])).toBe(CHAINS[key].tokens[i]!.acceptedForPulls);
+        const accepted = CHAINS[key].tokens[i]!.acceptedForPulls;
+        expect(await read("isAcceptedToken", [t.address])).toBe(accepted);
+        const [limit, period] = (await read("refundBudget", [t.address])) as [bigint, bigint, bigint];
+        expect([limit, period]).toEqual(accepted ? [BigInt(d.refundBudget.limit), BigInt(d.refundBudget.periodSeconds)] : [0n, 0n]);
       }
     }
     // Tether on Base cannot settle x402 and is not pulled.

@@ -1,17 +1,21 @@
 /**
  * A fresh in-process Hardhat chain per call, with BillPay, two EIP-3009 tokens, a plain
  * token and a no-return (USDT-style) token, and two funded payers who approved BillPay.
+ * The two EIP-3009 tokens have a refund budget of REFUND_BUDGET per day.
  */
 import { network } from "hardhat";
 import { getAddress, maxUint256, parseEventLogs, parseUnits, type Abi, type Hash } from "viem";
 
 export const units = (n: string) => parseUnits(n, 6);
+export const REFUND_BUDGET = parseUnits("500", 6);
+export const DAY = 86_400n;
 
 export async function billPayFixture() {
   const { viem } = await network.connect();
   const publicClient = await viem.getPublicClient();
-  const [admin, operator, pauser, alice, bob, stranger] = await viem.getWalletClients();
-  if (!admin || !operator || !pauser || !alice || !bob || !stranger) throw new Error("not enough accounts");
+  const testClient = await viem.getTestClient();
+  const [admin, operator, refunder, pauser, alice, bob, stranger] = await viem.getWalletClients();
+  if (!admin || !operator || !refunder || !pauser || !alice || !bob || !stranger) throw new Error("not enough accounts");
 
   // Re-attached at checksummed addresses so they compare equal to addresses in decoded events.
   const eip3009 = async (name: string, symbol: string, version: string) => {
@@ -31,10 +35,12 @@ export async function billPayFixture() {
   const deployed = await viem.deployContract("BillPay", [
     admin.account.address,
     operator.account.address,
+    refunder.account.address,
     pauser.account.address,
     [usdc.address, usdt.address],
   ]);
   const billPay = await viem.getContractAt("BillPay", getAddress(deployed.address));
+  for (const token of [usdc, usdt]) await billPay.write.setRefundBudget([token.address, REFUND_BUDGET, DAY]);
 
   for (const payer of [alice, bob]) {
     for (const token of [usdc, usdt]) {
@@ -57,13 +63,14 @@ export async function billPayFixture() {
   const addr = {
     admin: getAddress(admin.account.address),
     operator: getAddress(operator.account.address),
+    refunder: getAddress(refunder.account.address),
     pauser: getAddress(pauser.account.address),
     alice: getAddress(alice.account.address),
     bob: getAddress(bob.account.address),
     stranger: getAddress(stranger.account.address),
   };
 
-  return { viem, publicClient, addr, admin, operator, pauser, alice, bob, stranger, usdc, usdt, plain, noReturn, billPay, logsOf };
+  return { viem, publicClient, testClient, addr, admin, operator, refunder, pauser, alice, bob, stranger, usdc, usdt, plain, noReturn, billPay, logsOf };
 }
 
 export type BillPayFixture = Awaited<ReturnType<typeof billPayFixture>>;
