@@ -93,15 +93,23 @@ export const treasuryTransfer = onchainTable(
   (x) => ({ byToken: index().on(x.chainId, x.token, x.blockNumber) }),
 );
 
-/** History of spending allowances set by payers (SpendingAllowanceSet). */
+/**
+ * History of spending allowances: set by payers (SpendingAllowanceSet, `kind` "set",
+ * `amount` the new figure) and given back by refunded pulls (SpendingAllowanceRestored,
+ * `kind` "restore", `amount` what was added, `orderId` the refunded pull).
+ */
 export const spendingAllowanceChange = onchainTable(
   "spending_allowance_change",
   (t) => ({
     id: t.text().primaryKey(),
     chainId: t.integer().notNull(),
+    kind: t.text().notNull(),
+    orderId: t.hex(),
     payer: t.hex().notNull(),
     token: t.hex().notNull(),
     amount: t.bigint().notNull(),
+    /** The spending allowance after this change. */
+    allowanceAfter: t.bigint().notNull(),
     txHash: t.hex().notNull(),
     blockNumber: t.bigint().notNull(),
     logIndex: t.integer().notNull(),
@@ -155,6 +163,19 @@ export const treasury = onchainTable(
     updatedAt: t.bigint().notNull(),
   }),
   (t) => ({ pk: primaryKey({ columns: [t.chainId, t.token] }) }),
+);
+
+/** Per chain and token: the refund budget the admin set (RefundBudgetSet): `limit` raw units per `period` seconds, refilling. */
+export const refundBudget = onchainTable(
+  "refund_budget",
+  (t) => ({
+    chainId: t.integer().notNull(),
+    token: t.hex().notNull(),
+    limit: t.bigint().notNull(),
+    period: t.bigint().notNull(),
+    updatedAt: t.bigint().notNull(),
+  }),
+  (b) => ({ pk: primaryKey({ columns: [b.chainId, b.token] }) }),
 );
 
 /** Current role holders of BillPay (RoleGranted / RoleRevoked). */

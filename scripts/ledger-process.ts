@@ -11,6 +11,7 @@ import pg from "pg";
 import { isLocalRpcUrl } from "../lib/chain-client.ts";
 import { readDeployments, type Deployments } from "../lib/deployments.ts";
 import { LEDGER_VIEWS_SCHEMA, ledgerSchemaName } from "../lib/ledger-config.ts";
+import { LedgerClient } from "../server/ledger-client.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PONDER_BIN = fileURLToPath(new URL("../node_modules/ponder/dist/esm/bin/ponder.js", import.meta.url));
@@ -145,11 +146,10 @@ export async function ledgerDatabaseFor(databaseUrl: string, deployments: Deploy
 /** Waits until the ledger has indexed `chainId` up to at least `block`. */
 export async function waitForLedgerBlock(url: string, chainId: number, block: bigint, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  const ledger = new LedgerClient(url);
   for (;;) {
-    const res = await fetch(`${url}/status`, { signal: AbortSignal.timeout(2_000) });
-    const status = (await res.json()) as Record<string, { id: number; block: { number: number } | null }>;
-    const chain = Object.values(status).find((s) => s.id === chainId);
-    if (chain?.block && BigInt(chain.block.number) >= block) return;
+    const indexed = await ledger.indexedBlock(chainId);
+    if (indexed !== null && indexed >= block) return;
     if (Date.now() > deadline) throw new Error(`ledger did not reach block ${block} of chain ${chainId} in ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -1,4 +1,4 @@
-/** BillPay's events: payments by pull, refunds, withdrawals, allowances and administration. */
+/** BillPay's events: payments by pull, refunds, withdrawals, allowances, refund budgets and administration. */
 import { ponder } from "ponder:registry";
 import {
   acceptedToken,
@@ -6,6 +6,7 @@ import {
   contractState,
   payment,
   refund,
+  refundBudget,
   roleMember,
   spendingAllowanceChange,
   withdrawal,
@@ -21,9 +22,12 @@ ponder.on("BillPay:SpendingAllowanceSet", async ({ event, context }) => {
   await context.db.insert(spendingAllowanceChange).values({
     id: logId(chainId, event.transaction.hash, event.log.logIndex),
     chainId,
+    kind: "set",
+    orderId: null,
     payer,
     token,
     amount,
+    allowanceAfter: amount,
     txHash: event.transaction.hash,
     blockNumber: event.block.number,
     logIndex: event.log.logIndex,
@@ -95,6 +99,29 @@ ponder.on("BillPay:Refunded", async ({ event, context }) => {
   }));
 });
 
+// A refunded pull gave back the allowance it used (unless the payer set a new figure since).
+ponder.on("BillPay:SpendingAllowanceRestored", async ({ event, context }) => {
+  const chainId = context.chain.id;
+  const { orderId, payer, token, amount, allowanceLeft } = event.args;
+  await context.db.insert(spendingAllowanceChange).values({
+    id: logId(chainId, event.transaction.hash, event.log.logIndex),
+    chainId,
+    kind: "restore",
+    orderId,
+    payer,
+    token,
+    amount,
+    allowanceAfter: allowanceLeft,
+    txHash: event.transaction.hash,
+    blockNumber: event.block.number,
+    logIndex: event.log.logIndex,
+    timestamp: event.block.timestamp,
+  });
+  await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, () => ({
+    spendingAllowance: allowanceLeft,
+  }));
+});
+
 ponder.on("BillPay:Withdrawn", async ({ event, context }) => {
   const chainId = context.chain.id;
   const { token, to, amount } = event.args;
@@ -137,6 +164,16 @@ async function recordAdminEvent(
     timestamp: event.block.timestamp,
   });
 }
+
+ponder.on("BillPay:RefundBudgetSet", async ({ event, context }) => {
+  const { token, limit, period } = event.args;
+  const updatedAt = event.block.timestamp;
+  await context.db
+    .insert(refundBudget)
+    .values({ chainId: context.chain.id, token, limit, period, updatedAt })
+    .onConflictDoUpdate({ limit, period, updatedAt });
+  await recordAdminEvent(context, event, { kind: "RefundBudgetSet", token });
+});
 
 ponder.on("BillPay:TokenAcceptanceSet", async ({ event, context }) => {
   const { token, accepted } = event.args;

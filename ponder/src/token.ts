@@ -1,14 +1,15 @@
 /**
  * Token transfers into and out of BillPay: each moves the treasury's totals and balance.
- * An inbound transfer is an x402 payment when the same token logged, earlier in the same
- * transaction, an AuthorizationUsed by the sender not yet claimed by another payment;
- * BillPay never sees those payments, so they are recorded here. Pulls, refunds and
- * withdrawals are booked from BillPay's own events (billpay.ts), not from transfers.
- * And approvals of BillPay, for the payer's token allowance.
+ * An inbound transfer is an x402 payment only when it is the transfer of an EIP-3009
+ * authorization: the same token logged AuthorizationUsed by the sender immediately before
+ * it (EIP-3009 tokens mark the nonce used, then transfer, in one call). Anything else,
+ * such as a plain transfer after an unrelated authorization in the same transaction, is
+ * "other" inflow, never a payment. BillPay never sees x402 payments, so they are recorded
+ * here. Pulls, refunds and withdrawals are booked from BillPay's own events (billpay.ts),
+ * not from transfers. And approvals of BillPay, for the payer's token allowance.
  */
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
-import { and, eq } from "ponder";
 import { toEventSelector, type Hex } from "viem";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
@@ -20,37 +21,18 @@ const topicAddress = (topic: Hex | undefined) => (topic ? `0x${topic.slice(26)}`
 
 type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 
-/** The nonce of the closest earlier, unclaimed AuthorizationUsed by `from` on `token` in this transaction. */
+/** The nonce of the AuthorizationUsed by `from` that the same token logged just before this transfer, if any. */
 async function authorizationNonceFor({ event, context }: TransferEvent): Promise<Hex | null> {
   const token = event.log.address;
   const { from } = event.args;
   const receipt = await context.client.getTransactionReceipt({ hash: event.transaction.hash });
-  const candidates = receipt.logs
-    .filter(
-      (l) =>
-        l.logIndex < event.log.logIndex &&
-        sameAddress(l.address, token) &&
-        l.topics[0] === AUTHORIZATION_USED &&
-        sameAddress(topicAddress(l.topics[1]), from),
-    )
-    .sort((a, b) => b.logIndex - a.logIndex);
-  for (const l of candidates) {
-    const nonce = l.topics[2]!;
-    const claimed = await context.db.sql
-      .select({ id: payment.id })
-      .from(payment)
-      .where(
-        and(
-          eq(payment.chainId, context.chain.id),
-          eq(payment.token, token.toLowerCase() as Hex),
-          eq(payment.payer, from.toLowerCase() as Hex),
-          eq(payment.authorizationNonce, nonce),
-        ),
-      )
-      .limit(1);
-    if (claimed.length === 0) return nonce;
-  }
-  return null;
+  const before = receipt.logs.find((l) => l.logIndex === event.log.logIndex - 1);
+  const isItsAuthorization =
+    before !== undefined &&
+    sameAddress(before.address, token) &&
+    before.topics[0] === AUTHORIZATION_USED &&
+    sameAddress(topicAddress(before.topics[1]), from);
+  return isItsAuthorization ? before.topics[2]! : null;
 }
 
 async function onTransfer(args: TransferEvent) {

@@ -18,7 +18,8 @@ const orderId = (): Hex => toHex(0x1e0000 + ++seq, { size: 32 });
 const alice = hardhatAccount(3);
 const bob = hardhatAccount(4);
 const carol = hardhatAccount(5);
-const treasurer = hardhatAccount(20);
+const dave = hardhatAccount(6);
+const treasurer = hardhatAccount(21);
 const PAUSER_ROLE = keccak256(toBytes("PAUSER_ROLE"));
 
 type Row = Record<string, string | number | boolean | null>;
@@ -28,9 +29,10 @@ async function getJson(url: string) {
   return { status: res.status, type: res.headers.get("content-type"), body: (await res.json()) as Record<string, unknown> };
 }
 
-function runAuditCli(env: NodeJS.ProcessEnv): Promise<{ code: number | null; out: string }> {
+/** `npm run audit` on the ledger alone: this suite runs no service (the orders' half is tested in test/security). */
+function runAuditCli(env: NodeJS.ProcessEnv, args: string[] = []): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/audit.ts"], {
+    const child = spawn(process.execPath, ["--import", "tsx", "scripts/audit.ts", "--ledger-only", ...args], {
       env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -98,6 +100,10 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       await celo.refundAuthorization(ids.o5, "USDC", carolFirst, u("3"));
       await celo.transfer(carol, "USDC", celo.billPay, u("1"));
       await celo.withdraw("USDC", treasurer.address, u("2"));
+      // Dave's authorization pays someone else; the same transaction then moves Dave's
+      // tokens into BillPay by a plain transferFrom: a transfer in, not an x402 payment.
+      const elsewhere = await celo.signAuthorization(dave, "USDC", u("2"), treasurer.address);
+      await celo.authorizationThenTransfer(dave, "USDC", elsewhere, u("1"));
       await celo.pause(true);
       await celo.pause(false);
       await celo.grantOrRevokeRole(true, PAUSER_ROLE, treasurer.address);
@@ -148,8 +154,9 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
 
     it("keeps each payer's allowances and totals per chain and token", async () => {
       const usdc = celo.tokenAddress("USDC");
+      // 100 set, 30 pulled, then the refund of o2 gave back the 15 it used.
       expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
-        spendingAllowance: u("70").toString(),
+        spendingAllowance: u("85").toString(),
         tokenAllowance: (maxUint256 - u("30")).toString(),
         totalPaid: u("30").toString(),
         totalRefunded: u("15").toString(),
@@ -178,18 +185,25 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       });
     });
 
+    it("never books a plain transfer as an x402 payment, even after the sender's own authorization in the same transaction", async () => {
+      const daves = (await wallet(dave.address)).payments;
+      expect(daves).toEqual([]);
+      expect(await accountOf(dave.address, 42220, celo.tokenAddress("USDC"))).toBeUndefined();
+    });
+
     it("keeps the treasury per chain and token, equal to BillPay's balance on chain", async () => {
       const usdc = celo.tokenAddress("USDC");
+      // Other inflow: carol's plain transfer and dave's transfer after an unrelated authorization.
       expect(await treasuryOf(42220, usdc)).toMatchObject({
         pullInflow: u("30").toString(),
         authorizationInflow: u("7").toString(),
-        otherInflow: u("1").toString(),
+        otherInflow: u("2").toString(),
         refunds: u("18").toString(),
         withdrawals: u("2").toString(),
         otherOutflow: "0",
-        balance: u("18").toString(),
+        balance: u("19").toString(),
       });
-      expect(await celo.balanceOf("USDC", celo.billPay)).toBe(u("18"));
+      expect(await celo.balanceOf("USDC", celo.billPay)).toBe(u("19"));
       expect((await treasuryOf(42220, celo.tokenAddress("USD₮")))?.balance).toBe(u("7").toString());
       expect((await treasuryOf(8453, base.tokenAddress("USDC")))?.balance).toBe(u("6").toString());
     });
@@ -200,7 +214,8 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         contractStates { items { chainId paused } }
         adminEvents(where: { chainId: 42220 }, orderBy: "blockNumber") { items { kind } }
         withdrawals { items { chainId token to amount } }
-        spendingAllowanceChanges(orderBy: "blockNumber") { items { chainId payer amount } } }`;
+        refundBudgets(where: { chainId: 42220 }) { items { token limit period } }
+        spendingAllowanceChanges(orderBy: "blockNumber") { items { chainId kind orderId payer amount allowanceAfter } } }`;
       const res = await fetch(`${ledger.url}/graphql`, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -232,11 +247,16 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect(data.withdrawals!.items).toEqual([
         { chainId: 42220, token: lower(celo.tokenAddress("USDC")), to: lower(treasurer.address), amount: u("2").toString() },
       ]);
-      expect(data.spendingAllowanceChanges!.items.map((a) => [a.chainId, a.payer, a.amount]).sort()).toEqual([
-        [42220, lower(alice.address), u("100").toString()],
-        [42220, lower(bob.address), u("50").toString()],
-        [8453, lower(alice.address), u("20").toString()],
+      expect(data.spendingAllowanceChanges!.items.map((a) => [a.chainId, a.kind, a.orderId, a.payer, a.amount, a.allowanceAfter]).sort()).toEqual([
+        [42220, "set", null, lower(alice.address), u("100").toString(), u("100").toString()],
+        [42220, "set", null, lower(bob.address), u("50").toString(), u("50").toString()],
+        [42220, "restore", ids.o2, lower(alice.address), u("15").toString(), u("85").toString()],
+        [8453, "set", null, lower(alice.address), u("20").toString(), u("20").toString()],
       ].sort());
+      const budget = stack.deployments.chains.CELO!.refundBudget;
+      expect(data.refundBudgets!.items).toHaveLength(3);
+      expect(data.refundBudgets!.items).toContainEqual({ token: lower(celo.tokenAddress("USDC")), limit: budget.limit, period: String(budget.periodSeconds) });
+      expect(kinds.filter((k) => k === "RefundBudgetSet")).toHaveLength(3);
     });
 
     it("pages through payments in a time range with a cursor", async () => {
@@ -300,7 +320,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
           `select balance::text from "${ledgerOptions.viewsSchema}".treasury where chain_id = 42220 and token = $1`,
           [lower(celo.tokenAddress("USDC"))],
         );
-        expect(rows).toEqual([{ balance: u("18").toString() }]);
+        expect(rows).toEqual([{ balance: u("19").toString() }]);
       } finally {
         await client.end();
       }
@@ -332,7 +352,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
         totalPaid: u("34").toString(),
         paymentCount: 4,
-        spendingAllowance: u("66").toString(),
+        spendingAllowance: u("81").toString(),
       });
       expect(await accountOf(carol.address, 42220, usdc)).toMatchObject({ totalPaid: u("9").toString(), paymentCount: 3 });
       expect(((await api(`/ledger/payments?chainId=42220`)).body.payments as Row[]).length).toBe(8);
@@ -355,6 +375,9 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       const cli = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile });
       expect(cli.out).toContain("has no inbound payment");
       expect(cli.code).toBe(1);
+      const json = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile }, ["--json"]);
+      expect(json.code).toBe(1);
+      expect(JSON.parse(json.out)).toMatchObject({ ok: false, discrepancies: [expect.stringContaining("has no inbound payment")], orders: null });
     });
 
     it("fails the audit when BillPay's balance changes without a transfer the ledger can see", async () => {

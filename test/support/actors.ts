@@ -6,11 +6,12 @@
 import { createWalletClient, http, maxUint256, type Address, type Hash, type Hex } from "viem";
 import type { Account } from "viem/accounts";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { loadArtifact } from "../../lib/artifacts.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
-import { deployerAccount, facilitatorAccount, operatorAccount } from "../../lib/local-accounts.ts";
+import { deployerAccount, facilitatorAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 
 export interface SignedAuthorization {
   from: Address;
@@ -42,6 +43,7 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
   }
 
   const operator = wallet(operatorAccount());
+  const refunder = wallet(refunderAccount());
   const admin = wallet(deployerAccount());
   const facilitator = wallet(facilitatorAccount());
 
@@ -89,12 +91,12 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     },
 
     async refund(orderId: Hex, amount: bigint) {
-      return mined(await operator.writeContract({ address: billPay, abi: billPayAbi, functionName: "refund", args: [orderId, amount] }));
+      return mined(await refunder.writeContract({ address: billPay, abi: billPayAbi, functionName: "refund", args: [orderId, amount] }));
     },
 
     async refundAuthorization(orderId: Hex, symbol: TokenSymbol, authorization: SignedAuthorization, amount: bigint) {
       return mined(
-        await operator.writeContract({
+        await refunder.writeContract({
           address: billPay,
           abi: billPayAbi,
           functionName: "refundAuthorization",
@@ -104,16 +106,22 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     },
 
     /** The payer signs an EIP-3009 TransferWithAuthorization (an x402 payload's core). */
-    async signAuthorization(payer: Account, symbol: TokenSymbol, value: bigint, to: Address = billPay): Promise<SignedAuthorization> {
+    async signAuthorization(
+      payer: Account,
+      symbol: TokenSymbol,
+      value: bigint,
+      to: Address = billPay,
+      window: { nonce?: Hex; validAfter?: bigint; validBefore?: bigint } = {},
+    ): Promise<SignedAuthorization> {
       const token = tokenAddress(symbol);
       const info = d.tokens.find((t) => t.address === token)!;
       const message = {
         from: payer.address,
         to,
         value,
-        validAfter: 0n,
-        validBefore: BigInt(Math.floor(Date.now() / 1000) + 3600),
-        nonce: randomNonce(),
+        validAfter: window.validAfter ?? 0n,
+        validBefore: window.validBefore ?? BigInt(Math.floor(Date.now() / 1000) + 3600),
+        nonce: window.nonce ?? randomNonce(),
       };
       const signature = await wallet(payer).signTypedData({
         domain: { name: info.name, version: info.eip712Version!, chainId: d.chainId, verifyingContract: token },
@@ -138,6 +146,18 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       return { receipt, nonce: auth.nonce, authorization: auth };
     },
 
+    /** Anyone holding a signed authorization submits it (here: the facilitator's wallet, as any relayer could). */
+    async submitAuthorization(symbol: TokenSymbol, auth: SignedAuthorization) {
+      return mined(
+        await facilitator.writeContract({
+          address: tokenAddress(symbol),
+          abi: eip3009TokenAbi,
+          functionName: "transferWithAuthorization",
+          args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
+        }),
+      );
+    },
+
     /** The payer burns a nonce without paying: the chain then reads it as used. */
     async cancelAuthorization(payer: Account, symbol: TokenSymbol, nonce: Hex = randomNonce()) {
       const token = tokenAddress(symbol);
@@ -157,6 +177,27 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
         }),
       );
       return nonce;
+    },
+
+    /**
+     * In one transaction (through a test router the payer approved): the payer's EIP-3009
+     * transfer of `authorization` to another address, then a plain transfer of `amount`
+     * into BillPay.
+     */
+    async authorizationThenTransfer(payer: Account, symbol: TokenSymbol, authorization: SignedAuthorization, amount: bigint) {
+      const router = loadArtifact("test/AuthorizationThenTransfer.sol", "AuthorizationThenTransfer");
+      const deployed = await mined(await admin.deployContract({ abi: router.abi, bytecode: router.bytecode }));
+      const address = deployed.contractAddress!;
+      await mined(await wallet(payer).writeContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "approve", args: [address, amount] }));
+      const a = authorization;
+      return mined(
+        await admin.writeContract({
+          address,
+          abi: router.abi,
+          functionName: "run",
+          args: [tokenAddress(symbol), a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, a.signature, billPay, amount],
+        }),
+      );
     },
 
     async transfer(from: Account, symbol: TokenSymbol, to: Address, amount: bigint) {
