@@ -8,20 +8,10 @@ import { z } from "zod";
 import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
-import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD, type Category } from "../pricing/price.ts";
+import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
 import type { AgentHub } from "./hub.ts";
 import type { ToolDefinition } from "./tools.ts";
-
-/** The biller's category identifier for each of the service's categories. */
-const BILLER_CATEGORY: Record<Category, string> = {
-  AIRTIME: "airtime",
-  DATA: "data",
-  ELECTRICITY: "electricity-bill",
-  CABLE: "tv-subscription",
-  BANK: "bank-deposit",
-  EDUCATION: "education",
-};
 
 const usd = (micro: bigint) => formatUnits(micro, 6);
 
@@ -30,7 +20,10 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
   const rate = await rates.ngnPerUsdMilli().catch(() => null);
   // The biller's products by category, so an agent knows the serviceIDs; left out if the biller is unreachable.
   const products = await Promise.all(
-    Object.entries(BILLER_CATEGORY).map(async ([category, identifier]) => [category, await hub.deps.biller.services(identifier)] as const),
+    CATEGORIES.map(async (category) => {
+      const services = await hub.deps.flow.catalogue.services(category);
+      return [category, services.map((s) => ({ serviceID: s.serviceID, name: s.name, min_naira: s.minimumAmount, max_naira: s.maximumAmount }))] as const;
+    }),
   ).then(Object.fromEntries, () => null);
   const chains = (Object.keys(deployments.chains) as ChainKey[]).map((key) => {
     const d = deployments.chains[key]!;

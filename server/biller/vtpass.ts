@@ -2,6 +2,12 @@
  * HTTP client for the upstream biller's (VTpass-style) API. Every call has a timeout; any
  * answer the API does not define (a timeout, no answer, an unlisted code, a body that is
  * not JSON) is reported as `pending`, to be settled by requery, never guessed.
+ *
+ * A pay answer and a requery answer are read by different tables. On a pay, a refusal code
+ * (not processed, limits, bad plan, ...) means the bill was not delivered. On a requery the
+ * code often describes the query itself (bad credentials, malformed request id), so only an
+ * answer that says the transaction failed or was reversed counts as failed; anything else
+ * stays pending and is asked again.
  */
 import { randomBytes } from "node:crypto";
 
@@ -14,11 +20,26 @@ export interface BillerConfig {
 }
 
 export type VendResult =
-  | { state: "delivered"; transactionId: string | null; purchasedCode: string | null; units: string | null }
+  | {
+      state: "delivered";
+      transactionId: string | null;
+      purchasedCode: string | null;
+      units: string | null;
+      /** What the biller says it charged, in NGN as it wrote it; null when it did not say. */
+      amount: string | null;
+    }
   | { state: "pending"; reason: string; /** requery found no such request: it may never have arrived, or not yet. */ unknownRequest?: boolean }
   | { state: "failed"; code: string; reason: string };
 
 export type VerifyResult = { ok: true; customerName: string | null } | { ok: false; reason: string };
+
+export interface BillerService {
+  serviceID: string;
+  name: string;
+  /** The least and most one bill may be, in NGN, as the biller states them (null: not stated). */
+  minimumAmount: number | null;
+  maximumAmount: number | null;
+}
 
 export interface Variation {
   variation_code: string;
@@ -27,8 +48,14 @@ export interface Variation {
   fixedPrice: string;
 }
 
-/** Codes after which the bill was not, and will not be, delivered. */
-const FAILED_CODES = new Set(["016", "040", "091", "018", "013", "017", "010", "011", "012", "019", "030", "085", "087"]);
+/**
+ * Codes of a pay answer after which the bill was not, and will not be, delivered. Not 019
+ * ("likely duplicate": an earlier identical bill may have gone through; requery decides),
+ * nor 014 (our own request id already arrived).
+ */
+const PAY_FAILED_CODES = new Set(["016", "040", "091", "018", "013", "017", "010", "011", "012", "030", "085", "087"]);
+/** Codes of a requery answer that say the transaction itself failed or was reversed. */
+const REQUERY_FAILED_CODES = new Set(["016", "040"]);
 
 /** request_id: 12 digits of Lagos time (YYYYMMDDHHII, GMT+1, no DST) then random alphanumerics. */
 export function newBillerRequestId(now = new Date()): string {
@@ -45,7 +72,13 @@ function cleanCode(value: unknown): string | null {
   return (m ? m[1]! : value).trim();
 }
 
-function vendResult(body: unknown): VendResult {
+function amountOf(b: Record<string, unknown>, tx: Record<string, unknown>): string | null {
+  for (const v of [tx.amount, b.amount]) if (typeof v === "number" || (typeof v === "string" && v.trim() !== "")) return String(v);
+  return null;
+}
+
+/** Reads a pay answer (`kind` "pay") or a requery answer ("requery"); see the file's comment. */
+function vendResult(body: unknown, kind: "pay" | "requery"): VendResult {
   if (typeof body !== "object" || body === null) return { state: "pending", reason: "unexpected answer" };
   const b = body as Record<string, unknown>;
   const code = typeof b.code === "string" ? b.code : "";
@@ -59,6 +92,7 @@ function vendResult(body: unknown): VendResult {
           transactionId: typeof tx.transactionId === "string" ? tx.transactionId : null,
           purchasedCode: cleanCode(b.purchased_code) ?? cleanCode(b.token) ?? cleanCode(b.mainToken),
           units: cleanCode(b.units) ?? cleanCode(b.mainTokenUnits),
+          amount: amountOf(b, tx),
         };
       case "failed":
       case "reversed":
@@ -70,8 +104,9 @@ function vendResult(body: unknown): VendResult {
   if (code === "099") return { state: "pending", reason: description };
   // 014: this request id was already sent (our own retry): only requery can tell its fate.
   if (code === "014") return { state: "pending", reason: "request id already used; requery decides" };
-  if (FAILED_CODES.has(code)) return { state: "failed", code, reason: description };
-  return { state: "pending", reason: `unlisted answer ${code || "(none)"}: ${description}` };
+  const failed = kind === "pay" ? PAY_FAILED_CODES : REQUERY_FAILED_CODES;
+  if (failed.has(code)) return { state: "failed", code, reason: description };
+  return { state: "pending", reason: `${kind} answered ${code || "(no code)"}: ${description}; asked again later` };
 }
 
 export class VtpassClient {
@@ -118,6 +153,7 @@ export class VtpassClient {
           amount: req.amount,
           phone: req.phone,
         }),
+        "pay",
       );
     } catch (err) {
       return { state: "pending", reason: `no answer: ${(err as Error).message}` };
@@ -130,7 +166,7 @@ export class VtpassClient {
       // 015: no record of the request. Not a failure: a pay that timed out may still land.
       // The caller sends the pay again with the same request id (014 if it did arrive).
       if (body?.code === "015") return { state: "pending", reason: "the biller has no record of the request", unknownRequest: true };
-      return vendResult(body);
+      return vendResult(body, "requery");
     } catch (err) {
       return { state: "pending", reason: `no answer: ${(err as Error).message}` };
     }
@@ -146,21 +182,30 @@ export class VtpassClient {
     return { ok: true, customerName: body.content?.Customer_Name ?? null };
   }
 
+  /** A product's plans; throws when the biller cannot answer or has no such product. */
   async variations(serviceID: string): Promise<Variation[]> {
     const body = (await this.call("GET", `/api/service-variations?serviceID=${encodeURIComponent(serviceID)}`)) as
-      | { content?: { variations?: Variation[] } }
+      | { code?: string; content?: { variations?: Variation[] } }
       | undefined;
+    if (body?.code === "012") throw new Error(`no variations for ${serviceID}: the biller has no such product`);
     if (!body?.content?.variations) throw new Error(`no variations for ${serviceID}`);
     return body.content.variations;
   }
 
-  /** The biller's products in one of its categories (its identifiers: airtime, data, electricity-bill, ...). */
-  async services(identifier: string): Promise<Array<{ serviceID: string; name: string }>> {
+  /** The biller's products in one of its categories (its identifiers: airtime, data, electricity-bill, ...), with their limits in NGN. */
+  async services(identifier: string): Promise<BillerService[]> {
     const body = (await this.call("GET", `/api/services?identifier=${encodeURIComponent(identifier)}`)) as
-      | { content?: Array<{ serviceID: string; name: string }> }
+      | { content?: Array<Record<string, unknown>> }
       | undefined;
     if (!Array.isArray(body?.content)) throw new Error(`no services for ${identifier}`);
-    return body.content.map((x) => ({ serviceID: x.serviceID, name: x.name }));
+    const limit = (v: unknown) => (v === undefined || v === null || v === "" || !Number.isFinite(Number(v)) ? null : Number(v));
+    return body.content.map((x) => ({
+      serviceID: String(x.serviceID),
+      name: String(x.name),
+      // The upstream spells it "minimium_amount"; accept the plain spelling too.
+      minimumAmount: limit(x.minimium_amount ?? x.minimum_amount),
+      maximumAmount: limit(x.maximum_amount),
+    }));
   }
 
   async internationalCountries(): Promise<Array<{ code: string; name: string; currency: string; prefix: string }>> {

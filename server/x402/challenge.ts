@@ -8,6 +8,7 @@ import { encodePaymentRequiredHeader } from "@x402/core/http";
 import type { PaymentRequired } from "@x402/core/types";
 import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
+import type { Catalogue } from "../biller/catalogue.ts";
 import { ServiceError } from "../errors.ts";
 import { toScaled } from "../pricing/decimal.ts";
 import { MIN_PRICE_MICRO_USD, priceBill, type Category } from "../pricing/price.ts";
@@ -25,6 +26,8 @@ export interface Option {
 
 export interface ChallengeContext {
   deployments: Deployments;
+  /** Every bill is checked against the biller's catalogue before it is priced. */
+  catalogue: Catalogue;
   quotes: QuoteStore;
   rates: RateSource;
   fees: Record<Category, bigint>;
@@ -82,12 +85,17 @@ export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: 
   });
 }
 
-/** Locks (or finds) the quote for this bill on its chain and token. */
+/**
+ * Checks the bill against the biller's catalogue (a bill that could never vend, or a plan
+ * whose price is not nairaAmount, is refused here, before any price is shown), then locks
+ * (or finds) its quote on its chain and token.
+ */
 export async function quoteBill(
   req: PaymentRequest,
-  ctx: Pick<ChallengeContext, "quotes" | "rates" | "fees">,
+  ctx: Pick<ChallengeContext, "quotes" | "rates" | "fees" | "catalogue">,
   option: { chain: ChainKey; token: TokenSymbol },
 ) {
+  await ctx.catalogue.check(req);
   const kobo = toScaled(req.nairaAmount, 2)!;
   const hash = billHash(req, option);
   const [quote] = await ctx.quotes.lock(hash, [option], async () => {

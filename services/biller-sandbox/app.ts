@@ -4,6 +4,12 @@
  * /api/service-variations; plus a small international catalogue. It keeps transactions in
  * memory and follows the sandbox conventions in catalog.ts, including answers that a
  * client must treat as pending: an unexpected body, no answer at all, and a late answer.
+ * As the upstream does, a fixed-price plan is charged at its own price whatever amount is
+ * sent, and the answer reports the amount charged.
+ *
+ * Sandbox only (no upstream counterpart): POST /sandbox/variations/{serviceID}/{code} with
+ * `{variation_amount}` and the secret key changes a plan's price, as a biller's price
+ * change does.
  */
 import { randomInt } from "node:crypto";
 import { Hono, type Context } from "hono";
@@ -46,6 +52,8 @@ const REQUEST_ID = /^\d{12}[A-Za-z0-9_-]{1,88}$/;
 export function billerSandboxApp(options: SandboxOptions) {
   const app = new Hono();
   const transactions = new Map<string, Transaction>();
+  // Each sandbox has its own copy of the catalogue, so a price change stays in it.
+  const services: SandboxService[] = structuredClone(SANDBOX_SERVICES);
   const pendingRequeries = options.pendingRequeries ?? 1;
   const slowAnswerMs = options.slowAnswerMs ?? 5_000;
 
@@ -108,7 +116,7 @@ export function billerSandboxApp(options: SandboxOptions) {
   app.post("/api/merchant-verify", async (c) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
     const body = (await c.req.json().catch(() => ({}))) as Record<string, string>;
-    const service = SANDBOX_SERVICES.find((s) => s.serviceID === body.serviceID);
+    const service = services.find((s) => s.serviceID === body.serviceID);
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
     if (!body.billersCode) return answer(c, "011", "INVALID ARGUMENTS");
     if (!service.verifies || !verifies(service, body.billersCode, body.type)) {
@@ -126,16 +134,17 @@ export function billerSandboxApp(options: SandboxOptions) {
     const requestId = String(body.request_id ?? "");
     if (!REQUEST_ID.test(requestId)) return answer(c, "085", "IMPROPER REQUEST ID");
     if (transactions.has(requestId)) return answer(c, "014", "REQUEST ID ALREADY EXIST");
-    const service = SANDBOX_SERVICES.find((s) => s.serviceID === body.serviceID);
+    const service = services.find((s) => s.serviceID === body.serviceID);
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
     const billersCode = String(body.billersCode ?? "");
     const phone = String(body.phone ?? "");
-    const amount = Number(body.amount);
-    if (!billersCode || !phone || !Number.isFinite(amount)) return answer(c, "011", "INVALID ARGUMENTS");
+    if (!billersCode || !phone || !Number.isFinite(Number(body.amount))) return answer(c, "011", "INVALID ARGUMENTS");
     const variationCode = body.variation_code === undefined ? undefined : String(body.variation_code);
+    let amount = Number(body.amount);
     if (service.variations.length > 0) {
       const variation = service.variations.find((v) => v.variation_code === variationCode);
       if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
+      if (variation.fixedPrice === "Yes") amount = Number(variation.variation_amount);
     }
     if (amount < service.minimum_amount) return answer(c, "013", "BELOW MINIMUM AMOUNT ALLOWED");
     if (amount > service.maximum_amount) return answer(c, "017", "ABOVE MAXIMUM AMOUNT ALLOWED");
@@ -203,7 +212,7 @@ export function billerSandboxApp(options: SandboxOptions) {
   app.get("/api/services", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
     const identifier = c.req.query("identifier");
-    const content = SANDBOX_SERVICES.filter((s) => s.category === identifier).map((s) => ({
+    const content = services.filter((s) => s.category === identifier).map((s) => ({
       serviceID: s.serviceID,
       name: s.name,
       minimium_amount: String(s.minimum_amount),
@@ -214,12 +223,21 @@ export function billerSandboxApp(options: SandboxOptions) {
 
   app.get("/api/service-variations", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
-    const service = SANDBOX_SERVICES.find((s) => s.serviceID === c.req.query("serviceID"));
+    const service = services.find((s) => s.serviceID === c.req.query("serviceID"));
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
     return c.json({
       response_description: "000",
       content: { ServiceName: service.name, serviceID: service.serviceID, convinience_fee: "0 %", variations: service.variations },
     });
+  });
+
+  app.post("/sandbox/variations/:serviceID/:code", async (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const variation = services.find((s) => s.serviceID === c.req.param("serviceID"))?.variations.find((v) => v.variation_code === c.req.param("code"));
+    const price = Number(((await c.req.json().catch(() => ({}))) as { variation_amount?: unknown }).variation_amount);
+    if (!variation || !Number.isFinite(price) || price <= 0) return answer(c, "011", "INVALID ARGUMENTS");
+    variation.variation_amount = price.toFixed(2);
+    return c.json({ code: "000", content: variation });
   });
 
   app.get("/api/get-international-airtime-countries", (c) => {

@@ -28,6 +28,29 @@ describe("biller client against the local sandbox", () => {
     expect(await airtime("08099999999")).toEqual({ state: "failed", code: "016", reason: "TRANSACTION FAILED" });
   });
 
+  it("reads a requery as a requery: only a failed or reversed transaction is failed, anything unclear stays pending", async () => {
+    const id = newBillerRequestId();
+    await biller.pay({ requestId: id, serviceID: "mtn", billersCode: "08011111111", amount: 100, phone: "08011111111" });
+    // Bad credentials say nothing about the transaction: 087 on a requery is pending, not a refund.
+    const locked = new VtpassClient({ baseUrl: sandbox.url, apiKey: "k", secretKey: "wrong", publicKey: "p", timeoutMs: 500 });
+    expect(await locked.requery(id)).toMatchObject({ state: "pending", reason: expect.stringContaining("087") });
+    expect(await biller.requery(id)).toMatchObject({ state: "delivered" });
+    // On a pay, the same code means this bill was refused: nothing was delivered.
+    expect(await locked.pay({ requestId: newBillerRequestId(), serviceID: "mtn", billersCode: "08011111111", amount: 100, phone: "08011111111" })).toMatchObject({
+      state: "failed",
+      code: "087",
+    });
+  });
+
+  it("charges a fixed-price plan its own price whatever amount is sent, and says so in the answer", async () => {
+    const paid = await biller.pay({ requestId: newBillerRequestId(), serviceID: "mtn-data", billersCode: "08011111111", variationCode: "mtn-data-1000", amount: 50, phone: "08011111111" });
+    expect(paid).toMatchObject({ state: "delivered" });
+    expect(Number((paid as { amount: string }).amount)).toBe(1000);
+    const open = await biller.pay({ requestId: newBillerRequestId(), serviceID: "mtn", billersCode: "08011111111", amount: 150, phone: "08011111111" });
+    expect(open).toMatchObject({ state: "delivered" });
+    expect(Number((open as { amount: string }).amount)).toBe(150);
+  });
+
   it("reports pending, then requery settles it: delivered, or reversed as failed", async () => {
     const delivered = newBillerRequestId();
     const pay = { serviceID: "mtn", amount: 100 };

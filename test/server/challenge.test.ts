@@ -7,7 +7,8 @@ import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
 import { buildFlow } from "../../server/services.ts";
 import { openDb, type Db } from "../../server/db.ts";
-import { HttpRateSource } from "../../server/pricing/rates.ts";
+import { readHttpRate } from "../../server/pricing/rates.ts";
+import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { listen } from "../support/http-server.ts";
 import { startTestChains } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
@@ -29,24 +30,30 @@ describe("x402 route: the 402 challenge", () => {
   let db: Db;
   let app: Hono;
   let rateServer: Awaited<ReturnType<typeof listen>>;
+  let biller: Awaited<ReturnType<typeof listen>>;
   let rate = "1550";
 
   beforeAll(async () => {
     stack = await startTestChains();
     rateServer = await listen(new Hono().get("/rate", (c) => c.json({ ngnPerUsd: rate })).fetch);
     db = await openDb({ pgliteDir: undefined }); // in-memory PGlite
-    const config = loadConfig({ PUBLIC_URL: "http://billpay.test", LOG_REQUESTS: "0" });
+    const defaults = loadConfig({});
+    // Bills are checked against the biller's catalogue before they are priced.
+    biller = await listen(billerSandboxApp({ apiKey: defaults.BILLER_API_KEY, secretKey: defaults.BILLER_SECRET_KEY, publicKey: defaults.BILLER_PUBLIC_KEY }).fetch);
+    const config = loadConfig({ PUBLIC_URL: "http://billpay.test", LOG_REQUESTS: "0", BILLER_BASE_URL: biller.url });
     app = createApp({
       config,
       db,
       deployments: stack.deployments,
-      rates: new HttpRateSource(`${rateServer.url}/rate`, "ngnPerUsd", 1_000, 0),
+      // The raw source, unguarded: this suite moves the rate further than any band allows (the band has its own test).
+      rates: { ngnPerUsdMilli: () => readHttpRate(`${rateServer.url}/rate`, "ngnPerUsd", 1_000) },
       flow: buildFlow(config, stack.deployments, db),
     });
   });
   afterAll(async () => {
     await db?.close();
     await rateServer?.close();
+    await biller?.close();
     await stack?.close();
   });
 
@@ -144,7 +151,7 @@ describe("x402 route: the 402 challenge", () => {
   });
 
   it("charges at least 0.05 and adds the category's fee", async () => {
-    const small = (await (await post({ ...bill, nairaAmount: 10, billersCode: "08055555555" })).json()) as {
+    const small = (await (await post({ ...bill, nairaAmount: 50, billersCode: "08055555555" })).json()) as {
       accepts: Array<{ maxAmountRequired: string }>;
     };
     expect(small.accepts[0]!.maxAmountRequired).toBe("50000");
