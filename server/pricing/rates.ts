@@ -1,7 +1,9 @@
 /**
  * Where the NGN/USD rate comes from: a configured figure (the local default), or an HTTP
- * source answering JSON, cached for a while and fetched with a timeout.
+ * source answering JSON, fetched with a timeout and guarded by a band: one bad reading
+ * would otherwise become a quote locked for a day.
  */
+import type { Db } from "../db.ts";
 import { RATE_SCALE } from "./price.ts";
 import { toScaled } from "./decimal.ts";
 
@@ -17,46 +19,112 @@ export class ConfiguredRate implements RateSource {
   }
 }
 
-/** GET `url`, read the decimal at `field` (a string or number) of the JSON answer. */
-export class HttpRateSource implements RateSource {
+/** GET `url`, read the decimal at `field` (a string or number) of the JSON answer: one raw reading. */
+export async function readHttpRate(url: string, field: string, timeoutMs: number): Promise<bigint> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  if (!res.ok) throw new Error(`rate source answered ${res.status}`);
+  const body = (await res.json()) as Record<string, unknown>;
+  const raw = body[field];
+  const rate = typeof raw === "string" || typeof raw === "number" ? toScaled(raw, RATE_SCALE) : undefined;
+  if (rate === undefined || rate <= 0n) throw new Error(`rate source gave no usable "${field}"`);
+  return rate;
+}
+
+export interface RateBand {
+  /** A reading further than this from the last good rate, in percent, is refused. */
+  maxDeviationPct: number;
+  /** How long the last good rate serves when no acceptable reading comes; past it quoting stops. */
+  maxStalenessSeconds: number;
+  /** The last good rate before the first reading is recorded (NGN_PER_USD). */
+  anchorMilli: bigint;
+}
+
+/**
+ * A raw source behind a band. Each reading (at most one per `cacheMs`, shared by concurrent
+ * quotes) is compared with the last good rate, which is kept in fx_rate so every instance
+ * and every restart share it: within the band it becomes the new last good rate; outside
+ * it, or when the source fails, the last good rate serves until it is `maxStalenessSeconds`
+ * old, and then quoting stops (RATE_UNAVAILABLE, 503) until an operator looks.
+ */
+export class GuardedRate implements RateSource {
   private cached: { rate: bigint; at: number } | undefined;
   private inFlight: Promise<bigint> | undefined;
 
   constructor(
-    private readonly url: string,
-    private readonly field: string,
-    private readonly timeoutMs: number,
+    private readonly read: () => Promise<bigint>,
+    private readonly db: Db,
+    private readonly source: string,
+    private readonly band: RateBand,
     private readonly cacheMs: number,
+    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},
   ) {}
 
   async ngnPerUsdMilli(): Promise<bigint> {
     if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached.rate;
-    // One fetch at a time: concurrent quotes share it.
-    this.inFlight ??= this.fetchRate().finally(() => (this.inFlight = undefined));
+    this.inFlight ??= this.decide().finally(() => (this.inFlight = undefined));
     return this.inFlight;
   }
 
-  private async fetchRate(): Promise<bigint> {
-    const res = await fetch(this.url, { signal: AbortSignal.timeout(this.timeoutMs) });
-    if (!res.ok) throw new Error(`rate source answered ${res.status}`);
-    const body = (await res.json()) as Record<string, unknown>;
-    const raw = body[this.field];
-    const rate = typeof raw === "string" || typeof raw === "number" ? toScaled(raw, RATE_SCALE) : undefined;
-    if (rate === undefined || rate === 0n) throw new Error(`rate source gave no usable "${this.field}"`);
-    this.cached = { rate, at: Date.now() };
-    return rate;
+  private async lastGood(): Promise<{ rate: bigint; readAt: Date } | undefined> {
+    const [row] = await this.db.query<{ rate_milli: string; read_at: Date }>(
+      `SELECT rate_milli::text AS rate_milli, read_at FROM fx_rate WHERE source = $1 ORDER BY read_at DESC LIMIT 1`,
+      [this.source],
+    );
+    return row && { rate: BigInt(row.rate_milli), readAt: new Date(row.read_at) };
+  }
+
+  private async decide(): Promise<bigint> {
+    const last = await this.lastGood();
+    const anchor = last?.rate ?? this.band.anchorMilli;
+    let why: string;
+    try {
+      const reading = await this.read();
+      if (withinBand(reading, anchor, this.band.maxDeviationPct)) {
+        await this.db.query(`INSERT INTO fx_rate (rate_milli, source) VALUES ($1, $2)`, [reading.toString(), this.source]);
+        this.cached = { rate: reading, at: Date.now() };
+        return reading;
+      }
+      why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the last good ${anchor}`;
+      this.log("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
+    } catch (err) {
+      why = `the rate source failed: ${(err as Error).message}`;
+    }
+    if (last && Date.now() - last.readAt.getTime() <= this.band.maxStalenessSeconds * 1000) {
+      // Served from the last good rate, but not cached: the next quote tries the source again.
+      return last.rate;
+    }
+    throw new Error(`${why}; no good rate within the last ${this.band.maxStalenessSeconds} s, so quoting is stopped`);
   }
 }
 
-/** The rate source the configuration names: the HTTP source when RATE_SOURCE_URL is set, else the configured figure. */
-export function rateSourceFor(config: {
-  RATE_SOURCE_URL?: string;
-  RATE_SOURCE_FIELD: string;
-  RATE_TIMEOUT_MS: number;
-  RATE_CACHE_MS: number;
-  NGN_PER_USD: bigint;
-}): RateSource {
-  return config.RATE_SOURCE_URL
-    ? new HttpRateSource(config.RATE_SOURCE_URL, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS, config.RATE_CACHE_MS)
-    : new ConfiguredRate(config.NGN_PER_USD);
+/** Whether `reading` is within `pct` percent of `anchor` (integer arithmetic: basis points). */
+export function withinBand(reading: bigint, anchor: bigint, pct: number): boolean {
+  const diff = reading > anchor ? reading - anchor : anchor - reading;
+  return diff * 10_000n <= anchor * BigInt(Math.round(pct * 100));
+}
+
+/** The rate source the configuration names: the guarded HTTP source when RATE_SOURCE_URL is set, else the configured figure. */
+export function rateSourceFor(
+  config: {
+    RATE_SOURCE_URL?: string;
+    RATE_SOURCE_FIELD: string;
+    RATE_TIMEOUT_MS: number;
+    RATE_CACHE_MS: number;
+    RATE_MAX_DEVIATION_PCT: number;
+    RATE_MAX_STALENESS_SECONDS: number;
+    NGN_PER_USD: bigint;
+  },
+  db: Db,
+  log?: (msg: string, fields?: Record<string, unknown>) => void,
+): RateSource {
+  const url = config.RATE_SOURCE_URL;
+  if (!url) return new ConfiguredRate(config.NGN_PER_USD);
+  return new GuardedRate(
+    () => readHttpRate(url, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS),
+    db,
+    url,
+    { maxDeviationPct: config.RATE_MAX_DEVIATION_PCT, maxStalenessSeconds: config.RATE_MAX_STALENESS_SECONDS, anchorMilli: config.NGN_PER_USD },
+    config.RATE_CACHE_MS,
+    log,
+  );
 }
