@@ -16,11 +16,16 @@ import { paymentRequestSchema } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
-import { startX402Order } from "./orders/x402-flow.ts";
+import { replayOf, startX402Order } from "./orders/x402-flow.ts";
+import { orderProof } from "./orders/proof.ts";
+import { Orphans } from "./orders/ledger-pass.ts";
+import { mountOps } from "./ops.ts";
+import { publicClientFor } from "../lib/chain-client.ts";
+import { rpcUrlFor } from "../lib/deployments.ts";
 import { buildHub, jsonLog } from "./services.ts";
 import type { Order } from "./orders/store.ts";
 import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
-import { checkPayment, decodePayment, PaymentRejected, type PaymentHeader } from "./x402/payment.ts";
+import { checkPayment, checkSignature, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./x402/payment.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
 import type { AgentHub } from "./agent/hub.ts";
 import { LINK_PATH } from "../lib/agent-link.ts";
@@ -56,23 +61,17 @@ export function createApp(deps: AppDeps): Hono {
   // One store of locked quotes (and its cache) for both rails.
   const quotes = hub.quotes;
 
-  /** The order a payment header already paid for, if the header decodes and one exists. */
-  const findPaidOrder = async (header: PaymentHeader, value: string, chain: string, tokenAddress: string) => {
-    try {
-      const { authorization } = decodePayment(header, value);
-      return await deps.flow.orders.findByPayment(chain, tokenAddress, authorization.from, authorization.nonce);
-    } catch (err) {
-      if (err instanceof PaymentRejected) return undefined; // malformed: the checks below answer it
-      throw err;
-    }
-  };
+  /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
+  const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
+    payment && (await deps.flow.orders.findByPayment(chain, tokenAddress, payment.authorization.from, payment.authorization.nonce));
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}) => {
-    if (order.status === "PAYMENT_FAILED") {
-      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one");
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string) => {
+    if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
+      // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
+      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", orderResult(order));
     }
-    const headers: Record<string, string> = { ...extraHeaders };
+    const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
     if (order.txHash) {
       headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader({
         success: true,
@@ -81,11 +80,13 @@ export function createApp(deps: AppDeps): Hono {
         payer: order.payer,
       });
     }
-    return c.json(orderResult(order), 200, headers);
+    // The paying response is the payer's: the code, and (the first time) the order's secret.
+    return c.json({ ...orderResult(order), ...(secret ? { order_secret: secret } : {}) }, 200, headers);
   };
 
   const challengeContext = (c: Context): ChallengeContext => ({
     deployments: deps.deployments,
+    catalogue: deps.flow.catalogue,
     quotes,
     rates: deps.rates,
     fees: config.SERVICE_FEES_USD,
@@ -167,16 +168,17 @@ export function createApp(deps: AppDeps): Hono {
       const tokenAddress = d.tokens.find((t) => t.symbol === option.token)!.address;
       const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
 
-      // A payment seen before gets its order's result, whatever its quote or clock says now.
-      if (header) {
-        const seen = await findPaidOrder(header, c.req.header(header)!, option.chain, tokenAddress);
-        if (seen) {
-          if (seen.bodyHash !== billHash(bill, option)) {
-            return problemResponse("PAYMENT_ALREADY_USED", `this payment already paid for order ${seen.requestId}, a different bill`);
-          }
-          return orderResponse(c, seen, header);
-        }
+      const bodyHash = billHash(bill, option);
+      let presented: DecodedPayment | undefined;
+      try {
+        presented = header ? decodePayment(header, c.req.header(header)!) : undefined;
+      } catch (err) {
+        if (!(err instanceof PaymentRejected)) throw err; // a malformed header is answered with the challenge below
       }
+      // A payment seen before gets its order's result, whatever its quote or clock says now,
+      // but only the very payment stored, signature included, for the same bill (replayOf).
+      const seen = await orderOfPayment(presented, option.chain, tokenAddress);
+      if (seen) return orderResponse(c, replayOf(seen, presented!, bodyHash), header!);
 
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
@@ -188,12 +190,14 @@ export function createApp(deps: AppDeps): Hono {
       const rejected = (code: string, detail: string) =>
         challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
 
-      // A payment that does not fit this bill's locked quote is answered like no payment:
-      // 402 with the challenge, plus the reason. Nothing is locked or settled.
-      let payment;
+      // A payment that does not fit this bill's locked quote, or is not the payer's
+      // signature, is answered like no payment: 402 with the challenge, plus the reason.
+      // Nothing is locked or settled.
+      let payment: DecodedPayment;
+      let fit: { notSettleable?: string };
       try {
-        payment = decodePayment(header, c.req.header(header)!);
-        checkPayment(payment, {
+        payment = presented ?? decodePayment(header, c.req.header(header)!);
+        fit = checkPayment(payment, {
           chain: option.chain,
           asset: tokenAddress,
           payTo: d.billPay.address,
@@ -202,13 +206,19 @@ export function createApp(deps: AppDeps): Hono {
           maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
           nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
         });
+        const token = d.tokens.find((t) => t.symbol === option.token)!;
+        await checkSignature(
+          payment,
+          { name: token.name, version: token.eip712Version ?? "", chainId: CHAINS[option.chain].chainId, address: token.address },
+          publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
+        );
       } catch (err) {
         if (!(err instanceof PaymentRejected)) throw err;
         return rejected(err.code, err.detail);
       }
 
       const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount }, description);
-      const { order } = await startX402Order(deps.flow, {
+      const { order, secret } = await startX402Order(deps.flow, {
         bill,
         bodyHash: hash,
         chain: option.chain,
@@ -218,9 +228,9 @@ export function createApp(deps: AppDeps): Hono {
         payment,
         requirements,
         resourceUrl: ctx.resourceUrl,
+        notSettleable: fit.notSettleable,
       });
-      if (order.status === "PAYMENT_FAILED") return rejected("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle");
-      return orderResponse(c, order, header, extraHeaders);
+      return orderResponse(c, order, header, extraHeaders, secret);
     },
   );
 
@@ -275,6 +285,8 @@ export function createApp(deps: AppDeps): Hono {
     baseUrl: config.PUBLIC_URL,
   });
 
+  mountOps(app, { token: config.OPS_TOKEN, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
+
   app.get("/api/orders/:requestId", async (c) => {
     const requestId = c.req.param("requestId");
     if (!/^req_\d{12}[0-9a-f]{20}$/.test(requestId)) {
@@ -282,7 +294,9 @@ export function createApp(deps: AppDeps): Hono {
     }
     const order = await deps.flow.orders.get(requestId);
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
-    return c.json(orderResult(order));
+    // Anyone holding the id sees where the order stands; the purchased code needs proof (orders/proof.ts).
+    const showCode = await orderProof(c.req.header("authorization"), order, hub.deps.links);
+    return c.json(orderResult(order, { showCode }), 200, { "cache-control": "no-store" });
   });
 
   return app;

@@ -36,6 +36,8 @@ export const configSchema = z.object({
   HOST: z.string().default("127.0.0.1"),
   SERVICE_NAME: z.string().min(1).default("BillPay"),
   PUBLIC_URL: z.string().url().optional(),
+  /** Bearer token for the operators' routes (/ops/*); without it they answer loopback callers only. */
+  OPS_TOKEN: z.string().min(16).optional(),
   DEPLOYMENTS_FILE: z.string().default("deployments/localhost.json"),
   SERVER_DATABASE_URL: z.string().url().optional(),
   SERVER_PGLITE_DIR: z.string().default(".data/server-pglite"),
@@ -44,6 +46,10 @@ export const configSchema = z.object({
   RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),
   RATE_TIMEOUT_MS: z.coerce.number().int().positive().default(3_000),
   RATE_CACHE_MS: z.coerce.number().int().nonnegative().default(60_000),
+  /** A rate reading more than this percent from the last good rate is refused. */
+  RATE_MAX_DEVIATION_PCT: z.coerce.number().positive().max(100).default(5),
+  /** How long the last good rate serves while readings fail or are refused; past it quoting answers 503. */
+  RATE_MAX_STALENESS_SECONDS: z.coerce.number().int().positive().default(3_600),
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
   QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),
@@ -56,6 +62,8 @@ export const configSchema = z.object({
   BILLER_PUBLIC_KEY: z.string().min(1).default("sandbox-public-key"),
   BILLER_TIMEOUT_MS: z.coerce.number().int().positive().default(15_000),
   BILLER_DEFAULT_PHONE: z.string().regex(/^\+?\d{7,15}$/).default("08011111111"),
+  /** How long the biller's products and plans are kept before they are read again. */
+  CATALOGUE_TTL_MS: z.coerce.number().int().min(0).default(600_000),
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),
   REQUERY_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
   LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
@@ -74,8 +82,8 @@ export const configSchema = z.object({
   PIN_LOCK_SECONDS: z.coerce.number().int().min(1).default(900),
   /** Bills in one pay_bill_batch (one pullBatch transaction). */
   BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),
-  /** How long a pay waits for the ledger to show its pull before answering TIMEOUT. */
-  PULL_LEDGER_WAIT_MS: z.coerce.number().int().min(0).default(15_000),
+  /** How long a pay (pull or x402) waits for the ledger to show its payment before answering TIMEOUT. */
+  LEDGER_WAIT_MS: z.coerce.number().int().min(0).default(15_000),
   /** The shortest gap allowed between two runs of a recurring schedule. */
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),

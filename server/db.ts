@@ -136,6 +136,35 @@ const MIGRATIONS: string[] = [
   // the limit; a count older than a minute is from a process that died mid-check.
   `ALTER TABLE agent_link ADD COLUMN pin_pending integer NOT NULL DEFAULT 0;
    ALTER TABLE agent_link ADD COLUMN pin_attempt_at timestamptz;`,
+  // Money safety. An x402 order keeps its authorization's expiry (a refused one is watched
+  // until then), the hash of its secret (the proof that shows its purchased code), and what
+  // the biller said it charged, with a flag when that differs from the bill.
+  `ALTER TABLE bill_order ADD COLUMN auth_valid_before numeric(78);
+   UPDATE bill_order SET auth_valid_before = (payment->'authorization'->>'validBefore')::numeric WHERE rail = 'x402';
+   ALTER TABLE bill_order ADD COLUMN secret_hash text;
+   ALTER TABLE bill_order ADD COLUMN biller_amount text;
+   ALTER TABLE bill_order ADD COLUMN flag text;
+   CREATE INDEX bill_order_refused ON bill_order (auth_valid_before) WHERE status = 'REFUSED';
+   -- x402 payments the ledger shows that no order of this service accounts for: kept for an
+   -- operator (the service never saw the authorization, so it cannot refund it itself).
+   CREATE TABLE orphan_payment (
+     chain         text        NOT NULL,
+     token_address text        NOT NULL,
+     payer         text        NOT NULL,
+     auth_nonce    text        NOT NULL,
+     amount        numeric(78) NOT NULL,
+     tx_hash       text        NOT NULL,
+     status        text        NOT NULL,
+     created_at    timestamptz NOT NULL DEFAULT now(),
+     PRIMARY KEY (chain, token_address, payer, auth_nonce)
+   );
+   -- The last good NGN/USD readings: quotes are made only from a rate within the band of the last good one.
+   CREATE TABLE fx_rate (
+     rate_milli  numeric(78) NOT NULL,
+     source      text        NOT NULL,
+     read_at     timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE INDEX fx_rate_latest ON fx_rate (source, read_at DESC);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
@@ -163,6 +192,9 @@ export async function openDb(options: { url?: string; pgliteDir?: string }): Pro
   let db: Db;
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: 10, connectionTimeoutMillis: 5_000, statement_timeout: 10_000 });
+    // An idle connection the server drops (a restart, a terminated backend) is an 'error'
+    // event on the pool; unheard, it would crash the process. The pool replaces the client.
+    pool.on("error", (err) => console.error(JSON.stringify({ level: "warn", msg: "database connection lost; the pool will reconnect", error: err.message })));
     db = {
       query: async (text, params) => (await pool.query(text, params)).rows,
       close: () => pool.end(),

@@ -9,6 +9,12 @@ export const ERRORS = {
   BODY_TOO_LARGE: { status: 413, title: "The body is larger than the service accepts" },
   UNSUPPORTED_CHAIN: { status: 422, title: "The blockchain is not one the service settles on" },
   TOKEN_NOT_SETTLEABLE: { status: 422, title: "The token cannot settle an x402 payment on that chain" },
+  // The bill against the biller's catalogue (server/biller/catalogue.ts), before any price is shown
+  SERVICE_UNKNOWN: { status: 422, title: "The serviceID is not a product of the bill's category" },
+  PLAN_REQUIRED: { status: 422, title: "The product needs a variation_code (a plan or meter type)" },
+  PLAN_UNKNOWN: { status: 422, title: "The variation_code is not one of the product's plans" },
+  PLAN_AMOUNT_MISMATCH: { status: 422, title: "The plan has a fixed price and nairaAmount is not it" },
+  AMOUNT_OUT_OF_RANGE: { status: 422, title: "nairaAmount is outside the product's limits" },
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
@@ -40,6 +46,8 @@ export const ERRORS = {
   HOST_NOT_ALLOWED: { status: 403, title: "The Host or Origin header is not one this service answers" },
   NOT_FOUND: { status: 404, title: "No such resource" },
   ORDER_NOT_FOUND: { status: 404, title: "No order with that request_id" },
+  OPS_FORBIDDEN: { status: 403, title: "The operators' routes need the OPS_TOKEN bearer token, or a loopback caller when none is set" },
+  ORDER_PROOF_INVALID: { status: 401, title: "The proof presented is not this order's secret nor its payer's api_key" },
   INTERNAL: { status: 500, title: "Internal error" },
 } as const;
 

@@ -1,7 +1,8 @@
 /**
  * The service's reader of the ledger (the Ponder app's HTTP API, ponder/src/api). The
  * service decides an order's money from here, never from its own memory: a pull is paid
- * when the ledger shows its Pulled event, an x402 payment when it shows the transfer.
+ * when the ledger shows its Pulled event, an x402 payment when it shows the transfer, each
+ * of exactly the order's amount (paymentMismatch).
  */
 import { CHAINS, type ChainKey } from "../lib/chains.ts";
 
@@ -32,6 +33,18 @@ export interface LedgerRefund {
   timestamp: string;
 }
 
+/**
+ * Why a ledger payment is not exactly the order's, or null when it is: the same payer and
+ * token and exactly the order's amount. Anything else is never served or refunded by the
+ * service; the order waits for an operator.
+ */
+export function paymentMismatch(order: { payer: string; tokenAddress: string; amount: bigint }, p: LedgerPayment): string | null {
+  if (p.payer.toLowerCase() !== order.payer.toLowerCase()) return `the chain shows a payment by ${p.payer}, not the order's payer`;
+  if (p.token.toLowerCase() !== order.tokenAddress.toLowerCase()) return `the chain shows a payment in ${p.token}, not the order's token`;
+  if (BigInt(p.amount) !== order.amount) return `the chain shows ${p.amount} paid under this key; the order is for ${order.amount}`;
+  return null;
+}
+
 export interface LedgerAccount {
   chainId: number;
   token: string;
@@ -58,12 +71,25 @@ export class LedgerClient {
     return this.get(`/ledger/authorizations/${CHAINS[chain].chainId}/${token}/${payer}/${nonce}`);
   }
 
-  /** One chain's pulls in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */
-  pulls(q: { chainId: number; from?: bigint; cursor?: string; limit: number }): Promise<{ payments: LedgerPayment[]; nextCursor: string | null }> {
-    const params = new URLSearchParams({ rail: "pull", chainId: String(q.chainId), limit: String(q.limit) });
+  /** One chain's payments of one rail in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */
+  payments(q: {
+    chainId: number;
+    rail: LedgerPayment["rail"];
+    from?: bigint;
+    cursor?: string;
+    limit: number;
+  }): Promise<{ payments: LedgerPayment[]; nextCursor: string | null }> {
+    const params = new URLSearchParams({ rail: q.rail, chainId: String(q.chainId), limit: String(q.limit) });
     if (q.cursor) params.set("cursor", q.cursor);
     else if (q.from !== undefined) params.set("from", q.from.toString());
     return this.get(`/ledger/payments?${params}`);
+  }
+
+  /** The highest block of `chainId` the ledger has indexed, or null before its first. */
+  async indexedBlock(chainId: number): Promise<bigint | null> {
+    const status = await this.get<Record<string, { id: number; block: { number: number } | null }>>("/status");
+    const chain = Object.values(status).find((s) => s.id === chainId);
+    return chain?.block ? BigInt(chain.block.number) : null;
   }
 
   /** A wallet's per-chain, per-token totals. */

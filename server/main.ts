@@ -22,7 +22,7 @@ try {
 }
 
 const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR });
-const rates = rateSourceFor(config);
+const rates = rateSourceFor(config, db, jsonLog);
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
 const hub = buildHub(config, deployments, db, flow, rates);

@@ -80,9 +80,18 @@ export function openApiDocument() {
       "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card" } } } },
       "/api/orders/{request_id}": {
         get: {
-          summary: "Where an order stands (either rail)",
-          parameters: [{ name: "request_id", in: "path", required: true, schema: { type: "string" } }],
-          responses: { "200": { description: "Payment result" }, ...problemResponses([400, 404]) },
+          summary: "Where an order stands (either rail); the purchased code only with proof",
+          parameters: [
+            { name: "request_id", in: "path", required: true, schema: { type: "string" } },
+            {
+              name: "authorization",
+              in: "header",
+              required: false,
+              schema: { type: "string" },
+              description: "Bearer <order_secret from the paying response> or Bearer <the paying wallet's api_key>: shows purchased_code",
+            },
+          ],
+          responses: { "200": { description: "Payment result" }, ...problemResponses([400, 401, 404]) },
         },
       },
     },

@@ -1,14 +1,14 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
 import { HTTPFacilitatorClient } from "@x402/core/server";
-import type { Account } from "viem";
 import type { Deployments } from "../lib/deployments.ts";
-import { operatorAccount } from "../lib/local-accounts.ts";
+import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
+import { Catalogue } from "./biller/catalogue.ts";
 import { VtpassClient } from "./biller/vtpass.ts";
-import { ChainOperator } from "./chain/operator.ts";
+import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { LedgerClient } from "./ledger-client.ts";
-import { OrphanPulls } from "./orders/pull-reconciler.ts";
+import { Orphans } from "./orders/ledger-pass.ts";
 import { OrderStore } from "./orders/store.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
 import type { FlowDeps } from "./orders/fulfil.ts";
@@ -21,27 +21,34 @@ export function jsonLog(msg: string, fields: Record<string, unknown> = {}): void
   console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
 }
 
-export function buildFlow(config: Config, deployments: Deployments, db: Db, operator: Account = operatorAccount()): WorkerDeps {
+export function buildFlow(
+  config: Config,
+  deployments: Deployments,
+  db: Db,
+  keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() },
+): WorkerDeps {
   const facilitator = (url: string) => new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS });
+  const biller = new VtpassClient({
+    baseUrl: config.BILLER_BASE_URL,
+    apiKey: config.BILLER_API_KEY,
+    secretKey: config.BILLER_SECRET_KEY,
+    publicKey: config.BILLER_PUBLIC_KEY,
+    timeoutMs: config.BILLER_TIMEOUT_MS,
+  });
   return {
     orders: new OrderStore(db),
-    orphans: new OrphanPulls(db),
+    orphans: new Orphans(db),
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
-    biller: new VtpassClient({
-      baseUrl: config.BILLER_BASE_URL,
-      apiKey: config.BILLER_API_KEY,
-      secretKey: config.BILLER_SECRET_KEY,
-      publicKey: config.BILLER_PUBLIC_KEY,
-      timeoutMs: config.BILLER_TIMEOUT_MS,
-    }),
-    operator: new ChainOperator(deployments, operator),
+    biller,
+    catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
+    operator: new ChainOperator(deployments, keys),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     log: jsonLog,
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
-    ledgerWaitMs: config.PULL_LEDGER_WAIT_MS,
+    ledgerWaitMs: config.LEDGER_WAIT_MS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
   };

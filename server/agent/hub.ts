@@ -15,7 +15,7 @@ import { ServiceError } from "../errors.ts";
 import type { LedgerClient } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
-import type { Order } from "../orders/store.ts";
+import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import { QuoteStore } from "../quotes.ts";
 import type { PaymentRequest } from "../schemas.ts";
@@ -36,6 +36,16 @@ export interface HubDeps {
   schedules: ScheduleStore;
   biller: VtpassClient;
   ledger: LedgerClient;
+}
+
+/**
+ * What must still hold when the pull is signed: a scheduled run's schedule is not cancelled,
+ * an agent's call's key is still the wallet's (a re-link retires it). Every pull has one.
+ */
+function pullGuard(link: Pick<Link, "apiKeyHash">, scheduleId?: string): PullGuard {
+  if (scheduleId) return { scheduleId };
+  if (link.apiKeyHash) return { apiKeyHash: link.apiKeyHash };
+  throw new Error("a pull needs the key or the schedule that asked for it");
 }
 
 const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
@@ -64,7 +74,11 @@ export class AgentHub {
 
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
-    const { hash, quote } = await quoteBill(request, { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD }, { chain, token });
+    const { hash, quote } = await quoteBill(
+      request,
+      { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD, catalogue: this.deps.flow.catalogue },
+      { chain, token },
+    );
     return { bill: request, bodyHash: hash, amount: quote.amount };
   }
 
@@ -79,6 +93,7 @@ export class AgentHub {
       batch: false,
       idempotencyKey: options.idempotencyKey,
       scheduleId: options.scheduleId,
+      guard: pullGuard(link, options.scheduleId),
     });
     return { ...this.result(orders[0]!), ...(replay ? { replayed: true } : {}) };
   }
@@ -95,6 +110,7 @@ export class AgentHub {
       bills: priced,
       batch: true,
       idempotencyKey: options.idempotencyKey,
+      guard: pullGuard(link),
     });
     const results = orders.map((o) => this.result(o));
     return {

@@ -16,6 +16,8 @@ export interface Link {
   approvedChain: ChainKey;
   approvedToken: TokenSymbol;
   linkedAt: Date;
+  /** The key this link was reached with (a pull is sent only while it is still the wallet's). */
+  apiKeyHash?: string;
 }
 
 interface LinkRow {
@@ -36,6 +38,7 @@ const toLink = (r: LinkRow): Link => ({
   approvedChain: r.approved_chain,
   approvedToken: r.approved_token,
   linkedAt: new Date(r.linked_at),
+  apiKeyHash: r.api_key_hash,
 });
 
 export class LinkStore {

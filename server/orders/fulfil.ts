@@ -3,16 +3,19 @@
  * verification where the product has it, vending through the biller (requeried while it is
  * pending), and an on-chain refund when the bill fails. Each step is a state transition in
  * the order table, so the worker can finish whatever a crash or a slow biller left behind.
+ * A refund is sent only for what the ledger shows was paid for the order, exactly.
  */
 import type { Hex } from "viem";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
+import type { Catalogue } from "../biller/catalogue.ts";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
 import type { ChainOperator } from "../chain/operator.ts";
-import type { LedgerClient } from "../ledger-client.ts";
+import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
+import { toScaled } from "../pricing/decimal.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
@@ -28,11 +31,13 @@ export interface FlowDeps {
   leaseSeconds: number;
   facilitators: Partial<Record<ChainKey, FacilitatorClient>>;
   biller: VtpassClient;
-  /** The operator key's transactions on BillPay: pulls and refunds. */
+  /** The biller's products and plans, cached: every bill is checked against it before it is priced. */
+  catalogue: Catalogue;
+  /** The hot keys' transactions on BillPay: pulls (operator) and refunds (refunder). */
   operator: ChainOperator;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;
-  /** How long a pay waits for the ledger to show its pull before answering TIMEOUT. */
+  /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
   ledgerWaitMs: number;
   /** How long a request waits for the biller before answering TIMEOUT. */
   vendDeadlineMs: number;
@@ -59,7 +64,8 @@ export function needsVerification(bill: Pick<PaymentRequest, "serviceCategory" |
 }
 
 
-export const FINISHED = new Set<OrderStatus>(["SUCCESS", "REFUNDED", "PAYMENT_FAILED"]);
+/** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
+export const FINISHED = new Set<OrderStatus>(["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"]);
 
 /** Vends a paid order: verification where the product has it, then the biller, waiting up to the deadline. */
 export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
@@ -101,13 +107,28 @@ export async function requery(deps: FlowDeps, order: Order): Promise<VendResult>
   return result.state === "pending" && result.unknownRequest ? pay(deps, order) : result;
 }
 
+/** A note for operators when the biller charged something other than the bill's amount (a plan repriced since the quote, say). */
+function chargeFlag(order: Order, charged: string | null): string | undefined {
+  if (charged === null) return undefined;
+  const priced = (order.bill as unknown as PaymentRequest).nairaAmount;
+  // Kobo, as integers: the biller answers "1000.00", 1000 or "1,000.00" depending on the product.
+  const expected = toScaled(priced, 2);
+  const actual = toScaled(charged.replace(/,/g, ""), 2);
+  return actual !== undefined && actual === expected ? undefined : `the biller charged ${charged} NGN; the bill was priced at ${priced} NGN`;
+}
+
 export async function applyVendResult(deps: FlowDeps, order: Order, result: VendResult): Promise<Order> {
   switch (result.state) {
-    case "delivered":
+    case "delivered": {
+      const flag = chargeFlag(order, result.amount);
+      if (flag) deps.log("biller amount differs from the bill; flagged for operators", { requestId: order.requestId, flag });
       return move(deps, order, ["PAID", "PENDING"], "SUCCESS", {
         purchasedCode: result.purchasedCode ?? undefined,
         units: result.units ?? undefined,
+        billerAmount: result.amount ?? undefined,
+        flag,
       });
+    }
     case "failed":
       return refund(deps, order, `biller: ${result.reason}`);
     default:
@@ -115,15 +136,29 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
   }
 }
 
+/** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
+export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+  if (o.rail === "pull") return (await deps.ledger.order(o.onchainOrderId)).payments[0] ?? null;
+  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!)).payment;
+}
+
 /**
  * Refunds the payer on chain: REFUNDING first (so a crash is retried), REFUNDED once the
- * chain has it. A pulled order is refunded by its order id, an x402 one with the payer's
- * own authorization; BillPay refunds each once.
+ * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
+ * refund never exceeds what the chain shows was paid. A pulled order is refunded by its
+ * order id, an x402 one with the payer's own authorization; BillPay refunds each once.
  */
 export async function refund(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
   const refunding = await move(deps, order, ["PAID", "PENDING", "REFUNDING"], "REFUNDING", { failureReason: reason });
   if (refunding.status !== "REFUNDING") return refunding;
   try {
+    const paid = await ledgerPaymentFor(deps, refunding);
+    if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
+    const mismatch = paymentMismatch(refunding, paid);
+    if (mismatch) {
+      deps.log("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `refund held: ${mismatch}` });
+    }
     const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding) : await refundX402(deps, refunding);
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
@@ -157,22 +192,37 @@ function refundX402(deps: FlowDeps, refunding: Order) {
     });
 }
 
-/** What the payer sees: the interface's result shape. */
-export function orderResult(o: Order) {
-  const failed = o.status === "REFUNDING" || o.status === "REFUNDED" || o.status === "PAYMENT_FAILED";
+/**
+ * What the payer sees: the interface's result shape. `purchased_code` only when the caller
+ * proved it is the payer (the paying response, or the order route with proof); otherwise
+ * null, with `purchased_code_withheld` when there is one.
+ */
+export function orderResult(o: Order, options: { showCode: boolean } = { showCode: true }) {
+  const notCharged = o.status === "PAYMENT_FAILED" || o.status === "REFUSED";
+  const failed = notCharged || o.status === "REFUNDING" || o.status === "REFUNDED";
   const status = o.status === "SUCCESS" ? "SUCCESS" : failed ? "FAILED_VENDING" : "TIMEOUT";
+  const withheld = !options.showCode && o.purchasedCode !== null;
   return {
     success: status === "SUCCESS",
     status,
-    purchased_code: o.purchasedCode,
+    purchased_code: options.showCode ? o.purchasedCode : null,
     units: o.units,
     request_id: o.requestId,
     tx_hash: o.txHash,
-    ...(o.status === "PAYMENT_FAILED"
-      ? // The payment never moved: nothing to refund.
-        { charged: false, reason: o.failureReason }
+    ...(withheld ? { purchased_code_withheld: true } : {}),
+    ...(notCharged
+      ? // The payment never moved: nothing to refund. A refused one is refunded should it land before it expires.
+        {
+          charged: false,
+          reason: o.failureReason,
+          ...(o.status === "REFUSED" && o.authValidBefore !== null
+            ? { late_payment: `if this authorization is submitted on chain before ${new Date(Number(o.authValidBefore) * 1000).toISOString()}, it is refunded` }
+            : {}),
+        }
       : status === "FAILED_VENDING"
         ? { refund: { status: o.status === "REFUNDED" ? "REFUNDED" : "PENDING", tx_hash: o.refundTxHash, reason: o.failureReason } }
-        : {}),
+        : o.status === "NEEDS_REVIEW"
+          ? { review: { reason: o.failureReason, detail: "the chain does not show the payment this order expected; nothing was vended or sent, and an operator will decide" } }
+          : {}),
   };
 }

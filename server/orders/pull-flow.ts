@@ -13,7 +13,8 @@ import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
-import { newOrderIds, type Order } from "./store.ts";
+import { pulledFromLedger } from "./pull-reconciler.ts";
+import { newOrderIds, type Order, type PullGuard } from "./store.ts";
 
 const LEDGER_POLL_MS = 50;
 
@@ -35,7 +36,12 @@ export interface PullInput {
   scheduleId?: string;
   /** A caller's key for one bill: a retry with it gets the first order, never a second charge. */
   idempotencyKey?: string;
+  /** Checked in the statement that records the signed pull: a cancelled schedule or a retired key never pays. */
+  guard: PullGuard;
 }
+
+/** The pull was not sent: the guard no longer held, or the order was written off meanwhile. */
+class PullWithdrawn extends Error {}
 
 /** BillPay's and the token's refusals, as the errors an agent can act on. */
 const REFUSALS: Record<string, ErrorCode> = {
@@ -82,7 +88,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
 
   let last = orders;
   try {
-    last = await pullAndWait(deps, input.chain, orders);
+    last = await pullAndWait(deps, input.chain, orders, input.guard);
     last = await Promise.all(last.map((o) => (o.status === "PAID" ? fulfil(deps, o) : o)));
     return { orders: last, replay: false };
   } finally {
@@ -112,14 +118,21 @@ async function sameBills(deps: FlowDeps, seen: Order[], keys: string[], input: P
  * is thrown as the agent's error; an unclear outcome (no receipt, ledger behind) leaves the
  * orders PULLING for the worker, which decides from the chain and the ledger.
  */
-async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[]): Promise<Order[]> {
+async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], guard: PullGuard): Promise<Order[]> {
   const items = orders.map((o) => ({ requestId: o.requestId, payer: o.payer as Hex, token: o.tokenAddress as Hex, amount: o.amount }));
   const ids = orders.map((o) => o.requestId);
-  const onSigned = (hash: Hex) => deps.orders.setTxHash(ids, hash);
+  const onSigned = async (hash: Hex) => {
+    if (!(await deps.orders.setTxHash(ids, hash, guard))) throw new PullWithdrawn();
+  };
   try {
     if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSigned);
     else await deps.operator.pullBatch(chain, items, onSigned);
   } catch (err) {
+    if (err instanceof PullWithdrawn) {
+      const reason = "scheduleId" in guard ? "the schedule was cancelled before its pull was sent" : "the api_key was retired before the pull was sent";
+      await Promise.all(orders.map((o) => deps.orders.writeOffUnsent(o.requestId)));
+      throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });
+    }
     if (!(err instanceof ContractRefused)) {
       deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: (err as Error).message });
       return orders;
@@ -135,13 +148,13 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[]): Pr
   return [first, ...rest];
 }
 
-/** PULLING -> PAID once the ledger shows the pull; unchanged if it does not within the wait. */
+/** PULLING -> PAID once the ledger shows the pull (exactly the order's, else NEEDS_REVIEW); unchanged if it does not within the wait. */
 export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = deps.ledgerWaitMs): Promise<Order> {
   const deadline = Date.now() + waitMs;
   for (;;) {
     try {
       const [pull] = (await deps.ledger.order(order.onchainOrderId)).payments;
-      if (pull) return move(deps, order, ["PULLING"], "PAID", { txHash: pull.txHash });
+      if (pull) return pulledFromLedger(deps, order, pull);
     } catch (err) {
       deps.log("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: (err as Error).message });
     }

@@ -1,16 +1,24 @@
 /**
  * Orders and their states. An x402 order moves
- *   SETTLING -> PAID -> SUCCESS
- *                    -> PENDING (biller still working) -> SUCCESS | REFUNDING
- *                    -> REFUNDING -> REFUNDED
- *   SETTLING -> PAYMENT_FAILED (nothing moved)
+ *   SETTLING -> PAID (the ledger shows a payment of exactly its amount under its key)
+ *            PAID -> SUCCESS
+ *                 -> PENDING (biller still working) -> SUCCESS | REFUNDING
+ *                 -> REFUNDING -> REFUNDED
+ *   SETTLING -> REFUSED (the facilitator refused, or the authorization is not yet valid:
+ *               nothing moved, but it may still land until it expires)
+ *            REFUSED -> PAYMENT_FAILED (expired, or its nonce went elsewhere: it can never land)
+ *                    -> REFUNDING (it landed after all: the payer was told it did not settle)
+ *   SETTLING -> PAYMENT_FAILED (expired unsettled)
  * and a pulled (agent-hub) order starts at PULLING instead of SETTLING:
- *   PULLING -> PAID (the ledger shows its Pulled event) -> as above
+ *   PULLING -> PAID (the ledger shows its Pulled event of exactly its amount) -> as above
  *   PULLING -> PAYMENT_FAILED (the pull reverted or never landed; nothing moved)
- * and the payer sees SUCCESS, FAILED_VENDING (refunding or refunded) or TIMEOUT (not
- * finished yet; GET /api/orders/{request_id} tells the rest).
+ * Whenever the chain shows something that does not fit (a payment of another amount under
+ * the key, a nonce consumed with no payment after a settlement), the order stops at
+ * NEEDS_REVIEW and nothing is sent or vended: an operator decides.
+ * The payer sees SUCCESS, FAILED_VENDING (refunding or refunded; or, with `charged: false`,
+ * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { keccak256, toBytes, type Hex } from "viem";
 import { newBillerRequestId } from "../biller/vtpass.ts";
 import type { Db } from "../db.ts";
@@ -24,7 +32,25 @@ export function newOrderIds(): { requestId: string; billerRequestId: string } {
 /** BillPay's 32-byte order id for a service request id. */
 export const onChainOrderId = (requestId: string): Hex => keccak256(toBytes(requestId));
 
-export type OrderStatus = "SETTLING" | "PULLING" | "PAYMENT_FAILED" | "PAID" | "PENDING" | "SUCCESS" | "REFUNDING" | "REFUNDED";
+export type OrderStatus =
+  | "SETTLING"
+  | "PULLING"
+  | "REFUSED"
+  | "PAYMENT_FAILED"
+  | "NEEDS_REVIEW"
+  | "PAID"
+  | "PENDING"
+  | "SUCCESS"
+  | "REFUNDING"
+  | "REFUNDED";
+
+/** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
+export function newOrderSecret(): { secret: string; hash: string } {
+  const secret = `ors_${randomBytes(24).toString("base64url")}`;
+  return { secret, hash: hashOrderSecret(secret) };
+}
+
+export const hashOrderSecret = (secret: string) => createHash("sha256").update(secret, "utf8").digest("hex");
 
 export type Rail = "x402" | "pull";
 
@@ -44,8 +70,9 @@ export interface Order {
   tokenAddress: string;
   payer: string;
   amount: bigint;
-  /** x402 only: the EIP-3009 nonce, the signed payment and the requirements it was checked against. */
+  /** x402 only: the EIP-3009 nonce and expiry, the signed payment and the requirements it was checked against. */
   authNonce: string | null;
+  authValidBefore: bigint | null;
   payment: Record<string, unknown> | null;
   requirements: Record<string, unknown> | null;
   status: OrderStatus;
@@ -54,6 +81,11 @@ export interface Order {
   units: string | null;
   failureReason: string | null;
   refundTxHash: string | null;
+  /** What the biller said it charged (NGN), and a note for operators when that is not the bill's amount. */
+  billerAmount: string | null;
+  flag: string | null;
+  /** SHA-256 of the order's secret (x402 orders). */
+  secretHash: string | null;
   createdAt: Date;
   /** Who holds the order's lease right now (whoever created or claimed it). */
   leaseToken: string | null;
@@ -77,6 +109,7 @@ interface Row {
   payer: string;
   amount: string;
   auth_nonce: string | null;
+  auth_valid_before: string | null;
   payment: Record<string, unknown> | null;
   requirements: Record<string, unknown> | null;
   status: OrderStatus;
@@ -85,10 +118,14 @@ interface Row {
   units: string | null;
   failure_reason: string | null;
   refund_tx_hash: string | null;
+  biller_amount: string | null;
+  flag: string | null;
+  secret_hash: string | null;
 }
 
 const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
-  auth_nonce, payment, requirements, status, tx_hash, purchased_code, units, failure_reason, refund_tx_hash`;
+  auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, units, failure_reason, refund_tx_hash,
+  biller_amount, flag, secret_hash`;
 
 function toOrder(r: Row): Order {
   return {
@@ -109,6 +146,7 @@ function toOrder(r: Row): Order {
     payer: r.payer,
     amount: BigInt(r.amount),
     authNonce: r.auth_nonce,
+    authValidBefore: r.auth_valid_before === null ? null : BigInt(r.auth_valid_before),
     payment: r.payment,
     requirements: r.requirements,
     status: r.status,
@@ -117,6 +155,9 @@ function toOrder(r: Row): Order {
     units: r.units,
     failureReason: r.failure_reason,
     refundTxHash: r.refund_tx_hash,
+    billerAmount: r.biller_amount,
+    flag: r.flag,
+    secretHash: r.secret_hash,
   };
 }
 
@@ -128,6 +169,8 @@ export type NewOrder = Omit<
   | "units"
   | "failureReason"
   | "refundTxHash"
+  | "billerAmount"
+  | "flag"
   | "rail"
   | "onchainOrderId"
   | "batchId"
@@ -137,8 +180,11 @@ export type NewOrder = Omit<
   | "leaseToken"
 >;
 
-export type NewPullOrder = Omit<NewOrder, "authNonce" | "payment" | "requirements"> &
+export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "payment" | "requirements" | "secretHash"> &
   Pick<Order, "batchId" | "scheduleId" | "idempotencyKey">;
+
+/** What must still hold when a pull is signed: the schedule that asked for it is not cancelled, or the key that asked for it is the wallet's current one. */
+export type PullGuard = { scheduleId: string } | { apiKeyHash: string };
 
 /** The first nine columns of every new order, in insert order (request_id ... amount). */
 function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
@@ -167,8 +213,9 @@ export class OrderStore {
     // only takes orders whose lease has run out (their request died or gave up).
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
-                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15)
+                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
+                               auth_valid_before, secret_hash)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17)
        ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -179,6 +226,8 @@ export class OrderStore {
         leaseSeconds,
         onChainOrderId(o.requestId),
         randomUUID(),
+        o.authValidBefore!.toString(),
+        o.secretHash,
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
@@ -275,17 +324,27 @@ export class OrderStore {
   }
 
   /**
-   * Records the signed pull for these orders, before it is sent. Throws (so it is never
-   * sent) unless every order is still PULLING without one: the worker may have written an
-   * order off meanwhile.
+   * Records the signed pull for these orders, before it is sent: the last moment before
+   * money moves. Returns false (so it is never sent) unless every order is still PULLING
+   * without one (the worker may have written an order off meanwhile) and the guard still
+   * holds: the schedule is not cancelled, or the key is still the wallet's. The guard's row
+   * is locked by the same statement, so a cancel or a re-link either lands first (nothing
+   * is sent) or waits for this one.
    */
-  async setTxHash(requestIds: string[], txHash: string): Promise<void> {
+  async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard): Promise<boolean> {
+    const scheduleId = guard && "scheduleId" in guard ? guard.scheduleId : null;
+    const apiKeyHash = guard && "apiKeyHash" in guard ? guard.apiKeyHash : null;
     const rows = await this.db.query(
-      `UPDATE bill_order SET tx_hash = $2, updated_at = now()
-       WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL RETURNING request_id`,
-      [requestIds, txHash],
+      `WITH schedule AS (SELECT id FROM bill_schedule WHERE id = $3 AND status <> 'CANCELLED' FOR SHARE),
+            link AS (SELECT wallet FROM agent_link WHERE api_key_hash = $4 FOR SHARE)
+       UPDATE bill_order SET tx_hash = $2, updated_at = now()
+       WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL
+         AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM schedule))
+         AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.wallet = bill_order.payer))
+       RETURNING request_id`,
+      [requestIds, txHash, scheduleId, apiKeyHash],
     );
-    if (rows.length !== requestIds.length) throw new Error("the orders are no longer waiting for a pull; nothing was sent");
+    return rows.length === requestIds.length;
   }
 
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
@@ -313,12 +372,13 @@ export class OrderStore {
     requestId: string,
     from: OrderStatus[],
     to: OrderStatus,
-    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash">> = {},
+    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag">> = {},
   ): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET status = $3, updated_at = now(),
          tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
-         failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash)
+         failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
+         biller_amount = COALESCE($9, biller_amount), flag = COALESCE($10, flag)
        WHERE request_id = $1 AND status = ANY($2::text[])
        RETURNING ${COLUMNS}`,
       [
@@ -330,9 +390,29 @@ export class OrderStore {
         fields.units ?? null,
         fields.failureReason ?? null,
         fields.refundTxHash ?? null,
+        fields.billerAmount ?? null,
+        fields.flag ?? null,
       ],
     );
     return row && toOrder(row);
+  }
+
+  /** Refused x402 orders whose authorization expired by `nowSeconds`: they can be closed once the chain agrees. */
+  async refusedExpired(nowSeconds: bigint, limit: number): Promise<Order[]> {
+    const rows = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM bill_order WHERE status = 'REFUSED' AND auth_valid_before <= $1 ORDER BY auth_valid_before LIMIT $2`,
+      [nowSeconds.toString(), limit],
+    );
+    return rows.map(toOrder);
+  }
+
+  /** Every order, oldest first, a page at a time (for the audit): after `afterRequestId` when given. */
+  async page(limit: number, afterRequestId?: string): Promise<Order[]> {
+    const rows = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM bill_order WHERE $1::text IS NULL OR request_id > $1 ORDER BY request_id LIMIT $2`,
+      [afterRequestId ?? null, limit],
+    );
+    return rows.map(toOrder);
   }
 
   /**

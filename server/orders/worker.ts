@@ -1,7 +1,10 @@
 /**
  * Finishes what requests left unfinished, from the chain's record rather than memory:
- *   SETTLING  settle gave no answer: the ledger says whether the payment landed (PAID, then
- *             vend) or not (settle again while the authorization lives, else PAYMENT_FAILED);
+ *   SETTLING  settle gave no answer: the ledger says whether the payment landed (exactly the
+ *             order's amount: PAID, then vend; anything else: NEEDS_REVIEW) or not (settle
+ *             again while the authorization lives, else PAYMENT_FAILED);
+ *   REFUSED   refused, but the authorization could still land: closed once it has expired
+ *             (x402-flow.ts closeExpiredRefusals); one that landed is refunded by the ledger pass;
  *   PAID      a crash between settlement and vending: vend (the biller's request id is
  *             fixed, so a repeat is recognised as one and requeried);
  *   PENDING   the biller is still working: requery;
@@ -9,35 +12,16 @@
  *   PULLING   a pull whose request died: see orders/pull-reconciler.ts.
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
-import type { ChainKey } from "../../lib/chains.ts";
 import type { Order } from "./store.ts";
 import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
-import { OrphanPulls, reconcileOrphanPulls, reconcilePulling } from "./pull-reconciler.ts";
-import { authorizationUsed, settle } from "./x402-flow.ts";
+import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
+import { reconcilePulling } from "./pull-reconciler.ts";
+import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
 export interface WorkerDeps extends FlowDeps {
-  orphans: OrphanPulls;
+  orphans: Orphans;
   /** Orders younger than this are still in their request's hands. */
   graceSeconds: number;
-}
-
-async function reconcileSettling(deps: WorkerDeps, o: Order): Promise<void> {
-  const { payment: paid } = await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!);
-  if (paid) {
-    const order = await deps.orders.transition(o.requestId, ["SETTLING"], "PAID", { txHash: paid.txHash });
-    if (order) await fulfil(deps, order);
-    return;
-  }
-  const used = await authorizationUsed(deps, o);
-  const validBefore = BigInt((o.payment as { authorization: { validBefore: string } }).authorization.validBefore);
-  if (!used && validBefore > BigInt(Math.floor(Date.now() / 1000))) {
-    const order = await settle(deps, o);
-    if (order.status === "PAID") await fulfil(deps, order);
-  } else if (!used) {
-    await deps.orders.transition(o.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "authorization expired unsettled" });
-  }
-  // Used on chain but not (yet) in the ledger: the ledger is behind, or the payer cancelled
-  // the nonce. Left for a later pass; it never becomes PAID without the ledger's payment.
 }
 
 /** One pass: each unfinished order at most once. Returns how many were worked. */
@@ -80,12 +64,19 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
 }
 
 /**
- * Runs a pass every `intervalMs`, one at a time: unfinished orders, then pulls no order
- * accounts for, then whatever `also` adds (due schedules).
+ * Runs a pass every `intervalMs`, one at a time: unfinished orders, then the ledger pass
+ * (payments no live order accounts for, both rails), then expired refusals, then whatever
+ * `also` adds (due schedules).
  */
 export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<() => Promise<unknown>> = []): { stop(): Promise<void> } {
   let running: Promise<unknown> = Promise.resolve();
-  const tasks = [() => workOnce(deps), () => reconcileOrphanPulls(deps), ...also];
+  const tasks = [
+    () => workOnce(deps),
+    () => reconcileOrphanPulls(deps),
+    () => reconcileAuthorizationPayments(deps),
+    () => closeExpiredRefusals(deps),
+    ...also,
+  ];
   let busy = false;
   const timer = setInterval(() => {
     if (busy) return; // a slow pass is not stacked up behind

@@ -1,51 +1,85 @@
 /**
  * One x402 order, settle first: lock the payment once, verify and settle it through the
- * facilitator, and only then vend (orders/fulfil.ts); a bill that fails is refunded on
- * chain. Every step is a state transition in the order table, so the worker can finish
- * any order a crash or a slow biller left behind, exactly once.
+ * facilitator, count it paid only when the ledger shows a payment of exactly the order's
+ * amount under its (chain, token, payer, nonce), and only then vend (orders/fulfil.ts); a
+ * bill that fails is refunded on chain. The facilitator's word decides nothing about money:
+ * its success only starts the wait for the ledger, and its refusal only means "not now".
+ *
+ * A refused authorization can still land until it expires (the payer, a relayer or anyone
+ * holding it can submit it), so a refused order stays REFUSED, not failed, until the chain
+ * shows it can no longer land; if it lands meanwhile it is refunded, because the payer was
+ * told it did not settle. Every step is a state transition in the order table, so the
+ * worker finishes whatever a crash or a slow facilitator left behind, exactly once.
  */
 import type { PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse } from "@x402/core/types";
 import type { Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import type { ChainKey } from "../../lib/chains.ts";
+import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
+import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
-import type { DecodedPayment, StoredPayment } from "../x402/payment.ts";
-import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
-import { newOrderIds, type Order } from "./store.ts";
+import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
+import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
+import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
 
-/** Whether the payer's authorization has been consumed on chain (by this payment, or otherwise). */
-export async function authorizationUsed(deps: FlowDeps, o: Order): Promise<boolean> {
+const LEDGER_POLL_MS = 50;
+
+/**
+ * The authorization's state on chain at the latest block: whether its nonce is consumed
+ * (by this payment, or otherwise), and that block's number and time.
+ */
+async function authorizationOnChain(deps: FlowDeps, o: Order): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
   const chain = o.chain as ChainKey;
-  return publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!)).readContract({
+  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const block = await client.getBlock({ blockTag: "latest" });
+  const used = await client.readContract({
     address: o.tokenAddress as Hex,
     abi: eip3009TokenAbi,
     functionName: "authorizationState",
     args: [o.payer as Hex, o.authNonce! as Hex],
+    blockNumber: block.number,
   });
+  return { used, block: block.number, timestamp: block.timestamp };
+}
+
+/** The ledger's payment under the order's key, if any. */
+async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!)).payment;
+}
+
+/** SETTLING -> PAID when the ledger's payment is exactly the order's; NEEDS_REVIEW when it is not. */
+async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
+  const mismatch = paymentMismatch(o, payment);
+  if (mismatch) {
+    deps.log("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
+    return move(deps, o, ["SETTLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
+  }
+  return move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
 }
 
 /**
- * The facilitator refused or failed. Only when the chain confirms the authorization is
- * still unused is the order PAYMENT_FAILED: a settlement still in flight, or one someone
- * else submitted, must not be written off. Otherwise it stays SETTLING for the worker,
- * which decides from the ledger's record of the payment.
+ * A payment landed under the key of an order the service refused (or wrote off): the payer
+ * was told it did not settle, so exactly what the chain shows is refunded; a payment of
+ * another amount waits for an operator.
  */
-async function paymentFailed(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
-  let used: boolean;
-  try {
-    used = await authorizationUsed(deps, order);
-  } catch (err) {
-    deps.log("could not read the authorization's state; the worker will decide", { requestId: order.requestId, error: (err as Error).message });
-    return order;
+export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
+  const mismatch = paymentMismatch(o, payment);
+  if (mismatch) {
+    deps.log("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
+    return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
-  if (used) {
-    deps.log("facilitator refused, but the authorization is consumed; the worker will decide", { requestId: order.requestId, reason });
-    return order;
-  }
-  return move(deps, order, ["SETTLING"], "PAYMENT_FAILED", { failureReason: reason });
+  const reason = "the payment landed on chain after the service had refused it";
+  const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash });
+  if (!refunding) return (await deps.orders.get(o.requestId)) ?? o;
+  deps.log("refunding a payment that landed after it was refused", { requestId: o.requestId });
+  return refund(deps, refunding, reason);
+}
+
+/** SETTLING -> REFUSED: nothing moved yet, and the worker watches the authorization until it expires. */
+function refuse(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
+  return move(deps, order, ["SETTLING"], "REFUSED", { failureReason: reason });
 }
 
 function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, resourceUrl: string): StoredPayment {
@@ -75,6 +109,21 @@ function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, res
   };
 }
 
+/**
+ * The order a payment already made, answered only to the same payment (signature
+ * included) for the same bill. The (from, nonce) of a real payment is public on chain, so
+ * anything less would hand a stranger the order; a refusal names no order.
+ */
+export function replayOf(order: Order, payment: DecodedPayment, bodyHash: string): Order {
+  if (!samePayment(order.payment as unknown as StoredPayment, payment)) {
+    throw new ServiceError("PAYMENT_ALREADY_USED", "this authorization's nonce belongs to another payment; sign a new authorization");
+  }
+  if (order.bodyHash !== bodyHash) {
+    throw new ServiceError("PAYMENT_ALREADY_USED", "this payment already paid for a different bill; sign a new authorization for this one");
+  }
+  return order;
+}
+
 export async function startX402Order(
   deps: FlowDeps,
   input: {
@@ -87,8 +136,11 @@ export async function startX402Order(
     payment: DecodedPayment;
     requirements: PaymentRequirements;
     resourceUrl: string;
+    /** Set when the authorization cannot settle yet (not yet valid, or about to expire): refused without asking the facilitator. */
+    notSettleable?: string;
   },
-): Promise<{ order: Order; replay: boolean }> {
+): Promise<{ order: Order; replay: boolean; secret?: string }> {
+  const secret = newOrderSecret();
   const { order, created } = await deps.orders.lockPayment(
     {
       ...newOrderIds(),
@@ -100,35 +152,36 @@ export async function startX402Order(
       payer: input.payment.authorization.from,
       amount: input.amount,
       authNonce: input.payment.authorization.nonce,
+      authValidBefore: input.payment.authorization.validBefore,
       payment: storedPayment(input.payment, input.requirements, input.resourceUrl) as unknown as Record<string, unknown>,
       requirements: input.requirements as unknown as Record<string, unknown>,
+      secretHash: secret.hash,
     },
     deps.leaseSeconds,
   );
-  if (!created) {
-    if (order.bodyHash !== input.bodyHash) {
-      throw new ServiceError("PAYMENT_ALREADY_USED", `this payment already paid for order ${order.requestId}, a different bill`);
-    }
-    return { order, replay: true };
-  }
+  // A concurrent copy created it first: answered like any replay.
+  if (!created) return { order: replayOf(order, input.payment, input.bodyHash), replay: true };
   let last = order;
   try {
-    last = await settle(deps, order);
+    last = input.notSettleable ? await refuse(deps, order, input.notSettleable) : await settle(deps, order);
     if (last.status === "PAID") last = await fulfil(deps, last);
-    return { order: last, replay: false };
+    return { order: last, replay: false, secret: secret.secret };
   } finally {
     // An unfinished order goes to the worker at once; a finished one needs no release.
     if (!FINISHED.has(last.status)) await deps.orders.release(order.requestId, order.leaseToken);
   }
 }
 
-
-/** Verifies then settles; a definite refusal ends in PAYMENT_FAILED, an unclear one stays SETTLING for the worker. */
+/**
+ * Verifies then settles. A refusal ends in REFUSED; a success waits (up to the ledger wait)
+ * for the ledger's payment; no answer, or a ledger that has not caught up, leaves the order
+ * SETTLING for the worker.
+ */
 export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
-  if (!facilitator) return paymentFailed(deps, order, "no facilitator for this chain");
+  if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
 
   let verified: VerifyResponse;
   try {
@@ -142,11 +195,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
     verified = response;
   }
   if (!verified.isValid) {
-    return paymentFailed(
-      deps,
-      order,
-      `facilitator: ${verified.invalidReason ?? "invalid payment"}${verified.invalidMessage ? ` (${verified.invalidMessage})` : ""}`,
-    );
+    return refused(deps, order, `facilitator: ${verified.invalidReason ?? "invalid payment"}${verified.invalidMessage ? ` (${verified.invalidMessage})` : ""}`);
   }
 
   let result: SettleResponse;
@@ -155,12 +204,102 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   } catch (err) {
     const response = (err as { response?: SettleResponse }).response;
     if (!response) {
-      // Unclear whether it landed: the worker checks the chain before anything else happens.
+      // Unclear whether it landed: the worker decides from the chain and the ledger.
       deps.log("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: (err as Error).message });
       return order;
     }
     result = response;
   }
-  if (!result.success) return paymentFailed(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
-  return move(deps, order, ["SETTLING"], "PAID", { txHash: result.transaction });
+  if (!result.success) return refused(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
+  return awaitLedgerPayment(deps, order);
+}
+
+/**
+ * The facilitator refused. If the nonce is already spent on chain (someone settled this very
+ * authorization first, or spent the nonce on another one), the ledger decides: exactly the
+ * order's payment makes it PAID, anything else NEEDS_REVIEW, and until it shows, SETTLING
+ * for the worker. Otherwise nothing has moved: REFUSED.
+ */
+async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
+  const onChain = await authorizationOnChain(deps, order).catch(() => undefined);
+  if (!onChain) return order; // the chain could not be read: the worker decides later
+  if (onChain.used) return awaitLedgerPayment(deps, order);
+  return refuse(deps, order, reason);
+}
+
+/** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
+async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> {
+  const deadline = Date.now() + deps.ledgerWaitMs;
+  for (;;) {
+    try {
+      const payment = await ledgerPaymentOf(deps, order);
+      if (payment) return settledFromLedger(deps, order, payment);
+    } catch (err) {
+      deps.log("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: (err as Error).message });
+    }
+    if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
+    await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
+  }
+}
+
+/**
+ * A SETTLING order whose request gave up (the worker holds its lease). The chain is read
+ * first and the ledger's position next, so "no payment in the ledger" is only believed of a
+ * ledger that has indexed the block the chain was read at.
+ */
+export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void> {
+  const onChain = await authorizationOnChain(deps, o);
+  const indexed = await deps.ledger.indexedBlock(CHAINS[o.chain as ChainKey].chainId);
+  const payment = await ledgerPaymentOf(deps, o);
+  if (payment) {
+    const order = await settledFromLedger(deps, o, payment);
+    if (order.status === "PAID") await fulfil(deps, order);
+    return;
+  }
+  if (!onChain.used) {
+    if (o.authValidBefore! > onChain.timestamp) {
+      const order = await settle(deps, o);
+      if (order.status === "PAID") await fulfil(deps, order);
+    } else {
+      await deps.orders.transition(o.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
+    }
+    return;
+  }
+  if (indexed !== null && indexed >= onChain.block) {
+    // The nonce is spent and no payment reached BillPay under it: cancelled, or spent on
+    // another authorization with the same nonce. Whatever the facilitator said, nothing is owed.
+    await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", {
+      failureReason: "the authorization's nonce is consumed on chain but no payment reached BillPay under it",
+    });
+  }
+  // Otherwise the ledger is behind: a later pass decides.
+}
+
+/**
+ * Closes REFUSED orders whose authorization has expired: once the chain's clock is past it
+ * and the ledger has indexed that far, it can never land. Whatever did land meanwhile is
+ * refunded (or held for review) instead. Returns how many were closed.
+ */
+export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<number> {
+  const due = await deps.orders.refusedExpired(BigInt(Math.floor(Date.now() / 1000)), limit);
+  let closed = 0;
+  for (const o of due) {
+    try {
+      const onChain = await authorizationOnChain(deps, o);
+      if (onChain.timestamp < o.authValidBefore!) continue; // the chain's clock is behind ours
+      const indexed = await deps.ledger.indexedBlock(CHAINS[o.chain as ChainKey].chainId);
+      if (indexed === null || indexed < onChain.block) continue;
+      const payment = await ledgerPaymentOf(deps, o);
+      if (payment) {
+        await landedAfterRefusal(deps, o, payment);
+      } else {
+        const reason = onChain.used ? "its nonce went to something else; nothing reached BillPay" : "the authorization expired unsettled";
+        await deps.orders.transition(o.requestId, ["REFUSED"], "PAYMENT_FAILED", { failureReason: `${o.failureReason ?? "refused"}; ${reason}` });
+      }
+      closed++;
+    } catch (err) {
+      deps.log("could not close a refused order; will retry", { requestId: o.requestId, error: (err as Error).message });
+    }
+  }
+  return closed;
 }

@@ -3,13 +3,16 @@
  * signature against whatever requirements they are handed; the checks the server must
  * make itself are here: the requirements are rebuilt from the locked quote, the payer must
  * be the bill's wallet, the amount the quoted one, the payee BillPay, the asset the bill's
- * token, and the authorization's validity window bounded (no ten-year authorizations).
+ * token, the nonce not zero, the authorization's validity window bounded (no ten-year
+ * authorizations), and the signature the payer's own (checked here for ordinary wallets,
+ * so a forged header locks nothing; a contract wallet's is left to the facilitator).
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload } from "@x402/core/types";
-import type { Hex } from "viem";
+import { parseSignature, recoverTypedDataAddress, type Hex, type PublicClient } from "viem";
 import { z } from "zod";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
 
 /** How the payment arrived: protocol v1 in X-PAYMENT, v2 in PAYMENT-SIGNATURE. */
 export type PaymentHeader = "X-PAYMENT" | "PAYMENT-SIGNATURE";
@@ -44,9 +47,10 @@ export type PaymentProblem =
   | "PAYER_MISMATCH"
   | "PAYEE_MISMATCH"
   | "AMOUNT_MISMATCH"
-  | "AUTHORIZATION_NOT_YET_VALID"
-  | "AUTHORIZATION_EXPIRES_TOO_SOON"
-  | "AUTHORIZATION_TOO_LONG";
+  | "NONCE_INVALID"
+  | "AUTHORIZATION_EXPIRED"
+  | "AUTHORIZATION_TOO_LONG"
+  | "SIGNATURE_INVALID";
 
 export class PaymentRejected extends Error {
   constructor(
@@ -133,8 +137,16 @@ export const MIN_REMAINING_SECONDS = 30n;
 
 const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 
-/** Checks a decoded payment against what the server expects; throws PaymentRejected on the first mismatch. */
-export function checkPayment(p: DecodedPayment, e: Expected): void {
+const ZERO_NONCE = `0x${"0".repeat(64)}`;
+
+/**
+ * Checks a decoded payment against what the server expects; throws PaymentRejected on the
+ * first mismatch, before anything is locked. An authorization that fits but cannot settle
+ * right now (not yet valid, or about to expire) is not rejected here: it could still land,
+ * so it is locked as an order and refused, and refunded should it land. The reason is
+ * returned for that.
+ */
+export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: string } {
   const chain = CHAINS[e.chain];
   if (p.scheme !== "exact") throw new PaymentRejected("PAYMENT_SCHEME_UNSUPPORTED", `scheme "${p.scheme}"; only "exact" is accepted`);
   if (p.network !== chain.caip2 && p.network !== chain.x402V1Network) {
@@ -151,18 +163,74 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
   if (a.value !== e.amount) {
     throw new PaymentRejected("AMOUNT_MISMATCH", `the authorization is for ${a.value}; the locked quote is ${e.amount}`);
   }
-  if (a.validAfter > e.nowSeconds + CLOCK_SKEW_SECONDS) {
-    throw new PaymentRejected("AUTHORIZATION_NOT_YET_VALID", `valid only after ${a.validAfter}`);
-  }
-  if (a.validBefore < e.nowSeconds + MIN_REMAINING_SECONDS) {
-    throw new PaymentRejected("AUTHORIZATION_EXPIRES_TOO_SOON", `expires at ${a.validBefore}, too soon to settle`);
-  }
+  // Zero marks a pull's refund on chain: an x402 payment under it could never be refunded.
+  if (a.nonce === ZERO_NONCE) throw new PaymentRejected("NONCE_INVALID", "the nonce must be 32 random bytes, not zero");
+  if (a.validBefore <= e.nowSeconds) throw new PaymentRejected("AUTHORIZATION_EXPIRED", `expired at ${a.validBefore}`);
   if (a.validBefore > e.nowSeconds + BigInt(e.maxTimeoutSeconds) + CLOCK_SKEW_SECONDS) {
     throw new PaymentRejected(
       "AUTHORIZATION_TOO_LONG",
       `valid until ${a.validBefore}, beyond the challenge's ${e.maxTimeoutSeconds} s lifetime`,
     );
   }
+  if (a.validAfter >= e.nowSeconds) return { notSettleable: `the authorization is valid only after ${a.validAfter}; sign one valid now` };
+  if (a.validBefore < e.nowSeconds + MIN_REMAINING_SECONDS) {
+    return { notSettleable: `the authorization expires at ${a.validBefore}, too soon to settle; sign one valid for longer` };
+  }
+  return {};
+}
+
+/**
+ * Checks that the payer signed the authorization for the bill's token. An ordinary wallet's
+ * signature is recovered here; when it does not recover to the payer and the payer is a
+ * contract (ERC-1271), the facilitator judges it.
+ */
+export async function checkSignature(
+  p: DecodedPayment,
+  token: { name: string; version: string; chainId: number; address: string },
+  client: Pick<PublicClient, "getCode">,
+): Promise<void> {
+  const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
+  let signer: string | undefined;
+  try {
+    signer = await recoverTypedDataAddress({
+      domain,
+      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+      primaryType: "TransferWithAuthorization",
+      message: p.authorization,
+      signature: p.signature,
+    });
+  } catch {
+    signer = undefined;
+  }
+  if (signer && same(signer, p.authorization.from)) return;
+  const code = await client.getCode({ address: p.authorization.from });
+  if (code && code !== "0x") return;
+  throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this authorization for ${token.name}`);
+}
+
+/** A signature in one spelling (r, s, parity), so a re-encoded copy of the same one compares equal. */
+function canonicalSignature(signature: string): string {
+  try {
+    const { r, s, yParity } = parseSignature(signature as Hex);
+    return `${r}${s.slice(2)}${yParity}`.toLowerCase();
+  } catch {
+    return signature.toLowerCase();
+  }
+}
+
+/** Whether a presented payment is the stored one: the same signed authorization, signature included. */
+export function samePayment(stored: StoredPayment, p: DecodedPayment): boolean {
+  const a = stored.authorization;
+  const b = p.authorization;
+  return (
+    same(a.from, b.from) &&
+    same(a.to, b.to) &&
+    a.value === b.value.toString() &&
+    a.validAfter === b.validAfter.toString() &&
+    a.validBefore === b.validBefore.toString() &&
+    same(a.nonce, b.nonce) &&
+    canonicalSignature(stored.signature) === canonicalSignature(p.signature)
+  );
 }
 
 /** An x402 payment as an order keeps it: the payload for the facilitator, and the signed authorization for a refund. */

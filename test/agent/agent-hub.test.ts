@@ -14,7 +14,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
 import type { ServiceStack } from "../../scripts/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
-import { reconcileOrphanPulls } from "../../server/orders/pull-reconciler.ts";
+import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
@@ -171,7 +171,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
       expect((data.tools as unknown[]).length).toBe(10);
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
-      expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String) }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
+      expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });
 
     it("list_plans and list_international_options come from the biller; bad input is a tool error", async () => {
@@ -436,9 +436,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       return orders[0]!;
     }
     const pullFor = (order: { requestId: string }, account: Account) =>
-      service.flow.operator.pull("CELO", { requestId: order.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n }, (h) =>
-        service.flow.orders.setTxHash([order.requestId], h),
-      );
+      service.flow.operator.pull("CELO", { requestId: order.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n }, async (h) => {
+        if (!(await service.flow.orders.setTxHash([order.requestId], h))) throw new Error("the order is no longer waiting for a pull");
+      });
     const ledgerAtHead = async () => waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
 
     it("finishes a pull whose request died before vending, exactly once", async () => {
@@ -478,8 +478,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await flow.operator.pull("CELO", { requestId: late.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n });
       expect(await usdc(account)).toBe(before - 2_002_000n);
 
-      await workOnce(flow);
+      // A refund is sent only once the ledger shows the payment it returns.
       await ledgerAtHead();
+      await workOnce(flow);
       await reconcileOrphanPulls(flow);
       expect(await flow.orders.get(failed.requestId)).toMatchObject({ status: "REFUNDED", refundTxHash: expect.stringMatching(/^0x/) });
       expect(await flow.orders.get(late.requestId)).toMatchObject({ status: "REFUNDED", failureReason: "the pull landed after the order was written off" });

@@ -84,12 +84,16 @@ describe("reading and checking an x402 payment", () => {
   it("bounds the authorization's validity window", async () => {
     const p = decodePayment("PAYMENT-SIGNATURE", v2Header);
     const later = (s: number) => ({ ...expected, nowSeconds: expected.nowSeconds + BigInt(s) });
-    expectRejected(() => checkPayment(p, later(290)), "AUTHORIZATION_EXPIRES_TOO_SOON");
-    expectRejected(() => checkPayment(p, later(10_000)), "AUTHORIZATION_EXPIRES_TOO_SOON");
-    expectRejected(
-      () => checkPayment({ ...p, authorization: { ...p.authorization, validAfter: expected.nowSeconds + 3600n } }, expected),
-      "AUTHORIZATION_NOT_YET_VALID",
-    );
+    // About to expire, or not valid yet: it could still land, so it is not rejected but
+    // locked and refused (refunded should it land); checkPayment says why it cannot settle.
+    expect(checkPayment(p, later(290)).notSettleable).toMatch(/too soon to settle/);
+    expect(checkPayment(p, expected).notSettleable).toBeUndefined();
+    expect(
+      checkPayment({ ...p, authorization: { ...p.authorization, validAfter: expected.nowSeconds + 3600n } }, expected).notSettleable,
+    ).toMatch(/valid only after/);
+    expectRejected(() => checkPayment(p, later(10_000)), "AUTHORIZATION_EXPIRED");
+    // Zero is BillPay's marker for a pull's refund: never an x402 nonce.
+    expectRejected(() => checkPayment({ ...p, authorization: { ...p.authorization, nonce: `0x${"0".repeat(64)}` } }, expected), "NONCE_INVALID");
     // A client that signs for ten years is refused, even though its signature is good.
     const tenYears = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(await signed(10 * 365 * 86_400)));
     expectRejected(() => checkPayment(tenYears, expected), "AUTHORIZATION_TOO_LONG");

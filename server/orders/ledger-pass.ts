@@ -1,0 +1,169 @@
+/**
+ * The ledger pass: reads every payment the ledger shows reaching BillPay, on both rails, and
+ * makes sure each one is accounted for exactly once, whoever submitted it and however late:
+ *   - a pull with no order, or whose order was written off: refunded to its payer, keyed by
+ *     (chain, order id) in orphan_pull (BillPay refunds an order id once in any case);
+ *   - an x402 payment whose order was refused or written off (the payer was told it did not
+ *     settle): refunded through its order, or held for review if the amount differs;
+ *   - an x402 payment with no order at all (sent to BillPay by hand, not through the
+ *     service): recorded in orphan_payment for an operator, never refunded automatically,
+ *     because the service holds no signed authorization to refund it with.
+ * Each chain and rail keeps its own position (chains are indexed at their own pace).
+ */
+import type { Hex } from "viem";
+import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import type { Db } from "../db.ts";
+import type { LedgerPayment } from "../ledger-client.ts";
+import { refund, type FlowDeps } from "./fulfil.ts";
+import { landedAfterRefusal } from "./x402-flow.ts";
+
+const PAGE = 200;
+
+interface OrphanPullRow {
+  chain: ChainKey;
+  order_id: string;
+  amount: string;
+}
+
+/** Payments no order accounts for, and the pass's positions. */
+export class Orphans {
+  constructor(private readonly db: Db) {}
+
+  async recordPull(chain: ChainKey, p: LedgerPayment): Promise<void> {
+    await this.db.query(
+      `INSERT INTO orphan_pull (chain, order_id, payer, token_address, amount, pull_tx_hash, status)
+       VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING') ON CONFLICT DO NOTHING`,
+      [chain, p.orderId!.toLowerCase(), p.payer.toLowerCase(), p.token.toLowerCase(), p.amount, p.txHash],
+    );
+  }
+
+  async recordPayment(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
+    const rows = await this.db.query(
+      `INSERT INTO orphan_payment (chain, token_address, payer, auth_nonce, amount, tx_hash, status)
+       VALUES ($1, $2, $3, $4, $5, $6, 'NEEDS_REVIEW') ON CONFLICT DO NOTHING RETURNING chain`,
+      [chain, p.token.toLowerCase(), p.payer.toLowerCase(), p.authorizationNonce!.toLowerCase(), p.amount, p.txHash],
+    );
+    return rows.length > 0;
+  }
+
+  /** Every orphan record, for the audit (few: each is a payment made outside the service). */
+  async all(): Promise<{ pulls: Array<Record<string, string | null>>; payments: Array<Record<string, string | null>> }> {
+    const [pulls, payments] = await Promise.all([
+      this.db.query<Record<string, string | null>>(
+        `SELECT chain, order_id, payer, token_address, amount::text AS amount, pull_tx_hash, status, refund_tx_hash FROM orphan_pull ORDER BY created_at`,
+      ),
+      this.db.query<Record<string, string | null>>(
+        `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status FROM orphan_payment ORDER BY created_at`,
+      ),
+    ]);
+    return { pulls, payments };
+  }
+
+  async unrefundedPulls(): Promise<OrphanPullRow[]> {
+    return this.db.query<OrphanPullRow>(`SELECT chain, order_id, amount::text AS amount FROM orphan_pull WHERE status = 'REFUNDING'`);
+  }
+
+  async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = $3 WHERE chain = $1 AND order_id = $2`, [
+      chain,
+      orderId,
+      txHash,
+    ]);
+  }
+
+  /** How far the pass has read one chain's payments of one rail (ledger timestamp, unix seconds). */
+  async position(name: string): Promise<bigint | undefined> {
+    const [row] = await this.db.query<{ position: string }>(`SELECT position FROM reconciler_cursor WHERE name = $1`, [name]);
+    return row ? BigInt(row.position) : undefined;
+  }
+
+  async advance(name: string, timestamp: bigint): Promise<void> {
+    await this.db.query(
+      `INSERT INTO reconciler_cursor (name, position) VALUES ($1, $2)
+       ON CONFLICT (name) DO UPDATE SET position = GREATEST(reconciler_cursor.position::numeric, EXCLUDED.position::numeric)::text, updated_at = now()`,
+      [name, timestamp.toString()],
+    );
+  }
+}
+
+export type LedgerPassDeps = FlowDeps & { orphans: Orphans };
+
+/**
+ * Reads one chain's payments of one rail from the pass's position on. One chain's blocks are
+ * indexed in order, so the position only moves forward; its own second is read again
+ * (`from` is inclusive) and what is already accounted for is recognised and skipped.
+ */
+async function readForward(deps: LedgerPassDeps, chain: ChainKey, rail: LedgerPayment["rail"], each: (page: LedgerPayment[]) => Promise<void>) {
+  const chainId = CHAINS[chain].chainId;
+  const name = `${rail === "pull" ? "pulls" : "authorizations"}:${chainId}`;
+  const since = await deps.orphans.position(name);
+  let newest = since ?? 0n;
+  let page = await deps.ledger.payments({ chainId, rail, from: since ?? 0n, limit: PAGE });
+  for (;;) {
+    await each(page.payments);
+    for (const p of page.payments) if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
+    if (!page.nextCursor) break;
+    page = await deps.ledger.payments({ chainId, rail, cursor: page.nextCursor, limit: PAGE });
+  }
+  await deps.orphans.advance(name, newest);
+}
+
+/** Pulls no live order accounts for are refunded; returns how many orphan pulls it refunded. */
+export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number> {
+  for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
+    await readForward(deps, chain, "pull", async (payments) => {
+      const known = new Map((await deps.orders.findByOnchainIds(payments.map((p) => p.orderId!))).map((o) => [o.onchainOrderId, o]));
+      for (const p of payments) {
+        const order = known.get(p.orderId!.toLowerCase());
+        if (!order) {
+          await deps.orphans.recordPull(chain, p);
+        } else if (order.status === "PAYMENT_FAILED") {
+          // Written off as never pulled, and then the pull landed: give the money back.
+          const reason = "the pull landed after the order was written off";
+          const refunding = await deps.orders.transition(order.requestId, ["PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: p.txHash });
+          if (refunding) await refund(deps, refunding, reason);
+        }
+      }
+    });
+  }
+
+  let refunded = 0;
+  for (const o of await deps.orphans.unrefundedPulls()) {
+    try {
+      // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
+      const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
+      await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null);
+      deps.log("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
+      refunded++;
+    } catch (err) {
+      deps.log("could not refund an orphan pull; will retry", { orderId: o.order_id, error: (err as Error).message });
+    }
+  }
+  return refunded;
+}
+
+/**
+ * x402 payments that landed without a live order: after a refusal or write-off (refunded
+ * through the order) or with no order at all (recorded for review). Returns how many it acted on.
+ */
+export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Promise<number> {
+  let acted = 0;
+  for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
+    await readForward(deps, chain, "authorization", async (payments) => {
+      for (const p of payments) {
+        const order = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
+        if (!order) {
+          if (await deps.orphans.recordPayment(chain, p)) {
+            deps.log("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });
+            acted++;
+          }
+        } else if (order.status === "REFUSED" || order.status === "PAYMENT_FAILED") {
+          await landedAfterRefusal(deps, order, p);
+          acted++;
+        }
+        // Any other state is its order's own path (SETTLING is the worker's).
+      }
+    });
+  }
+  return acted;
+}
