@@ -4,9 +4,15 @@
  *   2. every refund matches an inbound payment of at least its amount: a pull by order id,
  *      an x402 payment by (token, payer, EIP-3009 nonce), with the same payer and token;
  *   3. every pull was within the spending allowance the payer had set, replaying each
- *      payer's allowance history in chain order.
+ *      payer's allowance history in chain order, with what refunded pulls gave back;
+ *   4. the service's orders against the ledger (scripts/audit-orders.ts): served orders
+ *      paid exactly, refunds within payments, every payment accounted for; orders held for
+ *      review and stuck ones listed.
  * It first waits until the ledger has indexed each chain up to the head seen at start.
- * Prints a table and exits non-zero on any discrepancy. Reads the ledger by SQL over HTTP.
+ * Prints a table (or, with --json, the same report as JSON) and exits non-zero on any
+ * discrepancy. Reads the ledger by SQL over HTTP and the service's orders from its /ops
+ * routes (SERVICE_URL, default the local service; OPS_TOKEN when it has one);
+ * --ledger-only skips the orders.
  */
 import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
 import { erc20Abi, type Address } from "viem";
@@ -16,6 +22,7 @@ import { deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from ".
 import { ledgerUrl } from "../lib/ledger-config.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 import { waitForLedgerBlock } from "./ledger-process.ts";
+import { auditOrders, readServiceRecords, type OrdersAudit } from "./audit-orders.ts";
 
 const QUERY_TIMEOUT_MS = 30_000;
 
@@ -45,12 +52,21 @@ export interface AuditReport {
   treasury: TreasuryLine[];
   refundsChecked: number;
   pullsChecked: number;
+  /** The orders' reconciliation; null when the audit was asked for the ledger only. */
+  orders: OrdersAudit | null;
   discrepancies: string[];
 }
 
 const lower = (s: string) => s.toLowerCase();
 
-export async function runAudit(options: { ledgerUrl: string; deployments: Deployments }): Promise<AuditReport> {
+export async function runAudit(options: {
+  ledgerUrl: string;
+  deployments: Deployments;
+  /** The service whose orders are reconciled (its /ops routes); omitted: the ledger only. */
+  service?: { url: string; token?: string };
+  /** An order unfinished for longer than this is listed as stuck. */
+  stuckAfterSeconds?: number;
+}): Promise<AuditReport> {
   const { deployments } = options;
   const ledger = createClient(`${options.ledgerUrl}/sql`, { schema });
   const discrepancies: string[] = [];
@@ -140,7 +156,9 @@ export async function runAudit(options: { ledgerUrl: string; deployments: Deploy
     }
   }
 
-  // 2. Every refund matched to an inbound payment of at least its amount.
+  // 2. Every refund matched to an inbound payment of at least its amount (an x402 refund to
+  //    the payment booked under its nonce: an AuthorizationUsed immediately followed by the
+  //    payer's transfer into BillPay, so a cancelled nonce or a plain transfer matches nothing).
   const refundedPerPayment = new Map<string, bigint>();
   for (const r of refunds) {
     const paid = payments.find((p) =>
@@ -165,23 +183,47 @@ export async function runAudit(options: { ledgerUrl: string; deployments: Deploy
     if (total > paid.amount) discrepancies.push(`${what}: refunds total ${total} exceed the payment of ${paid.amount}`);
   }
 
-  // 3. Every pull within the allowance set, replaying allowance sets and pulls in chain order.
-  type Step = { block: bigint; logIndex: number; set?: bigint; pull?: (typeof payments)[number] };
+  // 3. Every pull within the allowance set, replaying, in chain order, the payer's sets, its
+  //    pulls and the allowance its refunded pulls gave back. A restore must belong to a refund
+  //    of a pull of this payer and token, made after the payer last set its allowance, and
+  //    add exactly what that refund returned.
+  type Change = (typeof allowanceChanges)[number];
+  type Step = { block: bigint; logIndex: number; change?: Change; pull?: (typeof payments)[number] };
   const histories = new Map<string, Step[]>();
   const push = (key: string, step: Step) => histories.set(key, [...(histories.get(key) ?? []), step]);
   for (const c of allowanceChanges) {
-    push(`${c.chainId}:${lower(c.payer)}:${lower(c.token)}`, { block: c.blockNumber, logIndex: c.logIndex, set: c.amount });
+    push(`${c.chainId}:${lower(c.payer)}:${lower(c.token)}`, { block: c.blockNumber, logIndex: c.logIndex, change: c });
   }
   const pulls = payments.filter((p) => p.rail === "pull");
   for (const p of pulls) {
     push(`${p.chainId}:${lower(p.payer)}:${lower(p.token)}`, { block: p.blockNumber, logIndex: p.logIndex, pull: p });
   }
+  const MAX_UINT256 = 2n ** 256n - 1n;
   for (const steps of histories.values()) {
     steps.sort((a, b) => (a.block === b.block ? a.logIndex - b.logIndex : a.block < b.block ? -1 : 1));
     let allowance = 0n;
+    let lastSetBlock = -1n;
     for (const step of steps) {
-      if (step.set !== undefined) {
-        allowance = step.set;
+      const c = step.change;
+      if (c?.kind === "set") {
+        allowance = c.amount;
+        lastSetBlock = c.blockNumber;
+        continue;
+      }
+      if (c) {
+        const pull = pulls.find((p) => p.chainId === c.chainId && p.orderId === c.orderId);
+        const refunded = refunds.find((r) => r.chainId === c.chainId && r.orderId === c.orderId && r.txHash === c.txHash);
+        const expected = allowance + c.amount > MAX_UINT256 ? MAX_UINT256 : allowance + c.amount;
+        if (!pull || !refunded || lower(pull.payer) !== lower(c.payer) || lower(pull.token) !== lower(c.token)) {
+          discrepancies.push(`allowance restore ${c.id} (${c.amount}) has no refunded pull of this payer and token`);
+        } else if (refunded.amount !== c.amount) {
+          discrepancies.push(`allowance restore ${c.id} gave back ${c.amount}, but the refund returned ${refunded.amount}`);
+        } else if (pull.blockNumber <= lastSetBlock) {
+          discrepancies.push(`allowance restore ${c.id} added to an allowance the payer set after its pull`);
+        } else if (c.allowanceAfter !== expected) {
+          discrepancies.push(`allowance restore ${c.id} reported ${c.allowanceAfter} left, expected ${expected}`);
+        }
+        allowance = c.allowanceAfter;
         continue;
       }
       const p = step.pull!;
@@ -194,7 +236,19 @@ export async function runAudit(options: { ledgerUrl: string; deployments: Deploy
     }
   }
 
-  return { treasury, refundsChecked: refunds.length, pullsChecked: pulls.length, discrepancies };
+  // 4. The service's orders against the ledger.
+  let orders: OrdersAudit | null = null;
+  if (options.service) {
+    try {
+      const records = await readServiceRecords(options.service.url, options.service.token);
+      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600);
+      discrepancies.push(...orders.discrepancies);
+    } catch (err) {
+      discrepancies.push(`the service's orders at ${options.service.url} could not be read: ${(err as Error).message}`);
+    }
+  }
+
+  return { treasury, refundsChecked: refunds.length, pullsChecked: pulls.length, orders, discrepancies };
 }
 
 export function formatAudit(report: AuditReport): string {
@@ -214,13 +268,29 @@ export function formatAudit(report: AuditReport): string {
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
   const out = [line(head), ...rows.map(line), ""];
   out.push(`refunds matched to payments: ${report.refundsChecked}; pulls checked against allowances: ${report.pullsChecked}`);
+  if (report.orders) {
+    out.push(`orders reconciled with the ledger: ${report.orders.ordersChecked}`);
+    if (report.orders.review.length) out.push(`held for review: ${report.orders.review.length}`, ...report.orders.review.map((r) => `  - ${r}`));
+    if (report.orders.stuck.length) out.push(`stuck: ${report.orders.stuck.length}`, ...report.orders.stuck.map((r) => `  - ${r}`));
+  } else {
+    out.push("orders: not reconciled (--ledger-only)");
+  }
   if (report.discrepancies.length === 0) out.push("audit: no discrepancies");
   else out.push(`audit: ${report.discrepancies.length} discrepancies`, ...report.discrepancies.map((d) => `  - ${d}`));
   return out.join("\n");
 }
 
+/** The report as JSON: bigints as decimal strings. */
+export function auditJson(report: AuditReport): string {
+  return JSON.stringify({ ok: report.discrepancies.length === 0, ...report }, (_, v) => (typeof v === "bigint" ? v.toString() : v), 2);
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const report = await runAudit({ ledgerUrl: ledgerUrl(), deployments: await readDeployments(deploymentsPath()) });
-  console.log(formatAudit(report));
+  const args = process.argv.slice(2);
+  const service = args.includes("--ledger-only")
+    ? undefined
+    : { url: process.env.SERVICE_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, token: process.env.OPS_TOKEN };
+  const report = await runAudit({ ledgerUrl: ledgerUrl(), deployments: await readDeployments(deploymentsPath()), service });
+  console.log(args.includes("--json") ? auditJson(report) : formatAudit(report));
   process.exitCode = report.discrepancies.length === 0 ? 0 : 1;
 }

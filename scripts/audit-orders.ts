@@ -1,0 +1,127 @@
+/**
+ * The audit's second half: the service's orders against the ledger's payments and refunds.
+ *   - every served order (SUCCESS) has a payment of exactly its amount, payer and token;
+ *   - every refunded order has a payment, and refunds no larger than it in total;
+ *   - every ledger payment has an order, or an orphan record, that served, refunded or holds
+ *     it for review; a payment under an order written off (PAYMENT_FAILED) is a discrepancy;
+ *   - orders waiting for an operator (NEEDS_REVIEW, and orphan x402 payments) and orders
+ *     unfinished for longer than `stuckAfterSeconds` are listed, not counted as discrepancies.
+ * The orders come from the service's operators' route (server/ops.ts).
+ */
+import { CHAINS, type ChainKey } from "../lib/chains.ts";
+import type { OpsOrder } from "../server/ops.ts";
+
+const TIMEOUT_MS = 30_000;
+
+export interface LedgerMoney {
+  id: string;
+  chainId: number;
+  rail: string;
+  orderId: string | null;
+  authorizationNonce: string | null;
+  payer: string;
+  token: string;
+  amount: bigint;
+}
+
+type OrphanRow = Record<string, string | null>;
+const field = (row: OrphanRow, name: string) => row[name] ?? null;
+
+export interface ServiceRecords {
+  orders: OpsOrder[];
+  orphans: { pulls: OrphanRow[]; payments: OrphanRow[] };
+}
+
+export interface OrdersAudit {
+  ordersChecked: number;
+  /** Held for an operator: NEEDS_REVIEW orders and orphan x402 payments. */
+  review: string[];
+  /** Unfinished for longer than the limit. */
+  stuck: string[];
+  discrepancies: string[];
+}
+
+/** Reads every order and orphan record from the service's /ops routes. */
+export async function readServiceRecords(url: string, token?: string): Promise<ServiceRecords> {
+  const get = async <T>(path: string): Promise<T> => {
+    const res = await fetch(`${url}${path}`, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+      signal: AbortSignal.timeout(TIMEOUT_MS),
+    });
+    if (!res.ok) throw new Error(`the service answered ${res.status} for ${path.split("?")[0]}`);
+    return (await res.json()) as T;
+  };
+  const orders: OpsOrder[] = [];
+  let after: string | null = null;
+  do {
+    const page: { orders: OpsOrder[]; next: string | null } = await get(`/ops/orders?limit=500${after ? `&after=${after}` : ""}`);
+    orders.push(...page.orders);
+    after = page.next;
+  } while (after);
+  return { orders, orphans: await get("/ops/orphans") };
+}
+
+const lower = (s: string | null | undefined) => (s ?? "").toLowerCase();
+const authKey = (chainId: number, token: string, payer: string, nonce: string | null) => `${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
+const pullKey = (chainId: number, orderId: string | null) => `${chainId}:${lower(orderId)}`;
+const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
+
+export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], refunds: LedgerMoney[], nowMs: number, stuckAfterSeconds: number): OrdersAudit {
+  const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], stuck: [], discrepancies: [] };
+  const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.token, m.payer, m.authorizationNonce)}`);
+  const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
+  const refundedByKey = new Map<string, bigint>();
+  for (const r of refunds) refundedByKey.set(keyOf(r), (refundedByKey.get(keyOf(r)) ?? 0n) + r.amount);
+  const accounted = new Set<string>();
+
+  for (const o of records.orders) {
+    const chainId = CHAINS[o.chain as ChainKey]?.chainId;
+    const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.token_address, o.payer, o.auth_nonce)}`;
+    const paid = paymentByKey.get(key);
+    const refunded = refundedByKey.get(key) ?? 0n;
+    const what = `order ${o.request_id} (${o.rail}, ${o.status}, ${o.amount})`;
+    if (paid) accounted.add(key);
+    const exact = paid && BigInt(paid.amount) === BigInt(o.amount) && lower(paid.payer) === lower(o.payer) && lower(paid.token) === lower(o.token_address);
+
+    if (paid && refunded > paid.amount) out.discrepancies.push(`${what}: refunds total ${refunded}, more than its payment of ${paid.amount}`);
+    if (!paid && refunded > 0n) out.discrepancies.push(`${what}: refunded ${refunded} without a payment`);
+    switch (o.status) {
+      case "SUCCESS":
+        if (!exact) out.discrepancies.push(`${what} was served, but the ledger shows ${paid ? `a payment of ${paid.amount} by ${paid.payer}` : "no payment"}`);
+        if (refunded > 0n) out.discrepancies.push(`${what} was served and also refunded ${refunded}`);
+        if (o.flag) out.review.push(`${what}: ${o.flag}`);
+        break;
+      case "REFUNDED":
+        if (!paid) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
+        else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
+        break;
+      case "PAYMENT_FAILED":
+        if (paid && refunded < paid.amount) out.discrepancies.push(`${what} was written off, but the ledger shows a payment of ${paid.amount} not refunded`);
+        break;
+      case "NEEDS_REVIEW":
+        out.review.push(`${what}: ${o.failure_reason ?? "held for review"}`);
+        break;
+    }
+    if (UNFINISHED.has(o.status)) {
+      // A refusal is unfinished until its authorization expires: counted from then.
+      const since = o.status === "REFUSED" && o.auth_valid_before ? Number(o.auth_valid_before) * 1000 : Date.parse(o.created_at);
+      if (nowMs - since > stuckAfterSeconds * 1000) out.stuck.push(`${what} since ${new Date(since).toISOString()}`);
+    }
+  }
+
+  for (const o of records.orphans.pulls) {
+    const key = `pull:${pullKey(CHAINS[o.chain as ChainKey]?.chainId, field(o, "order_id"))}`;
+    accounted.add(key);
+    if (o.status !== "REFUNDED") out.stuck.push(`orphan pull ${o.order_id} on ${o.chain} (${o.amount}) is not refunded yet`);
+    else if (!refundedByKey.get(key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked refunded, but the ledger shows no refund`);
+  }
+  for (const o of records.orphans.payments) {
+    const key = `auth:${authKey(CHAINS[o.chain as ChainKey]?.chainId, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
+    accounted.add(key);
+    out.review.push(`x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order: ${o.status}`);
+  }
+  for (const p of payments) {
+    if (!accounted.has(keyOf(p))) out.discrepancies.push(`payment ${p.id} (${p.rail}, ${p.amount} from ${p.payer}) has no order or orphan record`);
+  }
+  return out;
+}
