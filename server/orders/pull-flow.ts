@@ -129,8 +129,11 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
     else await deps.operator.pullBatch(chain, items, onSigned);
   } catch (err) {
     if (err instanceof PullWithdrawn) {
+      // Nothing was sent. Either the guard failed (these orders are still waiting: write them
+      // off and say why) or the worker wrote them off meanwhile (they are its to report).
+      const writtenOff = await Promise.all(orders.map((o) => deps.orders.writeOffUnsent(o.requestId)));
+      if (writtenOff.some((o) => o === undefined)) return Promise.all(orders.map(async (o) => (await deps.orders.get(o.requestId)) ?? o));
       const reason = "scheduleId" in guard ? "the schedule was cancelled before its pull was sent" : "the api_key was retired before the pull was sent";
-      await Promise.all(orders.map((o) => deps.orders.writeOffUnsent(o.requestId)));
       throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });
     }
     if (!(err instanceof ContractRefused)) {
