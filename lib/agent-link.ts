@@ -5,3 +5,9 @@ export const LINK_PATH = "/api/agent/link";
 export function linkMessage(serviceName: string, timestamp: string): string {
   return `${serviceName} Agent Action: POST:${LINK_PATH}: ${timestamp}`;
 }
+
+/** Where a Sign-In with Ethereum link gets its one-time nonce. */
+export const LINK_NONCE_PATH = "/api/agent/link/nonce";
+
+/** The statement a Sign-In with Ethereum link message carries. */
+export const LINK_STATEMENT = "Link this wallet to the agent hub: agents holding the api_key may pay bills from the allowance it approves.";

@@ -33,7 +33,8 @@ const celo = chainActors(stack.deployments, "CELO");
 const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
 const service = await startServiceStack({
   deployments: stack.deployments,
-  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, BATCH_MAX_BILLS: String(BATCH) },
+  // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
+  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, BATCH_MAX_BILLS: String(BATCH), RATE_LIMIT_PAYING_KEY: "1000000/60", RATE_LIMIT_LINK_ADDRESS: "1000/60" },
 });
 const url = service.urls.service;
 const mcp = await mcpAgent(url);
@@ -58,7 +59,7 @@ async function agent(index: number) {
 
 async function pay(apiKey: string, args: Record<string, unknown> = airtime()) {
   const s = performance.now();
-  const answer = await mcp.call("pay_bill", { api_key: apiKey, pin: "1234", ...args });
+  const answer = await mcp.call("pay_bill", { api_key: apiKey, pin: "1234", allow_duplicate: true, ...args });
   if (answer.isError || answer.data.status !== "SUCCESS") throw new Error(`pay_bill failed: ${JSON.stringify(answer.data)}`);
   return { ms: performance.now() - s, txHash: answer.data.tx_hash as Hex };
 }

@@ -8,6 +8,7 @@ import { mkdir } from "node:fs/promises";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { DEFAULT_LEDGER_PORT } from "../lib/ledger-config.ts";
 import { loadConfig } from "../server/config.ts";
+import { purgeTask } from "../server/storage-purge.ts";
 import { startWorker } from "../server/orders/worker.ts";
 import { ledgerDatabaseFor, startLedger, type Ledger } from "./ledger-process.ts";
 import { startLocalChains } from "./local-chains.ts";
@@ -48,7 +49,10 @@ try {
     pgliteDir: config.SERVER_PGLITE_DIR,
   });
   closers.push(() => stack.close());
-  const worker = startWorker(stack.flow, config.WORKER_INTERVAL_MS, [() => stack.hub.runDueSchedules()]);
+  const worker = startWorker(stack.flow, config.WORKER_INTERVAL_MS, [
+    () => stack.hub.runDueSchedules(),
+    purgeTask(stack.db, config.LINK_SIGNATURE_WINDOW_SECONDS),
+  ]);
   closers.push(() => worker.stop());
   log(`facilitator: ${stack.urls.facilitator}`);
   log(`biller sandbox: ${stack.urls.biller}`);

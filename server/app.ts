@@ -20,6 +20,7 @@ import { replayOf, startX402Order } from "./orders/x402-flow.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { mountOps } from "./ops.ts";
+import { clientAddress } from "./limits.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { rpcUrlFor } from "../lib/deployments.ts";
 import { buildHub, jsonLog } from "./services.ts";
@@ -28,7 +29,7 @@ import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resol
 import { checkPayment, checkSignature, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./x402/payment.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
 import type { AgentHub } from "./agent/hub.ts";
-import { LINK_PATH } from "../lib/agent-link.ts";
+import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts";
 import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
@@ -58,8 +59,9 @@ export function createApp(deps: AppDeps): Hono {
   const { config } = deps;
   const app = new Hono();
   const hub = deps.hub ?? buildHub(config, deps.deployments, deps.db, deps.flow, deps.rates);
-  // One store of locked quotes (and its cache) for both rails.
+  // One store of locked quotes (and its cache) for both rails, and one set of rate limits.
   const quotes = hub.quotes;
+  const limits = hub.deps.limits;
 
   /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
   const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
@@ -180,6 +182,9 @@ export function createApp(deps: AppDeps): Hono {
       const seen = await orderOfPayment(presented, option.chain, tokenAddress);
       if (seen) return orderResponse(c, replayOf(seen, presented!, bodyHash), header!);
 
+      // A bill with no live quote writes one: those are counted per caller. Calls carrying a
+      // payment never are (it may be settling), nor are repeats of a quoted bill.
+      if (!header && !(await quotes.live(bodyHash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
@@ -250,7 +255,28 @@ export function createApp(deps: AppDeps): Hono {
     if (origin && origin !== "null" && !allowedHosts.has(hostname(origin))) return problemResponse("HOST_NOT_ALLOWED", `origin "${origin}" is not allowed`);
     await next();
   };
-  for (const path of [LINK_PATH, "/api/mcp", "/api/a2a", "/.well-known/agent-card.json"]) app.use(path, hostGuard);
+  for (const path of [LINK_PATH, LINK_NONCE_PATH, "/api/mcp", "/api/a2a", "/.well-known/agent-card.json"]) app.use(path, hostGuard);
+  /** Where clients reach this service: PUBLIC_URL, or (served locally only) the allowed Host they used. */
+  const serviceOrigin = (c: Context) => new URL(config.PUBLIC_URL ?? new URL(c.req.url).origin);
+
+  // Sign-In with Ethereum links: the nonce to sign, with the fields the message must carry.
+  app.get(LINK_NONCE_PATH, async (c) => {
+    await limits.take("linkAddress", clientAddress(c));
+    const origin = serviceOrigin(c);
+    return c.json(
+      {
+        nonce: await hub.deps.links.issueNonce(),
+        domain: origin.host,
+        uri: `${origin.origin}${LINK_PATH}`,
+        statement: LINK_STATEMENT,
+        version: "1",
+        chain_ids: Object.fromEntries(Object.keys(deps.deployments.chains).map((k) => [k, CHAINS[k as keyof typeof CHAINS].chainId])),
+        expires_in_seconds: config.LINK_SIGNATURE_WINDOW_SECONDS,
+      },
+      200,
+      { "cache-control": "no-store" },
+    );
+  });
 
   const tools = agentTools(config.BATCH_MAX_BILLS);
   const toolContext = { hub, tools };
@@ -259,14 +285,31 @@ export function createApp(deps: AppDeps): Hono {
     onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES * 4} bytes`),
   });
 
+  // A full link queue is refused first of all, before the body is read: a flood costs little.
+  app.post(LINK_PATH, async (_c, next) => {
+    hub.deps.gates.link.admit();
+    await next();
+  });
   app.post(LINK_PATH, bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }), async (c) => {
+    // Counted before the signature check and the PIN hash, per caller and per wallet named.
+    await limits.take("linkAddress", clientAddress(c));
+    const wallet = c.req.header("x-wallet-address");
+    if (wallet) await limits.take("linkWallet", wallet.toLowerCase());
     const headers = readWalletHeaders((name) => c.req.header(name));
     const body = await jsonBody(c);
     if (body instanceof Response) return body;
-    const linked = await linkWallet(
-      { serviceName: config.SERVICE_NAME, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS, deployments: deps.deployments, links: hub.deps.links },
-      headers,
-      body,
+    const linked = await hub.deps.gates.link.run(() =>
+      linkWallet(
+        {
+          serviceName: config.SERVICE_NAME,
+          windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS,
+          deployments: deps.deployments,
+          links: hub.deps.links,
+          origin: serviceOrigin(c),
+        },
+        headers,
+        body,
+      ),
     );
     return c.json(linked, 200, { "cache-control": "no-store" });
   });
@@ -288,6 +331,7 @@ export function createApp(deps: AppDeps): Hono {
   mountOps(app, { token: config.OPS_TOKEN, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
 
   app.get("/api/orders/:requestId", async (c) => {
+    await limits.take("orderAddress", clientAddress(c));
     const requestId = c.req.param("requestId");
     if (!/^req_\d{12}[0-9a-f]{20}$/.test(requestId)) {
       return problemResponse("VALIDATION_FAILED", "request_id must look like req_ followed by the id a payment returned");

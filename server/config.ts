@@ -31,6 +31,20 @@ const fees = z.string().transform((s, ctx) => {
   return out;
 });
 
+/** A rate limit, "<requests>/<seconds>" (for example "30/60"); "0/60" turns it off. */
+const rateLimit = (fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((v, ctx) => {
+      const m = /^(\d+)\/(\d+)$/.exec(v.trim());
+      if (!m || Number(m[2]) === 0) {
+        ctx.addIssue({ code: "custom", message: `expected "<requests>/<seconds>", got "${v}"` });
+        return z.NEVER;
+      }
+      return { points: Number(m[1]), seconds: Number(m[2]) };
+    });
+
 export const configSchema = z.object({
   PORT: port.default(8080),
   HOST: z.string().default("127.0.0.1"),
@@ -88,13 +102,43 @@ export const configSchema = z.object({
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
+  /** Links (each a signature check and a 50 ms PIN hash), per client address and per wallet. */
+  RATE_LIMIT_LINK_ADDRESS: rateLimit("30/60"),
+  RATE_LIMIT_LINK_WALLET: rateLimit("10/60"),
+  /** Paying tool calls (pay_bill, pay_bill_batch, schedule_bill, cancel_schedule), per api_key. */
+  RATE_LIMIT_PAYING_KEY: rateLimit("120/60"),
+  /** 402 challenges for bills with no live quote yet (each writes a quote), per client address. */
+  RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),
+  /** GET /api/orders/{request_id}, per client address. */
+  RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
+  /** Links worked at once (signature check and a 50 ms PIN hash each), and how many may wait; beyond, 503 SERVICE_BUSY. */
+  LINK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(1),
+  LINK_QUEUE: z.coerce.number().int().min(0).default(16),
+  /** PIN checks (a 50 ms scrypt each) run at once, and how many may wait. */
+  PIN_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
+  PIN_QUEUE: z.coerce.number().int().min(0).default(64),
+  /** A pay_bill without idempotency_key for a bill the wallet paid this recently answers with the first order. */
+  DUPLICATE_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(60),
+  /** Lockouts of one link, each PIN_LOCK_SECONDS times 2^(n-1), before its key is retired. */
+  PIN_MAX_LOCKOUTS: z.coerce.number().int().min(1).max(20).default(3),
 });
 
 export type Config = z.infer<typeof configSchema>;
 
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1", "[::1]"]);
+
+/**
+ * Served beyond this machine, the 402's resource URL must come from PUBLIC_URL: otherwise
+ * it would be built from the request's Host header, which any client can set.
+ */
+const servedSafely = configSchema.refine((c) => LOOPBACK.has(c.HOST.toLowerCase()) || c.PUBLIC_URL !== undefined, {
+  message: "PUBLIC_URL is required when HOST is not a loopback address (the payment resource URL must not come from the Host header)",
+  path: ["PUBLIC_URL"],
+});
+
 /** Parses the environment; throws one error naming every bad variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = configSchema.safeParse(env);
+  const parsed = servedSafely.safeParse(env);
   if (!parsed.success) throw new Error(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
   return parsed.data;
 }

@@ -9,6 +9,8 @@ import pg from "pg";
 export interface Db {
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
   close(): Promise<void>;
+  /** The PostgreSQL server's pool (absent on PGlite), for libraries that take one. */
+  pool?: pg.Pool;
 }
 
 const MIGRATIONS: string[] = [
@@ -165,6 +167,27 @@ const MIGRATIONS: string[] = [
      read_at     timestamptz NOT NULL DEFAULT now()
    );
    CREATE INDEX fx_rate_latest ON fx_rate (source, read_at DESC);`,
+  // Abuse resistance. rate_limit is rate-limiter-flexible's PostgreSQL table (its own
+  // layout), shared by every instance; purged of expired keys on the worker's schedule.
+  `CREATE TABLE rate_limit (
+     key    varchar(255) PRIMARY KEY,
+     points integer NOT NULL DEFAULT 0,
+     expire bigint
+   );
+   -- How many PIN lockouts a link has had since it last proved its PIN: lockouts escalate,
+   -- and past PIN_MAX_LOCKOUTS the key is retired.
+   ALTER TABLE agent_link ADD COLUMN pin_lockouts integer NOT NULL DEFAULT 0;
+   -- A key linked by a contract wallet pays only on the chain its signature was checked on.
+   ALTER TABLE agent_link ADD COLUMN scope_chain text;
+   -- Server-issued nonces for Sign-In with Ethereum links: each used once, while fresh.
+   CREATE TABLE link_nonce (
+     nonce      text        PRIMARY KEY,
+     created_at timestamptz NOT NULL DEFAULT now(),
+     used_at    timestamptz
+   );
+   CREATE INDEX link_nonce_age ON link_nonce (created_at);
+   CREATE INDEX quote_expired ON quote (expires_at);
+   CREATE INDEX link_signature_age ON link_signature (used_at);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
@@ -198,6 +221,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string }): Pro
     db = {
       query: async (text, params) => (await pool.query(text, params)).rows,
       close: () => pool.end(),
+      pool,
     };
     const client = await pool.connect();
     try {

@@ -19,7 +19,9 @@ export const ERRORS = {
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
   // Linking a wallet (POST /api/agent/link)
-  WALLET_HEADERS_INVALID: { status: 400, title: "The x-wallet-address, x-wallet-signature and x-wallet-timestamp headers are missing or malformed" },
+  WALLET_HEADERS_INVALID: { status: 400, title: "The x-wallet-address, x-wallet-signature and x-wallet-timestamp (or x-wallet-siwe) headers are missing or malformed" },
+  SIWE_MESSAGE_INVALID: { status: 401, title: "The Sign-In with Ethereum message does not name this service, link URI, chain or a nonce it issued" },
+  CHAIN_NOT_LINKED: { status: 403, title: "This api_key was verified by a contract wallet on another chain and pays only there" },
   WALLET_MISMATCH: { status: 400, title: "The body's wallet_address is not the wallet that signed" },
   SIGNATURE_STALE: { status: 401, title: "The signed timestamp is outside the freshness window" },
   SIGNATURE_INVALID: { status: 401, title: "The signature was not made by the wallet over the expected message" },
@@ -47,6 +49,8 @@ export const ERRORS = {
   NOT_FOUND: { status: 404, title: "No such resource" },
   ORDER_NOT_FOUND: { status: 404, title: "No order with that request_id" },
   OPS_FORBIDDEN: { status: 403, title: "The operators' routes need the OPS_TOKEN bearer token, or a loopback caller when none is set" },
+  SERVICE_BUSY: { status: 503, title: "Too much of this kind of work is in progress; retry in a moment" },
+  RATE_LIMITED: { status: 429, title: "Too many requests of this kind; retry after the time given" },
   ORDER_PROOF_INVALID: { status: 401, title: "The proof presented is not this order's secret nor its payer's api_key" },
   INTERNAL: { status: 500, title: "Internal error" },
 } as const;
@@ -76,8 +80,8 @@ export function validationFailed(error: { issues: Array<{ path: PropertyKey[]; m
 }
 
 export function problemResponse(code: ErrorCode, detail: string, extra: Record<string, unknown> = {}): Response {
-  return new Response(JSON.stringify(problemBody(code, detail, extra)), {
-    status: ERRORS[code].status,
-    headers: { "content-type": "application/problem+json" },
-  });
+  const headers: Record<string, string> = { "content-type": "application/problem+json" };
+  // A refusal that names when to come back says it in the standard header too.
+  if (typeof extra.retry_after_seconds === "number") headers["retry-after"] = String(Math.max(1, Math.ceil(extra.retry_after_seconds)));
+  return new Response(JSON.stringify(problemBody(code, detail, extra)), { status: ERRORS[code].status, headers });
 }

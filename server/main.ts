@@ -7,6 +7,7 @@ import { readDeployments } from "../lib/deployments.ts";
 import { createApp } from "./app.ts";
 import { loadConfig } from "./config.ts";
 import { openDb } from "./db.ts";
+import { purgeTask } from "./storage-purge.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
 import { buildFlow, buildHub, jsonLog } from "./services.ts";
@@ -27,7 +28,7 @@ const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
 const hub = buildHub(config, deployments, db, flow, rates);
 const app = createApp({ config, db, deployments, rates, flow, hub });
-const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules()]);
+const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS)]);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
   log("listening", { url: `http://${config.HOST}:${info.port}`, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),

@@ -61,4 +61,11 @@ export const linkRequestSchema = z.object({
 
 export type LinkRequest = z.infer<typeof linkRequestSchema>;
 
-export const linkResultSchema = z.object({ success: z.boolean(), api_key: z.string() });
+export const linkResultSchema = z.object({
+  success: z.boolean(),
+  api_key: z.string(),
+  /** The wallet's schedules this link cancelled (they were authorised under the old key). */
+  cancelled_schedules: z.array(z.string()),
+  /** Set for a contract wallet: the only chain the key pays on (its signature was checked there). */
+  scope_chain: z.string().nullable(),
+});

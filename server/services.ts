@@ -8,6 +8,7 @@ import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { LedgerClient } from "./ledger-client.ts";
+import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { OrderStore } from "./orders/store.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
@@ -62,9 +63,11 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     deployments,
     rates,
     flow,
-    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS }),
+    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS, maxLockouts: config.PIN_MAX_LOCKOUTS }, jsonLog),
     schedules: new ScheduleStore(db),
     biller: flow.biller,
     ledger: flow.ledger,
+    limits: new Limits(config, db),
+    gates: buildGates(config),
   });
 }

@@ -62,7 +62,11 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
     limits: {
       max_naira_amount: MAX_NAIRA_AMOUNT,
       batch_max_bills: config.BATCH_MAX_BILLS,
-      pin: `4 to 6 digits; ${config.PIN_MAX_ATTEMPTS} wrong PINs lock paying tools for ${config.PIN_LOCK_SECONDS} seconds`,
+      pin:
+        `4 to 6 digits; ${config.PIN_MAX_ATTEMPTS} wrong PINs lock paying tools for ${config.PIN_LOCK_SECONDS} seconds, each ` +
+        `further lockout twice as long; after ${config.PIN_MAX_LOCKOUTS} lockouts the api_key is retired (link again)`,
+      duplicate_window_seconds: config.DUPLICATE_WINDOW_SECONDS,
+      paying_calls_per_key: `${config.RATE_LIMIT_PAYING_KEY.points} per ${config.RATE_LIMIT_PAYING_KEY.seconds} s`,
       link_signature_window_seconds: config.LINK_SIGNATURE_WINDOW_SECONDS,
       schedule_min_interval_seconds: config.SCHEDULE_MIN_INTERVAL_SECONDS,
       schedules_per_wallet: config.SCHEDULE_MAX_PER_WALLET,

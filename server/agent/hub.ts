@@ -20,6 +20,7 @@ import type { RateSource } from "../pricing/rates.ts";
 import { QuoteStore } from "../quotes.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill } from "../x402/challenge.ts";
+import type { Gates, Limits } from "../limits.ts";
 import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
 
@@ -36,6 +37,10 @@ export interface HubDeps {
   schedules: ScheduleStore;
   biller: VtpassClient;
   ledger: LedgerClient;
+  /** The service's rate limits (one set per instance, shared with the HTTP routes). */
+  limits: Limits;
+  /** Bounds on expensive work: links and PIN checks. */
+  gates: Gates;
 }
 
 /**
@@ -64,12 +69,17 @@ export class AgentHub {
 
   /** The gate on every paying tool. */
   checkPin(link: Link, pin: string): Promise<void> {
-    return this.deps.links.checkPin(link.wallet, pin);
+    return this.deps.gates.pin.run(() => this.deps.links.checkPin(link.wallet, pin));
   }
 
   /** The chain and token a pull uses: the call's, else the link's approved pair. */
-  pullOption(link: Pick<Link, "approvedChain" | "approvedToken">, chain?: string, token?: string): { chain: ChainKey; token: TokenSymbol; tokenAddress: Hex } {
-    return resolvePullOption(this.deps.deployments, chain ?? link.approvedChain, token ?? link.approvedToken);
+  pullOption(link: Pick<Link, "approvedChain" | "approvedToken" | "scopeChain">, chain?: string, token?: string): { chain: ChainKey; token: TokenSymbol; tokenAddress: Hex } {
+    const option = resolvePullOption(this.deps.deployments, chain ?? link.approvedChain, token ?? link.approvedToken);
+    // A contract wallet's signature was checked on one chain: the same address elsewhere may be another contract.
+    if (link.scopeChain && option.chain !== link.scopeChain) {
+      throw new ServiceError("CHAIN_NOT_LINKED", `this key was linked by a contract wallet verified on ${link.scopeChain}; it pays only there (link again on ${option.chain} to pay there)`);
+    }
+    return option;
   }
 
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
@@ -83,19 +93,44 @@ export class AgentHub {
   }
 
   /** pay_bill: one bill, one pull. */
-  async payBill(link: Link, bill: AgentBill, options: { chain?: string; token?: string; idempotencyKey?: string; scheduleId?: string } = {}) {
+  async payBill(
+    link: Link,
+    bill: AgentBill,
+    options: { chain?: string; token?: string; idempotencyKey?: string; scheduleId?: string; allowDuplicate?: boolean } = {},
+  ) {
     const option = this.pullOption(link, options.chain, options.token);
     const priced = await this.price(link, bill, option.chain, option.token);
+    let idempotencyKey = options.idempotencyKey;
+    if (!idempotencyKey && !options.allowDuplicate && !options.scheduleId) {
+      // An agent retrying blindly: the same bill within the window answers with the first order.
+      const { key, earlier } = await this.duplicateKey(link.wallet, priced.bodyHash);
+      if (earlier) return { ...this.result(earlier), replayed: true };
+      idempotencyKey = key;
+    }
     const { orders, replay } = await startPullOrders(this.deps.flow, {
       wallet: link.wallet as Hex,
       ...option,
       bills: [priced],
       batch: false,
-      idempotencyKey: options.idempotencyKey,
+      idempotencyKey,
       scheduleId: options.scheduleId,
       guard: pullGuard(link, options.scheduleId),
     });
     return { ...this.result(orders[0]!), ...(replay ? { replayed: true } : {}) };
+  }
+
+  /**
+   * The implicit idempotency key of a bill paid without one: the bill's hash and the window
+   * it falls in (so concurrent copies meet on one key), and the order of the previous window
+   * if it is still within DUPLICATE_WINDOW_SECONDS.
+   */
+  private async duplicateKey(wallet: string, bodyHash: string): Promise<{ key: string; earlier?: Order }> {
+    const windowMs = this.deps.config.DUPLICATE_WINDOW_SECONDS * 1000;
+    const slot = Math.floor(Date.now() / windowMs);
+    const key = (n: number) => `dup:${bodyHash.slice(0, 40)}@${n}`;
+    const [earlier] = await this.deps.flow.orders.findByIdempotencyKeys(wallet, [key(slot - 1)]);
+    const recent = earlier && Date.now() - earlier.createdAt.getTime() < windowMs ? earlier : undefined;
+    return { key: key(slot), earlier: recent };
   }
 
   /** pay_bill_batch: every bill in one pullBatch; a result per bill, in the order given. */

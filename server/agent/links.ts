@@ -5,6 +5,7 @@
  * PINs are counted in the database (so every instance sees them) and lock the wallet's
  * paying tools for a while once they reach the limit.
  */
+import { randomBytes } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
@@ -18,6 +19,8 @@ export interface Link {
   linkedAt: Date;
   /** The key this link was reached with (a pull is sent only while it is still the wallet's). */
   apiKeyHash?: string;
+  /** Set when a contract wallet linked: its signature was checked on this chain only, so it pays only here. */
+  scopeChain?: ChainKey | null;
 }
 
 interface LinkRow {
@@ -27,6 +30,7 @@ interface LinkRow {
   channel: string;
   approved_chain: ChainKey;
   approved_token: TokenSymbol;
+  scope_chain: ChainKey | null;
   pin_failures: number;
   locked_until: Date | null;
   linked_at: Date;
@@ -39,13 +43,33 @@ const toLink = (r: LinkRow): Link => ({
   approvedToken: r.approved_token,
   linkedAt: new Date(r.linked_at),
   apiKeyHash: r.api_key_hash,
+  scopeChain: r.scope_chain,
 });
 
 export class LinkStore {
   constructor(
     private readonly db: Db,
-    private readonly pinPolicy: { maxAttempts: number; lockSeconds: number },
+    private readonly pinPolicy: { maxAttempts: number; lockSeconds: number; maxLockouts: number },
+    /** Lockouts are operators' events: logged with the wallet, never the PIN or key. */
+    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},
   ) {}
+
+  /** A fresh one-time nonce for a Sign-In with Ethereum link. */
+  async issueNonce(): Promise<string> {
+    const nonce = randomBytes(16).toString("hex");
+    await this.db.query(`INSERT INTO link_nonce (nonce) VALUES ($1)`, [nonce]);
+    return nonce;
+  }
+
+  /** Spends a nonce this service issued within the last `windowSeconds`: true once, false ever after (or if never issued). */
+  async useNonce(nonce: string, windowSeconds: number): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE link_nonce SET used_at = now()
+       WHERE nonce = $1 AND used_at IS NULL AND created_at > now() - make_interval(secs => $2) RETURNING nonce`,
+      [nonce, windowSeconds],
+    );
+    return rows.length === 1;
+  }
 
   /** Spends a link signature: true the first time, false ever after. */
   async useSignature(signatureHash: string, wallet: string): Promise<boolean> {
@@ -57,8 +81,16 @@ export class LinkStore {
   }
 
   /** Links (or re-links) a wallet: the new key hash replaces the old, which is retired, and its active schedules are cancelled. */
-  async link(l: { wallet: string; apiKeyHash: string; pinHash: string; channel: string; chain: ChainKey; token: TokenSymbol }): Promise<void> {
-    await this.db.query(
+  async link(l: {
+    wallet: string;
+    apiKeyHash: string;
+    pinHash: string;
+    channel: string;
+    chain: ChainKey;
+    token: TokenSymbol;
+    scopeChain?: ChainKey | null;
+  }): Promise<{ cancelledSchedules: string[] }> {
+    const [row] = await this.db.query<{ cancelled: string[] | null }>(
       `WITH retired AS (
          INSERT INTO retired_api_key (api_key_hash, wallet)
          SELECT api_key_hash, wallet FROM agent_link WHERE wallet = $1
@@ -67,13 +99,31 @@ export class LinkStore {
        -- leaked key) cancels them too.
        schedules AS (
          UPDATE bill_schedule SET status = 'CANCELLED', cancelled_at = now(), next_run_at = NULL
-         WHERE wallet = $1 AND status = 'ACTIVE')
-       INSERT INTO agent_link (wallet, api_key_hash, pin_hash, channel, approved_chain, approved_token)
-       VALUES ($1, $2, $3, $4, $5, $6)
+         WHERE wallet = $1 AND status = 'ACTIVE' RETURNING id)
+       INSERT INTO agent_link (wallet, api_key_hash, pin_hash, channel, approved_chain, approved_token, scope_chain)
+       VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (wallet) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash, pin_hash = EXCLUDED.pin_hash,
          channel = EXCLUDED.channel, approved_chain = EXCLUDED.approved_chain, approved_token = EXCLUDED.approved_token,
-         pin_failures = 0, pin_pending = 0, locked_until = NULL, linked_at = now()`,
-      [l.wallet.toLowerCase(), l.apiKeyHash, l.pinHash, l.channel, l.chain, l.token],
+         scope_chain = EXCLUDED.scope_chain,
+         pin_failures = 0, pin_pending = 0, pin_lockouts = 0, locked_until = NULL, linked_at = now()
+       RETURNING (SELECT array_agg(id ORDER BY id) FROM schedules) AS cancelled`,
+      [l.wallet.toLowerCase(), l.apiKeyHash, l.pinHash, l.channel, l.chain, l.token, l.scopeChain ?? null],
+    );
+    return { cancelledSchedules: row?.cancelled ?? [] };
+  }
+
+  /**
+   * Retires a link's key after too many lockouts: the wallet must link again with a fresh
+   * signature. Its schedules, authorised under that key, are cancelled, as a re-link does.
+   */
+  private async retire(wallet: string, apiKeyHash: string): Promise<void> {
+    await this.db.query(
+      `WITH retired AS (INSERT INTO retired_api_key (api_key_hash, wallet) VALUES ($2, $1) ON CONFLICT DO NOTHING),
+       schedules AS (
+         UPDATE bill_schedule SET status = 'CANCELLED', cancelled_at = now(), next_run_at = NULL
+         WHERE wallet = $1 AND status = 'ACTIVE')
+       DELETE FROM agent_link WHERE wallet = $1 AND api_key_hash = $2`,
+      [wallet, apiKeyHash],
     );
   }
 
@@ -128,15 +178,29 @@ export class LinkStore {
       await this.db.query(`UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0), pin_failures = 0 WHERE wallet = $1`, [w]);
       return;
     }
-    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null }>(
+    // The failure that reaches the limit starts a lockout, each twice as long as the last
+    // (PIN_LOCK_SECONDS, then 2x, 4x, ...). Lockouts are not forgiven by a right PIN, so a
+    // key allows at most maxAttempts x maxLockouts wrong PINs in its life.
+    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null; pin_lockouts: number; api_key_hash: string }>(
       `UPDATE agent_link SET
          pin_pending = GREATEST(pin_pending - 1, 0),
-         locked_until = CASE WHEN pin_failures + 1 >= $2 THEN now() + make_interval(secs => $3) ELSE locked_until END,
+         locked_until = CASE WHEN pin_failures + 1 >= $2
+           THEN now() + make_interval(secs => $3::double precision * power(2, LEAST(pin_lockouts, 20))) ELSE locked_until END,
+         pin_lockouts = CASE WHEN pin_failures + 1 >= $2 THEN pin_lockouts + 1 ELSE pin_lockouts END,
          pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 RETURNING pin_failures, locked_until`,
+       WHERE wallet = $1 RETURNING pin_failures, locked_until, pin_lockouts, api_key_hash`,
       [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
     );
-    if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) throw locked(new Date(after.locked_until));
+    if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
+      const lockouts = after.pin_lockouts;
+      if (lockouts >= this.pinPolicy.maxLockouts) {
+        await this.retire(w, after.api_key_hash);
+        this.log("pin lockout: key retired", { wallet: w, lockouts });
+        throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${lockouts} lockouts): this api_key is retired; link the wallet again with a fresh signature`);
+      }
+      this.log("pin lockout", { wallet: w, lockouts, lockedUntil: new Date(after.locked_until).toISOString() });
+      throw locked(new Date(after.locked_until));
+    }
     const left = this.pinPolicy.maxAttempts - (after?.pin_failures ?? 0);
     throw new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
   }

@@ -124,14 +124,21 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         "Pays one bill from the wallet's pre-approved allowance (no signature): prices it like the REST route, pulls the price " +
         "through BillPay, vends it, and refunds on chain if vending fails. Returns success, status (SUCCESS, FAILED_VENDING, " +
         "TIMEOUT: still being worked, see transaction_history), purchased_code, units, request_id, tx_hash. Pass an idempotency_key " +
-        "to make a retry safe: the same key returns the first order instead of paying again.",
-      input: { ...payingBill, idempotency_key: idempotencyKey.describe("Your key for this bill: a retry with it never pays twice") },
+        "to make a retry safe: the same key returns the first order instead of paying again. Without one, the same bill " +
+        "paid again from the same wallet within a short window (see describe_capabilities) also returns the first order, " +
+        "with replayed: true; pass allow_duplicate: true to pay it again on purpose.",
+      input: {
+        ...payingBill,
+        idempotency_key: idempotencyKey.describe("Your key for this bill: a retry with it never pays twice"),
+        allow_duplicate: z.boolean().optional().describe("Pay again although the same bill was just paid (no idempotency_key)"),
+      },
       paying: true,
       authenticated: true,
       examples: [
         '{"skill":"pay_bill","arguments":{"api_key":"bpk_...","pin":"1234","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":500}}',
       ],
-      run: (args, link, ctx) => ctx.hub.payBill(link!, billOf(args), { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key }),
+      run: (args, link, ctx) =>
+        ctx.hub.payBill(link!, billOf(args), { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key, allowDuplicate: args.allow_duplicate }),
     }),
     define({
       name: "pay_bill_batch",
@@ -207,6 +214,10 @@ export function agentTools(batchMax: number): ToolDefinition[] {
 export async function runTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext): Promise<unknown> {
   let link: Link | null = null;
   if (tool.authenticated || typeof args.api_key === "string") link = await ctx.hub.authenticate(String(args.api_key));
-  if (tool.paying) await ctx.hub.checkPin(link!, String(args.pin));
+  if (tool.paying) {
+    // Counted per key before the PIN's slow hash: a flood of calls (or guesses) is cut off early.
+    await ctx.hub.deps.limits.take("payingKey", link!.apiKeyHash!);
+    await ctx.hub.checkPin(link!, String(args.pin));
+  }
   return tool.run(args as never, link, ctx);
 }

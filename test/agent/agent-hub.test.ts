@@ -10,6 +10,8 @@ import { Role, type Message } from "@a2a-js/sdk";
 import { keccak256, toBytes, type Account } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
+import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
+import { createSiweMessage } from "viem/siwe";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
 import type { ServiceStack } from "../../scripts/service-stack.ts";
@@ -45,7 +47,15 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   const errorCode = (a: ToolAnswer) => (a.data.error as { code?: string } | undefined)?.code;
 
   beforeAll(async () => {
-    paying = await startPayingStack({ PIN_MAX_ATTEMPTS: "3", PIN_LOCK_SECONDS: "600", SCHEDULE_MIN_INTERVAL_SECONDS: "1", BATCH_MAX_BILLS: "5" });
+    // Rate limits have their own suite (test/security/abuse.test.ts): here they stay out of the way.
+    paying = await startPayingStack({
+      PIN_MAX_ATTEMPTS: "3",
+      PIN_LOCK_SECONDS: "600",
+      SCHEDULE_MIN_INTERVAL_SECONDS: "1",
+      BATCH_MAX_BILLS: "5",
+      RATE_LIMIT_LINK_ADDRESS: "1000/60",
+      RATE_LIMIT_LINK_WALLET: "1000/60",
+    });
     ({ chains: stack, ledger, service } = paying);
     celo = chainActors(stack.deployments, "CELO");
     url = service.urls.service;
@@ -68,7 +78,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const headers = await linkHeaders(wallet, "BillPay");
       const ok = await link(headers, body);
       expect(ok.status).toBe(200);
-      expect(ok.body).toEqual({ success: true, api_key: expect.stringMatching(/^bpk_[A-Za-z0-9_-]{43}$/) });
+      expect(ok.body).toEqual({ success: true, api_key: expect.stringMatching(/^bpk_[A-Za-z0-9_-]{43}$/), cancelled_schedules: [], scope_chain: null });
 
       expect(await link(headers, body)).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
       // The same signature re-encoded (v as 0/1 instead of 27/28) still recovers the wallet: still a replay.
@@ -115,13 +125,75 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const first = await linkAgent(url, hardhatAccount(5));
       const scheduled = await mcp.call("schedule_bill", { api_key: first, pin: "1234", ...airtime("08011111111"), cron: "0 9 1 * *" });
       expect(scheduled.data).toMatchObject({ status: "ACTIVE" });
-      const second = await linkAgent(url, hardhatAccount(5));
-      const schedules = (await mcp.call("list_schedules", { api_key: second })).data.schedules as Array<{ status: string }>;
+      const relinked = await fetch(`${url}${LINK_PATH}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(await linkHeaders(hardhatAccount(5), "BillPay")) },
+        body: JSON.stringify({ wallet_address: hardhatAccount(5).address, channel: "MCP", pin: "1234", approved_chain: "CELO", approved_token: "USDC" }),
+      });
+      const { api_key: second, cancelled_schedules } = (await relinked.json()) as { api_key: string; cancelled_schedules: string[] };
+      const schedules = (await mcp.call("list_schedules", { api_key: second })).data.schedules as Array<{ status: string; schedule_id: string }>;
       expect(schedules.map((x) => x.status)).toEqual(["CANCELLED"]);
+      // The link's answer says what it cancelled.
+      expect(cancelled_schedules).toEqual([schedules[0]!.schedule_id]);
       expect(second).not.toBe(first);
       expect(errorCode(await mcp.call("check_balance", { api_key: first }))).toBe("API_KEY_RETIRED");
       expect((await mcp.call("check_balance", { api_key: second })).isError).toBe(false);
       expect(errorCode(await mcp.call("check_balance", { api_key: `bpk_${"A".repeat(43)}` }))).toBe("API_KEY_INVALID");
+    });
+
+    it("links with Sign-In with Ethereum: this domain, URI, chain and a server nonce, each nonce once", async () => {
+      const account = hardhatAccount(6);
+      const issued = (await (await fetch(`${url}${LINK_NONCE_PATH}`)).json()) as { nonce: string; domain: string; uri: string; statement: string; chain_ids: Record<string, number> };
+      expect(issued).toMatchObject({ domain: new URL(url).host, uri: `${url}${LINK_PATH}`, chain_ids: { CELO: 42220, BASE: 8453 } });
+      const siwe = (fields: Partial<Parameters<typeof createSiweMessage>[0]> = {}) =>
+        createSiweMessage({
+          domain: issued.domain,
+          address: account.address,
+          statement: issued.statement,
+          uri: issued.uri,
+          version: "1",
+          chainId: 42220,
+          nonce: issued.nonce,
+          issuedAt: new Date(),
+          ...fields,
+        });
+      const linkWith = async (message: string) => {
+        const headers = {
+          "x-wallet-address": account.address,
+          "x-wallet-signature": await account.signMessage!({ message }),
+          "x-wallet-siwe": Buffer.from(message, "utf8").toString("base64"),
+        };
+        return link(headers, { ...body, wallet_address: account.address, approved_token: "USDC" });
+      };
+      // Phished for another site, or for another chain: refused, and the nonce is not spent.
+      expect(await linkWith(siwe({ domain: "evil.example" }))).toMatchObject({ status: 401, body: { code: "SIWE_MESSAGE_INVALID" } });
+      expect(await linkWith(siwe({ chainId: 8453 }))).toMatchObject({ status: 401, body: { code: "SIWE_MESSAGE_INVALID" } });
+      expect(await linkWith(siwe({ issuedAt: new Date(Date.now() - 3_600_000) }))).toMatchObject({ status: 401, body: { code: "SIGNATURE_STALE" } });
+      const ok = await linkWith(siwe());
+      expect(ok).toMatchObject({ status: 200, body: { success: true, api_key: expect.stringMatching(/^bpk_/), scope_chain: null } });
+      // The nonce is spent; one the service never issued is refused too.
+      expect(await linkWith(siwe())).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
+      expect(await linkWith(siwe({ nonce: "a1b2c3d4e5f6a7b8c9d0" }))).toMatchObject({ status: 409, body: { code: "SIGNATURE_REPLAYED" } });
+      expect((await mcp.call("check_balance", { api_key: ok.body.api_key })).isError).toBe(false);
+    });
+
+    it("scopes a contract wallet's key to the chain its signature was checked on", async () => {
+      const owner = hardhatAccount(9);
+      const wallet = await celo.deployOwnedWallet(owner.address); // exists on CELO only
+      const timestamp = Date.now().toString();
+      const headers = {
+        "x-wallet-address": wallet,
+        "x-wallet-signature": await owner.signMessage!({ message: linkMessage("BillPay", timestamp) }),
+        "x-wallet-timestamp": timestamp,
+      };
+      const linked = await link(headers, { ...body, wallet_address: wallet, approved_chain: "CELO", approved_token: "USDC" });
+      expect(linked).toMatchObject({ status: 200, body: { scope_chain: "CELO" } });
+      const key = linked.body.api_key as string;
+      const onBase = await mcp.call("pay_bill", { api_key: key, pin: body.pin, ...airtime("08011111111"), chain: "BASE", token: "USDC" });
+      expect(errorCode(onBase)).toBe("CHAIN_NOT_LINKED");
+      // A signature the contract does not accept links nothing.
+      const forged = { ...headers, "x-wallet-signature": await hardhatAccount(8).signMessage!({ message: linkMessage("BillPay", `${Number(timestamp) + 1}`) }), "x-wallet-timestamp": `${Number(timestamp) + 1}` };
+      expect(await link(forged, { ...body, wallet_address: wallet })).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
     });
 
     it("answers only the configured hosts and origins (DNS rebinding)", async () => {
@@ -238,9 +310,17 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
 
     it("exhausts the allowance: pays while it lasts, then refuses", async () => {
       const a = await agent(10, 2_100_000n);
-      expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") })).data).toMatchObject({ status: "SUCCESS" });
-      expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") })).data).toMatchObject({ status: "SUCCESS" });
-      const third = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
+      const first = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
+      expect(first.data).toMatchObject({ status: "SUCCESS" });
+      // The same bill again at once, with no idempotency_key: taken for a blind retry.
+      const before = await usdc(a.account);
+      const again = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
+      expect(again.data).toMatchObject({ request_id: first.data.request_id, replayed: true });
+      expect(await usdc(a.account)).toBe(before);
+      const meant = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), allow_duplicate: true });
+      expect(meant.data).toMatchObject({ status: "SUCCESS" });
+      expect(meant.data.request_id).not.toBe(first.data.request_id);
+      const third = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), allow_duplicate: true });
       expect(errorCode(third)).toBe("SPENDING_ALLOWANCE_INSUFFICIENT");
       expect(third.data.error).toMatchObject({ required: "1001000", available: "98000" });
     });

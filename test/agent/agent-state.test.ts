@@ -40,7 +40,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
 
     it("links, retires the old key on a re-link, and spends each signature once", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60 });
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3 });
       const first = newApiKey();
       const second = newApiKey();
       await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(first), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
@@ -54,7 +54,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
 
     it("locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60 });
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3 });
       const wallet = "0x00000000000000000000000000000000000000bb";
       await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
@@ -72,6 +72,33 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(codes.filter((c) => c === "PIN_LOCKED")).toHaveLength(1);
       expect(codes.filter((c) => c === "PIN_BUSY")).toHaveLength(5);
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED");
+    });
+
+    it("escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last", async () => {
+      const events: string[] = [];
+      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3 }, (msg) => events.push(msg));
+      const wallet = "0x00000000000000000000000000000000000000cc";
+      const key = newApiKey();
+      await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      const unlock = () => db.query(`UPDATE agent_link SET locked_until = now() - interval '1 second' WHERE wallet = $1`, [wallet]);
+      const lockFor = async () => {
+        expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
+        const err = (await links.checkPin(wallet, "0000").catch((e) => e)) as ServiceError;
+        expect(err.code).toBe("PIN_LOCKED");
+        return err.extra!.retry_after_seconds as number;
+      };
+      expect(await lockFor()).toBeGreaterThan(55);
+      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED"); // no guessing meanwhile, not even right
+      await unlock();
+      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK"); // the owner's right PIN
+      const second = await lockFor();
+      expect(second).toBeGreaterThan(115); // twice as long, and not forgiven by the right PIN
+      expect(second).toBeLessThanOrEqual(120);
+      await unlock();
+      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
+      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("API_KEY_RETIRED");
+      expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+      expect(events).toEqual(["pin lockout", "pin lockout", "pin lockout: key retired"]);
     });
 
     it("creates a pull order once per idempotency key, even when two requests race", async () => {

@@ -200,6 +200,13 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       );
     },
 
+    /** A contract wallet (ERC-1271) that accepts `owner`'s signatures, deployed on this chain only. */
+    async deployOwnedWallet(owner: Address): Promise<Address> {
+      const wallet = loadArtifact("test/OwnedWallet.sol", "OwnedWallet");
+      const deployed = await mined(await admin.deployContract({ abi: wallet.abi, bytecode: wallet.bytecode, args: [owner] }));
+      return deployed.contractAddress!;
+    },
+
     async transfer(from: Account, symbol: TokenSymbol, to: Address, amount: bigint) {
       return mined(
         await wallet(from).writeContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "transfer", args: [to, amount] }),

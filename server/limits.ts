@@ -1,0 +1,114 @@
+/**
+ * Rate limits (rate-limiter-flexible): in PostgreSQL when the service has a server, so every
+ * instance counts against one budget; in memory on the embedded PGlite default, where there
+ * is one instance. A limited call is 429 RATE_LIMITED with Retry-After. Calls that carry a
+ * payment are never limited (a limit must not lose a payment already on its way).
+ */
+import { getConnInfo } from "@hono/node-server/conninfo";
+import pLimit, { type LimitFunction } from "p-limit";
+import type { Context } from "hono";
+import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
+import type { Config } from "./config.ts";
+import type { Db } from "./db.ts";
+import { ServiceError } from "./errors.ts";
+
+export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress";
+
+const SETTINGS: Record<LimitName, keyof Config> = {
+  linkAddress: "RATE_LIMIT_LINK_ADDRESS",
+  linkWallet: "RATE_LIMIT_LINK_WALLET",
+  payingKey: "RATE_LIMIT_PAYING_KEY",
+  challengeAddress: "RATE_LIMIT_CHALLENGE_ADDRESS",
+  orderAddress: "RATE_LIMIT_ORDER_ADDRESS",
+};
+
+export class Limits {
+  private readonly limiters = new Map<LimitName, RateLimiterAbstract>();
+
+  constructor(config: Config, db: Db) {
+    for (const [name, setting] of Object.entries(SETTINGS) as Array<[LimitName, keyof Config]>) {
+      const { points, seconds } = config[setting] as { points: number; seconds: number };
+      if (points === 0) continue; // turned off
+      const options = { keyPrefix: name, points, duration: seconds };
+      this.limiters.set(
+        name,
+        db.pool
+          ? new RateLimiterPostgres({ ...options, storeClient: db.pool, storeType: "pool", tableName: "rate_limit", tableCreated: true, clearExpiredByTimeout: false })
+          : new RateLimiterMemory(options),
+      );
+    }
+  }
+
+  /** Counts one call against `name` for `key`; RATE_LIMITED once the budget is spent. */
+  async take(name: LimitName, key: string): Promise<void> {
+    const limiter = this.limiters.get(name);
+    if (!limiter) return;
+    try {
+      await limiter.consume(key);
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err; // the store failed: that is an error, not a limit
+      const retry = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
+      throw new ServiceError("RATE_LIMITED", `too many ${DESCRIPTIONS[name]}; retry in ${retry} s`, { retry_after_seconds: retry });
+    }
+  }
+}
+
+const DESCRIPTIONS: Record<LimitName, string> = {
+  linkAddress: "link requests from this address",
+  linkWallet: "link requests for this wallet",
+  payingKey: "paying calls with this api_key",
+  challengeAddress: "new bills quoted for this address",
+  orderAddress: "order lookups from this address",
+};
+
+/** The caller's address: the socket's peer (a proxy in front should limit by its own client address). */
+export function clientAddress(c: Context): string {
+  try {
+    return getConnInfo(c).remote.address ?? "unknown";
+  } catch {
+    return "unknown"; // not served over a socket (in-process requests)
+  }
+}
+
+/**
+ * A bound on one kind of expensive work (a PIN's scrypt, a link's signature check and PIN
+ * hash): at most `concurrency` at once, at most `queue` waiting, and past that an immediate
+ * 503 SERVICE_BUSY. A flood of one kind then queues behind itself instead of taking every
+ * core from the other routes.
+ */
+export class Gate {
+  private readonly limit: LimitFunction;
+
+  constructor(
+    private readonly what: string,
+    concurrency: number,
+    private readonly queue: number,
+  ) {
+    this.limit = pLimit(concurrency);
+  }
+
+  /** SERVICE_BUSY now if the queue is full: lets a route refuse before it reads the body. */
+  admit(): void {
+    if (this.limit.pendingCount >= this.queue) {
+      throw new ServiceError("SERVICE_BUSY", `too many ${this.what} in progress; retry in a moment`, { retry_after_seconds: 1 });
+    }
+  }
+
+  run<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      this.admit();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.limit(work);
+  }
+}
+
+/** The service's gates, one per kind of expensive work. */
+export function buildGates(config: Config) {
+  return {
+    link: new Gate("links", config.LINK_CONCURRENCY, config.LINK_QUEUE),
+    pin: new Gate("PIN checks", config.PIN_CONCURRENCY, config.PIN_QUEUE),
+  };
+}
+export type Gates = ReturnType<typeof buildGates>;

@@ -1,0 +1,178 @@
+/**
+ * Abuse resistance against the real local stack, with small limits so a flood is short:
+ * rate limits on the link route, the paying tools, new challenges and the order route (a
+ * payment is never refused by one), limits shared across instances on PostgreSQL, bounded
+ * bookkeeping tables, and a service that will not build its resource URL from Host.
+ */
+import type { Account } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
+import { LINK_PATH } from "../../lib/agent-link.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { x402HTTPClient } from "@x402/core/http";
+import type { ServiceStack } from "../../scripts/service-stack.ts";
+import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
+import { loadConfig } from "../../server/config.ts";
+import { openDb } from "../../server/db.ts";
+import { Gate, Limits } from "../../server/limits.ts";
+import { purgeExpired } from "../../server/storage-purge.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { freshDatabase, startPayingStack } from "../support/stack.ts";
+
+const airtime = (billersCode: string, nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
+
+describe("abuse resistance", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+  let mcp: Awaited<ReturnType<typeof mcpAgent>>;
+  const errorOf = (a: ToolAnswer) => a.data.error as { code?: string; retry_after_seconds?: number } | undefined;
+  const bill = (payer: Account, billersCode: string, nairaAmount = 1550) => ({
+    ...airtime(billersCode, nairaAmount),
+    token: "USDC",
+    blockchain: "CELO",
+    wallet_address: payer.address,
+  });
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+
+  beforeAll(async () => {
+    paying = await startPayingStack({
+      RATE_LIMIT_LINK_ADDRESS: "4/60",
+      RATE_LIMIT_LINK_WALLET: "2/60",
+      RATE_LIMIT_PAYING_KEY: "2/60",
+      RATE_LIMIT_CHALLENGE_ADDRESS: "5/60",
+      RATE_LIMIT_ORDER_ADDRESS: "3/60",
+    });
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+    mcp = await mcpAgent(url);
+  });
+  afterAll(async () => {
+    await mcp?.close();
+    await paying?.close();
+  });
+
+  it("limits links per wallet and per address with 429, Retry-After and a stable code, before any key is minted", async () => {
+    const link = async (account: Account) =>
+      fetch(`${url}${LINK_PATH}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(await linkHeaders(account, "BillPay", String(Date.now() + Math.floor(Math.random() * 1000)))) },
+        body: JSON.stringify({ wallet_address: account.address, channel: "MCP", pin: "1234", approved_chain: "CELO", approved_token: "USDC" }),
+      });
+    const wallet = hardhatAccount(15);
+    expect((await link(wallet)).status).toBe(200);
+    expect((await link(wallet)).status).toBe(200);
+    const third = await link(wallet); // the wallet's budget (2) is spent
+    expect(third.status).toBe(429);
+    expect(third.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(await third.json()).toMatchObject({ code: "RATE_LIMITED", retry_after_seconds: expect.any(Number) });
+    const keys = await service.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM retired_api_key WHERE wallet = $1`, [wallet.address.toLowerCase()]);
+    expect(keys[0]!.n).toBe(1); // two links: one key retired, none minted by the refused call
+    // The address's budget (4) is spent by a fourth call, whichever wallet it names.
+    expect((await link(hardhatAccount(16))).status).toBe(200);
+    const other = await link(hardhatAccount(17));
+    expect(other.status).toBe(429);
+  });
+
+  it("limits paying calls per api_key, before the PIN's hash, charging nothing", async () => {
+    const account = hardhatAccount(18);
+    await celo.approveAndAllow(account, "USDC", 100_000_000n);
+    // Links from this address are spent: the service's own link path is exercised above, so
+    // this agent is linked in the store directly, as the link route would.
+    const key = await linkAgentDirect(account);
+    const before = await celo.balanceOf("USDC", account.address);
+    const pay = (code: string) => mcp.call("pay_bill", { api_key: key, pin: "1234", ...airtime(code) });
+    expect((await pay("08011111111")).data).toMatchObject({ status: "SUCCESS" });
+    expect(errorOf(await mcp.call("pay_bill", { api_key: key, pin: "0000", ...airtime("08011111112") }))?.code).toBe("PIN_INVALID");
+    const limited = errorOf(await pay("08011111113"));
+    expect(limited).toMatchObject({ code: "RATE_LIMITED", retry_after_seconds: expect.any(Number) });
+    expect(await celo.balanceOf("USDC", account.address)).toBe(before - 1_001_000n);
+    // Reading tools are not paying calls.
+    expect((await mcp.call("check_balance", { api_key: key })).isError).toBe(false);
+  });
+
+  it("limits new bills per address but never a payment, nor a repeat of a quoted bill", async () => {
+    const payer = hardhatAccount(11);
+    const codes: number[] = [];
+    for (let i = 0; i < 6; i++) codes.push((await post(bill(payer, "08011111111", 100 + i))).status);
+    expect(codes).toEqual([402, 402, 402, 402, 402, 429]);
+    // A bill already quoted is answered from its quote.
+    expect((await post(bill(payer, "08011111111", 100))).status).toBe(402);
+    // A payment for a quoted bill goes through although the address's budget is spent.
+    const body = bill(payer, "08011111111", 101);
+    const challenged = await post(body);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const paid = await post(body, client.encodePaymentSignatureHeader(payload));
+    expect(paid.status).toBe(200);
+    const result = (await paid.json()) as { status: string; request_id: string };
+    expect(result.status).toBe("SUCCESS");
+
+    // The order route: 3 per address, then 429.
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) statuses.push((await fetch(`${url}/api/orders/${result.request_id}`)).status);
+    expect(statuses).toEqual([200, 200, 200, 429]);
+  });
+
+  it("keeps the quote and link-signature tables bounded: expired rows are purged", async () => {
+    const count = async (table: string) => (await service.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`))[0]!.n;
+    // A flood of distinct unpaid bills, as many as the limit lets through in one window each time.
+    const before = await count("quote");
+    await service.db.query(`UPDATE quote SET expires_at = now() - interval '1 second'`); // every quote so far has expired
+    await service.db.query(`UPDATE link_signature SET used_at = now() - interval '1 hour'`);
+    const purged = await purgeExpired(service.db, service.config.LINK_SIGNATURE_WINDOW_SECONDS);
+    expect(purged.quotes).toBe(before);
+    expect(purged.linkSignatures).toBeGreaterThan(0);
+    expect(await count("quote")).toBe(0);
+    expect(await count("link_signature")).toBe(0);
+  });
+
+  it("shares limits across instances on PostgreSQL", async () => {
+    const { url: dbUrl, drop } = await freshDatabase("limits");
+    const [a, b] = [await openDb({ url: dbUrl }), await openDb({ url: dbUrl })];
+    try {
+      const config = loadConfig({ RATE_LIMIT_LINK_ADDRESS: "3/60" });
+      const [one, two] = [new Limits(config, a), new Limits(config, b)];
+      await one.take("linkAddress", "203.0.113.7");
+      await two.take("linkAddress", "203.0.113.7");
+      await one.take("linkAddress", "203.0.113.7");
+      await expect(two.take("linkAddress", "203.0.113.7")).rejects.toMatchObject({ code: "RATE_LIMITED" });
+      await two.take("linkAddress", "203.0.113.8"); // another address has its own budget
+      expect(await purgeExpired(a, 300)).toMatchObject({ rateLimits: 0 }); // live counters stay
+    } finally {
+      await a.close();
+      await b.close();
+      await drop();
+    }
+  });
+
+  it("bounds expensive work: a full gate answers SERVICE_BUSY at once instead of queueing without end", async () => {
+    const gate = new Gate("links", 1, 1);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const first = gate.run(() => held); // runs
+    const second = gate.run(async () => "queued"); // waits
+    await expect(gate.run(async () => "third")).rejects.toMatchObject({ code: "SERVICE_BUSY", extra: { retry_after_seconds: 1 } });
+    release();
+    await first;
+    expect(await second).toBe("queued");
+    expect(await gate.run(async () => "again")).toBe("again"); // room once the queue drains
+  });
+
+  it("will not serve beyond this machine without PUBLIC_URL (the resource URL never comes from Host)", () => {
+    expect(() => loadConfig({ HOST: "0.0.0.0" })).toThrow(/PUBLIC_URL is required/);
+    expect(loadConfig({ HOST: "0.0.0.0", PUBLIC_URL: "https://billpay.example" }).PUBLIC_URL).toBe("https://billpay.example");
+    expect(loadConfig({}).HOST).toBe("127.0.0.1");
+  });
+
+  /** A link made the way the link route makes one, for when the route's own budget is spent. */
+  async function linkAgentDirect(account: Account): Promise<string> {
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    return key;
+  }
+});
