@@ -7,8 +7,9 @@
  */
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { problemBody, ServiceError } from "../errors.ts";
+import { CallToolRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { runTool, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
@@ -36,6 +37,24 @@ export function mcpHandler(options: { name: string; version: string; tools: Tool
         (args: Record<string, unknown>) => callTool(tool, args, options.ctx, options.log),
       );
     }
+    // Arguments are checked here, as A2A checks them, so a bad call is the catalogue's
+    // VALIDATION_FAILED with its issues rather than the SDK's own untyped message. The tools
+    // stay registered above for tools/list and their JSON schemas.
+    const byName = new Map(options.tools.map((t) => [t.name, t]));
+    server.server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
+      const tool = byName.get(request.params.name);
+      if (!tool) {
+        const error = problemBody("VALIDATION_FAILED", `unknown tool "${request.params.name}"; tools/list names them`);
+        return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+      }
+      const parsed = z.object(tool.input).safeParse(request.params.arguments ?? {});
+      if (!parsed.success) {
+        const refusal = validationFailed(parsed.error, "(arguments)");
+        const error = problemBody(refusal.code, refusal.detail, refusal.extra);
+        return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+      }
+      return callTool(tool, parsed.data, options.ctx, options.log);
+    });
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     await server.connect(transport);
     try {
