@@ -10,6 +10,7 @@
  * Writes bench-results/x402.json.
  */
 import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { wrapFetchWithPayment } from "@x402/fetch";
@@ -18,6 +19,7 @@ import { Hono } from "hono";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
+import { startLedger } from "./ledger-process.ts";
 import { listen, startServiceStack } from "./service-stack.ts";
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
@@ -28,12 +30,14 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 const round = (n: number) => Math.round(n * 100) / 100;
 
 const stack = await startTestChains();
+// An order is paid only once the ledger shows its payment: the ledger is part of the path.
+const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
 const d = stack.deployments.chains.CELO!;
 const usdc = d.tokens.find((t) => t.symbol === "USDC")!;
 // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
 const service = await startServiceStack({
   deployments: stack.deployments,
-  env: { LOG_REQUESTS: "0", RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60", RATE_LIMIT_ORDER_ADDRESS: "1000000/60" },
+  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60", RATE_LIMIT_ORDER_ADDRESS: "1000000/60" },
 });
 const ours = { url: service.urls.service };
 
@@ -114,12 +118,13 @@ const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status 
 
 await ref.close();
 await service.close();
+await ledger.stop();
 await stack.close();
 
 const ratio = paidOurs.perSecond / paidRef.perSecond;
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: "one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox, PGlite in memory",
+  setup: "one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox, PGlite in memory; ours waits for the Ponder ledger (polling 100 ms) to show each payment before vending",
   challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
   paid: { ours: paidOurs, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
 };
