@@ -314,7 +314,7 @@ export function createApp(deps: AppDeps): Hono {
     return c.json(linked, 200, { "cache-control": "no-store" });
   });
 
-  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: jsonLog });
+  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: jsonLog, baseUrl: config.PUBLIC_URL });
   app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw));
   // Stateless: no session to resume (GET) or end (DELETE).
   app.on(["GET", "DELETE"], "/api/mcp", () => new Response(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Method not allowed: POST JSON-RPC to /api/mcp" } }), { status: 405, headers: { "content-type": "application/json", allow: "POST" } }));

@@ -26,7 +26,7 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { problemBody, validationFailed } from "../errors.ts";
 import { callTool } from "./mcp.ts";
-import type { ToolContext, ToolDefinition } from "./tools.ts";
+import { bearerApiKey, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 const callSchema = z.object({
   skill: z.string().optional(),
@@ -90,13 +90,16 @@ class ToolExecutor implements AgentExecutor {
       );
       return reply([textPart(error.detail), dataPart({ error })]);
     }
-    const parsed = z.object(tool.input).safeParse(call.arguments);
+    // The api_key may come as Authorization: Bearer (kept in the call's context by the route).
+    const bearer = request.context.state.get("bearer") as string | undefined;
+    const parsed = z.object(tool.input).safeParse(withBearer((call.arguments ?? {}) as Record<string, unknown>, bearer));
     if (!parsed.success) {
       const refusal = validationFailed(parsed.error, "(arguments)");
       const error = problemBody(refusal.code, refusal.detail, refusal.extra);
       return reply([textPart(error.detail), dataPart({ error })]);
     }
-    const result = await callTool(tool, parsed.data, this.ctx, this.log);
+    const baseUrl = request.context.state.get("baseUrl") as string | undefined;
+    const result = await callTool(tool, parsed.data, { ...this.ctx, baseUrl }, this.log);
     reply([textPart(`${tool.name}: ${result.isError ? "refused" : "done"}`), dataPart(result.structuredContent)]);
   }
 
@@ -180,6 +183,8 @@ export function mountA2a(
         headers: Object.fromEntries(c.req.raw.headers),
         requestedVersion: requested,
       });
+      context.state.set("bearer", bearerApiKey(c.req.header("authorization")));
+      context.state.set("baseUrl", baseOf(c.req.url));
       validateVersion(context.requestedVersion ?? A2A_LEGACY_PROTOCOL_VERSION, h.card, "JSONRPC");
       const out = await (legacy ? h.legacy : h.v1).handle(body as Record<string, unknown>, context);
       if (out && typeof (out as AsyncGenerator)[Symbol.asyncIterator] === "function") {

@@ -3,20 +3,46 @@
  * Built from the one source of each fact: chains and tokens (lib/chains.ts), the deployed
  * addresses, the configuration (fees, limits), the tool definitions and the error catalogue.
  */
-import { formatUnits } from "viem";
+import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { z } from "zod";
-import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
+import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
 import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
 import type { AgentHub } from "./hub.ts";
+import type { Link } from "./links.ts";
 import type { ToolDefinition } from "./tools.ts";
 
 const usd = (micro: bigint) => formatUnits(micro, 6);
 
-export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[]) {
+/** The on-chain set-up for a linked wallet, ready to sign: approve BillPay on the token, then set the spending allowance. */
+function setupCalls(hub: AgentHub, link: Link) {
+  const option = hub.pullOption(link);
+  const billPay = hub.deps.deployments.chains[option.chain]!.billPay.address as Hex;
+  const allowance = 100n * 10n ** 6n; // 100 tokens (6 decimals); encode another amount the same way
+  return {
+    chain: option.chain,
+    chain_id: CHAINS[option.chain].chainId,
+    token: option.token,
+    note:
+      "Send from the linked wallet, in order. The token approval is unlimited; the spending allowance is the budget " +
+      "(100 tokens here: encode setSpendingAllowance(token, amount) for another, 0 revokes).",
+    calls: [
+      { to: option.tokenAddress, data: encodeFunctionData({ abi: eip3009TokenAbi, functionName: "approve", args: [billPay, maxUint256] }), what: "token.approve(BillPay, unlimited)" },
+      {
+        to: billPay,
+        data: encodeFunctionData({ abi: billPayAbi, functionName: "setSpendingAllowance", args: [option.tokenAddress, allowance] }),
+        what: `BillPay.setSpendingAllowance(${option.token}, ${allowance})`,
+      },
+    ],
+  };
+}
+
+export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[], options: { baseUrl?: string; link?: Link | null } = {}) {
   const { config, deployments, rates } = hub.deps;
+  const base = options.baseUrl ?? config.PUBLIC_URL ?? "";
   const rate = await rates.ngnPerUsdMilli().catch(() => null);
   // The biller's products by category, so an agent knows the serviceIDs; left out if the biller is unreachable.
   const products = await Promise.all(
@@ -96,12 +122,26 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
       { step: 4, what: "check_balance shows spendable_now: the least of balance, token allowance and spending allowance" },
       { step: 5, what: "pay_bill, pay_bill_batch or schedule_bill with the api_key and PIN" },
     ],
+    urls: {
+      base,
+      x402_pay: `${base}/api/pay/x402`,
+      order_status: `${base}/api/orders/{request_id}`,
+      link: `${base}${LINK_PATH}`,
+      link_nonce: `${base}${LINK_NONCE_PATH}`,
+      openapi: `${base}/openapi.json`,
+    },
+    ...(options.link ? { your_setup: setupCalls(hub, options.link) } : {}),
     transports: {
-      mcp: { url: "/api/mcp", how: 'JSON-RPC 2.0 "tools/call" with params {name, arguments}; the answer is JSON text in result.content[0].text' },
+      mcp: {
+        url: `${base}/api/mcp`,
+        how: 'JSON-RPC 2.0 "tools/call" with params {name, arguments}; the answer is JSON text in result.content[0].text',
+        auth: "the api_key as an argument, or once for all calls as the header Authorization: Bearer <api_key>",
+      },
       a2a: {
-        url: "/api/a2a",
-        agent_card: "/.well-known/agent-card.json",
+        url: `${base}/api/a2a`,
+        agent_card: `${base}/.well-known/agent-card.json`,
         how: 'message/send (0.3) or SendMessage (1.0) with a data part {"skill": "<tool name>", "arguments": {...}}; the answer is a data part',
+        auth: "the api_key as an argument, or the header Authorization: Bearer <api_key>",
       },
     },
     tools: tools.map((t) => ({

@@ -10,7 +10,7 @@ import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/
 import { CallToolRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
-import { runTool, type ToolContext, type ToolDefinition } from "./tools.ts";
+import { bearerApiKey, runTool, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
 export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: (msg: string, f?: Record<string, unknown>) => void): Promise<CallToolResult> {
@@ -27,14 +27,25 @@ export async function callTool(tool: ToolDefinition, args: Record<string, unknow
   }
 }
 
-export function mcpHandler(options: { name: string; version: string; tools: ToolDefinition[]; ctx: ToolContext; log: (msg: string, f?: Record<string, unknown>) => void }) {
+export function mcpHandler(options: {
+  name: string;
+  version: string;
+  tools: ToolDefinition[];
+  ctx: ToolContext;
+  log: (msg: string, f?: Record<string, unknown>) => void;
+  /** The service's public base URL, else the request's origin. */
+  baseUrl?: string;
+}) {
   return async (request: Request): Promise<Response> => {
+    // The api_key may come as Authorization: Bearer instead of in every call's arguments.
+    const bearer = bearerApiKey(request.headers.get("authorization"));
+    const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };
     const server = new McpServer({ name: options.name, version: options.version }, { capabilities: { tools: {} } });
     for (const tool of options.tools) {
       server.registerTool(
         tool.name,
         { title: tool.title, description: tool.description, inputSchema: tool.input, annotations: { readOnlyHint: !tool.paying && tool.name !== "cancel_schedule", openWorldHint: true } },
-        (args: Record<string, unknown>) => callTool(tool, args, options.ctx, options.log),
+        (args: Record<string, unknown>) => callTool(tool, args, ctx, options.log),
       );
     }
     // Arguments are checked here, as A2A checks them, so a bad call is the catalogue's
@@ -47,13 +58,13 @@ export function mcpHandler(options: { name: string; version: string; tools: Tool
         const error = problemBody("VALIDATION_FAILED", `unknown tool "${request.params.name}"; tools/list names them`);
         return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
       }
-      const parsed = z.object(tool.input).safeParse(request.params.arguments ?? {});
+      const parsed = z.object(tool.input).safeParse(withBearer(request.params.arguments ?? {}, bearer));
       if (!parsed.success) {
         const refusal = validationFailed(parsed.error, "(arguments)");
         const error = problemBody(refusal.code, refusal.detail, refusal.extra);
         return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
       }
-      return callTool(tool, parsed.data, options.ctx, options.log);
+      return callTool(tool, parsed.data, ctx, options.log);
     });
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     await server.connect(transport);

@@ -30,6 +30,18 @@ export interface ToolContext {
   hub: AgentHub;
   /** Every tool, for describe_capabilities. */
   tools: ToolDefinition[];
+  /** Where the caller reached the service (PUBLIC_URL, or the request's origin locally), for absolute URLs. */
+  baseUrl?: string;
+}
+
+/** The api_key sent as `Authorization: Bearer bpk_...` on /api/mcp or /api/a2a, if any. */
+export function bearerApiKey(authorization: string | null | undefined): string | undefined {
+  return /^Bearer\s+(bpk_[A-Za-z0-9_-]{43})\s*$/i.exec(authorization ?? "")?.[1];
+}
+
+/** A tool call's arguments with the bearer key filled in where the call names none (the argument wins). */
+export function withBearer(args: Record<string, unknown>, bearer: string | undefined): Record<string, unknown> {
+  return bearer && args.api_key === undefined ? { ...args, api_key: bearer } : args;
 }
 
 export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
@@ -65,7 +77,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       paying: false,
       authenticated: false,
       examples: ['{"skill":"describe_capabilities","arguments":{}}'],
-      run: async (_args, _link, ctx) => describeCapabilities(ctx.hub, ctx.tools),
+      run: async (_args, link, ctx) => describeCapabilities(ctx.hub, ctx.tools, { baseUrl: ctx.baseUrl, link }),
     }),
     define({
       name: "check_balance",

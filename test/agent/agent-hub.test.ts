@@ -7,7 +7,8 @@
  */
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
-import { keccak256, toBytes, type Account } from "viem";
+import { createWalletClient, http, keccak256, toBytes, type Account } from "viem";
+import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
@@ -433,6 +434,51 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111") }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), cron: "not a cron" }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: "2020-01-01T00:00:00Z" }))).toBe("VALIDATION_FAILED");
+    });
+  });
+
+  describe("onboarding", () => {
+    it("takes the api_key as Authorization: Bearer on MCP and A2A; describe_capabilities gives absolute URLs and set-up calldata that works", async () => {
+      const account = hardhatAccount(4);
+      const apiKey = await linkAgent(url, account, { pin: "1234", token: "USDC" });
+      const rpc = async (path: string, body: unknown, bearer = apiKey) => {
+        const res = await fetch(`${url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${bearer}` },
+          body: JSON.stringify(body),
+        });
+        return (await res.json()) as Record<string, any>;
+      };
+      const mcpCall = async (name: string, args: Record<string, unknown> = {}, bearer?: string) => {
+        const answer = await rpc("/api/mcp", { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }, bearer);
+        return { isError: answer.result.isError === true, data: JSON.parse(answer.result.content[0].text) as Record<string, any> };
+      };
+
+      const described = await mcpCall("describe_capabilities");
+      expect(described.data.urls).toMatchObject({ x402_pay: `${url}/api/pay/x402`, order_status: `${url}/api/orders/{request_id}`, link: `${url}${LINK_PATH}` });
+      expect(described.data.transports.mcp.url).toBe(`${url}/api/mcp`);
+      const setup = described.data.your_setup as { chain: string; token: string; calls: Array<{ to: `0x${string}`; data: `0x${string}` }> };
+      expect(setup).toMatchObject({ chain: "CELO", token: "USDC" });
+      // The wallet signs exactly the calls it was given: afterwards it can spend 100 USDC.
+      const wallet = createWalletClient({ account, chain: viemChain("CELO", stack.deployments.chains.CELO!.rpcUrl), transport: http(stack.deployments.chains.CELO!.rpcUrl) });
+      for (const call of setup.calls) await celo.mined(await wallet.sendTransaction({ to: call.to, data: call.data }));
+      const balance = await mcpCall("check_balance"); // no api_key argument: the bearer header
+      expect(balance.isError).toBe(false);
+      const usdcRow = (balance.data.balances as Array<{ chain: string; token: string; spendable_now: { units: string } }>).find((b) => b.chain === "CELO" && b.token === "USDC")!;
+      expect(usdcRow.spendable_now.units).toBe("100000000");
+      // The argument wins over the header; a bad bearer is the catalogue's refusal.
+      expect((await mcpCall("check_balance", { api_key: `bpk_${"C".repeat(43)}` })).data.error.code).toBe("API_KEY_INVALID");
+      expect((await mcpCall("check_balance", {}, "not-a-key")).data.error.code).toBe("VALIDATION_FAILED");
+
+      const a2a = await rpc("/api/a2a", {
+        jsonrpc: "2.0",
+        id: 2,
+        method: "message/send",
+        params: { message: { kind: "message", messageId: crypto.randomUUID(), role: "user", parts: [{ kind: "data", data: { skill: "check_balance", arguments: {} } }] } },
+      });
+      const data = a2a.result.parts.find((p: { kind: string }) => p.kind === "data").data;
+      expect(data.error).toBeUndefined();
+      expect(data.wallet.toLowerCase()).toBe(account.address.toLowerCase());
     });
   });
 
