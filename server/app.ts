@@ -21,6 +21,7 @@ import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { mountOps } from "./ops.ts";
 import { clientAddress } from "./limits.ts";
+import { quoteView } from "./pricing/quote-view.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { rpcUrlFor } from "../lib/deployments.ts";
 import { buildHub, jsonLog } from "./services.ts";
@@ -236,6 +237,31 @@ export function createApp(deps: AppDeps): Hono {
         notSettleable: fit.notSettleable,
       });
       return orderResponse(c, order, header, extraHeaders, secret);
+    },
+  );
+
+  // A bill's price before paying it: the same checks and the same locked quote as the 402.
+  app.use("/api/quote", cors({ origin: "*", allowMethods: ["POST", "OPTIONS"], allowHeaders: ["Content-Type"], exposeHeaders: ["X-Token-Fallback"], maxAge: 600 }));
+  app.post(
+    "/api/quote",
+    bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }),
+    async (c) => {
+      const json = parseJsonBody(c.req.header("content-type"), await c.req.text());
+      if (json instanceof Response) return json;
+      const parsed = paymentRequestSchema.safeParse(json);
+      if (!parsed.success) return validationProblem(parsed.error);
+      const bill = parsed.data;
+      const option = resolveOption(bill);
+      if (!deps.deployments.chains[option.chain]) return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
+      if (!(await quotes.live(billHash(bill, option), option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+      const ctx = challengeContext(c);
+      const { quote } = await quoteBill(bill, ctx, option);
+      const headers: Record<string, string> = { "cache-control": "no-store", ...(option.warning ? { "X-Token-Fallback": option.warning } : {}) };
+      return c.json(
+        { quotes: [quoteView(bill, quote, config.SERVICE_FEES_USD, deps.rates.source ?? "configured")], pay_with: ctx.resourceUrl },
+        200,
+        headers,
+      );
     },
   );
 

@@ -78,6 +78,13 @@ export function openApiDocument() {
         },
       },
       "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card" } } } },
+      "/api/quote": {
+        post: {
+          summary: "A bill's price before paying it: amount, breakdown and expiry (the same locked quote the 402 shows)",
+          requestBody: { required: true, content: { "application/json": { schema: z.toJSONSchema(paymentRequestSchema, { io: "input" }) } } },
+          responses: { "200": { description: "The quote, per payable option" }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
+        },
+      },
       "/api/orders/{request_id}": {
         get: {
           summary: "Where an order stands (either rail); the purchased code only with proof",

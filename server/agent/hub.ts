@@ -20,6 +20,7 @@ import type { RateSource } from "../pricing/rates.ts";
 import { QuoteStore } from "../quotes.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill } from "../x402/challenge.ts";
+import { quoteView } from "../pricing/quote-view.ts";
 import type { Gates, Limits } from "../limits.ts";
 import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
@@ -90,6 +91,18 @@ export class AgentHub {
       { chain, token },
     );
     return { bill: request, bodyHash: hash, amount: quote.amount };
+  }
+
+  /** get_quote: the bill's locked price on the pull option, with its breakdown and expiry. */
+  async quote(link: Link, bill: AgentBill, options: { chain?: string; token?: string } = {}) {
+    const option = this.pullOption(link, options.chain, options.token);
+    const request: PaymentRequest = { ...bill, token: option.token, blockchain: option.chain, wallet_address: link.wallet };
+    const { quote } = await quoteBill(
+      request,
+      { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD, catalogue: this.deps.flow.catalogue },
+      option,
+    );
+    return { quotes: [quoteView(request, quote, this.deps.config.SERVICE_FEES_USD, this.deps.rates.source ?? "configured")] };
   }
 
   /** pay_bill: one bill, one pull. */

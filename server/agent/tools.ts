@@ -92,6 +92,19 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       run: (args, link, ctx) => ctx.hub.balance(link!, args.chain),
     }),
     define({
+      name: "get_quote",
+      title: "Get a quote",
+      description:
+        "The price of a bill before paying it, on the link's chain and token (or those given): the amount in token units, its " +
+        "breakdown (bill value at the rate, the rate and its source, service fee, facilitator fee, whether the minimum applied) " +
+        "and its expiry. The price is locked until then: pay_bill for the same bill pays exactly it.",
+      input: { api_key: apiKey, ...billFields, chain, token },
+      paying: false,
+      authenticated: true,
+      examples: ['{"skill":"get_quote","arguments":{"api_key":"bpk_...","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":500}}'],
+      run: (args, link, ctx) => ctx.hub.quote(link!, billOf(args), { chain: args.chain, token: args.token }),
+    }),
+    define({
       name: "list_plans",
       title: "List plans",
       description:

@@ -10,9 +10,12 @@ import { toScaled } from "./decimal.ts";
 export interface RateSource {
   /** NGN per USD, in thousandths. */
   ngnPerUsdMilli(): Promise<bigint>;
+  /** Where the rate comes from, as a quote names it. */
+  readonly source?: string;
 }
 
 export class ConfiguredRate implements RateSource {
+  readonly source = "configured (NGN_PER_USD)";
   constructor(private readonly rateMilli: bigint) {}
   async ngnPerUsdMilli() {
     return this.rateMilli;
@@ -53,7 +56,7 @@ export class GuardedRate implements RateSource {
   constructor(
     private readonly read: () => Promise<bigint>,
     private readonly db: Db,
-    private readonly source: string,
+    readonly source: string,
     private readonly band: RateBand,
     private readonly cacheMs: number,
     private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},

@@ -205,10 +205,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   });
 
   describe("MCP", () => {
-    it("lists the ten tools, each with a description and an input schema", async () => {
+    it("lists the eleven tools (the interface's ten and get_quote), each with a description and an input schema", async () => {
       const { tools } = await mcp.client.listTools();
       expect(tools.map((t) => t.name).sort()).toEqual(
-        ["cancel_schedule", "check_balance", "describe_capabilities", "list_international_options", "list_plans", "list_schedules", "pay_bill", "pay_bill_batch", "schedule_bill", "transaction_history"],
+        ["cancel_schedule", "check_balance", "describe_capabilities", "get_quote", "list_international_options", "list_plans", "list_schedules", "pay_bill", "pay_bill_batch", "schedule_bill", "transaction_history"],
       );
       for (const t of tools) {
         expect(t.description!.length).toBeGreaterThan(40);
@@ -242,7 +242,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(JSON.stringify(data.setup)).toContain("setSpendingAllowance(address token, uint256 amount)");
       expect(JSON.stringify(data.setup)).toContain("BillPay Agent Action: POST:/api/agent/link: ");
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
-      expect((data.tools as unknown[]).length).toBe(10);
+      expect((data.tools as unknown[]).length).toBe(11);
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
       expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });
@@ -307,6 +307,20 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await celo.approveAndAllow(a.account, "USDC", 50n * USD, 1n * USD);
       expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 3100) }))).toBe("TOKEN_ALLOWANCE_INSUFFICIENT");
       expect(await usdc(a.account)).toBe(before);
+    });
+
+    it("get_quote shows the price and breakdown that pay_bill then charges", async () => {
+      const a = await agent(12);
+      const bill = airtime("08011111111", 3100);
+      const quoted = await a.call("get_quote", bill);
+      expect(quoted.isError).toBe(false);
+      const [q] = quoted.data.quotes as Array<{ chain: string; token: string; amount: { units: string }; breakdown: Record<string, unknown>; expires_at: string }>;
+      expect(q).toMatchObject({ chain: "CELO", token: "USDC", amount: { units: "2001000" }, breakdown: { ngn_per_usd: "1550", rate_source: expect.any(String) } });
+      const before = await usdc(a.account);
+      const paid = await a.call("pay_bill", { pin: a.pin, ...bill, allow_duplicate: true });
+      expect(paid.data).toMatchObject({ status: "SUCCESS", amount: { units: q!.amount.units } });
+      expect(await usdc(a.account)).toBe(before - BigInt(q!.amount.units));
+      expect(errorCode(await a.call("get_quote", { ...bill, serviceID: "no-such" }))).toBe("SERVICE_UNKNOWN");
     });
 
     it("exhausts the allowance: pays while it lasts, then refuses", async () => {
@@ -495,9 +509,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       referenceTaskIds: [],
     });
 
-    it("serves the Agent Card with the ten skills, and pays over A2A 1.0 with the official client", async () => {
+    it("serves the Agent Card with the eleven skills, and pays over A2A 1.0 with the official client", async () => {
       const card = (await (await fetch(`${url}/.well-known/agent-card.json`)).json()) as { skills: Array<{ id: string }>; supportedInterfaces: Array<{ protocolVersion: string }> };
-      expect(card.skills.map((s) => s.id)).toHaveLength(10);
+      expect(card.skills.map((s) => s.id)).toHaveLength(11);
       expect(card.supportedInterfaces.map((i) => i.protocolVersion).sort()).toEqual(["0.3", "1.0"]);
 
       const client = await new ClientFactory().createFromUrl(url);

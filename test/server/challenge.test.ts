@@ -150,6 +150,49 @@ describe("x402 route: the 402 challenge", () => {
     }
   });
 
+  it("quotes a bill before payment: the 402's amount, its breakdown and expiry; bad bills refused the same way", async () => {
+    const quoteOf = (body: unknown) =>
+      app.request("/api/quote", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const electricity = {
+      ...bill,
+      serviceID: "ikeja-electric",
+      serviceCategory: "ELECTRICITY",
+      network: "IKEJA",
+      billersCode: "1111111111111",
+      variation_code: "prepaid",
+      nairaAmount: 3100.5,
+    };
+    const res = await quoteOf(electricity);
+    expect(res.status).toBe(200);
+    const { quotes } = (await res.json()) as { quotes: Array<Record<string, any>> };
+    expect(quotes).toHaveLength(1);
+    expect(quotes[0]).toMatchObject({
+      chain: "CELO",
+      token: "USDC",
+      amount: { units: "2101323", formatted: "2.101323" },
+      breakdown: {
+        bill_naira: 3100.5,
+        bill_usd: "2.000323",
+        ngn_per_usd: "1550",
+        service_fee_usd: "0.1",
+        facilitator_fee_usd: "0.001",
+        minimum_applied: false,
+      },
+    });
+    expect(Date.parse(quotes[0]!.expires_at)).toBeGreaterThan(Date.now() + 86_000_000);
+    // The 402 for the same bill asks exactly the quoted amount (one locked quote).
+    const challenged = (await (await post(electricity)).json()) as { accepts: Array<{ maxAmountRequired: string }> };
+    expect(challenged.accepts[0]!.maxAmountRequired).toBe("2101323");
+    const small = (await (await quoteOf({ ...bill, nairaAmount: 50, billersCode: "08077777777" })).json()) as { quotes: Array<Record<string, any>> };
+    expect(small.quotes[0]).toMatchObject({ amount: { units: "50000" }, breakdown: { minimum_applied: true } });
+    // Refused as the pay route refuses them.
+    expect((await quoteOf({ ...bill, nairaAmount: -1 })).status).toBe(400);
+    expect(((await (await quoteOf({ ...bill, serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-1000", nairaAmount: 50 })).json()) as { code: string }).code).toBe(
+      "PLAN_AMOUNT_MISMATCH",
+    );
+    expect((await app.request("/api/quote", { method: "POST", headers: { "content-type": "text/plain" }, body: "x" })).status).toBe(415);
+  });
+
   it("charges at least 0.05 and adds the category's fee", async () => {
     const small = (await (await post({ ...bill, nairaAmount: 50, billersCode: "08055555555" })).json()) as {
       accepts: Array<{ maxAmountRequired: string }>;
