@@ -181,11 +181,21 @@ export function createApp(deps: AppDeps): Hono {
       // A payment seen before gets its order's result, whatever its quote or clock says now,
       // but only the very payment stored, signature included, for the same bill (replayOf).
       const seen = await orderOfPayment(presented, option.chain, tokenAddress);
-      if (seen) return orderResponse(c, replayOf(seen, presented!, bodyHash), header!);
+      if (seen) {
+        let replayed: Order;
+        try {
+          replayed = replayOf(seen, presented!, bodyHash);
+        } catch (err) {
+          // A payment copied from the chain with guessed bills: each wrong guess counts.
+          await limits.take("challengeAddress", clientAddress(c));
+          throw err;
+        }
+        return orderResponse(c, replayed, header!);
+      }
 
       // A bill with no live quote writes one: those are counted per caller. Calls carrying a
       // payment never are (it may be settling), nor are repeats of a quoted bill.
-      if (!header && !(await quotes.live(bodyHash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+      if (!presented && !(await quotes.live(bodyHash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
@@ -317,10 +327,9 @@ export function createApp(deps: AppDeps): Hono {
     await next();
   });
   app.post(LINK_PATH, bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }), async (c) => {
-    // Counted before the signature check and the PIN hash, per caller and per wallet named.
+    // Counted per caller before the signature check and the PIN hash; per wallet only once
+    // the wallet's signature verifies (else a stranger could keep a victim from re-linking).
     await limits.take("linkAddress", clientAddress(c));
-    const wallet = c.req.header("x-wallet-address");
-    if (wallet) await limits.take("linkWallet", wallet.toLowerCase());
     const headers = readWalletHeaders((name) => c.req.header(name));
     const body = await jsonBody(c);
     if (body instanceof Response) return body;
@@ -332,6 +341,7 @@ export function createApp(deps: AppDeps): Hono {
           deployments: deps.deployments,
           links: hub.deps.links,
           origin: serviceOrigin(c),
+          verified: (wallet) => limits.take("linkWallet", wallet.toLowerCase()),
         },
         headers,
         body,
@@ -354,7 +364,7 @@ export function createApp(deps: AppDeps): Hono {
     baseUrl: config.PUBLIC_URL,
   });
 
-  mountOps(app, { token: config.OPS_TOKEN, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
+  mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
 
   app.get("/api/orders/:requestId", async (c) => {
     await limits.take("orderAddress", clientAddress(c));

@@ -2,7 +2,8 @@
  * The operators' routes, read by `npm run audit` to reconcile the service's orders with the
  * ledger: every order (a page at a time) and every orphan record, with their money fields and
  * never a purchased code or secret. Guarded by OPS_TOKEN (bearer, compared in constant time),
- * or, when none is configured, open to loopback callers only.
+ * or, when none is configured and the service is not public (no PUBLIC_URL), open to
+ * loopback callers only.
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
 import { createHash, timingSafeEqual } from "node:crypto";
@@ -14,11 +15,13 @@ import type { Order, OrderStore } from "./orders/store.ts";
 const MAX_PAGE = 500;
 const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
 
-function allowed(c: Context, token: string | undefined): boolean {
+function allowed(c: Context, token: string | undefined, isPublic: boolean): boolean {
   if (token) {
     const presented = /^Bearer\s+(\S+)$/i.exec(c.req.header("authorization") ?? "")?.[1] ?? "";
     return timingSafeEqual(digest(presented), digest(token));
   }
+  // Served publicly (PUBLIC_URL), a same-host proxy makes every caller look local: no token, no access.
+  if (isPublic) return false;
   try {
     const address = getConnInfo(c).remote.address ?? "";
     return address === "127.0.0.1" || address === "::1" || address === "::ffff:127.0.0.1";
@@ -50,9 +53,9 @@ export function opsOrder(o: Order) {
 }
 export type OpsOrder = ReturnType<typeof opsOrder>;
 
-export function mountOps(app: Hono, deps: { token?: string; orders: OrderStore; orphans: Orphans }): void {
+export function mountOps(app: Hono, deps: { token?: string; public: boolean; orders: OrderStore; orphans: Orphans }): void {
   app.use("/ops/*", async (c, next) => {
-    if (!allowed(c, deps.token)) throw new ServiceError("OPS_FORBIDDEN", "send Authorization: Bearer <OPS_TOKEN>, or call from this machine when no OPS_TOKEN is set");
+    if (!allowed(c, deps.token, deps.public)) throw new ServiceError("OPS_FORBIDDEN", "send Authorization: Bearer <OPS_TOKEN>, or call from this machine when no OPS_TOKEN is set");
     await next();
   });
   app.get("/ops/orders", async (c) => {

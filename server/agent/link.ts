@@ -32,6 +32,8 @@ export interface LinkDeps {
   links: LinkStore;
   /** Where this service is reached: a SIWE message must name this domain (host) and link URI. */
   origin: URL;
+  /** Called once the wallet's signature verifies, before anything is spent (the per-wallet rate limit). */
+  verified?: (wallet: string) => Promise<void>;
 }
 
 type WalletHeaders = { address: Hex; signature: Hex } & ({ form: "timestamp"; timestamp: string } | { form: "siwe"; message: string });
@@ -121,6 +123,7 @@ export async function linkWallet(
   }
   const who = await signer(deps, headers.address, message, headers.signature, option.chain);
   if (!who) throw new ServiceError("SIGNATURE_INVALID", `x-wallet-signature is not ${headers.address}'s personal_sign of the link message`);
+  await deps.verified?.(headers.address);
   // Spent before anything else changes: a replay gets 409, never a second key. A SIWE link
   // spends the server's nonce; the interface's form is keyed by what was signed (wallet and
   // timestamp), not the signature's bytes, which have other valid encodings (v as 0/1, s as n - s).

@@ -149,21 +149,26 @@ export class LinkStore {
    * while parallel right PINs never lock anyone out. Only a confirmed wrong PIN counts as a
    * failure; the one that reaches the limit starts the lock. A right PIN clears the failures.
    */
-  async checkPin(wallet: string, pin: string): Promise<void> {
+  async checkPin(wallet: string, pin: string, apiKeyHash?: string): Promise<void> {
     const w = wallet.toLowerCase();
+    // Checked against the link of the key that asked: a guess under a key retired meanwhile
+    // neither counts against the new link nor can retire it.
+    const key = apiKeyHash ?? null;
     const pending = `(CASE WHEN pin_attempt_at < now() - interval '60 seconds' THEN 0 ELSE pin_pending END)`;
     const [reserved] = await this.db.query<{ pin_hash: string }>(
       `UPDATE agent_link SET pin_pending = ${pending} + 1, pin_attempt_at = now()
-       WHERE wallet = $1 AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2
+       WHERE wallet = $1 AND ($3::text IS NULL OR api_key_hash = $3)
+         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2
        RETURNING pin_hash`,
-      [w, this.pinPolicy.maxAttempts],
+      [w, this.pinPolicy.maxAttempts, key],
     );
     if (!reserved) {
-      const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean }>(
-        `SELECT locked_until, (locked_until IS NOT NULL AND locked_until > now()) AS locked FROM agent_link WHERE wallet = $1`,
+      const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean; api_key_hash: string }>(
+        `SELECT locked_until, (locked_until IS NOT NULL AND locked_until > now()) AS locked, api_key_hash FROM agent_link WHERE wallet = $1`,
         [w],
       );
       if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
+      if (key && row.api_key_hash !== key) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
       if (row.locked) throw locked(new Date(row.locked_until!));
       throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
@@ -188,9 +193,10 @@ export class LinkStore {
            THEN now() + make_interval(secs => $3::double precision * power(2, LEAST(pin_lockouts, 20))) ELSE locked_until END,
          pin_lockouts = CASE WHEN pin_failures + 1 >= $2 THEN pin_lockouts + 1 ELSE pin_lockouts END,
          pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 RETURNING pin_failures, locked_until, pin_lockouts, api_key_hash`,
-      [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds],
+       WHERE wallet = $1 AND ($4::text IS NULL OR api_key_hash = $4) RETURNING pin_failures, locked_until, pin_lockouts, api_key_hash`,
+      [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds, key],
     );
+    if (!after) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced while its PIN was checked; use the newest key");
     if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
       if (lockouts >= this.pinPolicy.maxLockouts) {

@@ -3,6 +3,7 @@
  * allowance to BillPay and the spending allowance it set on BillPay. A pull can take at most
  * the least of the three. Read in one multicall per chain, at one block.
  */
+import { errorText } from "../log-safety.ts";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
@@ -41,7 +42,7 @@ export async function readWalletState(deployments: Deployments, chain: ChainKey,
       return { token, balance: balance!, tokenAllowance: tokenAllowance!, spendingAllowance: spendingAllowance!, spendable, blockNumber };
     });
   } catch (err) {
-    throw new ServiceError("CHAIN_UNAVAILABLE", `could not read ${chain}: ${(err as Error).message.split("\n")[0]}`);
+    throw new ServiceError("CHAIN_UNAVAILABLE", `could not read ${chain}: ${errorText(err).split("\n")[0]}`);
   }
 }
 

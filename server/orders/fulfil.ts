@@ -11,7 +11,8 @@ import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { Catalogue } from "../biller/catalogue.ts";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
-import type { ChainOperator } from "../chain/operator.ts";
+import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
+import { errorText } from "../log-safety.ts";
 import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
@@ -67,15 +68,24 @@ export function needsVerification(bill: Pick<PaymentRequest, "serviceCategory" |
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
 export const FINISHED = new Set<OrderStatus>(["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"]);
 
-/** Vends a paid order: verification where the product has it, then the biller, waiting up to the deadline. */
-export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
+/**
+ * Vends a paid order: verification where the product has it, then the biller, waiting up to
+ * the deadline. `resumed`: the order was left PAID by an earlier attempt that may already
+ * have sent the pay, so the biller is asked first; only if it has no record of the request
+ * is the order verified and paid (never refunded for a bill that may have been delivered).
+ */
+export async function fulfil(deps: FlowDeps, order: Order, options: { resumed?: boolean } = {}): Promise<Order> {
+  if (options.resumed) {
+    const known = await deps.biller.requery(order.billerRequestId);
+    if (!(known.state === "pending" && known.unknownRequest)) return applyVendResult(deps, order, known);
+  }
   const bill = order.bill as unknown as PaymentRequest;
   if (needsVerification(bill)) {
     try {
       const verified = await deps.biller.verify({ serviceID: bill.serviceID, billersCode: bill.billersCode, type: bill.variation_code });
       if (!verified.ok) return refund(deps, order, `verification failed: ${verified.reason}`);
     } catch (err) {
-      return refund(deps, order, `verification unavailable: ${(err as Error).message}`);
+      return refund(deps, order, `verification unavailable: ${errorText(err)}`);
     }
   }
   let result = await pay(deps, order);
@@ -163,10 +173,28 @@ export async function refund(deps: FlowDeps, order: Order, reason: string): Prom
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
-    deps.log("refund failed; the worker will retry", { requestId: refunding.requestId, error: (err as Error).message });
+    if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
+      // Retrying cannot change BillPay's answer: an operator decides.
+      deps.log("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refused the refund: ${err.errorName}` });
+    }
+    deps.log("refund failed; the worker will retry", { requestId: refunding.requestId, error: errorText(err) });
     return refunding;
   }
 }
+
+/** BillPay refusals of a refund that no retry changes (a pause or a spent budget does change). */
+const REFUND_NEVER = new Set([
+  "UnknownOrder",
+  "RefundExceedsPayment",
+  "AuthorizationNotUsed",
+  "NotAnAuthorizationToken",
+  "AuthorizationNotToThisContract",
+  "InvalidAuthorizationSignature",
+  "ZeroNonce",
+  "ZeroAmount",
+  "OrderExists",
+]);
 
 function refundPull(deps: FlowDeps, o: Order) {
   return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount: o.amount });

@@ -8,8 +8,12 @@
  *   - an x402 payment with no order at all (sent to BillPay by hand, not through the
  *     service): recorded in orphan_payment for an operator, never refunded automatically,
  *     because the service holds no signed authorization to refund it with.
- * Each chain and rail keeps its own position (chains are indexed at their own pace).
+ * Each chain and rail keeps its own position (chains are indexed at their own pace). A
+ * payment whose order is still being decided (PULLING, SETTLING) holds the position at its
+ * second, so it is read again until its order is final: should the order then be written
+ * off, the payment is still found and refunded.
  */
+import { errorText } from "../log-safety.ts";
 import type { Hex } from "viem";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
@@ -53,10 +57,24 @@ export class Orphans {
         `SELECT chain, order_id, payer, token_address, amount::text AS amount, pull_tx_hash, status, refund_tx_hash FROM orphan_pull ORDER BY created_at`,
       ),
       this.db.query<Record<string, string | null>>(
-        `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status FROM orphan_payment ORDER BY created_at`,
+        // One an order has claimed since (submitted before its order was made) is no orphan.
+        `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status FROM orphan_payment o
+         WHERE NOT EXISTS (SELECT 1 FROM bill_order b WHERE b.chain = o.chain AND b.token_address = o.token_address
+                             AND b.payer = o.payer AND b.auth_nonce = o.auth_nonce)
+         ORDER BY created_at`,
       ),
     ]);
     return { pulls, payments };
+  }
+
+  /** An orphan x402 payment that an order now accounts for is no longer an orphan. */
+  async claimPayment(chain: ChainKey, p: LedgerPayment): Promise<void> {
+    await this.db.query(`DELETE FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [
+      chain,
+      p.token.toLowerCase(),
+      p.payer.toLowerCase(),
+      p.authorizationNonce!.toLowerCase(),
+    ]);
   }
 
   async unrefundedPulls(): Promise<OrphanPullRow[]> {
@@ -93,19 +111,26 @@ export type LedgerPassDeps = FlowDeps & { orphans: Orphans };
  * indexed in order, so the position only moves forward; its own second is read again
  * (`from` is inclusive) and what is already accounted for is recognised and skipped.
  */
-async function readForward(deps: LedgerPassDeps, chain: ChainKey, rail: LedgerPayment["rail"], each: (page: LedgerPayment[]) => Promise<void>) {
+async function readForward(
+  deps: LedgerPassDeps,
+  chain: ChainKey,
+  rail: LedgerPayment["rail"],
+  each: (page: LedgerPayment[]) => Promise<LedgerPayment[]>,
+) {
   const chainId = CHAINS[chain].chainId;
   const name = `${rail === "pull" ? "pulls" : "authorizations"}:${chainId}`;
   const since = await deps.orphans.position(name);
   let newest = since ?? 0n;
+  let hold: bigint | undefined;
   let page = await deps.ledger.payments({ chainId, rail, from: since ?? 0n, limit: PAGE });
   for (;;) {
-    await each(page.payments);
+    const undecided = await each(page.payments);
+    for (const p of undecided) if (hold === undefined || BigInt(p.timestamp) < hold) hold = BigInt(p.timestamp);
     for (const p of page.payments) if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
     if (!page.nextCursor) break;
     page = await deps.ledger.payments({ chainId, rail, cursor: page.nextCursor, limit: PAGE });
   }
-  await deps.orphans.advance(name, newest);
+  await deps.orphans.advance(name, hold !== undefined && hold < newest ? hold : newest);
 }
 
 /** Pulls no live order accounts for are refunded; returns how many orphan pulls it refunded. */
@@ -113,10 +138,13 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
     await readForward(deps, chain, "pull", async (payments) => {
       const known = new Map((await deps.orders.findByOnchainIds(payments.map((p) => p.orderId!))).map((o) => [o.onchainOrderId, o]));
+      const undecided: LedgerPayment[] = [];
       for (const p of payments) {
         const order = known.get(p.orderId!.toLowerCase());
         if (!order) {
           await deps.orphans.recordPull(chain, p);
+        } else if (order.status === "PULLING") {
+          undecided.push(p);
         } else if (order.status === "PAYMENT_FAILED") {
           // Written off as never pulled, and then the pull landed: give the money back.
           const reason = "the pull landed after the order was written off";
@@ -124,6 +152,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
           if (refunding) await refund(deps, refunding, reason);
         }
       }
+      return undecided;
     });
   }
 
@@ -136,7 +165,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       deps.log("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
-      deps.log("could not refund an orphan pull; will retry", { orderId: o.order_id, error: (err as Error).message });
+      deps.log("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
     }
   }
   return refunded;
@@ -150,6 +179,7 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
   let acted = 0;
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
     await readForward(deps, chain, "authorization", async (payments) => {
+      const undecided: LedgerPayment[] = [];
       for (const p of payments) {
         const order = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
         if (!order) {
@@ -157,12 +187,18 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
             deps.log("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });
             acted++;
           }
-        } else if (order.status === "REFUSED" || order.status === "PAYMENT_FAILED") {
+          continue;
+        }
+        // An order claims the payment (it may have been submitted before the order was made).
+        await deps.orphans.claimPayment(chain, p);
+        if (order.status === "REFUSED" || order.status === "PAYMENT_FAILED") {
           await landedAfterRefusal(deps, order, p);
           acted++;
+        } else if (order.status === "SETTLING") {
+          undecided.push(p); // the worker decides it; read again until it has
         }
-        // Any other state is its order's own path (SETTLING is the worker's).
       }
+      return undecided;
     });
   }
   return acted;

@@ -5,6 +5,7 @@
  * batch in one pullBatch), count an order paid only once the ledger shows its Pulled event,
  * then vend as every order does (orders/fulfil.ts), refunding each failed bill by itself.
  */
+import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
@@ -137,7 +138,7 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
       throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });
     }
     if (!(err instanceof ContractRefused)) {
-      deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: (err as Error).message });
+      deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: errorText(err) });
       return orders;
     }
     const reason = `BillPay refused the pull: ${err.errorName}`;
@@ -159,7 +160,7 @@ export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = dep
       const [pull] = (await deps.ledger.order(order.onchainOrderId)).payments;
       if (pull) return pulledFromLedger(deps, order, pull);
     } catch (err) {
-      deps.log("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: (err as Error).message });
+      deps.log("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
     }
     if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
     await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));

@@ -12,6 +12,7 @@
  *   PULLING   a pull whose request died: see orders/pull-reconciler.ts.
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
+import { errorText } from "../log-safety.ts";
 import type { Order } from "./store.ts";
 import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
@@ -45,7 +46,7 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
           await reconcilePulling(deps, o);
           break;
         case "PAID":
-          await fulfil(deps, o);
+          await fulfil(deps, o, { resumed: true });
           break;
         case "PENDING":
           await applyVendResult(deps, o, await requery(deps, o));
@@ -55,7 +56,7 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
           break;
       }
     } catch (err) {
-      deps.log("worker could not finish an order; it will retry", { requestId: o.requestId, error: (err as Error).message });
+      deps.log("worker could not finish an order; it will retry", { requestId: o.requestId, error: errorText(err) });
     }
     // Released after its work, finished or not: the next pass may take it again once its
     // grace period (counted from its last change) is over.

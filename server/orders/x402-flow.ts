@@ -11,6 +11,7 @@
  * told it did not settle. Every step is a state transition in the order table, so the
  * worker finishes whatever a crash or a slow facilitator left behind, exactly once.
  */
+import { errorText } from "../log-safety.ts";
 import type { PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse } from "@x402/core/types";
 import type { Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
@@ -115,11 +116,9 @@ function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, res
  * anything less would hand a stranger the order; a refusal names no order.
  */
 export function replayOf(order: Order, payment: DecodedPayment, bodyHash: string): Order {
-  if (!samePayment(order.payment as unknown as StoredPayment, payment)) {
-    throw new ServiceError("PAYMENT_ALREADY_USED", "this authorization's nonce belongs to another payment; sign a new authorization");
-  }
-  if (order.bodyHash !== bodyHash) {
-    throw new ServiceError("PAYMENT_ALREADY_USED", "this payment already paid for a different bill; sign a new authorization for this one");
+  // One answer for both mismatches: telling them apart would confirm a copied signature.
+  if (!samePayment(order.payment as unknown as StoredPayment, payment) || order.bodyHash !== bodyHash) {
+    throw new ServiceError("PAYMENT_ALREADY_USED", "this authorization's nonce is already used; sign a new authorization for this bill");
   }
   return order;
 }
@@ -189,7 +188,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   } catch (err) {
     const response = (err as { response?: VerifyResponse }).response;
     if (!response) {
-      deps.log("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: (err as Error).message });
+      deps.log("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(err) });
       return order;
     }
     verified = response;
@@ -205,7 +204,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
     const response = (err as { response?: SettleResponse }).response;
     if (!response) {
       // Unclear whether it landed: the worker decides from the chain and the ledger.
-      deps.log("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: (err as Error).message });
+      deps.log("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(err) });
       return order;
     }
     result = response;
@@ -235,7 +234,7 @@ async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> 
       const payment = await ledgerPaymentOf(deps, order);
       if (payment) return settledFromLedger(deps, order, payment);
     } catch (err) {
-      deps.log("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: (err as Error).message });
+      deps.log("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) });
     }
     if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
     await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
@@ -298,7 +297,7 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
       }
       closed++;
     } catch (err) {
-      deps.log("could not close a refused order; will retry", { requestId: o.requestId, error: (err as Error).message });
+      deps.log("could not close a refused order; will retry", { requestId: o.requestId, error: errorText(err) });
     }
   }
   return closed;

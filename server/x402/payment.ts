@@ -182,12 +182,13 @@ export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: 
 /**
  * Checks that the payer signed the authorization for the bill's token. An ordinary wallet's
  * signature is recovered here; when it does not recover to the payer and the payer is a
- * contract (ERC-1271), the facilitator judges it.
+ * contract, the contract is asked (ERC-1271, or ERC-6492 for one not yet deployed), so a
+ * junk signature never locks a contract wallet's nonce either.
  */
 export async function checkSignature(
   p: DecodedPayment,
   token: { name: string; version: string; chainId: number; address: string },
-  client: Pick<PublicClient, "getCode">,
+  client: Pick<PublicClient, "getCode" | "verifyTypedData">,
 ): Promise<void> {
   const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
   let signer: string | undefined;
@@ -204,7 +205,19 @@ export async function checkSignature(
   }
   if (signer && same(signer, p.authorization.from)) return;
   const code = await client.getCode({ address: p.authorization.from });
-  if (code && code !== "0x") return;
+  if (code && code !== "0x") {
+    const valid = await client
+      .verifyTypedData({
+        address: p.authorization.from,
+        domain,
+        types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+        primaryType: "TransferWithAuthorization",
+        message: { ...p.authorization },
+        signature: p.signature,
+      })
+      .catch(() => false);
+    if (valid) return;
+  }
   throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this authorization for ${token.name}`);
 }
 

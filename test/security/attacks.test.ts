@@ -296,6 +296,20 @@ describe("attacks on the money paths", () => {
     expect(await usdc(attacker.address)).toBe(before);
   });
 
+  it("a payment submitted on chain before its order is made is served, and is no orphan", async () => {
+    const body = bill(victim.address, { nairaAmount: 1270 });
+    const req = await required(body);
+    const auth = await celo.signAuthorization(victim, "USDC", BigInt(req.accepted.amount), celo.billPay, { validBefore: now() + 600n });
+    await celo.submitAuthorization("USDC", auth); // the payer's own relayer was faster
+    await workerPasses(); // the ledger pass sees a payment with no order yet
+    const orphansBefore = (await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> };
+    expect(orphansBefore.payments.map((o) => o.auth_nonce)).toContain(auth.nonce.toLowerCase());
+    const paid = (await (await post(body, header(auth, req))).json()) as Body;
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    const orphans = (await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> };
+    expect(orphans.payments.map((o) => o.auth_nonce)).not.toContain(auth.nonce.toLowerCase());
+  });
+
   it("a retired key or a cancelled schedule never pays", async () => {
     await celo.approveAndAllow(agentWallet, "USDC", 10_000_000n);
     const before = await usdc(agentWallet.address);
