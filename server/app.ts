@@ -51,6 +51,15 @@ const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
 // (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
 
+/** The fields a bill must have; a JSON object lacking any of them is a probe, not a bill. */
+const REQUIRED_BILL_FIELDS = Object.entries(paymentRequestSchema.shape)
+  .filter(([, schema]) => !schema.safeParse(undefined).success)
+  .map(([name]) => name);
+
+function isProbe(json: unknown): boolean {
+  return typeof json === "object" && json !== null && !Array.isArray(json) && REQUIRED_BILL_FIELDS.some((f) => !(f in json));
+}
+
 function validationProblem(error: z.ZodError) {
   const e = validationFailed(error);
   return problemResponse(e.code, e.detail, e.extra);
@@ -158,6 +167,9 @@ export function createApp(deps: AppDeps): Hono {
       if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
       const json = parseJsonBody(c.req.header("content-type"), text);
       if (json instanceof Response) return json;
+      // So is `{}` or a partial bill (one missing any of the bill's required fields): the
+      // interface's probing POST. A complete bill with a bad field is refused with its 4xx.
+      if (isProbe(json)) return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
