@@ -11,6 +11,7 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
+import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { paymentRequestSchema } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
@@ -137,7 +138,9 @@ export function createApp(deps: AppDeps): Hono {
     await deps.db.query("SELECT 1");
     return c.json({ ok: true });
   });
-  app.get("/openapi.json", (c) => c.json(openApiDocument()));
+  const openApi = openApiDocument({ deployments: deps.deployments, ledgerUrl: config.LEDGER_URL });
+  app.get("/openapi.json", (c) => c.json(openApi));
+  mountDocs(app);
 
   // The x402 route is public and probed from browsers: CORS open, x402 headers exposed.
   app.use(

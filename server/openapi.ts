@@ -1,95 +1,206 @@
-/** The OpenAPI 3.1 document (API version 1.0.0), built from the same zod schemas the routes validate with. */
+/**
+ * The OpenAPI 3.1 document (API version 1.0.0) of every route the service serves, and of
+ * the ledger's read API (served by the Ponder process, its own server), built from the same
+ * zod schemas the routes validate with. `x-x402` names the payment protocol and the options
+ * this deployment accepts. `test/server/openapi.test.ts` validates it and checks that every
+ * route the app serves is in it.
+ */
 import { z } from "zod";
+import { CHAINS, type ChainKey } from "../lib/chains.ts";
+import type { Deployments } from "../lib/deployments.ts";
 import { ERRORS } from "./errors.ts";
 import { linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
 
-const problemResponses = (statuses: number[]) =>
-  Object.fromEntries(statuses.map((status) => [String(status), { description: "Problem", content: { "application/problem+json": { schema: problem } } }]));
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+const json = (schema: unknown) => ({ "application/json": { schema } });
 
-const problem: Record<string, unknown> = {
-  type: "object",
-  required: ["type", "title", "status", "code", "detail"],
-  properties: {
-    type: { type: "string" },
-    title: { type: "string" },
-    status: { type: "integer" },
-    code: { type: "string", enum: Object.keys(ERRORS) },
-    detail: { type: "string" },
+const problemResponses = (statuses: number[]) =>
+  Object.fromEntries(statuses.map((status) => [String(status), { description: "Problem (see the code)", content: { "application/problem+json": { schema: ref("Problem") } } }]));
+
+const schemas = {
+  Problem: {
+    type: "object",
+    required: ["type", "title", "status", "code", "detail"],
+    properties: {
+      type: { type: "string" },
+      title: { type: "string" },
+      status: { type: "integer" },
+      code: { type: "string", enum: Object.keys(ERRORS) },
+      detail: { type: "string" },
+      retry_after_seconds: { type: "integer", description: "With 429, 423 and 503 refusals: when to come back (also Retry-After)" },
+    },
   },
+  PaymentRequest: z.toJSONSchema(paymentRequestSchema, { io: "input" }),
+  PaymentResult: {
+    type: "object",
+    description: "The interface's result shape; status is SUCCESS, FAILED_VENDING (with refund) or TIMEOUT (still being worked)",
+    required: ["success", "status", "purchased_code", "units", "request_id", "tx_hash"],
+    properties: {
+      success: { type: "boolean" },
+      status: { type: "string", enum: ["SUCCESS", "FAILED_VENDING", "TIMEOUT"] },
+      purchased_code: { type: ["string", "null"], description: "Token or PIN: in the paying response, and on the order route only with proof" },
+      units: { type: ["string", "null"] },
+      request_id: { type: "string", pattern: "^req_\\d{12}[0-9a-f]{20}$" },
+      tx_hash: { type: ["string", "null"] },
+      order_secret: { type: "string", description: "Only in the first paying response: Bearer proof for the order route" },
+      purchased_code_withheld: { type: "boolean" },
+      refund: {
+        type: "object",
+        properties: { status: { type: "string", enum: ["PENDING", "REFUNDED"] }, tx_hash: { type: ["string", "null"] }, reason: { type: ["string", "null"] } },
+      },
+      review: { type: "object", properties: { reason: { type: ["string", "null"] }, detail: { type: "string" } } },
+    },
+  },
+  PaymentChallenge: {
+    type: "object",
+    description: "The x402 challenge, v1 body (the v2 form is base64 JSON in the PAYMENT-REQUIRED header)",
+    required: ["x402Version", "error", "accepts"],
+    properties: {
+      x402Version: { const: 1 },
+      error: { type: "string" },
+      code: { type: "string", description: "Why a presented payment did not fit (see x402/payment.ts)" },
+      accepts: {
+        type: "array",
+        items: {
+          type: "object",
+          required: ["scheme", "network", "maxAmountRequired", "asset", "payTo", "resource", "maxTimeoutSeconds"],
+          properties: {
+            scheme: { const: "exact" },
+            network: { type: "string", description: "CAIP-2 (eip155:42220) or, with ?networks=v1, the protocol-1 name" },
+            maxAmountRequired: { type: "string", description: "Token units" },
+            asset: { type: "string" },
+            payTo: { type: "string", description: "BillPay" },
+            resource: { type: "string" },
+            description: { type: "string" },
+            mimeType: { type: "string" },
+            maxTimeoutSeconds: { type: "integer" },
+            extra: { type: "object", properties: { name: { type: "string" }, version: { type: "string" }, primaryType: { type: "string" } } },
+          },
+        },
+      },
+    },
+  },
+  Quote: {
+    type: "object",
+    properties: {
+      quotes: {
+        type: "array",
+        items: {
+          type: "object",
+          properties: {
+            chain: { type: "string" },
+            token: { type: "string" },
+            amount: { type: "object", properties: { units: { type: "string" }, formatted: { type: "string" } } },
+            expires_at: { type: "string", format: "date-time" },
+            breakdown: { type: "object" },
+          },
+        },
+      },
+      pay_with: { type: "string" },
+    },
+  },
+  LinkRequest: z.toJSONSchema(linkRequestSchema, { io: "input" }),
+  LinkResult: z.toJSONSchema(linkResultSchema),
+  JsonRpc: { type: "object", description: "JSON-RPC 2.0" },
 };
 
-export function openApiDocument() {
+const paymentHeaders = [
+  { name: "PAYMENT-SIGNATURE", in: "header", required: false, schema: { type: "string" }, description: "x402 v2 payment (base64 JSON)" },
+  { name: "X-PAYMENT", in: "header", required: false, schema: { type: "string" }, description: "x402 v1 payment (base64 JSON)" },
+];
+const challenge402 = {
+  description: "Payment required: the challenge (v1 body, v2 PAYMENT-REQUIRED header), or PAYMENT_NOT_SETTLED for a payment that did not settle",
+  headers: { "PAYMENT-REQUIRED": { schema: { type: "string" }, description: "x402 v2 challenge, base64 JSON" } },
+  content: { "application/json": { schema: ref("PaymentChallenge") }, "application/problem+json": { schema: ref("Problem") } },
+};
+const ops = { security: [{ opsToken: [] }] };
+
+/** The ledger's read API (Ponder), for the same document. */
+const ledgerPaths = (ledgerUrl: string) => {
+  const servers = [{ url: ledgerUrl, description: "the ledger (Ponder)" }];
+  const get = (summary: string, parameters: string[] = []) => ({
+    servers,
+    get: {
+      summary,
+      parameters: parameters.map((name) => ({ name, in: "path", required: true, schema: { type: "string" } })),
+      responses: { "200": { description: "JSON" }, "400": { description: "Bad parameters" }, "404": { description: "Not found" } },
+    },
+  });
+  return {
+    "/ledger/wallets/{address}": get("A wallet's accounts (per chain and token) and latest payments and refunds", ["address"]),
+    "/ledger/orders/{orderId}": get("A BillPay order's pull and refunds", ["orderId"]),
+    "/ledger/authorizations/{chainId}/{token}/{payer}/{nonce}": get("An x402 payment by its key, and its refunds", ["chainId", "token", "payer", "nonce"]),
+    "/ledger/treasury": get("BillPay's indexed balances and flows per chain and token"),
+    "/ledger/payments": get("Payments in a time range, paged (query: from, to, chainId, token, payer, rail, limit, cursor)"),
+    "/status": get("How far the ledger has indexed each chain"),
+  };
+};
+
+export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?: string } = {}) {
+  const options402 = options.deployments
+    ? (Object.keys(options.deployments.chains) as ChainKey[]).flatMap((key) =>
+        CHAINS[key].tokens
+          .filter((t) => t.settlesX402)
+          .map((t) => ({
+            network: CHAINS[key].caip2,
+            asset: options.deployments!.chains[key]!.tokens.find((x) => x.symbol === t.symbol)?.address,
+            token: t.symbol,
+            payTo: options.deployments!.chains[key]!.billPay.address,
+          })),
+      )
+    : [];
   return {
     openapi: "3.1.0",
-    info: { title: "Bill payment service", version: "1.0.0" },
+    info: { title: "Bill payment service", version: "1.0.0", description: "Stablecoin-settled bill payment: x402 and agent-hub rails, on-chain refunds, a Ponder ledger." },
+    "x-x402": {
+      versions: [1, 2],
+      scheme: "exact",
+      transfer: "EIP-3009 transferWithAuthorization to BillPay, settled through a facilitator",
+      headers: { v1: "X-PAYMENT / X-PAYMENT-RESPONSE", v2: "PAYMENT-SIGNATURE / PAYMENT-REQUIRED / PAYMENT-RESPONSE" },
+      options: options402,
+    },
+    components: {
+      schemas,
+      securitySchemes: {
+        opsToken: { type: "http", scheme: "bearer", description: "OPS_TOKEN (without one: loopback callers only, and nobody once PUBLIC_URL is set)" },
+        apiKey: { type: "http", scheme: "bearer", description: "An agent's api_key (bpk_...), instead of the api_key argument" },
+      },
+    },
     paths: {
+      "/healthz": { get: { summary: "Liveness", responses: { "200": { description: "Up", content: json({ type: "object" }) } } } },
+      "/readyz": { get: { summary: "Readiness (the database answers)", responses: { "200": { description: "Ready", content: json({ type: "object" }) } } } },
+      "/openapi.json": { get: { summary: "This document", responses: { "200": { description: "OpenAPI 3.1", content: json({ type: "object" }) } } } },
+      "/docs": { get: { summary: "API reference (Scalar, served from this service, no internet needed)", responses: { "200": { description: "HTML" } } } },
+      "/docs/scalar.js": { get: { summary: "The reference UI's script", responses: { "200": { description: "JavaScript" } } } },
       "/api/pay/x402": {
-        get: {
-          summary: "Discover payment options (402 challenge at the minimum price)",
-          responses: { "402": { description: "Payment challenge; x402 v2 in the PAYMENT-REQUIRED header" } },
-        },
+        get: { summary: "Discover payment options (402 challenge at the minimum price)", responses: { "402": challenge402 } },
         post: {
-          summary: "Pay a bill with x402",
-          requestBody: { required: true, content: { "application/json": { schema: z.toJSONSchema(paymentRequestSchema, { io: "input" }) } } },
+          summary: "Pay a bill with x402 (no payment: the bill's 402 challenge; {} or a partial bill: the probe challenge)",
+          parameters: [...paymentHeaders, { name: "networks", in: "query", required: false, schema: { const: "v1" }, description: "Protocol-1 network names in the body" }],
+          requestBody: { required: false, content: json(ref("PaymentRequest")) },
           responses: {
-            "402": { description: "Payment challenge for this bill, at its locked price" },
-            ...Object.fromEntries(
-              [...new Set(Object.values(ERRORS).map((e) => e.status))].map((status) => [
-                String(status),
-                { description: "Problem", content: { "application/problem+json": { schema: problem } } },
-              ]),
-            ),
-          },
-        },
-      },
-      "/api/agent/link": {
-        post: {
-          summary: "Link a wallet to the agent hub: set its PIN and get an api_key (shown once)",
-          parameters: [
-            { name: "x-wallet-address", in: "header", required: true, schema: { type: "string" } },
-            { name: "x-wallet-timestamp", in: "header", required: true, schema: { type: "string" }, description: "Milliseconds since the epoch" },
-            {
-              name: "x-wallet-signature",
-              in: "header",
-              required: true,
-              schema: { type: "string" },
-              description: "personal_sign of '<Service> Agent Action: POST:/api/agent/link: <x-wallet-timestamp>'",
+            "200": {
+              description: "Paid: the result (and X-PAYMENT-RESPONSE or PAYMENT-RESPONSE)",
+              headers: { "PAYMENT-RESPONSE": { schema: { type: "string" } }, "X-PAYMENT-RESPONSE": { schema: { type: "string" } } },
+              content: json(ref("PaymentResult")),
             },
-          ],
-          requestBody: { required: true, content: { "application/json": { schema: z.toJSONSchema(linkRequestSchema, { io: "input" }) } } },
-          responses: {
-            "200": { description: "Linked", content: { "application/json": { schema: z.toJSONSchema(linkResultSchema) } } },
-            ...problemResponses([400, 401, 403, 409, 413, 415, 422]),
+            "402": challenge402,
+            ...problemResponses([400, 409, 413, 415, 422, 429, 500, 503]),
           },
         },
       },
-      "/api/mcp": {
-        post: {
-          summary: "Agent tools over MCP (JSON-RPC 2.0, stateless): tools/list, tools/call with arguments.api_key",
-          requestBody: { required: true, content: { "application/json": { schema: { type: "object" } } } },
-          responses: { "200": { description: "JSON-RPC response; a refused tool call has result.isError and the error code in content[0].text" }, ...problemResponses([403, 413]) },
-        },
-      },
-      "/api/a2a": {
-        post: {
-          summary: "Agent tools as A2A skills (JSON-RPC: SendMessage with A2A-Version 1.0, or message/send for 0.3)",
-          requestBody: { required: true, content: { "application/json": { schema: { type: "object" } } } },
-          responses: { "200": { description: "JSON-RPC response with a message whose data part holds the result" }, ...problemResponses([403, 413]) },
-        },
-      },
-      "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card" } } } },
       "/api/quote": {
         post: {
           summary: "A bill's price before paying it: amount, breakdown and expiry (the same locked quote the 402 shows)",
-          requestBody: { required: true, content: { "application/json": { schema: z.toJSONSchema(paymentRequestSchema, { io: "input" }) } } },
-          responses: { "200": { description: "The quote, per payable option" }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
+          requestBody: { required: true, content: json(ref("PaymentRequest")) },
+          responses: { "200": { description: "The quote, per payable option", content: json(ref("Quote")) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
         },
       },
-      "/api/orders/{request_id}": {
+      "/api/orders/{requestId}": {
         get: {
           summary: "Where an order stands (either rail); the purchased code only with proof",
           parameters: [
-            { name: "request_id", in: "path", required: true, schema: { type: "string" } },
+            { name: "requestId", in: "path", required: true, schema: { type: "string" }, description: "The request_id a payment returned" },
             {
               name: "authorization",
               in: "header",
@@ -98,9 +209,65 @@ export function openApiDocument() {
               description: "Bearer <order_secret from the paying response> or Bearer <the paying wallet's api_key>: shows purchased_code",
             },
           ],
-          responses: { "200": { description: "Payment result" }, ...problemResponses([400, 401, 404]) },
+          responses: { "200": { description: "Payment result", content: json(ref("PaymentResult")) }, ...problemResponses([400, 401, 404, 429]) },
         },
       },
+      "/api/agent/link": {
+        post: {
+          summary: "Link a wallet to the agent hub: set its PIN and get an api_key (shown once)",
+          parameters: [
+            { name: "x-wallet-address", in: "header", required: true, schema: { type: "string" } },
+            { name: "x-wallet-signature", in: "header", required: true, schema: { type: "string" }, description: "personal_sign of the link message (or of the SIWE message)" },
+            { name: "x-wallet-timestamp", in: "header", required: false, schema: { type: "string" }, description: "Milliseconds since the epoch: the message is '<Service> Agent Action: POST:/api/agent/link: <timestamp>'" },
+            { name: "x-wallet-siwe", in: "header", required: false, schema: { type: "string" }, description: "Base64 Sign-In with Ethereum message (the safer form; see /api/agent/link/nonce)" },
+          ],
+          requestBody: { required: true, content: json(ref("LinkRequest")) },
+          responses: { "200": { description: "Linked", content: json(ref("LinkResult")) }, ...problemResponses([400, 401, 403, 409, 413, 415, 422, 429, 503]) },
+        },
+      },
+      "/api/agent/link/nonce": {
+        get: {
+          summary: "A one-time nonce, domain, URI and chain ids for a Sign-In with Ethereum link",
+          responses: { "200": { description: "Nonce", content: json({ type: "object" }) }, ...problemResponses([403, 429]) },
+        },
+      },
+      "/api/mcp": {
+        post: {
+          summary: "Agent tools over MCP (JSON-RPC 2.0, stateless): tools/list, tools/call; api_key as an argument or Authorization: Bearer",
+          security: [{ apiKey: [] }, {}],
+          requestBody: { required: true, content: json(ref("JsonRpc")) },
+          responses: {
+            "200": { description: "JSON-RPC response; a refused tool call has result.isError and the error in content[0].text", content: json(ref("JsonRpc")) },
+            ...problemResponses([403, 413]),
+          },
+        },
+        get: { summary: "Not served (stateless: no session stream)", responses: { "405": { description: "Method not allowed" } } },
+        delete: { summary: "Not served (stateless: no session to end)", responses: { "405": { description: "Method not allowed" } } },
+      },
+      "/api/a2a": {
+        post: {
+          summary: "Agent tools as A2A skills (JSON-RPC: SendMessage with A2A-Version 1.0, or message/send for 0.3)",
+          security: [{ apiKey: [] }, {}],
+          requestBody: { required: true, content: json(ref("JsonRpc")) },
+          responses: { "200": { description: "JSON-RPC response with a message whose data part holds the result", content: json(ref("JsonRpc")) }, ...problemResponses([403, 413]) },
+        },
+      },
+      "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card", content: json({ type: "object" }) } } } },
+      "/ops/orders": {
+        get: {
+          summary: "Operators: every order with its money fields (no codes, no secrets), paged",
+          ...ops,
+          parameters: [
+            { name: "limit", in: "query", required: false, schema: { type: "integer", minimum: 1, maximum: 500 } },
+            { name: "after", in: "query", required: false, schema: { type: "string" } },
+          ],
+          responses: { "200": { description: "A page of orders", content: json({ type: "object" }) }, ...problemResponses([403]) },
+        },
+      },
+      "/ops/orphans": {
+        get: { summary: "Operators: payments no order accounts for", ...ops, responses: { "200": { description: "Orphan pulls and x402 payments", content: json({ type: "object" }) }, ...problemResponses([403]) } },
+      },
+      ...ledgerPaths(options.ledgerUrl ?? "http://127.0.0.1:42069"),
     },
   };
 }
