@@ -25,7 +25,8 @@ import { clientAddress } from "./limits.ts";
 import { quoteView } from "./pricing/quote-view.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { rpcUrlFor } from "../lib/deployments.ts";
-import { buildHub, jsonLog } from "./services.ts";
+import { buildHub, callbackOptions, jsonLog } from "./services.ts";
+import { Callbacks, checkCallbackUrl } from "./callbacks.ts";
 import type { Order } from "./orders/store.ts";
 import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
 import { checkPayment, checkSignature, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./x402/payment.ts";
@@ -73,6 +74,7 @@ export function createApp(deps: AppDeps): Hono {
   // One store of locked quotes (and its cache) for both rails, and one set of rate limits.
   const quotes = hub.quotes;
   const limits = hub.deps.limits;
+  const callbacks = new Callbacks(deps.db, deps.flow.orders, callbackOptions(config), jsonLog);
 
   /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
   const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
@@ -176,6 +178,7 @@ export function createApp(deps: AppDeps): Hono {
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
+      checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
       const option = resolveOption(bill);
       if (!deps.deployments.chains[option.chain]) {
         return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
@@ -391,7 +394,8 @@ export function createApp(deps: AppDeps): Hono {
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
     // Anyone holding the id sees where the order stands; the purchased code needs proof (orders/proof.ts).
     const showCode = await orderProof(c.req.header("authorization"), order, hub.deps.links);
-    return c.json(orderResult(order, { showCode }), 200, { "cache-control": "no-store" });
+    const callback = await callbacks.status(order.requestId);
+    return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}) }, 200, { "cache-control": "no-store" });
   });
 
   return app;

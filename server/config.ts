@@ -117,6 +117,12 @@ export const configSchema = z.object({
   /** PIN checks (a 50 ms scrypt each) run at once, and how many may wait. */
   PIN_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   PIN_QUEUE: z.coerce.number().int().min(0).default(64),
+  /** Callbacks (server/callbacks.ts): private and loopback hosts allowed (local development only). */
+  CALLBACK_ALLOW_PRIVATE: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
+  CALLBACK_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
+  CALLBACK_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(30).default(8),
+  /** The first retry's wait; each further one doubles it (1 s, 2 s, 4 s, ... about 2 minutes in all by default). */
+  CALLBACK_BACKOFF_MS: z.coerce.number().int().min(1).default(1_000),
   /** A pay_bill without idempotency_key for a bill the wallet paid this recently answers with the first order. */
   DUPLICATE_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(60),
   /** Lockouts of one link, each PIN_LOCK_SECONDS times 2^(n-1), before its key is retired. */

@@ -188,6 +188,20 @@ const MIGRATIONS: string[] = [
    CREATE INDEX link_nonce_age ON link_nonce (created_at);
    CREATE INDEX quote_expired ON quote (expires_at);
    CREATE INDEX link_signature_age ON link_signature (used_at);`,
+  // Callbacks: one delivery per order that named a callback_url, queued in the statement
+  // that makes the order final, retried with backoff by the worker.
+  `CREATE TABLE callback_delivery (
+     request_id      text        PRIMARY KEY REFERENCES bill_order (request_id),
+     url             text        NOT NULL,
+     status          text        NOT NULL,
+     attempts        integer     NOT NULL DEFAULT 0,
+     next_attempt_at timestamptz NOT NULL DEFAULT now(),
+     last_status     integer,
+     last_error      text,
+     delivered_at    timestamptz,
+     created_at      timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE INDEX callback_due ON callback_delivery (next_attempt_at) WHERE status = 'PENDING';`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

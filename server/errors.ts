@@ -10,6 +10,7 @@ export const ERRORS = {
   UNSUPPORTED_CHAIN: { status: 422, title: "The blockchain is not one the service settles on" },
   TOKEN_NOT_SETTLEABLE: { status: 422, title: "The token cannot settle an x402 payment on that chain" },
   // The bill against the biller's catalogue (server/biller/catalogue.ts), before any price is shown
+  CALLBACK_URL_NOT_ALLOWED: { status: 422, title: "The callback_url is a private or loopback address" },
   SERVICE_UNKNOWN: { status: 422, title: "The serviceID is not a product of the bill's category" },
   PLAN_REQUIRED: { status: 422, title: "The product needs a variation_code (a plan or meter type)" },
   PLAN_UNKNOWN: { status: 422, title: "The variation_code is not one of the product's plans" },

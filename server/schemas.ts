@@ -41,6 +41,15 @@ export const paymentRequestSchema = z.object({
   variation_code: z.string().trim().min(1).max(64).optional().describe("The plan, where the product has plans (see list_plans)"),
   /** The customer's phone for products that are not themselves a phone number. */
   phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional().describe("The customer's phone, for products that are not a phone number"),
+  /** Where the order's final result is POSTed, signed (server/callbacks.ts). */
+  callback_url: z
+    .string()
+    .trim()
+    .max(2048)
+    .url()
+    .refine((u) => /^https?:\/\//i.test(u), "must be an http(s) URL")
+    .optional()
+    .describe("Where to POST the order's final result, signed with HMAC-SHA256 (see the README)"),
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;

@@ -7,6 +7,7 @@ import { VtpassClient } from "./biller/vtpass.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
+import { Callbacks } from "./callbacks.ts";
 import { LedgerClient } from "./ledger-client.ts";
 import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
@@ -36,9 +37,11 @@ export function buildFlow(
     publicKey: config.BILLER_PUBLIC_KEY,
     timeoutMs: config.BILLER_TIMEOUT_MS,
   });
+  const orders = new OrderStore(db);
   return {
-    orders: new OrderStore(db),
+    orders,
     orphans: new Orphans(db),
+    callbacks: new Callbacks(db, orders, callbackOptions(config), jsonLog),
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
@@ -54,6 +57,13 @@ export function buildFlow(
     graceSeconds: config.WORKER_GRACE_SECONDS,
   };
 }
+
+export const callbackOptions = (config: Config) => ({
+  allowPrivate: config.CALLBACK_ALLOW_PRIVATE,
+  timeoutMs: config.CALLBACK_TIMEOUT_MS,
+  maxAttempts: config.CALLBACK_MAX_ATTEMPTS,
+  backoffMs: config.CALLBACK_BACKOFF_MS,
+});
 
 /** The agent hub over an order flow: links, schedules and the tools' operations. */
 export function buildHub(config: Config, deployments: Deployments, db: Db, flow: FlowDeps, rates: RateSource): AgentHub {

@@ -22,6 +22,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill } from "../x402/challenge.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { Gates, Limits } from "../limits.ts";
+import { checkCallbackUrl } from "../callbacks.ts";
 import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
 
@@ -84,6 +85,7 @@ export class AgentHub {
   }
 
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
+    checkCallbackUrl(bill.callback_url, this.deps.config.CALLBACK_ALLOW_PRIVATE);
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
     const { hash, quote } = await quoteBill(
       request,
@@ -187,6 +189,7 @@ export class AgentHub {
   ) {
     const { config } = this.deps;
     const option = this.pullOption(link, options.chain, options.token);
+    checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
     const now = new Date();
     let firstRun: Date;
     if (when.cron) {

@@ -17,7 +17,7 @@ import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledge
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import { toScaled } from "../pricing/decimal.ts";
-import type { Order, OrderStatus, OrderStore } from "./store.ts";
+import { FINAL_STATUSES, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
 export async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
@@ -66,7 +66,7 @@ export function needsVerification(bill: Pick<PaymentRequest, "serviceCategory" |
 
 
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
-export const FINISHED = new Set<OrderStatus>(["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"]);
+export const FINISHED = new Set<OrderStatus>(FINAL_STATUSES);
 
 /**
  * Vends a paid order: verification where the product has it, then the biller, waiting up to

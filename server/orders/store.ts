@@ -44,6 +44,9 @@ export type OrderStatus =
   | "REFUNDING"
   | "REFUNDED";
 
+/** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
+export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
+
 /** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
 export function newOrderSecret(): { secret: string; hash: string } {
   const secret = `ors_${randomBytes(24).toString("base64url")}`;
@@ -350,8 +353,14 @@ export class OrderStore {
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
   async writeOffUnsent(requestId: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
-      `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
-       WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING ${COLUMNS}`,
+      `WITH moved AS (
+         UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
+         WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING *),
+       queued AS (
+         INSERT INTO callback_delivery (request_id, url, status)
+         SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved WHERE bill->>'callback_url' IS NOT NULL
+         ON CONFLICT DO NOTHING)
+       SELECT ${COLUMNS} FROM moved`,
       [requestId],
     );
     return row && toOrder(row);
@@ -374,13 +383,21 @@ export class OrderStore {
     to: OrderStatus,
     fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag">> = {},
   ): Promise<Order | undefined> {
+    // An order that becomes final with a callback_url queues its callback in the same statement.
     const [row] = await this.db.query<Row>(
-      `UPDATE bill_order SET status = $3, updated_at = now(),
-         tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
-         failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
-         biller_amount = COALESCE($9, biller_amount), flag = COALESCE($10, flag)
-       WHERE request_id = $1 AND status = ANY($2::text[])
-       RETURNING ${COLUMNS}`,
+      `WITH moved AS (
+         UPDATE bill_order SET status = $3, updated_at = now(),
+           tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
+           failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
+           biller_amount = COALESCE($9, biller_amount), flag = COALESCE($10, flag)
+         WHERE request_id = $1 AND status = ANY($2::text[])
+         RETURNING *),
+       queued AS (
+         INSERT INTO callback_delivery (request_id, url, status)
+         SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
+         WHERE $3 = ANY($11::text[]) AND bill->>'callback_url' IS NOT NULL
+         ON CONFLICT DO NOTHING)
+       SELECT ${COLUMNS} FROM moved`,
       [
         requestId,
         from,
@@ -392,6 +409,7 @@ export class OrderStore {
         fields.refundTxHash ?? null,
         fields.billerAmount ?? null,
         fields.flag ?? null,
+        FINAL_STATUSES,
       ],
     );
     return row && toOrder(row);

@@ -17,10 +17,13 @@ import type { Order } from "./store.ts";
 import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
+import type { Callbacks } from "../callbacks.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
 export interface WorkerDeps extends FlowDeps {
   orphans: Orphans;
+  /** Sends the callbacks of orders that became final. */
+  callbacks?: Callbacks;
   /** Orders younger than this are still in their request's hands. */
   graceSeconds: number;
 }
@@ -76,6 +79,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     () => reconcileOrphanPulls(deps),
     () => reconcileAuthorizationPayments(deps),
     () => closeExpiredRefusals(deps),
+    ...(deps.callbacks ? [() => deps.callbacks!.deliverDue()] : []),
     ...also,
   ];
   let busy = false;
