@@ -295,7 +295,9 @@ describe("x402 route: the 402 challenge", () => {
     const doc = (await (await app.request("/openapi.json")).json()) as Record<string, any>;
     expect(doc.openapi).toBe("3.1.0");
     expect(doc.info.version).toBe("1.0.0");
-    const schema = doc.paths["/api/pay/x402"].post.requestBody.content["application/json"].schema;
+    const body = doc.paths["/api/pay/x402"].post.requestBody.content["application/json"].schema as { $ref: string };
+    expect(body.$ref).toBe("#/components/schemas/PaymentRequest");
+    const schema = doc.components.schemas.PaymentRequest;
     expect(schema.required).toEqual(
       expect.arrayContaining(["serviceID", "serviceCategory", "network", "billersCode", "nairaAmount", "token", "blockchain", "wallet_address"]),
     );
