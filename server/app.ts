@@ -84,7 +84,9 @@ export function createApp(deps: AppDeps): Hono {
   const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
-      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", orderResult(order));
+      // The order's fields beside the problem's own (its status stays the HTTP status, 402).
+      const { status: _outcome, success: _success, ...fields } = orderResult(order);
+      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", fields);
     }
     const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
     if (order.txHash) {

@@ -245,7 +245,7 @@ describe("attacks on the money paths", () => {
     const res = await post(body, header(early, req));
     expect(res.status).toBe(402);
     const refusal = (await res.json()) as Body;
-    expect(refusal).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false, late_payment: expect.stringContaining("refunded") });
+    expect(refusal).toMatchObject({ status: 402, code: "PAYMENT_NOT_SETTLED", charged: false, request_id: expect.stringMatching(/^req_/), late_payment: expect.stringContaining("refunded") });
     expect((await orderOf(early))!.status).toBe("REFUSED");
     // Someone submits it once it is valid.
     await new Promise((r) => setTimeout(r, 3_000));
