@@ -83,7 +83,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     expect(received).toHaveLength(2); // delivered once
   });
 
-  it("agent hub: a failed, refunded bill's result, signed with SHA-256 of the api_key", async () => {
+  it("agent hub and schedules: the result, signed with SHA-256 of the api_key", async () => {
     received.length = 0;
     const account = hardhatAccount(14);
     await chainActors(paying.chains.deployments, "CELO").approveAndAllow(account, "USDC", 100_000_000n);
@@ -96,7 +96,23 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       expect(received).toHaveLength(1);
       expect(JSON.parse(received[0]!.body)).toMatchObject({ order: { request_id: paid.data.request_id, refund: { status: "REFUNDED" } } });
       verify(received[0]!, callbackKeyOf(apiKey));
-      // A private callback_url is refused on this rail too when not allowed: see below.
+
+      // A scheduled bill carries its callback_url to the order each run makes.
+      received.length = 0;
+      const scheduled = await mcp.call("schedule_bill", {
+        api_key: apiKey,
+        pin: "1234",
+        ...airtime({ nairaAmount: 1700, callback_url: `${receiver.url}/hook` }),
+        run_at: new Date(Date.now() + 300).toISOString(),
+      });
+      expect(scheduled.data).toMatchObject({ status: "ACTIVE" });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await service.hub.runDueSchedules()).toBe(1);
+      await deliverAll();
+      expect(received).toHaveLength(1);
+      const run = JSON.parse(received[0]!.body) as { order: { status: string; request_id: string } };
+      expect(run.order.status).toBe("SUCCESS");
+      verify(received[0]!, callbackKeyOf(apiKey));
     } finally {
       await mcp.close();
     }
