@@ -301,13 +301,15 @@ describe("attacks on the money paths", () => {
     const req = await required(body);
     const auth = await celo.signAuthorization(victim, "USDC", BigInt(req.accepted.amount), celo.billPay, { validBefore: now() + 600n });
     await celo.submitAuthorization("USDC", auth); // the payer's own relayer was faster
-    await workerPasses(); // the ledger pass sees a payment with no order yet
-    const orphansBefore = (await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> };
-    expect(orphansBefore.payments.map((o) => o.auth_nonce)).toContain(auth.nonce.toLowerCase());
+    // The ledger pass sees a payment with no order yet (polled: the ledger reports a block a
+    // moment before its events can be read).
+    const orphanNonces = async () => ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
+    await expect
+      .poll(async () => (await workerPasses(), await orphanNonces()), { timeout: 15_000, interval: 200 })
+      .toContain(auth.nonce.toLowerCase());
     const paid = (await (await post(body, header(auth, req))).json()) as Body;
     expect(paid).toMatchObject({ status: "SUCCESS" });
-    const orphans = (await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> };
-    expect(orphans.payments.map((o) => o.auth_nonce)).not.toContain(auth.nonce.toLowerCase());
+    expect(await orphanNonces()).not.toContain(auth.nonce.toLowerCase());
   });
 
   it("a retired key or a cancelled schedule never pays", async () => {
