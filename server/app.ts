@@ -13,7 +13,7 @@ import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
-import { paymentRequestSchema } from "./schemas.ts";
+import { paymentRequestSchema, type PaymentRequest } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
@@ -159,15 +159,26 @@ export function createApp(deps: AppDeps): Hono {
   );
 
   const v1NetworkNames = (c: Context) => c.req.query("networks") === "v1";
+  const billBodyLimit = bodyLimit({
+    maxSize: config.MAX_BODY_BYTES,
+    onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
+  });
+  /** The bill's chain and token; UNSUPPORTED_CHAIN when this environment has no deployment for the chain. */
+  const deployedOption = (bill: Pick<PaymentRequest, "blockchain" | "token">) => {
+    const option = resolveOption(bill);
+    if (!deps.deployments.chains[option.chain]) throw new ServiceError("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
+    return option;
+  };
+  /** A bill with no live quote writes one: those are counted per caller (repeats of a quoted bill are not). */
+  const countNewQuote = async (c: Context, hash: string, option: { chain: string; token: string }) => {
+    if (!(await quotes.live(hash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+  };
 
   app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
 
   app.post(
     "/api/pay/x402",
-    bodyLimit({
-      maxSize: config.MAX_BODY_BYTES,
-      onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
-    }),
+    billBodyLimit,
     async (c) => {
       const text = await c.req.text();
       // A probing POST without a bill gets the probe challenge, as a GET does.
@@ -181,10 +192,7 @@ export function createApp(deps: AppDeps): Hono {
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
       checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
-      const option = resolveOption(bill);
-      if (!deps.deployments.chains[option.chain]) {
-        return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
-      }
+      const option = deployedOption(bill);
 
       const ctx = challengeContext(c);
       const d = deps.deployments.chains[option.chain]!;
@@ -213,9 +221,8 @@ export function createApp(deps: AppDeps): Hono {
         return orderResponse(c, replayed, header!);
       }
 
-      // A bill with no live quote writes one: those are counted per caller. Calls carrying a
-      // payment never are (it may be settling), nor are repeats of a quoted bill.
-      if (!presented && !(await quotes.live(bodyHash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+      // Calls carrying a payment are never counted (it may be settling).
+      if (!presented) await countNewQuote(c, bodyHash, option);
       const { hash, quote } = await quoteBill(bill, ctx, option);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
@@ -274,16 +281,15 @@ export function createApp(deps: AppDeps): Hono {
   app.use("/api/quote", cors({ origin: "*", allowMethods: ["POST", "OPTIONS"], allowHeaders: ["Content-Type"], exposeHeaders: ["X-Token-Fallback"], maxAge: 600 }));
   app.post(
     "/api/quote",
-    bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }),
+    billBodyLimit,
     async (c) => {
       const json = parseJsonBody(c.req.header("content-type"), await c.req.text());
       if (json instanceof Response) return json;
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
-      const option = resolveOption(bill);
-      if (!deps.deployments.chains[option.chain]) return problemResponse("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
-      if (!(await quotes.live(billHash(bill, option), option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+      const option = deployedOption(bill);
+      await countNewQuote(c, billHash(bill, option), option);
       const ctx = challengeContext(c);
       const { quote } = await quoteBill(bill, ctx, option);
       const headers: Record<string, string> = { "cache-control": "no-store", ...(option.warning ? { "X-Token-Fallback": option.warning } : {}) };
@@ -346,7 +352,7 @@ export function createApp(deps: AppDeps): Hono {
     hub.deps.gates.link.admit();
     await next();
   });
-  app.post(LINK_PATH, bodyLimit({ maxSize: config.MAX_BODY_BYTES, onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`) }), async (c) => {
+  app.post(LINK_PATH, billBodyLimit, async (c) => {
     // Counted per caller before the signature check and the PIN hash; per wallet only once
     // the wallet's signature verifies (else a stranger could keep a victim from re-linking).
     await limits.take("linkAddress", clientAddress(c));

@@ -12,7 +12,8 @@
  * Deliveries are queued by the statement that makes the order final (orders/store.ts) and
  * recorded in callback_delivery, shown on the order route.
  */
-import { createHash, createHmac } from "node:crypto";
+import { createHmac } from "node:crypto";
+import { hashApiKey } from "./agent/credentials.ts";
 import { lookup } from "node:dns/promises";
 import { BlockList, isIP } from "node:net";
 import type { Db } from "./db.ts";
@@ -51,6 +52,13 @@ function isPrivateAddress(address: string): boolean {
   return kind === 4 ? PRIVATE.check(address, "ipv4") : kind === 6 ? PRIVATE.check(address, "ipv6") : false;
 }
 
+/** The resolver takes no signal: a lookup that hangs is cut off here. */
+function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took over ${ms} ms`)), ms)));
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
 const hostOf = (url: string) => new URL(url).hostname.replace(/^\[|\]$/g, "");
 
 /** Refuses, when the bill arrives, a callback_url whose host is plainly not public. */
@@ -68,8 +76,8 @@ export function callbackSignature(keyHex: string, timestamp: number, body: strin
   return `t=${timestamp},v1=${mac}`;
 }
 
-/** The payer's key for a secret it holds: SHA-256 of the order_secret or the api_key, hex. */
-export const callbackKeyOf = (secret: string) => createHash("sha256").update(secret, "utf8").digest("hex");
+/** The payer's key for a secret it holds: SHA-256 of the order_secret or the api_key, hex (the digest the service stores). */
+export const callbackKeyOf = hashApiKey;
 
 export interface CallbackStatus {
   url: string;
@@ -146,7 +154,7 @@ export class Callbacks {
       if (!this.options.allowPrivate) {
         // Resolved now, at delivery: a name that answers with a private address is refused.
         const host = hostOf(url);
-        const addresses = isIP(host) ? [{ address: host }] : await lookup(host, { all: true });
+        const addresses = isIP(host) ? [{ address: host }] : await withTimeout(lookup(host, { all: true }), this.options.timeoutMs, "DNS lookup");
         if (addresses.some((a) => isPrivateAddress(a.address))) return { ok: false, status: null, error: "the callback host resolves to a private address" };
       }
       const res = await fetch(url, {

@@ -67,16 +67,6 @@ export class Orphans {
     return { pulls, payments };
   }
 
-  /** An orphan x402 payment that an order now accounts for is no longer an orphan. */
-  async claimPayment(chain: ChainKey, p: LedgerPayment): Promise<void> {
-    await this.db.query(`DELETE FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [
-      chain,
-      p.token.toLowerCase(),
-      p.payer.toLowerCase(),
-      p.authorizationNonce!.toLowerCase(),
-    ]);
-  }
-
   async unrefundedPulls(): Promise<OrphanPullRow[]> {
     return this.db.query<OrphanPullRow>(`SELECT chain, order_id, amount::text AS amount FROM orphan_pull WHERE status = 'REFUNDING'`);
   }
@@ -189,8 +179,8 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
           }
           continue;
         }
-        // An order claims the payment (it may have been submitted before the order was made).
-        await deps.orphans.claimPayment(chain, p);
+        // (A payment submitted before its order was made stays in orphan_payment, but all()
+        // leaves out every row an order holds, so it is nobody's orphan.)
         if (order.status === "REFUSED" || order.status === "PAYMENT_FAILED") {
           await landedAfterRefusal(deps, order, p);
           acted++;

@@ -18,8 +18,9 @@
  * The payer sees SUCCESS, FAILED_VENDING (refunding or refunded; or, with `charged: false`,
  * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { keccak256, toBytes, type Hex } from "viem";
+import { hashApiKey } from "../agent/credentials.ts";
 import { newBillerRequestId } from "../biller/vtpass.ts";
 import type { Db } from "../db.ts";
 
@@ -47,13 +48,28 @@ export type OrderStatus =
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
 
+/**
+ * Wraps an `UPDATE bill_order ... RETURNING *` that moves orders to `finalParam` (a text
+ * parameter): in the same statement, each order that became final with a callback_url
+ * queues its callback; answers the moved rows.
+ */
+const queueingCallbacks = (update: string, finalParam: string) => `
+  WITH moved AS (${update}),
+  queued AS (
+    INSERT INTO callback_delivery (request_id, url, status)
+    SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
+    WHERE ${finalParam} = ANY('{${FINAL_STATUSES.join(",")}}'::text[]) AND bill->>'callback_url' IS NOT NULL
+    ON CONFLICT DO NOTHING)
+  SELECT ${COLUMNS} FROM moved`;
+
 /** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
 export function newOrderSecret(): { secret: string; hash: string } {
   const secret = `ors_${randomBytes(24).toString("base64url")}`;
   return { secret, hash: hashOrderSecret(secret) };
 }
 
-export const hashOrderSecret = (secret: string) => createHash("sha256").update(secret, "utf8").digest("hex");
+/** Kept as an api_key is (SHA-256: a high-entropy secret needs no slow hash). */
+export const hashOrderSecret = hashApiKey;
 
 export type Rail = "x402" | "pull";
 
@@ -353,14 +369,11 @@ export class OrderStore {
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
   async writeOffUnsent(requestId: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
-      `WITH moved AS (
-         UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
-         WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING *),
-       queued AS (
-         INSERT INTO callback_delivery (request_id, url, status)
-         SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved WHERE bill->>'callback_url' IS NOT NULL
-         ON CONFLICT DO NOTHING)
-       SELECT ${COLUMNS} FROM moved`,
+      queueingCallbacks(
+        `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
+         WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING *`,
+        "'PAYMENT_FAILED'",
+      ),
       [requestId],
     );
     return row && toOrder(row);
@@ -385,19 +398,15 @@ export class OrderStore {
   ): Promise<Order | undefined> {
     // An order that becomes final with a callback_url queues its callback in the same statement.
     const [row] = await this.db.query<Row>(
-      `WITH moved AS (
-         UPDATE bill_order SET status = $3, updated_at = now(),
+      queueingCallbacks(
+        `UPDATE bill_order SET status = $3, updated_at = now(),
            tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
            failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
            biller_amount = COALESCE($9, biller_amount), flag = COALESCE($10, flag)
          WHERE request_id = $1 AND status = ANY($2::text[])
-         RETURNING *),
-       queued AS (
-         INSERT INTO callback_delivery (request_id, url, status)
-         SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
-         WHERE $3 = ANY($11::text[]) AND bill->>'callback_url' IS NOT NULL
-         ON CONFLICT DO NOTHING)
-       SELECT ${COLUMNS} FROM moved`,
+         RETURNING *`,
+        "$3",
+      ),
       [
         requestId,
         from,
@@ -409,7 +418,6 @@ export class OrderStore {
         fields.refundTxHash ?? null,
         fields.billerAmount ?? null,
         fields.flag ?? null,
-        FINAL_STATUSES,
       ],
     );
     return row && toOrder(row);

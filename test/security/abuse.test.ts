@@ -5,6 +5,7 @@
  * bookkeeping tables, and a service that will not build its resource URL from Host.
  */
 import type { Account } from "viem";
+import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { LINK_PATH } from "../../lib/agent-link.ts";
@@ -20,7 +21,7 @@ import { purgeExpired } from "../../server/storage-purge.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshDatabase, startPayingStack } from "../support/stack.ts";
 
-const airtime = (billersCode: string, nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
+const airtime = (billersCode: string, nairaAmount = 1550) => airtimeBill({ billersCode, nairaAmount });
 
 describe("abuse resistance", () => {
   let paying: Awaited<ReturnType<typeof startPayingStack>>;
@@ -29,12 +30,7 @@ describe("abuse resistance", () => {
   let url: string;
   let mcp: Awaited<ReturnType<typeof mcpAgent>>;
   const errorOf = (a: ToolAnswer) => a.data.error as { code?: string; retry_after_seconds?: number } | undefined;
-  const bill = (payer: Account, billersCode: string, nairaAmount = 1550) => ({
-    ...airtime(billersCode, nairaAmount),
-    token: "USDC",
-    blockchain: "CELO",
-    wallet_address: payer.address,
-  });
+  const bill = (payer: Account, billersCode: string, nairaAmount = 1550) => x402Bill(payer.address, { billersCode, nairaAmount });
   const post = (body: unknown, headers: Record<string, string> = {}) =>
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
 

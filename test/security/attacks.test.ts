@@ -6,6 +6,7 @@
  * ledger and orders with no discrepancy.
  */
 import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
+import { x402Bill } from "../support/bills.ts";
 import type { PaymentRequirements } from "@x402/core/types";
 import { keccak256, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -40,17 +41,7 @@ describe("attacks on the money paths", () => {
   const agentWallet = hardhatAccount(14);
   const started = new Map<string, bigint>();
 
-  const bill = (wallet: Hex, extra: Body = {}): Body => ({
-    serviceID: "mtn",
-    serviceCategory: "AIRTIME",
-    network: "MTN",
-    billersCode: "08011111111",
-    nairaAmount: 1550,
-    token: "USDC",
-    blockchain: "CELO",
-    wallet_address: wallet,
-    ...extra,
-  });
+  const bill = (wallet: Hex, extra: Body = {}): Body => x402Bill(wallet, extra);
   const electricity = (wallet: Hex, meter: string, nairaAmount: number): Body =>
     bill(wallet, { serviceID: "ikeja-electric", serviceCategory: "ELECTRICITY", network: "IKEJA", billersCode: meter, variation_code: "prepaid", nairaAmount });
   const post = (body: Body, headers: Record<string, string> = {}, base = url) =>

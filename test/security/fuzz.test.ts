@@ -6,6 +6,7 @@
  * stored: no order, no link, no quote beyond the challenges actually answered, no balance moved.
  */
 import fc from "fast-check";
+import { x402Bill } from "../support/bills.ts";
 import type { Account } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent } from "../../lib/agent-client.ts";
@@ -23,16 +24,7 @@ const CODES = new Set(Object.keys(ERRORS));
 const hex = (minLength: number, maxLength: number) => fc.string({ unit: fc.constantFrom(..."0123456789abcdef"), minLength, maxLength });
 /** JSON-ish values of every shape, small enough to send. */
 const anyJson = fc.jsonValue({ maxDepth: 3 }).filter((v) => JSON.stringify(v).length < 4_000);
-const validBill = (wallet: string) => ({
-  serviceID: "mtn",
-  serviceCategory: "AIRTIME",
-  network: "MTN",
-  billersCode: "08011111111",
-  nairaAmount: 1550,
-  token: "USDC",
-  blockchain: "CELO",
-  wallet_address: wallet,
-});
+const validBill = (wallet: string) => x402Bill(wallet);
 /** A valid bill with one field replaced by anything, or removed. */
 const mutatedBill = (wallet: string) =>
   fc

@@ -1,5 +1,6 @@
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { Hono } from "hono";
+import { airtimeBill } from "../support/bills.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
@@ -23,14 +24,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
   let failNext = 0;
   const payer = hardhatAccount(11);
 
-  const airtime = (extra: Record<string, unknown> = {}) => ({
-    serviceID: "mtn",
-    serviceCategory: "AIRTIME",
-    network: "MTN",
-    billersCode: "08011111111",
-    nairaAmount: 1550,
-    ...extra,
-  });
+  const airtime = airtimeBill;
   const deliverAll = async () => {
     for (let i = 0; i < 5; i++) {
       await service.flow.callbacks!.deliverDue();
