@@ -27,7 +27,7 @@ interface IEIP3009 {
 ///         - `refund`: a pulled order back to its payer; at most what was pulled, once per
 ///           order; REFUNDER_ROLE; within the token's refund budget; stopped by pause. It
 ///           gives back the spending allowance the pull used, unless the payer has set a
-///           new allowance since.
+///           new allowance since, and what it used of the payer's current period.
 ///         - `refundAuthorization`: an x402 order back to its payer; at most the value of an
 ///           authorization the payer signed to this contract whose nonce is consumed, once
 ///           per (token, payer, nonce) and per order id; REFUNDER_ROLE; within the refund
@@ -93,6 +93,22 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         uint32 updatedAt;
     }
 
+    /// @notice A payer's own cap on what may be pulled from it in one token per period, on top
+    ///         of the spending allowance (as Coinbase's SpendPermissionManager and ERC-7715's
+    ///         erc20-token-periodic do). Periods are fixed windows of `period` seconds from
+    ///         `start`; the tally starts again at zero in each. Packed in two storage slots.
+    struct SpendingLimit {
+        uint128 amountPerPeriod;
+        /// Pulled in period number `spentPeriod`, less the refunds of those pulls.
+        uint128 spent;
+        /// Seconds; 0 means no periodic limit.
+        uint40 period;
+        uint40 start;
+        uint40 spentPeriod;
+        /// Pulls from this block on are counted in `spent` (a refund gives back only those).
+        uint64 spentSinceBlock;
+    }
+
     /// @notice payer => token => the most the operator may still pull, in raw token units.
     mapping(address payer => mapping(address token => uint256 amount)) public spendingAllowance;
 
@@ -107,10 +123,21 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     mapping(address payer => mapping(address token => uint256 blockNumber)) public spendingAllowanceSetAt;
 
     mapping(bytes32 orderId => Order) private _orders;
+    mapping(address payer => mapping(address token => SpendingLimit)) private _spendingLimits;
     mapping(address token => RefundBudget) private _refundBudgets;
 
     /// @notice A payer set the most the operator may pull from it in `token` from now on.
     event SpendingAllowanceSet(address indexed payer, address indexed token, uint256 amount);
+    /// @notice A payer set (or, with `period` 0, removed) its per-period limit in `token`. The
+    ///         first period starts at `start`, with `spent` already counted: what was pulled in
+    ///         the current period of the limit it replaces, so changing a limit never frees
+    ///         what the period had already used.
+    event SpendingLimitSet(
+        address indexed payer, address indexed token, uint256 amountPerPeriod, uint256 period, uint256 start, uint256 spent
+    );
+    /// @notice A pull, or the refund of one, changed what a payer's period has used: `spent`
+    ///         in the period that began at `periodStart`.
+    event SpendingLimitUsed(address indexed payer, address indexed token, uint256 periodStart, uint256 spent);
     /// @notice An agent-hub payment: `amount` moved from `payer` into this contract.
     event Pulled(
         bytes32 indexed orderId, address indexed payer, address indexed token, uint256 amount, uint256 allowanceLeft
@@ -148,6 +175,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     error InvalidAuthorizationSignature();
     error ZeroNonce();
     error InvalidRefundPeriod(uint256 period);
+    error InvalidSpendingPeriod(uint256 period);
+    error SpendingLimitExceeded(address payer, address token, uint256 requested, uint256 available, uint256 periodEnds);
     error RefundBudgetExceeded(address token, uint256 requested, uint256 available);
 
     /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, refund budgets, withdrawals)
@@ -178,6 +207,38 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         spendingAllowance[msg.sender][token] = amount;
         spendingAllowanceSetAt[msg.sender][token] = block.number;
         emit SpendingAllowanceSet(msg.sender, token, amount);
+    }
+
+    /// @notice Cap what the operator may pull from the caller in `token` to `amountPerPeriod`
+    ///         per `periodSeconds`, in fixed periods starting now. Both this and the spending
+    ///         allowance apply to every pull. What the current period of a previous limit has
+    ///         used counts against the first period of the new one. `periodSeconds` 0 (with
+    ///         `amountPerPeriod` 0) removes the limit; removing works for any token, paused or not.
+    function setSpendingLimit(address token, uint256 amountPerPeriod, uint256 periodSeconds) external {
+        if (periodSeconds == 0) {
+            if (amountPerPeriod != 0) revert InvalidSpendingPeriod(0);
+            delete _spendingLimits[msg.sender][token];
+            emit SpendingLimitSet(msg.sender, token, 0, 0, 0, 0);
+            return;
+        }
+        if (periodSeconds > type(uint40).max) revert InvalidSpendingPeriod(periodSeconds);
+        if (!isAcceptedToken[token]) revert TokenNotAccepted(token);
+        SpendingLimit storage l = _spendingLimits[msg.sender][token];
+        uint256 carried;
+        uint64 since = uint64(block.number + 1);
+        if (l.period != 0 && (block.timestamp - l.start) / l.period == l.spentPeriod) {
+            carried = l.spent;
+            since = l.spentSinceBlock;
+        }
+        _spendingLimits[msg.sender][token] = SpendingLimit({
+            amountPerPeriod: SafeCast.toUint128(amountPerPeriod),
+            spent: uint128(carried),
+            period: uint40(periodSeconds),
+            start: uint40(block.timestamp),
+            spentPeriod: 0,
+            spentSinceBlock: since
+        });
+        emit SpendingLimitSet(msg.sender, token, amountPerPeriod, periodSeconds, block.timestamp, carried);
     }
 
     // ---------------------------------------------------------- pulls (operator)
@@ -226,6 +287,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         address token = order.token;
         _spendRefundBudget(token, amount);
         emit Refunded(orderId, payer, token, amount, bytes32(0));
+        _restoreSpendingLimit(payer, token, order.pulledAt, amount);
         if (spendingAllowanceSetAt[payer][token] < order.pulledAt) {
             uint256 left = spendingAllowance[payer][token];
             // Saturating: an "unlimited" allowance stays unlimited instead of reverting.
@@ -324,6 +386,21 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         return _orders[orderId];
     }
 
+    /// @notice A payer's periodic limit in `token`: the current period's start and what it has
+    ///         used, and what may still be pulled in it (type(uint256).max when there is no limit).
+    function spendingLimit(address payer, address token)
+        external
+        view
+        returns (uint256 amountPerPeriod, uint256 period, uint256 periodStart, uint256 spent, uint256 available)
+    {
+        SpendingLimit storage l = _spendingLimits[payer][token];
+        if (l.period == 0) return (0, 0, 0, 0, type(uint256).max);
+        uint256 index = (block.timestamp - l.start) / l.period;
+        spent = index == l.spentPeriod ? l.spent : 0;
+        available = spent >= l.amountPerPeriod ? 0 : l.amountPerPeriod - spent;
+        return (l.amountPerPeriod, l.period, l.start + index * l.period, spent, available);
+    }
+
     /// @notice A token's refund budget, and how much of it can be refunded right now.
     function refundBudget(address token) external view returns (uint256 limit, uint256 period, uint256 available) {
         RefundBudget storage b = _refundBudgets[token];
@@ -342,12 +419,46 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         unchecked {
             left = available - amount;
         }
+        _spendPeriod(payer, token, amount);
         spendingAllowance[payer][token] = left;
         _orders[orderId] = Order({
             payer: payer, paid: SafeCast.toUint96(amount), token: token, refunded: false, pulledAt: uint64(block.number)
         });
         emit Pulled(orderId, payer, token, amount, left);
         IERC20(token).safeTransferFrom(payer, address(this), amount);
+    }
+
+    /// @dev Counts a pull against the payer's periodic limit, if it has one, moving the tally
+    ///      to the current period first.
+    function _spendPeriod(address payer, address token, uint256 amount) private {
+        SpendingLimit storage l = _spendingLimits[payer][token];
+        uint256 period = l.period;
+        if (period == 0) return;
+        uint256 index = (block.timestamp - l.start) / period;
+        uint256 spent = l.spent;
+        if (index != l.spentPeriod) {
+            spent = 0;
+            l.spentPeriod = uint40(index);
+            l.spentSinceBlock = uint64(block.number);
+        }
+        uint256 periodStart = l.start + index * period;
+        uint256 available = spent >= l.amountPerPeriod ? 0 : l.amountPerPeriod - spent;
+        if (amount > available) revert SpendingLimitExceeded(payer, token, amount, available, periodStart + period);
+        l.spent = uint128(spent + amount);
+        emit SpendingLimitUsed(payer, token, periodStart, spent + amount);
+    }
+
+    /// @dev A refunded pull gives back what it used of its period, if that period is still the
+    ///      current one and the pull is in its tally (not made before the limit was set).
+    function _restoreSpendingLimit(address payer, address token, uint64 pulledAt, uint256 amount) private {
+        SpendingLimit storage l = _spendingLimits[payer][token];
+        uint256 period = l.period;
+        if (period == 0 || pulledAt < l.spentSinceBlock) return;
+        uint256 index = (block.timestamp - l.start) / period;
+        if (index != l.spentPeriod) return;
+        uint256 spent = l.spent > amount ? l.spent - amount : 0;
+        l.spent = uint128(spent);
+        emit SpendingLimitUsed(payer, token, l.start + index * period, spent);
     }
 
     function _availableRefundBudget(RefundBudget storage b) private view returns (uint256) {
