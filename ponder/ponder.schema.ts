@@ -129,6 +129,14 @@ export const account = onchainTable(
     tokenAllowance: t.bigint().notNull(),
     /** BillPay spending allowance left. */
     spendingAllowance: t.bigint().notNull(),
+    /** The payer's periodic limit (SpendingLimitSet): the amount per period, 0 with no limit. */
+    limitPerPeriod: t.bigint().notNull(),
+    /** Its period in seconds (0: no periodic limit), and when its first period began. */
+    limitPeriod: t.bigint().notNull(),
+    limitStart: t.bigint().notNull(),
+    /** The period of the last change (SpendingLimitSet or SpendingLimitUsed) and what it had used then. */
+    periodStart: t.bigint().notNull(),
+    periodSpent: t.bigint().notNull(),
     totalPaid: t.bigint().notNull(),
     totalRefunded: t.bigint().notNull(),
     net: t.bigint().notNull(),

@@ -35,6 +35,7 @@ export const ERRORS = {
   PIN_LOCKED: { status: 423, title: "Too many wrong PINs: paying is locked for a while" },
   PIN_BUSY: { status: 429, title: "As many PIN checks are under way for this wallet as attempts are left; retry in a moment" },
   SPENDING_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The BillPay spending allowance left is less than the price" },
+  SPENDING_LIMIT_EXCEEDED: { status: 402, title: "The wallet's periodic spending limit leaves less than the price in this period" },
   TOKEN_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The token allowance to BillPay is less than the price" },
   BALANCE_INSUFFICIENT: { status: 402, title: "The wallet's token balance is less than the price" },
   PULL_REFUSED: { status: 402, title: "BillPay refused the pull; nothing was taken" },

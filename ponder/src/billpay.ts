@@ -1,4 +1,4 @@
-/** BillPay's events: payments by pull, refunds, withdrawals, allowances, refund budgets and administration. */
+/** BillPay's events: payments by pull, refunds, withdrawals, allowances and periodic limits, refund budgets and administration. */
 import { ponder } from "ponder:registry";
 import {
   acceptedToken,
@@ -35,6 +35,26 @@ ponder.on("BillPay:SpendingAllowanceSet", async ({ event, context }) => {
   });
   await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, () => ({
     spendingAllowance: amount,
+  }));
+});
+
+// The payer's periodic limit: set (or removed, period 0) by the payer, used by pulls and given back by refunds.
+ponder.on("BillPay:SpendingLimitSet", async ({ event, context }) => {
+  const { payer, token, amountPerPeriod, period, start, spent } = event.args;
+  await updateAccount(context.db, { chainId: context.chain.id, token, payer }, event.block.timestamp, () => ({
+    limitPerPeriod: amountPerPeriod,
+    limitPeriod: period,
+    limitStart: start,
+    periodStart: start,
+    periodSpent: spent,
+  }));
+});
+
+ponder.on("BillPay:SpendingLimitUsed", async ({ event, context }) => {
+  const { payer, token, periodStart, spent } = event.args;
+  await updateAccount(context.db, { chainId: context.chain.id, token, payer }, event.block.timestamp, () => ({
+    periodStart,
+    periodSpent: spent,
   }));
 });
 

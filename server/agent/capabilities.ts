@@ -16,12 +16,14 @@ import type { Link } from "./links.ts";
 import type { ToolDefinition } from "./tools.ts";
 
 const usd = (micro: bigint) => formatUnits(micro, 6);
+const WEEK_SECONDS = 7n * 86_400n;
 
-/** The on-chain set-up for a linked wallet, ready to sign: approve BillPay on the token, then set the spending allowance. */
+/** The on-chain set-up for a linked wallet, ready to sign: approve BillPay on the token, set the spending allowance, and optionally a periodic limit. */
 function setupCalls(hub: AgentHub, link: Link) {
   const option = hub.pullOption(link);
   const billPay = hub.deps.deployments.chains[option.chain]!.billPay.address as Hex;
   const allowance = 100n * 10n ** 6n; // 100 tokens (6 decimals); encode another amount the same way
+  const weeklyLimit = 25n * 10n ** 6n;
   return {
     chain: option.chain,
     chain_id: CHAINS[option.chain].chainId,
@@ -35,6 +37,13 @@ function setupCalls(hub: AgentHub, link: Link) {
         to: billPay,
         data: encodeFunctionData({ abi: billPayAbi, functionName: "setSpendingAllowance", args: [option.tokenAddress, allowance] }),
         what: `BillPay.setSpendingAllowance(${option.token}, ${allowance})`,
+      },
+    ],
+    optional: [
+      {
+        to: billPay,
+        data: encodeFunctionData({ abi: billPayAbi, functionName: "setSpendingLimit", args: [option.tokenAddress, weeklyLimit, WEEK_SECONDS] }),
+        what: `BillPay.setSpendingLimit(${option.token}, ${weeklyLimit}, ${WEEK_SECONDS}): at most ${formatUnits(weeklyLimit, 6)} tokens per week`,
       },
     ],
   };
@@ -119,8 +128,24 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
         what: "Set the most BillPay may pull (from the wallet, on chain); 0 revokes at any time",
         call: "BillPay.setSpendingAllowance(address token, uint256 amount)",
       },
-      { step: 4, what: "check_balance shows spendable_now: the least of balance, token allowance and spending allowance" },
-      { step: 5, what: "pay_bill, pay_bill_batch or schedule_bill with the api_key and PIN" },
+      {
+        step: 4,
+        what:
+          "Optionally cap what BillPay may pull per period (from the wallet, on chain), on top of the spending allowance: " +
+          "periods are fixed windows of periodSeconds from when the limit is set, and each starts again at zero. A refunded " +
+          "bill gives back what it used if its period is still running. Changing the limit keeps what the current period " +
+          "has used; (0, 0) removes it. A bill beyond what the period leaves is refused with SPENDING_LIMIT_EXCEEDED and " +
+          "its period_ends, and nothing is charged.",
+        call: "BillPay.setSpendingLimit(address token, uint256 amountPerPeriod, uint256 periodSeconds)",
+        read: "BillPay.spendingLimit(address payer, address token) returns (amountPerPeriod, period, periodStart, spent, available)",
+      },
+      {
+        step: 5,
+        what:
+          "check_balance shows spendable_now: the least of balance, token allowance, spending allowance and what the periodic " +
+          "limit leaves this period (period_limit: amount, period, when it ends, spent and left)",
+      },
+      { step: 6, what: "pay_bill, pay_bill_batch or schedule_bill with the api_key and PIN" },
     ],
     urls: {
       base,

@@ -8,7 +8,7 @@ import { formatUnits, type Hex } from "viem";
 import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { VtpassClient } from "../biller/vtpass.ts";
-import { readWalletState } from "../chain/wallet-state.ts";
+import { ledgerPeriodLimit, readWalletState, type PeriodLimit } from "../chain/wallet-state.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
@@ -56,6 +56,20 @@ function pullGuard(link: Pick<Link, "apiKeyHash">, scheduleId?: string): PullGua
 }
 
 const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
+const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
+
+/** A periodic limit as check_balance shows it: null when the payer set none. */
+function periodLimitView(limit: PeriodLimit | null) {
+  if (!limit) return null;
+  return {
+    amount_per_period: units(limit.amountPerPeriod),
+    period_seconds: Number(limit.periodSeconds),
+    period_started: isoSeconds(limit.periodStart),
+    period_ends: isoSeconds(limit.periodStart + limit.periodSeconds),
+    spent_this_period: units(limit.spent),
+    left_this_period: units(limit.available),
+  };
+}
 
 export class AgentHub {
   /** Locked quotes, shared with the x402 route. */
@@ -289,11 +303,13 @@ export class AgentHub {
           balance: units(s.balance),
           token_allowance: units(s.tokenAllowance),
           spending_allowance: units(s.spendingAllowance),
+          period_limit: periodLimitView(s.periodLimit),
           spendable_now: units(s.spendable),
           block_number: s.blockNumber.toString(),
           ledger: account
             ? {
                 spending_allowance: units(BigInt(String(account.spendingAllowance))),
+                period_limit: periodLimitView(ledgerPeriodLimit(account, s.blockTimestamp)),
                 total_paid: units(BigInt(String(account.totalPaid))),
                 total_refunded: units(BigInt(String(account.totalRefunded))),
                 payments: account.paymentCount,

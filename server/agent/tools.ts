@@ -83,8 +83,9 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       name: "check_balance",
       title: "Check balance",
       description:
-        "The linked wallet's token balance, token allowance to BillPay, BillPay spending allowance left and what can be spent now " +
-        "(the least of the three), per chain and token, read from the chain; plus totals paid and refunded from the ledger.",
+        "The linked wallet's token balance, token allowance to BillPay, BillPay spending allowance left, its periodic limit " +
+        "(setSpendingLimit: amount per period, when the period ends, spent and left in it) and what can be spent now (the least " +
+        "of them), per chain and token, read from the chain; plus the ledger's indexed figures: allowance, period left, totals paid and refunded.",
       input: { api_key: apiKey, chain },
       paying: false,
       authenticated: true,

@@ -47,6 +47,7 @@ class PullWithdrawn extends Error {}
 /** BillPay's and the token's refusals, as the errors an agent can act on. */
 const REFUSALS: Record<string, ErrorCode> = {
   SpendingAllowanceExceeded: "SPENDING_ALLOWANCE_INSUFFICIENT",
+  SpendingLimitExceeded: "SPENDING_LIMIT_EXCEEDED",
   ERC20InsufficientAllowance: "TOKEN_ALLOWANCE_INSUFFICIENT",
   ERC20InsufficientBalance: "BALANCE_INSUFFICIENT",
 };

@@ -340,6 +340,48 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(third.data.error).toMatchObject({ required: "1001000", available: "98000" });
     });
 
+    it("a periodic limit set on chain bounds pay_bill; check_balance shows what the period leaves, on the chain and in the ledger", async () => {
+      const a = await agent(5);
+      // One 1,550 NGN bill costs 1.001 USDC: the limit has room for one, not two.
+      await celo.setSpendingLimit(a.account, "USDC", 1_500_000n, 3_600n);
+      type Row = { token: string; spendable_now: { units: string }; period_limit: Record<string, any> | null; ledger: { period_limit: Record<string, any> | null } | null };
+      const usdcRow = async () => ((await a.call("check_balance", { chain: "CELO" })).data.balances as Row[]).find((b) => b.token === "USDC")!;
+      const ledgerLeft = async (units: string) => {
+        for (let i = 0; i < 100 && (await usdcRow()).ledger?.period_limit?.left_this_period.units !== units; i++) await new Promise((r) => setTimeout(r, 100));
+        return (await usdcRow()).ledger?.period_limit;
+      };
+
+      const fresh = await usdcRow();
+      expect(fresh.period_limit).toMatchObject({ amount_per_period: { units: "1500000" }, period_seconds: 3600, spent_this_period: { units: "0" }, left_this_period: { units: "1500000" } });
+      expect(Date.parse(fresh.period_limit!.period_ends) - Date.parse(fresh.period_limit!.period_started)).toBe(3_600_000);
+      expect(fresh.spendable_now.units).toBe("1500000");
+
+      // A failed bill is refunded within the period, and gives back what it used of it.
+      const failed = await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999") });
+      expect(failed.data).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+      expect((await usdcRow()).period_limit).toMatchObject({ left_this_period: { units: "1500000" } });
+
+      const paid = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
+      expect(paid.data).toMatchObject({ status: "SUCCESS", amount: { units: "1001000" } });
+      const after = await usdcRow();
+      expect(after.period_limit).toMatchObject({ spent_this_period: { units: "1001000" }, left_this_period: { units: "499000" } });
+      expect(after.spendable_now.units).toBe("499000");
+      expect(await ledgerLeft("499000")).toMatchObject({ amount_per_period: { units: "1500000" }, left_this_period: { units: "499000" }, period_ends: after.period_limit!.period_ends });
+
+      // The next bill is refused before any pull, naming what is left and when the period ends; nothing is charged.
+      const before = await usdc(a.account);
+      const refused = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), allow_duplicate: true });
+      expect(refused.data.error).toMatchObject({ code: "SPENDING_LIMIT_EXCEEDED", required: "1001000", available: "499000", period_ends: after.period_limit!.period_ends });
+      const batch = await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111", 620), airtime("08011111111", 620)] }); // 0.401 USDC each: 0.802 against 0.499 left
+      expect(errorCode(batch)).toBe("SPENDING_LIMIT_EXCEEDED");
+      expect(await usdc(a.account)).toBe(before);
+
+      // Removing the limit on chain lifts it at once.
+      await celo.setSpendingLimit(a.account, "USDC", 0n, 0n);
+      expect((await usdcRow()).period_limit).toBeNull();
+      expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), allow_duplicate: true })).data).toMatchObject({ status: "SUCCESS" });
+    });
+
     it("locks paying tools after too many wrong PINs; reading tools keep working", async () => {
       const a = await agent(11);
       const before = await usdc(a.account);
@@ -473,6 +515,12 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(described.data.transports.mcp.url).toBe(`${url}/api/mcp`);
       const setup = described.data.your_setup as { chain: string; token: string; calls: Array<{ to: `0x${string}`; data: `0x${string}` }> };
       expect(setup).toMatchObject({ chain: "CELO", token: "USDC" });
+      // The optional periodic limit comes ready to sign too (checked on chain in the periodic-limit test).
+      expect((described.data.your_setup.optional as Array<{ to: string; data: string; what: string }>)[0]).toMatchObject({
+        to: setup.calls[1]!.to,
+        data: expect.stringMatching(/^0x[0-9a-f]{200}$/),
+        what: expect.stringContaining("setSpendingLimit"),
+      });
       // The wallet signs exactly the calls it was given: afterwards it can spend 100 USDC.
       const wallet = createWalletClient({ account, chain: viemChain("CELO", stack.deployments.chains.CELO!.rpcUrl), transport: http(stack.deployments.chains.CELO!.rpcUrl) });
       for (const call of setup.calls) await celo.mined(await wallet.sendTransaction({ to: call.to, data: call.data }));

@@ -151,7 +151,7 @@ describe("periodic spending limit", () => {
     await at(start + 100n);
     const hash = await f.billPay.write.setSpendingLimit([f.usdc.address, units("50"), DAY], { account: f.alice.account });
     const set = (await f.logsOf(hash)).find((l) => l.eventName === "SpendingLimitSet");
-    expect(set?.args.spent).toBe(units("80"));
+    expect((set?.args as { spent?: bigint } | undefined)?.spent).toBe(units("80"));
     expect(await limit()).toEqual([units("50"), DAY, start + 100n, units("80"), 0n]);
     await expectRevert(pull(1n), "SpendingLimitExceeded");
     // The new limit's first period runs from when it was set.

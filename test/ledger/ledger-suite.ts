@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { encodeAbiParameters, keccak256, maxUint256, parseUnits, toBytes, toHex, type Address, type Hex } from "viem";
+import { billPayAbi } from "../../lib/abis.ts";
 import { CHAINS } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../scripts/audit.ts";
@@ -224,7 +225,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       const { data } = (await res.json()) as { data: Record<string, { items: Row[] }> };
       const operatorRole = (await celo.publicClient.readContract({
         address: celo.billPay,
-        abi: (await import("../../lib/abis.ts")).billPayAbi,
+        abi: billPayAbi,
         functionName: "OPERATOR_ROLE",
       })) as Hex;
       expect(data.roleMembers!.items).toContainEqual({
@@ -359,6 +360,35 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect((await treasuryOf(42220, usdc))?.balance).toBe((await celo.balanceOf("USDC", celo.billPay)).toString());
       const after = await runAudit({ ledgerUrl: ledger.url, deployments: stack.deployments });
       expect(after.discrepancies).toEqual([]);
+    });
+
+    it("indexes a payer's periodic limit: set, used by pulls, given back by a refund in its period, removed", async () => {
+      const usdc = base.tokenAddress("USDC");
+      await base.approveAndAllow(bob, "USDC", u("50"));
+      await base.setSpendingLimit(bob, "USDC", u("10"), 3_600n);
+      const [kept, refunded] = [orderId(), orderId()];
+      await base.pull(kept, bob.address, "USDC", u("4"));
+      await base.pull(refunded, bob.address, "USDC", u("3"));
+      await base.refund(refunded, u("3"));
+      await caughtUp();
+      const [, , periodStart, spent] = await base.publicClient.readContract({
+        address: base.billPay,
+        abi: billPayAbi,
+        functionName: "spendingLimit",
+        args: [bob.address, usdc],
+      });
+      expect(spent).toBe(u("4"));
+      expect(await accountOf(bob.address, 8453, usdc)).toMatchObject({
+        limitPerPeriod: u("10").toString(),
+        limitPeriod: "3600",
+        limitStart: periodStart.toString(),
+        periodStart: periodStart.toString(),
+        periodSpent: u("4").toString(),
+        spendingAllowance: u("46").toString(),
+      });
+      await base.setSpendingLimit(bob, "USDC", 0n, 0n);
+      await caughtUp();
+      expect(await accountOf(bob.address, 8453, usdc)).toMatchObject({ limitPerPeriod: "0", limitPeriod: "0", periodSpent: "0" });
     });
 
     it("fails the audit on a refund without a payment", async () => {

@@ -74,6 +74,17 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       );
     },
 
+    async setSpendingLimit(payer: Account, symbol: TokenSymbol, amountPerPeriod: bigint, periodSeconds: bigint) {
+      return mined(
+        await wallet(payer).writeContract({
+          address: billPay,
+          abi: billPayAbi,
+          functionName: "setSpendingLimit",
+          args: [tokenAddress(symbol), amountPerPeriod, periodSeconds],
+        }),
+      );
+    },
+
     async pull(orderId: Hex, payer: Address, symbol: TokenSymbol, amount: bigint) {
       return mined(
         await operator.writeContract({
