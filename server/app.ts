@@ -13,7 +13,7 @@ import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
-import { paymentRequestSchema, type PaymentRequest } from "./schemas.ts";
+import { internationalOptionsSchema, paymentRequestSchema, type PaymentRequest } from "./schemas.ts";
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
@@ -391,6 +391,13 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
+
+  // International airtime and data, step by step to a payable bill: the same answers as list_international_options.
+  app.get("/api/international", async (c) => {
+    const parsed = internationalOptionsSchema.strict().safeParse(c.req.query());
+    if (!parsed.success) throw validationFailed(parsed.error, "(query)");
+    return c.json(await hub.internationalOptions(parsed.data));
+  });
 
   app.get("/api/orders/:requestId", async (c) => {
     await limits.take("orderAddress", clientAddress(c));

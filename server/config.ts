@@ -76,6 +76,8 @@ export const configSchema = z.object({
   BILLER_PUBLIC_KEY: z.string().min(1).default("sandbox-public-key"),
   BILLER_TIMEOUT_MS: z.coerce.number().int().positive().default(15_000),
   BILLER_DEFAULT_PHONE: z.string().regex(/^\+?\d{7,15}$/).default("08011111111"),
+  /** The e-mail sent with international bills, which the biller's pay call requires. */
+  BILLER_DEFAULT_EMAIL: z.string().email().default("bills@billpay.local"),
   /** How long the biller's products and plans are kept before they are read again. */
   CATALOGUE_TTL_MS: z.coerce.number().int().min(0).default(600_000),
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),

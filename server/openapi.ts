@@ -9,7 +9,7 @@ import { z } from "zod";
 import { CHAINS, type ChainKey } from "../lib/chains.ts";
 import type { Deployments } from "../lib/deployments.ts";
 import { ERRORS } from "./errors.ts";
-import { linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
+import { internationalOptionsSchema, linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const json = (schema: unknown) => ({ "application/json": { schema } });
@@ -194,6 +194,22 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
           summary: "A bill's price before paying it: amount, breakdown and expiry (the same locked quote the 402 shows)",
           requestBody: { required: true, content: json(ref("PaymentRequest")) },
           responses: { "200": { description: "The quote, per payable option", content: json(ref("Quote")) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
+        },
+      },
+      "/api/international": {
+        get: {
+          summary: "International airtime and data, step by step: countries, product types, operators, plans, then a bill to pay",
+          description:
+            "Each parameter narrows the next answer (the same as the list_international_options tool). With operator_id and a plan " +
+            "(and foreignAmount for an open amount) the answer carries `bill`: fill its billersCode and POST it to /api/pay/x402 with " +
+            "token, blockchain and wallet_address. nairaAmount is foreignAmount at the biller's rate, to the kobo.",
+          parameters: Object.entries(z.toJSONSchema(internationalOptionsSchema, { io: "input" }).properties ?? {}).map(([name, schema]) => ({
+            name,
+            in: "query",
+            required: false,
+            schema,
+          })),
+          responses: { "200": { description: "The next step's choices, or a payable bill", content: json({ type: "object" }) }, ...problemResponses([400, 422, 503]) },
         },
       },
       "/api/orders/{requestId}": {

@@ -6,6 +6,11 @@ import { CATEGORIES } from "./pricing/price.ts";
 /** The most a single bill may be, in NGN (the upstream's largest product limit). */
 export const MAX_NAIRA_AMOUNT = 1_000_000;
 
+/** The biller's numeric ids, which it writes as numbers or strings: kept as strings. */
+const idLike = z
+  .union([z.string().trim().regex(/^\d{1,10}$/, "must be the biller's numeric id"), z.number().int().positive().max(9_999_999_999)])
+  .transform(String);
+
 export const paymentRequestSchema = z.object({
   serviceID: z
     .string()
@@ -41,6 +46,22 @@ export const paymentRequestSchema = z.object({
   variation_code: z.string().trim().min(1).max(64).optional().describe("The plan, where the product has plans (see list_plans)"),
   /** The customer's phone for products that are not themselves a phone number. */
   phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional().describe("The customer's phone, for products that are not a phone number"),
+  // International bills (serviceID foreign-airtime): the biller's own fields, from list_international_options.
+  foreignAmount: z
+    .number()
+    .positive()
+    .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals, written plainly")
+    .optional()
+    .describe("International bills: the amount in the country's currency; nairaAmount must be it at the biller's rate"),
+  country_code: z
+    .string()
+    .trim()
+    .transform((s) => s.toUpperCase())
+    .pipe(z.string().regex(/^[A-Z]{2}$/, "must be a two-letter country code such as GH"))
+    .optional()
+    .describe("International bills: the country (ISO 3166 alpha-2, e.g. GH)"),
+  product_type_id: idLike.optional().describe("International bills: the product type (e.g. 1 Mobile Top Up, 4 Mobile Data)"),
+  operator_id: idLike.optional().describe("International bills: the operator, from list_international_options"),
   /** Where the order's final result is POSTed, signed (server/callbacks.ts). */
   callback_url: z
     .string()
@@ -53,6 +74,20 @@ export const paymentRequestSchema = z.object({
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;
+
+/** The query of list_international_options and GET /api/international: each step narrows the next. */
+export const internationalOptionsSchema = z.object({
+  country_code: paymentRequestSchema.shape.country_code,
+  product_type_id: paymentRequestSchema.shape.product_type_id,
+  operator_id: paymentRequestSchema.shape.operator_id,
+  variation_code: paymentRequestSchema.shape.variation_code,
+  foreignAmount: z.coerce
+    .number()
+    .positive()
+    .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals, written plainly")
+    .optional()
+    .describe("For a plan without a fixed price: the amount in the country's currency, to get the bill's nairaAmount"),
+});
 
 /** Body of POST /api/agent/link. */
 export const linkRequestSchema = z.object({

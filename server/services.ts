@@ -49,6 +49,7 @@ export function buildFlow(
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,
+    defaultEmail: config.BILLER_DEFAULT_EMAIL,
     log: jsonLog,
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),

@@ -82,6 +82,10 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
     categories: CATEGORIES,
     products: products ?? "the biller is unreachable right now; list_plans takes a serviceID such as mtn-data or dstv",
     bill_fields: "serviceID, serviceCategory, network, billersCode, nairaAmount, and variation_code (a plan from list_plans) or phone where the product needs them; see each tool's arguments",
+    international:
+      "International airtime and data: serviceID foreign-airtime (category AIRTIME) with foreignAmount, country_code, product_type_id, " +
+      "operator_id and variation_code as the biller takes them; nairaAmount must be foreignAmount at the biller's rate. " +
+      "list_international_options (or GET /api/international) walks country, product type, operator and plan to a ready bill.",
     post_settlement_verification:
       "ELECTRICITY, BANK, EDUCATION (jamb) and CABLE (except showmax) numbers are checked with the biller after payment; a wrong number is refunded automatically.",
     chains,

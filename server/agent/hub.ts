@@ -8,6 +8,7 @@ import { formatUnits, type Hex } from "viem";
 import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { VtpassClient } from "../biller/vtpass.ts";
+import type { OptionsQuery } from "../biller/international.ts";
 import { ledgerPeriodLimit, readWalletState, type PeriodLimit } from "../chain/wallet-state.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db.ts";
@@ -392,12 +393,9 @@ export class AgentHub {
     }
   }
 
-  async internationalOptions() {
-    try {
-      return { countries: await this.deps.biller.internationalCountries() };
-    } catch (err) {
-      throw new ServiceError("BILLER_UNAVAILABLE", `could not list international options: ${(err as Error).message}`);
-    }
+  /** list_international_options: countries, then product types, operators and plans, then a bill to pay. */
+  internationalOptions(query: OptionsQuery) {
+    return this.deps.flow.catalogue.international.options(query);
   }
 }
 

@@ -10,7 +10,7 @@ import { API_KEY_PATTERN, PIN_PATTERN } from "./credentials.ts";
 import type { AgentBill, AgentHub } from "./hub.ts";
 import type { Link } from "./links.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentRequestSchema } from "../schemas.ts";
+import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts";
 import { describeCapabilities } from "./capabilities.ts";
 
 const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
@@ -120,12 +120,19 @@ export function agentTools(batchMax: number): ToolDefinition[] {
     define({
       name: "list_international_options",
       title: "List international options",
-      description: "Countries (code, name, currency, dialling prefix) where international airtime can be bought.",
-      input: { api_key: apiKey.optional() },
+      description:
+        "International airtime and data, step by step: with no arguments the countries (code, name, currency, dialling prefix); " +
+        "with country_code its product types; then with product_type_id the operators; then with operator_id the plans and their " +
+        "rate (NGN per unit of the local currency); with a plan (variation_code) and, for an open amount, foreignAmount, a " +
+        "ready bill whose nairaAmount is foreignAmount at the rate. Fill its billersCode and pay it with pay_bill or the x402 route.",
+      input: { api_key: apiKey.optional(), ...internationalOptionsSchema.shape },
       paying: false,
       authenticated: false,
-      examples: ['{"skill":"list_international_options","arguments":{}}'],
-      run: (_args, _link, ctx) => ctx.hub.internationalOptions(),
+      examples: [
+        '{"skill":"list_international_options","arguments":{}}',
+        '{"skill":"list_international_options","arguments":{"country_code":"GH","product_type_id":"1","operator_id":"1","foreignAmount":20}}',
+      ],
+      run: ({ api_key: _key, ...query }, _link, ctx) => ctx.hub.internationalOptions(query),
     }),
     define({
       name: "transaction_history",

@@ -10,10 +10,23 @@
  *     whatever amount is sent, so nairaAmount must equal it: a mismatch is refused with the
  *     plan's amount rather than silently repriced, because nairaAmount is the price the
  *     caller states and sees;
- *   - nairaAmount must lie within the product's limits.
+ *   - nairaAmount must lie within the product's limits;
+ *   - an international bill (serviceID foreign-airtime) is checked by international.ts:
+ *     its country, product type, operator and plan, and nairaAmount against foreignAmount
+ *     at the biller's rate; a domestic bill may not carry those fields.
  */
 import type { Category } from "../pricing/price.ts";
 import { ServiceError } from "../errors.ts";
+import {
+  INTERNATIONAL_FIELDS,
+  INTERNATIONAL_SERVICE_ID,
+  InternationalCatalogue,
+  isInternational,
+  type InternationalBiller,
+  type InternationalFields,
+} from "./international.ts";
+import { requireFixedPrice } from "./plan-price.ts";
+import { TtlCache } from "./ttl-cache.ts";
 import type { BillerService, Variation, VtpassClient } from "./vtpass.ts";
 
 /** The biller's category identifier for each of the service's categories. */
@@ -26,7 +39,7 @@ export const BILLER_CATEGORY: Record<Category, string> = {
   EDUCATION: "education",
 };
 
-export interface BillToCheck {
+export interface BillToCheck extends InternationalFields {
   serviceCategory: Category;
   serviceID: string;
   nairaAmount: number;
@@ -39,30 +52,26 @@ export interface CheckedBill {
   plan: Variation | null;
 }
 
-const kobo = (naira: number | string) => Math.round(Number(naira) * 100);
 
 export class Catalogue {
-  private readonly cache = new Map<string, { value: Promise<unknown>; expiresAt: number }>();
+  private readonly cache: TtlCache;
+  /** International airtime and data (serviceID foreign-airtime): countries, operators and their rates. */
+  readonly international: InternationalCatalogue;
 
   constructor(
-    private readonly biller: Pick<VtpassClient, "services" | "variations">,
-    private readonly ttlMs: number,
-  ) {}
+    private readonly biller: Pick<VtpassClient, "services" | "variations"> & InternationalBiller,
+    ttlMs: number,
+  ) {
+    this.cache = new TtlCache(ttlMs);
+    this.international = new InternationalCatalogue(biller, this.cache);
+  }
 
-  /** One fetch per key at a time, kept for the TTL once it succeeds; a failure is not kept. */
   private cached<T>(key: string, load: () => Promise<T>): Promise<T> {
-    const hit = this.cache.get(key);
-    if (hit && hit.expiresAt > Date.now()) return hit.value as Promise<T>;
-    const value = load();
-    this.cache.set(key, { value, expiresAt: Date.now() + this.ttlMs });
-    value.catch(() => {
-      if (this.cache.get(key)?.value === value) this.cache.delete(key);
-    });
-    return value;
+    return this.cache.get(key, load);
   }
 
   private unavailable(what: string, err: unknown): ServiceError {
-    return new ServiceError("BILLER_UNAVAILABLE", `the biller's catalogue could not be read (${what}): ${(err as Error).message}`);
+    return billerUnavailable(what, err);
   }
 
   /** The products of one category; BILLER_UNAVAILABLE when the biller cannot answer. */
@@ -88,6 +97,17 @@ export class Catalogue {
         `"${bill.serviceID}" is not a ${bill.serviceCategory} product; ${bill.serviceCategory} products: ${services.map((s) => s.serviceID).join(", ")}`,
       );
     }
+    const plan = isInternational(bill) ? await this.international.check(bill) : await this.domesticPlan(bill);
+    checkLimits(service, bill);
+    return { service, plan };
+  }
+
+  /** A domestic bill's plan, where its product has plans. */
+  private async domesticPlan(bill: BillToCheck): Promise<Variation | null> {
+    const present = INTERNATIONAL_FIELDS.filter((f) => bill[f] !== undefined);
+    if (present.length > 0) {
+      throw new ServiceError("INTERNATIONAL_FIELDS_INVALID", `${present.join(", ")} belong to international bills (serviceID ${INTERNATIONAL_SERVICE_ID}) only; leave them out for ${bill.serviceID}`);
+    }
     const plans = await this.variations(bill.serviceID);
     let plan: Variation | null = null;
     if (plans.length === 0) {
@@ -101,22 +121,23 @@ export class Catalogue {
       }
       plan = plans.find((p) => p.variation_code === bill.variation_code) ?? null;
       if (!plan) throw new ServiceError("PLAN_UNKNOWN", `${bill.serviceID} has no plan "${bill.variation_code}"; its plans: ${codes}`);
-      if (plan.fixedPrice === "Yes" && kobo(plan.variation_amount) !== kobo(bill.nairaAmount)) {
-        throw new ServiceError(
-          "PLAN_AMOUNT_MISMATCH",
-          `plan ${plan.variation_code} of ${bill.serviceID} costs ${Number(plan.variation_amount)} NGN whatever amount is sent; send nairaAmount ${Number(plan.variation_amount)}`,
-          { plan_amount: Number(plan.variation_amount) },
-        );
-      }
+      requireFixedPrice(plan, bill);
     }
-    const { minimumAmount: min, maximumAmount: max } = service;
-    if ((min !== null && bill.nairaAmount < min) || (max !== null && bill.nairaAmount > max)) {
-      throw new ServiceError(
-        "AMOUNT_OUT_OF_RANGE",
-        `${bill.serviceID} takes ${min ?? 0} to ${max ?? "any"} NGN per bill; got ${bill.nairaAmount}`,
-        { minimum: min, maximum: max },
-      );
-    }
-    return { service, plan };
+    return plan;
   }
+}
+
+function checkLimits(service: BillerService, bill: BillToCheck): void {
+  const { minimumAmount: min, maximumAmount: max } = service;
+  if ((min !== null && bill.nairaAmount < min) || (max !== null && bill.nairaAmount > max)) {
+    throw new ServiceError(
+      "AMOUNT_OUT_OF_RANGE",
+      `${bill.serviceID} takes ${min ?? 0} to ${max ?? "any"} NGN per bill; got ${bill.nairaAmount}`,
+      { minimum: min, maximum: max },
+    );
+  }
+}
+
+export function billerUnavailable(what: string, err: unknown): ServiceError {
+  return new ServiceError("BILLER_UNAVAILABLE", `the biller's catalogue could not be read (${what}): ${(err as Error).message}`);
 }

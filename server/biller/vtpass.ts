@@ -10,6 +10,7 @@
  * stays pending and is asked again.
  */
 import { randomBytes } from "node:crypto";
+import { INTERNATIONAL_SERVICE_ID, type Country, type InternationalVariation, type Operator, type ProductType } from "./international.ts";
 
 export interface BillerConfig {
   baseUrl: string;
@@ -142,6 +143,8 @@ export class VtpassClient {
     variationCode?: string;
     amount: number;
     phone: string;
+    /** An international bill's fields, as the biller's pay call names them. */
+    international?: { country_code: string; operator_id: string; product_type_id: string; email: string };
   }): Promise<VendResult> {
     try {
       return vendResult(
@@ -152,6 +155,7 @@ export class VtpassClient {
           variation_code: req.variationCode,
           amount: req.amount,
           phone: req.phone,
+          ...req.international,
         }),
         "pay",
       );
@@ -208,11 +212,37 @@ export class VtpassClient {
     }));
   }
 
-  async internationalCountries(): Promise<Array<{ code: string; name: string; currency: string; prefix: string }>> {
-    const body = (await this.call("GET", "/api/get-international-airtime-countries")) as
-      | { content?: { countries?: Array<{ code: string; name: string; currency: string; prefix: string }> } }
-      | undefined;
-    if (!body?.content?.countries) throw new Error("no international countries");
-    return body.content.countries;
+  async internationalCountries(): Promise<Country[]> {
+    const body = (await this.call("GET", "/api/get-international-airtime-countries")) as { content?: { countries?: Array<Record<string, unknown>> } } | undefined;
+    if (!Array.isArray(body?.content?.countries)) throw new Error("no international countries");
+    return body.content.countries.map((c) => ({ code: String(c.code), name: String(c.name), currency: String(c.currency), prefix: String(c.prefix) }));
+  }
+
+  /** A country's international product types (1 Mobile Top Up, 4 Mobile Data, ...). */
+  async internationalProductTypes(countryCode: string): Promise<ProductType[]> {
+    const body = (await this.call("GET", `/api/get-international-airtime-product-types?code=${encodeURIComponent(countryCode)}`)) as { content?: Array<Record<string, unknown>> } | undefined;
+    if (!Array.isArray(body?.content)) throw new Error(`no product types for ${countryCode}`);
+    return body.content.map((t) => ({ product_type_id: String(t.product_type_id), name: String(t.name) }));
+  }
+
+  async internationalOperators(countryCode: string, productTypeId: string): Promise<Operator[]> {
+    const query = `code=${encodeURIComponent(countryCode)}&product_type_id=${encodeURIComponent(productTypeId)}`;
+    const body = (await this.call("GET", `/api/get-international-airtime-operators?${query}`)) as { content?: Array<Record<string, unknown>> } | undefined;
+    if (!Array.isArray(body?.content)) throw new Error(`no operators for ${countryCode}`);
+    return body.content.map((o) => ({ operator_id: String(o.operator_id), name: String(o.name) }));
+  }
+
+  /** An international operator's plans, each with its rate in NGN per unit of the local currency. */
+  async internationalVariations(operatorId: string, productTypeId: string): Promise<InternationalVariation[]> {
+    const query = `serviceID=${INTERNATIONAL_SERVICE_ID}&operator_id=${encodeURIComponent(operatorId)}&product_type_id=${encodeURIComponent(productTypeId)}`;
+    const body = (await this.call("GET", `/api/service-variations?${query}`)) as { content?: { variations?: Array<Record<string, unknown>> } } | undefined;
+    if (!Array.isArray(body?.content?.variations)) throw new Error(`no plans for operator ${operatorId}`);
+    return body.content.variations.map((v) => ({
+      variation_code: String(v.variation_code),
+      name: String(v.name),
+      variation_amount: String(v.variation_amount),
+      fixedPrice: String(v.fixedPrice),
+      variation_rate: String(v.variation_rate),
+    }));
   }
 }

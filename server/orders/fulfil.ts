@@ -11,6 +11,7 @@ import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { Catalogue } from "../biller/catalogue.ts";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
+import { isInternational } from "../biller/international.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import { errorText } from "../log-safety.ts";
 import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -45,6 +46,8 @@ export interface FlowDeps {
   requeryIntervalMs: number;
   /** The phone sent with products that are not themselves a phone number. */
   defaultPhone: string;
+  /** The e-mail the biller's international pay call requires. */
+  defaultEmail: string;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -108,6 +111,9 @@ function pay(deps: FlowDeps, order: Order): Promise<VendResult> {
     variationCode: bill.variation_code,
     amount: bill.nairaAmount,
     phone,
+    ...(isInternational(bill)
+      ? { international: { country_code: bill.country_code!, operator_id: bill.operator_id!, product_type_id: bill.product_type_id!, email: deps.defaultEmail } }
+      : {}),
   });
 }
 

@@ -79,6 +79,15 @@ export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: 
     kobo: toScaled(req.nairaAmount, 2)!.toString(),
     variation_code: req.variation_code ?? "",
     phone: req.phone ?? "",
+    // Only international bills carry these: domestic bills keep the hash they always had.
+    ...(req.country_code === undefined && req.foreignAmount === undefined && req.operator_id === undefined && req.product_type_id === undefined
+      ? {}
+      : {
+          foreign_cents: req.foreignAmount === undefined ? "" : toScaled(req.foreignAmount, 2)!.toString(),
+          country_code: req.country_code ?? "",
+          product_type_id: req.product_type_id ?? "",
+          operator_id: req.operator_id ?? "",
+        }),
     wallet_address: req.wallet_address.toLowerCase(),
     chain: option.chain,
     token: option.token,

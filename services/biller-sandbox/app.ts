@@ -1,7 +1,8 @@
 /**
  * A local biller sandbox speaking the upstream's (VTpass-style) HTTP API: POST /api/pay,
  * /api/merchant-verify and /api/requery; GET /api/service-categories, /api/services and
- * /api/service-variations; plus a small international catalogue. It keeps transactions in
+ * /api/service-variations; and the international airtime API (countries, product types,
+ * operators, and foreign-airtime plans per operator with their rate). It keeps transactions in
  * memory and follows the sandbox conventions in catalog.ts, including answers that a
  * client must treat as pending: an unexpected body, no answer at all, and a late answer.
  * As the upstream does, a fixed-price plan is charged at its own price whatever amount is
@@ -14,6 +15,9 @@
 import { randomInt } from "node:crypto";
 import { Hono, type Context } from "hono";
 import {
+  INTERNATIONAL,
+  INTERNATIONAL_PRODUCT_TYPES,
+  internationalPlans,
   outcomeFor,
   SANDBOX_CATEGORIES,
   SANDBOX_SERVICES,
@@ -48,6 +52,7 @@ interface Transaction {
 }
 
 const REQUEST_ID = /^\d{12}[A-Za-z0-9_-]{1,88}$/;
+const INTERNATIONAL_SERVICE = "foreign-airtime";
 
 export function billerSandboxApp(options: SandboxOptions) {
   const app = new Hono();
@@ -141,7 +146,16 @@ export function billerSandboxApp(options: SandboxOptions) {
     if (!billersCode || !phone || !Number.isFinite(Number(body.amount))) return answer(c, "011", "INVALID ARGUMENTS");
     const variationCode = body.variation_code === undefined ? undefined : String(body.variation_code);
     let amount = Number(body.amount);
-    if (service.variations.length > 0) {
+    if (service.serviceID === INTERNATIONAL_SERVICE) {
+      // The upstream's international fields: the operator must be offered in that country for that product type.
+      const found = internationalPlans(String(body.operator_id ?? ""), Number(body.product_type_id));
+      if (!found || found.country.code !== body.country_code || typeof body.email !== "string" || !body.email.includes("@")) {
+        return answer(c, "011", "INVALID ARGUMENTS");
+      }
+      const variation = found.operator.variations.find((v) => v.variation_code === variationCode);
+      if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
+      if (variation.fixedPrice === "Yes") amount = Number(variation.variation_amount);
+    } else if (service.variations.length > 0) {
       const variation = service.variations.find((v) => v.variation_code === variationCode);
       if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
       if (variation.fixedPrice === "Yes") amount = Number(variation.variation_amount);
@@ -223,6 +237,15 @@ export function billerSandboxApp(options: SandboxOptions) {
 
   app.get("/api/service-variations", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    if (c.req.query("serviceID") === INTERNATIONAL_SERVICE) {
+      // International plans are per operator and product type.
+      const found = internationalPlans(c.req.query("operator_id") ?? "", Number(c.req.query("product_type_id")));
+      if (!found) return answer(c, "011", "INVALID ARGUMENTS");
+      return c.json({
+        response_description: "000",
+        content: { ServiceName: found.operator.name, serviceID: INTERNATIONAL_SERVICE, convinience_fee: "0 %", currency: found.country.currency, variations: found.operator.variations },
+      });
+    }
     const service = services.find((s) => s.serviceID === c.req.query("serviceID"));
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
     return c.json({
@@ -242,16 +265,23 @@ export function billerSandboxApp(options: SandboxOptions) {
 
   app.get("/api/get-international-airtime-countries", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
-    return c.json({
-      response_description: "000",
-      content: {
-        countries: [
-          { code: "GH", name: "Ghana", currency: "GHS", prefix: "233" },
-          { code: "KE", name: "Kenya", currency: "KES", prefix: "254" },
-          { code: "US", name: "United States", currency: "USD", prefix: "1" },
-        ],
-      },
-    });
+    const countries = INTERNATIONAL.map(({ code, name, currency, prefix }) => ({ code, flag: `${new URL(c.req.url).origin}/flags/${code}.png`, name, currency, prefix }));
+    return c.json({ response_description: "000", content: { countries } });
+  });
+
+  app.get("/api/get-international-airtime-product-types", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    const country = INTERNATIONAL.find((x) => x.code === c.req.query("code"));
+    if (!country) return answer(c, "011", "INVALID ARGUMENTS");
+    const content = Object.keys(country.products).map((id) => ({ product_type_id: Number(id), name: INTERNATIONAL_PRODUCT_TYPES[Number(id)] }));
+    return c.json({ response_description: "000", content });
+  });
+
+  app.get("/api/get-international-airtime-operators", (c) => {
+    if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
+    const operators = INTERNATIONAL.find((x) => x.code === c.req.query("code"))?.products[Number(c.req.query("product_type_id"))];
+    if (!operators) return answer(c, "011", "INVALID ARGUMENTS");
+    return c.json({ response_description: "000", content: operators.map(({ operator_id, name }) => ({ operator_id, name, operator_image: "" })) });
   });
 
   return app;

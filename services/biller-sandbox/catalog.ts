@@ -75,6 +75,8 @@ export const SANDBOX_CATEGORIES = [
 ];
 
 export const SANDBOX_SERVICES: SandboxService[] = [
+  // International airtime and data: plans come per operator and product type (INTERNATIONAL below).
+  { serviceID: "foreign-airtime", name: "International Airtime/Data", category: "airtime", minimum_amount: 100, maximum_amount: 200_000, verifies: false, variations: [] },
   airtime("mtn", "MTN"),
   airtime("glo", "GLO"),
   airtime("airtel", "Airtel"),
@@ -170,4 +172,81 @@ export const SANDBOX_PHONES: Record<string, SandboxOutcome> = {
 
 export function outcomeFor(phone: string): SandboxOutcome {
   return SANDBOX_PHONES[phone] ?? "fail";
+}
+
+/** An international operator's plan: the upstream's variation plus its rate, NGN per unit of the local currency. */
+export interface SandboxInternationalVariation extends SandboxVariation {
+  variation_rate: string;
+}
+
+export interface SandboxCountry {
+  code: string;
+  name: string;
+  currency: string;
+  prefix: string;
+  /** NGN per unit of the currency. */
+  rate: number;
+  /** product_type_id => operators, each with its plans. */
+  products: Record<number, Array<{ operator_id: string; name: string; variations: SandboxInternationalVariation[] }>>;
+}
+
+export const INTERNATIONAL_PRODUCT_TYPES: Record<number, string> = { 1: "Mobile Top Up", 4: "Mobile Data" };
+
+/** An open-amount top-up: the caller names the local amount. */
+const topUp = (operatorId: string, rate: number): SandboxInternationalVariation => ({
+  variation_code: `${operatorId}-topup`,
+  name: "Top up (any amount)",
+  variation_amount: "0.00",
+  fixedPrice: "No",
+  variation_rate: rate.toFixed(2),
+});
+/** A data bundle at a fixed local price; its NGN price is that at the rate. */
+const bundle = (operatorId: string, name: string, local: number, rate: number): SandboxInternationalVariation => ({
+  variation_code: `${operatorId}-${name.toLowerCase().replace(/[^a-z0-9]+/g, "")}`,
+  name: `${name} (${local} local)`,
+  variation_amount: (local * rate).toFixed(2),
+  fixedPrice: "Yes",
+  variation_rate: rate.toFixed(2),
+});
+
+export const INTERNATIONAL: SandboxCountry[] = [
+  {
+    code: "GH",
+    name: "Ghana",
+    currency: "GHS",
+    prefix: "233",
+    rate: 105.5,
+    products: {
+      1: [
+        { operator_id: "1", name: "MTN Ghana", variations: [topUp("1", 105.5)] },
+        { operator_id: "2", name: "AirtelTigo Ghana", variations: [topUp("2", 105.5)] },
+      ],
+      4: [{ operator_id: "1", name: "MTN Ghana", variations: [bundle("1", "1GB 30 days", 10, 105.5), bundle("1", "5GB 30 days", 40, 105.5)] }],
+    },
+  },
+  {
+    code: "KE",
+    name: "Kenya",
+    currency: "KES",
+    prefix: "254",
+    rate: 11.8,
+    products: { 1: [{ operator_id: "5", name: "Safaricom Kenya", variations: [topUp("5", 11.8)] }] },
+  },
+  {
+    code: "US",
+    name: "United States",
+    currency: "USD",
+    prefix: "1",
+    rate: 1550,
+    products: { 1: [{ operator_id: "9", name: "AT&T United States", variations: [topUp("9", 1550)] }] },
+  },
+];
+
+/** An operator's plans for a product type, wherever it is offered. */
+export function internationalPlans(operatorId: string, productTypeId: number) {
+  for (const country of INTERNATIONAL) {
+    const operator = country.products[productTypeId]?.find((o) => o.operator_id === operatorId);
+    if (operator) return { country, operator };
+  }
+  return undefined;
 }

@@ -382,6 +382,26 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect((await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111"), allow_duplicate: true })).data).toMatchObject({ status: "SUCCESS" });
     });
 
+    it("list_international_options leads to a bill pay_bill pays; one the biller fails is refunded", async () => {
+      const a = await agent(6);
+      expect((await a.call("list_international_options")).data.countries).toContainEqual(expect.objectContaining({ code: "KE", currency: "KES" }));
+      const steps = await a.call("list_international_options", { country_code: "ke", product_type_id: 1, operator_id: "5", foreignAmount: 500 });
+      expect(steps.isError).toBe(false);
+      const bill = { ...(steps.data.bill as Record<string, unknown>), billersCode: "254712345678" };
+      expect(bill).toMatchObject({ serviceID: "foreign-airtime", nairaAmount: 5900, foreignAmount: 500, country_code: "KE", operator_id: "5" });
+      const before = await usdc(a.account);
+      const paid = await a.call("pay_bill", { pin: a.pin, ...bill, phone: "08011111111" });
+      expect(paid.data).toMatchObject({ success: true, status: "SUCCESS" });
+      const charged = BigInt((paid.data.amount as { units: string }).units);
+      expect(await usdc(a.account)).toBe(before - charged);
+      // The sandbox fails any other customer phone: the pull is refunded on chain.
+      const failed = await a.call("pay_bill", { pin: a.pin, ...bill, phone: "08099999999" });
+      expect(failed.data).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+      expect(await usdc(a.account)).toBe(before - charged);
+      expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...bill, foreignAmount: 501 }))).toBe("FOREIGN_AMOUNT_MISMATCH");
+      expect(errorCode(await a.call("list_international_options", { country_code: "KE", product_type_id: 4 }))).toBe("INTERNATIONAL_OPTION_UNKNOWN");
+    });
+
     it("locks paying tools after too many wrong PINs; reading tools keep working", async () => {
       const a = await agent(11);
       const before = await usdc(a.account);

@@ -130,6 +130,31 @@ describe("x402 route: paying a bill end to end", () => {
     expect(right.purchased_code).toMatch(/^\d{20}$/);
   });
 
+  it("pays an international bill found through GET /api/international; a mismatched one is refused before any challenge", async () => {
+    const steps = (await (await fetch(`${url}/api/international?country_code=GH&product_type_id=1&operator_id=1&foreignAmount=20`)).json()) as { bill: Record<string, unknown> };
+    expect(steps.bill).toMatchObject({ serviceID: "foreign-airtime", nairaAmount: 2110, foreignAmount: 20, country_code: "GH" });
+    const intl = { ...steps.bill, billersCode: "233241234567", phone: "08011111111", token: "USDC", blockchain: "CELO", wallet_address: payer.address };
+    const before = await usdc();
+    const { headers, payload } = await paymentFor(intl);
+    const result = (await (await post(intl, headers)).json()) as Result;
+    expect(result).toMatchObject({ success: true, status: "SUCCESS" });
+    const value = BigInt((payload.payload as { authorization: { value: string } }).authorization.value);
+    // 2,110 NGN at 1,550 NGN per USD, plus the 0.001 USD facilitator fee, rounded up to a unit.
+    expect(value).toBe(1_362_291n);
+    expect(await usdc()).toBe(before - value);
+
+    const mismatched = await post({ ...intl, nairaAmount: 2000 });
+    expect(mismatched.status).toBe(422);
+    expect(await mismatched.json()).toMatchObject({ code: "FOREIGN_AMOUNT_MISMATCH", naira_amount: 2110 });
+    const domestic = await post(bill("08011111111", { country_code: "GH" }));
+    expect(await domestic.json()).toMatchObject({ status: 422, code: "INTERNATIONAL_FIELDS_INVALID" });
+    const badQuery = await fetch(`${url}/api/international?country_code=Ghana`);
+    expect(badQuery.status).toBe(400);
+    expect(await badQuery.json()).toMatchObject({ code: "VALIDATION_FAILED" });
+    const unknownCountry = await fetch(`${url}/api/international?country_code=ZZ`);
+    expect(await unknownCountry.json()).toMatchObject({ status: 422, code: "INTERNATIONAL_OPTION_UNKNOWN" });
+  });
+
   it("runs a payment once: a replay returns the original result; another bill is refused (409)", async () => {
     const { headers } = await paymentFor(bill("08011111111", { nairaAmount: 775 }));
     const first = (await (await post(bill("08011111111", { nairaAmount: 775 }), headers)).json()) as Result;
