@@ -13,7 +13,8 @@ import { loadConfig, type Config } from "../server/config.ts";
 import { openDb, type Db } from "../server/db.ts";
 import type { WorkerDeps } from "../server/orders/worker.ts";
 import { rateSourceFor } from "../server/pricing/rates.ts";
-import { buildFlow, buildHub, jsonLog } from "../server/services.ts";
+import { buildFlow, buildHub } from "../server/services.ts";
+import { log } from "../server/log.ts";
 import type { AgentHub } from "../server/agent/hub.ts";
 import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
 import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
@@ -66,7 +67,7 @@ export async function startServiceStack(options: {
     });
     const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: options.pgliteDir });
     closers.push(() => db.close());
-    const rates = rateSourceFor(config, db, jsonLog);
+    const rates = rateSourceFor(config, db, log());
     const flow = buildFlow(config, deployments, db);
     const hub = buildHub(config, deployments, db, flow, rates);
     const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);

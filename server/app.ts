@@ -25,7 +25,9 @@ import { clientAddress } from "./limits.ts";
 import { quoteView } from "./pricing/quote-view.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { rpcUrlFor } from "../lib/deployments.ts";
-import { buildHub, callbackOptions, jsonLog } from "./services.ts";
+import { buildHub, callbackOptions } from "./services.ts";
+import { log, requestContext } from "./log.ts";
+import { requestId } from "hono/request-id";
 import { Callbacks, checkCallbackUrl } from "./callbacks.ts";
 import type { Order } from "./orders/store.ts";
 import { billHash, buildChallenge, probeChallenge, quoteBill, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
@@ -74,7 +76,7 @@ export function createApp(deps: AppDeps): Hono {
   // One store of locked quotes (and its cache) for both rails, and one set of rate limits.
   const quotes = hub.quotes;
   const limits = hub.deps.limits;
-  const callbacks = new Callbacks(deps.db, deps.flow.orders, callbackOptions(config), jsonLog);
+  const callbacks = new Callbacks(deps.db, deps.flow.orders, callbackOptions(config), log());
 
   /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
   const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
@@ -118,12 +120,16 @@ export function createApp(deps: AppDeps): Hono {
       headers: { "content-type": "application/json", ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }), ...extraHeaders },
     });
 
+  // Every request has an id (X-Request-Id, kept from the caller when well formed), and every
+  // log line written while serving it carries it (server/log.ts).
+  app.use(requestId({ headerName: "X-Request-Id" }));
+  app.use((c, next) => requestContext.run({ reqId: c.get("requestId") }, next));
   // One structured line per request (never headers or bodies: they carry payments and keys).
   if (config.LOG_REQUESTS) {
     app.use(async (c, next) => {
       const started = performance.now();
       await next();
-      jsonLog("request", { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) });
+      log().info("request", { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) });
     });
   }
 
@@ -376,7 +382,7 @@ export function createApp(deps: AppDeps): Hono {
     return c.json(linked, 200, { "cache-control": "no-store" });
   });
 
-  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: jsonLog, baseUrl: config.PUBLIC_URL });
+  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: log(), baseUrl: config.PUBLIC_URL });
   app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw));
   // Stateless: no session to resume (GET) or end (DELETE).
   app.on(["GET", "DELETE"], "/api/mcp", () => new Response(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Method not allowed: POST JSON-RPC to /api/mcp" } }), { status: 405, headers: { "content-type": "application/json", allow: "POST" } }));
@@ -386,7 +392,7 @@ export function createApp(deps: AppDeps): Hono {
     card: (baseUrl) => agentCard({ name: config.SERVICE_NAME, version: "1.0.0", baseUrl, tools }),
     tools,
     ctx: toolContext,
-    log: jsonLog,
+    log: log(),
     baseUrl: config.PUBLIC_URL,
   });
 

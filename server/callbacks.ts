@@ -12,6 +12,7 @@
  * Deliveries are queued by the statement that makes the order final (orders/store.ts) and
  * recorded in callback_delivery, shown on the order route.
  */
+import { type Log, silentLog } from "./log.ts";
 import { createHmac } from "node:crypto";
 import { hashApiKey } from "./agent/credentials.ts";
 import { lookup } from "node:dns/promises";
@@ -93,7 +94,7 @@ export class Callbacks {
     private readonly db: Db,
     private readonly orders: OrderStore,
     private readonly options: { allowPrivate: boolean; timeoutMs: number; maxAttempts: number; backoffMs: number },
-    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},
+    private readonly log: Log = silentLog,
   ) {}
 
   async status(requestId: string): Promise<CallbackStatus | undefined> {
@@ -140,7 +141,7 @@ export class Callbacks {
        WHERE request_id = $1`,
       [d.request_id, outcome.ok, !outcome.ok && last, backoffSeconds, outcome.status, outcome.error],
     );
-    if (!outcome.ok) this.log("callback not delivered", { requestId: d.request_id, attempt: d.attempts, final: last, error: outcome.error ?? outcome.status });
+    if (!outcome.ok) this.log.warn("callback not delivered", { requestId: d.request_id, attempt: d.attempts, final: last, error: outcome.error ?? outcome.status });
     return outcome.ok;
   }
 

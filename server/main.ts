@@ -10,9 +10,10 @@ import { openDb } from "./db.ts";
 import { purgeTask } from "./storage-purge.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
-import { buildFlow, buildHub, jsonLog } from "./services.ts";
+import { buildFlow, buildHub } from "./services.ts";
+import { log as processLog } from "./log.ts";
 
-const log = jsonLog;
+const log = (msg: string, fields?: Record<string, unknown>) => processLog().info(msg, fields);
 
 let config;
 try {
@@ -23,7 +24,7 @@ try {
 }
 
 const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR });
-const rates = rateSourceFor(config, db, jsonLog);
+const rates = rateSourceFor(config, db, processLog());
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
 const hub = buildHub(config, deployments, db, flow, rates);

@@ -1,4 +1,5 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
+import { log } from "./log.ts";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import type { Deployments } from "../lib/deployments.ts";
 import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
@@ -19,9 +20,6 @@ import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
-export function jsonLog(msg: string, fields: Record<string, unknown> = {}): void {
-  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
-}
 
 export function buildFlow(
   config: Config,
@@ -41,7 +39,7 @@ export function buildFlow(
   return {
     orders,
     orphans: new Orphans(db),
-    callbacks: new Callbacks(db, orders, callbackOptions(config), jsonLog),
+    callbacks: new Callbacks(db, orders, callbackOptions(config), log()),
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
@@ -50,7 +48,7 @@ export function buildFlow(
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
-    log: jsonLog,
+    log: log(),
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
@@ -74,7 +72,7 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     deployments,
     rates,
     flow,
-    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS, maxLockouts: config.PIN_MAX_LOCKOUTS }, jsonLog),
+    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS, maxLockouts: config.PIN_MAX_LOCKOUTS }, log()),
     schedules: new ScheduleStore(db),
     biller: flow.biller,
     ledger: flow.ledger,

@@ -6,6 +6,7 @@
  * message with a data part holding the tool's result, or `{"error": {...}}` with the
  * service's error code. Each answer is a direct message: nothing is kept as a task.
  */
+import { type Log } from "../log.ts";
 import { randomUUID } from "node:crypto";
 import { A2A_PROTOCOL_VERSION, A2A_VERSION_HEADER, formatSSEEvent, Role, type AgentCard, type Message, type Part } from "@a2a-js/sdk";
 import { A2A_LEGACY_PROTOCOL_VERSION, duplicateInterfacesForLegacy } from "@a2a-js/sdk/compat/v0_3";
@@ -61,7 +62,7 @@ class ToolExecutor implements AgentExecutor {
   constructor(
     private readonly tools: ToolDefinition[],
     private readonly ctx: ToolContext,
-    private readonly log: (msg: string, f?: Record<string, unknown>) => void,
+    private readonly log: Log,
   ) {}
 
   async execute(request: RequestContext, bus: ExecutionEventBus): Promise<void> {
@@ -140,7 +141,7 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
 
 export function mountA2a(
   app: Hono,
-  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: (msg: string, f?: Record<string, unknown>) => void; baseUrl?: string },
+  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string },
 ): void {
   const executor = new ToolExecutor(options.tools, options.ctx, options.log);
   // The card names the public URL; built on first use when it comes from the request.

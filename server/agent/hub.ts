@@ -269,7 +269,7 @@ export class AgentHub {
       // An agent sees the service's own refusals; anything else stays in the log.
       const error = err instanceof ServiceError ? `${err.code}: ${err.detail}` : "INTERNAL: the run failed unexpectedly; it was not paid";
       await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
-      this.deps.flow.log("scheduled bill not paid", { scheduleId: s.id, error: err instanceof ServiceError ? err.code : (err as Error).message });
+      this.deps.flow.log.warn("scheduled bill not paid", { scheduleId: s.id, error: err instanceof ServiceError ? err.code : (err as Error).message });
     }
   }
 

@@ -5,6 +5,7 @@
  * PINs are counted in the database (so every instance sees them) and lock the wallet's
  * paying tools for a while once they reach the limit.
  */
+import { type Log, silentLog } from "../log.ts";
 import { randomBytes } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
@@ -51,7 +52,7 @@ export class LinkStore {
     private readonly db: Db,
     private readonly pinPolicy: { maxAttempts: number; lockSeconds: number; maxLockouts: number },
     /** Lockouts are operators' events: logged with the wallet, never the PIN or key. */
-    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},
+    private readonly log: Log = silentLog,
   ) {}
 
   /** A fresh one-time nonce for a Sign-In with Ethereum link. */
@@ -201,10 +202,10 @@ export class LinkStore {
       const lockouts = after.pin_lockouts;
       if (lockouts >= this.pinPolicy.maxLockouts) {
         await this.retire(w, after.api_key_hash);
-        this.log("pin lockout: key retired", { wallet: w, lockouts });
+        this.log.warn("pin lockout: key retired", { wallet: w, lockouts });
         throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${lockouts} lockouts): this api_key is retired; link the wallet again with a fresh signature`);
       }
-      this.log("pin lockout", { wallet: w, lockouts, lockedUntil: new Date(after.locked_until).toISOString() });
+      this.log.warn("pin lockout", { wallet: w, lockouts, lockedUntil: new Date(after.locked_until).toISOString() });
       throw locked(new Date(after.locked_until));
     }
     const left = this.pinPolicy.maxAttempts - (after?.pin_failures ?? 0);

@@ -5,6 +5,7 @@
  * supplied, since it will receive JSON either way. Tool failures come back as MCP tool
  * errors (`isError`) carrying the service's error code, never as transport errors.
  */
+import { type Log } from "../log.ts";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
 import { CallToolRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -13,7 +14,7 @@ import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { bearerApiKey, runTool, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
-export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: (msg: string, f?: Record<string, unknown>) => void): Promise<CallToolResult> {
+export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: Log): Promise<CallToolResult> {
   try {
     const result = (await runTool(tool, args, ctx)) as Record<string, unknown>;
     return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result };
@@ -22,7 +23,7 @@ export async function callTool(tool: ToolDefinition, args: Record<string, unknow
       err instanceof ServiceError
         ? problemBody(err.code, err.detail, err.extra)
         : problemBody("INTERNAL", "the tool failed unexpectedly; for a payment, check transaction_history before retrying");
-    if (!(err instanceof ServiceError)) log("tool failed", { tool: tool.name, error: (err as Error).message });
+    if (!(err instanceof ServiceError)) log.error("tool failed", { tool: tool.name, error: (err as Error).message });
     return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
   }
 }
@@ -32,7 +33,7 @@ export function mcpHandler(options: {
   version: string;
   tools: ToolDefinition[];
   ctx: ToolContext;
-  log: (msg: string, f?: Record<string, unknown>) => void;
+  log: Log;
   /** The service's public base URL, else the request's origin. */
   baseUrl?: string;
 }) {

@@ -5,6 +5,7 @@
  * the order table, so the worker can finish whatever a crash or a slow biller left behind.
  * A refund is sent only for what the ledger shows was paid for the order, exactly.
  */
+import { type Log } from "../log.ts";
 import type { Hex } from "viem";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -48,7 +49,7 @@ export interface FlowDeps {
   defaultPhone: string;
   /** The e-mail the biller's international pay call requires. */
   defaultEmail: string;
-  log: (msg: string, fields?: Record<string, unknown>) => void;
+  log: Log;
 }
 
 
@@ -137,7 +138,8 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
   switch (result.state) {
     case "delivered": {
       const flag = chargeFlag(order, result.amount);
-      if (flag) deps.log("biller amount differs from the bill; flagged for operators", { requestId: order.requestId, flag });
+      if (flag) deps.log.warn("biller amount differs from the bill; flagged for operators", { requestId: order.requestId, flag });
+      deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
       return move(deps, order, ["PAID", "PENDING"], "SUCCESS", {
         purchasedCode: result.purchasedCode ?? undefined,
         units: result.units ?? undefined,
@@ -172,19 +174,20 @@ export async function refund(deps: FlowDeps, order: Order, reason: string): Prom
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
     const mismatch = paymentMismatch(refunding, paid);
     if (mismatch) {
-      deps.log("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch });
+      deps.log.error("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch });
       return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `refund held: ${mismatch}` });
     }
     const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding) : await refundX402(deps, refunding);
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
+    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: refunding.amount.toString(), txHash, reason });
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
-      deps.log("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
+      deps.log.error("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
       return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refused the refund: ${err.errorName}` });
     }
-    deps.log("refund failed; the worker will retry", { requestId: refunding.requestId, error: errorText(err) });
+    deps.log.error("refund failed; the worker will retry", { requestId: refunding.requestId, error: errorText(err) });
     return refunding;
   }
 }

@@ -152,10 +152,10 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
       const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
       await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null);
-      deps.log("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
+      deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
-      deps.log("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
+      deps.log.error("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
     }
   }
   return refunded;
@@ -174,7 +174,7 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
         const order = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
         if (!order) {
           if (await deps.orphans.recordPayment(chain, p)) {
-            deps.log("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });
+            deps.log.warn("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });
             acted++;
           }
           continue;

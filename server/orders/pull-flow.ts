@@ -139,7 +139,7 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
       throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });
     }
     if (!(err instanceof ContractRefused)) {
-      deps.log("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: errorText(err) });
+      deps.log.warn("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: errorText(err) });
       return orders;
     }
     const reason = `BillPay refused the pull: ${err.errorName}`;
@@ -161,7 +161,7 @@ export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = dep
       const [pull] = (await deps.ledger.order(order.onchainOrderId)).payments;
       if (pull) return pulledFromLedger(deps, order, pull);
     } catch (err) {
-      deps.log("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
+      deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
     }
     if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
     await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));

@@ -18,7 +18,7 @@ import type { Order } from "./store.ts";
 export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPayment): Promise<Order> {
   const mismatch = paymentMismatch(o, pull);
   if (mismatch) {
-    deps.log("pull does not match its order; held for review", { requestId: o.requestId, mismatch });
+    deps.log.warn("pull does not match its order; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["PULLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: pull.txHash });
   }
   return move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash });

@@ -59,7 +59,7 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
           break;
       }
     } catch (err) {
-      deps.log("worker could not finish an order; it will retry", { requestId: o.requestId, error: errorText(err) });
+      deps.log.warn("worker could not finish an order; it will retry", { requestId: o.requestId, error: errorText(err) });
     }
     // Released after its work, finished or not: the next pass may take it again once its
     // grace period (counted from its last change) is over.
@@ -87,7 +87,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     if (busy) return; // a slow pass is not stacked up behind
     busy = true;
     running = (async () => {
-      for (const task of tasks) await task().catch((err: Error) => deps.log("worker pass failed", { error: err.message }));
+      for (const task of tasks) await task().catch((err: Error) => deps.log.error("worker pass failed", { error: err.message }));
     })().finally(() => (busy = false));
   }, intervalMs);
   return {

@@ -54,7 +54,7 @@ async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment 
 async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
-    deps.log("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
+    deps.log.warn("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
     return move(deps, o, ["SETTLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
   return move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
@@ -68,13 +68,13 @@ async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPaymen
 export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
-    deps.log("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
+    deps.log.warn("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
   const reason = "the payment landed on chain after the service had refused it";
   const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash });
   if (!refunding) return (await deps.orders.get(o.requestId)) ?? o;
-  deps.log("refunding a payment that landed after it was refused", { requestId: o.requestId });
+  deps.log.info("refunding a payment that landed after it was refused", { requestId: o.requestId });
   return refund(deps, refunding, reason);
 }
 
@@ -188,7 +188,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   } catch (err) {
     const response = (err as { response?: VerifyResponse }).response;
     if (!response) {
-      deps.log("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(err) });
+      deps.log.warn("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(err) });
       return order;
     }
     verified = response;
@@ -204,7 +204,7 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
     const response = (err as { response?: SettleResponse }).response;
     if (!response) {
       // Unclear whether it landed: the worker decides from the chain and the ledger.
-      deps.log("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(err) });
+      deps.log.warn("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(err) });
       return order;
     }
     result = response;
@@ -234,7 +234,7 @@ async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> 
       const payment = await ledgerPaymentOf(deps, order);
       if (payment) return settledFromLedger(deps, order, payment);
     } catch (err) {
-      deps.log("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) });
+      deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) });
     }
     if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
     await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
@@ -297,7 +297,7 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
       }
       closed++;
     } catch (err) {
-      deps.log("could not close a refused order; will retry", { requestId: o.requestId, error: errorText(err) });
+      deps.log.warn("could not close a refused order; will retry", { requestId: o.requestId, error: errorText(err) });
     }
   }
   return closed;

@@ -3,6 +3,7 @@
  * source answering JSON, fetched with a timeout and guarded by a band: one bad reading
  * would otherwise become a quote locked for a day.
  */
+import { type Log, silentLog } from "../log.ts";
 import type { Db } from "../db.ts";
 import { RATE_SCALE } from "./price.ts";
 import { toScaled } from "./decimal.ts";
@@ -59,7 +60,7 @@ export class GuardedRate implements RateSource {
     readonly source: string,
     private readonly band: RateBand,
     private readonly cacheMs: number,
-    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => {},
+    private readonly log: Log = silentLog,
   ) {}
 
   async ngnPerUsdMilli(): Promise<bigint> {
@@ -88,7 +89,7 @@ export class GuardedRate implements RateSource {
         return reading;
       }
       why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the last good ${anchor}`;
-      this.log("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
+      this.log.warn("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
     } catch (err) {
       why = `the rate source failed: ${(err as Error).message}`;
     }
@@ -118,7 +119,7 @@ export function rateSourceFor(
     NGN_PER_USD: bigint;
   },
   db: Db,
-  log?: (msg: string, fields?: Record<string, unknown>) => void,
+  log?: Log,
 ): RateSource {
   const url = config.RATE_SOURCE_URL;
   if (!url) return new ConfiguredRate(config.NGN_PER_USD);

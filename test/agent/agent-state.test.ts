@@ -4,6 +4,7 @@
  * attempts, idempotent pull orders, and a schedule's due time claimed once by racing
  * instances, with a cancel atomic against the claim.
  */
+import { silentLog } from "../../server/log.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
 import { LinkStore } from "../../server/agent/links.ts";
@@ -76,7 +77,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
 
     it("escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last", async () => {
       const events: string[] = [];
-      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3 }, (msg) => events.push(msg));
+      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3 }, { ...silentLog, warn: (msg) => void events.push(msg) });
       const wallet = "0x00000000000000000000000000000000000000cc";
       const key = newApiKey();
       await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
