@@ -32,6 +32,8 @@ export interface ChainInfo {
   /** x402 v1 network name. */
   x402V1Network: string;
   displayName: string;
+  /** The block explorer of the real network (transaction links on a real deployment). */
+  explorer: string;
   /** Hardhat network that simulates this chain locally (hardhat.config.ts). */
   hardhatNetwork: string;
   /** Default local RPC port; overridable by env. */
@@ -46,6 +48,7 @@ export const CHAINS: Record<ChainKey, ChainInfo> = {
     caip2: "eip155:42220",
     x402V1Network: "celo",
     displayName: "Celo",
+    explorer: "https://celoscan.io",
     hardhatNetwork: "celoLocal",
     defaultPort: 8545,
     tokens: [
@@ -84,6 +87,7 @@ export const CHAINS: Record<ChainKey, ChainInfo> = {
     caip2: "eip155:8453",
     x402V1Network: "base",
     displayName: "Base",
+    explorer: "https://basescan.org",
     hardhatNetwork: "baseLocal",
     defaultPort: 8546,
     tokens: [

@@ -27,6 +27,8 @@ import { publicClientFor } from "../lib/chain-client.ts";
 import { rpcUrlFor } from "../lib/deployments.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
+import { mountConsole } from "./console/routes.tsx";
+import { OperatorState } from "./operator/state.ts";
 import { requestId } from "hono/request-id";
 import { Callbacks, checkCallbackUrl } from "./callbacks.ts";
 import type { Order } from "./orders/store.ts";
@@ -397,6 +399,25 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
+  const operatorState = new OperatorState({
+    db: deps.db,
+    deployments: deps.deployments,
+    ledgerUrl: config.LEDGER_URL,
+    rates: deps.rates,
+    biller: deps.flow.biller,
+    facilitatorUrls: { CELO: config.FACILITATOR_URL_CELO, BASE: config.FACILITATOR_URL_BASE },
+    keys: deps.flow.operator.addresses,
+    stuckAfterSeconds: config.STUCK_AFTER_SECONDS,
+  });
+  mountConsole(app, {
+    state: operatorState,
+    metrics: deps.flow.metrics,
+    deployments: deps.deployments,
+    ledgerUrl: config.LEDGER_URL,
+    token: config.OPS_TOKEN,
+    isPublic: config.PUBLIC_URL !== undefined,
+    callbacks,
+  });
 
   // International airtime and data, step by step to a payable bill: the same answers as list_international_options.
   app.get("/api/international", async (c) => {

@@ -83,6 +83,8 @@ export const configSchema = z.object({
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),
   REQUERY_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
   LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
+  /** An unfinished order nobody holds for longer than this is reported stuck (console, /metrics). */
+  STUCK_AFTER_SECONDS: z.coerce.number().int().positive().default(600),
   WORKER_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
   WORKER_GRACE_SECONDS: z.coerce.number().int().nonnegative().default(30),
   /** Longer than a request's worst case (facilitator, verification, vend deadline). */

@@ -114,6 +114,8 @@ const challenge402 = {
   content: { "application/json": { schema: ref("PaymentChallenge") }, "application/problem+json": { schema: ref("Problem") } },
 };
 const ops = { security: [{ opsToken: [] }] };
+/** The console and /metrics: the same token, also as the basic-auth password (browsers). */
+const operator = { security: [{ opsToken: [] }, { opsBasic: [] }] };
 
 /** The ledger's read API (Ponder), for the same document. */
 const ledgerPaths = (ledgerUrl: string) => {
@@ -163,6 +165,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
       schemas,
       securitySchemes: {
         opsToken: { type: "http", scheme: "bearer", description: "OPS_TOKEN (without one: loopback callers only, and nobody once PUBLIC_URL is set)" },
+        opsBasic: { type: "http", scheme: "basic", description: "OPS_TOKEN as the password, any user name (the console in a browser)" },
         apiKey: { type: "http", scheme: "bearer", description: "An agent's api_key (bpk_...), instead of the api_key argument" },
       },
     },
@@ -280,6 +283,20 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
           responses: { "200": { description: "A page of orders", content: json({ type: "object" }) }, ...problemResponses([403]) },
         },
       },
+      "/metrics": {
+        get: {
+          summary: "Operators: Prometheus metrics (orders, vend latency, refunds, stuck and held orders, ledger lag, gas, treasury, upstreams)",
+          ...operator,
+          responses: { "200": { description: "Prometheus text format", content: { "text/plain": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) },
+        },
+      },
+      "/console": { get: { summary: "Operators: the console overview (treasury and audit, chains, health, volume, orders, attention)", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/orders": { get: { summary: "Operators: orders by status and rail, paged", ...operator, parameters: [{ name: "status", in: "query", required: false, schema: { type: "string" } }, { name: "rail", in: "query", required: false, schema: { type: "string", enum: ["x402", "pull"] } }, { name: "before", in: "query", required: false, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/orders/{requestId}": { get: { summary: "Operators: one order's path (payment, vend, refund)", ...operator, parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/money": { get: { summary: "Operators: refunds, orphan payments and what was done", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/wallets": { get: { summary: "Operators: wallets with allowances and periodic limits", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/schedules": { get: { summary: "Operators: schedules and their last runs", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      "/console/assets/htmx.min.js": { get: { summary: "The console's htmx, served from the service", ...operator, responses: { "200": { description: "JavaScript" }, ...problemResponses([401, 403]) } } },
       "/ops/orphans": {
         get: { summary: "Operators: payments no order accounts for", ...ops, responses: { "200": { description: "Orphan pulls and x402 payments", content: json({ type: "object" }) }, ...problemResponses([403]) } },
       },

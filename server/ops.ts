@@ -1,34 +1,14 @@
 /**
  * The operators' routes, read by `npm run audit` to reconcile the service's orders with the
  * ledger: every order (a page at a time) and every orphan record, with their money fields and
- * never a purchased code or secret. Guarded by OPS_TOKEN (bearer, compared in constant time),
- * or, when none is configured and the service is not public (no PUBLIC_URL), open to
- * loopback callers only.
+ * never a purchased code or secret. Guarded as every operators' surface is (operator/auth.ts).
  */
-import { getConnInfo } from "@hono/node-server/conninfo";
-import { createHash, timingSafeEqual } from "node:crypto";
-import type { Context, Hono } from "hono";
-import { ServiceError } from "./errors.ts";
+import type { Hono } from "hono";
+import { requireOperator } from "./operator/auth.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
 
 const MAX_PAGE = 500;
-const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
-
-function allowed(c: Context, token: string | undefined, isPublic: boolean): boolean {
-  if (token) {
-    const presented = /^Bearer\s+(\S+)$/i.exec(c.req.header("authorization") ?? "")?.[1] ?? "";
-    return timingSafeEqual(digest(presented), digest(token));
-  }
-  // Served publicly (PUBLIC_URL), a same-host proxy makes every caller look local: no token, no access.
-  if (isPublic) return false;
-  try {
-    const address = getConnInfo(c).remote.address ?? "";
-    return address === "127.0.0.1" || address === "::1" || address === "::ffff:127.0.0.1";
-  } catch {
-    return false; // not served over a socket: nobody to trust
-  }
-}
 
 /** An order as the audit sees it: amounts as decimal strings of token units. */
 export function opsOrder(o: Order) {
@@ -54,10 +34,7 @@ export function opsOrder(o: Order) {
 export type OpsOrder = ReturnType<typeof opsOrder>;
 
 export function mountOps(app: Hono, deps: { token?: string; public: boolean; orders: OrderStore; orphans: Orphans }): void {
-  app.use("/ops/*", async (c, next) => {
-    if (!allowed(c, deps.token, deps.public)) throw new ServiceError("OPS_FORBIDDEN", "send Authorization: Bearer <OPS_TOKEN>, or call from this machine when no OPS_TOKEN is set");
-    await next();
-  });
+  app.use("/ops/*", requireOperator(deps.token, deps.public));
   app.get("/ops/orders", async (c) => {
     const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 200) || 200, 1), MAX_PAGE);
     const after = c.req.query("after");

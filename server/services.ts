@@ -1,4 +1,6 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
+import { Metrics } from "./metrics.ts";
+import type { FacilitatorClient } from "@x402/core/server";
 import { log } from "./log.ts";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import type { Deployments } from "../lib/deployments.ts";
@@ -27,13 +29,15 @@ export function buildFlow(
   db: Db,
   keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() },
 ): WorkerDeps {
-  const facilitator = (url: string) => new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS });
+  const metrics = new Metrics();
+  const facilitator = (url: string) => timedFacilitator(new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS }), metrics);
   const biller = new VtpassClient({
     baseUrl: config.BILLER_BASE_URL,
     apiKey: config.BILLER_API_KEY,
     secretKey: config.BILLER_SECRET_KEY,
     publicKey: config.BILLER_PUBLIC_KEY,
     timeoutMs: config.BILLER_TIMEOUT_MS,
+    observe: (operation, seconds, ok) => metrics.observeUpstream("biller", operation, seconds, ok),
   });
   const orders = new OrderStore(db);
   return {
@@ -49,11 +53,21 @@ export function buildFlow(
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
     log: log(),
+    metrics,
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
+  };
+}
+
+/** A facilitator client whose verify and settle calls are timed and counted. */
+function timedFacilitator(client: HTTPFacilitatorClient, metrics: Metrics): FacilitatorClient {
+  return {
+    verify: (payload, requirements) => metrics.timeUpstream("facilitator", "verify", () => client.verify(payload, requirements)),
+    settle: (payload, requirements) => metrics.timeUpstream("facilitator", "settle", () => client.settle(payload, requirements), (r) => !r.success),
+    getSupported: () => client.getSupported(),
   };
 }
 

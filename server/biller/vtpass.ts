@@ -18,6 +18,8 @@ export interface BillerConfig {
   secretKey: string;
   publicKey: string;
   timeoutMs: number;
+  /** Told of every call: its operation (the path's last part), its time and whether a JSON answer came. */
+  observe?: (operation: string, seconds: number, ok: boolean) => void;
 }
 
 export type VendResult =
@@ -121,17 +123,26 @@ export class VtpassClient {
     } else {
       headers["public-key"] = this.config.publicKey;
     }
-    const res = await fetch(`${this.config.baseUrl}${path}`, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(this.config.timeoutMs),
-    });
-    const text = await res.text();
+    const started = performance.now();
+    const operation = path.split("?")[0]!.replace(/^\/api\//, "");
+    let ok = false;
     try {
-      return JSON.parse(text);
-    } catch {
-      return undefined;
+      const res = await fetch(`${this.config.baseUrl}${path}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(this.config.timeoutMs),
+      });
+      const text = await res.text();
+      try {
+        const parsed: unknown = JSON.parse(text);
+        ok = res.ok;
+        return parsed;
+      } catch {
+        return undefined;
+      }
+    } finally {
+      this.config.observe?.(operation, (performance.now() - started) / 1000, ok);
     }
   }
 
@@ -210,6 +221,12 @@ export class VtpassClient {
       minimumAmount: limit(x.minimium_amount ?? x.minimum_amount),
       maximumAmount: limit(x.maximum_amount),
     }));
+  }
+
+  /** Whether the biller answers an authenticated read (its category list); throws otherwise. */
+  async ping(): Promise<void> {
+    const body = (await this.call("GET", "/api/service-categories")) as { response_description?: string } | undefined;
+    if (body?.response_description !== "000") throw new Error(`the biller answered ${body?.response_description ?? "nothing readable"}`);
   }
 
   async internationalCountries(): Promise<Country[]> {

@@ -70,6 +70,11 @@ export class ChainOperator {
     private readonly keys: HotKeys,
   ) {}
 
+  /** The hot keys' addresses (their gas is watched). */
+  get addresses() {
+    return { operator: this.keys.operator.address, refunder: this.keys.refunder.address };
+  }
+
   /** One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash before it is sent. */
   pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
     return this.write(chain, this.keys.operator, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned);

@@ -13,6 +13,7 @@ import type { FacilitatorClient } from "@x402/core/server";
 import type { Catalogue } from "../biller/catalogue.ts";
 import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
 import { isInternational } from "../biller/international.ts";
+import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import { errorText } from "../log-safety.ts";
 import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -49,6 +50,8 @@ export interface FlowDeps {
   defaultPhone: string;
   /** The e-mail the biller's international pay call requires. */
   defaultEmail: string;
+  /** Vend latency, refunds and upstream calls, for /metrics. */
+  metrics: Metrics;
   log: Log;
 }
 
@@ -92,12 +95,14 @@ export async function fulfil(deps: FlowDeps, order: Order, options: { resumed?: 
       return refund(deps, order, `verification unavailable: ${errorText(err)}`);
     }
   }
+  const timer = deps.metrics.vendSeconds.startTimer();
   let result = await pay(deps, order);
   const deadline = Date.now() + deps.vendDeadlineMs;
   while (result.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
     await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
     result = await requery(deps, order);
   }
+  timer({ outcome: result.state });
   return applyVendResult(deps, order, result);
 }
 
@@ -180,8 +185,11 @@ export async function refund(deps: FlowDeps, order: Order, reason: string): Prom
     const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding) : await refundX402(deps, refunding);
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
     deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: refunding.amount.toString(), txHash, reason });
+    deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
+    deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(refunding.amount));
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
+    deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
       deps.log.error("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });

@@ -1,0 +1,207 @@
+/** @jsxImportSource hono/jsx */
+/**
+ * The operator console's pages, rendered on the server with hono/jsx. Each panel can be
+ * fetched alone (?panel=<name>) so htmx refreshes it in place without a full reload.
+ * Amounts are raw token units shown with 6 decimals; nothing here shows a purchased code or
+ * a secret.
+ */
+import type { Child, FC } from "hono/jsx";
+import { formatUnits } from "viem";
+import type { AuditReport } from "../../scripts/audit.ts";
+import type { ChainStatus, Health, OrderRow } from "../operator/state.ts";
+
+export const units = (v: bigint | string | null | undefined) => (v === null || v === undefined ? "–" : formatUnits(BigInt(v), 6));
+const short = (s: string | null | undefined, n = 10) => (s ? (s.length > n + 6 ? `${s.slice(0, n)}…${s.slice(-4)}` : s) : "–");
+
+const CSS = `
+body{font-family:system-ui,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:.6rem 1.2rem;display:flex;gap:1.2rem;align-items:center}
+header a{color:#cfd6e4;text-decoration:none}header a:hover{color:#fff}header strong{margin-right:1rem}
+main{padding:1rem 1.2rem;display:grid;gap:1rem}
+section{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.8rem 1rem}
+h2{font-size:1rem;margin:.1rem 0 .6rem}table{border-collapse:collapse;width:100%;font-size:.85rem}
+th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #eef0f3}th{color:#5b6577;font-weight:600}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#137333}.bad{color:#b3261e;font-weight:600}.muted{color:#7a8394}
+form{display:flex;gap:.5rem;margin-bottom:.6rem}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1rem}
+`;
+
+export const Layout: FC<{ title: string; children?: Child }> = ({ title, children }) => (
+  <html lang="en">
+    <head>
+      <meta charset="utf-8" />
+      <title>{`${title} · BillPay console`}</title>
+      <style>{CSS}</style>
+      <script src="/console/assets/htmx.min.js"></script>
+    </head>
+    <body>
+      <header>
+        <strong>BillPay console</strong>
+        <a href="/console">Overview</a>
+        <a href="/console/orders">Orders</a>
+        <a href="/console/money">Refunds and orphans</a>
+        <a href="/console/wallets">Wallets</a>
+        <a href="/console/schedules">Schedules</a>
+      </header>
+      <main>{children}</main>
+    </body>
+  </html>
+);
+
+/** A panel that refreshes itself every `every` seconds from `src`. */
+export const Panel: FC<{ id: string; title: string; src: string; every?: number; children?: Child }> = ({ id, title, src, every = 15, children }) => (
+  <section id={id} hx-get={src} hx-trigger={`every ${every}s`} hx-swap="outerHTML">
+    <h2>{title}</h2>
+    {children}
+  </section>
+);
+
+export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { error: string } | null }> = ({ chains, audit }) => (
+  <div>
+    <table id="treasury">
+      <thead>
+        <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th>Match</th><th class="n">Refund budget left</th></tr>
+      </thead>
+      <tbody>
+        {chains.flatMap((c) =>
+          c.tokens.map((t) => (
+            <tr data-chain={c.chain} data-token={t.symbol}>
+              <td>{c.chain}</td>
+              <td>{t.symbol}</td>
+              <td class="n" data-field="onchain" data-units={t.onChain?.toString() ?? ""}>{units(t.onChain)}</td>
+              <td class="n" data-field="ledger" data-units={t.ledger?.toString() ?? ""}>{units(t.ledger)}</td>
+              <td class={t.matches === false ? "bad" : "ok"}>{t.matches === null ? "?" : t.matches ? "yes" : "NO"}</td>
+              <td class="n">{t.refundBudget ? `${units(t.refundBudget.available)} / ${units(t.refundBudget.limit)}` : "–"}</td>
+            </tr>
+          )),
+        )}
+      </tbody>
+    </table>
+    <p id="audit-verdict">
+      {audit === null ? (
+        <span class="muted">The audit has not run yet.</span>
+      ) : "error" in audit ? (
+        <span class="bad">The audit could not run: {audit.error}</span>
+      ) : audit.discrepancies.length === 0 ? (
+        <span class="ok">Audit: no discrepancy ({audit.refundsChecked} refunds and {audit.pullsChecked} pulls checked{audit.orders ? `, ${audit.orders.ordersChecked} orders` : ""}).</span>
+      ) : (
+        <span class="bad">Audit: {audit.discrepancies.length} discrepancies</span>
+      )}
+    </p>
+    {audit && !("error" in audit) && audit.discrepancies.length > 0 ? (
+      <ul id="discrepancies">{audit.discrepancies.map((d) => <li class="bad">{d}</li>)}</ul>
+    ) : null}
+  </div>
+);
+
+export const ChainsTable: FC<{ chains: ChainStatus[] }> = ({ chains }) => (
+  <table id="chains">
+    <thead><tr><th>Chain</th><th class="n">Head</th><th class="n">Indexed</th><th class="n">Lag (blocks / s)</th><th>Operator gas</th><th>Refunder gas</th><th>Problems</th></tr></thead>
+    <tbody>
+      {chains.map((c) => (
+        <tr data-chain={c.chain}>
+          <td>{c.chain} ({c.chainId})</td>
+          <td class="n">{c.head?.toString() ?? "–"}</td>
+          <td class="n">{c.indexed?.toString() ?? "–"}</td>
+          <td class="n" data-field="lag">{c.lagBlocks === null ? "–" : `${c.lagBlocks} / ${c.lagSeconds}`}</td>
+          {(["operator", "refunder"] as const).map((role) => {
+            const k = c.keys.find((x) => x.role === role);
+            return <td title={k?.address}>{k?.gasWei === null || !k ? "–" : `${formatUnits(k.gasWei, 18).slice(0, 10)}`}</td>;
+          })}
+          <td class={c.errors.length ? "bad" : "muted"}>{c.errors.join("; ") || "none"}</td>
+        </tr>
+      ))}
+    </tbody>
+  </table>
+);
+
+export const HealthTable: FC<{ health: Health[]; rate: { ngnPerUsd: string | null; source: string; readAt: string | null; ageSeconds: number | null; error?: string } }> = ({ health, rate }) => (
+  <table id="health">
+    <thead><tr><th>Part</th><th>State</th><th class="n">ms</th><th>Detail</th></tr></thead>
+    <tbody>
+      {health.map((h) => (
+        <tr><td>{h.name}</td><td class={h.ok ? "ok" : "bad"}>{h.ok ? "up" : "DOWN"}</td><td class="n">{h.ms}</td><td class="muted">{h.error ?? h.url}</td></tr>
+      ))}
+      <tr>
+        <td>exchange rate</td>
+        <td class={rate.ngnPerUsd ? "ok" : "bad"} data-field="rate">{rate.ngnPerUsd ? `${rate.ngnPerUsd} NGN/USD` : "UNAVAILABLE"}</td>
+        <td class="n">{rate.ageSeconds === null ? "" : `${rate.ageSeconds} s old`}</td>
+        <td class="muted">{rate.source}{rate.error ? `: ${rate.error}` : ""}</td>
+      </tr>
+    </tbody>
+  </table>
+);
+
+export const CountsTable: FC<{ counts: Array<{ status: string; rail: string; count: number; amount: bigint }> }> = ({ counts }) => (
+  <table id="order-counts">
+    <thead><tr><th>Status</th><th>Rail</th><th class="n">Orders</th><th class="n">Amount</th></tr></thead>
+    <tbody>
+      {counts.map((c) => (
+        <tr data-status={c.status} data-rail={c.rail}>
+          <td><a href={`/console/orders?status=${c.status}&rail=${c.rail}`}>{c.status}</a></td>
+          <td>{c.rail}</td>
+          <td class="n" data-field="count">{c.count}</td>
+          <td class="n">{units(c.amount)}</td>
+        </tr>
+      ))}
+    </tbody>
+  </table>
+);
+
+export const OrdersTable: FC<{ orders: OrderRow[]; id?: string }> = ({ orders, id = "orders" }) => (
+  <table id={id}>
+    <thead><tr><th>Created</th><th>Order</th><th>Rail</th><th>Status</th><th>Product</th><th>Chain</th><th class="n">Amount</th><th>Payer</th><th>Note</th></tr></thead>
+    <tbody>
+      {orders.map((o) => (
+        <tr data-request-id={o.request_id} data-status={o.status}>
+          <td class="muted">{o.created_at.slice(0, 19)}</td>
+          <td><a href={`/console/orders/${o.request_id}`}>{short(o.request_id, 14)}</a></td>
+          <td>{o.rail}</td>
+          <td class={o.status === "NEEDS_REVIEW" ? "bad" : ""}>{o.status}</td>
+          <td>{o.service_id ?? "–"}</td>
+          <td>{o.chain} {o.token}</td>
+          <td class="n">{units(o.amount)}</td>
+          <td title={o.payer}>{short(o.payer)}</td>
+          <td class="muted">{o.flag ?? o.failure_reason ?? ""}</td>
+        </tr>
+      ))}
+    </tbody>
+  </table>
+);
+
+/** Paid and refunded volume per hour, as bars (SVG drawn here: no chart library, no CDN). */
+export const VolumeChart: FC<{ buckets: Array<{ hour: number; paid: bigint; refunded: bigint }> }> = ({ buckets }) => {
+  const width = 720;
+  const height = 160;
+  const max = buckets.reduce((m, b) => (b.paid > m ? b.paid : b.refunded > m ? b.refunded : m), 1n);
+  const barWidth = width / buckets.length;
+  const y = (v: bigint) => Number((v * BigInt(height - 20)) / max);
+  const totalPaid = buckets.reduce((s, b) => s + b.paid, 0n);
+  const totalRefunded = buckets.reduce((s, b) => s + b.refunded, 0n);
+  return (
+    <figure id="volume" data-paid={totalPaid.toString()} data-refunded={totalRefunded.toString()}>
+      <svg width={width} height={height} viewBox={`0 0 ${width} ${height}`} role="img" aria-label="Paid and refunded volume per hour">
+        {buckets.map((b, i) => (
+          <g>
+            <rect x={i * barWidth + 1} y={height - 12 - y(b.paid)} width={barWidth / 2 - 1} height={y(b.paid)} fill="#2a7de1">
+              <title>{`${new Date(b.hour * 1000).toISOString().slice(11, 16)} paid ${units(b.paid)}`}</title>
+            </rect>
+            <rect x={i * barWidth + barWidth / 2} y={height - 12 - y(b.refunded)} width={barWidth / 2 - 1} height={y(b.refunded)} fill="#e0562f">
+              <title>{`${new Date(b.hour * 1000).toISOString().slice(11, 16)} refunded ${units(b.refunded)}`}</title>
+            </rect>
+          </g>
+        ))}
+        <line x1="0" x2={width} y1={height - 12} y2={height - 12} stroke="#99a" />
+      </svg>
+      <figcaption>
+        Last 24 hours, per hour, all tokens (raw units shown with 6 decimals): <span style="color:#2a7de1">paid {units(totalPaid)}</span>,{" "}
+        <span style="color:#e0562f">refunded {units(totalRefunded)}</span>.
+      </figcaption>
+    </figure>
+  );
+};
+
+export const KeyValue: FC<{ rows: Array<[string, Child]> }> = ({ rows }) => (
+  <table>
+    <tbody>{rows.map(([k, v]) => <tr><th>{k}</th><td>{v}</td></tr>)}</tbody>
+  </table>
+);

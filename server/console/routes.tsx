@@ -1,0 +1,280 @@
+/** @jsxImportSource hono/jsx */
+/**
+ * The operator console at /console: read-only, behind the operators' guard (operator/auth.ts),
+ * pages rendered on the server, panels refreshed in place by htmx (served from node_modules,
+ * no CDN). The treasury panel carries the audit's verdict: `npm run audit`'s own check, run
+ * here at most every AUDIT_CACHE_MS.
+ */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import type { Context, Hono } from "hono";
+import { z } from "zod";
+import { runAudit, type AuditReport } from "../../scripts/audit.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { validationFailed } from "../errors.ts";
+import type { Metrics } from "../metrics.ts";
+import { requireOperator } from "../operator/auth.ts";
+import { txLink, type OperatorState } from "../operator/state.ts";
+import type { Callbacks } from "../callbacks.ts";
+import type { Child } from "hono/jsx";
+import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, TreasuryTable, units, VolumeChart } from "./pages.tsx";
+
+const AUDIT_CACHE_MS = 15_000;
+const AUDIT_TIMEOUT_MS = 20_000;
+const PAGE = 50;
+const STATUSES = ["SETTLING", "PULLING", "PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED", "PAYMENT_FAILED", "REFUSED", "NEEDS_REVIEW"] as const;
+
+const htmx = readFileSync(createRequire(import.meta.url).resolve("htmx.org/dist/htmx.min.js"));
+
+export interface ConsoleDeps {
+  state: OperatorState;
+  metrics: Metrics;
+  deployments: Deployments;
+  ledgerUrl: string;
+  token?: string;
+  isPublic: boolean;
+  callbacks: Pick<Callbacks, "status">;
+}
+
+export function mountConsole(app: Hono, deps: ConsoleDeps): void {
+  const guard = requireOperator(deps.token, deps.isPublic);
+  app.use("/console", guard);
+  app.use("/console/*", guard);
+  app.use("/metrics", guard);
+
+  app.get("/metrics", async (c) => c.body(await deps.metrics.render(deps.state), 200, { "content-type": deps.metrics.registry.contentType, "cache-control": "no-store" }));
+
+  app.get("/console/assets/htmx.min.js", (c) => c.body(htmx, 200, { "content-type": "text/javascript; charset=utf-8", "cache-control": "public, max-age=86400" }));
+
+  let audit: { at: number; report: Promise<AuditReport | { error: string }> } | null = null;
+  const auditReport = (c: Context) => {
+    if (!audit || Date.now() - audit.at > AUDIT_CACHE_MS) {
+      const run = runAudit({ ledgerUrl: deps.ledgerUrl, deployments: deps.deployments, service: { url: new URL(c.req.url).origin, token: deps.token } });
+      const deadline = new Promise<{ error: string }>((r) => setTimeout(() => r({ error: `it took over ${AUDIT_TIMEOUT_MS / 1000} s` }), AUDIT_TIMEOUT_MS).unref());
+      audit = { at: Date.now(), report: Promise.race([run.catch((err: Error) => ({ error: err.message })), deadline]) };
+    }
+    return audit.report;
+  };
+
+  /** Renders a panel alone for htmx, or inside the page. */
+  const page = (c: Context, title: string, panels: Record<string, () => Promise<Child>>) => {
+    const only = c.req.query("panel");
+    if (only && panels[only]) return panels[only]().then((html) => c.html(<>{html}</>));
+    return Promise.all(Object.values(panels).map((p) => p())).then((parts) => c.html(<Layout title={title}>{parts}</Layout>));
+  };
+
+  app.get("/console", (c) =>
+    page(c, "Overview", {
+      treasury: async () => {
+        const [chains, report] = await Promise.all([deps.state.chains(), auditReport(c)]);
+        return (
+          <Panel id="treasury-panel" title="Treasury per chain and token: on chain, in the ledger, and the audit" src="/console?panel=treasury" every={30}>
+            <TreasuryTable chains={chains} audit={report} />
+          </Panel>
+        );
+      },
+      chains: async () => (
+        <Panel id="chains-panel" title="Chains: ledger lag and the hot keys' gas" src="/console?panel=chains">
+          <ChainsTable chains={await deps.state.chains()} />
+        </Panel>
+      ),
+      health: async () => {
+        const [health, rate] = await Promise.all([deps.state.health(), deps.state.rate()]);
+        return (
+          <Panel id="health-panel" title="Facilitators, biller and exchange rate" src="/console?panel=health">
+            <HealthTable health={health} rate={rate} />
+          </Panel>
+        );
+      },
+      volume: async () => (
+        <Panel id="volume-panel" title="Paid and refunded volume" src="/console?panel=volume" every={60}>
+          <VolumeChart buckets={await deps.state.volume(24)} />
+        </Panel>
+      ),
+      counts: async () => (
+        <Panel id="counts-panel" title="Orders by status and rail" src="/console?panel=counts">
+          <CountsTable counts={await deps.state.orderCounts()} />
+        </Panel>
+      ),
+      attention: async () => {
+        const [stuck, review] = await Promise.all([deps.state.stuck(), deps.state.review()]);
+        return (
+          <Panel id="attention-panel" title={`Needs attention: ${stuck.length} stuck, ${review.length} waiting for review`} src="/console?panel=attention">
+            <h2>Stuck (past their lease and {deps.state.deps.stuckAfterSeconds} s)</h2>
+            <OrdersTable orders={stuck} id="stuck" />
+            <h2>Waiting for review</h2>
+            <OrdersTable orders={review} id="review" />
+          </Panel>
+        );
+      },
+    }),
+  );
+
+  const orderFilter = z
+    .object({
+      status: z.enum(STATUSES).optional(),
+      rail: z.enum(["x402", "pull"]).optional(),
+      before: z.string().regex(/^req_\w+$/).optional(),
+      panel: z.string().optional(),
+    })
+    .strict();
+
+  app.get("/console/orders", async (c) => {
+    const parsed = orderFilter.safeParse(c.req.query());
+    if (!parsed.success) throw validationFailed(parsed.error, "(query)");
+    const f = parsed.data;
+    const orders = await deps.state.orders({ status: f.status, rail: f.rail, before: f.before, limit: PAGE });
+    const next = orders.length === PAGE ? `/console/orders?${new URLSearchParams({ ...(f.status ? { status: f.status } : {}), ...(f.rail ? { rail: f.rail } : {}), before: orders[PAGE - 1]!.request_id })}` : null;
+    return c.html(
+      <Layout title="Orders">
+        <section>
+          <h2>Orders{f.status ? ` ${f.status}` : ""}{f.rail ? ` on ${f.rail}` : ""}</h2>
+          <form method="get" action="/console/orders">
+            <select name="status">
+              <option value="">any status</option>
+              {STATUSES.map((s) => <option value={s} selected={s === f.status}>{s}</option>)}
+            </select>
+            <select name="rail">
+              <option value="">any rail</option>
+              {(["x402", "pull"] as const).map((r) => <option value={r} selected={r === f.rail}>{r}</option>)}
+            </select>
+            <button type="submit">Filter</button>
+          </form>
+          <OrdersTable orders={orders} />
+          {next ? <p><a id="next-page" href={next}>Older orders →</a></p> : <p class="muted">No older orders.</p>}
+        </section>
+      </Layout>,
+    );
+  });
+
+  app.get("/console/orders/:requestId", async (c) => {
+    const order = await deps.state.order(c.req.param("requestId"));
+    if (!order) return c.html(<Layout title="Order"><section><h2>No such order</h2></section></Layout>, 404);
+    const callback = await deps.callbacks.status(order.request_id);
+    const link = (hash: string | null) => {
+      const href = txLink(deps.deployments, order.chain, hash);
+      return hash ? href ? <a href={href}>{hash}</a> : <code>{hash}</code> : "–";
+    };
+    return c.html(
+      <Layout title={`Order ${order.request_id}`}>
+        <section id="order">
+          <h2>Order {order.request_id}</h2>
+          <KeyValue
+            rows={[
+              ["Status", <strong data-field="status">{order.status}</strong>],
+              ["Rail", order.rail],
+              ["Product", order.service_id ?? "–"],
+              ["Payer", order.payer],
+              ["Amount", `${units(order.amount)} ${order.token} on ${order.chain}`],
+              ["1. Payment", link(order.tx_hash)],
+              ["2. Vend", order.status === "SUCCESS" ? "delivered" : order.failure_reason ?? "not (yet) delivered"],
+              ["3. Refund", link(order.refund_tx_hash)],
+              ["Flag", order.flag ?? "–"],
+              ["Callback", callback ? `${callback.status} after ${callback.attempts} attempt(s) to ${callback.url}` : "none"],
+              ["Created / updated", `${order.created_at} / ${order.updated_at}`],
+            ]}
+          />
+        </section>
+      </Layout>,
+    );
+  });
+
+  app.get("/console/money", (c) =>
+    page(c, "Refunds and orphans", {
+      refunds: async () => (
+        <Panel id="refunds-panel" title="Latest refunds (ledger)" src="/console/money?panel=refunds">
+          <table id="refunds">
+            <thead><tr><th>When</th><th>Chain</th><th>Rail</th><th>Order id</th><th>Payer</th><th class="n">Amount</th><th>Transaction</th></tr></thead>
+            <tbody>
+              {(await deps.state.refunds()).map((r) => (
+                <tr>
+                  <td class="muted">{new Date(Number(r.timestamp) * 1000).toISOString().slice(0, 19)}</td>
+                  <td>{r.chainId}</td>
+                  <td>{r.rail}</td>
+                  <td><code>{r.orderId.slice(0, 12)}…</code></td>
+                  <td>{r.payer}</td>
+                  <td class="n">{units(r.amount)}</td>
+                  <td><code>{r.txHash.slice(0, 14)}…</code></td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </Panel>
+      ),
+      orphans: async () => {
+        const o = await deps.state.orphans();
+        return (
+          <Panel id="orphans-panel" title="Payments no order accounts for, and what was done" src="/console/money?panel=orphans">
+            <h2>Pulls (refunded by the service)</h2>
+            <table id="orphan-pulls">
+              <thead><tr><th>Chain</th><th>Order id</th><th>Payer</th><th class="n">Amount</th><th>State</th><th>Refund</th></tr></thead>
+              <tbody>{o.pulls.map((p) => <tr><td>{p.chain}</td><td><code>{short(p.order_id, 12)}</code></td><td>{p.payer}</td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.refund_tx_hash, 12)}</code></td></tr>)}</tbody>
+            </table>
+            <h2>x402 payments (held for an operator)</h2>
+            <table id="orphan-payments">
+              <thead><tr><th>Chain</th><th>Payer</th><th>Nonce</th><th class="n">Amount</th><th>State</th><th>Transaction</th></tr></thead>
+              <tbody>{o.payments.map((p) => <tr><td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td></tr>)}</tbody>
+            </table>
+          </Panel>
+        );
+      },
+    }),
+  );
+
+  app.get("/console/wallets", async (c) => {
+    const wallets = await deps.state.wallets();
+    return c.html(
+      <Layout title="Wallets">
+        <section>
+          <h2>Wallets with allowances (ledger)</h2>
+          <table id="wallets">
+            <thead><tr><th>Payer</th><th>Chain</th><th>Token</th><th class="n">Spending allowance left</th><th class="n">Period limit (left)</th><th class="n">Paid</th><th class="n">Refunded</th><th class="n">Payments</th></tr></thead>
+            <tbody>
+              {wallets.map((w) => (
+                <tr>
+                  <td>{w.payer}</td>
+                  <td>{w.chainId}</td>
+                  <td><code>{short(w.token, 8)}</code></td>
+                  <td class="n">{units(w.spendingAllowance)}</td>
+                  <td class="n">{w.limitPeriod === 0n ? "none" : `${units(w.limitPerPeriod)} per ${w.limitPeriod} s (${units(w.limitPerPeriod - w.periodSpent)})`}</td>
+                  <td class="n">{units(w.totalPaid)}</td>
+                  <td class="n">{units(w.totalRefunded)}</td>
+                  <td class="n">{w.paymentCount}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      </Layout>,
+    );
+  });
+
+  app.get("/console/schedules", async (c) => {
+    const schedules = await deps.state.schedules();
+    return c.html(
+      <Layout title="Schedules">
+        <section>
+          <h2>Schedules and their last runs</h2>
+          <table id="schedules">
+            <thead><tr><th>Schedule</th><th>Wallet</th><th>Status</th><th>When</th><th class="n">Runs</th><th>Next</th><th>Last run</th></tr></thead>
+            <tbody>
+              {schedules.map((s) => (
+                <tr>
+                  <td><code>{s.id}</code></td>
+                  <td>{s.wallet}</td>
+                  <td>{s.status}</td>
+                  <td>{s.cron ?? "once"}</td>
+                  <td class="n">{s.runs}</td>
+                  <td class="muted">{s.next_run_at ?? "–"}</td>
+                  <td>{s.last_due_at ? `${s.last_due_at}: ${s.last_outcome ?? "running"}${s.last_error ? ` (${s.last_error})` : ""}` : "never"}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      </Layout>,
+    );
+  });
+}
+
+const short = (s: string | null | undefined, n: number) => (s ? `${s.slice(0, n)}…` : "–");

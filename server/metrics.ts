@@ -1,0 +1,124 @@
+/**
+ * Prometheus metrics (prom-client), served at /metrics to operators. Two kinds:
+ *   - counted as things happen: vend latency, refunds and their amounts, facilitator and
+ *     biller calls (latency and errors);
+ *   - read at each scrape from OperatorState: orders by status and rail, stuck and
+ *     waiting-for-review orders, ledger lag, the hot keys' gas, each token's treasury on chain
+ *     beside the ledger's figure, and its refund budget.
+ * The alerts built on them are in ops/prometheus/billpay-rules.yml.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { OperatorState } from "./operator/state.ts";
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly vendSeconds = new Histogram({
+    name: "billpay_vend_seconds",
+    help: "Time from a paid order to the biller's final answer or the deadline, by outcome",
+    labelNames: ["outcome"],
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+    registers: [this.registry],
+  });
+  readonly refunds = new Counter({ name: "billpay_refunds_total", help: "Refunds sent on chain", labelNames: ["chain", "token", "rail"], registers: [this.registry] });
+  readonly refundedUnits = new Counter({
+    name: "billpay_refunded_units_total",
+    help: "Raw token units refunded on chain (6 decimals)",
+    labelNames: ["chain", "token"],
+    registers: [this.registry],
+  });
+  readonly refundFailures = new Counter({ name: "billpay_refund_failures_total", help: "Refund attempts that failed (retried, or held for review)", labelNames: ["chain", "token"], registers: [this.registry] });
+  readonly upstreamSeconds = new Histogram({
+    name: "billpay_upstream_seconds",
+    help: "Latency of calls to the facilitator and the biller, by upstream, operation and outcome",
+    labelNames: ["upstream", "operation", "outcome"],
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10],
+    registers: [this.registry],
+  });
+  readonly upstreamErrors = new Counter({
+    name: "billpay_upstream_errors_total",
+    help: "Calls to the facilitator and the biller that failed or gave no answer",
+    labelNames: ["upstream", "operation"],
+    registers: [this.registry],
+  });
+
+  private readonly orders = this.gauge("billpay_orders", "Orders by status and rail", ["status", "rail"]);
+  private readonly stuck = this.gauge("billpay_orders_stuck", "Unfinished orders past their lease and the stuck threshold", []);
+  private readonly review = this.gauge("billpay_orders_needs_review", "Orders held for an operator (NEEDS_REVIEW)", []);
+  private readonly orphanPayments = this.gauge("billpay_orphan_payments_open", "x402 payments no order accounts for, not yet dealt with", []);
+  private readonly ledgerLagBlocks = this.gauge("billpay_ledger_lag_blocks", "Blocks between the chain's head and the ledger's last indexed block", ["chain"]);
+  private readonly ledgerLagSeconds = this.gauge("billpay_ledger_lag_seconds", "Seconds between the head block and the ledger's last indexed block", ["chain"]);
+  private readonly gas = this.gauge("billpay_hot_key_gas_wei", "Native balance of the operator and refunder keys", ["chain", "role", "address"]);
+  private readonly treasuryOnChain = this.gauge("billpay_treasury_onchain_units", "BillPay's token balance on chain", ["chain", "token"]);
+  private readonly treasuryLedger = this.gauge("billpay_treasury_ledger_units", "BillPay's token balance as the ledger indexed it", ["chain", "token"]);
+  private readonly treasuryMismatch = this.gauge("billpay_treasury_mismatch", "1 when the on-chain treasury differs from the ledger's", ["chain", "token"]);
+  private readonly budgetAvailable = this.gauge("billpay_refund_budget_available_units", "What the token's refund budget allows now", ["chain", "token"]);
+  private readonly budgetLimit = this.gauge("billpay_refund_budget_limit_units", "The token's refund budget limit", ["chain", "token"]);
+  private readonly scrapeErrors = this.gauge("billpay_metrics_read_errors", "Parts of the last scrape that could not be read", []);
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: "billpay_process_" });
+  }
+
+  private gauge(name: string, help: string, labelNames: string[]) {
+    return new Gauge({ name, help, labelNames, registers: [this.registry] });
+  }
+
+  /** Records one upstream call that was timed elsewhere. */
+  observeUpstream(upstream: "facilitator" | "biller", operation: string, seconds: number, ok: boolean): void {
+    this.upstreamSeconds.observe({ upstream, operation, outcome: ok ? "ok" : "error" }, seconds);
+    if (!ok) this.upstreamErrors.inc({ upstream, operation });
+  }
+
+  /** Times an upstream call, counting its failures. */
+  async timeUpstream<T>(upstream: "facilitator" | "biller", operation: string, call: () => Promise<T>, failed: (result: T) => boolean = () => false): Promise<T> {
+    const end = this.upstreamSeconds.startTimer({ upstream, operation });
+    try {
+      const result = await call();
+      const bad = failed(result);
+      end({ outcome: bad ? "error" : "ok" });
+      if (bad) this.upstreamErrors.inc({ upstream, operation });
+      return result;
+    } catch (err) {
+      end({ outcome: "error" });
+      this.upstreamErrors.inc({ upstream, operation });
+      throw err;
+    }
+  }
+
+  /** Reads the state gauges afresh, then renders every metric. */
+  async render(state: OperatorState): Promise<string> {
+    let errors = 0;
+    const [counts, stuck, review, orphans, chains] = await Promise.all([
+      state.orderCounts(),
+      state.stuck(1000),
+      state.review(1000),
+      state.orphans(),
+      state.chains(),
+    ]);
+    this.orders.reset();
+    for (const c of counts) this.orders.set({ status: c.status, rail: c.rail }, c.count);
+    this.stuck.set(stuck.length);
+    this.review.set(review.length);
+    this.orphanPayments.set(orphans.payments.filter((p) => p.status !== "REFUNDED" && p.status !== "RESOLVED").length);
+    for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit]) g.reset();
+    for (const c of chains) {
+      errors += c.errors.length;
+      if (c.lagBlocks !== null) this.ledgerLagBlocks.set({ chain: c.chain }, c.lagBlocks);
+      if (c.lagSeconds !== null) this.ledgerLagSeconds.set({ chain: c.chain }, c.lagSeconds);
+      for (const k of c.keys) if (k.gasWei !== null) this.gas.set({ chain: c.chain, role: k.role, address: k.address }, Number(k.gasWei));
+      for (const t of c.tokens) {
+        const labels = { chain: c.chain, token: t.symbol };
+        if (t.onChain !== null) this.treasuryOnChain.set(labels, Number(t.onChain));
+        if (t.ledger !== null) this.treasuryLedger.set(labels, Number(t.ledger));
+        if (t.matches !== null) this.treasuryMismatch.set(labels, t.matches ? 0 : 1);
+        if (t.refundBudget) {
+          this.budgetAvailable.set(labels, Number(t.refundBudget.available));
+          this.budgetLimit.set(labels, Number(t.refundBudget.limit));
+        }
+      }
+    }
+    this.scrapeErrors.set(errors);
+    return this.registry.metrics();
+  }
+}

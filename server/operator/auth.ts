@@ -1,0 +1,54 @@
+/**
+ * Who may see the operators' surfaces (/ops/*, /console, /metrics): whoever presents
+ * OPS_TOKEN, as `Authorization: Bearer <token>` (scripts, Prometheus) or as the password of
+ * HTTP basic auth with any user name (a browser), compared in constant time. With no token
+ * configured, only callers on this machine, and only while the service is not public (no
+ * PUBLIC_URL: behind a proxy every caller would look local).
+ */
+import { getConnInfo } from "@hono/node-server/conninfo";
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { Context, MiddlewareHandler } from "hono";
+import { problemResponse } from "../errors.ts";
+
+const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
+
+function presented(c: Context): string | null {
+  const header = c.req.header("authorization") ?? "";
+  const bearer = /^Bearer\s+(\S+)$/i.exec(header)?.[1];
+  if (bearer) return bearer;
+  const basic = /^Basic\s+([A-Za-z0-9+/=]+)$/i.exec(header)?.[1];
+  if (!basic) return null;
+  const decoded = Buffer.from(basic, "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  return colon === -1 ? null : decoded.slice(colon + 1);
+}
+
+function fromThisMachine(c: Context): boolean {
+  try {
+    const address = getConnInfo(c).remote.address ?? "";
+    return address === "127.0.0.1" || address === "::1" || address === "::ffff:127.0.0.1";
+  } catch {
+    return false; // not served over a socket: nobody to trust
+  }
+}
+
+export function operatorAllowed(c: Context, token: string | undefined, isPublic: boolean): boolean {
+  if (token) {
+    const given = presented(c);
+    return given !== null && timingSafeEqual(digest(given), digest(token));
+  }
+  return !isPublic && fromThisMachine(c);
+}
+
+/** Guards a route: 401 with a basic-auth challenge (browsers then ask for the token), or 403 when no token is configured. */
+export function requireOperator(token: string | undefined, isPublic: boolean): MiddlewareHandler {
+  return async (c, next) => {
+    if (operatorAllowed(c, token, isPublic)) return next();
+    if (!token) {
+      return problemResponse("OPS_FORBIDDEN", isPublic ? "this service is public: set OPS_TOKEN to open the operators' routes" : "without OPS_TOKEN only this machine may call the operators' routes");
+    }
+    const res = problemResponse("OPS_UNAUTHORIZED", "send the OPS_TOKEN as a bearer token, or as the basic-auth password");
+    res.headers.set("www-authenticate", 'Basic realm="BillPay operators", charset="UTF-8"');
+    return res;
+  };
+}

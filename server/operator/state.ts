@@ -1,0 +1,297 @@
+/**
+ * What an operator watches, read fresh each time: the service's orders (by status and rail,
+ * stuck, held for review, orphans), and per chain the ledger's lag, the hot keys' gas, each
+ * token's treasury on chain beside the ledger's figure and its refund budget; the exchange
+ * rate and its age; the facilitator's and the biller's health. The console and /metrics read
+ * it. Every outward read has a timeout, and a failed read is reported, not thrown.
+ */
+import { and, asc, createClient, desc, gte } from "@ponder/client";
+import { erc20Abi, type Hex } from "viem";
+import { billPayAbi } from "../../lib/abis.ts";
+import { isLocalRpcUrl, publicClientFor } from "../../lib/chain-client.ts";
+import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import * as schema from "../../ponder/ponder.schema.ts";
+import type { VtpassClient } from "../biller/vtpass.ts";
+import type { Db } from "../db.ts";
+import { errorText } from "../log-safety.ts";
+import type { RateSource } from "../pricing/rates.ts";
+
+const TIMEOUT_MS = 5_000;
+export const UNFINISHED_STATUSES = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
+
+export interface TokenStatus {
+  symbol: string;
+  address: string;
+  onChain: bigint | null;
+  ledger: bigint | null;
+  /** On-chain balance equals the ledger's (null when either could not be read). */
+  matches: boolean | null;
+  refundBudget: { limit: bigint; period: bigint; available: bigint } | null;
+}
+
+export interface ChainStatus {
+  chain: ChainKey;
+  chainId: number;
+  head: bigint | null;
+  indexed: bigint | null;
+  lagBlocks: number | null;
+  lagSeconds: number | null;
+  keys: Array<{ role: "operator" | "refunder"; address: string; gasWei: bigint | null }>;
+  tokens: TokenStatus[];
+  errors: string[];
+}
+
+export interface Health {
+  name: string;
+  url: string;
+  ok: boolean;
+  ms: number;
+  error?: string;
+}
+
+function withTimeout<T>(promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took over ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+export interface OperatorStateDeps {
+  db: Db;
+  deployments: Deployments;
+  ledgerUrl: string;
+  rates: RateSource;
+  biller: VtpassClient;
+  facilitatorUrls: Partial<Record<ChainKey, string>>;
+  keys: { operator: string; refunder: string };
+  /** An unfinished order past its lease and older than this is stuck. */
+  stuckAfterSeconds: number;
+}
+
+export class OperatorState {
+  private readonly ledgerSql;
+
+  constructor(readonly deps: OperatorStateDeps) {
+    this.ledgerSql = createClient(`${deps.ledgerUrl}/sql`, { schema });
+  }
+
+  async orderCounts(): Promise<Array<{ status: string; rail: string; count: number; amount: bigint }>> {
+    const rows = await this.deps.db.query<{ status: string; rail: string; count: string; amount: string }>(
+      `SELECT status, rail, count(*)::text AS count, coalesce(sum(amount), 0)::text AS amount FROM bill_order GROUP BY status, rail ORDER BY status, rail`,
+    );
+    return rows.map((r) => ({ status: r.status, rail: r.rail, count: Number(r.count), amount: BigInt(r.amount) }));
+  }
+
+  /** Unfinished orders nobody holds (no live lease) for longer than the limit. */
+  async stuck(limit = 50) {
+    const rows = await this.deps.db.query<OrderRow>(
+      `${ORDER_COLUMNS} WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
+         AND updated_at < now() - make_interval(secs => $2) ORDER BY updated_at LIMIT $3`,
+      [UNFINISHED_STATUSES, this.deps.stuckAfterSeconds, limit],
+    );
+    return rows;
+  }
+
+  async review(limit = 50) {
+    const rows = await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE status = 'NEEDS_REVIEW' ORDER BY updated_at DESC LIMIT $1`, [limit]);
+    return rows;
+  }
+
+  async orphans() {
+    const pulls = await this.deps.db.query<Record<string, string | null>>(
+      `SELECT chain, order_id, payer, amount::text AS amount, pull_tx_hash, status, refund_tx_hash, created_at::text AS created_at FROM orphan_pull ORDER BY created_at DESC LIMIT 100`,
+    );
+    const payments = await this.deps.db.query<Record<string, string | null>>(
+      `SELECT chain, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
+    );
+    return { pulls, payments };
+  }
+
+  async order(requestId: string): Promise<OrderRow | undefined> {
+    return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE request_id = $1`, [requestId]))[0];
+  }
+
+  /** A page of orders, newest first, filtered by status and rail. */
+  async orders(filter: { status?: string; rail?: string; before?: string; limit: number }) {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    if (filter.status) where.push(`status = $${args.push(filter.status)}`);
+    if (filter.rail) where.push(`rail = $${args.push(filter.rail)}`);
+    if (filter.before) where.push(`(created_at, request_id) < (SELECT created_at, request_id FROM bill_order WHERE request_id = $${args.push(filter.before)})`);
+    const rows = await this.deps.db.query<OrderRow>(
+      `${ORDER_COLUMNS} ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, request_id DESC LIMIT $${args.push(filter.limit)}`,
+      args,
+    );
+    return rows;
+  }
+
+  async schedules(limit = 50) {
+    const rows = await this.deps.db.query<Record<string, string | null>>(
+      `SELECT s.id, s.wallet, s.chain, s.token, s.status, s.cron, s.runs::text AS runs, s.next_run_at::text AS next_run_at,
+              r.due_at::text AS last_due_at, r.outcome AS last_outcome, r.error AS last_error
+         FROM bill_schedule s
+         LEFT JOIN LATERAL (SELECT due_at, outcome, error FROM schedule_run WHERE schedule_id = s.id ORDER BY due_at DESC LIMIT 1) r ON true
+        ORDER BY s.created_at DESC LIMIT $1`,
+      [limit],
+    );
+    return rows;
+  }
+
+  /** The rate quotes are made from now, its source, and when it was last read (null: a configured figure). */
+  async rate(): Promise<{ ngnPerUsd: string | null; source: string; readAt: string | null; ageSeconds: number | null; error?: string }> {
+    const source = this.deps.rates.source ?? "configured";
+    const rows = await this.deps.db.query<{ read_at: string }>(`SELECT read_at::text AS read_at FROM fx_rate WHERE source = $1 ORDER BY read_at DESC LIMIT 1`, [source]);
+    const readAt = rows[0]?.read_at ?? null;
+    const ageSeconds = readAt ? Math.max(0, Math.round((Date.now() - Date.parse(readAt)) / 1000)) : null;
+    try {
+      const milli = await withTimeout(this.deps.rates.ngnPerUsdMilli(), "the rate");
+      return { ngnPerUsd: (Number(milli) / 1000).toString(), source, readAt, ageSeconds };
+    } catch (err) {
+      return { ngnPerUsd: null, source, readAt, ageSeconds, error: errorText(err) };
+    }
+  }
+
+  async chains(): Promise<ChainStatus[]> {
+    const [status, treasury] = await Promise.all([
+      this.ledgerGet<Record<string, { id: number; block: { number: number; timestamp: number } | null }>>("/status").catch(() => null),
+      this.ledgerGet<{ treasury: Array<{ chainId: number; token: string; balance: string }> }>("/ledger/treasury").catch(() => null),
+    ]);
+    return Promise.all(
+      (Object.keys(this.deps.deployments.chains) as ChainKey[]).map(async (chain) => {
+        const d = this.deps.deployments.chains[chain]!;
+        const out: ChainStatus = { chain, chainId: d.chainId, head: null, indexed: null, lagBlocks: null, lagSeconds: null, keys: [], tokens: [], errors: [] };
+        const indexed = status ? Object.values(status).find((s) => s.id === d.chainId)?.block ?? null : null;
+        if (!status) out.errors.push("the ledger's /status could not be read");
+        const client = publicClientFor(chain, rpcUrlFor(chain, d));
+        const billPay = d.billPay.address as Hex;
+        try {
+          const head = await withTimeout(client.getBlock({ blockTag: "latest" }), `${chain} head`);
+          out.head = head.number;
+          if (indexed) {
+            out.indexed = BigInt(indexed.number);
+            out.lagBlocks = Math.max(0, Number(head.number - out.indexed));
+            out.lagSeconds = Math.max(0, Number(head.timestamp) - indexed.timestamp);
+          }
+          const keys = [
+            { role: "operator" as const, address: this.deps.keys.operator },
+            { role: "refunder" as const, address: this.deps.keys.refunder },
+          ];
+          const reads = await withTimeout(
+            Promise.all([
+              ...keys.map((k) => client.getBalance({ address: k.address as Hex, blockNumber: head.number })),
+              client.multicall({
+                allowFailure: true,
+                blockNumber: head.number,
+                contracts: d.tokens.flatMap((t) => [
+                  { address: t.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [billPay] } as const,
+                  { address: billPay, abi: billPayAbi, functionName: "refundBudget", args: [t.address as Hex] } as const,
+                ]),
+              }),
+            ]),
+            `${chain} balances`,
+          );
+          out.keys = keys.map((k, i) => ({ ...k, gasWei: reads[i] as bigint }));
+          const calls = reads[keys.length] as Array<{ status: string; result?: unknown }>;
+          out.tokens = d.tokens.map((t, i) => {
+            const balance = calls[i * 2];
+            const budget = calls[i * 2 + 1];
+            const ledgerRow = treasury?.treasury.find((r) => r.chainId === d.chainId && r.token.toLowerCase() === t.address.toLowerCase());
+            const onChain = balance?.status === "success" ? (balance.result as bigint) : null;
+            const ledger = ledgerRow ? BigInt(ledgerRow.balance) : treasury ? 0n : null;
+            const b = budget?.status === "success" ? (budget.result as readonly [bigint, bigint, bigint]) : null;
+            return {
+              symbol: t.symbol,
+              address: t.address,
+              onChain,
+              ledger,
+              matches: onChain === null || ledger === null ? null : onChain === ledger,
+              refundBudget: b ? { limit: b[0], period: b[1], available: b[2] } : null,
+            };
+          });
+        } catch (err) {
+          out.errors.push(`${chain} could not be read: ${errorText(err).split("\n")[0]}`);
+        }
+        return out;
+      }),
+    );
+  }
+
+  async health(): Promise<Health[]> {
+    const timed = async (name: string, url: string, probe: () => Promise<unknown>): Promise<Health> => {
+      const started = performance.now();
+      try {
+        await withTimeout(probe(), name);
+        return { name, url, ok: true, ms: Math.round(performance.now() - started) };
+      } catch (err) {
+        return { name, url, ok: false, ms: Math.round(performance.now() - started), error: errorText(err) };
+      }
+    };
+    const facilitators = Object.entries(this.deps.facilitatorUrls).map(([chain, url]) =>
+      timed(`facilitator ${chain}`, url!, async () => {
+        const res = await fetch(`${url}/supported`, { signal: AbortSignal.timeout(TIMEOUT_MS) });
+        if (!res.ok) throw new Error(`answered ${res.status}`);
+      }),
+    );
+    const biller = timed("biller", "", () => this.deps.biller.ping());
+    return Promise.all([...facilitators, biller]);
+  }
+
+  /** Wallets the ledger knows, with their allowances, periodic limit and totals. */
+  async wallets(limit = 100) {
+    return withTimeout(this.ledgerSql.db.select().from(schema.account).orderBy(desc(schema.account.updatedAt)).limit(limit), "ledger accounts");
+  }
+
+  async refunds(limit = 50) {
+    return withTimeout(this.ledgerSql.db.select().from(schema.refund).orderBy(desc(schema.refund.timestamp)).limit(limit), "ledger refunds");
+  }
+
+  /** Paid and refunded volume per hour over the last `hours`, per token (raw units), from the ledger. */
+  async volume(hours = 24): Promise<Array<{ hour: number; paid: bigint; refunded: bigint }>> {
+    const since = BigInt(Math.floor(Date.now() / 1000) - hours * 3600);
+    const [payments, refunds] = await Promise.all([
+      withTimeout(this.ledgerSql.db.select().from(schema.payment).where(and(gte(schema.payment.timestamp, since))).orderBy(asc(schema.payment.timestamp)).limit(10_000), "ledger payments"),
+      withTimeout(this.ledgerSql.db.select().from(schema.refund).where(gte(schema.refund.timestamp, since)).orderBy(asc(schema.refund.timestamp)).limit(10_000), "ledger refunds"),
+    ]);
+    const start = Math.floor(Number(since) / 3600);
+    const buckets = Array.from({ length: hours + 1 }, (_, i) => ({ hour: (start + i) * 3600, paid: 0n, refunded: 0n }));
+    const at = (ts: bigint) => buckets[Math.min(buckets.length - 1, Math.max(0, Math.floor(Number(ts) / 3600) - start))]!;
+    for (const p of payments) at(p.timestamp).paid += p.amount;
+    for (const r of refunds) at(r.timestamp).refunded += r.amount;
+    return buckets;
+  }
+
+  private async ledgerGet<T>(path: string): Promise<T> {
+    const res = await fetch(`${this.deps.ledgerUrl}${path}`, { signal: AbortSignal.timeout(TIMEOUT_MS) });
+    if (!res.ok) throw new Error(`ledger answered ${res.status} for ${path}`);
+    return (await res.json()) as T;
+  }
+}
+
+export interface OrderRow {
+  request_id: string;
+  rail: string;
+  status: string;
+  chain: string;
+  token: string;
+  payer: string;
+  amount: string;
+  tx_hash: string | null;
+  refund_tx_hash: string | null;
+  failure_reason: string | null;
+  flag: string | null;
+  service_id: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+const ORDER_COLUMNS = `SELECT request_id, rail, status, chain, token, payer, amount::text AS amount, tx_hash, refund_tx_hash, failure_reason, flag,
+  bill->>'serviceID' AS service_id, created_at::text AS created_at, updated_at::text AS updated_at FROM bill_order`;
+
+/** A transaction's link on the chain's block explorer; none on a local chain, which no explorer knows. */
+export function txLink(deployments: Deployments, chain: string, txHash: string | null): string | null {
+  const d = deployments.chains[chain as ChainKey];
+  if (!txHash || !d || isLocalRpcUrl(rpcUrlFor(chain as ChainKey, d))) return null;
+  return `${CHAINS[chain as ChainKey].explorer}/tx/${txHash}`;
+}
