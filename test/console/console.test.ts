@@ -5,7 +5,8 @@
  * order figures the orders made, and a wrong token must be refused. A screenshot is kept in
  * test-artifacts/console.png after each run.
  */
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
+import { parse } from "yaml";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
@@ -128,5 +129,12 @@ describe("operator console and metrics", () => {
     expect(text).toMatch(/^billpay_hot_key_gas_wei\{chain="CELO",role="refunder",address="0x[0-9a-fA-F]{40}"\} \d/m);
     expect(text).toMatch(/^billpay_orders_needs_review 0$/m);
     expect(text).toMatch(/^billpay_refund_budget_available_units\{chain="CELO",token="USDC"\} \d+/m);
+    // Every metric the shipped alert rules use is one this service exports.
+    const rules = parse(await readFile("ops/prometheus/billpay-rules.yml", "utf8")) as { groups: Array<{ rules: Array<{ alert: string; expr: string }> }> };
+    const alerts = rules.groups.flatMap((g) => g.rules);
+    expect(alerts.map((r) => r.alert)).toEqual(expect.arrayContaining(["BillPayTreasuryMismatch", "BillPayOrdersStuck", "BillPayOrdersNeedReview", "BillPayRefundBudgetLow", "BillPayHotKeyGasLow", "BillPayLedgerBehind"]));
+    for (const rule of alerts) {
+      for (const metric of rule.expr.match(/billpay_[a-z_]+/g) ?? []) expect(text, `${rule.alert} uses ${metric}`).toMatch(new RegExp(`^# TYPE ${metric.replace(/_(count|sum|bucket)$/, "")} `, "m"));
+    }
   });
 });
