@@ -228,13 +228,14 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
         <section>
           <h2>Wallets with allowances (ledger)</h2>
           <table id="wallets">
-            <thead><tr><th>Payer</th><th>Chain</th><th>Token</th><th class="n">Spending allowance left</th><th class="n">Period limit (left)</th><th class="n">Paid</th><th class="n">Refunded</th><th class="n">Payments</th></tr></thead>
+            <thead><tr><th>Payer</th><th>Chain</th><th>Token</th><th class="n">Allowance set</th><th class="n">Left</th><th class="n">Period limit (left)</th><th class="n">Paid</th><th class="n">Refunded</th><th class="n">Payments</th></tr></thead>
             <tbody>
               {wallets.map((w) => (
                 <tr>
                   <td>{w.payer}</td>
                   <td>{w.chainId}</td>
                   <td><code>{short(w.token, 8)}</code></td>
+                  <td class="n">{units(w.allowanceSet)}</td>
                   <td class="n">{units(w.spendingAllowance)}</td>
                   <td class="n">{w.limitPeriod === 0n ? "none" : `${units(w.limitPerPeriod)} per ${w.limitPeriod} s (${units(w.limitPerPeriod - w.periodSpent)})`}</td>
                   <td class="n">{units(w.totalPaid)}</td>

@@ -5,7 +5,7 @@
  * rate and its age; the facilitator's and the biller's health. The console and /metrics read
  * it. Every outward read has a timeout, and a failed read is reported, not thrown.
  */
-import { and, asc, createClient, desc, gte } from "@ponder/client";
+import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
 import { isLocalRpcUrl, publicClientFor } from "../../lib/chain-client.ts";
@@ -238,9 +238,17 @@ export class OperatorState {
     return Promise.all([...facilitators, biller]);
   }
 
-  /** Wallets the ledger knows, with their allowances, periodic limit and totals. */
+  /** Wallets the ledger knows, with the allowance each last set, what is left of it, the periodic limit and totals. */
   async wallets(limit = 100) {
-    return withTimeout(this.ledgerSql.db.select().from(schema.account).orderBy(desc(schema.account.updatedAt)).limit(limit), "ledger accounts");
+    const c = schema.spendingAllowanceChange;
+    const [accounts, sets] = await Promise.all([
+      withTimeout(this.ledgerSql.db.select().from(schema.account).orderBy(desc(schema.account.updatedAt)).limit(limit), "ledger accounts"),
+      withTimeout(this.ledgerSql.db.select().from(c).where(eq(c.kind, "set")).orderBy(desc(c.blockNumber), desc(c.logIndex)).limit(10_000), "ledger allowance changes"),
+    ]);
+    const key = (chainId: number, payer: string, token: string) => `${chainId}:${payer.toLowerCase()}:${token.toLowerCase()}`;
+    const lastSet = new Map<string, bigint>();
+    for (const s of sets) if (!lastSet.has(key(s.chainId, s.payer, s.token))) lastSet.set(key(s.chainId, s.payer, s.token), s.amount);
+    return accounts.map((a) => ({ ...a, allowanceSet: lastSet.get(key(a.chainId, a.payer, a.token)) ?? null }));
   }
 
   async refunds(limit = 50) {

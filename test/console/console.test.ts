@@ -17,6 +17,9 @@ import { waitForLedgerBlock } from "../../scripts/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { startPayingStack } from "../support/stack.ts";
+import { createApp } from "../../server/app.ts";
+import { loadConfig } from "../../server/config.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
 
 const TOKEN = "console-test-token-0123456789";
 const basic = (password: string) => `Basic ${Buffer.from(`ops:${password}`).toString("base64")}`;
@@ -71,6 +74,19 @@ describe("operator console and metrics", () => {
     expect(await page.content()).not.toContain("Treasury");
   });
 
+  it("is closed to everyone when no token is configured and the service is public, and to remote callers otherwise", async () => {
+    const { db, flow, hub, config } = paying.service;
+    for (const env of [{ PUBLIC_URL: "https://bills.example.org" }, {}]) {
+      const app = createApp({ config: loadConfig({ ...env, LEDGER_URL: config.LEDGER_URL }), db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow, hub });
+      // app.request has no socket: the caller is not on this machine.
+      for (const path of ["/console", "/metrics", "/ops/orders"]) {
+        const res = await app.request(path, { headers: { authorization: `Bearer ${TOKEN}` } });
+        expect(res.status, `${path} ${JSON.stringify(env)}`).toBe(403);
+        expect(await res.json()).toMatchObject({ code: "OPS_FORBIDDEN" });
+      }
+    }
+  });
+
   it("shows the treasury as the chain and the ledger have it, the audit's verdict, and the orders", async () => {
     const context = await browser.newContext({ httpCredentials: { username: "ops", password: TOKEN }, viewport: { width: 1400, height: 1800 } });
     const page = await context.newPage();
@@ -107,6 +123,10 @@ describe("operator console and metrics", () => {
     await refundedRows.first().locator("a").click();
     expect(await page.locator('#order [data-field="status"]').textContent()).toBe("REFUNDED");
     expect(await page.locator("#order").textContent()).toMatch(/3\. Refund0x[0-9a-f]{64}/);
+    // The agent's wallet: the allowance it set, what is left (the refund gave it back), paid and refunded.
+    await page.goto(`${url}/console/wallets`);
+    const wallet = page.locator("#wallets tbody tr", { hasText: hardhatAccount(10).address.toLowerCase() });
+    expect(await wallet.locator("td").allTextContents()).toEqual(expect.arrayContaining(["10", "1.001"]));
     await context.close();
   });
 
