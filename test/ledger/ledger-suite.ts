@@ -378,7 +378,9 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         args: [bob.address, usdc],
       });
       expect(spent).toBe(u("4"));
-      expect(await accountOf(bob.address, 8453, usdc)).toMatchObject({
+      // The ledger reports a block a moment before its rows read (a known lag): poll, bounded.
+      const account = () => accountOf(bob.address, 8453, usdc);
+      await expect.poll(account, { timeout: 5_000 }).toMatchObject({
         limitPerPeriod: u("10").toString(),
         limitPeriod: "3600",
         limitStart: periodStart.toString(),
@@ -388,7 +390,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       });
       await base.setSpendingLimit(bob, "USDC", 0n, 0n);
       await caughtUp();
-      expect(await accountOf(bob.address, 8453, usdc)).toMatchObject({ limitPerPeriod: "0", limitPeriod: "0", periodSpent: "0" });
+      await expect.poll(account, { timeout: 5_000 }).toMatchObject({ limitPerPeriod: "0", limitPeriod: "0", periodSpent: "0" });
     });
 
     it("fails the audit on a refund without a payment", async () => {
