@@ -4,6 +4,8 @@ export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
+    // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
+    env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,
     reporters: ["default", "./test/support/summary-reporter.ts"],
   },
