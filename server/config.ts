@@ -70,6 +70,19 @@ export const configSchema = z.object({
   FACILITATOR_URL_CELO: z.string().url().default("http://127.0.0.1:8402"),
   FACILITATOR_URL_BASE: z.string().url().default("http://127.0.0.1:8402"),
   FACILITATOR_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
+  /** How each chain's facilitator is authenticated (server/x402/facilitator-auth.ts). */
+  FACILITATOR_AUTH_CELO: z.enum(["none", "bearer", "cdp"]).default("none"),
+  FACILITATOR_AUTH_BASE: z.enum(["none", "bearer", "cdp"]).default("none"),
+  FACILITATOR_TOKEN_CELO: z.string().min(1).optional(),
+  FACILITATOR_TOKEN_BASE: z.string().min(1).optional(),
+  CDP_API_KEY_ID: z.string().min(1).optional(),
+  CDP_API_KEY_SECRET: z.string().min(1).optional(),
+  /** The least native gas (wei) the operator and refunder keys must hold for the service to start. */
+  MIN_GAS_WEI: z
+    .string()
+    .regex(/^\d+$/, "a whole number of wei")
+    .default("1000000000000000")
+    .transform((v) => BigInt(v)),
   BILLER_BASE_URL: z.string().url().default("http://127.0.0.1:8403"),
   BILLER_API_KEY: z.string().min(1).default("sandbox-api-key"),
   BILLER_SECRET_KEY: z.string().min(1).default("sandbox-secret-key"),
@@ -141,10 +154,23 @@ const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1", "[::1]"]);
  * Served beyond this machine, the 402's resource URL must come from PUBLIC_URL: otherwise
  * it would be built from the request's Host header, which any client can set.
  */
-const servedSafely = configSchema.refine((c) => LOOPBACK.has(c.HOST.toLowerCase()) || c.PUBLIC_URL !== undefined, {
-  message: "PUBLIC_URL is required when HOST is not a loopback address (the payment resource URL must not come from the Host header)",
-  path: ["PUBLIC_URL"],
-});
+const servedSafely = configSchema
+  .refine((c) => LOOPBACK.has(c.HOST.toLowerCase()) || c.PUBLIC_URL !== undefined, {
+    message: "PUBLIC_URL is required when HOST is not a loopback address (the payment resource URL must not come from the Host header)",
+    path: ["PUBLIC_URL"],
+  })
+  .superRefine((c, ctx) => {
+    // Each facilitator's chosen authentication has its credentials.
+    for (const chain of ["CELO", "BASE"] as const) {
+      const auth = c[`FACILITATOR_AUTH_${chain}`];
+      if (auth === "bearer" && !c[`FACILITATOR_TOKEN_${chain}`]) {
+        ctx.addIssue({ code: "custom", path: [`FACILITATOR_TOKEN_${chain}`], message: `FACILITATOR_AUTH_${chain}=bearer needs FACILITATOR_TOKEN_${chain}` });
+      }
+      if (auth === "cdp" && (!c.CDP_API_KEY_ID || !c.CDP_API_KEY_SECRET)) {
+        ctx.addIssue({ code: "custom", path: ["CDP_API_KEY_ID"], message: `FACILITATOR_AUTH_${chain}=cdp needs CDP_API_KEY_ID and CDP_API_KEY_SECRET` });
+      }
+    }
+  });
 
 /** Parses the environment; throws one error naming every bad variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {

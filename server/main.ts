@@ -11,6 +11,7 @@ import { purgeTask } from "./storage-purge.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
 import { buildFlow, buildHub } from "./services.ts";
+import { startupFailures } from "./startup-checks.ts";
 import { log as processLog } from "./log.ts";
 
 const log = (msg: string, fields?: Record<string, unknown>) => processLog().info(msg, fields);
@@ -27,6 +28,14 @@ const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SER
 const rates = rateSourceFor(config, db, processLog());
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
+// Refuse to start on anything that would fail payers later (server/startup-checks.ts).
+const failures = await startupFailures(config, deployments, flow.operator.addresses);
+if (failures.length > 0) {
+  processLog().error("refusing to start", { failures });
+  console.error(`refusing to start:\n${failures.map((f) => `  - ${f}`).join("\n")}`);
+  await db.close();
+  process.exit(1);
+}
 const hub = buildHub(config, deployments, db, flow, rates);
 const app = createApp({ config, db, deployments, rates, flow, hub });
 const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS)]);

@@ -1,0 +1,107 @@
+/**
+ * What the service checks before it serves, refusing to start with a clear message when any
+ * check fails:
+ *   - against each deployed chain: the RPC serves the deployment's chain id; BillPay has code
+ *     at its address; each EIP-3009 token's EIP-712 name and version are the ones the 402
+ *     advertises, and its DOMAIN_SEPARATOR is the one a payer signing them would compute (a
+ *     mismatch makes every x402 payment fail at settlement, after the payer signed); the
+ *     operator and refunder keys hold their roles and have gas;
+ *   - away from the local chains: no well-known Hardhat key signs (a missing
+ *     OPERATOR_PRIVATE_KEY would otherwise fall back to a public one), no sandbox biller key
+ *     is configured, and no facilitator is on loopback.
+ */
+import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
+import { billPayAbi } from "../lib/abis.ts";
+import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
+import type { ChainKey } from "../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import { hardhatAccount } from "../lib/local-accounts.ts";
+import type { Config } from "./config.ts";
+import { errorText } from "./log-safety.ts";
+
+const ROLES = { operator: keccak256(toBytes("OPERATOR_ROLE")), refunder: keccak256(toBytes("REFUNDER_ROLE")) };
+const eip712Reads = parseAbi([
+  "function version() view returns (string)",
+  "function DOMAIN_SEPARATOR() view returns (bytes32)",
+  "function eip712Domain() view returns (bytes1, string, string, uint256, address, bytes32, uint256[])",
+]);
+/** The sandbox biller's keys (server/config.ts defaults): never for a real biller. */
+const SANDBOX_BILLER_KEYS = new Set(["sandbox-api-key", "sandbox-secret-key", "sandbox-public-key"]);
+/** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, no secret. */
+const WELL_KNOWN = new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
+
+/** Whether every deployed chain is a node on this machine (the local profile). */
+export function isLocalDeployment(deployments: Deployments): boolean {
+  return (Object.entries(deployments.chains) as Array<[ChainKey, NonNullable<Deployments["chains"][ChainKey]>]>).every(([key, d]) => isLocalRpcUrl(rpcUrlFor(key, d)));
+}
+
+/** The refusals that need no chain: keys, biller credentials and facilitators away from the local chains. */
+export function policyFailures(config: Config, deployments: Deployments, keys: { operator: Address; refunder: Address }): string[] {
+  if (isLocalDeployment(deployments)) return [];
+  const out: string[] = [];
+  for (const [role, address] of Object.entries(keys)) {
+    if (WELL_KNOWN.has(address.toLowerCase())) {
+      out.push(`the ${role} key ${address} is one of Hardhat's public test keys: set ${role.toUpperCase()}_PRIVATE_KEY`);
+    }
+  }
+  for (const name of ["BILLER_API_KEY", "BILLER_SECRET_KEY", "BILLER_PUBLIC_KEY"] as const) {
+    if (SANDBOX_BILLER_KEYS.has(config[name])) out.push(`${name} is the sandbox biller's key: set the biller's real credentials`);
+  }
+  for (const name of ["FACILITATOR_URL_CELO", "FACILITATOR_URL_BASE"] as const) {
+    const chain = name.endsWith("CELO") ? "CELO" : "BASE";
+    if (deployments.chains[chain] && isLocalRpcUrl(config[name])) out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator`);
+  }
+  return out;
+}
+
+/** The checks against each deployed chain (see the file's comment). */
+export async function chainFailures(deployments: Deployments, keys: { operator: Address; refunder: Address }, minGasWei: bigint): Promise<string[]> {
+  const out: string[] = [];
+  for (const [chain, d] of Object.entries(deployments.chains) as Array<[ChainKey, NonNullable<Deployments["chains"][ChainKey]>]>) {
+    const client = publicClientFor(chain, rpcUrlFor(chain, d));
+    const billPay = d.billPay.address as Address;
+    try {
+      const chainId = await client.getChainId();
+      if (chainId !== d.chainId) {
+        out.push(`${chain}: the RPC serves chain ${chainId}, the deployment is on ${d.chainId}`);
+        continue;
+      }
+      const code = await client.getCode({ address: billPay });
+      if (!code || code === "0x") {
+        out.push(`${chain}: no contract at BillPay's address ${billPay}`);
+        continue;
+      }
+      for (const t of d.tokens.filter((x) => x.eip712Version !== null)) {
+        const token = t.address as Address;
+        const [name, separator, version] = await Promise.all([
+          client.readContract({ address: token, abi: erc20Abi, functionName: "name" }),
+          client.readContract({ address: token, abi: eip712Reads, functionName: "DOMAIN_SEPARATOR" }),
+          client
+            .readContract({ address: token, abi: eip712Reads, functionName: "version" })
+            .catch(() => client.readContract({ address: token, abi: eip712Reads, functionName: "eip712Domain" }).then((domain) => domain[2])),
+        ]);
+        const advertised = { name: t.name, version: t.eip712Version!, chainId: d.chainId, verifyingContract: token };
+        if (name !== t.name) out.push(`${chain} ${t.symbol}: the token's name is "${name}", the 402 advertises "${t.name}"`);
+        if (version !== t.eip712Version) out.push(`${chain} ${t.symbol}: the token's EIP-712 version is "${version}", the 402 advertises "${t.eip712Version}"`);
+        if ((separator as Hex).toLowerCase() !== domainSeparator({ domain: advertised }).toLowerCase()) {
+          out.push(`${chain} ${t.symbol}: the token's DOMAIN_SEPARATOR is not the one for the advertised name, version, chain and address: payers' signatures would not verify`);
+        }
+      }
+      for (const [role, address] of Object.entries(keys) as Array<["operator" | "refunder", Address]>) {
+        const [holds, gas] = await Promise.all([
+          client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [ROLES[role], address] }),
+          client.getBalance({ address }),
+        ]);
+        if (!holds) out.push(`${chain}: the ${role} key ${address} does not hold ${role.toUpperCase()}_ROLE on BillPay (npm run admin -- grant-role)`);
+        if (gas < minGasWei) out.push(`${chain}: the ${role} key ${address} has ${gas} wei of gas, under the ${minGasWei} it needs (MIN_GAS_WEI)`);
+      }
+    } catch (err) {
+      out.push(`${chain}: could not be read: ${errorText(err).split("\n")[0]}`);
+    }
+  }
+  return out;
+}
+
+export async function startupFailures(config: Config, deployments: Deployments, keys: { operator: Address; refunder: Address }): Promise<string[]> {
+  return [...policyFailures(config, deployments, keys), ...(await chainFailures(deployments, keys, config.MIN_GAS_WEI))];
+}

@@ -1,0 +1,102 @@
+/**
+ * Every refusal to start (server/startup-checks.ts), each shown on a real local chain or a
+ * configuration made to fail it, and the service process itself refusing with its message.
+ */
+import { spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { loadConfig } from "../../server/config.ts";
+import { chainFailures, isLocalDeployment, policyFailures } from "../../server/startup-checks.ts";
+import { startTestChains } from "../support/stack.ts";
+
+describe("start-up checks", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  const keys = { operator: operatorAccount().address, refunder: refunderAccount().address };
+  const minGas = 10n ** 15n;
+  /** The deployments with one chain's entry changed. */
+  const changed = (change: (d: NonNullable<Deployments["chains"]["CELO"]>) => void): Deployments => {
+    const copy = structuredClone(stack.deployments);
+    change(copy.chains.CELO!);
+    delete copy.chains.BASE;
+    return copy;
+  };
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+  });
+  afterAll(() => stack?.close());
+
+  it("pass on the local deployment as deployed", async () => {
+    expect(await chainFailures(stack.deployments, keys, minGas)).toEqual([]);
+    expect(isLocalDeployment(stack.deployments)).toBe(true);
+    expect(policyFailures(loadConfig({}), stack.deployments, keys)).toEqual([]);
+  });
+
+  it("refuse a token whose EIP-712 name or version is not what the 402 advertises", async () => {
+    const wrongVersion = changed((d) => (d.tokens.find((t) => t.symbol === "USDC")!.eip712Version = "1"));
+    const failures = await chainFailures(wrongVersion, keys, minGas);
+    expect(failures).toEqual([
+      'CELO USDC: the token\'s EIP-712 version is "2", the 402 advertises "1"',
+      expect.stringContaining("CELO USDC: the token's DOMAIN_SEPARATOR is not the one"),
+    ]);
+    const wrongName = changed((d) => (d.tokens.find((t) => t.symbol === "USDC")!.name = "USD Coin"));
+    expect((await chainFailures(wrongName, keys, minGas))[0]).toMatch(/the token's name is "USDC", the 402 advertises "USD Coin"/);
+  });
+
+  it("refuse a BillPay address with no code, and an RPC on another chain", async () => {
+    const noCode = changed((d) => (d.billPay.address = hardhatAccount(16).address));
+    expect(await chainFailures(noCode, keys, minGas)).toEqual([`CELO: no contract at BillPay's address ${hardhatAccount(16).address}`]);
+    const otherChain = changed((d) => (d.rpcUrl = stack.deployments.chains.BASE!.rpcUrl));
+    expect(await chainFailures(otherChain, keys, minGas)).toEqual(["CELO: the RPC serves chain 8453, the deployment is on 42220"]);
+  });
+
+  it("refuse hot keys without their role or without gas", async () => {
+    const fresh = privateKeyToAccount(generatePrivateKey()).address;
+    const failures = await chainFailures(changed(() => {}), { operator: hardhatAccount(15).address, refunder: fresh }, minGas);
+    expect(failures).toEqual([
+      `CELO: the operator key ${hardhatAccount(15).address} does not hold OPERATOR_ROLE on BillPay (npm run admin -- grant-role)`,
+      `CELO: the refunder key ${fresh} does not hold REFUNDER_ROLE on BillPay (npm run admin -- grant-role)`,
+      `CELO: the refunder key ${fresh} has 0 wei of gas, under the ${minGas} it needs (MIN_GAS_WEI)`,
+    ]);
+  });
+
+  it("away from the local chains, refuse Hardhat's keys, the sandbox biller's keys and a facilitator on loopback", () => {
+    const remote = changed((d) => (d.rpcUrl = "https://forno.celo-sepolia.celo-testnet.org"));
+    expect(isLocalDeployment(remote)).toBe(false);
+    const failures = policyFailures(loadConfig({}), remote, keys);
+    expect(failures).toEqual([
+      expect.stringContaining(`the operator key ${keys.operator} is one of Hardhat's public test keys: set OPERATOR_PRIVATE_KEY`),
+      expect.stringContaining(`the refunder key ${keys.refunder} is one of Hardhat's public test keys: set REFUNDER_PRIVATE_KEY`),
+      "BILLER_API_KEY is the sandbox biller's key: set the biller's real credentials",
+      "BILLER_SECRET_KEY is the sandbox biller's key: set the biller's real credentials",
+      "BILLER_PUBLIC_KEY is the sandbox biller's key: set the biller's real credentials",
+      expect.stringContaining("FACILITATOR_URL_CELO (http://127.0.0.1:8402) is on this machine"),
+    ]);
+    const own = { operator: privateKeyToAccount(generatePrivateKey()).address, refunder: privateKeyToAccount(generatePrivateKey()).address };
+    const configured = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_URL_CELO: "https://facilitator.example.org" });
+    expect(policyFailures(configured, remote, own)).toEqual([]);
+  });
+
+  it("keep the service process from starting, naming each failure", async () => {
+    const file = join(stack.dir, "wrong-version.json");
+    await writeFile(file, JSON.stringify(changed((d) => (d.tokens.find((t) => t.symbol === "USDC")!.eip712Version = "1"))));
+    const { code, out } = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, ["--import", "tsx", "server/main.ts"], {
+        env: { ...process.env, DEPLOYMENTS_FILE: file, PORT: "0", SERVER_PGLITE_DIR: join(stack.dir, "refused-db"), LOG_FORMAT: "json" },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.stderr.on("data", (d) => (out += d));
+      child.on("exit", (code) => resolve({ code, out }));
+    });
+    expect(code).toBe(1);
+    expect(out).toContain("refusing to start");
+    expect(out).toContain('CELO USDC: the token\'s EIP-712 version is "2", the 402 advertises "1"');
+    expect(out).not.toContain("listening");
+  });
+});
