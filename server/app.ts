@@ -405,7 +405,10 @@ export function createApp(deps: AppDeps): Hono {
     ledgerUrl: config.LEDGER_URL,
     rates: deps.rates,
     biller: deps.flow.biller,
-    facilitatorUrls: { CELO: config.FACILITATOR_URL_CELO, BASE: config.FACILITATOR_URL_BASE },
+    facilitators: {
+      CELO: { url: config.FACILITATOR_URL_CELO, client: deps.flow.facilitators.CELO! },
+      BASE: { url: config.FACILITATOR_URL_BASE, client: deps.flow.facilitators.BASE! },
+    },
     keys: deps.flow.operator.addresses,
     stuckAfterSeconds: config.STUCK_AFTER_SECONDS,
   });

@@ -1,4 +1,6 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
+import { facilitatorAuth } from "./x402/facilitator-auth.ts";
+import type { ChainKey } from "../lib/chains.ts";
 import { Metrics } from "./metrics.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import { log } from "./log.ts";
@@ -30,7 +32,8 @@ export function buildFlow(
   keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() },
 ): WorkerDeps {
   const metrics = new Metrics();
-  const facilitator = (url: string) => timedFacilitator(new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS }), metrics);
+  const facilitator = (url: string, chain: ChainKey) =>
+    timedFacilitator(new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS, createAuthHeaders: facilitatorAuth(config, chain) }), metrics);
   const biller = new VtpassClient({
     baseUrl: config.BILLER_BASE_URL,
     apiKey: config.BILLER_API_KEY,
@@ -44,7 +47,7 @@ export function buildFlow(
     orders,
     orphans: new Orphans(db),
     callbacks: new Callbacks(db, orders, callbackOptions(config), log()),
-    facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO), BASE: facilitator(config.FACILITATOR_URL_BASE) },
+    facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO, "CELO"), BASE: facilitator(config.FACILITATOR_URL_BASE, "BASE") },
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
     operator: new ChainOperator(deployments, keys),

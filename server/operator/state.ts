@@ -12,6 +12,7 @@ import { isLocalRpcUrl, publicClientFor } from "../../lib/chain-client.ts";
 import { CHAINS, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
+import type { FacilitatorClient } from "@x402/core/server";
 import type { VtpassClient } from "../biller/vtpass.ts";
 import type { Db } from "../db.ts";
 import { errorText } from "../log-safety.ts";
@@ -64,7 +65,8 @@ export interface OperatorStateDeps {
   ledgerUrl: string;
   rates: RateSource;
   biller: VtpassClient;
-  facilitatorUrls: Partial<Record<ChainKey, string>>;
+  /** Each chain's facilitator client (with its credentials) and its URL, for the health check. */
+  facilitators: Partial<Record<ChainKey, { url: string; client: Pick<FacilitatorClient, "getSupported"> }>>;
   keys: { operator: string; refunder: string };
   /** An unfinished order past its lease and older than this is stuck. */
   stuckAfterSeconds: number;
@@ -228,12 +230,7 @@ export class OperatorState {
         return { name, url, ok: false, ms: Math.round(performance.now() - started), error: errorText(err) };
       }
     };
-    const facilitators = Object.entries(this.deps.facilitatorUrls).map(([chain, url]) =>
-      timed(`facilitator ${chain}`, url!, async () => {
-        const res = await fetch(`${url}/supported`, { signal: AbortSignal.timeout(TIMEOUT_MS) });
-        if (!res.ok) throw new Error(`answered ${res.status}`);
-      }),
-    );
+    const facilitators = Object.entries(this.deps.facilitators).map(([chain, f]) => timed(`facilitator ${chain}`, f!.url, () => f!.client.getSupported()));
     const biller = timed("biller", "", () => this.deps.biller.ping());
     return Promise.all([...facilitators, biller]);
   }
