@@ -1,6 +1,8 @@
 /**
- * Runs the ledger (Ponder) as a child process on 127.0.0.1 and waits until it has finished
- * its backfill. Used by `npm start`, `npm run ledger`, the tests and the benchmarks.
+ * Runs the ledger (Ponder) as a child process (on 127.0.0.1 unless told otherwise) and waits
+ * until it has finished its backfill, reporting progress per chain from its /status. A long
+ * backfill is never cut off for taking long: only one that stops advancing for
+ * `stallTimeoutMs` is. Used by `npm start`, `npm run ledger`, the tests and the benchmarks.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream } from "node:fs";
@@ -15,7 +17,8 @@ import { LedgerClient } from "../server/ledger-client.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PONDER_BIN = fileURLToPath(new URL("../node_modules/ponder/dist/esm/bin/ponder.js", import.meta.url));
-const READY_TIMEOUT_MS = 120_000;
+/** How long the ledger may go without indexing a block before it is taken for stuck. */
+const STALL_TIMEOUT_MS = 120_000;
 const STOP_TIMEOUT_MS = 15_000;
 
 export interface LedgerOptions {
@@ -34,6 +37,13 @@ export interface LedgerOptions {
   logTo?: string | "inherit";
   /** Ponder's log format; JSON unless its output goes to a terminal. */
   logFormat?: "json" | "pretty";
+  /** The address the ledger's HTTP server binds (default 127.0.0.1; 0.0.0.0 serves other machines). */
+  host?: string;
+  /** Told of each chain's indexed block while the backfill runs (at most every `progressEveryMs`). */
+  onProgress?: (chains: Array<{ chain: string; chainId: number; block: number | null }>) => void;
+  progressEveryMs?: number;
+  /** How long the backfill may stop advancing before the ledger is stopped as stuck. */
+  stallTimeoutMs?: number;
 }
 
 export interface Ledger {
@@ -55,9 +65,25 @@ export async function freePort(): Promise<number> {
   });
 }
 
-async function waitReady(url: string, child: ChildProcess): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < deadline) {
+type Progress = Array<{ chain: string; chainId: number; block: number | null }>;
+
+async function readProgress(url: string): Promise<Progress | null> {
+  try {
+    const res = await fetch(`${url}/status`, { signal: AbortSignal.timeout(1_000) });
+    if (!res.ok) return null;
+    const status = (await res.json()) as Record<string, { id: number; block: { number: number } | null }>;
+    return Object.entries(status).map(([chain, s]) => ({ chain, chainId: s.id, block: s.block?.number ?? null }));
+  } catch {
+    return null; // not listening yet
+  }
+}
+
+async function waitReady(url: string, child: ChildProcess, options: LedgerOptions): Promise<void> {
+  const stallMs = options.stallTimeoutMs ?? STALL_TIMEOUT_MS;
+  let deadline = Date.now() + stallMs;
+  let lastReport = 0;
+  let last = "";
+  for (;;) {
     if (child.exitCode !== null) throw new Error(`ledger exited with code ${child.exitCode} before it was ready`);
     try {
       const res = await fetch(`${url}/ready`, { signal: AbortSignal.timeout(1_000) });
@@ -65,9 +91,20 @@ async function waitReady(url: string, child: ChildProcess): Promise<void> {
     } catch {
       // not listening yet
     }
+    const progress = await readProgress(url);
+    const seen = JSON.stringify(progress?.map((p) => p.block) ?? null);
+    // Any block indexed since the last look is progress: the stall clock starts again.
+    if (progress && seen !== last) {
+      last = seen;
+      deadline = Date.now() + stallMs;
+    }
+    if (progress && options.onProgress && Date.now() - lastReport >= (options.progressEveryMs ?? 5_000)) {
+      lastReport = Date.now();
+      options.onProgress(progress);
+    }
+    if (Date.now() > deadline) throw new Error(`ledger at ${url} indexed nothing for ${stallMs} ms before it was ready`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  throw new Error(`ledger at ${url} was not ready within ${READY_TIMEOUT_MS} ms`);
 }
 
 export async function startLedger(options: LedgerOptions): Promise<Ledger> {
@@ -76,7 +113,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   const schema = options.schema ?? ledgerSchemaName(deployments, ROOT);
   const logFormat = options.logFormat ?? (options.logTo === "inherit" ? "pretty" : "json");
   const args = [PONDER_BIN, "--root", "ponder", "--log-format", logFormat];
-  args.push("start", "--schema", schema, "-p", String(port), "-H", "127.0.0.1");
+  const host = options.host ?? "127.0.0.1";
+  args.push("start", "--schema", schema, "-p", String(port), "-H", host);
   if (options.databaseUrl) args.push("--views-schema", options.viewsSchema ?? LEDGER_VIEWS_SCHEMA);
 
   const env: NodeJS.ProcessEnv = {
@@ -99,7 +137,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
     }
   }
 
-  const url = `http://127.0.0.1:${port}`;
+  // This process reaches it on loopback when it binds every address, else where it binds.
+  const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`;
   const stop = async (signal: NodeJS.Signals = "SIGTERM") => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -110,7 +149,7 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   };
 
   try {
-    await waitReady(url, child);
+    await waitReady(url, child, options);
   } catch (err) {
     await stop();
     throw err;

@@ -10,6 +10,11 @@ const ledger = await startLedger({
     ? await ledgerDatabaseFor(process.env.DATABASE_URL, await readDeployments(deploymentsPath()))
     : undefined,
   logTo: "inherit",
+  host: process.env.LEDGER_HOST ?? "127.0.0.1",
+  // A real chain's backfill may take hours: print where each chain is, and never cut it short while it advances.
+  onProgress: (chains) => console.log(`backfill: ${chains.map((c) => `${c.chain} block ${c.block ?? "none yet"}`).join(", ")}`),
+  progressEveryMs: 10_000,
+  stallTimeoutMs: Number(process.env.LEDGER_STALL_TIMEOUT_MS ?? 600_000),
 });
 console.log(`ledger ready at ${ledger.url} (schema ${ledger.schema})`);
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => void ledger.stop().then(() => process.exit(0)));
