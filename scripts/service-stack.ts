@@ -16,6 +16,7 @@ import { rateSourceFor } from "../server/pricing/rates.ts";
 import { buildFlow, buildHub } from "../server/services.ts";
 import { log } from "../server/log.ts";
 import type { AgentHub } from "../server/agent/hub.ts";
+import type { HotKeys } from "../server/chain/operator.ts";
 import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
 import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
 
@@ -47,17 +48,30 @@ export async function startServiceStack(options: {
   ports?: { facilitator?: number; biller?: number; service?: number };
   /** The service's PGlite directory; in memory when absent (ignored with SERVER_DATABASE_URL). */
   pgliteDir?: string;
+  /** Another stack's facilitator and biller: a second instance of the same service uses them instead of its own. */
+  shared?: { facilitator: string; biller: string };
+  /** The instance's own operator and refunder keys (one key per instance); the local ones when absent. */
+  keys?: HotKeys;
 }): Promise<ServiceStack> {
   const { deployments } = options;
   const closers: Array<() => Promise<unknown>> = [];
   try {
     const chains = CHAIN_KEYS.map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
-    const facilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains)).fetch, options.ports?.facilitator);
-    closers.push(facilitator.close);
     const base = loadConfig(options.env ?? {});
-    const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
-    const biller = await listen(billerSandboxApp(keys).fetch, options.ports?.biller);
-    closers.push(biller.close);
+    let facilitator: { url: string };
+    let biller: { url: string };
+    if (options.shared) {
+      facilitator = { url: options.shared.facilitator };
+      biller = { url: options.shared.biller };
+    } else {
+      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains)).fetch, options.ports?.facilitator);
+      closers.push(ownFacilitator.close);
+      const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
+      const ownBiller = await listen(billerSandboxApp(keys).fetch, options.ports?.biller);
+      closers.push(ownBiller.close);
+      facilitator = ownFacilitator;
+      biller = ownBiller;
+    }
 
     const config = loadConfig({
       ...options.env,
@@ -65,10 +79,10 @@ export async function startServiceStack(options: {
       FACILITATOR_URL_BASE: facilitator.url,
       BILLER_BASE_URL: biller.url,
     });
-    const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: options.pgliteDir });
+    const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: options.pgliteDir, poolSize: config.SERVER_DB_POOL_SIZE });
     closers.push(() => db.close());
     const rates = rateSourceFor(config, db, log());
-    const flow = buildFlow(config, deployments, db);
+    const flow = buildFlow(config, deployments, db, options.keys);
     const hub = buildHub(config, deployments, db, flow, rates);
     const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);
     closers.push(service.close);

@@ -55,6 +55,8 @@ export const configSchema = z.object({
   DEPLOYMENTS_FILE: z.string().default("deployments/localhost.json"),
   SERVER_DATABASE_URL: z.string().url().optional(),
   SERVER_PGLITE_DIR: z.string().default(".data/server-pglite"),
+  /** Connections each instance keeps to PostgreSQL (instances x this must stay under the server's max_connections). */
+  SERVER_DB_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
   NGN_PER_USD: decimal(RATE_SCALE, "NGN_PER_USD").prefault("1550"),
   RATE_SOURCE_URL: z.string().url().optional(),
   RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),

@@ -225,10 +225,10 @@ async function migrate(db: Db): Promise<void> {
 /** Instances starting together take turns migrating (a session-level advisory lock). */
 const MIGRATION_LOCK = 7_402_402;
 
-export async function openDb(options: { url?: string; pgliteDir?: string }): Promise<Db> {
+export async function openDb(options: { url?: string; pgliteDir?: string; poolSize?: number }): Promise<Db> {
   let db: Db;
   if (options.url) {
-    const pool = new pg.Pool({ connectionString: options.url, max: 10, connectionTimeoutMillis: 5_000, statement_timeout: 10_000 });
+    const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 10, connectionTimeoutMillis: 5_000, statement_timeout: 10_000 });
     // An idle connection the server drops (a restart, a terminated backend) is an 'error'
     // event on the pool; unheard, it would crash the process. The pool replaces the client.
     pool.on("error", (err) => console.error(JSON.stringify({ level: "warn", msg: "database connection lost; the pool will reconnect", error: err.message })));

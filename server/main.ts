@@ -24,7 +24,7 @@ try {
   process.exit(1);
 }
 
-const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR });
+const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR, poolSize: config.SERVER_DB_POOL_SIZE });
 const rates = rateSourceFor(config, db, processLog());
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);

@@ -10,7 +10,7 @@ import { PaymentPayloadV2Schema, PaymentRequirementsV2Schema } from "@x402/core/
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
-import { createWalletClient, http, publicActions, type Account } from "viem";
+import { createWalletClient, http, nonceManager, publicActions, type Account } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { CHAINS, viemChain, type ChainKey } from "../../lib/chains.ts";
 
@@ -22,8 +22,11 @@ export interface FacilitatorChain {
   rpcUrl: string;
 }
 
-export function createFacilitator(account: Account, chains: FacilitatorChain[]): x402Facilitator {
+export function createFacilitator(signerAccount: Account, chains: FacilitatorChain[]): x402Facilitator {
   const facilitator = new x402Facilitator();
+  // Settlements arrive concurrently (from several service instances, too): nonces are handed
+  // out here, one per transaction, instead of each send reading the same pending count.
+  const account = { ...signerAccount, nonceManager } as Account;
   for (const { chain, rpcUrl } of chains) {
     const client = createWalletClient({
       account,

@@ -1,0 +1,158 @@
+/**
+ * Two instances of the service on one PostgreSQL and one ledger, each with its own operator
+ * and refunder keys (granted by `npm run admin`), sharing the facilitator and the biller.
+ * Payers pay over both rails through both instances at once, one x402 payment is sent to
+ * both instances together, and both workers then run at once: every bill is served or
+ * refunded exactly once, and the audit of ledger and orders finds nothing.
+ */
+import { x402HTTPClient } from "@x402/core/http";
+import { join } from "node:path";
+import { createWalletClient, http, parseEther, type Hex } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
+import { viemChain, type ChainKey } from "../../lib/chains.ts";
+import { deployerAccount, hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAdmin } from "../../scripts/admin.ts";
+import { runAudit } from "../../scripts/audit.ts";
+import { startLedger, waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
+import { startServiceStack, type ServiceStack } from "../../scripts/service-stack.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { airtimeBill, x402Bill } from "../support/bills.ts";
+import { freshDatabase, startTestChains } from "../support/stack.ts";
+
+type Result = { status: string; request_id: string; refund?: { status: string } };
+
+describe("two service instances on one PostgreSQL and one ledger", () => {
+  let chains: Awaited<ReturnType<typeof startTestChains>>;
+  let ledger: Ledger;
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
+  let a: ServiceStack;
+  let b: ServiceStack;
+  let celo: ChainActors;
+  const keysB = { operator: privateKeyToAccount(generatePrivateKey()), refunder: privateKeyToAccount(generatePrivateKey()) };
+
+  beforeAll(async () => {
+    chains = await startTestChains();
+    ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: join(chains.dir, "ledger"), logTo: join(chains.dir, "ledger.log") });
+    database = await freshDatabase("two_instances");
+    celo = chainActors(chains.deployments, "CELO");
+
+    // Instance B signs with its own keys: the admin grants their roles, the deployer funds their gas.
+    for (const chain of ["CELO", "BASE"] as ChainKey[]) {
+      const d = chains.deployments.chains[chain]!;
+      const deployer = createWalletClient({ account: deployerAccount(), chain: viemChain(chain, d.rpcUrl), transport: http(d.rpcUrl) });
+      for (const key of Object.values(keysB)) {
+        await chainActors(chains.deployments, chain).mined(await deployer.sendTransaction({ to: key.address, value: parseEther("10") }));
+      }
+      await runAdmin(["grant-role", "--chain", chain, "--role", "OPERATOR", "--account", keysB.operator.address, "--send"], chains.deployments);
+      await runAdmin(["grant-role", "--chain", chain, "--role", "REFUNDER", "--account", keysB.refunder.address, "--send"], chains.deployments);
+    }
+
+    const env = {
+      SERVER_DATABASE_URL: database.url,
+      SERVER_DB_POOL_SIZE: "5",
+      LEDGER_URL: ledger.url,
+      BILLER_TIMEOUT_MS: "500",
+      VEND_DEADLINE_MS: "300",
+      REQUERY_INTERVAL_MS: "200",
+      WORKER_GRACE_SECONDS: "0",
+      LOG_REQUESTS: "0",
+    };
+    // Both start at once: the migrations take turns.
+    a = await startServiceStack({ deployments: chains.deployments, env });
+    b = await startServiceStack({ deployments: chains.deployments, env, shared: { facilitator: a.urls.facilitator, biller: a.urls.biller }, keys: keysB });
+  });
+  afterAll(async () => {
+    await b?.close();
+    await a?.close();
+    await ledger?.stop();
+    await chains?.close();
+    await database?.drop();
+  });
+
+  it("serves or refunds every bill exactly once, whichever instance took it", async () => {
+    const instances = [a, b];
+    const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    /** An x402 payer's signed payment for a bill, made from instance `via`'s challenge. */
+    const signed = async (payerIndex: number, billersCode: string, via: ServiceStack) => {
+      const payer = hardhatAccount(payerIndex);
+      const body = x402Bill(payer.address, { billersCode });
+      const challenge = await post(via.urls.service, body);
+      const client = new x402HTTPClient(x402ClientFor(payer, chains.deployments));
+      const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenge.headers.get(n), await challenge.json()));
+      return { payer, body, headers: client.encodePaymentSignatureHeader(payload) };
+    };
+
+    // x402: four payers, two through each instance; one bill fails at the biller.
+    const x402 = await Promise.all([
+      signed(3, "08011111111", a),
+      signed(4, "08099999999", a),
+      signed(5, "08011111111", b),
+      signed(6, "08011111111", b),
+    ]);
+    const before = new Map(await Promise.all(x402.map(async (p) => [p.payer.address, await celo.balanceOf("USDC", p.payer.address)] as const)));
+
+    // The agent hub: one wallet linked through A, paying through both.
+    const agent = hardhatAccount(7);
+    await celo.approveAndAllow(agent, "USDC", 20_000_000n);
+    const apiKey = await linkAgent(a.urls.service, agent);
+    const agentBefore = await celo.balanceOf("USDC", agent.address);
+    const mcps = await Promise.all(instances.map((i) => mcpAgent(i.urls.service)));
+    const agentBills = [
+      { via: 0, bill: airtimeBill({ nairaAmount: 1600 }) },
+      { via: 1, bill: airtimeBill({ nairaAmount: 1700 }) },
+      { via: 1, bill: airtimeBill({ nairaAmount: 1800, billersCode: "08099999999" }) },
+      { via: 0, bill: airtimeBill({ nairaAmount: 1900 }) },
+    ];
+
+    const [x402Results, agentResults, [twiceA, twiceB]] = await Promise.all([
+      Promise.all(x402.map((p, i) => post(instances[i < 2 ? 0 : 1]!.urls.service, p.body, p.headers).then((r) => r.json() as Promise<Result>))),
+      Promise.all(agentBills.map((x, i) => mcps[x.via]!.call("pay_bill", { api_key: apiKey, pin: "1234", ...x.bill, idempotency_key: `two-${i}` }).then((r) => r.data as unknown as Result))),
+      // The same x402 payment sent to both instances at once: one order, one settlement.
+      signed(8, "08011111111", b).then((p) => Promise.all(instances.map((i) => post(i.urls.service, p.body, p.headers).then((r) => r.json() as Promise<Result>)))),
+    ]);
+    await Promise.all(mcps.map((m) => m.close()));
+
+    expect(x402Results.map((r) => r.status), JSON.stringify(x402Results)).toEqual(["SUCCESS", "FAILED_VENDING", "SUCCESS", "SUCCESS"]);
+    expect(x402Results[1]!.refund).toMatchObject({ status: "REFUNDED" });
+    expect(agentResults.map((r) => r.status)).toEqual(["SUCCESS", "SUCCESS", "FAILED_VENDING", "SUCCESS"]);
+    expect(agentResults[2]!.refund).toMatchObject({ status: "REFUNDED" });
+    expect(twiceA!.request_id).toBe(twiceB!.request_id);
+
+    // Both workers at once find nothing left to do twice.
+    await Promise.all([workOnce(a.flow), workOnce(b.flow)]);
+    await Promise.all([workOnce(a.flow), workOnce(b.flow)]);
+
+    // Every order is final, once; money moved exactly as served and refunded.
+    const orders = await a.db.query<{ request_id: string; status: string; rail: string; amount: string; tx_hash: string | null }>(
+      `SELECT request_id, status, rail, amount::text AS amount, tx_hash FROM bill_order ORDER BY created_at`,
+    );
+    expect(orders).toHaveLength(9);
+    expect(orders.filter((o) => o.status === "SUCCESS")).toHaveLength(7);
+    expect(orders.filter((o) => o.status === "REFUNDED")).toHaveLength(2);
+    for (const [i, p] of x402.entries()) {
+      const after = await celo.balanceOf("USDC", p.payer.address);
+      expect(before.get(p.payer.address)! - after, `x402 payer ${i}`).toBe(i === 1 ? 0n : 1_001_000n);
+    }
+    const agentPaid = orders.filter((o) => o.rail === "pull" && o.status === "SUCCESS").reduce((s, o) => s + BigInt(o.amount), 0n);
+    expect(agentBefore - (await celo.balanceOf("USDC", agent.address))).toBe(agentPaid);
+
+    // Each instance pulled with its own key.
+    const pullSenders = new Set<string>();
+    for (const o of orders.filter((x) => x.rail === "pull")) {
+      const tx = await celo.publicClient.getTransaction({ hash: o.tx_hash as Hex });
+      pullSenders.add(tx.from.toLowerCase());
+    }
+    expect(pullSenders).toEqual(new Set([hardhatAccount(1).address.toLowerCase(), keysB.operator.address.toLowerCase()]));
+
+    // The ledger agrees: one payment per order, a refund only for the refunded ones, nothing else.
+    await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    const report = await runAudit({ ledgerUrl: ledger.url, deployments: chains.deployments, service: { url: b.urls.service } });
+    expect(report.discrepancies).toEqual([]);
+    expect(report.orders).toMatchObject({ ordersChecked: 9, review: [], stuck: [] });
+  });
+});
