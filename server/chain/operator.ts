@@ -55,6 +55,12 @@ export interface PullItem {
 
 type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization"; args: readonly unknown[] };
 
+/**
+ * The hot keys, as viem Accounts: a local key (lib/local-accounts.ts, or *_PRIVATE_KEY), or
+ * any remote or KMS signer built with viem's `toAccount` (an address and async signing
+ * calls; test/server/remote-signer.test.ts). Each instance has its own pair, and the
+ * transactions of one key are sent one at a time from one instance.
+ */
 export interface HotKeys {
   /** Holds OPERATOR_ROLE: pulls. */
   operator: Account;
