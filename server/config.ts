@@ -79,6 +79,9 @@ export const configSchema = z.object({
   FACILITATOR_TOKEN_BASE: z.string().min(1).optional(),
   CDP_API_KEY_ID: z.string().min(1).optional(),
   CDP_API_KEY_SECRET: z.string().min(1).optional(),
+  /** A pull or refund unmined this long is sent again at a higher fee (same nonce), at most TX_MAX_REPLACEMENTS times. */
+  TX_REPLACE_AFTER_MS: z.coerce.number().int().positive().default(60_000),
+  TX_MAX_REPLACEMENTS: z.coerce.number().int().min(0).max(10).default(3),
   /** The least native gas (wei) the operator and refunder keys must hold for the service to start. */
   MIN_GAS_WEI: z
     .string()

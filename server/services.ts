@@ -50,7 +50,7 @@ export function buildFlow(
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO, "CELO"), BASE: facilitator(config.FACILITATOR_URL_BASE, "BASE") },
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
-    operator: new ChainOperator(deployments, keys),
+    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,

@@ -7,6 +7,11 @@
  * not hold up the next send. One process per key: instances each sign with their own. A
  * contract refusal is reported by its error name, so callers can tell "already done" (a
  * retry after a crash) from a real failure.
+ *
+ * A transaction not mined within `replaceAfterMs` is replaced: the same call, the same
+ * nonce, each fee raised by a quarter (nodes ask for at least a tenth), up to
+ * `maxReplacements` times. One nonce can be mined once, so the original and its
+ * replacements together move money at most once; whichever is mined is the answer.
  */
 import {
   BaseError,
@@ -20,13 +25,24 @@ import {
   type TransactionReceipt,
 } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
-import { publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { POLLING_INTERVAL_MS, publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "../orders/store.ts";
 import type { Authorization } from "../x402/payment.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
+
+
+export interface ReplacementPolicy {
+  /** How long a sent transaction may stay unmined before it is replaced at a higher fee. */
+  replaceAfterMs: number;
+  maxReplacements: number;
+}
+const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxReplacements: 3 };
+
+/** Each fee up by a quarter, rounded up. */
+const bump = (fee: bigint | undefined) => (fee === undefined ? undefined : (fee * 125n + 99n) / 100n);
 /** BillPay's ABI plus the token's errors, so a refusal from inside the token is named too. */
 const abi = [...billPayAbi, ...eip3009TokenAbi.filter((item) => item.type === "error")];
 const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "OrderExists", "AlreadyRefunded"]);
@@ -74,6 +90,7 @@ export class ChainOperator {
   constructor(
     private readonly deployments: Deployments,
     private readonly keys: HotKeys,
+    private readonly replacement: ReplacementPolicy = DEFAULT_REPLACEMENT,
   ) {}
 
   /** The hot keys' addresses (their gas is watched). */
@@ -81,15 +98,19 @@ export class ChainOperator {
     return { operator: this.keys.operator.address, refunder: this.keys.refunder.address };
   }
 
-  /** One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash before it is sent. */
-  pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
-    return this.write(chain, this.keys.operator, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned);
+  /**
+   * One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash
+   * before it is sent; `onReplaced` learns a replacement's (or the mined one's) hash in place
+   * of the one it last learnt.
+   */
+  pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
+    return this.write(chain, this.keys.operator, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned, onReplaced);
   }
 
   /** Many pulls in one transaction, all or nothing. */
-  pullBatch(chain: ChainKey, items: PullItem[], onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
+  pullBatch(chain: ChainKey, items: PullItem[], onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    return this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned);
+    return this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
@@ -126,7 +147,7 @@ export class ChainOperator {
    * it, hands the hash to `onSigned` (callers record it: the chain can never hold a
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
-  private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>): Promise<Hex> {
+  private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
@@ -151,15 +172,53 @@ export class ChainOperator {
         const hash = keccak256(serialized);
         await onSigned?.(hash);
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
-        return hash;
+        return { hash, request, wallet };
       });
     this.queues.set(queue, sent);
-    const hash = await sent;
-    const receipt: TransactionReceipt = await client.waitForTransactionReceipt({ hash, timeout: RECEIPT_TIMEOUT_MS });
-    // Another sender with this key took the nonce: what happened to ours is unknown.
-    if (receipt.transactionHash !== hash) throw new Error(`transaction ${hash} was replaced by ${receipt.transactionHash}`);
-    if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${hash} reverted`);
-    return hash;
+    const { hash, request, wallet } = await sent;
+
+    // Wait for the transaction; replace it at a higher fee when it sits unmined.
+    const hashes: Hex[] = [hash];
+    let current = request;
+    let receipt: TransactionReceipt | null = null;
+    for (let replacements = 0; ; replacements++) {
+      const last = replacements >= this.replacement.maxReplacements;
+      receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs);
+      if (receipt || last) break;
+      current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
+      const serialized = await wallet.signTransaction(current);
+      const replacement = keccak256(serialized);
+      try {
+        await wallet.sendRawTransaction({ serializedTransaction: serialized });
+      } catch {
+        // The nonce was taken meanwhile (most likely by what we sent before): keep waiting for it.
+        continue;
+      }
+      await onReplaced?.(hashes.at(-1)!, replacement);
+      hashes.push(replacement);
+    }
+    if (!receipt) throw new Error(`transaction ${hash} (and ${hashes.length - 1} replacement(s)) not mined in time`);
+    const mined = receipt.transactionHash;
+    // The original can still win the race against its replacement: the caller learns which.
+    if (mined !== hashes.at(-1)) await onReplaced?.(hashes.at(-1)!, mined);
+    if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
+    return mined;
+  }
+}
+
+/** Learns that the transaction it knew as `previous` is now `next` (a replacement, or the one that was mined). */
+export type Replaced = (previous: Hex, next: Hex) => Promise<void>;
+
+/** The receipt of whichever of `hashes` is mined first, or null after `timeoutMs`. */
+async function firstReceipt(client: ReturnType<typeof publicClientFor>, hashes: Hex[], timeoutMs: number): Promise<TransactionReceipt | null> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    for (const hash of hashes) {
+      const receipt = await client.getTransactionReceipt({ hash }).catch(() => null);
+      if (receipt) return receipt;
+    }
+    if (Date.now() >= deadline) return null;
+    await new Promise((r) => setTimeout(r, POLLING_INTERVAL_MS));
   }
 }
 

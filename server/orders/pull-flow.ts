@@ -126,9 +126,11 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   const onSigned = async (hash: Hex) => {
     if (!(await deps.orders.setTxHash(ids, hash, guard))) throw new PullWithdrawn();
   };
+  // A replacement is the same pull at a higher fee, under the same nonce: no new authority, so no guard.
+  const onReplaced = (previous: Hex, next: Hex) => deps.orders.replaceTxHash(ids, previous, next);
   try {
-    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSigned);
-    else await deps.operator.pullBatch(chain, items, onSigned);
+    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSigned, onReplaced);
+    else await deps.operator.pullBatch(chain, items, onSigned, onReplaced);
   } catch (err) {
     if (err instanceof PullWithdrawn) {
       // Nothing was sent. Either the guard failed (these orders are still waiting: write them

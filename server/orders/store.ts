@@ -366,6 +366,11 @@ export class OrderStore {
     return rows.length === requestIds.length;
   }
 
+  /** The pull recorded as `previous` went out again at a higher fee (or `next` is the one mined). */
+  async replaceTxHash(requestIds: string[], previous: string, next: string): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET tx_hash = $3, updated_at = now() WHERE request_id = ANY($1::text[]) AND tx_hash = $2`, [requestIds, previous, next]);
+  }
+
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
   async writeOffUnsent(requestId: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(

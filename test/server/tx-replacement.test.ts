@@ -1,0 +1,68 @@
+/**
+ * A hot key's transaction that sits unmined is replaced at a higher fee under the same
+ * nonce, and whichever is mined is the one reported: the pull happens once. The chain is
+ * made to hold the first transaction by switching its automine and interval mining off
+ * (test-only RPC methods).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Hex } from "viem";
+import { billPayAbi } from "../../lib/abis.ts";
+import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { ChainOperator, onChainOrderId } from "../../server/chain/operator.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startTestChains } from "../support/stack.ts";
+
+describe("a stuck transaction", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let celo: ChainActors;
+  const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    celo = chainActors(stack.deployments, "CELO");
+  });
+  afterAll(async () => {
+    await rpc("evm_setAutomine", [true]).catch(() => {});
+    await rpc("evm_setIntervalMining", [1000]).catch(() => {});
+    await stack?.close();
+  });
+
+  it("is replaced at a quarter more fee, same nonce, and only one of them pulls", async () => {
+    const payer = hardhatAccount(13);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const before = await celo.balanceOf("USDC", payer.address);
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 500, maxReplacements: 2 });
+
+    const signed: Hex[] = [];
+    const replaced: Array<[Hex, Hex]> = [];
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    const requestId = "req_202611230000bbbbbbbbbbbbbbbbbbbb";
+    const pulling = operator.pull(
+      "CELO",
+      { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
+      async (hash) => void signed.push(hash),
+      async (previous, next) => void replaced.push([previous, next]),
+    );
+    // The first transaction waits in the pool; note its fee.
+    await expect.poll(() => signed.length, { timeout: 5_000 }).toBe(1);
+    const pending = () => celo.publicClient.getTransaction({ hash: signed[0]! }).then(() => true, () => false);
+    await expect.poll(pending, { timeout: 5_000 }).toBe(true);
+    const original = await celo.publicClient.getTransaction({ hash: signed[0]! });
+    await expect.poll(() => replaced.length, { timeout: 5_000 }).toBe(1);
+    expect(replaced[0]![0]).toBe(signed[0]);
+    await rpc("evm_mine");
+    const mined = await pulling;
+
+    expect(mined).toBe(replaced[0]![1]);
+    const tx = await celo.publicClient.getTransaction({ hash: mined });
+    expect(tx.nonce).toBe(original.nonce);
+    expect(tx.maxFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxFeePerGas! * 125n);
+    expect(tx.maxPriorityFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxPriorityFeePerGas! * 125n);
+    await expect(celo.publicClient.getTransactionReceipt({ hash: signed[0]! })).rejects.toThrow();
+    // Pulled once.
+    expect(await celo.balanceOf("USDC", payer.address)).toBe(before - 1_000_000n);
+    const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
+    expect(order.paid).toBe(1_000_000n);
+  });
+});
