@@ -21,7 +21,7 @@ const LEDGER_POLL_MS = 50;
 
 export interface PullBill {
   bill: PaymentRequest;
-  /** The bill's identity (quotes.ts): a repeat under one idempotency key must be the same bill. */
+  /** The bill's identity (pricing/quote.ts): a repeat under one idempotency key must be the same bill. */
   bodyHash: string;
   amount: bigint;
 }

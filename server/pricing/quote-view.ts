@@ -6,7 +6,7 @@
  * what a payment must carry.
  */
 import { formatUnits } from "viem";
-import type { LockedQuote } from "../quotes.ts";
+import type { LockedQuote } from "./quotes.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { toScaled } from "./decimal.ts";
 import { MIN_PRICE_MICRO_USD, priceBill, type Category } from "./price.ts";

@@ -1,6 +1,6 @@
 /**
  * The 402 challenge for a bill: one payment option per chain and token that can settle
- * it, priced from a locked quote. Served two ways at once, as the published interface
+ * it, priced from a locked quote (pricing/quote.ts). Served two ways at once, as the published interface
  * asks: an x402 v1-style JSON body (`x402Version: 1`, `accepts[]` with CAIP-2 networks)
  * and the x402 v2 `PAYMENT-REQUIRED` header.
  */
@@ -10,10 +10,9 @@ import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol
 import type { Deployments } from "../../lib/deployments.ts";
 import type { Catalogue } from "../biller/catalogue.ts";
 import { ServiceError } from "../errors.ts";
-import { toScaled } from "../pricing/decimal.ts";
-import { MIN_PRICE_MICRO_USD, priceBill, type Category } from "../pricing/price.ts";
+import { MIN_PRICE_MICRO_USD, type Category } from "../pricing/price.ts";
 import type { RateSource } from "../pricing/rates.ts";
-import { bodyHash, type QuoteStore } from "../quotes.ts";
+import type { QuoteStore } from "../pricing/quotes.ts";
 import type { PaymentRequest } from "../schemas.ts";
 
 export const PAYMENT_REQUIRED_ERROR = "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT";
@@ -67,54 +66,6 @@ export function resolveOption(req: Pick<PaymentRequest, "blockchain" | "token">)
   return resolved
     ? { chain: chain.key, token }
     : { chain: chain.key, token, warning: `token "${req.token}" is not recognised; the bill is priced and settled in USDC` };
-}
-
-/** The bill's identity: what a quote and a payment are bound to. */
-export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: TokenSymbol }): string {
-  return bodyHash({
-    serviceID: req.serviceID,
-    serviceCategory: req.serviceCategory,
-    network: req.network.toUpperCase(),
-    billersCode: req.billersCode,
-    kobo: toScaled(req.nairaAmount, 2)!.toString(),
-    variation_code: req.variation_code ?? "",
-    phone: req.phone ?? "",
-    // Only international bills carry these: domestic bills keep the hash they always had.
-    ...(req.country_code === undefined && req.foreignAmount === undefined && req.operator_id === undefined && req.product_type_id === undefined
-      ? {}
-      : {
-          foreign_cents: req.foreignAmount === undefined ? "" : toScaled(req.foreignAmount, 2)!.toString(),
-          country_code: req.country_code ?? "",
-          product_type_id: req.product_type_id ?? "",
-          operator_id: req.operator_id ?? "",
-        }),
-    wallet_address: req.wallet_address.toLowerCase(),
-    chain: option.chain,
-    token: option.token,
-  });
-}
-
-/**
- * Checks the bill against the biller's catalogue (a bill that could never vend, or a plan
- * whose price is not nairaAmount, is refused here, before any price is shown), then locks
- * (or finds) its quote on its chain and token.
- */
-export async function quoteBill(
-  req: PaymentRequest,
-  ctx: Pick<ChallengeContext, "quotes" | "rates" | "fees" | "catalogue">,
-  option: { chain: ChainKey; token: TokenSymbol },
-) {
-  await ctx.catalogue.check(req);
-  const kobo = toScaled(req.nairaAmount, 2)!;
-  const hash = billHash(req, option);
-  const [quote] = await ctx.quotes.lock(hash, [option], async () => {
-    const rate = await ctx.rates.ngnPerUsdMilli().catch((err: Error) => {
-      throw new ServiceError("RATE_UNAVAILABLE", err.message);
-    });
-    const price = priceBill(kobo, rate, ctx.fees[req.serviceCategory]);
-    return { amount: price.amount, rateMilli: rate };
-  });
-  return { hash, quote: quote! };
 }
 
 /** One payment option as x402 requirements (the server's own, rebuilt for every check). */

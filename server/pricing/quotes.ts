@@ -5,7 +5,7 @@
  * does meanwhile; the paid retry is checked against it.
  */
 import { createHash } from "node:crypto";
-import type { Db } from "./db.ts";
+import type { Db } from "../db.ts";
 
 export interface LockedQuote {
   chain: string;
