@@ -686,8 +686,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await flow.operator.pull("CELO", { requestId: late.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n });
       expect(await usdc(account)).toBe(before - 2_002_000n);
 
-      // A refund is sent only once the ledger shows the payment it returns.
+      // A refund is sent only once the ledger shows the payment it returns. The ledger reports
+      // a block a moment before its rows read: wait for the pull itself, bounded.
       await ledgerAtHead();
+      await expect.poll(async () => (await flow.ledger.order(failed.onchainOrderId)).payments.length, { timeout: 5_000 }).toBe(1);
       await workOnce(flow);
       await reconcileOrphanPulls(flow);
       expect(await flow.orders.get(failed.requestId)).toMatchObject({ status: "REFUNDED", refundTxHash: expect.stringMatching(/^0x/) });
