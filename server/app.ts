@@ -1,11 +1,11 @@
 /**
- * The service's HTTP surface (Hono). Routes stay thin: parse and validate, call the
- * module that does the work, answer; every failure leaves as problem+json from errors.ts.
+ * The service's HTTP surface (Hono): composes the routes. The x402 rail's are in
+ * x402/route.ts, the console and /metrics in console/, the operators' in ops.ts. Routes
+ * stay thin: parse and validate, call the module that does the work, answer; every failure
+ * leaves as problem+json from errors.ts.
  */
 import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { cors } from "hono/cors";
-import { z } from "zod";
 import type { Deployments } from "../lib/deployments.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
@@ -13,35 +13,28 @@ import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
-import { internationalOptionsSchema, paymentRequestSchema, type PaymentRequest } from "./schemas.ts";
-import { encodePaymentResponseHeader } from "@x402/core/http";
+import { internationalOptionsSchema } from "./schemas.ts";
 import { CHAINS } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
-import { replayOf, startX402Order } from "./orders/x402-flow.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { mountOps } from "./ops.ts";
 import { clientAddress } from "./limits.ts";
-import { quoteView } from "./pricing/quote-view.ts";
-import { publicClientFor } from "../lib/chain-client.ts";
-import { rpcUrlFor } from "../lib/deployments.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
+import { errorText } from "./log-safety.ts";
 import { mountConsole } from "./console/routes.tsx";
 import { OperatorState } from "./operator/state.ts";
 import { requestId } from "hono/request-id";
-import { Callbacks, checkCallbackUrl } from "./callbacks.ts";
-import type { Order } from "./orders/store.ts";
-import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./x402/challenge.ts";
-import { billHash, quoteBill } from "./pricing/quote.ts";
-import { checkPayment, checkSignature, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./x402/payment.ts";
+import { Callbacks } from "./callbacks.ts";
+import { mountX402Routes } from "./x402/route.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
 import type { AgentHub } from "./agent/hub.ts";
 import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts";
 import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
-import { jsonBody, parseJsonBody } from "./http-body.ts";
+import { jsonBody } from "./http-body.ts";
 
 export interface AppDeps {
   config: Config;
@@ -54,24 +47,6 @@ export interface AppDeps {
   hub?: AgentHub;
 }
 
-const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
-const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
-// (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
-
-/** The fields a bill must have; a JSON object lacking any of them is a probe, not a bill. */
-const REQUIRED_BILL_FIELDS = Object.entries(paymentRequestSchema.shape)
-  .filter(([, schema]) => !schema.safeParse(undefined).success)
-  .map(([name]) => name);
-
-function isProbe(json: unknown): boolean {
-  return typeof json === "object" && json !== null && !Array.isArray(json) && REQUIRED_BILL_FIELDS.some((f) => !(f in json));
-}
-
-function validationProblem(error: z.ZodError) {
-  const e = validationFailed(error);
-  return problemResponse(e.code, e.detail, e.extra);
-}
-
 export function createApp(deps: AppDeps): Hono {
   const { config } = deps;
   const app = new Hono();
@@ -80,48 +55,6 @@ export function createApp(deps: AppDeps): Hono {
   const quotes = hub.quotes;
   const limits = hub.deps.limits;
   const callbacks = new Callbacks(deps.db, deps.flow.orders, callbackOptions(config), log());
-
-  /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
-  const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
-    payment && (await deps.flow.orders.findByPayment(chain, tokenAddress, payment.authorization.from, payment.authorization.nonce));
-
-  /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string) => {
-    if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
-      // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
-      // The order's fields beside the problem's own (its status stays the HTTP status, 402).
-      const { status: _outcome, success: _success, ...fields } = orderResult(order);
-      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", fields);
-    }
-    const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
-    if (order.txHash) {
-      headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader({
-        success: true,
-        transaction: order.txHash,
-        network: CHAINS[order.chain as keyof typeof CHAINS].caip2,
-        payer: order.payer,
-      });
-    }
-    // The paying response is the payer's: the code, and (the first time) the order's secret.
-    return c.json({ ...orderResult(order), ...(secret ? { order_secret: secret } : {}) }, 200, headers);
-  };
-
-  const challengeContext = (c: Context): ChallengeContext => ({
-    deployments: deps.deployments,
-    catalogue: deps.flow.catalogue,
-    quotes,
-    rates: deps.rates,
-    fees: config.SERVICE_FEES_USD,
-    ttlSeconds: config.QUOTE_TTL_SECONDS,
-    resourceUrl: `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`,
-  });
-
-  /** The 402: the v1 body, and the v2 header unless the client asked for protocol 1 only (`?networks=v1`). */
-  const challengeResponse = (challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) =>
-    new Response(JSON.stringify(challenge.v1Body), {
-      status: 402,
-      headers: { "content-type": "application/json", ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }), ...extraHeaders },
-    });
 
   // Every request has an id (X-Request-Id, kept from the caller when well formed), and every
   // log line written while serving it carries it (server/log.ts).
@@ -138,7 +71,7 @@ export function createApp(deps: AppDeps): Hono {
 
   app.onError((err) => {
     if (err instanceof ServiceError) return problemResponse(err.code, err.detail, err.extra);
-    console.error(JSON.stringify({ level: "error", msg: "unhandled error", error: err.message }));
+    log().error("unhandled error", { error: errorText(err) });
     return problemResponse(
       "INTERNAL",
       "an unexpected error occurred; if a payment was attached, retry with the same payment or GET /api/orders/{request_id} to see where it stands",
@@ -155,160 +88,12 @@ export function createApp(deps: AppDeps): Hono {
   app.get("/openapi.json", (c) => c.json(openApi));
   mountDocs(app);
 
-  // The x402 route is public and probed from browsers: CORS open, x402 headers exposed.
-  app.use(
-    "/api/pay/x402",
-    cors({
-      origin: "*",
-      allowMethods: ["GET", "POST", "OPTIONS"],
-      allowHeaders: ["Content-Type", ...PAYMENT_HEADERS],
-      exposeHeaders: EXPOSED_HEADERS,
-      maxAge: 600,
-    }),
-  );
-
-  const v1NetworkNames = (c: Context) => c.req.query("networks") === "v1";
   const billBodyLimit = bodyLimit({
     maxSize: config.MAX_BODY_BYTES,
     onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
   });
-  /** The bill's chain and token; UNSUPPORTED_CHAIN when this environment has no deployment for the chain. */
-  const deployedOption = (bill: Pick<PaymentRequest, "blockchain" | "token">) => {
-    const option = resolveOption(bill);
-    if (!deps.deployments.chains[option.chain]) throw new ServiceError("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
-    return option;
-  };
-  /** A bill with no live quote writes one: those are counted per caller (repeats of a quoted bill are not). */
-  const countNewQuote = async (c: Context, hash: string, option: { chain: string; token: string }) => {
-    if (!(await quotes.live(hash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
-  };
 
-  app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
-
-  app.post(
-    "/api/pay/x402",
-    billBodyLimit,
-    async (c) => {
-      const text = await c.req.text();
-      // A probing POST without a bill gets the probe challenge, as a GET does.
-      if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
-      const json = parseJsonBody(c.req.header("content-type"), text);
-      if (json instanceof Response) return json;
-      // So is `{}` or a partial bill (one missing any of the bill's required fields): the
-      // interface's probing POST. A complete bill with a bad field is refused with its 4xx.
-      if (isProbe(json)) return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
-      const parsed = paymentRequestSchema.safeParse(json);
-      if (!parsed.success) return validationProblem(parsed.error);
-      const bill = parsed.data;
-      checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
-      const option = deployedOption(bill);
-
-      const ctx = challengeContext(c);
-      const d = deps.deployments.chains[option.chain]!;
-      const tokenAddress = d.tokens.find((t) => t.symbol === option.token)!.address;
-      const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
-
-      const bodyHash = billHash(bill, option);
-      let presented: DecodedPayment | undefined;
-      try {
-        presented = header ? decodePayment(header, c.req.header(header)!) : undefined;
-      } catch (err) {
-        if (!(err instanceof PaymentRejected)) throw err; // a malformed header is answered with the challenge below
-      }
-      // A payment seen before gets its order's result, whatever its quote or clock says now,
-      // but only the very payment stored, signature included, for the same bill (replayOf).
-      const seen = await orderOfPayment(presented, option.chain, tokenAddress);
-      if (seen) {
-        let replayed: Order;
-        try {
-          replayed = replayOf(seen, presented!, bodyHash);
-        } catch (err) {
-          // A payment copied from the chain with guessed bills: each wrong guess counts.
-          await limits.take("challengeAddress", clientAddress(c));
-          throw err;
-        }
-        return orderResponse(c, replayed, header!);
-      }
-
-      // Calls carrying a payment are never counted (it may be settling).
-      if (!presented) await countNewQuote(c, bodyHash, option);
-      const { hash, quote } = await quoteBill(bill, ctx, option);
-      const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
-      const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
-      const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
-
-      const v1Only = v1NetworkNames(c);
-      if (!header) return challengeResponse(challenge, extraHeaders, v1Only);
-      const rejected = (code: string, detail: string) =>
-        challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
-
-      // A payment that does not fit this bill's locked quote, or is not the payer's
-      // signature, is answered like no payment: 402 with the challenge, plus the reason.
-      // Nothing is locked or settled.
-      let payment: DecodedPayment;
-      let fit: { notSettleable?: string };
-      try {
-        payment = presented ?? decodePayment(header, c.req.header(header)!);
-        fit = checkPayment(payment, {
-          chain: option.chain,
-          asset: tokenAddress,
-          payTo: d.billPay.address,
-          amount: quote.amount,
-          wallet: bill.wallet_address,
-          maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
-          nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
-        });
-        const token = d.tokens.find((t) => t.symbol === option.token)!;
-        await checkSignature(
-          payment,
-          { name: token.name, version: token.eip712Version ?? "", chainId: CHAINS[option.chain].chainId, address: token.address },
-          publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
-        );
-      } catch (err) {
-        if (!(err instanceof PaymentRejected)) throw err;
-        return rejected(err.code, err.detail);
-      }
-
-      const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount }, description);
-      const { order, secret } = await startX402Order(deps.flow, {
-        bill,
-        bodyHash: hash,
-        chain: option.chain,
-        token: option.token,
-        tokenAddress,
-        amount: quote.amount,
-        payment,
-        requirements,
-        resourceUrl: ctx.resourceUrl,
-        notSettleable: fit.notSettleable,
-      });
-      return orderResponse(c, order, header, extraHeaders, secret);
-    },
-  );
-
-  // A bill's price before paying it: the same checks and the same locked quote as the 402.
-  app.use("/api/quote", cors({ origin: "*", allowMethods: ["POST", "OPTIONS"], allowHeaders: ["Content-Type"], exposeHeaders: ["X-Token-Fallback"], maxAge: 600 }));
-  app.post(
-    "/api/quote",
-    billBodyLimit,
-    async (c) => {
-      const json = parseJsonBody(c.req.header("content-type"), await c.req.text());
-      if (json instanceof Response) return json;
-      const parsed = paymentRequestSchema.safeParse(json);
-      if (!parsed.success) return validationProblem(parsed.error);
-      const bill = parsed.data;
-      const option = deployedOption(bill);
-      await countNewQuote(c, billHash(bill, option), option);
-      const ctx = challengeContext(c);
-      const { quote } = await quoteBill(bill, ctx, option);
-      const headers: Record<string, string> = { "cache-control": "no-store", ...(option.warning ? { "X-Token-Fallback": option.warning } : {}) };
-      return c.json(
-        { quotes: [quoteView(bill, quote, config.SERVICE_FEES_USD, deps.rates.source ?? "configured")], pay_with: ctx.resourceUrl },
-        200,
-        headers,
-      );
-    },
-  );
+  mountX402Routes(app, { config, deployments: deps.deployments, rates: deps.rates, flow: deps.flow, quotes, limits, billBodyLimit });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);
