@@ -10,7 +10,8 @@ import { PaymentPayloadV2Schema, PaymentRequirementsV2Schema } from "@x402/core/
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
-import { createWalletClient, http, nonceManager, publicActions, type Account } from "viem";
+import pLimit from "p-limit";
+import { createWalletClient, http, publicActions, type Account } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { CHAINS, viemChain, type ChainKey } from "../../lib/chains.ts";
 
@@ -22,11 +23,8 @@ export interface FacilitatorChain {
   rpcUrl: string;
 }
 
-export function createFacilitator(signerAccount: Account, chains: FacilitatorChain[]): x402Facilitator {
+export function createFacilitator(account: Account, chains: FacilitatorChain[]): x402Facilitator {
   const facilitator = new x402Facilitator();
-  // Settlements arrive concurrently (from several service instances, too): nonces are handed
-  // out here, one per transaction, instead of each send reading the same pending count.
-  const account = { ...signerAccount, nonceManager } as Account;
   for (const { chain, rpcUrl } of chains) {
     const client = createWalletClient({
       account,
@@ -81,10 +79,15 @@ export function facilitatorApp(facilitator: x402Facilitator): Hono {
     return c.json(await facilitator.verify(parsed.payload, parsed.requirements));
   });
 
+  // One signer per chain: its settlements go one at a time, so concurrent payers (from
+  // several service instances, too) never race for a nonce.
+  const settling = new Map<string, ReturnType<typeof pLimit>>();
   app.post("/settle", async (c) => {
     const parsed = await parse(c.req.raw);
     if ("error" in parsed) return problem(400, parsed.error!);
-    return c.json(await facilitator.settle(parsed.payload, parsed.requirements));
+    const network = parsed.requirements.network;
+    if (!settling.has(network)) settling.set(network, pLimit(1));
+    return c.json(await settling.get(network)!(() => facilitator.settle(parsed.payload, parsed.requirements)));
   });
 
   app.onError((err) => problem(500, err.message));
