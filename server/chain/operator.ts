@@ -177,8 +177,10 @@ export class ChainOperator {
     this.queues.set(queue, sent);
     const { hash, request, wallet } = await sent;
 
-    // Wait for the transaction; replace it at a higher fee when it sits unmined.
+    // Wait for the transaction; replace it at a higher fee when it sits unmined. As with the
+    // first, the caller records a replacement before it is sent (`recorded` is what it holds).
     const hashes: Hex[] = [hash];
+    let recorded = hash;
     let current = request;
     let receipt: TransactionReceipt | null = null;
     for (let replacements = 0; ; replacements++) {
@@ -188,19 +190,19 @@ export class ChainOperator {
       current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
       const serialized = await wallet.signTransaction(current);
       const replacement = keccak256(serialized);
+      await onReplaced?.(recorded, replacement);
+      recorded = replacement;
       try {
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
+        hashes.push(replacement);
       } catch {
         // The nonce was taken meanwhile (most likely by what we sent before): keep waiting for it.
-        continue;
       }
-      await onReplaced?.(hashes.at(-1)!, replacement);
-      hashes.push(replacement);
     }
     if (!receipt) throw new Error(`transaction ${hash} (and ${hashes.length - 1} replacement(s)) not mined in time`);
     const mined = receipt.transactionHash;
-    // The original can still win the race against its replacement: the caller learns which.
-    if (mined !== hashes.at(-1)) await onReplaced?.(hashes.at(-1)!, mined);
+    // An earlier transaction can still win the race against its replacement: the caller learns which.
+    if (mined !== recorded) await onReplaced?.(recorded, mined);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
     return mined;
   }
