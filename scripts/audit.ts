@@ -21,7 +21,7 @@ import { CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
 import { deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { ledgerUrl } from "../lib/ledger-config.ts";
 import * as schema from "../ponder/ponder.schema.ts";
-import { waitForLedgerBlock } from "./ledger-process.ts";
+import { waitForLedgerBlock } from "../stack/ledger-process.ts";
 import { auditOrders, readServiceRecords, type OrdersAudit } from "./audit-orders.ts";
 
 const QUERY_TIMEOUT_MS = 30_000;

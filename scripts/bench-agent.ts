@@ -16,8 +16,8 @@ import { viemChain } from "../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
 import { startTestChains } from "../test/support/stack.ts";
-import { startLedger } from "./ledger-process.ts";
-import { startServiceStack } from "./service-stack.ts";
+import { startLedger } from "../stack/ledger-process.ts";
+import { startServiceStack } from "../stack/service-stack.ts";
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
 const AGENTS = 20;

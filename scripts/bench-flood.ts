@@ -59,7 +59,7 @@ async function flood(url: string) {
 }
 
 const { startTestChains } = await import("../test/support/stack.ts");
-const { startServiceStack } = await import("./service-stack.ts");
+const { startServiceStack } = await import("../stack/service-stack.ts");
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const round = (n: number) => Math.round(n * 10) / 10;
 

@@ -16,7 +16,7 @@ import { DEFAULT_POLLING_INTERVAL_MS } from "../lib/ledger-config.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
 import { freshDatabase, startTestChains, uniqueSchema } from "../test/support/stack.ts";
-import { startLedger } from "./ledger-process.ts";
+import { startLedger } from "../stack/ledger-process.ts";
 
 const LAG_SAMPLES = Number(process.env.BENCH_LAG_SAMPLES ?? 220);
 const BACKFILL_BATCHES = Number(process.env.BENCH_BACKFILL_BATCHES ?? 50);

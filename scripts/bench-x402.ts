@@ -19,8 +19,8 @@ import { Hono } from "hono";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
-import { startLedger } from "./ledger-process.ts";
-import { listen, startServiceStack } from "./service-stack.ts";
+import { startLedger } from "../stack/ledger-process.ts";
+import { listen, startServiceStack } from "../stack/service-stack.ts";
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
 const PAID = Number(process.env.BENCH_PAID ?? 60);

@@ -14,8 +14,8 @@ import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/age
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { createSiweMessage } from "viem/siwe";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { waitForLedgerBlock, type Ledger } from "../../scripts/ledger-process.ts";
-import type { ServiceStack } from "../../scripts/service-stack.ts";
+import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { workOnce } from "../../server/orders/worker.ts";

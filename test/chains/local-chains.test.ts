@@ -8,7 +8,7 @@ import { CHAIN_KEYS, CHAINS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
 import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
+import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
 

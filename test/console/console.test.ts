@@ -13,7 +13,7 @@ import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { wrapFetchWithPayment } from "@x402/fetch";
-import { waitForLedgerBlock } from "../../scripts/ledger-process.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { startPayingStack } from "../support/stack.ts";

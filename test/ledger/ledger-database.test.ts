@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import type { Deployments } from "../../lib/deployments.ts";
-import { ledgerDatabaseFor } from "../../scripts/ledger-process.ts";
+import { ledgerDatabaseFor } from "../../stack/ledger-process.ts";
 import { POSTGRES_URL } from "../support/stack.ts";
 
 const chain = (rpcUrl: string, genesis: string) =>

@@ -7,7 +7,7 @@ import { billPayAbi } from "../../lib/abis.ts";
 import { CHAINS } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../scripts/audit.ts";
-import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../scripts/ledger-process.ts";
+import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { startTestChains, uniqueSchema } from "../support/stack.ts";
 

@@ -12,7 +12,7 @@ import { LINK_PATH } from "../../lib/agent-link.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { x402HTTPClient } from "@x402/core/http";
-import type { ServiceStack } from "../../scripts/service-stack.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
 import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
 import { loadConfig } from "../../server/config.ts";
 import { openDb } from "../../server/db.ts";

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent } from "../../lib/agent-client.ts";
 import { LINK_PATH } from "../../lib/agent-link.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import type { ServiceStack } from "../../scripts/service-stack.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
 import { agentTools } from "../../server/agent/tools.ts";
 import { ERRORS } from "../../server/errors.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import type { ServiceStack } from "../../scripts/service-stack.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
 import { callbackKeyOf, callbackSignature } from "../../server/callbacks.ts";
 import { loadConfig } from "../../server/config.ts";

@@ -1,2 +1,2 @@
 /** Serving a Hono app on a free loopback port for a test: the project's own helper. */
-export { listen } from "../../scripts/service-stack.ts";
+export { listen } from "../../stack/service-stack.ts";

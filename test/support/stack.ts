@@ -2,9 +2,9 @@
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startLedger } from "../../scripts/ledger-process.ts";
-import { startLocalChains, type LocalChains } from "../../scripts/local-chains.ts";
-import { startServiceStack } from "../../scripts/service-stack.ts";
+import { startLedger } from "../../stack/ledger-process.ts";
+import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
+import { startServiceStack } from "../../stack/service-stack.ts";
 
 import pg from "pg";
 

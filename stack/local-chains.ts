@@ -6,7 +6,7 @@
 import { network } from "hardhat";
 import { CHAIN_KEYS, CHAINS, type ChainKey } from "../lib/chains.ts";
 import { readDeployments, writeDeployments, type Deployments } from "../lib/deployments.ts";
-import { ensureLocalDeployment } from "./deploy.ts";
+import { ensureLocalDeployment } from "./local-deploy.ts";
 
 const PROBE_TIMEOUT_MS = 1_000;
 
