@@ -1,24 +1,24 @@
 /**
- * Ponder configuration: both chains from the deployments file, BillPay's events and the
- * tokens' transfers into and out of BillPay and approvals of BillPay, from the deployment
- * blocks. Real chains need only their RPC URLs (CELO_RPC_URL, BASE_RPC_URL) and a
- * deployments file naming the real addresses. (ponder/ponder.config.ts re-exports this
+ * Ponder configuration: the chains the deployments file holds (one or both), BillPay's
+ * events and the tokens' transfers into and out of BillPay and approvals of BillPay, from
+ * the deployment blocks. A real chain's RPC URLs come from the deployment or
+ * `<CHAIN>_RPC_URL` (several, comma-separated: Ponder balances the load across them). (ponder/ponder.config.ts re-exports this
  * file, so Ponder finds it from its app folder.)
  */
 import { createConfig } from "ponder";
 import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
 import { isLocalRpcUrl } from "./lib/chain-client.ts";
 import type { ChainKey } from "./lib/chains.ts";
-import { readDeploymentsSync, requireChain, rpcUrlFor } from "./lib/deployments.ts";
+import { deployedChains, readDeploymentsSync, requireChain, rpcUrlsFor } from "./lib/deployments.ts";
 import { ledgerDatabase, ledgerPollingIntervalMs } from "./lib/ledger-config.ts";
 
 const deployments = readDeploymentsSync();
 
 function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
-  const rpc = rpcUrlFor(key, d);
+  const rpc = rpcUrlsFor(key, d);
   // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
-  return { id: d.chainId, rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: isLocalRpcUrl(rpc) };
+  return { id: d.chainId, rpc: rpc.length === 1 ? rpc[0]! : rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: rpc.every(isLocalRpcUrl) };
 }
 
 function billPay(key: ChainKey) {
@@ -45,14 +45,18 @@ function tokens(key: ChainKey, direction: "in" | "out") {
   };
 }
 
+// Ponder names chains; ours are the chain keys in lower case ("celo", "base").
+const keys = deployedChains(deployments);
+const perChain = <T>(make: (key: ChainKey) => T) => Object.fromEntries(keys.map((k) => [k.toLowerCase(), make(k)]));
+
 export default createConfig({
   database: ledgerDatabase(),
   // Each chain indexes at its own pace: one slow chain does not hold back the other's rows.
   ordering: "multichain",
-  chains: { celo: chain("CELO"), base: chain("BASE") },
+  chains: perChain(chain),
   contracts: {
-    BillPay: { abi: billPayAbi, chain: { celo: billPay("CELO"), base: billPay("BASE") } },
-    TokenIn: { abi: eip3009TokenAbi, chain: { celo: tokens("CELO", "in"), base: tokens("BASE", "in") } },
-    TokenOut: { abi: eip3009TokenAbi, chain: { celo: tokens("CELO", "out"), base: tokens("BASE", "out") } },
+    BillPay: { abi: billPayAbi, chain: perChain(billPay) },
+    TokenIn: { abi: eip3009TokenAbi, chain: perChain((k) => tokens(k, "in")) },
+    TokenOut: { abi: eip3009TokenAbi, chain: perChain((k) => tokens(k, "out")) },
   },
 });

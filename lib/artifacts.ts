@@ -28,3 +28,17 @@ export function loadArtifact(source: string, contractName: string): Artifact {
   }
   return artifact;
 }
+
+/**
+ * Ignition's view of the same artifacts (by contract name, for contracts directly under
+ * contracts/). Build info is not needed to deploy, only to verify, which the deploy command
+ * does through Hardhat's own resolver.
+ */
+export const ignitionArtifacts = {
+  async loadArtifact(contractName: string) {
+    return loadArtifact(`${contractName}.sol`, contractName) as unknown as import("@nomicfoundation/ignition-core").Artifact;
+  },
+  async getBuildInfo() {
+    return undefined;
+  },
+};

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
-import { CHAIN_KEYS, type ChainKey } from "./chains.ts";
+import { activeNetwork, ALL_CHAIN_KEYS, type ChainKey } from "./networks.ts";
 
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, "an 0x-prefixed 20-byte hex address");
 const hash = z.string().regex(/^0x[0-9a-fA-F]{64}$/, "an 0x-prefixed 32-byte hex hash");
@@ -34,16 +34,19 @@ const chainDeployment = z.object({
 });
 
 export const deploymentsSchema = z.object({
-  chains: z.partialRecord(z.enum(CHAIN_KEYS as [ChainKey, ...ChainKey[]]), chainDeployment),
+  chains: z.partialRecord(z.enum(ALL_CHAIN_KEYS as [ChainKey, ...ChainKey[]]), chainDeployment),
 });
 
 export type Deployments = z.infer<typeof deploymentsSchema>;
 export type ChainDeployment = z.infer<typeof chainDeployment>;
 export type TokenDeployment = z.infer<typeof tokenDeployment>;
 
-export const DEFAULT_DEPLOYMENTS_FILE = "deployments/localhost.json";
+/** `deployments/<profile>.json`: what `npm run deploy -- --network <profile>` (or, for local, `npm run chains`) wrote. */
+export function defaultDeploymentsFile(network = activeNetwork().name): string {
+  return `deployments/${network.replace(/,/g, "+")}.json`;
+}
 
-export function deploymentsPath(file = process.env.DEPLOYMENTS_FILE ?? DEFAULT_DEPLOYMENTS_FILE): string {
+export function deploymentsPath(file = process.env.DEPLOYMENTS_FILE ?? defaultDeploymentsFile()): string {
   return resolve(file);
 }
 
@@ -85,9 +88,23 @@ export async function writeDeployments(deployments: Deployments, file = deployme
   await rename(tmp, file);
 }
 
-/** The RPC URL for a chain: `<CHAIN>_RPC_URL` when set, else the deployment's. One rule for every reader. */
+/**
+ * The RPC URLs for a chain: `<CHAIN>_RPC_URL` when set (several, comma-separated, are tried
+ * in turn and, in the ledger, share the load), else the deployment's. One rule for every reader.
+ */
+export function rpcUrlsFor(chain: ChainKey, deployment: ChainDeployment): string[] {
+  const fromEnv = process.env[`${chain}_RPC_URL`]?.split(",").map((u) => u.trim()).filter(Boolean);
+  return fromEnv && fromEnv.length > 0 ? fromEnv : [deployment.rpcUrl];
+}
+
+/** The first of them, for a reader that needs one URL. */
 export function rpcUrlFor(chain: ChainKey, deployment: ChainDeployment): string {
-  return process.env[`${chain}_RPC_URL`] ?? deployment.rpcUrl;
+  return rpcUrlsFor(chain, deployment)[0]!;
+}
+
+/** The chains this deployment serves. */
+export function deployedChains(deployments: Deployments): ChainKey[] {
+  return ALL_CHAIN_KEYS.filter((k) => deployments.chains[k] !== undefined);
 }
 
 export function requireChain(deployments: Deployments, chain: ChainKey): ChainDeployment {

@@ -12,13 +12,14 @@
  *   set-refund-budget --token USDC --limit 500 --period 86400
  * Common: --chain CELO|BASE (default CELO), --send.
  * Keys: ADMIN_PRIVATE_KEY (admin actions) and PAUSER_PRIVATE_KEY (pause, unpause); on a
- * local chain they default to the local deployer, which holds both roles. A chain that is not
+ * local network profile they default to the local deployer, which holds both roles. A chain that is not
  * local needs them set: the public test keys are refused there.
  */
 import { createWalletClient, encodeFunctionData, formatUnits, getAddress, http, isAddress, keccak256, parseUnits, toBytes, type Account, type Address, type Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
-import { isLocalRpcUrl, publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
+import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
+import { activeNetwork } from "../lib/networks.ts";
 import { CHAIN_KEYS, viemChain, type ChainKey } from "../lib/chains.ts";
 import { deploymentsPath, readDeployments, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { deployerAccount } from "../lib/local-accounts.ts";
@@ -100,7 +101,8 @@ export async function runAdmin(argv: string[], deployments: Deployments): Promis
     return parseUnits(v, decimals);
   };
 
-  const local = isLocalRpcUrl(rpcUrl);
+  // The local profile alone may sign with the public test keys; a real network, even one reached on loopback, may not.
+  const local = activeNetwork().local;
   let functionName: string;
   let args: unknown[];
   let change: () => Promise<string>;

@@ -8,7 +8,7 @@
  *     unfinished for longer than `stuckAfterSeconds` are listed, not counted as discrepancies.
  * The orders come from the service's operators' route (server/ops.ts).
  */
-import { CHAINS, type ChainKey } from "../lib/chains.ts";
+import { chainInfo } from "../lib/chains.ts";
 import type { OpsOrder } from "../server/ops.ts";
 
 const TIMEOUT_MS = 30_000;
@@ -62,8 +62,8 @@ export async function readServiceRecords(url: string, token?: string): Promise<S
 }
 
 const lower = (s: string | null | undefined) => (s ?? "").toLowerCase();
-const authKey = (chainId: number, token: string, payer: string, nonce: string | null) => `${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
-const pullKey = (chainId: number, orderId: string | null) => `${chainId}:${lower(orderId)}`;
+const authKey = (chainId: number, token: string, payer: string, nonce: string | null | undefined) => `${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
+const pullKey = (chainId: number, orderId: string | null | undefined) => `${chainId}:${lower(orderId)}`;
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
 
 export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], refunds: LedgerMoney[], nowMs: number, stuckAfterSeconds: number): OrdersAudit {
@@ -75,7 +75,7 @@ export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], re
   const accounted = new Set<string>();
 
   for (const o of records.orders) {
-    const chainId = CHAINS[o.chain as ChainKey]?.chainId;
+    const chainId = chainInfo(o.chain).chainId;
     const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.token_address, o.payer, o.auth_nonce)}`;
     const paid = paymentByKey.get(key);
     const refunded = refundedByKey.get(key) ?? 0n;
@@ -110,13 +110,13 @@ export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], re
   }
 
   for (const o of records.orphans.pulls) {
-    const key = `pull:${pullKey(CHAINS[o.chain as ChainKey]?.chainId, field(o, "order_id"))}`;
+    const key = `pull:${pullKey(chainInfo(o.chain ?? "").chainId, field(o, "order_id"))}`;
     accounted.add(key);
     if (o.status !== "REFUNDED") out.stuck.push(`orphan pull ${o.order_id} on ${o.chain} (${o.amount}) is not refunded yet`);
     else if (!refundedByKey.get(key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked refunded, but the ledger shows no refund`);
   }
   for (const o of records.orphans.payments) {
-    const key = `auth:${authKey(CHAINS[o.chain as ChainKey]?.chainId, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
+    const key = `auth:${authKey(chainInfo(o.chain ?? "").chainId, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
     accounted.add(key);
     out.review.push(`x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order: ${o.status}`);
   }

@@ -17,8 +17,8 @@
 import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
 import { erc20Abi, type Address } from "viem";
 import { publicClientFor } from "../lib/chain-client.ts";
-import { CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
-import { deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import type { ChainKey } from "../lib/chains.ts";
+import { deployedChains, deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { ledgerUrl } from "../lib/ledger-config.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 import { waitForLedgerBlock } from "../stack/ledger-process.ts";
@@ -73,7 +73,7 @@ export async function runAudit(options: {
 
   // Catch up first: balances compared mid-indexing would differ for no fault.
   const heads = new Map<ChainKey, bigint>();
-  for (const key of CHAIN_KEYS) {
+  for (const key of deployedChains(deployments)) {
     const d = deployments.chains[key];
     if (!d) continue;
     const head = await publicClientFor(key, rpcUrlFor(key, d)).getBlockNumber();
@@ -108,7 +108,7 @@ export async function runAudit(options: {
   // 1. Treasury balances at the chain head the ledger caught up to: the ledger's side is
   //    the sum of the transfers it indexed up to that block, the chain's is balanceOf there.
   const treasury: TreasuryLine[] = [];
-  for (const key of CHAIN_KEYS) {
+  for (const key of deployedChains(deployments)) {
     const d = deployments.chains[key];
     if (!d) continue;
     const client = publicClientFor(key, rpcUrlFor(key, d));

@@ -14,7 +14,7 @@ import { openApiDocument } from "./openapi.ts";
 import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { internationalOptionsSchema } from "./schemas.ts";
-import { CHAINS } from "../lib/chains.ts";
+import { chainInfo } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
@@ -126,7 +126,7 @@ export function createApp(deps: AppDeps): Hono {
         uri: `${origin.origin}${LINK_PATH}`,
         statement: LINK_STATEMENT,
         version: "1",
-        chain_ids: Object.fromEntries(Object.keys(deps.deployments.chains).map((k) => [k, CHAINS[k as keyof typeof CHAINS].chainId])),
+        chain_ids: Object.fromEntries(Object.keys(deps.deployments.chains).map((k) => [k, chainInfo(k).chainId])),
         expires_in_seconds: config.LINK_SIGNATURE_WINDOW_SECONDS,
       },
       200,

@@ -1,5 +1,7 @@
 /** The service's configuration, from the environment, validated once at start-up. */
 import { z } from "zod";
+import { defaultDeploymentsFile } from "../lib/deployments.ts";
+import { activeNetwork, type ChainKey } from "../lib/networks.ts";
 import { CATEGORIES, RATE_SCALE } from "./pricing/price.ts";
 import { toScaled } from "./pricing/decimal.ts";
 
@@ -14,6 +16,10 @@ const decimal = (scale: number, what: string) =>
   });
 
 const port = z.coerce.number().int().min(0).max(65535);
+
+/** The local facilitator's default address (stack/start.ts serves it there). */
+const LOCAL_FACILITATOR = { url: "http://127.0.0.1:8402", auth: "none" as const };
+const profileFacilitator = (chain: ChainKey) => activeNetwork().chains[chain]?.facilitator ?? LOCAL_FACILITATOR;
 
 /** Service fee per category in USD, as "AIRTIME=0,DATA=0,ELECTRICITY=0.10,...". */
 const fees = z.string().transform((s, ctx) => {
@@ -52,7 +58,8 @@ export const configSchema = z.object({
   PUBLIC_URL: z.string().url().optional(),
   /** Bearer token for the operators' routes (/ops/*); without it they answer loopback callers only. */
   OPS_TOKEN: z.string().min(16).optional(),
-  DEPLOYMENTS_FILE: z.string().default("deployments/localhost.json"),
+  /** Default: deployments/<NETWORK>.json. */
+  DEPLOYMENTS_FILE: z.string().default(() => defaultDeploymentsFile()),
   SERVER_DATABASE_URL: z.string().url().optional(),
   SERVER_PGLITE_DIR: z.string().default(".data/server-pglite"),
   /** Connections each instance keeps to PostgreSQL (instances x this must stay under the server's max_connections). */
@@ -69,12 +76,15 @@ export const configSchema = z.object({
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
   QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),
-  FACILITATOR_URL_CELO: z.string().url().default("http://127.0.0.1:8402"),
-  FACILITATOR_URL_BASE: z.string().url().default("http://127.0.0.1:8402"),
+  /** Default: the network profile's facilitator for the chain (lib/networks.ts), else the local one. */
+  FACILITATOR_URL_CELO: z.string().url().default(() => profileFacilitator("CELO").url),
+  FACILITATOR_URL_BASE: z.string().url().default(() => profileFacilitator("BASE").url),
+  /** The facilitator on this machine is run on purpose (self-hosted): a real network does not refuse it. */
+  FACILITATOR_SELF_HOSTED: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
   FACILITATOR_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
   /** How each chain's facilitator is authenticated (server/x402/facilitator-auth.ts). */
-  FACILITATOR_AUTH_CELO: z.enum(["none", "bearer", "cdp"]).default("none"),
-  FACILITATOR_AUTH_BASE: z.enum(["none", "bearer", "cdp"]).default("none"),
+  FACILITATOR_AUTH_CELO: z.enum(["none", "bearer", "cdp"]).default(() => profileFacilitator("CELO").auth),
+  FACILITATOR_AUTH_BASE: z.enum(["none", "bearer", "cdp"]).default(() => profileFacilitator("BASE").auth),
   FACILITATOR_TOKEN_CELO: z.string().min(1).optional(),
   FACILITATOR_TOKEN_BASE: z.string().min(1).optional(),
   CDP_API_KEY_ID: z.string().min(1).optional(),

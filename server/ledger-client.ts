@@ -4,7 +4,7 @@
  * when the ledger shows its Pulled event, an x402 payment when it shows the transfer, each
  * of exactly the order's amount (paymentMismatch).
  */
-import { CHAINS, type ChainKey } from "../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../lib/chains.ts";
 
 const LEDGER_TIMEOUT_MS = 5_000;
 
@@ -68,7 +68,7 @@ export class LedgerClient {
 
   /** An x402 payment by (chain, token, payer, nonce), and its refunds. */
   authorization(chain: ChainKey, token: string, payer: string, nonce: string): Promise<{ payment: LedgerPayment | null; refunds: LedgerRefund[] }> {
-    return this.get(`/ledger/authorizations/${CHAINS[chain].chainId}/${token}/${payer}/${nonce}`);
+    return this.get(`/ledger/authorizations/${chainInfo(chain).chainId}/${token}/${payer}/${nonce}`);
   }
 
   /** One chain's payments of one rail in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */

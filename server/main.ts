@@ -4,6 +4,7 @@
  */
 import { serve } from "@hono/node-server";
 import { readDeployments } from "../lib/deployments.ts";
+import { activeNetwork } from "../lib/networks.ts";
 import { createApp } from "./app.ts";
 import { loadConfig } from "./config.ts";
 import { openDb } from "./db.ts";
@@ -29,7 +30,7 @@ const rates = rateSourceFor(config, db, processLog());
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
 const flow = buildFlow(config, deployments, db);
 // Refuse to start on anything that would fail payers later (server/startup-checks.ts).
-const failures = await startupFailures(config, deployments, flow.operator.addresses);
+const failures = await startupFailures(config, activeNetwork(), deployments, flow.operator.addresses);
 if (failures.length > 0) {
   processLog().error("refusing to start", { failures });
   console.error(`refusing to start:\n${failures.map((f) => `  - ${f}`).join("\n")}`);
@@ -41,7 +42,7 @@ const app = createApp({ config, db, deployments, rates, flow, hub });
 const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS)]);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
-  log("listening", { url: `http://${config.HOST}:${info.port}`, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),
+  log("listening", { url: `http://${config.HOST}:${info.port}`, network: activeNetwork().name, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),
 );
 
 let stopping = false;

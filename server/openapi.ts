@@ -6,7 +6,7 @@
  * route the app serves is in it.
  */
 import { z } from "zod";
-import { CHAINS, type ChainKey } from "../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../lib/chains.ts";
 import type { Deployments } from "../lib/deployments.ts";
 import { ERRORS } from "./errors.ts";
 import { internationalOptionsSchema, linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
@@ -141,10 +141,10 @@ const ledgerPaths = (ledgerUrl: string) => {
 export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?: string } = {}) {
   const options402 = options.deployments
     ? (Object.keys(options.deployments.chains) as ChainKey[]).flatMap((key) =>
-        CHAINS[key].tokens
+        chainInfo(key).tokens
           .filter((t) => t.settlesX402)
           .map((t) => ({
-            network: CHAINS[key].caip2,
+            network: chainInfo(key).caip2,
             asset: options.deployments!.chains[key]!.tokens.find((x) => x.symbol === t.symbol)?.address,
             token: t.symbol,
             payTo: options.deployments!.chains[key]!.billPay.address,

@@ -6,15 +6,18 @@
  *     advertises, and its DOMAIN_SEPARATOR is the one a payer signing them would compute (a
  *     mismatch makes every x402 payment fail at settlement, after the payer signed); the
  *     operator and refunder keys hold their roles and have gas;
- *   - away from the local chains: no well-known Hardhat key signs (a missing
+ *   - the deployment is the active network profile's: each chain it serves, on its chain id,
+ *     with its tokens;
+ *   - on a real network (any profile but `local`): no well-known Hardhat key signs (a missing
  *     OPERATOR_PRIVATE_KEY would otherwise fall back to a public one), no sandbox biller key
- *     is configured, and no facilitator is on loopback.
+ *     is configured, and no facilitator is on loopback unless declared self-hosted.
  */
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
 import { billPayAbi } from "../lib/abis.ts";
 import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
 import type { ChainKey } from "../lib/chains.ts";
-import { rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import { deployedChains, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import type { NetworkProfile } from "../lib/networks.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import type { Config } from "./config.ts";
 import { errorText } from "./log-safety.ts";
@@ -30,14 +33,35 @@ const SANDBOX_BILLER_KEYS = new Set(["sandbox-api-key", "sandbox-secret-key", "s
 /** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, no secret. */
 const WELL_KNOWN = new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
 
-/** Whether every deployed chain is a node on this machine (the local profile). */
-export function isLocalDeployment(deployments: Deployments): boolean {
-  return (Object.entries(deployments.chains) as Array<[ChainKey, NonNullable<Deployments["chains"][ChainKey]>]>).every(([key, d]) => isLocalRpcUrl(rpcUrlFor(key, d)));
+/**
+ * The deployment against the active network profile: every chain the profile serves is
+ * deployed, on the profile's chain id, and on a real network with the profile's tokens.
+ */
+export function deploymentFailures(network: NetworkProfile, deployments: Deployments): string[] {
+  const out: string[] = [];
+  for (const chain of Object.values(network.chains)) {
+    const d = deployments.chains[chain.key];
+    if (!d) {
+      out.push(`${chain.key}: the network profile "${network.name}" serves it, but the deployments file has no deployment for it (npm run deploy -- --network <profile>)`);
+      continue;
+    }
+    if (d.chainId !== chain.chainId) out.push(`${chain.key}: the deployment is on chain ${d.chainId}, the network profile "${network.name}" is on ${chain.chainId}`);
+    for (const t of chain.tokens) {
+      const deployed = d.tokens.find((x) => x.symbol === t.symbol);
+      if (t.address && deployed && deployed.address.toLowerCase() !== t.address.toLowerCase()) {
+        out.push(`${chain.key} ${t.symbol}: the deployment accepts ${deployed.address}, the network profile names ${t.address}`);
+      }
+    }
+  }
+  for (const key of deployedChains(deployments)) {
+    if (!network.chains[key]) out.push(`${key}: deployed, but the network profile "${network.name}" does not serve it (set NETWORK)`);
+  }
+  return out;
 }
 
-/** The refusals that need no chain: keys, biller credentials and facilitators away from the local chains. */
-export function policyFailures(config: Config, deployments: Deployments, keys: { operator: Address; refunder: Address }): string[] {
-  if (isLocalDeployment(deployments)) return [];
+/** The refusals that need no chain: keys, biller credentials and facilitators on a real network. */
+export function policyFailures(config: Config, network: NetworkProfile, keys: { operator: Address; refunder: Address }): string[] {
+  if (network.local) return [];
   const out: string[] = [];
   for (const [role, address] of Object.entries(keys)) {
     if (WELL_KNOWN.has(address.toLowerCase())) {
@@ -47,9 +71,11 @@ export function policyFailures(config: Config, deployments: Deployments, keys: {
   for (const name of ["BILLER_API_KEY", "BILLER_SECRET_KEY", "BILLER_PUBLIC_KEY"] as const) {
     if (SANDBOX_BILLER_KEYS.has(config[name])) out.push(`${name} is the sandbox biller's key: set the biller's real credentials`);
   }
-  for (const name of ["FACILITATOR_URL_CELO", "FACILITATOR_URL_BASE"] as const) {
-    const chain = name.endsWith("CELO") ? "CELO" : "BASE";
-    if (deployments.chains[chain] && isLocalRpcUrl(config[name])) out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator`);
+  for (const chain of Object.keys(network.chains) as ChainKey[]) {
+    const name = `FACILITATOR_URL_${chain}` as const;
+    if (isLocalRpcUrl(config[name]) && !config.FACILITATOR_SELF_HOSTED) {
+      out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator (or set FACILITATOR_SELF_HOSTED=1 for one you run here)`);
+    }
   }
   return out;
 }
@@ -102,6 +128,9 @@ export async function chainFailures(deployments: Deployments, keys: { operator: 
   return out;
 }
 
-export async function startupFailures(config: Config, deployments: Deployments, keys: { operator: Address; refunder: Address }): Promise<string[]> {
-  return [...policyFailures(config, deployments, keys), ...(await chainFailures(deployments, keys, config.MIN_GAS_WEI))];
+export async function startupFailures(config: Config, network: NetworkProfile, deployments: Deployments, keys: { operator: Address; refunder: Address }): Promise<string[]> {
+  const before = [...deploymentFailures(network, deployments), ...policyFailures(config, network, keys)];
+  // Chain reads against a deployment on the wrong chain would only repeat the same news.
+  if (before.some((f) => f.includes("the deployment is on chain"))) return before;
+  return [...before, ...(await chainFailures(deployments, keys, config.MIN_GAS_WEI))];
 }

@@ -4,7 +4,8 @@
  * deployments file. A chain already answering on its URL is reused, not restarted.
  */
 import { network } from "hardhat";
-import { CHAIN_KEYS, CHAINS, type ChainKey } from "../lib/chains.ts";
+import { chainInfo, CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
+import { activeNetwork } from "../lib/networks.ts";
 import { readDeployments, writeDeployments, type Deployments } from "../lib/deployments.ts";
 import { ensureLocalDeployment } from "./local-deploy.ts";
 
@@ -45,7 +46,7 @@ async function probeChainId(url: string): Promise<number | undefined> {
 
 export function defaultPort(chain: ChainKey): number {
   const fromEnv = process.env[`${chain}_PORT`];
-  if (fromEnv === undefined) return CHAINS[chain].defaultPort;
+  if (fromEnv === undefined) return chainInfo(chain).defaultPort ?? 0;
   const port = Number(fromEnv);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${chain}_PORT must be a port number`);
   return port;
@@ -57,11 +58,12 @@ export async function startLocalChains(options: LocalChainsOptions): Promise<Loc
   const closers: Array<() => Promise<void>> = [];
   const rpcUrls = {} as Record<ChainKey, string>;
   const started: ChainKey[] = [];
+  if (!activeNetwork().local) throw new Error(`the local chains are the local profile's; NETWORK is "${activeNetwork().name}"`);
   const deployments = await readDeployments(options.deploymentsFile);
 
   try {
     for (const key of CHAIN_KEYS) {
-      const chain = CHAINS[key];
+      const chain = chainInfo(key);
       const port = options.ports?.[key] ?? defaultPort(key);
       let url = `http://${host}:${port}`;
       const running = port === 0 ? undefined : await probeChainId(url);

@@ -12,10 +12,12 @@ import {
   type Hex,
   type PublicClient,
 } from "viem";
+import { deploy, DeploymentResultType, type EIP1193Provider } from "@nomicfoundation/ignition-core";
 import { billPayAbi } from "../lib/abis.ts";
-import { loadArtifact } from "../lib/artifacts.ts";
+import { ignitionArtifacts, loadArtifact } from "../lib/artifacts.ts";
+import { billPayModule, type BillPaySpec } from "../ignition/modules/BillPay.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
-import { CHAINS, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
+import { chainInfo, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
 import type { ChainDeployment, TokenDeployment } from "../lib/deployments.ts";
 import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts, refunderAccount } from "../lib/local-accounts.ts";
 
@@ -29,6 +31,32 @@ export function refundBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { lim
   if (!/^\d+$/.test(limit)) throw new Error("REFUND_BUDGET must be a whole number of raw token units");
   if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error("REFUND_BUDGET_PERIOD_SECONDS must be a positive whole number");
   return { limit, periodSeconds };
+}
+
+/**
+ * Deploys the BillPay module (ignition/modules/BillPay.ts) through Ignition with an in-memory
+ * journal, the deployer signing through the local node (impersonated when its key is not one
+ * of the node's). Returns the address and a block at or before the deployment's.
+ */
+async function deployBillPayLocally(client: PublicClient, spec: BillPaySpec): Promise<{ address: string; block: number }> {
+  const before = await client.getBlockNumber();
+  const unlocked = (await client.request({ method: "eth_accounts" as never })) as string[];
+  if (!unlocked.some((a) => a.toLowerCase() === spec.deployer.toLowerCase())) {
+    await client.request({ method: "hardhat_impersonateAccount" as never, params: [spec.deployer] as never });
+  }
+  const result = await deploy({
+    provider: client as unknown as EIP1193Provider,
+    artifactResolver: ignitionArtifacts,
+    ignitionModule: billPayModule(spec),
+    deploymentParameters: {},
+    accounts: [spec.deployer],
+    defaultSender: spec.deployer,
+    config: { requiredConfirmations: 1 },
+  });
+  if (result.type !== DeploymentResultType.SUCCESSFUL_DEPLOYMENT) {
+    throw new Error(`deploying BillPay failed: ${JSON.stringify(result, (_k, v) => (typeof v === "bigint" ? v.toString() : v))}`);
+  }
+  return { address: getAddress(result.contracts["BillPay#BillPay"]!.address), block: Number(before) + 1 };
 }
 
 export interface DeployResult {
@@ -71,7 +99,7 @@ export async function ensureLocalDeployment(
   rpcUrl: string,
   existing?: ChainDeployment,
 ): Promise<DeployResult> {
-  const chain = CHAINS[chainKey];
+  const chain = chainInfo(chainKey);
   const client = publicClientFor(chainKey, rpcUrl);
   const chainId = await client.getChainId();
   if (chainId !== chain.chainId) {
@@ -146,29 +174,19 @@ export async function ensureLocalDeployment(
     };
   });
 
-  const billPayArtifact = loadArtifact("BillPay.sol", "BillPay");
+  // BillPay, its budgets and roles: the same Ignition module a real deploy uses, journaled in memory (a local chain is thrown away).
   const accepted = tokens.filter((_, i) => chain.tokens[i]!.acceptedForPulls).map((t) => t.address as Address);
-  const billPayTx = await wallet.deployContract({
-    abi: billPayArtifact.abi,
-    bytecode: billPayArtifact.bytecode,
-    args: [deployer.address, operator, refunder, deployer.address, accepted],
-    nonce: nonce++,
-  });
-  const billPayReceipt = await client.waitForTransactionReceipt({ hash: billPayTx });
-  if (!billPayReceipt.contractAddress) throw new Error(`deploying BillPay on ${chainKey} produced no contract`);
-  const billPay = getAddress(billPayReceipt.contractAddress);
-  const budgetTxs: Hex[] = [];
-  for (const token of accepted) {
-    budgetTxs.push(
-      await wallet.writeContract({
-        address: billPay,
-        abi: billPayAbi,
-        functionName: "setRefundBudget",
-        args: [token, BigInt(refundBudget.limit), BigInt(refundBudget.periodSeconds)],
-        nonce: nonce++,
-      }),
-    );
-  }
+  const spec: BillPaySpec = {
+    deployer: deployer.address,
+    admin: deployer.address,
+    operator,
+    refunder,
+    pauser: deployer.address,
+    tokens: accepted,
+    refundBudget: { limit: BigInt(refundBudget.limit), periodSeconds: BigInt(refundBudget.periodSeconds) },
+  };
+  const billPay = await deployBillPayLocally(client, spec);
+  nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
 
   const fundingTxs: Hex[] = [];
   for (const token of tokens) {
@@ -186,9 +204,9 @@ export async function ensureLocalDeployment(
     }
   }
 
-  const setupReceipts = await Promise.all([...budgetTxs, ...fundingTxs].map((hash) => client.waitForTransactionReceipt({ hash })));
+  const setupReceipts = await Promise.all(fundingTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
   const failed = setupReceipts.filter((r) => r.status !== "success");
-  if (failed.length > 0) throw new Error(`${failed.length} set-up transactions (refund budgets, funding) failed on ${chainKey}`);
+  if (failed.length > 0) throw new Error(`${failed.length} funding transactions failed on ${chainKey}`);
 
   return {
     reused: false,
@@ -196,7 +214,7 @@ export async function ensureLocalDeployment(
       chainId,
       rpcUrl,
       genesisHash: genesis.hash,
-      billPay: { address: billPay, block: Number(billPayReceipt.blockNumber) },
+      billPay,
       multicall3: MULTICALL3_ADDRESS,
       roles: { admin: deployer.address, operator, refunder, pauser: deployer.address },
       refundBudget,

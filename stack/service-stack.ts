@@ -5,8 +5,7 @@
  */
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
-import { CHAIN_KEYS } from "../lib/chains.ts";
-import { requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import { deployedChains, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { facilitatorAccount } from "../lib/local-accounts.ts";
 import { createApp } from "../server/app.ts";
 import { loadConfig, type Config } from "../server/config.ts";
@@ -56,7 +55,7 @@ export async function startServiceStack(options: {
   const { deployments } = options;
   const closers: Array<() => Promise<unknown>> = [];
   try {
-    const chains = CHAIN_KEYS.map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
+    const chains = deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
     const base = loadConfig(options.env ?? {});
     let facilitator: { url: string };
     let biller: { url: string };

@@ -7,7 +7,7 @@ import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { z } from "zod";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
 import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
@@ -26,7 +26,7 @@ function setupCalls(hub: AgentHub, link: Link) {
   const weeklyLimit = 25n * 10n ** 6n;
   return {
     chain: option.chain,
-    chain_id: CHAINS[option.chain].chainId,
+    chain_id: chainInfo(option.chain).chainId,
     token: option.token,
     note:
       "Send from the linked wallet, in order. The token approval is unlimited; the spending allowance is the budget " +
@@ -64,10 +64,10 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
     const d = deployments.chains[key]!;
     return {
       chain: key,
-      chain_id: CHAINS[key].chainId,
-      caip2: CHAINS[key].caip2,
+      chain_id: chainInfo(key).chainId,
+      caip2: chainInfo(key).caip2,
       billpay_contract: d.billPay.address,
-      tokens: CHAINS[key].tokens.map((t) => ({
+      tokens: chainInfo(key).tokens.map((t) => ({
         token: t.symbol,
         address: d.tokens.find((x) => x.symbol === t.symbol)?.address ?? null,
         decimals: t.decimals,

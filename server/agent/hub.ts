@@ -5,7 +5,7 @@
  * decimal strings of raw token units (6 decimals), with a formatted figure beside them.
  */
 import { formatUnits, type Hex } from "viem";
-import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import { chainInfo, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { VtpassClient } from "../biller/vtpass.ts";
 import type { OptionsQuery } from "../biller/international.ts";
@@ -285,7 +285,7 @@ export class AgentHub {
     const perChain = await Promise.all(
       chains.map(async (key) => {
         const d = this.deps.deployments.chains[key]!;
-        const tokens = CHAINS[key].tokens.filter((t) => t.acceptedForPulls);
+        const tokens = chainInfo(key).tokens.filter((t) => t.acceptedForPulls);
         const addresses = tokens.map((t) => d.tokens.find((x) => x.symbol === t.symbol)!.address as Hex);
         return { key, tokens, states: await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses) };
       }),
@@ -295,7 +295,7 @@ export class AgentHub {
     for (const { key, tokens, states } of perChain) {
       for (const [i, t] of tokens.entries()) {
         const s = states[i]!;
-        const account = accounts?.find((a) => a.chainId === CHAINS[key].chainId && a.token.toLowerCase() === s.token.toLowerCase());
+        const account = accounts?.find((a) => a.chainId === chainInfo(key).chainId && a.token.toLowerCase() === s.token.toLowerCase());
         balances.push({
           chain: key,
           token: t.symbol,

@@ -16,7 +16,7 @@ import { createHash } from "node:crypto";
 import { getAddress, isAddress, isHex, recoverMessageAddress, type Hex } from "viem";
 import { parseSiweMessage, validateSiweMessage } from "viem/siwe";
 import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { ServiceError, validationFailed } from "../errors.ts";
@@ -82,7 +82,7 @@ async function signer(deps: LinkDeps, wallet: Hex, message: string, signature: H
 /** The SIWE message's fields checked against this service, this chain and now; its nonce spent. */
 async function checkSiwe(deps: LinkDeps, headers: WalletHeaders & { form: "siwe" }, chain: ChainKey): Promise<void> {
   const fields = parseSiweMessage(headers.message);
-  const expected = { domain: deps.origin.host, uri: `${deps.origin.origin}${LINK_PATH}`, chainId: CHAINS[chain].chainId };
+  const expected = { domain: deps.origin.host, uri: `${deps.origin.origin}${LINK_PATH}`, chainId: chainInfo(chain).chainId };
   const wrong = [
     fields.domain !== expected.domain ? `domain must be ${expected.domain}` : null,
     fields.uri !== expected.uri ? `uri must be ${expected.uri}` : null,

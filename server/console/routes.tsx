@@ -152,7 +152,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     if (!order) return c.html(<Layout title="Order"><section><h2>No such order</h2></section></Layout>, 404);
     const callback = await deps.callbacks.status(order.request_id);
     const link = (hash: string | null) => {
-      const href = txLink(deps.deployments, order.chain, hash);
+      const href = txLink(order.chain, hash);
       return hash ? href ? <a href={href}>{hash}</a> : <code>{hash}</code> : "–";
     };
     return c.html(

@@ -8,8 +8,8 @@
 import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
-import { isLocalRpcUrl, publicClientFor } from "../../lib/chain-client.ts";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { explorerTxUrl, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
 import type { FacilitatorClient } from "@x402/core/server";
@@ -294,9 +294,7 @@ export interface OrderRow {
 const ORDER_COLUMNS = `SELECT request_id, rail, status, chain, token, payer, amount::text AS amount, tx_hash, refund_tx_hash, failure_reason, flag,
   bill->>'serviceID' AS service_id, created_at::text AS created_at, updated_at::text AS updated_at FROM bill_order`;
 
-/** A transaction's link on the chain's block explorer; none on a local chain, which no explorer knows. */
-export function txLink(deployments: Deployments, chain: string, txHash: string | null): string | null {
-  const d = deployments.chains[chain as ChainKey];
-  if (!txHash || !d || isLocalRpcUrl(rpcUrlFor(chain as ChainKey, d))) return null;
-  return `${CHAINS[chain as ChainKey].explorer}/tx/${txHash}`;
+/** A transaction's link on the chain's block explorer; none on the local profile, which no explorer knows. */
+export function txLink(chain: string, txHash: string | null): string | null {
+  return (txHash && explorerTxUrl(chain, txHash)) || null;
 }

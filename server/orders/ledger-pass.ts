@@ -15,7 +15,7 @@
  */
 import { errorText } from "../log-safety.ts";
 import type { Hex } from "viem";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
@@ -107,7 +107,7 @@ async function readForward(
   rail: LedgerPayment["rail"],
   each: (page: LedgerPayment[]) => Promise<LedgerPayment[]>,
 ) {
-  const chainId = CHAINS[chain].chainId;
+  const chainId = chainInfo(chain).chainId;
   const name = `${rail === "pull" ? "pulls" : "authorizations"}:${chainId}`;
   const since = await deps.orphans.position(name);
   let newest = since ?? 0n;

@@ -8,7 +8,7 @@
 import type { Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, move, type FlowDeps } from "./fulfil.ts";

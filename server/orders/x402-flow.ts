@@ -16,7 +16,7 @@ import type { PaymentPayload, PaymentRequirements, SettleResponse, VerifyRespons
 import type { Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
 import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
@@ -248,7 +248,7 @@ async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> 
  */
 export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void> {
   const onChain = await authorizationOnChain(deps, o);
-  const indexed = await deps.ledger.indexedBlock(CHAINS[o.chain as ChainKey].chainId);
+  const indexed = await deps.ledger.indexedBlock(chainInfo(o.chain).chainId);
   const payment = await ledgerPaymentOf(deps, o);
   if (payment) {
     const order = await settledFromLedger(deps, o, payment);
@@ -286,7 +286,7 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
     try {
       const onChain = await authorizationOnChain(deps, o);
       if (onChain.timestamp < o.authValidBefore!) continue; // the chain's clock is behind ours
-      const indexed = await deps.ledger.indexedBlock(CHAINS[o.chain as ChainKey].chainId);
+      const indexed = await deps.ledger.indexedBlock(chainInfo(o.chain).chainId);
       if (indexed === null || indexed < onChain.block) continue;
       const payment = await ledgerPaymentOf(deps, o);
       if (payment) {

@@ -6,7 +6,7 @@
  */
 import { encodePaymentRequiredHeader } from "@x402/core/http";
 import type { PaymentRequired } from "@x402/core/types";
-import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { Catalogue } from "../biller/catalogue.ts";
 import { ServiceError } from "../errors.ts";
@@ -74,7 +74,7 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
   const token = d.tokens.find((t) => t.symbol === option.token)!;
   return {
     scheme: "exact" as const,
-    network: CHAINS[option.chain].caip2,
+    network: chainInfo(option.chain).caip2,
     asset: token.address,
     payTo: d.billPay.address,
     maxTimeoutSeconds: ctx.ttlSeconds,
@@ -97,7 +97,7 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
     error: PAYMENT_REQUIRED_ERROR,
     accepts: reqs.map(({ amount, ...r }, i) => ({
       ...r,
-      ...(v1NetworkNames ? { network: CHAINS[options[i]!.chain].x402V1Network } : {}),
+      ...(v1NetworkNames ? { network: chainInfo(options[i]!.chain).x402V1Network ?? chainInfo(options[i]!.chain).caip2 } : {}),
       maxAmountRequired: amount,
       resource: ctx.resourceUrl,
       mimeType: "application/json",

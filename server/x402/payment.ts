@@ -11,7 +11,7 @@ import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schem
 import type { PaymentPayload } from "@x402/core/types";
 import { parseSignature, recoverTypedDataAddress, type Hex, type PublicClient } from "viem";
 import { z } from "zod";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
 
 /** How the payment arrived: protocol v1 in X-PAYMENT, v2 in PAYMENT-SIGNATURE. */
@@ -147,7 +147,7 @@ const ZERO_NONCE = `0x${"0".repeat(64)}`;
  * returned for that.
  */
 export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: string } {
-  const chain = CHAINS[e.chain];
+  const chain = chainInfo(e.chain);
   if (p.scheme !== "exact") throw new PaymentRejected("PAYMENT_SCHEME_UNSUPPORTED", `scheme "${p.scheme}"; only "exact" is accepted`);
   if (p.network !== chain.caip2 && p.network !== chain.x402V1Network) {
     throw new PaymentRejected("PAYMENT_NETWORK_MISMATCH", `payment is for ${p.network}; the bill settles on ${chain.caip2}`);

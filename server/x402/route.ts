@@ -10,7 +10,7 @@ import type { Context, Hono, MiddlewareHandler } from "hono";
 import { cors } from "hono/cors";
 import { z } from "zod";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import { CHAINS } from "../../lib/chains.ts";
+import { chainInfo } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { checkCallbackUrl } from "../callbacks.ts";
 import type { Config } from "../config.ts";
@@ -77,7 +77,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader({
         success: true,
         transaction: order.txHash,
-        network: CHAINS[order.chain as keyof typeof CHAINS].caip2,
+        network: chainInfo(order.chain).caip2,
         payer: order.payer,
       });
     }
@@ -204,7 +204,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         const token = d.tokens.find((t) => t.symbol === option.token)!;
         await checkSignature(
           payment,
-          { name: token.name, version: token.eip712Version ?? "", chainId: CHAINS[option.chain].chainId, address: token.address },
+          { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
           publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
         );
       } catch (err) {

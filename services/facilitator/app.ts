@@ -13,7 +13,7 @@ import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
 import pLimit from "p-limit";
 import { createWalletClient, http, publicActions, type Account } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
-import { CHAINS, viemChain, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, viemChain, type ChainKey } from "../../lib/chains.ts";
 
 /** Bounds every receipt wait, so a stuck chain cannot hold a settle request forever. */
 const CONFIRMATION_TIMEOUT_MS = 60_000;
@@ -36,7 +36,7 @@ export function createFacilitator(account: Account, chains: FacilitatorChain[]):
       { ...client, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
       { confirmationTimeoutMs: CONFIRMATION_TIMEOUT_MS },
     );
-    facilitator.register(CHAINS[chain].caip2, new ExactEvmScheme(signer));
+    facilitator.register(chainInfo(chain).caip2, new ExactEvmScheme(signer));
   }
   return facilitator;
 }

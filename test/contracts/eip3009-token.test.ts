@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { parseSignature, type Hex } from "viem";
-import { CHAINS } from "../../lib/chains.ts";
+import { chainInfo } from "../../lib/chains.ts";
 import { expectRevert } from "../support/revert.ts";
 import { CANCEL_AUTHORIZATION_TYPES, domainOf, randomNonce, signTransferAuthorization } from "../../lib/eip3009.ts";
 import { billPayFixture, units, type BillPayFixture } from "./fixture.ts";
@@ -27,7 +27,7 @@ function authorize(input: { value?: bigint; nonce?: Hex; validAfter?: bigint; va
 
 describe("EIP-3009 token", () => {
   it("has 6 decimals and the real token's EIP-712 domain", async () => {
-    const celoUsdc = CHAINS.CELO.tokens.find((t) => t.symbol === "USDC")!;
+    const celoUsdc = chainInfo("CELO").tokens.find((t) => t.symbol === "USDC")!;
     expect(await f.usdc.read.decimals()).toBe(6);
     expect(await domainOf(f.usdc)).toEqual({
       name: celoUsdc.name,

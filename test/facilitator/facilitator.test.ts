@@ -4,7 +4,7 @@ import { HTTPFacilitatorClient } from "@x402/core/server";
 import type { PaymentRequired } from "@x402/core/types";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseUnits, type Address } from "viem";
-import { CHAINS, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { facilitatorAccount, hardhatAccount } from "../../lib/local-accounts.ts";
 import { createFacilitator, facilitatorApp } from "../../services/facilitator/app.ts";
 import { chainActors } from "../support/actors.ts";
@@ -37,7 +37,7 @@ describe("local x402 facilitator over the standard HTTP API", () => {
     const token = d.tokens.find((t) => t.symbol === symbol)!;
     return {
       scheme: "exact",
-      network: CHAINS[chain].caip2,
+      network: chainInfo(chain).caip2,
       asset: token.address,
       amount: amount.toString(),
       payTo: payTo ?? d.billPay.address,

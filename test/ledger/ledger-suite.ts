@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { encodeAbiParameters, keccak256, maxUint256, parseUnits, toBytes, toHex, type Address, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
-import { CHAINS } from "../../lib/chains.ts";
+import { chainInfo } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../scripts/audit.ts";
 import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../stack/ledger-process.ts";
@@ -332,7 +332,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect(report.discrepancies).toEqual([]);
       expect(report.refundsChecked).toBe(2);
       expect(report.pullsChecked).toBe(5);
-      expect(report.treasury).toHaveLength(CHAINS.CELO.tokens.length + CHAINS.BASE.tokens.length);
+      expect(report.treasury).toHaveLength(chainInfo("CELO").tokens.length + chainInfo("BASE").tokens.length);
       const cli = await runAuditCli({ LEDGER_URL: ledger.url, DEPLOYMENTS_FILE: stack.deploymentsFile });
       expect(cli.out).toContain("audit: no discrepancies");
       expect(cli.code).toBe(0);

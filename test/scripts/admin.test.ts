@@ -96,7 +96,7 @@ describe("npm run admin", () => {
     await expect(admin("launch")).rejects.toBeInstanceOf(UsageError);
   });
 
-  it("runs as `npm run admin` from the command line, and needs its own key for a chain that is not local", async () => {
+  it("runs as `npm run admin` from the command line, and needs its own key on a real network profile", async () => {
     const run = (argv: string[], env: Record<string, string> = {}) =>
       new Promise<{ code: number | null; out: string }>((resolve) => {
         const child = spawn(process.execPath, ["--import", "tsx", "scripts/admin.ts", ...argv], {
@@ -111,9 +111,8 @@ describe("npm run admin", () => {
     const ok = await run(["pause"]);
     expect(ok.code).toBe(0);
     expect(ok.out).toContain("not sent (add --send to send it)");
-    // The same chain reached by a name that is not loopback: treated as a real network.
-    const port = new URL(stack.deployments.chains.CELO!.rpcUrl).port;
-    const remote = await run(["pause"], { CELO_RPC_URL: `http://rpc.invalid:${port}` });
+    // A real network profile, even reached on loopback, never signs with the public test keys.
+    const remote = await run(["pause"], { NETWORK: "celo-sepolia" });
     expect(remote.code).toBe(2);
     expect(remote.out).toContain("PAUSER_PRIVATE_KEY is not set");
   });

@@ -8,9 +8,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import type { Deployments } from "../../lib/deployments.ts";
+import { activeNetwork, resolveNetwork } from "../../lib/networks.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { loadConfig } from "../../server/config.ts";
-import { chainFailures, isLocalDeployment, policyFailures } from "../../server/startup-checks.ts";
+import { chainFailures, deploymentFailures, policyFailures } from "../../server/startup-checks.ts";
 import { startTestChains } from "../support/stack.ts";
 
 describe("start-up checks", () => {
@@ -32,8 +33,9 @@ describe("start-up checks", () => {
 
   it("pass on the local deployment as deployed", async () => {
     expect(await chainFailures(stack.deployments, keys, minGas)).toEqual([]);
-    expect(isLocalDeployment(stack.deployments)).toBe(true);
-    expect(policyFailures(loadConfig({}), stack.deployments, keys)).toEqual([]);
+    expect(activeNetwork().local).toBe(true);
+    expect(deploymentFailures(activeNetwork(), stack.deployments)).toEqual([]);
+    expect(policyFailures(loadConfig({}), activeNetwork(), keys)).toEqual([]);
   });
 
   it("refuse a token whose EIP-712 name or version is not what the 402 advertises", async () => {
@@ -64,9 +66,34 @@ describe("start-up checks", () => {
     ]);
   });
 
-  it("away from the local chains, refuse Hardhat's keys, the sandbox biller's keys and a facilitator on loopback", () => {
-    const remote = changed((d) => (d.rpcUrl = "https://forno.celo-sepolia.celo-testnet.org"));
-    expect(isLocalDeployment(remote)).toBe(false);
+  it("refuse a deployment that is not the network profile's: wrong chain id, a chain missing or extra, other tokens", () => {
+    const sepolia = resolveNetwork("celo-sepolia");
+    expect(deploymentFailures(sepolia, stack.deployments)).toEqual([
+      'CELO: the deployment is on chain 42220, the network profile "celo-sepolia" is on 11142220',
+      expect.stringContaining("CELO USDC: the deployment accepts"),
+      'BASE: deployed, but the network profile "celo-sepolia" does not serve it (set NETWORK)',
+    ]);
+    const onSepolia = changed((d) => (d.chainId = 11142220));
+    expect(deploymentFailures(sepolia, onSepolia)).toEqual([
+      `CELO USDC: the deployment accepts ${onSepolia.chains.CELO!.tokens[0]!.address}, the network profile names 0x01C5C0122039549AD1493B8220cABEdD739BC44E`,
+    ]);
+    const overridden = resolveNetwork("celo-sepolia", { CELO_USDC_ADDRESS: onSepolia.chains.CELO!.tokens[0]!.address });
+    expect(deploymentFailures(overridden, onSepolia)).toEqual([]);
+    expect(deploymentFailures(resolveNetwork("celo,base"), onSepolia)).toEqual([
+      'CELO: the deployment is on chain 11142220, the network profile "celo,base" is on 42220',
+      expect.stringContaining("CELO USDC: the deployment accepts"),
+      expect.stringContaining("CELO USD₮: the deployment accepts"),
+      expect.stringContaining("CELO USA₮: the deployment accepts"),
+      expect.stringContaining('BASE: the network profile "celo,base" serves it, but the deployments file has no deployment for it'),
+    ]);
+    expect(() => resolveNetwork("celo,base-sepolia")).toThrow("mixes mainnets and testnets");
+    expect(() => resolveNetwork("local,celo")).toThrow("stands alone");
+    expect(() => resolveNetwork("celo,celo")).toThrow("names two profiles for CELO");
+    expect(() => resolveNetwork("polygon")).toThrow('NETWORK "polygon" is not a profile');
+  });
+
+  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys and a facilitator on loopback", () => {
+    const remote = resolveNetwork("celo-sepolia");
     const failures = policyFailures(loadConfig({}), remote, keys);
     expect(failures).toEqual([
       expect.stringContaining(`the operator key ${keys.operator} is one of Hardhat's public test keys: set OPERATOR_PRIVATE_KEY`),
@@ -79,6 +106,8 @@ describe("start-up checks", () => {
     const own = { operator: privateKeyToAccount(generatePrivateKey()).address, refunder: privateKeyToAccount(generatePrivateKey()).address };
     const configured = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_URL_CELO: "https://facilitator.example.org" });
     expect(policyFailures(configured, remote, own)).toEqual([]);
+    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1" });
+    expect(policyFailures(selfHosted, remote, own)).toEqual([]);
   });
 
   it("keep the service process from starting, naming each failure", async () => {

@@ -1,0 +1,181 @@
+/**
+ * Network profiles: the one place that says which chains a deployment serves and, for each,
+ * its chain id, CAIP-2 id, RPC URLs, stablecoins, facilitator and block explorer.
+ *
+ * `NETWORK` names the active profile (default `local`). Mainnet or testnet profiles may be
+ * combined with a comma (`NETWORK=celo,base`) to serve both chains; `local` stands alone.
+ * Everything else (the 402, the ledger, the start-up checks, the deploy) reads chain ids from
+ * here, never from literals.
+ *
+ * Token facts are the real tokens' (addresses, EIP-712 name and version, as @x402/evm's own
+ * asset table has them). On `local` the tokens are the stack's own deployments, shaped like
+ * Celo's and Base's mainnet tokens, and their addresses come from the deployments file.
+ */
+export type ChainKey = "CELO" | "BASE";
+export type TokenSymbol = "USDC" | "USD₮" | "USA₮";
+export type NetworkName = "local" | "celo" | "celo-sepolia" | "base" | "base-sepolia";
+export type FacilitatorAuth = "none" | "bearer" | "cdp";
+
+export const ALL_CHAIN_KEYS: readonly ChainKey[] = ["CELO", "BASE"];
+export const NETWORK_NAMES: readonly NetworkName[] = ["local", "celo", "celo-sepolia", "base", "base-sepolia"];
+
+export interface TokenInfo {
+  symbol: TokenSymbol;
+  /** ERC-20 name(), also the EIP-712 domain name where the token has one. */
+  name: string;
+  decimals: 6;
+  /** EIP-712 domain version for EIP-3009 signatures; null where the token lacks EIP-3009. */
+  eip712Version: string | null;
+  /** Whether an x402 `exact` payment (EIP-3009 transferWithAuthorization) can settle in it. */
+  settlesX402: boolean;
+  /** Whether the agent hub may pull it through BillPay. */
+  acceptedForPulls: boolean;
+  /** The token's address on a real network; undefined on `local`, where the deployment places it. */
+  address?: `0x${string}`;
+}
+
+export interface ChainInfo {
+  key: ChainKey;
+  chainId: number;
+  caip2: `eip155:${number}`;
+  /** x402 v1 network name, or null where v1 has none (v1 payers then use the CAIP-2 id). */
+  x402V1Network: string | null;
+  displayName: string;
+  /** Block explorer for transaction links; null on `local`. */
+  explorer: string | null;
+  /** Public RPC endpoints, tried in order; `<CHAIN>_RPC_URL` replaces them (comma-separated for several). */
+  rpcUrls: readonly string[];
+  /** The chain's x402 facilitator and how it authenticates; null where none is known (configure FACILITATOR_URL_<CHAIN>). */
+  facilitator: { url: string; auth: FacilitatorAuth } | null;
+  /** The Hardhat network (hardhat.config.ts) that serves this chain locally or deploys to it. */
+  hardhatNetwork: string;
+  /** Local profile only: the default port of the local node (env `<CHAIN>_PORT`). */
+  defaultPort?: number;
+  tokens: readonly TokenInfo[];
+}
+
+export interface NetworkProfile {
+  /** The profile names combined, e.g. "celo,base". */
+  name: string;
+  /** The local stack: Hardhat nodes on this machine, sandbox biller and facilitator, public test keys. */
+  local: boolean;
+  testnet: boolean;
+  chains: Partial<Record<ChainKey, ChainInfo>>;
+}
+
+const celoTokens: TokenInfo[] = [
+  { symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0xcebA9300f2b948710d2653dD7B07f33A8B32118C" },
+  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: "1", settlesX402: true, acceptedForPulls: true, address: "0x48065fbBE25f71C9282ddf5e1cD6D6A887483D5e" },
+  { symbol: "USA₮", name: "Tether America USD", decimals: 6, eip712Version: "1", settlesX402: true, acceptedForPulls: true, address: "0xD2ab3C9A02DBBAB236BfEC45D1d755DF4267F771" },
+];
+const baseTokens: TokenInfo[] = [
+  { symbol: "USDC", name: "USD Coin", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" },
+  // Bridged Tether on Base has no transferWithAuthorization: x402 cannot settle it, and the hub does not pull it.
+  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, settlesX402: false, acceptedForPulls: false, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
+];
+const localTokens = (tokens: TokenInfo[]): TokenInfo[] => tokens.map(({ address: _real, ...t }) => t);
+
+const chain = (c: Omit<ChainInfo, "caip2">): ChainInfo => ({ ...c, caip2: `eip155:${c.chainId}` });
+
+const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
+  local: {
+    local: true,
+    testnet: true,
+    chains: {
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
+    },
+  },
+  celo: {
+    local: false,
+    testnet: false,
+    chains: {
+      // Celo runs its own facilitator, keyed per merchant: set FACILITATOR_URL_CELO and FACILITATOR_TOKEN_CELO.
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: null, hardhatNetwork: "celo", tokens: celoTokens }),
+    },
+  },
+  "celo-sepolia": {
+    local: false,
+    testnet: true,
+    chains: {
+      CELO: chain({
+        key: "CELO",
+        chainId: 11142220,
+        x402V1Network: null,
+        displayName: "Celo Sepolia",
+        explorer: "https://celo-sepolia.blockscout.com",
+        rpcUrls: ["https://forno.celo-sepolia.celo-testnet.org"],
+        facilitator: null,
+        hardhatNetwork: "celoSepolia",
+        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],
+      }),
+    },
+  },
+  base: {
+    local: false,
+    testnet: false,
+    chains: {
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base", explorer: "https://basescan.org", rpcUrls: ["https://mainnet.base.org"], facilitator: { url: "https://api.cdp.coinbase.com/platform/v2/x402", auth: "cdp" }, hardhatNetwork: "base", tokens: baseTokens }),
+    },
+  },
+  "base-sepolia": {
+    local: false,
+    testnet: true,
+    chains: {
+      BASE: chain({
+        key: "BASE",
+        chainId: 84532,
+        x402V1Network: "base-sepolia",
+        displayName: "Base Sepolia",
+        explorer: "https://sepolia.basescan.org",
+        rpcUrls: ["https://sepolia.base.org"],
+        facilitator: { url: "https://x402.org/facilitator", auth: "none" },
+        hardhatNetwork: "baseSepolia",
+        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e" }],
+      }),
+    },
+  },
+};
+
+/** Env spelling of a token symbol: USD₮ is USDT, USA₮ is USAT. */
+export const envSymbol = (symbol: TokenSymbol): string => symbol.replace("₮", "T");
+
+/**
+ * The profile named by `spec` ("celo", "celo,base", ...). A token's address may be replaced
+ * by `<CHAIN>_<SYMBOL>_ADDRESS` (for a fork or a private test chain; the start-up checks still
+ * read its EIP-712 domain from the chain).
+ */
+export function resolveNetwork(spec: string, env: NodeJS.ProcessEnv = process.env): NetworkProfile {
+  const names = spec.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean);
+  if (names.length === 0) throw new Error("NETWORK is empty: name a profile (" + NETWORK_NAMES.join(", ") + ")");
+  for (const n of names) {
+    if (!(NETWORK_NAMES as readonly string[]).includes(n)) throw new Error(`NETWORK "${n}" is not a profile: use ${NETWORK_NAMES.join(", ")}`);
+  }
+  const profiles = (names as NetworkName[]).map((n) => PROFILES[n]);
+  if (names.includes("local") && names.length > 1) throw new Error("NETWORK=local stands alone: it cannot be combined with a real network");
+  if (new Set(profiles.map((p) => p.testnet)).size > 1) throw new Error(`NETWORK=${spec} mixes mainnets and testnets`);
+  const chains: Partial<Record<ChainKey, ChainInfo>> = {};
+  for (const p of profiles) {
+    for (const c of Object.values(p.chains)) {
+      if (chains[c.key]) throw new Error(`NETWORK=${spec} names two profiles for ${c.key}`);
+      chains[c.key] = {
+        ...c,
+        tokens: c.tokens.map((t) => {
+          const override = env[`${c.key}_${envSymbol(t.symbol)}_ADDRESS`];
+          if (override === undefined) return t;
+          if (!/^0x[0-9a-fA-F]{40}$/.test(override)) throw new Error(`${c.key}_${envSymbol(t.symbol)}_ADDRESS must be an 0x-prefixed 20-byte address`);
+          return { ...t, address: override as `0x${string}` };
+        }),
+      };
+    }
+  }
+  return { name: names.join(","), local: profiles[0]!.local, testnet: profiles[0]!.testnet, chains };
+}
+
+let active: NetworkProfile | undefined;
+
+/** The profile this process serves, from `NETWORK` (read once). */
+export function activeNetwork(): NetworkProfile {
+  active ??= resolveNetwork(process.env.NETWORK ?? "local");
+  return active;
+}
