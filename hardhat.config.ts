@@ -1,6 +1,10 @@
 import { createRequire } from "node:module";
+import hardhatIgnitionViem from "@nomicfoundation/hardhat-ignition-viem";
+import hardhatKeystore from "@nomicfoundation/hardhat-keystore";
+import hardhatVerify from "@nomicfoundation/hardhat-verify";
 import hardhatViem from "@nomicfoundation/hardhat-viem";
-import { defineConfig } from "hardhat/config";
+import { configVariable, defineConfig } from "hardhat/config";
+import { resolveNetwork, type NetworkName } from "./lib/networks.ts";
 
 // Compile offline with solc-js (WASM) from the pinned `solc` package: Hardhat would
 // otherwise download a native compiler from a host these machines cannot reach.
@@ -13,8 +17,24 @@ const solcPath = require.resolve("solc/soljson.js");
 // finality-based consumers (Ponder) keep advancing on a quiet chain.
 const localMining = { auto: true, interval: 1000 };
 
+/** The one chain of a network profile (lib/networks.ts), token overrides ignored. */
+const profileChain = (name: NetworkName) => Object.values(resolveNetwork(name, {}).chains)[0]!;
+
+/**
+ * A real network for `npm run deploy`: chain id and public RPC from the profile (the deploy
+ * command overrides the URL with `<CHAIN>_RPC_URL`), the deployer's key from Hardhat's
+ * keystore (`npx hardhat keystore set DEPLOYER_PRIVATE_KEY`) or the environment.
+ */
+const realNetwork = (name: NetworkName) => ({
+  type: "http" as const,
+  chainType: "op" as const,
+  chainId: profileChain(name).chainId,
+  url: profileChain(name).rpcUrls[0]!,
+  accounts: [configVariable("DEPLOYER_PRIVATE_KEY")],
+});
+
 export default defineConfig({
-  plugins: [hardhatViem],
+  plugins: [hardhatViem, hardhatKeystore, hardhatVerify, hardhatIgnitionViem],
   solidity: {
     version: solcVersion,
     path: solcPath,
@@ -30,14 +50,29 @@ export default defineConfig({
     celoLocal: {
       type: "edr-simulated",
       chainType: "l1",
-      chainId: 42220,
+      chainId: resolveNetwork("local", {}).chains.CELO!.chainId,
       mining: localMining,
     },
     baseLocal: {
       type: "edr-simulated",
       chainType: "op",
-      chainId: 8453,
+      chainId: resolveNetwork("local", {}).chains.BASE!.chainId,
       mining: localMining,
     },
+    // A plain node on Celo Sepolia's chain id: the deploy test's stand-in for the real testnet.
+    celoSepoliaStandIn: {
+      type: "edr-simulated",
+      chainType: "l1",
+      chainId: profileChain("celo-sepolia").chainId,
+      mining: localMining,
+    },
+    celo: realNetwork("celo"),
+    celoSepolia: realNetwork("celo-sepolia"),
+    base: realNetwork("base"),
+    baseSepolia: realNetwork("base-sepolia"),
+  },
+  // Source verification (npm run deploy; npx hardhat ignition verify <id>): one Etherscan v2 key covers Celo and Base.
+  verify: {
+    etherscan: { apiKey: configVariable("ETHERSCAN_API_KEY") },
   },
 });

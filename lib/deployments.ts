@@ -5,6 +5,7 @@
 import { readFileSync } from "node:fs";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
+import { parseUnits } from "viem";
 import { z } from "zod";
 import { activeNetwork, ALL_CHAIN_KEYS, type ChainKey } from "./networks.ts";
 
@@ -111,4 +112,13 @@ export function requireChain(deployments: Deployments, chain: ChainKey): ChainDe
   const d = deployments.chains[chain];
   if (!d) throw new Error(`no deployment for ${chain}: run \`npm run chains\` first`);
   return d;
+}
+
+/** The refund budget given to every accepted token: REFUND_BUDGET raw units per REFUND_BUDGET_PERIOD_SECONDS. */
+export function refundBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { limit: string; periodSeconds: number } {
+  const limit = env.REFUND_BUDGET ?? parseUnits("5000", 6).toString();
+  const periodSeconds = Number(env.REFUND_BUDGET_PERIOD_SECONDS ?? 86_400);
+  if (!/^\d+$/.test(limit)) throw new Error("REFUND_BUDGET must be a whole number of raw token units");
+  if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error("REFUND_BUDGET_PERIOD_SECONDS must be a positive whole number");
+  return { limit, periodSeconds };
 }

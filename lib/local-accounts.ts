@@ -36,3 +36,10 @@ export function payerAccounts(): Account[] {
   for (let i = FIRST_PAYER_INDEX; i <= LAST_PAYER_INDEX; i++) out.push(hardhatAccount(i));
   return out;
 }
+
+/** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, never for a real network. */
+const WELL_KNOWN = new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
+
+export function isWellKnownAddress(address: string): boolean {
+  return WELL_KNOWN.has(address.toLowerCase());
+}

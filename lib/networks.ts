@@ -176,6 +176,6 @@ let active: NetworkProfile | undefined;
 
 /** The profile this process serves, from `NETWORK` (read once). */
 export function activeNetwork(): NetworkProfile {
-  active ??= resolveNetwork(process.env.NETWORK ?? "local");
+  active ??= resolveNetwork(process.env.NETWORK || "local");
   return active;
 }

@@ -18,7 +18,7 @@ import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
 import type { ChainKey } from "../lib/chains.ts";
 import { deployedChains, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import type { NetworkProfile } from "../lib/networks.ts";
-import { hardhatAccount } from "../lib/local-accounts.ts";
+import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import type { Config } from "./config.ts";
 import { errorText } from "./log-safety.ts";
 
@@ -30,8 +30,6 @@ const eip712Reads = parseAbi([
 ]);
 /** The sandbox biller's keys (server/config.ts defaults): never for a real biller. */
 const SANDBOX_BILLER_KEYS = new Set(["sandbox-api-key", "sandbox-secret-key", "sandbox-public-key"]);
-/** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, no secret. */
-const WELL_KNOWN = new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
 
 /**
  * The deployment against the active network profile: every chain the profile serves is
@@ -64,7 +62,7 @@ export function policyFailures(config: Config, network: NetworkProfile, keys: { 
   if (network.local) return [];
   const out: string[] = [];
   for (const [role, address] of Object.entries(keys)) {
-    if (WELL_KNOWN.has(address.toLowerCase())) {
+    if (isWellKnownAddress(address)) {
       out.push(`the ${role} key ${address} is one of Hardhat's public test keys: set ${role.toUpperCase()}_PRIVATE_KEY`);
     }
   }

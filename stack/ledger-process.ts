@@ -37,6 +37,8 @@ export interface LedgerOptions {
   logTo?: string | "inherit";
   /** Ponder's log format; JSON unless its output goes to a terminal. */
   logFormat?: "json" | "pretty";
+  /** More environment for Ponder (for example `<CHAIN>_RPC_URL`); the rest is inherited. */
+  env?: Record<string, string>;
   /** The address the ledger's HTTP server binds (default 127.0.0.1; 0.0.0.0 serves other machines). */
   host?: string;
   /** Told of each chain's indexed block while the backfill runs (at most every `progressEveryMs`). */
@@ -119,6 +121,7 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
 
   const env: NodeJS.ProcessEnv = {
     ...process.env,
+    ...options.env,
     DEPLOYMENTS_FILE: options.deploymentsFile,
     PONDER_TELEMETRY_DISABLED: "1",
   };

@@ -18,20 +18,11 @@ import { ignitionArtifacts, loadArtifact } from "../lib/artifacts.ts";
 import { billPayModule, type BillPaySpec } from "../ignition/modules/BillPay.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { chainInfo, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
-import type { ChainDeployment, TokenDeployment } from "../lib/deployments.ts";
+import { refundBudgetFromEnv, type ChainDeployment, type TokenDeployment } from "../lib/deployments.ts";
 import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts, refunderAccount } from "../lib/local-accounts.ts";
 
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
 const GAS_FUNDING = parseUnits("1000", 18);
-
-/** The refund budget given to every accepted token: REFUND_BUDGET raw units per REFUND_BUDGET_PERIOD_SECONDS. */
-export function refundBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { limit: string; periodSeconds: number } {
-  const limit = env.REFUND_BUDGET ?? parseUnits("5000", 6).toString();
-  const periodSeconds = Number(env.REFUND_BUDGET_PERIOD_SECONDS ?? 86_400);
-  if (!/^\d+$/.test(limit)) throw new Error("REFUND_BUDGET must be a whole number of raw token units");
-  if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error("REFUND_BUDGET_PERIOD_SECONDS must be a positive whole number");
-  return { limit, periodSeconds };
-}
 
 /**
  * Deploys the BillPay module (ignition/modules/BillPay.ts) through Ignition with an in-memory
