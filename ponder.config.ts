@@ -18,7 +18,7 @@ function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
   const rpc = rpcUrlsFor(key, d);
   // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
-  return { id: d.chainId, rpc: rpc.length === 1 ? rpc[0]! : rpc, pollingInterval: ledgerPollingIntervalMs(), disableCache: rpc.every(isLocalRpcUrl) };
+  return { id: d.chainId, rpc: rpc.length === 1 ? rpc[0]! : rpc, pollingInterval: ledgerPollingIntervalMs(key), disableCache: rpc.every(isLocalRpcUrl) };
 }
 
 function billPay(key: ChainKey) {

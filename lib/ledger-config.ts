@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Deployments } from "./deployments.ts";
+import { activeNetwork, type ChainKey } from "./networks.ts";
 
 export const DEFAULT_LEDGER_PORT = 42069;
 /** Ponder's minimum polling interval; fine for local chains (a block a second when idle). */
@@ -13,9 +14,10 @@ export const DEFAULT_POLLING_INTERVAL_MS = 100;
 /** Stable views schema on PostgreSQL, re-pointed at each new ledger schema. */
 export const LEDGER_VIEWS_SCHEMA = "ledger";
 
-export function ledgerPollingIntervalMs(): number {
+/** LEDGER_POLLING_INTERVAL_MS when set, else the network profile's for the chain, else Ponder's minimum. */
+export function ledgerPollingIntervalMs(chain?: ChainKey): number {
   const raw = process.env.LEDGER_POLLING_INTERVAL_MS;
-  if (raw === undefined) return DEFAULT_POLLING_INTERVAL_MS;
+  if (raw === undefined) return (chain && activeNetwork().chains[chain]?.pollingIntervalMs) || DEFAULT_POLLING_INTERVAL_MS;
   const ms = Number(raw);
   if (!Number.isInteger(ms) || ms < 100) throw new Error("LEDGER_POLLING_INTERVAL_MS must be an integer >= 100");
   return ms;

@@ -47,6 +47,8 @@ export interface ChainInfo {
   rpcUrls: readonly string[];
   /** The chain's x402 facilitator and how it authenticates; null where none is known (configure FACILITATOR_URL_<CHAIN>). */
   facilitator: { url: string; auth: FacilitatorAuth } | null;
+  /** How often the ledger asks the chain for new blocks (LEDGER_POLLING_INTERVAL_MS overrides): about a block time, at least Ponder's 100 ms. */
+  pollingIntervalMs: number;
   /** The Hardhat network (hardhat.config.ts) that serves this chain locally or deploys to it. */
   hardhatNetwork: string;
   /** Local profile only: the default port of the local node (env `<CHAIN>_PORT`). */
@@ -82,8 +84,8 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: true,
     testnet: true,
     chains: {
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
-      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
     },
   },
   celo: {
@@ -91,7 +93,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     testnet: false,
     chains: {
       // Celo runs its own facilitator, keyed per merchant: set FACILITATOR_URL_CELO and FACILITATOR_TOKEN_CELO.
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: null, hardhatNetwork: "celo", tokens: celoTokens }),
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: null, pollingIntervalMs: 1000, hardhatNetwork: "celo", tokens: celoTokens }),
     },
   },
   "celo-sepolia": {
@@ -106,6 +108,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         explorer: "https://celo-sepolia.blockscout.com",
         rpcUrls: ["https://forno.celo-sepolia.celo-testnet.org"],
         facilitator: null,
+        pollingIntervalMs: 1000,
         hardhatNetwork: "celoSepolia",
         tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],
       }),
@@ -115,7 +118,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: false,
     testnet: false,
     chains: {
-      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base", explorer: "https://basescan.org", rpcUrls: ["https://mainnet.base.org"], facilitator: { url: "https://api.cdp.coinbase.com/platform/v2/x402", auth: "cdp" }, hardhatNetwork: "base", tokens: baseTokens }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base", explorer: "https://basescan.org", rpcUrls: ["https://mainnet.base.org"], facilitator: { url: "https://api.cdp.coinbase.com/platform/v2/x402", auth: "cdp" }, pollingIntervalMs: 1000, hardhatNetwork: "base", tokens: baseTokens }),
     },
   },
   "base-sepolia": {
@@ -130,6 +133,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         explorer: "https://sepolia.basescan.org",
         rpcUrls: ["https://sepolia.base.org"],
         facilitator: { url: "https://x402.org/facilitator", auth: "none" },
+        pollingIntervalMs: 1000,
         hardhatNetwork: "baseSepolia",
         tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e" }],
       }),
