@@ -14,11 +14,30 @@ import { ledgerDatabase, ledgerPollingIntervalMs } from "./lib/ledger-config.ts"
 
 const deployments = readDeploymentsSync();
 
+/**
+ * Ponder gives each RPC URL its own request budget (20 requests a second at first, growing
+ * slowly): a block's fetches past it wait for the next second, which was the ledger's
+ * once-a-second lag of half a second. A node on this machine has no such limit to respect,
+ * so it is listed several times, each copy a budget of its own; real chains list their
+ * providers in `<CHAIN>_RPC_URL`.
+ */
+const LOCAL_RPC_LANES = 16;
+
 function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
-  const rpc = rpcUrlsFor(key, d);
-  // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
-  return { id: d.chainId, rpc: rpc.length === 1 ? rpc[0]! : rpc, pollingInterval: ledgerPollingIntervalMs(key), disableCache: rpc.every(isLocalRpcUrl) };
+  const listed = rpcUrlsFor(key, d);
+  const rpc = listed.every(isLocalRpcUrl) ? listed.flatMap((u) => Array<string>(LOCAL_RPC_LANES).fill(u)) : listed;
+  // New blocks arrive over a WebSocket newHeads subscription where there is one (polling is
+  // Ponder's fallback): `<CHAIN>_WS_URL`, or a local node's own, which serves WebSocket on its port.
+  const ws = process.env[`${key}_WS_URL`] ?? (isLocalRpcUrl(rpc[0]!) ? rpc[0]!.replace(/^http/, "ws") : undefined);
+  return {
+    id: d.chainId,
+    rpc: rpc.length === 1 ? rpc[0]! : rpc,
+    ...(ws ? { ws } : {}),
+    pollingInterval: ledgerPollingIntervalMs(key),
+    // A local chain can be reset under the same id: never serve it from Ponder's RPC cache.
+    disableCache: rpc.every(isLocalRpcUrl),
+  };
 }
 
 function billPay(key: ChainKey) {

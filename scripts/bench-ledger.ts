@@ -2,11 +2,13 @@
  * `npm run bench:ledger`: the ledger's indexing lag and backfill throughput on local chains.
  *   lag:      one pull at a time (2 events each: Pulled + Transfer); from the moment the
  *             client holds the receipt to the moment the payment is visible through the
- *             read API, polled every 5 ms. Goal: p95 <= polling interval + 100 ms.
+ *             read API, polled every 5 ms. Goal: p95 <= 150 ms, max <= 500 ms.
+ *             BENCH_LAG_TRACE=1 prints each sample with its time; BENCH_LEDGER_LOG=<file>
+ *             keeps the ledger's log (LEDGER_LOG_LEVEL=debug for every block).
  *   backfill: >= 10,000 events written on fresh chains before a ledger starts, in batches
  *             of pulls, all final; events/s over Ponder's own backfill duration (from its
  *             log), and wall time from spawn to /ready.
- *             Goal: >= 2,000 events/s.
+ *             Goal: >= 5,000 events/s.
  * PGlite by default; PostgreSQL when DATABASE_URL is set. Writes bench-results/ledger.json.
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
@@ -48,6 +50,7 @@ const lagLedger = await startLedger({
   pgliteDir: join(stack.dir, "lag-pglite"),
   schema: uniqueSchema("bench_lag"),
   viewsSchema: uniqueSchema("bench_lag_views"),
+  ...(process.env.BENCH_LEDGER_LOG ? { logTo: process.env.BENCH_LEDGER_LOG } : {}),
 });
 const lags: number[] = [];
 for (let i = 0; i < LAG_SAMPLES; i++) {
@@ -62,6 +65,7 @@ for (let i = 0; i < LAG_SAMPLES; i++) {
     await new Promise((r) => setTimeout(r, 5));
   }
   lags.push(performance.now() - t0);
+  if (process.env.BENCH_LAG_TRACE) console.log(`lag ${i} ${Date.now()} ${Math.round(performance.now() - t0)}`);
 }
 await lagLedger.stop();
 await stack.close();
@@ -103,7 +107,10 @@ const backfillEvents = lines.filter((l) => l.msg === "Indexed block range").redu
 const backfillMs = lines.find((l) => l.msg === "Completed backfill indexing across all chains")?.duration;
 if (backfillMs === undefined) throw new Error(`no backfill duration in ${logFile}`);
 
-const lagGoalMs = DEFAULT_POLLING_INTERVAL_MS + 100;
+// The speed issue's goals: lag p95 <= 150 ms and max <= 500 ms at 100 ms polling; backfill >= 5,000 events/s.
+const lagGoalMs = 150;
+const lagMaxGoalMs = 500;
+const backfillGoal = 5000;
 const eventsPerSecond = backfillEvents / (backfillMs / 1000);
 const report = {
   measuredAt: new Date().toISOString(),
@@ -116,15 +123,16 @@ const report = {
     p95Ms: round(percentile(lags, 95)),
     maxMs: round(lags[lags.length - 1]!),
     goalP95Ms: lagGoalMs,
-    met: percentile(lags, 95) <= lagGoalMs,
+    goalMaxMs: lagMaxGoalMs,
+    met: percentile(lags, 95) <= lagGoalMs && lags[lags.length - 1]! <= lagMaxGoalMs,
   },
   backfill: {
     events: backfillEvents,
     backfillMs: round(backfillMs),
     eventsPerSecond: Math.round(eventsPerSecond),
     wallToReadyMs: Math.round(wallToReadyMs),
-    goalEventsPerSecond: 2000,
-    met: eventsPerSecond >= 2000,
+    goalEventsPerSecond: backfillGoal,
+    met: eventsPerSecond >= backfillGoal,
   },
 };
 await mkdir("bench-results", { recursive: true });
@@ -133,10 +141,10 @@ await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
 
 console.log(`ledger benchmark on ${report.database}, polling ${DEFAULT_POLLING_INTERVAL_MS} ms`);
 console.log(
-  `  lag over ${report.lag.samples} pulls: p50 ${report.lag.p50Ms} ms, p95 ${report.lag.p95Ms} ms, max ${report.lag.maxMs} ms (goal p95 <= ${lagGoalMs} ms: ${report.lag.met ? "met" : "NOT met"})`,
+  `  lag over ${report.lag.samples} pulls: p50 ${report.lag.p50Ms} ms, p95 ${report.lag.p95Ms} ms, max ${report.lag.maxMs} ms (goal p95 <= ${lagGoalMs} ms, max <= ${lagMaxGoalMs} ms: ${report.lag.met ? "met" : "NOT met"})`,
 );
 console.log(
-  `  backfill: ${backfillEvents} events in ${report.backfill.backfillMs} ms = ${report.backfill.eventsPerSecond} events/s (goal >= 2000: ${report.backfill.met ? "met" : "NOT met"}); ${report.backfill.wallToReadyMs} ms from start to ready`,
+  `  backfill: ${backfillEvents} events in ${report.backfill.backfillMs} ms = ${report.backfill.eventsPerSecond} events/s (goal >= ${backfillGoal}: ${report.backfill.met ? "met" : "NOT met"}); ${report.backfill.wallToReadyMs} ms from start to ready`,
 );
 console.log(`written to ${out}`);
 if (!report.lag.met || !report.backfill.met) process.exitCode = 1;

@@ -114,7 +114,7 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   const deployments = await readDeployments(options.deploymentsFile);
   const schema = options.schema ?? ledgerSchemaName(deployments, ROOT);
   const logFormat = options.logFormat ?? (options.logTo === "inherit" ? "pretty" : "json");
-  const args = [PONDER_BIN, "--root", "ponder", "--log-format", logFormat];
+  const args = [PONDER_BIN, "--root", "ponder", "--log-format", logFormat, ...(process.env.LEDGER_LOG_LEVEL ? ["--log-level", process.env.LEDGER_LOG_LEVEL] : [])];
   const host = options.host ?? "127.0.0.1";
   args.push("start", "--schema", schema, "-p", String(port), "-H", host);
   if (options.databaseUrl) args.push("--views-schema", options.viewsSchema ?? LEDGER_VIEWS_SCHEMA);
