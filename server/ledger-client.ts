@@ -3,8 +3,14 @@
  * service decides an order's money from here, never from its own memory: a pull is paid
  * when the ledger shows its Pulled event, an x402 payment when it shows the transfer, each
  * of exactly the order's amount (paymentMismatch).
+ *
+ * Whoever waits for a payment is woken when the ledger indexes one: Ponder's live query (SSE,
+ * fed by the ledger database's LISTEN/NOTIFY) pushes each change of the payment count.
+ * Polling stays as the fallback, quicker while the push is not connected.
  */
+import { createClient } from "@ponder/client";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
+import * as schema from "../ponder/ponder.schema.ts";
 
 const LEDGER_TIMEOUT_MS = 5_000;
 
@@ -52,8 +58,53 @@ export interface LedgerAccount {
   [figure: string]: unknown;
 }
 
+/** How often a waiter reads the ledger anyway: rarely while pushes arrive, often while they do not. */
+const POLL_WHILE_PUSHED_MS = 250;
+const POLL_WITHOUT_PUSH_MS = 50;
+
 export class LedgerClient {
+  private readonly waiters = new Set<() => void>();
+  private live?: { unsubscribe(): void };
+  private pushing = false;
+
   constructor(readonly url: string) {}
+
+  /**
+   * Resolves when the ledger indexes a new payment, or after the polling interval: the caller
+   * then reads what it waits for. The live query opens on the first wait.
+   */
+  nextPayment(): Promise<void> {
+    this.subscribe();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.pushing ? POLL_WHILE_PUSHED_MS : POLL_WITHOUT_PUSH_MS);
+      this.waiters.add(done);
+    });
+  }
+
+  private subscribe(): void {
+    if (this.live) return;
+    this.live = createClient(`${this.url}/sql`, { schema }).live(
+      (db) => db.$count(schema.payment),
+      () => {
+        this.pushing = true;
+        for (const wake of [...this.waiters]) wake();
+      },
+      // The stream reconnects by itself; until it does, waiters poll.
+      () => (this.pushing = false),
+    );
+  }
+
+  /** Closes the live query (shutdown). */
+  close(): void {
+    this.live?.unsubscribe();
+    this.live = undefined;
+    this.pushing = false;
+  }
 
   private async get<T>(path: string): Promise<T> {
     const res = await fetch(`${this.url}${path}`, { signal: AbortSignal.timeout(LEDGER_TIMEOUT_MS) });

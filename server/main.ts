@@ -53,6 +53,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
     log("shutting down", { signal });
     server.close(async () => {
       await worker.stop();
+      flow.ledger.close();
       await db.close();
       process.exit(0);
     });

@@ -82,6 +82,7 @@ export async function startServiceStack(options: {
     closers.push(() => db.close());
     const rates = rateSourceFor(config, db, log());
     const flow = buildFlow(config, deployments, db, options.keys);
+    closers.push(async () => flow.ledger.close());
     const hub = buildHub(config, deployments, db, flow, rates);
     const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);
     closers.push(service.close);

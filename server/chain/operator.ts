@@ -84,8 +84,24 @@ export interface HotKeys {
   refunder: Account;
 }
 
+/** A pull waiting to go out with others (pull): its caller's hooks and promise. */
+interface GatheredPull {
+  item: PullItem;
+  onSigned?: (hash: Hex) => Promise<void>;
+  onReplaced?: Replaced;
+  resolve(hash: Hex): void;
+  reject(err: unknown): void;
+  /** The hash this member's caller last recorded, once it has recorded one. */
+  recordedAs?: Hex;
+}
+
+/** A member withdrew at signing: the group is signed again without it. */
+class GroupChanged extends Error {}
+
 export class ChainOperator {
   private queues = new Map<string, Promise<unknown>>();
+  /** Per chain, the pulls waiting for the operator key's current send to finish. */
+  private gathering = new Map<ChainKey, GatheredPull[]>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -102,9 +118,98 @@ export class ChainOperator {
    * One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash
    * before it is sent; `onReplaced` learns a replacement's (or the mined one's) hash in place
    * of the one it last learnt.
+   *
+   * Pulls gather: one that arrives while this key is sending the previous transaction waits
+   * for that send to finish (a few milliseconds, well inside a block) and goes out with every
+   * other pull that arrived meanwhile, as one pullBatch. A lone pull goes out at once, alone.
    */
   pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
-    return this.write(chain, this.keys.operator, { functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] }, onSigned, onReplaced);
+    return new Promise<Hex>((resolve, reject) => {
+      const entry: GatheredPull = { item, onSigned, onReplaced, resolve, reject };
+      const open = this.gathering.get(chain);
+      if (open) {
+        open.push(entry);
+        return;
+      }
+      const group = [entry];
+      this.gathering.set(chain, group);
+      const previous = this.queues.get(`${chain}:${this.keys.operator.address}`) ?? Promise.resolve();
+      void previous
+        .catch(() => {})
+        .then(() => {
+          // The group closes as this key's previous send ends; later pulls open the next one.
+          this.gathering.delete(chain);
+          return this.sendGathered(chain, group);
+        });
+    });
+  }
+
+  /**
+   * Sends a gathered group: alone as `pull`, or together as `pullBatch`. BillPay's pullBatch is
+   * all or nothing, so when it refuses (one payer's allowance or balance moved since the
+   * service checked), each pull goes again by itself and only the refused ones fail. An item
+   * whose caller withdraws at signing (its guard no longer holds) is dropped and the rest are
+   * signed again. None of this can charge an order twice: BillPay keys every pull by its
+   * order id and refuses a second (OrderExists).
+   */
+  private async sendGathered(chain: ChainKey, group: GatheredPull[]): Promise<void> {
+    if (group.length === 1) {
+      const [only] = group;
+      const call: Write = { functionName: "pull", args: [onChainOrderId(only!.item.requestId), only!.item.payer, only!.item.token, only!.item.amount] };
+      await this.write(chain, this.keys.operator, call, only!.onSigned, only!.onReplaced).then(only!.resolve, only!.reject);
+      return;
+    }
+    let members = group;
+    for (;;) {
+      const withdrawn = new Set<GatheredPull>();
+      // Each member records the hash before it is sent: its first as signed, a re-signing as a replacement.
+      const onSigned = async (hash: Hex) => {
+        for (const m of members) {
+          try {
+            if (m.recordedAs) await m.onReplaced?.(m.recordedAs, hash);
+            else await m.onSigned?.(hash);
+            m.recordedAs = hash;
+          } catch (err) {
+            withdrawn.add(m);
+            m.reject(err);
+          }
+        }
+        if (withdrawn.size > 0) throw new GroupChanged();
+      };
+      const onReplaced = async (previous: Hex, next: Hex) => {
+        for (const m of members) {
+          await m.onReplaced?.(previous, next);
+          m.recordedAs = next;
+        }
+      };
+      try {
+        const requests = members.map(({ item: i }) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
+        const hash = await this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+        for (const m of members) m.resolve(hash);
+        return;
+      } catch (err) {
+        if (err instanceof GroupChanged) {
+          members = members.filter((m) => !withdrawn.has(m));
+          if (members.length === 0) return;
+          continue;
+        }
+        if (err instanceof ContractRefused) {
+          // Nothing moved: each pull by itself, so a refusal is its own payer's alone.
+          for (const m of members) {
+            await this.write(
+              chain,
+              this.keys.operator,
+              { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
+              m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
+              m.onReplaced,
+            ).then(m.resolve, m.reject);
+          }
+          return;
+        }
+        for (const m of members) m.reject(err);
+        return;
+      }
+    }
   }
 
   /** Many pulls in one transaction, all or nothing. */

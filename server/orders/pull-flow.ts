@@ -17,7 +17,6 @@ import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
 import { newOrderIds, type Order, type PullGuard } from "./store.ts";
 
-const LEDGER_POLL_MS = 50;
 
 export interface PullBill {
   bill: PaymentRequest;
@@ -165,7 +164,7 @@ export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = dep
     } catch (err) {
       deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
     }
-    if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
-    await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
+    if (Date.now() >= deadline) return (await deps.orders.get(order.requestId)) ?? order;
+    await deps.ledger.nextPayment();
   }
 }

@@ -25,7 +25,6 @@ import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/pa
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
 
-const LEDGER_POLL_MS = 50;
 
 /**
  * The authorization's state on chain at the latest block: whether its nonce is consumed
@@ -236,8 +235,8 @@ async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> 
     } catch (err) {
       deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) });
     }
-    if (Date.now() + LEDGER_POLL_MS > deadline) return (await deps.orders.get(order.requestId)) ?? order;
-    await new Promise((r) => setTimeout(r, LEDGER_POLL_MS));
+    if (Date.now() >= deadline) return (await deps.orders.get(order.requestId)) ?? order;
+    await deps.ledger.nextPayment();
   }
 }
 

@@ -1,0 +1,108 @@
+/**
+ * Pulls that arrive while the operator key is sending go out together as one pullBatch
+ * (server/chain/operator.ts). Each caller still gets its own answer: a payer whose allowance
+ * cannot cover its pull fails alone, a caller that withdraws at signing is left out, and no
+ * order is ever pulled twice (BillPay keys every pull by its order id).
+ */
+import { randomBytes } from "node:crypto";
+import { decodeFunctionData, type Address, type Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { billPayAbi } from "../../lib/abis.ts";
+import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { ChainOperator, ContractRefused, onChainOrderId, type PullItem } from "../../server/chain/operator.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startTestChains } from "../support/stack.ts";
+
+const requestId = () => `req_20261123${randomBytes(12).toString("hex")}`;
+
+describe("gathered pulls", () => {
+  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let celo: ChainActors;
+  let operator: ChainOperator;
+  const payers = [13, 14, 15, 16].map(hardhatAccount);
+
+  beforeAll(async () => {
+    stack = await startTestChains();
+    celo = chainActors(stack.deployments, "CELO");
+    operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() });
+    for (const p of payers) await celo.approveAndAllow(p, "USDC", 100_000_000n);
+  });
+  afterAll(() => stack?.close());
+
+  const item = (payer: Address, amount = 1_000_000n): PullItem => ({ requestId: requestId(), payer: payer as Hex, token: celo.tokenAddress("USDC"), amount });
+  const paidOnChain = async (i: PullItem) =>
+    (await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(i.requestId)] })).paid;
+
+  it("sends a lone pull at once by itself, and pulls arriving during a send together in one pullBatch", async () => {
+    const first = item(payers[0]!.address);
+    const sending = operator.pull("CELO", first);
+    await new Promise((r) => setImmediate(r)); // the first is now being sent
+    const rest = payers.map((p) => item(p.address));
+    const hashes = await Promise.all([sending, ...rest.map((i) => operator.pull("CELO", i))]);
+    expect(new Set(hashes.slice(1)).size).toBe(1);
+    expect(hashes[1]).not.toBe(hashes[0]);
+    const called = async (hash: Hex) => decodeFunctionData({ abi: billPayAbi, data: (await celo.publicClient.getTransaction({ hash })).input });
+    expect((await called(hashes[0]!)).functionName).toBe("pull");
+    const batch = await called(hashes[1]!);
+    expect(batch.functionName).toBe("pullBatch");
+    expect((batch.args[0] as unknown[]).length).toBe(rest.length);
+    for (const i of [first, ...rest]) expect(await paidOnChain(i)).toBe(1_000_000n);
+  });
+
+  it("fails only the pull whose payer cannot cover it; the others in its group are pulled", async () => {
+    const poor = hardhatAccount(17); // never set an allowance
+    const blocker = operator.pull("CELO", item(payers[0]!.address));
+    await new Promise((r) => setImmediate(r));
+    const good = [item(payers[1]!.address), item(payers[2]!.address)];
+    const bad = item(poor.address);
+    const results = await Promise.allSettled([blocker, operator.pull("CELO", good[0]!), operator.pull("CELO", bad), operator.pull("CELO", good[1]!)]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    const refusal = (results[2] as PromiseRejectedResult).reason;
+    expect(refusal).toBeInstanceOf(ContractRefused);
+    expect((refusal as ContractRefused).errorName).toMatch(/SpendingAllowanceExceeded|ERC20InsufficientAllowance/);
+    for (const i of good) expect(await paidOnChain(i)).toBe(1_000_000n);
+    expect(await paidOnChain(bad)).toBe(0n);
+  });
+
+  it("leaves out a caller that withdraws at signing, and signs the rest again, each told the hash it ends with", async () => {
+    const blocker = operator.pull("CELO", item(payers[0]!.address));
+    await new Promise((r) => setImmediate(r));
+    const staying = [item(payers[1]!.address), item(payers[2]!.address)];
+    const leaving = item(payers[3]!.address);
+    const recorded = new Map<string, Hex>();
+    const record = (i: PullItem) => async (hash: Hex) => void recorded.set(i.requestId, hash);
+    const replace = (i: PullItem) => async (previous: Hex, next: Hex) => {
+      expect(recorded.get(i.requestId)).toBe(previous);
+      recorded.set(i.requestId, next);
+    };
+    const withdrawn = new Error("the schedule was cancelled");
+    const results = await Promise.allSettled([
+      blocker,
+      operator.pull("CELO", staying[0]!, record(staying[0]!), replace(staying[0]!)),
+      operator.pull("CELO", leaving, async () => {
+        throw withdrawn;
+      }),
+      operator.pull("CELO", staying[1]!, record(staying[1]!), replace(staying[1]!)),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect((results[2] as PromiseRejectedResult).reason).toBe(withdrawn);
+    const mined = (results[1] as PromiseFulfilledResult<Hex>).value;
+    expect((results[3] as PromiseFulfilledResult<Hex>).value).toBe(mined);
+    // What each caller recorded last is the transaction that was mined.
+    expect(recorded.get(staying[0]!.requestId)).toBe(mined);
+    expect(recorded.get(staying[1]!.requestId)).toBe(mined);
+    for (const i of staying) expect(await paidOnChain(i)).toBe(1_000_000n);
+    expect(await paidOnChain(leaving)).toBe(0n);
+  });
+
+  it("never pulls an order twice, however its pulls are gathered", async () => {
+    const once = item(payers[0]!.address);
+    const blocker = operator.pull("CELO", item(payers[1]!.address));
+    await new Promise((r) => setImmediate(r));
+    const results = await Promise.allSettled([blocker, operator.pull("CELO", once), operator.pull("CELO", { ...once })]);
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(2);
+    const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+    expect((refused.reason as ContractRefused).errorName).toBe("OrderExists");
+    expect(await paidOnChain(once)).toBe(1_000_000n);
+  });
+});
