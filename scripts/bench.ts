@@ -1,0 +1,132 @@
+/**
+ * `npm run bench`: every benchmark, one after another (they share two cores, so never at
+ * once), then one table with each figure beside its goal. Results stay in bench-results/
+ * (each benchmark's own file) and the table in bench-results/summary.md and summary.json.
+ *
+ *   npm run bench                      run all, then print the table
+ *   npm run bench -- --only ledger,gas run some (names below)
+ *   npm run bench -- --table           print the table from the results already there
+ *
+ * PostgreSQL figures use TEST_DATABASE_URL (default: the local server's `test` database).
+ */
+import { spawn } from "node:child_process";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+
+const POSTGRES = process.env.TEST_DATABASE_URL ?? "postgresql://postgres@127.0.0.1:5432/test";
+/** Each benchmark bounds itself; this only stops one that hangs. */
+const RUN_TIMEOUT_MS = 15 * 60_000;
+
+interface Bench {
+  name: string;
+  script: string;
+  args?: string[];
+  env?: Record<string, string>;
+}
+
+const BENCHES: Bench[] = [
+  { name: "gas", script: "scripts/bench-gas.ts" },
+  { name: "ledger", script: "scripts/bench-ledger.ts" },
+  { name: "ledger-postgresql", script: "scripts/bench-ledger.ts", env: { DATABASE_URL: POSTGRES } },
+  { name: "x402", script: "scripts/bench-x402.ts" },
+  { name: "x402-concurrent", script: "scripts/bench-x402.ts", args: ["--concurrent"] },
+  { name: "agent", script: "scripts/bench-agent.ts" },
+  { name: "flood", script: "scripts/bench-flood.ts" },
+];
+
+type Json = Record<string, any>;
+interface Row {
+  path: string;
+  figure: string;
+  goal: string;
+  met: boolean | null;
+}
+
+async function read(file: string): Promise<Json | undefined> {
+  try {
+    return JSON.parse(await readFile(`bench-results/${file}`, "utf8")) as Json;
+  } catch {
+    return undefined;
+  }
+}
+
+const missing = (path: string, goal: string): Row => ({ path, figure: "not measured", goal, met: null });
+
+/** The table: one row per target, each figure from its benchmark's own results file. */
+async function table(): Promise<Row[]> {
+  const rows: Row[] = [];
+  const c = await read("x402-concurrent.json");
+  for (const [key, label] of [["pglite", "PGlite"], ["postgresql", "PostgreSQL"]] as const) {
+    const path = `402, distinct bills, 32 connections, ${label}`;
+    const goal = ">= 5,000 req/s";
+    rows.push(c?.[key] ? { path, figure: `${c[key].perSecond} req/s (bare Hono ${c.bareHono?.perSecond} req/s)`, goal, met: c[key].perSecond >= 5000 } : missing(path, goal));
+  }
+  const x = await read("x402.json");
+  rows.push(
+    x?.paid
+      ? { path: "paid x402 flow, against @x402/hono", figure: `${x.paid.ratio}x (${x.paid.ours.perSecond}/s vs ${x.paid.reference.perSecond}/s)`, goal: ">= 1.0x", met: x.paid.ratio >= 1 }
+      : missing("paid x402 flow, against @x402/hono", ">= 1.0x"),
+  );
+  const a = await read("agent.json");
+  rows.push(a?.sequential ? { path: "agent pay_bill, one agent", figure: `p50 ${a.sequential.p50Ms} ms`, goal: "p50 <= 60 ms", met: a.sequential.p50Ms <= 60 } : missing("agent pay_bill, one agent", "p50 <= 60 ms"));
+  rows.push(a?.parallel ? { path: "20 agents paying at once", figure: `${a.parallel.perSecond} pays/s`, goal: ">= 60 pays/s", met: a.parallel.perSecond >= 60 } : missing("20 agents paying at once", ">= 60 pays/s"));
+  for (const [file, label] of [["ledger-pglite.json", "PGlite"], ["ledger-postgresql.json", "PostgreSQL"]] as const) {
+    const l = await read(file);
+    rows.push(
+      l?.lag
+        ? { path: `ledger lag, 100 ms polling, ${label}`, figure: `p95 ${l.lag.p95Ms} ms, max ${l.lag.maxMs} ms`, goal: "p95 <= 150 ms, max <= 500 ms", met: l.lag.p95Ms <= 150 && l.lag.maxMs <= 500 }
+        : missing(`ledger lag, 100 ms polling, ${label}`, "p95 <= 150 ms, max <= 500 ms"),
+    );
+    rows.push(l?.backfill ? { path: `backfill, ${label}`, figure: `${l.backfill.eventsPerSecond} events/s`, goal: ">= 5,000 events/s", met: l.backfill.eventsPerSecond >= 5000 } : missing(`backfill, ${label}`, ">= 5,000 events/s"));
+  }
+  const g = await read("gas.json");
+  rows.push(g?.goal ? { path: "gas, pullBatch of 10 distinct payers per item", figure: `${Math.round(g.goal.ratio * 1000) / 10}% of a pull`, goal: "<= 75%", met: g.goal.met } : missing("gas, pullBatch of 10 distinct payers per item", "<= 75%"));
+  const f = await read("flood.json");
+  rows.push(f?.gated ? { path: "a payer's 402 under a flood (32 connections)", figure: `p99 ${f.gated.p99Ms} ms`, goal: `p99 <= ${f.gated.goalP99Ms} ms`, met: f.gated.met } : missing("a payer's 402 under a flood", "p99 <= 50 ms"));
+  return rows;
+}
+
+function render(rows: Row[]): string {
+  const lines = ["| Path | Figure | Goal | Met |", "| --- | --- | --- | --- |"];
+  for (const r of rows) lines.push(`| ${r.path} | ${r.figure} | ${r.goal} | ${r.met === null ? "-" : r.met ? "yes" : "no"} |`);
+  return lines.join("\n");
+}
+
+function run(b: Bench): Promise<number | null> {
+  return new Promise((resolve) => {
+    console.log(`\n== ${b.name}: ${b.script} ${(b.args ?? []).join(" ")}`);
+    const child = spawn(process.execPath, ["--import", "tsx", b.script, ...(b.args ?? [])], {
+      env: { ...process.env, LOG_LEVEL: "warn", ...b.env },
+      stdio: ["ignore", "inherit", "inherit"],
+    });
+    const timer = setTimeout(() => child.kill("SIGTERM"), RUN_TIMEOUT_MS);
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+  });
+}
+
+const argv = process.argv.slice(2);
+const onlyAt = argv.indexOf("--only");
+const only = onlyAt >= 0 ? (argv[onlyAt + 1] ?? "").split(",").filter(Boolean) : undefined;
+const unknown = only?.filter((n) => !BENCHES.some((b) => b.name === n)) ?? [];
+if (unknown.length > 0) {
+  console.error(`bench: unknown benchmark(s) ${unknown.join(", ")}; use ${BENCHES.map((b) => b.name).join(", ")}`);
+  process.exit(2);
+}
+const failed: string[] = [];
+if (!argv.includes("--table")) {
+  for (const b of BENCHES.filter((x) => !only || only.includes(x.name))) {
+    if ((await run(b)) !== 0) failed.push(b.name);
+  }
+}
+const rows = await table();
+const text = render(rows);
+await mkdir("bench-results", { recursive: true });
+await writeFile("bench-results/summary.md", `${text}\n`);
+await writeFile("bench-results/summary.json", `${JSON.stringify({ measuredAt: new Date().toISOString(), rows }, null, 2)}\n`);
+console.log(`\n${text}\n\nwritten to bench-results/summary.md and summary.json`);
+if (failed.length > 0) {
+  console.error(`these benchmarks did not finish: ${failed.join(", ")}`);
+  process.exit(1);
+}
