@@ -5,10 +5,11 @@
  * of exactly the order's amount (paymentMismatch).
  *
  * Whoever waits for a payment is woken when the ledger indexes one: Ponder's live query (SSE,
- * fed by the ledger database's LISTEN/NOTIFY) pushes each change of the payment count.
- * Polling stays as the fallback, quicker while the push is not connected.
+ * fed by the ledger database's LISTEN/NOTIFY) pushes the newest payments as they change, and
+ * a waiter finds its own among them without asking again. Polling the read API stays as the
+ * fallback, quicker while the push is not connected.
  */
-import { createClient } from "@ponder/client";
+import { createClient, desc } from "@ponder/client";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 
@@ -61,11 +62,17 @@ export interface LedgerAccount {
 /** How often a waiter reads the ledger anyway: rarely while pushes arrive, often while they do not. */
 const POLL_WHILE_PUSHED_MS = 250;
 const POLL_WITHOUT_PUSH_MS = 50;
+/** How many of the newest payments each push carries: a waiter finds its own among them without asking. */
+const PUSHED_PAYMENTS = 64;
+const RESUBSCRIBE_AFTER_MS = 1_000;
 
 export class LedgerClient {
-  private readonly waiters = new Set<() => void>();
+  private readonly waiters = new Set<(why: "pushed") => void>();
+  /** The newest payments, as the ledger last pushed them. */
+  private recent: LedgerPayment[] = [];
   private live?: { unsubscribe(): void };
   private pushing = false;
+  private resubscribeAt = 0;
 
   constructor(readonly url: string) {}
 
@@ -73,29 +80,52 @@ export class LedgerClient {
    * Resolves when the ledger indexes a new payment, or after the polling interval: the caller
    * then reads what it waits for. The live query opens on the first wait.
    */
-  nextPayment(): Promise<void> {
+  nextPayment(): Promise<"pushed" | "poll"> {
     this.subscribe();
     return new Promise((resolve) => {
-      const done = () => {
+      const done = (why: "pushed" | "poll") => {
         clearTimeout(timer);
         this.waiters.delete(done);
-        resolve();
+        resolve(why);
       };
-      const timer = setTimeout(done, this.pushing ? POLL_WHILE_PUSHED_MS : POLL_WITHOUT_PUSH_MS);
+      const timer = setTimeout(() => done("poll"), this.pushing ? POLL_WHILE_PUSHED_MS : POLL_WITHOUT_PUSH_MS);
       this.waiters.add(done);
     });
   }
 
+  /** Whether pushes are arriving: a waiter then need not ask the read API before the next one. */
+  get pushingNow(): boolean {
+    return this.pushing;
+  }
+
+  /** The pushed payment `match` picks, if it is among the newest the ledger pushed. */
+  pushed(match: (p: LedgerPayment) => boolean): LedgerPayment | undefined {
+    return this.recent.find(match);
+  }
+
   private subscribe(): void {
-    if (this.live) return;
+    if (this.live || Date.now() < this.resubscribeAt) return;
+    const p = schema.payment;
     this.live = createClient(`${this.url}/sql`, { schema }).live(
-      (db) => db.$count(schema.payment),
-      () => {
+      (db) => db.select().from(p).orderBy(desc(p.timestamp), desc(p.blockNumber), desc(p.logIndex)).limit(PUSHED_PAYMENTS),
+      (rows) => {
+        this.recent = rows.map((r) => ({
+          ...r,
+          amount: String(r.amount),
+          blockNumber: String(r.blockNumber),
+          timestamp: String(r.timestamp),
+        })) as LedgerPayment[];
         this.pushing = true;
-        for (const wake of [...this.waiters]) wake();
+        for (const wake of [...this.waiters]) wake("pushed");
       },
-      // The stream reconnects by itself; until it does, waiters poll.
-      () => (this.pushing = false),
+      // The ledger refuses live queries until its backfill is done, and an event stream
+      // refused once stays closed: drop it and open a new one a little later. Waiters poll meanwhile.
+      () => {
+        this.live?.unsubscribe();
+        this.live = undefined;
+        this.pushing = false;
+        this.resubscribeAt = Date.now() + RESUBSCRIBE_AFTER_MS;
+      },
     );
   }
 
@@ -104,6 +134,7 @@ export class LedgerClient {
     this.live?.unsubscribe();
     this.live = undefined;
     this.pushing = false;
+    this.recent = [];
   }
 
   private async get<T>(path: string): Promise<T> {

@@ -8,10 +8,11 @@
 import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
-import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
+import { chainInfo, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import { ContractRefused } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
+import type { LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
@@ -157,14 +158,23 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
 /** PULLING -> PAID once the ledger shows the pull (exactly the order's, else NEEDS_REVIEW); unchanged if it does not within the wait. */
 export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = deps.ledgerWaitMs): Promise<Order> {
   const deadline = Date.now() + waitMs;
+  const chainId = chainInfo(order.chain).chainId;
+  const id = order.onchainOrderId.toLowerCase();
+  const ours = (p: LedgerPayment) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
+  // A push carries the newest payments itself; the read API is asked when pushes are not
+  // arriving (at first, or when one did not come in time).
+  let ask = !deps.ledger.pushingNow;
   for (;;) {
-    try {
-      const [pull] = (await deps.ledger.order(order.onchainOrderId)).payments;
-      if (pull) return pulledFromLedger(deps, order, pull);
-    } catch (err) {
-      deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
+    let pull = deps.ledger.pushed(ours);
+    if (!pull && ask) {
+      try {
+        pull = (await deps.ledger.order(order.onchainOrderId)).payments.find(ours);
+      } catch (err) {
+        deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
+      }
     }
+    if (pull) return pulledFromLedger(deps, order, pull);
     if (Date.now() >= deadline) return (await deps.orders.get(order.requestId)) ?? order;
-    await deps.ledger.nextPayment();
+    ask = (await deps.ledger.nextPayment()) === "poll";
   }
 }

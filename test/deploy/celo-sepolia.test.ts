@@ -92,7 +92,10 @@ async function startProcess(script: string, env: Record<string, string>, ready: 
   const child = spawn(process.execPath, ["--import", "tsx", script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${script} did not start: ${out}`)), 60_000);
+    const timer = setTimeout(() => {
+      child.kill("SIGTERM");
+      reject(new Error(`${script} did not start: ${out}`));
+    }, 60_000);
     const onData = (d: Buffer) => {
       out += d;
       if (out.includes(ready)) {

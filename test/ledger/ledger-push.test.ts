@@ -1,0 +1,88 @@
+/**
+ * The ledger pushes new payments to the service (server/ledger-client.ts): Ponder's live
+ * query, fed by the database's LISTEN/NOTIFY, on PGlite and on PostgreSQL. A waiter is woken
+ * by the push and finds its own payment in it, exactly as indexed; with no ledger to push, it
+ * still wakes, on the polling fallback, and finds nothing it was not shown. (A stream pushes
+ * changes, not its first result: the flows read the API when a wake was a poll.)
+ */
+import { join } from "node:path";
+import { toHex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { LedgerClient, type LedgerPayment } from "../../server/ledger-client.ts";
+import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { freshDatabase, POSTGRES_URL, startTestChains, uniqueSchema } from "../support/stack.ts";
+
+for (const db of ["PGlite", "PostgreSQL"] as const) {
+  describe(`ledger pushes on ${db}`, () => {
+    let stack: Awaited<ReturnType<typeof startTestChains>>;
+    let ledger: Ledger;
+    let celo: ChainActors;
+    let drop: (() => Promise<void>) | undefined;
+    const payer = hardhatAccount(11);
+
+    beforeAll(async () => {
+      stack = await startTestChains();
+      const database = db === "PostgreSQL" ? await freshDatabase("ledger_push", POSTGRES_URL) : undefined;
+      drop = database?.drop;
+      ledger = await startLedger({
+        deploymentsFile: stack.deploymentsFile,
+        databaseUrl: database?.url,
+        pgliteDir: join(stack.dir, "pglite"),
+        schema: uniqueSchema("ledger_push"),
+        viewsSchema: uniqueSchema("ledger_push_views"),
+      });
+      celo = chainActors(stack.deployments, "CELO");
+      await celo.approveAndAllow(payer, "USDC", 10_000_000n);
+    });
+    afterAll(async () => {
+      await ledger?.stop();
+      await stack?.close();
+      await drop?.();
+    });
+
+    it("wakes a waiter with the new payment in the push, exactly as indexed", async () => {
+      const client = new LedgerClient(ledger.url);
+      try {
+        // The ledger takes live queries once its backfill is done, and a stream pushes changes
+        // only: pay until the first push arrives, so the stream is known to be open.
+        for (let warm = 1n; !client.pushingNow; warm++) {
+          expect(warm).toBeLessThan(60n);
+          await celo.pull(toHex(0xbeef00n + warm, { size: 32 }), payer.address, "USDC", 1n);
+          const deadline = Date.now() + 500;
+          while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
+        }
+        const orderId = toHex(0xfeed01n, { size: 32 });
+        const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
+        expect(client.pushed(ours)).toBeUndefined();
+        await celo.pull(orderId, payer.address, "USDC", 1_234_567n);
+        const woken: string[] = [];
+        while (!client.pushed(ours)) {
+          expect(woken.length).toBeLessThan(200);
+          woken.push(await client.nextPayment());
+        }
+        expect(woken).toContain("pushed");
+        expect(client.pushingNow).toBe(true);
+        const pushed = client.pushed(ours)!;
+        const read = (await client.order(orderId)).payments[0]!;
+        expect(pushed).toMatchObject({ amount: "1234567", payer: payer.address.toLowerCase(), token: celo.tokenAddress("USDC").toLowerCase(), chainId: 42220 });
+        expect(pushed).toEqual(expect.objectContaining({ id: read.id, txHash: read.txHash, blockNumber: String(read.blockNumber), timestamp: String(read.timestamp) }));
+      } finally {
+        client.close();
+      }
+    });
+
+    it("falls back to polling when nothing pushes, and shows nothing it was not pushed", async () => {
+      const client = new LedgerClient(`http://127.0.0.1:${await freePort()}`);
+      try {
+        expect(await client.nextPayment()).toBe("poll");
+        expect(client.pushingNow).toBe(false);
+        expect(client.pushed(() => true)).toBeUndefined();
+      } finally {
+        client.close();
+      }
+      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    });
+  });
+}
