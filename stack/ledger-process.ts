@@ -132,6 +132,10 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
 
   const inherit = options.logTo === "inherit";
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });
+  // A parent that exits without stopping the ledger (process.exit, a crash) takes it along.
+  const orphanGuard = () => child.kill("SIGTERM");
+  process.once("exit", orphanGuard);
+  child.once("exit", () => process.off("exit", orphanGuard));
   if (!inherit) {
     const sink = options.logTo ? createWriteStream(options.logTo, { flags: "a" }) : undefined;
     for (const stream of [child.stdout, child.stderr]) {
