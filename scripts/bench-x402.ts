@@ -8,6 +8,8 @@
  *              (which also vends through the biller sandbox and records the order) and the
  *              reference (which settles and answers). Goal: ours >= 0.8 x the reference.
  * Writes bench-results/x402.json.
+ *
+ * With `--concurrent`: 402s for distinct bills at 32 connections instead (bench-x402-concurrent.ts).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -21,6 +23,12 @@ import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
 import { startLedger } from "./ledger-process.ts";
 import { listen, startServiceStack } from "./service-stack.ts";
+import { runConcurrent } from "./bench-x402-concurrent.ts";
+
+if (process.argv.includes("--concurrent")) {
+  await runConcurrent();
+  process.exit();
+}
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
 const PAID = Number(process.env.BENCH_PAID ?? 60);
