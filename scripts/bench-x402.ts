@@ -2,7 +2,7 @@
  * `npm run bench:x402`: the x402 route side by side with a reference route built with
  * @x402/hono's payment middleware, in one process tree, on the same local chain and the
  * same local facilitator.
- *   challenge: N sequential unpaid POSTs of one bill (its quote locked after the first):
+ *   challenge: N sequential unpaid POSTs of one bill (priced under the current rate version):
  *              p50/p95 latency and requests/s, for ours and the reference.
  *   paid:      M sequential bills paid with @x402/fetch (402, sign, pay): bills/s for ours
  *              (which also vends through the biller sandbox and records the order) and the

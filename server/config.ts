@@ -129,7 +129,7 @@ export const configSchema = z.object({
   RATE_LIMIT_LINK_WALLET: rateLimit("10/60"),
   /** Paying tool calls (pay_bill, pay_bill_batch, schedule_bill, cancel_schedule), per api_key. */
   RATE_LIMIT_PAYING_KEY: rateLimit("120/60"),
-  /** 402 challenges for bills with no live quote yet (each writes a quote), per client address. */
+  /** 402 challenges and quotes for bills this instance has not priced lately, per client address (kept per instance). */
   RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),

@@ -1,6 +1,8 @@
 /**
  * The 402 challenge for a bill: one payment option per chain and token that can settle
- * it, priced from a locked quote (pricing/quote.ts). Served two ways at once, as the published interface
+ * it, priced under the current rate version (pricing/quote.ts), whose id the option carries
+ * in `extra.rateVersion` (for the record: a payment is checked against the server's own
+ * versions, never this field). Served two ways at once, as the published interface
  * asks: an x402 v1-style JSON body (`x402Version: 1`, `accepts[]` with CAIP-2 networks)
  * and the x402 v2 `PAYMENT-REQUIRED` header.
  */
@@ -10,9 +12,8 @@ import { CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol
 import type { Deployments } from "../../lib/deployments.ts";
 import type { Catalogue } from "../biller/catalogue.ts";
 import { ServiceError } from "../errors.ts";
-import { MIN_PRICE_MICRO_USD, type Category } from "../pricing/price.ts";
-import type { RateSource } from "../pricing/rates.ts";
-import type { QuoteStore } from "../pricing/quotes.ts";
+import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
+import type { RateVersions } from "../pricing/rate-versions.ts";
 import type { PaymentRequest } from "../schemas.ts";
 
 export const PAYMENT_REQUIRED_ERROR = "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT";
@@ -21,15 +22,15 @@ export interface Option {
   chain: ChainKey;
   token: TokenSymbol;
   amount: bigint;
+  /** The rate version that priced it (none for the probe's minimum price). */
+  rateVersion?: string;
 }
 
 export interface ChallengeContext {
   deployments: Deployments;
   /** Every bill is checked against the biller's catalogue before it is priced. */
   catalogue: Catalogue;
-  quotes: QuoteStore;
-  rates: RateSource;
-  fees: Record<Category, bigint>;
+  versions: RateVersions;
   ttlSeconds: number;
   resourceUrl: string;
 }
@@ -80,7 +81,12 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
     maxTimeoutSeconds: ctx.ttlSeconds,
     amount: option.amount.toString(),
     description,
-    extra: { name: token.name, version: token.eip712Version!, primaryType: "TransferWithAuthorization" },
+    extra: {
+      name: token.name,
+      version: token.eip712Version!,
+      primaryType: "TransferWithAuthorization",
+      ...(option.rateVersion ? { rateVersion: option.rateVersion } : {}),
+    },
   };
 }
 
