@@ -34,7 +34,7 @@ import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts
 import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
-import { jsonBody } from "./http-body.ts";
+import { bodyLimitFast, jsonBody } from "./http-body.ts";
 
 export interface AppDeps {
   config: Config;
@@ -88,10 +88,9 @@ export function createApp(deps: AppDeps): Hono {
   app.get("/openapi.json", (c) => c.json(openApi));
   mountDocs(app);
 
-  const billBodyLimit = bodyLimit({
-    maxSize: config.MAX_BODY_BYTES,
-    onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
-  });
+  const billBodyLimit = bodyLimitFast(config.MAX_BODY_BYTES, () =>
+    problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
+  );
 
   mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit });
 

@@ -281,6 +281,23 @@ describe("x402 route: the 402 challenge", () => {
     expect(await rowCounts()).toEqual(before);
   });
 
+  it("limits the body over a socket whether its length is declared or chunked", async () => {
+    const served = await listen(app.fetch);
+    try {
+      const send = (body: string | ReadableStream<Uint8Array>) =>
+        fetch(`${served.url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json" }, body, duplex: "half" } as RequestInit);
+      const big = JSON.stringify({ ...bill, billersCode: "x".repeat(20_000) });
+      const declared = await send(big); // Content-Length: refused without reading it
+      expect(declared.status).toBe(413);
+      expect(((await declared.json()) as { code: string }).code).toBe("BODY_TOO_LARGE");
+      const chunked = await send(new Blob([big]).stream()); // no length: counted as it arrives
+      expect(chunked.status).toBe(413);
+      expect((await send(JSON.stringify({ ...bill, billersCode: "08012121212" }))).status).toBe(402);
+    } finally {
+      await served.close();
+    }
+  });
+
   it("answers a payment that does not fit the bill with 402 and the reason, taking nothing", async () => {
     const challenged = await post({ ...bill, billersCode: "08066666666" });
     const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
