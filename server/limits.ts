@@ -90,7 +90,7 @@ export function clientAddress(c: Context): string {
 }
 
 /**
- * A bound on one kind of expensive work (a PIN's scrypt, a link's signature check and PIN
+ * A bound on one kind of expensive work (a PIN check, a link's signature check and PIN
  * hash): at most `concurrency` at once, at most `queue` waiting, and past that an immediate
  * 503 SERVICE_BUSY. A flood of one kind then queues behind itself instead of taking every
  * core from the other routes.

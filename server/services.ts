@@ -22,6 +22,8 @@ import type { FlowDeps } from "./orders/fulfil.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
+import { PinHasher } from "./agent/credentials.ts";
+import { pinPepper } from "./agent/pin-pepper.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
 
@@ -89,7 +91,16 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     deployments,
     rates,
     flow,
-    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS, maxLockouts: config.PIN_MAX_LOCKOUTS }, log()),
+    links: new LinkStore(
+      db,
+      {
+        maxAttempts: config.PIN_MAX_ATTEMPTS,
+        lockSeconds: config.PIN_LOCK_SECONDS,
+        maxLockouts: config.PIN_MAX_LOCKOUTS,
+        pins: new PinHasher(pinPepper(config, deployments)),
+      },
+      log(),
+    ),
     schedules: new ScheduleStore(db),
     biller: flow.biller,
     ledger: flow.ledger,

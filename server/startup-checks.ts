@@ -8,7 +8,8 @@
  *     operator and refunder keys hold their roles and have gas;
  *   - away from the local chains: no well-known Hardhat key signs (a missing
  *     OPERATOR_PRIVATE_KEY would otherwise fall back to a public one), no sandbox biller key
- *     is configured, and no facilitator is on loopback.
+ *     is configured, no facilitator is on loopback, and PIN_PEPPER is set (the local stack's
+ *     generated one lives beside the data; a real one must be a secret of its own).
  */
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
 import { billPayAbi } from "../lib/abis.ts";
@@ -51,6 +52,7 @@ export function policyFailures(config: Config, deployments: Deployments, keys: {
     const chain = name.endsWith("CELO") ? "CELO" : "BASE";
     if (deployments.chains[chain] && isLocalRpcUrl(config[name])) out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator`);
   }
+  if (!config.PIN_PEPPER) out.push("PIN_PEPPER is not set: set a secret of at least 32 characters, kept outside the database, to hash agents' PINs under");
   return out;
 }
 

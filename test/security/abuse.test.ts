@@ -13,7 +13,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import type { ServiceStack } from "../../scripts/service-stack.ts";
-import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { loadConfig } from "../../server/config.ts";
 import { openDb } from "../../server/db.ts";
 import { Gate, Limits } from "../../server/limits.ts";
@@ -169,7 +169,7 @@ describe("abuse resistance", () => {
   /** A link made the way the link route makes one, for when the route's own budget is spent. */
   async function linkAgentDirect(account: Account): Promise<string> {
     const key = newApiKey();
-    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
     return key;
   }
 });

@@ -11,6 +11,7 @@ import type { Deployments } from "../../lib/deployments.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { loadConfig } from "../../server/config.ts";
 import { chainFailures, isLocalDeployment, policyFailures } from "../../server/startup-checks.ts";
+import { pinPepper } from "../../server/agent/pin-pepper.ts";
 import { startTestChains } from "../support/stack.ts";
 
 describe("start-up checks", () => {
@@ -75,10 +76,28 @@ describe("start-up checks", () => {
       "BILLER_SECRET_KEY is the sandbox biller's key: set the biller's real credentials",
       "BILLER_PUBLIC_KEY is the sandbox biller's key: set the biller's real credentials",
       expect.stringContaining("FACILITATOR_URL_CELO (http://127.0.0.1:8402) is on this machine"),
+      expect.stringContaining("PIN_PEPPER is not set"),
     ]);
     const own = { operator: privateKeyToAccount(generatePrivateKey()).address, refunder: privateKeyToAccount(generatePrivateKey()).address };
-    const configured = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_URL_CELO: "https://facilitator.example.org" });
+    const configured = loadConfig({
+      BILLER_API_KEY: "k1",
+      BILLER_SECRET_KEY: "k2",
+      BILLER_PUBLIC_KEY: "k3",
+      FACILITATOR_URL_CELO: "https://facilitator.example.org",
+      PIN_PEPPER: "a".repeat(64),
+    });
     expect(policyFailures(configured, remote, own)).toEqual([]);
+  });
+
+  it("need a PIN pepper away from the local chains; on them one is generated and kept", () => {
+    const remote = changed((d) => (d.rpcUrl = "https://forno.celo-sepolia.celo-testnet.org"));
+    expect(() => pinPepper(loadConfig({}), remote)).toThrow(/PIN_PEPPER is required away from the local chains/);
+    expect(pinPepper(loadConfig({ PIN_PEPPER: "b".repeat(40) }), remote).toString()).toBe("b".repeat(40));
+    expect(() => loadConfig({ PIN_PEPPER: "short" })).toThrow(/PIN_PEPPER must be at least 32 characters/);
+    const file = join(stack.dir, "pin-pepper");
+    const local = pinPepper(loadConfig({ PIN_PEPPER_FILE: file }), stack.deployments);
+    expect(local.length).toBeGreaterThanOrEqual(32);
+    expect(pinPepper(loadConfig({ PIN_PEPPER_FILE: file }), stack.deployments).equals(local)).toBe(true);
   });
 
   it("keep the service process from starting, naming each failure", async () => {
