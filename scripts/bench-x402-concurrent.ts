@@ -64,13 +64,14 @@ async function blast(url: string, amount: number): Promise<Figure> {
   clearTimeout(watchdog);
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0]));
   const total = Object.values(statuses).reduce((a, b) => a + b, 0);
+  const seconds = (result.finish.getTime() - result.start.getTime()) / 1000; // autocannon's own duration is rounded
   if (total === 0 || (statuses["402"] ?? 0) !== total || result.errors > 0) {
     throw new Error(`${url}: expected only 402s, got ${JSON.stringify(statuses)} and ${result.errors} errors`);
   }
   return {
-    perSecond: Math.round(total / result.duration),
+    perSecond: Math.round(total / seconds),
     requests: total,
-    seconds: Math.round(result.duration * 100) / 100,
+    seconds: Math.round(seconds * 1000) / 1000,
     p50Ms: result.latency.p50,
     p99Ms: result.latency.p99,
     statuses,

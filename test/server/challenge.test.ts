@@ -365,6 +365,13 @@ describe("x402 route: the 402 challenge", () => {
     expect(res.headers.get("access-control-allow-headers")).toMatch(/X-PAYMENT/i);
     const probe = await app.request("/api/pay/x402", { headers: { origin: "https://agent.example" } });
     expect(probe.headers.get("access-control-expose-headers")).toMatch(/PAYMENT-REQUIRED/);
+    // Every answer, a bill's 402 and a refusal alike, is readable cross-origin and carries its request id.
+    for (const res of [await post({ ...bill, billersCode: "08010101010" }), await post({ ...bill, blockchain: "SOLANA" }), await post("{not json")]) {
+      expect(res.status).toBeGreaterThanOrEqual(400);
+      expect(res.headers.get("access-control-allow-origin")).toBe("*");
+      expect(res.headers.get("access-control-expose-headers")).toMatch(/PAYMENT-REQUIRED/);
+      expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+    }
   });
 
   it("serves health, readiness and an OpenAPI 3.1 document built from the schemas", async () => {
