@@ -79,10 +79,15 @@ const quoteOf = (req: PaymentRequest, version: RateVersion, option: { chain: Cha
  * whose price is not nairaAmount, is refused here, before any price is shown), then prices
  * it under the current rate version. Writes nothing.
  */
-export async function quoteBill(req: PaymentRequest, ctx: QuoteContext, option: { chain: ChainKey; token: TokenSymbol }) {
+export async function quoteBill(
+  req: PaymentRequest,
+  ctx: QuoteContext,
+  option: { chain: ChainKey; token: TokenSymbol },
+  hash: string = billHash(req, option),
+) {
   await ctx.catalogue.check(req);
   const version = await ctx.versions.current();
-  return { hash: billHash(req, option), quote: quoteOf(req, version, option, ctx.ttlSeconds) };
+  return { hash, quote: quoteOf(req, version, option, ctx.ttlSeconds) };
 }
 
 /**
