@@ -2,12 +2,14 @@
  * `npm run bench:x402`: the x402 route side by side with a reference route built with
  * @x402/hono's payment middleware, in one process tree, on the same local chain and the
  * same local facilitator.
- *   challenge: N sequential unpaid POSTs of one bill (its quote locked after the first):
+ *   challenge: N sequential unpaid POSTs of one bill (priced under the current rate version):
  *              p50/p95 latency and requests/s, for ours and the reference.
  *   paid:      M sequential bills paid with @x402/fetch (402, sign, pay): bills/s for ours
  *              (which also vends through the biller sandbox and records the order) and the
  *              reference (which settles and answers). Goal: ours >= 1.0 x the reference.
  * Writes bench-results/x402.json.
+ *
+ * With `--concurrent`: 402s for distinct bills at 32 connections instead (bench-x402-concurrent.ts).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -21,6 +23,12 @@ import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { listen, startServiceStack } from "../stack/service-stack.ts";
+import { runConcurrent } from "./bench-x402-concurrent.ts";
+
+if (process.argv.includes("--concurrent")) {
+  await runConcurrent();
+  process.exit();
+}
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
 const PAID = Number(process.env.BENCH_PAID ?? 60);

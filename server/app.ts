@@ -34,7 +34,7 @@ import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts
 import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
-import { jsonBody } from "./http-body.ts";
+import { bodyLimitFast, jsonBody } from "./http-body.ts";
 
 export interface AppDeps {
   config: Config;
@@ -51,8 +51,8 @@ export function createApp(deps: AppDeps): Hono {
   const { config } = deps;
   const app = new Hono();
   const hub = deps.hub ?? buildHub(config, deps.deployments, deps.db, deps.flow, deps.rates);
-  // One store of locked quotes (and its cache) for both rails, and one set of rate limits.
-  const quotes = hub.quotes;
+  // One set of rate versions (and its in-memory current version) for both rails, and one set of rate limits.
+  const versions = hub.versions;
   const limits = hub.deps.limits;
   const callbacks = new Callbacks(deps.db, deps.flow.orders, callbackOptions(config), log());
 
@@ -88,12 +88,11 @@ export function createApp(deps: AppDeps): Hono {
   app.get("/openapi.json", (c) => c.json(openApi));
   mountDocs(app);
 
-  const billBodyLimit = bodyLimit({
-    maxSize: config.MAX_BODY_BYTES,
-    onError: () => problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
-  });
+  const billBodyLimit = bodyLimitFast(config.MAX_BODY_BYTES, () =>
+    problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
+  );
 
-  mountX402Routes(app, { config, deployments: deps.deployments, rates: deps.rates, flow: deps.flow, quotes, limits, billBodyLimit });
+  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);

@@ -125,6 +125,10 @@ export const configSchema = z.object({
   /** How far a link signature's timestamp may be from now, either way. */
   LINK_SIGNATURE_WINDOW_SECONDS: z.coerce.number().int().min(10).max(3_600).default(300),
   PIN_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(5),
+  /** The server-side secret PINs are hashed under (agent/credentials.ts); required away from the local chains. */
+  PIN_PEPPER: z.string().min(32, "PIN_PEPPER must be at least 32 characters (openssl rand -hex 32)").optional(),
+  /** Where the local stack keeps the pepper it generates when PIN_PEPPER is unset (local chains only). */
+  PIN_PEPPER_FILE: z.string().default(".data/pin-pepper"),
   PIN_LOCK_SECONDS: z.coerce.number().int().min(1).default(900),
   /** Bills in one pay_bill_batch (one pullBatch transaction). */
   BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),
@@ -134,19 +138,19 @@ export const configSchema = z.object({
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
-  /** Links (each a signature check and a 50 ms PIN hash), per client address and per wallet. */
+  /** Links (each a signature check), per client address and per wallet. */
   RATE_LIMIT_LINK_ADDRESS: rateLimit("30/60"),
   RATE_LIMIT_LINK_WALLET: rateLimit("10/60"),
   /** Paying tool calls (pay_bill, pay_bill_batch, schedule_bill, cancel_schedule), per api_key. */
   RATE_LIMIT_PAYING_KEY: rateLimit("120/60"),
-  /** 402 challenges for bills with no live quote yet (each writes a quote), per client address. */
+  /** 402 challenges and quotes for bills this instance has not priced lately, per client address (kept per instance). */
   RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
-  /** Links worked at once (signature check and a 50 ms PIN hash each), and how many may wait; beyond, 503 SERVICE_BUSY. */
+  /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */
   LINK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(1),
   LINK_QUEUE: z.coerce.number().int().min(0).default(16),
-  /** PIN checks (a 50 ms scrypt each) run at once, and how many may wait. */
+  /** PIN checks run at once, and how many may wait (an old scrypt hash costs 50 ms until it is rewritten). */
   PIN_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   PIN_QUEUE: z.coerce.number().int().min(0).default(64),
   /** Callbacks (server/callbacks.ts): private and loopback hosts allowed (local development only). */

@@ -1,5 +1,5 @@
 /**
- * The service's own state (quotes now; orders, links and schedules as they arrive) in
+ * The service's own state (orders, links, schedules, rate versions) in
  * PostgreSQL: embedded PGlite by default, a PostgreSQL server when SERVER_DATABASE_URL is
  * set. One small interface over both, and forward-only migrations keyed by version.
  */
@@ -202,6 +202,27 @@ const MIGRATIONS: string[] = [
      created_at      timestamptz NOT NULL DEFAULT now()
    );
    CREATE INDEX callback_due ON callback_delivery (next_attempt_at) WHERE status = 'PENDING';`,
+  // Speed: the 402 writes nothing. Instead of a quote row per bill, one row per change of
+  // the rate (and fee schedule) the service prices with, live from live_from until superseded
+  // (live_until); a payment is checked against the versions live within its window
+  // (server/pricing/rate-versions.ts). Quotes still live at the upgrade become versions
+  // spanning the time they were shown, priced with the configured fees (fees NULL), so
+  // challenges answered before it are honoured after it; then the quote table goes.
+  `CREATE TABLE rate_version (
+     id          bigserial   PRIMARY KEY,
+     fingerprint text        NOT NULL,
+     rate_milli  numeric(78) NOT NULL,
+     fees        jsonb,
+     source      text        NOT NULL,
+     live_from   timestamptz NOT NULL DEFAULT now(),
+     live_until  timestamptz
+   );
+   CREATE UNIQUE INDEX rate_version_open ON rate_version (fingerprint) WHERE live_until IS NULL;
+   CREATE INDEX rate_version_until ON rate_version (live_until);
+   INSERT INTO rate_version (fingerprint, rate_milli, fees, source, live_from, live_until)
+   SELECT 'migrated:' || rate_milli::text, rate_milli, NULL, 'quote (before rate versions)', min(created_at), max(created_at)
+     FROM quote WHERE expires_at > now() GROUP BY rate_milli;
+   DROP TABLE quote;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

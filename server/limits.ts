@@ -2,7 +2,9 @@
  * Rate limits (rate-limiter-flexible): in PostgreSQL when the service has a server, so every
  * instance counts against one budget; in memory on the embedded PGlite default, where there
  * is one instance. A limited call is 429 RATE_LIMITED with Retry-After. Calls that carry a
- * payment are never limited (a limit must not lose a payment already on its way).
+ * payment are never limited (a limit must not lose a payment already on its way). The
+ * challenge's limit is always in memory: a 402 stores nothing, so that limit bounds only
+ * one instance's work, and a shared counter would cost the very write the 402 no longer makes.
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
 import pLimit, { type LimitFunction } from "p-limit";
@@ -22,6 +24,9 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   orderAddress: "RATE_LIMIT_ORDER_ADDRESS",
 };
 
+/** Limits kept in each instance's memory whatever the database (see the file's comment). */
+const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress"]);
+
 export class Limits {
   private readonly limiters = new Map<LimitName, RateLimiterAbstract>();
 
@@ -32,7 +37,7 @@ export class Limits {
       const options = { keyPrefix: name, points, duration: seconds };
       this.limiters.set(
         name,
-        db.pool
+        db.pool && !PER_INSTANCE.has(name)
           ? new RateLimiterPostgres({ ...options, storeClient: db.pool, storeType: "pool", tableName: "rate_limit", tableCreated: true, clearExpiredByTimeout: false })
           : new RateLimiterMemory(options),
       );
@@ -57,9 +62,23 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   linkAddress: "link requests from this address",
   linkWallet: "link requests for this wallet",
   payingKey: "paying calls with this api_key",
-  challengeAddress: "new bills quoted for this address",
+  challengeAddress: "new bills priced for this address",
   orderAddress: "order lookups from this address",
 };
+
+/** A bounded memory of keys seen lately (oldest forgotten first). */
+export class RecentKeys {
+  private readonly keys = new Set<string>();
+  constructor(private readonly capacity: number) {}
+
+  /** Remembers `key`; true when it was not remembered already. */
+  add(key: string): boolean {
+    if (this.keys.has(key)) return false;
+    if (this.keys.size >= this.capacity) this.keys.delete(this.keys.values().next().value!);
+    this.keys.add(key);
+    return true;
+  }
+}
 
 /** The caller's address: the socket's peer (a proxy in front should limit by its own client address). */
 export function clientAddress(c: Context): string {
@@ -71,7 +90,7 @@ export function clientAddress(c: Context): string {
 }
 
 /**
- * A bound on one kind of expensive work (a PIN's scrypt, a link's signature check and PIN
+ * A bound on one kind of expensive work (a PIN check, a link's signature check and PIN
  * hash): at most `concurrency` at once, at most `queue` waiting, and past that an immediate
  * 503 SERVICE_BUSY. A flood of one kind then queues behind itself instead of taking every
  * core from the other routes.

@@ -194,7 +194,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
       },
       "/api/quote": {
         post: {
-          summary: "A bill's price before paying it: amount, breakdown and expiry (the same locked quote the 402 shows)",
+          summary: "A bill's price before paying it: amount, breakdown and expiry (the same price the 402 shows, honoured for a payment within its lifetime)",
           requestBody: { required: true, content: json(ref("PaymentRequest")) },
           responses: { "200": { description: "The quote, per payable option", content: json(ref("Quote")) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
         },

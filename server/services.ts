@@ -1,4 +1,5 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
+import { activeNetwork } from "../lib/networks.ts";
 import { facilitatorAuth } from "./x402/facilitator-auth.ts";
 import type { ChainKey } from "../lib/chains.ts";
 import { Metrics } from "./metrics.ts";
@@ -22,6 +23,8 @@ import type { FlowDeps } from "./orders/fulfil.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
+import { PinHasher } from "./agent/credentials.ts";
+import { pinPepper } from "./agent/pin-pepper.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
 
@@ -89,7 +92,16 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     deployments,
     rates,
     flow,
-    links: new LinkStore(db, { maxAttempts: config.PIN_MAX_ATTEMPTS, lockSeconds: config.PIN_LOCK_SECONDS, maxLockouts: config.PIN_MAX_LOCKOUTS }, log()),
+    links: new LinkStore(
+      db,
+      {
+        maxAttempts: config.PIN_MAX_ATTEMPTS,
+        lockSeconds: config.PIN_LOCK_SECONDS,
+        maxLockouts: config.PIN_MAX_LOCKOUTS,
+        pins: new PinHasher(pinPepper(config, activeNetwork())),
+      },
+      log(),
+    ),
     schedules: new ScheduleStore(db),
     biller: flow.biller,
     ledger: flow.ledger,

@@ -10,7 +10,9 @@
  *     with its tokens;
  *   - on a real network (any profile but `local`): no well-known Hardhat key signs (a missing
  *     OPERATOR_PRIVATE_KEY would otherwise fall back to a public one), no sandbox biller key
- *     is configured, and no facilitator is on loopback unless declared self-hosted.
+ *     is configured, no facilitator is on loopback unless declared self-hosted, and PIN_PEPPER
+ *     is set (the local stack's generated one lives beside the data; a real one must be a
+ *     secret of its own).
  */
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
 import { billPayAbi } from "../lib/abis.ts";
@@ -75,6 +77,7 @@ export function policyFailures(config: Config, network: NetworkProfile, keys: { 
       out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator (or set FACILITATOR_SELF_HOSTED=1 for one you run here)`);
     }
   }
+  if (!config.PIN_PEPPER) out.push("PIN_PEPPER is not set: set a secret of at least 32 characters, kept outside the database, to hash agents' PINs under");
   return out;
 }
 

@@ -1,22 +1,20 @@
 /**
  * Keeps the service's bookkeeping tables bounded: what can no longer matter is deleted on the
  * worker's schedule.
- *   - quotes past their expiry: a payment is only ever checked against a live quote (a
- *     replay is answered from its order, which keeps its own copy of the price);
  *   - spent link signatures and link nonces older than twice the freshness window: their
  *     signed time is outside the window, so a replay is refused as stale without them;
  *   - expired rate-limit counters.
- * Orders, links and schedules are the service's record and are never purged here.
+ * Orders, links and schedules are the service's record and are never purged here; nor are
+ * rate versions (one row per change of rate, not per request: they say what each price was made from).
  */
 import type { Db } from "./db.ts";
 
 export async function purgeExpired(
   db: Db,
   linkWindowSeconds: number,
-): Promise<{ quotes: number; linkSignatures: number; linkNonces: number; rateLimits: number }> {
+): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number }> {
   const count = async (sql: string, params: unknown[]) => (await db.query<{ n: number }>(`WITH gone AS (${sql} RETURNING 1) SELECT count(*)::int AS n FROM gone`, params))[0]!.n;
   return {
-    quotes: await count(`DELETE FROM quote WHERE expires_at < now()`, []),
     linkSignatures: await count(`DELETE FROM link_signature WHERE used_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     linkNonces: await count(`DELETE FROM link_nonce WHERE created_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     rateLimits: await count(`DELETE FROM rate_limit WHERE expire < $1`, [Date.now()]),

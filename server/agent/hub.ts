@@ -18,9 +18,9 @@ import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
-import { QuoteStore } from "../pricing/quotes.ts";
+import { RateVersions } from "../pricing/rate-versions.ts";
 import type { PaymentRequest } from "../schemas.ts";
-import { quoteBill } from "../pricing/quote.ts";
+import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../callbacks.ts";
@@ -73,11 +73,13 @@ function periodLimitView(limit: PeriodLimit | null) {
 }
 
 export class AgentHub {
-  /** Locked quotes, shared with the x402 route. */
-  readonly quotes: QuoteStore;
+  /** The rate versions prices are made under, shared with the x402 route (one in-memory current version per instance). */
+  readonly versions: RateVersions;
+  private readonly pricing: QuoteContext;
 
   constructor(readonly deps: HubDeps) {
-    this.quotes = new QuoteStore(deps.db, deps.config.QUOTE_TTL_SECONDS);
+    this.versions = new RateVersions(deps.db, deps.rates, deps.config.SERVICE_FEES_USD);
+    this.pricing = { versions: this.versions, catalogue: deps.flow.catalogue, ttlSeconds: deps.config.QUOTE_TTL_SECONDS };
   }
 
   authenticate(apiKey: string): Promise<Link> {
@@ -102,24 +104,16 @@ export class AgentHub {
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
     checkCallbackUrl(bill.callback_url, this.deps.config.CALLBACK_ALLOW_PRIVATE);
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
-    const { hash, quote } = await quoteBill(
-      request,
-      { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD, catalogue: this.deps.flow.catalogue },
-      { chain, token },
-    );
+    const { hash, quote } = await quoteBill(request, this.pricing, { chain, token });
     return { bill: request, bodyHash: hash, amount: quote.amount };
   }
 
-  /** get_quote: the bill's locked price on the pull option, with its breakdown and expiry. */
+  /** get_quote: the bill's price on the pull option under the current rate version, with its breakdown. */
   async quote(link: Link, bill: AgentBill, options: { chain?: string; token?: string } = {}) {
     const option = this.pullOption(link, options.chain, options.token);
     const request: PaymentRequest = { ...bill, token: option.token, blockchain: option.chain, wallet_address: link.wallet };
-    const { quote } = await quoteBill(
-      request,
-      { quotes: this.quotes, rates: this.deps.rates, fees: this.deps.config.SERVICE_FEES_USD, catalogue: this.deps.flow.catalogue },
-      option,
-    );
-    return { quotes: [quoteView(request, quote, this.deps.config.SERVICE_FEES_USD, this.deps.rates.source ?? "configured")] };
+    const { quote } = await quoteBill(request, this.pricing, option);
+    return { quotes: [quoteView(request, quote)] };
   }
 
   /** pay_bill: one bill, one pull. */

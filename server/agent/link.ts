@@ -21,7 +21,7 @@ import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { ServiceError, validationFailed } from "../errors.ts";
 import { linkRequestSchema } from "../schemas.ts";
-import { hashApiKey, hashPin, newApiKey } from "./credentials.ts";
+import { hashApiKey, newApiKey } from "./credentials.ts";
 import { resolvePullOption } from "./hub.ts";
 import type { LinkStore } from "./links.ts";
 
@@ -139,7 +139,7 @@ export async function linkWallet(
   const { cancelledSchedules } = await deps.links.link({
     wallet: headers.address,
     apiKeyHash: hashApiKey(apiKey),
-    pinHash: await hashPin(req.pin),
+    pinHash: deps.links.hashPin(req.pin),
     channel: req.channel,
     chain: option.chain,
     token: option.token,

@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { hashApiKey, sameDigest, verifyPin } from "./credentials.ts";
+import { hashApiKey, sameDigest, type PinHasher } from "./credentials.ts";
 
 export interface Link {
   wallet: string;
@@ -50,10 +50,15 @@ const toLink = (r: LinkRow): Link => ({
 export class LinkStore {
   constructor(
     private readonly db: Db,
-    private readonly pinPolicy: { maxAttempts: number; lockSeconds: number; maxLockouts: number },
+    private readonly pinPolicy: { maxAttempts: number; lockSeconds: number; maxLockouts: number; pins: PinHasher },
     /** Lockouts are operators' events: logged with the wallet, never the PIN or key. */
     private readonly log: Log = silentLog,
   ) {}
+
+  /** A PIN as a link stores it (under the server's pepper). */
+  hashPin(pin: string): string {
+    return this.pinPolicy.pins.hash(pin);
+  }
 
   /** A fresh one-time nonce for a Sign-In with Ethereum link. */
   async issueNonce(): Promise<string> {
@@ -174,14 +179,21 @@ export class LinkStore {
       throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
     let right: boolean;
+    let upgrade: string | undefined;
     try {
-      right = await verifyPin(pin, reserved.pin_hash);
+      ({ ok: right, upgrade } = await this.pinPolicy.pins.verify(pin, reserved.pin_hash));
     } catch (err) {
       await this.db.query(`UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0) WHERE wallet = $1`, [w]);
       throw err;
     }
     if (right) {
-      await this.db.query(`UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0), pin_failures = 0 WHERE wallet = $1`, [w]);
+      // An old scrypt hash is rewritten under the pepper, unless the PIN changed meanwhile (a re-link).
+      await this.db.query(
+        `UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0), pin_failures = 0,
+           pin_hash = CASE WHEN $2::text IS NOT NULL AND pin_hash = $3 THEN $2 ELSE pin_hash END
+         WHERE wallet = $1`,
+        [w, upgrade ?? null, reserved.pin_hash],
+      );
       return;
     }
     // The failure that reaches the limit starts a lockout, each twice as long as the last

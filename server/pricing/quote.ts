@@ -1,24 +1,40 @@
 /**
  * A bill's price on one chain and token: checked against the biller's catalogue, then
- * locked as a quote for the challenge's lifetime, keyed by the bill's identity (billHash).
- * Both rails price here: the x402 challenge and the agent hub's get_quote and pay_bill.
- * The arithmetic is in price.ts, the rate in rates.ts, the locked quotes in quotes.ts.
+ * priced under the current rate version (rate-versions.ts), keyed by the bill's identity
+ * (billHash). Nothing is written: the price is a pure function of the bill and the version.
+ * Both rails price here: the x402 challenge and paid retry, and the agent hub's get_quote
+ * and pay_bill. The arithmetic is in price.ts, the rate in rates.ts.
  */
+import { createHash } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Catalogue } from "../biller/catalogue.ts";
-import { ServiceError } from "../errors.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { toScaled } from "./decimal.ts";
-import { priceBill, type Category } from "./price.ts";
-import { bodyHash, type QuoteStore } from "./quotes.ts";
-import type { RateSource } from "./rates.ts";
+import { priceBill, type Category, type PriceBreakdown } from "./price.ts";
+import type { RateVersion, RateVersions } from "./rate-versions.ts";
 
 export interface QuoteContext {
-  quotes: QuoteStore;
-  rates: RateSource;
-  fees: Record<Category, bigint>;
+  versions: RateVersions;
   /** Every bill is checked against the biller's catalogue before it is priced. */
   catalogue: Catalogue;
+  /** The challenge's lifetime: how long a price shown is honoured. */
+  ttlSeconds: number;
+}
+
+/** A bill's price under one rate version. */
+export interface Quote {
+  chain: string;
+  token: string;
+  amount: bigint;
+  version: RateVersion;
+  /** Until when a payment of `amount` is honoured, counted from now. */
+  expiresAt: Date;
+}
+
+/** Hash of the fields that define the bill and who pays, in a fixed order. */
+export function bodyHash(fields: Record<string, string>): string {
+  const canonical = JSON.stringify(Object.keys(fields).sort().map((k) => [k, fields[k]]));
+  return createHash("sha256").update(canonical).digest("hex");
 }
 
 /** The bill's identity: what a quote and a payment are bound to. */
@@ -46,25 +62,50 @@ export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: 
   });
 }
 
+/** The bill's price under `version`: the whole pricing rule, in one pure function. */
+export function priceUnder(req: Pick<PaymentRequest, "nairaAmount" | "serviceCategory">, version: RateVersion): PriceBreakdown {
+  return priceBill(toScaled(req.nairaAmount, 2)!, version.rateMilli, version.fees[req.serviceCategory as Category]);
+}
+
+const quoteOf = (req: PaymentRequest, version: RateVersion, option: { chain: ChainKey; token: TokenSymbol }, ttlSeconds: number): Quote => ({
+  ...option,
+  amount: priceUnder(req, version).amount,
+  version,
+  expiresAt: new Date(Date.now() + ttlSeconds * 1000),
+});
+
 /**
  * Checks the bill against the biller's catalogue (a bill that could never vend, or a plan
- * whose price is not nairaAmount, is refused here, before any price is shown), then locks
- * (or finds) its quote on its chain and token.
+ * whose price is not nairaAmount, is refused here, before any price is shown), then prices
+ * it under the current rate version. Writes nothing.
  */
 export async function quoteBill(
   req: PaymentRequest,
   ctx: QuoteContext,
   option: { chain: ChainKey; token: TokenSymbol },
+  hash: string = billHash(req, option),
 ) {
   await ctx.catalogue.check(req);
-  const kobo = toScaled(req.nairaAmount, 2)!;
-  const hash = billHash(req, option);
-  const [quote] = await ctx.quotes.lock(hash, [option], async () => {
-    const rate = await ctx.rates.ngnPerUsdMilli().catch((err: Error) => {
-      throw new ServiceError("RATE_UNAVAILABLE", err.message);
-    });
-    const price = priceBill(kobo, rate, ctx.fees[req.serviceCategory]);
-    return { amount: price.amount, rateMilli: rate };
-  });
-  return { hash, quote: quote! };
+  const version = await ctx.versions.current();
+  return { hash, quote: quoteOf(req, version, option, ctx.ttlSeconds) };
+}
+
+/**
+ * The price a payment of `offered` may be accepted at: the quote under a rate version live
+ * within the last `windowSeconds` that prices this very bill at exactly `offered`, so a
+ * payment made within the challenge's lifetime is honoured at the price it was shown,
+ * however the rate moved since. The server recomputes each candidate from its own stored
+ * versions; the client names nothing but the amount it signed. Undefined when no live
+ * version gives that amount (the caller refuses it as AMOUNT_MISMATCH).
+ */
+export async function acceptedQuote(
+  req: PaymentRequest,
+  ctx: QuoteContext,
+  option: { chain: ChainKey; token: TokenSymbol },
+  offered: bigint,
+  windowSeconds: number,
+): Promise<Quote | undefined> {
+  const versions = await ctx.versions.liveWithin(windowSeconds);
+  const version = versions.find((v) => priceUnder(req, v).amount === offered);
+  return version && quoteOf(req, version, option, ctx.ttlSeconds);
 }

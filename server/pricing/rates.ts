@@ -1,7 +1,7 @@
 /**
  * Where the NGN/USD rate comes from: a configured figure (the local default), or an HTTP
  * source answering JSON, fetched with a timeout and guarded by a band: one bad reading
- * would otherwise become a quote locked for a day.
+ * would otherwise become a price honoured for a day.
  */
 import { type Log, silentLog } from "../log.ts";
 import type { Db } from "../db.ts";

@@ -1,7 +1,7 @@
 /**
  * Reading and checking an x402 payment before anything moves. The x402 packages verify a
  * signature against whatever requirements they are handed; the checks the server must
- * make itself are here: the requirements are rebuilt from the locked quote, the payer must
+ * make itself are here: the requirements are rebuilt from the bill's price, the payer must
  * be the bill's wallet, the amount the quoted one, the payee BillPay, the asset the bill's
  * token, the nonce not zero, the authorization's validity window bounded (no ten-year
  * authorizations), and the signature the payer's own (checked here for ordinary wallets,
@@ -161,7 +161,7 @@ export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: 
   }
   if (!same(a.to, e.payTo)) throw new PaymentRejected("PAYEE_MISMATCH", `the authorization pays ${a.to}, not ${e.payTo}`);
   if (a.value !== e.amount) {
-    throw new PaymentRejected("AMOUNT_MISMATCH", `the authorization is for ${a.value}; the locked quote is ${e.amount}`);
+    throw new PaymentRejected("AMOUNT_MISMATCH", `the authorization is for ${a.value}; the bill's price is ${e.amount} (or what a rate version live within the challenge's lifetime priced it at)`);
   }
   // Zero marks a pull's refund on chain: an x402 payment under it could never be refunded.
   if (a.nonce === ZERO_NONCE) throw new PaymentRejected("NONCE_INVALID", "the nonce must be 32 random bytes, not zero");

@@ -1,9 +1,10 @@
 /**
  * The x402 rail's routes: GET and POST /api/pay/x402 (the 402 challenge, then the paid
- * retry: the payment is checked against the bill's locked quote and the payer's signature,
- * settled, and the bill vended) and POST /api/quote (the same price before paying). The
- * challenge is built in challenge.ts, the payment checked in payment.ts, the price locked
- * in pricing/quote.ts, the order run in orders/x402-flow.ts.
+ * retry: the payment's amount is checked against what the server's own rate versions priced
+ * the bill at, with the payer's signature; then settled, and the bill vended) and POST
+ * /api/quote (the same price before paying). The challenge writes nothing. It is built in
+ * challenge.ts, the payment checked in payment.ts, the price made in pricing/quote.ts, the
+ * order run in orders/x402-flow.ts.
  */
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import type { Context, Hono, MiddlewareHandler } from "hono";
@@ -16,18 +17,19 @@ import { checkCallbackUrl } from "../callbacks.ts";
 import type { Config } from "../config.ts";
 import { problemResponse, ServiceError, validationFailed } from "../errors.ts";
 import { parseJsonBody } from "../http-body.ts";
-import { clientAddress, type Limits } from "../limits.ts";
+import { clientAddress, RecentKeys, type Limits } from "../limits.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import type { Order } from "../orders/store.ts";
 import { replayOf, startX402Order } from "../orders/x402-flow.ts";
-import { billHash, quoteBill } from "../pricing/quote.ts";
+import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
-import type { QuoteStore } from "../pricing/quotes.ts";
-import type { RateSource } from "../pricing/rates.ts";
+import type { RateVersions } from "../pricing/rate-versions.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./challenge.ts";
-import { checkPayment, checkSignature, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
+import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
 
+/** How many recently priced bills an instance remembers, so repeats are not counted as new. */
+const NEW_BILL_MEMORY = 10_000;
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
 // (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
@@ -49,16 +51,16 @@ function validationProblem(error: z.ZodError) {
 export interface X402RouteDeps {
   config: Config;
   deployments: Deployments;
-  rates: RateSource;
   flow: FlowDeps;
-  /** The locked quotes, shared with the agent hub. */
-  quotes: QuoteStore;
+  /** The rate versions prices are made under, shared with the agent hub. */
+  versions: RateVersions;
   limits: Limits;
   billBodyLimit: MiddlewareHandler;
 }
 
 export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
-  const { config, quotes, limits, billBodyLimit } = deps;
+  const { config, versions, limits, billBodyLimit } = deps;
+  const seenBills = new RecentKeys(NEW_BILL_MEMORY);
 
   /** The order this payment's (chain, token, payer, nonce) already locked, if the header decodes and one exists. */
   const orderOfPayment = async (payment: DecodedPayment | undefined, chain: string, tokenAddress: string) =>
@@ -88,31 +90,39 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const challengeContext = (c: Context): ChallengeContext => ({
     deployments: deps.deployments,
     catalogue: deps.flow.catalogue,
-    quotes,
-    rates: deps.rates,
-    fees: config.SERVICE_FEES_USD,
+    versions,
     ttlSeconds: config.QUOTE_TTL_SECONDS,
     resourceUrl: `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`,
   });
 
   /** The 402: the v1 body, and the v2 header unless the client asked for protocol 1 only (`?networks=v1`). */
-  const challengeResponse = (challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) =>
-    new Response(JSON.stringify(challenge.v1Body), {
-      status: 402,
-      headers: { "content-type": "application/json", ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }), ...extraHeaders },
+  const challengeResponse = (c: Context, challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) =>
+    c.body(JSON.stringify(challenge.v1Body), 402, {
+      "content-type": "application/json",
+      ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }),
+      ...extraHeaders,
     });
 
   // The x402 route is public and probed from browsers: CORS open, x402 headers exposed.
-  app.use(
-    "/api/pay/x402",
-    cors({
-      origin: "*",
-      allowMethods: ["GET", "POST", "OPTIONS"],
-      allowHeaders: ["Content-Type", ...PAYMENT_HEADERS],
-      exposeHeaders: EXPOSED_HEADERS,
-      maxAge: 600,
-    }),
-  );
+  // hono's cors writes its headers to c.res before the handler runs, after which
+  // @hono/node-server copies every answer through a web stream (profiled: about a quarter
+  // of a 402's cost); so only the preflight goes through it, and every other answer gets
+  // the same headers (and its request id, as hono's copy gave it) once it is made.
+  const preflight = cors({
+    origin: "*",
+    allowMethods: ["GET", "POST", "OPTIONS"],
+    allowHeaders: ["Content-Type", ...PAYMENT_HEADERS],
+    exposeHeaders: EXPOSED_HEADERS,
+    maxAge: 600,
+  });
+  app.use("/api/pay/x402", async (c, next) => {
+    if (c.req.method === "OPTIONS") return preflight(c, next);
+    await next();
+    const headers = c.res.headers;
+    headers.set("Access-Control-Allow-Origin", "*");
+    headers.set("Access-Control-Expose-Headers", EXPOSED_HEADERS.join(","));
+    if (!headers.has("X-Request-Id")) headers.set("X-Request-Id", String(c.get("requestId")));
+  });
 
   const v1NetworkNames = (c: Context) => c.req.query("networks") === "v1";
   /** The bill's chain and token; UNSUPPORTED_CHAIN when this environment has no deployment for the chain. */
@@ -121,12 +131,16 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     if (!deps.deployments.chains[option.chain]) throw new ServiceError("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
     return option;
   };
-  /** A bill with no live quote writes one: those are counted per caller (repeats of a quoted bill are not). */
-  const countNewQuote = async (c: Context, hash: string, option: { chain: string; token: string }) => {
-    if (!(await quotes.live(hash, option.chain, option.token))) await limits.take("challengeAddress", clientAddress(c));
+  /**
+   * New bills are counted per caller (repeats of a bill this instance priced lately are not).
+   * Nothing is stored for a bill, so this bounds only the work a caller can ask of this
+   * instance: kept in memory, it costs no write either.
+   */
+  const countNewBill = async (c: Context, hash: string) => {
+    if (seenBills.add(hash)) await limits.take("challengeAddress", clientAddress(c));
   };
 
-  app.get("/api/pay/x402", (c) => challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
+  app.get("/api/pay/x402", (c) => challengeResponse(c, probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
 
   app.post(
     "/api/pay/x402",
@@ -134,12 +148,12 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     async (c) => {
       const text = await c.req.text();
       // A probing POST without a bill gets the probe challenge, as a GET does.
-      if (text.trim() === "") return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
+      if (text.trim() === "") return challengeResponse(c, probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
       const json = parseJsonBody(c.req.header("content-type"), text);
       if (json instanceof Response) return json;
       // So is `{}` or a partial bill (one missing any of the bill's required fields): the
       // interface's probing POST. A complete bill with a bad field is refused with its 4xx.
-      if (isProbe(json)) return challengeResponse(probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
+      if (isProbe(json)) return challengeResponse(c, probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c));
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
@@ -174,24 +188,31 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       }
 
       // Calls carrying a payment are never counted (it may be settling).
-      if (!presented) await countNewQuote(c, bodyHash, option);
-      const { hash, quote } = await quoteBill(bill, ctx, option);
+      if (!presented) await countNewBill(c, bodyHash);
+      const { hash, quote: shown } = await quoteBill(bill, ctx, option, bodyHash);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
-      const challenge = buildChallenge(ctx, [{ ...option, amount: quote.amount }], description, v1NetworkNames(c));
+      const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
       const v1Only = v1NetworkNames(c);
-      if (!header) return challengeResponse(challenge, extraHeaders, v1Only);
+      if (!header) return challengeResponse(c, challenge, extraHeaders, v1Only);
       const rejected = (code: string, detail: string) =>
-        challengeResponse({ v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
+        challengeResponse(c, { v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
 
-      // A payment that does not fit this bill's locked quote, or is not the payer's
-      // signature, is answered like no payment: 402 with the challenge, plus the reason.
-      // Nothing is locked or settled.
+      // A payment that does not fit this bill's price, or is not the payer's signature, is
+      // answered like no payment: 402 with the challenge, plus the reason. Nothing is locked
+      // or settled. Its amount must be the price shown now, or what a rate version live
+      // within the challenge's lifetime priced this bill at (so a price shown is honoured
+      // however the rate moves): recomputed from the server's own versions, never the client's.
       let payment: DecodedPayment;
       let fit: { notSettleable?: string };
+      let quote = shown;
       try {
         payment = presented ?? decodePayment(header, c.req.header(header)!);
+        const offered = payment.authorization.value;
+        if (offered !== shown.amount) {
+          quote = (await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + Number(CLOCK_SKEW_SECONDS))) ?? shown;
+        }
         fit = checkPayment(payment, {
           chain: option.chain,
           asset: tokenAddress,
@@ -212,7 +233,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         return rejected(err.code, err.detail);
       }
 
-      const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount }, description);
+      const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, description);
       const { order, secret } = await startX402Order(deps.flow, {
         bill,
         bodyHash: hash,
@@ -229,7 +250,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     },
   );
 
-  // A bill's price before paying it: the same checks and the same locked quote as the 402.
+  // A bill's price before paying it: the same checks and the same price as the 402.
   app.use("/api/quote", cors({ origin: "*", allowMethods: ["POST", "OPTIONS"], allowHeaders: ["Content-Type"], exposeHeaders: ["X-Token-Fallback"], maxAge: 600 }));
   app.post(
     "/api/quote",
@@ -241,12 +262,12 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
       const option = deployedOption(bill);
-      await countNewQuote(c, billHash(bill, option), option);
+      await countNewBill(c, billHash(bill, option));
       const ctx = challengeContext(c);
       const { quote } = await quoteBill(bill, ctx, option);
       const headers: Record<string, string> = { "cache-control": "no-store", ...(option.warning ? { "X-Token-Fallback": option.warning } : {}) };
       return c.json(
-        { quotes: [quoteView(bill, quote, config.SERVICE_FEES_USD, deps.rates.source ?? "configured")], pay_with: ctx.resourceUrl },
+        { quotes: [quoteView(bill, quote)], pay_with: ctx.resourceUrl },
         200,
         headers,
       );

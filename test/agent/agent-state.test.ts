@@ -6,7 +6,8 @@
  */
 import { silentLog } from "../../server/log.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hashApiKey, hashPin, newApiKey } from "../../server/agent/credentials.ts";
+import { randomBytes } from "node:crypto";
+import { hashApiKey, newApiKey, PinHasher, scryptPinHash } from "../../server/agent/credentials.ts";
 import { LinkStore } from "../../server/agent/links.ts";
 import { ScheduleStore, checkCron, nextDue } from "../../server/agent/schedules.ts";
 import { openDb, type Db } from "../../server/db.ts";
@@ -16,6 +17,7 @@ import { freshDatabase, tempDir } from "../support/stack.ts";
 
 const WALLET = "0x00000000000000000000000000000000000000aa";
 const bill = { serviceID: "mtn", serviceCategory: "AIRTIME" as const, network: "MTN", billersCode: "08011111111", nairaAmount: 100 };
+const pins = new PinHasher(randomBytes(32));
 const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
 
 for (const kind of ["pglite", "postgresql"] as const) {
@@ -41,12 +43,12 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
 
     it("links, retires the old key on a re-link, and spends each signature once", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3 });
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
       const first = newApiKey();
       const second = newApiKey();
-      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(first), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(first), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
       expect(await links.authenticate(first)).toMatchObject({ wallet: WALLET, approvedChain: "CELO", approvedToken: "USDC" });
-      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(second), pinHash: await hashPin("5678"), channel: "A2A", chain: "CELO", token: "USD₮" });
+      await links.link({ wallet: WALLET, apiKeyHash: hashApiKey(second), pinHash: pins.hash("5678"), channel: "A2A", chain: "CELO", token: "USD₮" });
       expect(await codeOf(links.authenticate(first))).toBe("API_KEY_RETIRED");
       expect(await links.authenticate(second)).toMatchObject({ channel: "A2A", approvedToken: "USD₮" });
       expect(await codeOf(links.authenticate(newApiKey()))).toBe("API_KEY_INVALID");
@@ -55,9 +57,9 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
 
     it("locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3 });
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
       const wallet = "0x00000000000000000000000000000000000000bb";
-      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
       // Eight right PINs at once: never a lock; those beyond the attempts left wait their turn.
       const rights = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "1234"))));
@@ -70,17 +72,34 @@ for (const kind of ["pglite", "postgresql"] as const) {
       // Eight guesses at once: only three are ever checked (two wrong, the third locks).
       const codes = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "0000"))));
       expect(codes.filter((c) => c === "PIN_INVALID")).toHaveLength(2);
-      expect(codes.filter((c) => c === "PIN_LOCKED")).toHaveLength(1);
-      expect(codes.filter((c) => c === "PIN_BUSY")).toHaveLength(5);
+      // The others were refused unchecked: busy while the three were in flight, locked once
+      // the third had locked (a PIN check now takes microseconds, so which depends on timing).
+      expect(codes.filter((c) => c === "PIN_LOCKED").length).toBeGreaterThanOrEqual(1);
+      expect(codes.filter((c) => c === "PIN_LOCKED" || c === "PIN_BUSY")).toHaveLength(6);
+      const [row] = await db.query<{ pin_lockouts: number; pin_failures: number }>(`SELECT pin_lockouts, pin_failures FROM agent_link WHERE wallet = $1`, [wallet]);
+      expect(row).toEqual({ pin_lockouts: 1, pin_failures: 0 }); // one lockout: exactly three wrong PINs were checked
       expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED");
+    });
+
+    it("still takes a PIN hashed with scrypt before the pepper, and rewrites it under the pepper on the first right PIN", async () => {
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
+      const wallet = "0x00000000000000000000000000000000000000dd";
+      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await scryptPinHash("4321"), channel: "MCP", chain: "CELO", token: "USDC" });
+      const stored = async () => (await db.query<{ pin_hash: string }>(`SELECT pin_hash FROM agent_link WHERE wallet = $1`, [wallet]))[0]!.pin_hash;
+      expect(await codeOf(links.checkPin(wallet, "1111"))).toBe("PIN_INVALID");
+      expect(await stored()).toMatch(/^scrypt\$/); // a wrong PIN rewrites nothing
+      expect(await codeOf(links.checkPin(wallet, "4321"))).toBe("OK");
+      expect(await stored()).toMatch(/^hmac\$/);
+      expect(await codeOf(links.checkPin(wallet, "4321"))).toBe("OK");
+      expect(await codeOf(links.checkPin(wallet, "1111"))).toBe("PIN_INVALID");
     });
 
     it("escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last", async () => {
       const events: string[] = [];
-      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3 }, { ...silentLog, warn: (msg) => void events.push(msg) });
+      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
       const wallet = "0x00000000000000000000000000000000000000cc";
       const key = newApiKey();
-      await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: await hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
       const unlock = () => db.query(`UPDATE agent_link SET locked_until = now() - interval '1 second' WHERE wallet = $1`, [wallet]);
       const lockFor = async () => {
         expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");

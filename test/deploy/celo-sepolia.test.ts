@@ -11,6 +11,7 @@
  * none may be asked, so the same path serves a real node.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -228,6 +229,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
       PORT: String(port),
       OPERATOR_PRIVATE_KEY: keys.operator,
       REFUNDER_PRIVATE_KEY: keys.refunder,
+      PIN_PEPPER: randomBytes(32).toString("hex"),
       FACILITATOR_URL_CELO: `http://127.0.0.1:${facilitatorPort}`,
       FACILITATOR_SELF_HOSTED: "1",
       BILLER_BASE_URL: biller.url,

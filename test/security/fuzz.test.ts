@@ -3,7 +3,7 @@
  * the pay body, both payment headers, the link headers and body, every tool's arguments
  * over MCP and A2A, and the order route. Whatever arrives, the answer is a 4xx with a stable
  * code (or the tool-error equivalent), never a 5xx or INTERNAL; and nothing is charged or
- * stored: no order, no link, no quote beyond the challenges actually answered, no balance moved.
+ * stored: no order, no link, no rate version (a 402 writes nothing), no balance moved.
  */
 import fc from "fast-check";
 import { x402Bill } from "../support/bills.ts";
@@ -49,6 +49,7 @@ describe("fuzzing the public inputs", () => {
   const snapshot = async () => ({
     orders: await count(`SELECT count(*)::int AS n FROM bill_order`),
     links: await count(`SELECT count(*)::int AS n FROM agent_link`),
+    rateVersions: await count(`SELECT count(*)::int AS n FROM rate_version`),
     payer: await celo.balanceOf("USDC", payer.address),
     agent: await celo.balanceOf("USDC", agent.address),
   });
@@ -78,6 +79,8 @@ describe("fuzzing the public inputs", () => {
     mcp = await mcpAgent(url);
     await celo.approveAndAllow(agent, "USDC", 100_000_000n);
     agentKey = await linkAgent(url, agent as Account, { pin: "1234" });
+    // The rate's first version, written by the first bill priced; the rate stays put from here on.
+    expect((await fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(x402Bill(payer.address)) })).status).toBe(402);
   });
   afterAll(async () => {
     await mcp?.close();

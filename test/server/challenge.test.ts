@@ -63,7 +63,14 @@ describe("x402 route: the 402 challenge", () => {
       headers: { "content-type": "application/json", ...headers },
       body: typeof body === "string" ? body : JSON.stringify(body),
     });
-  const quoteCount = async () => Number((await db.query<{ n: number }>("SELECT count(*)::int AS n FROM quote"))[0]!.n);
+  /** Rows in every table of the service's database: a 402 must change none of them. */
+  const rowCounts = async () => {
+    const tables = await db.query<{ name: string }>(`SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`);
+    const out: Record<string, number> = {};
+    for (const { name } of tables) out[name] = (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${name}"`))[0]!.n;
+    return out;
+  };
+  const versionCount = async () => (await rowCounts()).rate_version!;
   const celoToken = (symbol: string) => stack.deployments.chains.CELO!.tokens.find((t) => t.symbol === symbol)!;
 
   it("answers a bill without payment with a v1 body and a v2 header, at the bill's price", async () => {
@@ -86,7 +93,7 @@ describe("x402 route: the 402 challenge", () => {
           resource: "http://billpay.test/api/pay/x402",
           mimeType: "application/json",
           description: "AIRTIME mtn for 08011111111: 1550 NGN",
-          extra: { name: "USDC", version: "2", primaryType: "TransferWithAuthorization" },
+          extra: { name: "USDC", version: "2", primaryType: "TransferWithAuthorization", rateVersion: expect.stringMatching(/^\d+$/) },
         },
       ],
     });
@@ -137,14 +144,31 @@ describe("x402 route: the 402 challenge", () => {
     }
   });
 
-  it("locks the quote for the same bill while the rate moves; another bill gets today's rate", async () => {
-    const first = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as { accepts: Array<{ maxAmountRequired: string }> };
+  it("writes nothing for a new bill's 402: every table keeps its row count", async () => {
+    await post({ ...bill, billersCode: "08030000000" }); // the current rate version exists from here on
+    const before = await rowCounts();
+    expect(before.rate_version).toBeGreaterThan(0);
+    for (let i = 1; i <= 5; i++) expect((await post({ ...bill, billersCode: `0803000000${i}` })).status).toBe(402);
+    expect(await rowCounts()).toEqual(before);
+    expect(before).not.toHaveProperty("quote"); // the per-bill quote table is gone
+  });
+
+  it("prices under the current rate version, named in extra; a new version is written only when the rate moves", async () => {
+    type Challenge = { accepts: Array<{ maxAmountRequired: string; extra: { rateVersion: string } }> };
+    const first = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as Challenge;
+    expect(first.accepts[0]!.extra.rateVersion).toMatch(/^\d+$/);
+    const versions = await versionCount();
     rate = "775"; // the naira doubles in value
     try {
-      const again = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as typeof first;
-      expect(again.accepts[0]!.maxAmountRequired).toBe(first.accepts[0]!.maxAmountRequired);
-      const other = (await (await post({ ...bill, billersCode: "08044444444" })).json()) as typeof first;
-      expect(other.accepts[0]!.maxAmountRequired).toBe("2001000");
+      // The same bill is shown today's price under a new version; other bills share that version.
+      const again = (await (await post({ ...bill, billersCode: "08033333333" })).json()) as Challenge;
+      expect(again.accepts[0]!.maxAmountRequired).toBe("2001000");
+      expect(again.accepts[0]!.extra.rateVersion).not.toBe(first.accepts[0]!.extra.rateVersion);
+      const other = (await (await post({ ...bill, billersCode: "08044444444" })).json()) as Challenge;
+      expect(other.accepts[0]!.extra.rateVersion).toBe(again.accepts[0]!.extra.rateVersion);
+      expect(await versionCount()).toBe(versions + 1);
+      const [previous] = await db.query<{ live_until: Date | null }>(`SELECT live_until FROM rate_version WHERE id = $1`, [first.accepts[0]!.extra.rateVersion]);
+      expect(previous!.live_until).not.toBeNull(); // superseded, with the time it stopped being live
     } finally {
       rate = "1550";
     }
@@ -180,7 +204,7 @@ describe("x402 route: the 402 challenge", () => {
       },
     });
     expect(Date.parse(quotes[0]!.expires_at)).toBeGreaterThan(Date.now() + 86_000_000);
-    // The 402 for the same bill asks exactly the quoted amount (one locked quote).
+    // The 402 for the same bill asks exactly the quoted amount, under the same rate version.
     const challenged = (await (await post(electricity)).json()) as { accepts: Array<{ maxAmountRequired: string }> };
     expect(challenged.accepts[0]!.maxAmountRequired).toBe("2101323");
     const small = (await (await quoteOf({ ...bill, nairaAmount: 50, billersCode: "08077777777" })).json()) as { quotes: Array<Record<string, any>> };
@@ -212,7 +236,7 @@ describe("x402 route: the 402 challenge", () => {
   });
 
   it("answers the probing GET, the empty POST, {} and a partial bill with every option at the minimum price", async () => {
-    const before = await quoteCount();
+    const before = await rowCounts();
     const probes = [
       await app.request("/api/pay/x402"),
       await app.request("/api/pay/x402", { method: "POST" }),
@@ -220,7 +244,7 @@ describe("x402 route: the 402 challenge", () => {
       await post({ serviceID: "mtn", nairaAmount: 100 }),
       await post({ ...bill, serviceID: undefined }),
     ];
-    expect(await quoteCount()).toBe(before); // a probe locks no quote
+    expect(await rowCounts()).toEqual(before); // a probe writes nothing
     for (const res of probes) {
       expect(res.status).toBe(402);
       const { accepts } = (await res.json()) as { accepts: Array<{ network: string; asset: string; maxAmountRequired: string }> };
@@ -231,7 +255,7 @@ describe("x402 route: the 402 challenge", () => {
   });
 
   it("refuses bad input with a clear problem and stores nothing", async () => {
-    const before = await quoteCount();
+    const before = await rowCounts();
     const cases: Array<[string | Record<string, unknown>, Record<string, string>, number, string, RegExp?]> = [
       ["{not json", {}, 400, "INVALID_JSON"],
       [JSON.stringify(bill), { "content-type": "text/plain" }, 415, "UNSUPPORTED_MEDIA_TYPE"],
@@ -254,7 +278,24 @@ describe("x402 route: the 402 challenge", () => {
       expect(problem).toMatchObject({ code, status });
       if (detail) expect(problem.detail).toMatch(detail);
     }
-    expect(await quoteCount()).toBe(before);
+    expect(await rowCounts()).toEqual(before);
+  });
+
+  it("limits the body over a socket whether its length is declared or chunked", async () => {
+    const served = await listen(app.fetch);
+    try {
+      const send = (body: string | ReadableStream<Uint8Array>) =>
+        fetch(`${served.url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json" }, body, duplex: "half" } as RequestInit);
+      const big = JSON.stringify({ ...bill, billersCode: "x".repeat(20_000) });
+      const declared = await send(big); // Content-Length: refused without reading it
+      expect(declared.status).toBe(413);
+      expect(((await declared.json()) as { code: string }).code).toBe("BODY_TOO_LARGE");
+      const chunked = await send(new Blob([big]).stream()); // no length: counted as it arrives
+      expect(chunked.status).toBe(413);
+      expect((await send(JSON.stringify({ ...bill, billersCode: "08012121212" }))).status).toBe(402);
+    } finally {
+      await served.close();
+    }
   });
 
   it("answers a payment that does not fit the bill with 402 and the reason, taking nothing", async () => {
@@ -278,6 +319,43 @@ describe("x402 route: the 402 challenge", () => {
     expect(Number((await db.query<{ n: number }>("SELECT count(*)::int AS n FROM bill_order"))[0]!.n)).toBe(0);
   });
 
+  it("refuses an amount priced by a rate version not live within the challenge's lifetime, whatever extra.rateVersion claims", async () => {
+    const body = { ...bill, billersCode: "08088888888" };
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    rate = "775";
+    let signed: Awaited<ReturnType<typeof client.createPaymentPayload>>;
+    try {
+      const challenged = await post(body);
+      signed = await client.createPaymentPayload(client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()));
+    } finally {
+      rate = "1550";
+    }
+    const old = signed.accepted as unknown as { amount: string; extra: { rateVersion: string } };
+    expect(old.amount).toBe("2001000");
+    const now = (await (await post(body)).json()) as { accepts: Array<{ maxAmountRequired: string; extra: { rateVersion: string } }> };
+    expect(now.accepts[0]!.maxAmountRequired).toBe("1001000");
+    // Every version at 775 (this one, and an earlier test's) stopped being live longer ago than the challenge's lifetime (a day).
+    const aged = await db.query(
+      `UPDATE rate_version SET live_from = now() - interval '3 days', live_until = now() - interval '2 days' WHERE rate_milli = 775000 RETURNING id::text AS id`,
+    );
+    expect(aged).toContainEqual({ id: old.extra.rateVersion });
+    const orders = async () => (await rowCounts()).bill_order;
+    const ordersBefore = await orders();
+
+    const refused = await post(body, client.encodePaymentSignatureHeader(signed));
+    expect(refused.status).toBe(402);
+    expect((await refused.json()) as { code: string; accepts: unknown[] }).toMatchObject({ code: "AMOUNT_MISMATCH", accepts: [{ maxAmountRequired: "1001000" }] });
+
+    // The same payment naming the current version (or any id) in its unsigned `accepted.extra` is refused alike.
+    for (const rateVersion of [now.accepts[0]!.extra.rateVersion, "999999", "1 OR 1=1"]) {
+      const forged = { ...signed, accepted: { ...signed.accepted, extra: { ...signed.accepted.extra, rateVersion } } };
+      const res = await post(body, client.encodePaymentSignatureHeader(forged));
+      expect(res.status, rateVersion).toBe(402);
+      expect(((await res.json()) as { code: string }).code, rateVersion).toBe("AMOUNT_MISMATCH");
+    }
+    expect(await orders()).toBe(ordersBefore);
+  });
+
   it("is open to browsers: CORS with the x402 headers exposed", async () => {
     const res = await app.request("/api/pay/x402", {
       method: "OPTIONS",
@@ -287,6 +365,13 @@ describe("x402 route: the 402 challenge", () => {
     expect(res.headers.get("access-control-allow-headers")).toMatch(/X-PAYMENT/i);
     const probe = await app.request("/api/pay/x402", { headers: { origin: "https://agent.example" } });
     expect(probe.headers.get("access-control-expose-headers")).toMatch(/PAYMENT-REQUIRED/);
+    // Every answer, a bill's 402 and a refusal alike, is readable cross-origin and carries its request id.
+    for (const res of [await post({ ...bill, billersCode: "08010101010" }), await post({ ...bill, blockchain: "SOLANA" }), await post("{not json")]) {
+      expect(res.status).toBeGreaterThanOrEqual(400);
+      expect(res.headers.get("access-control-allow-origin")).toBe("*");
+      expect(res.headers.get("access-control-expose-headers")).toMatch(/PAYMENT-REQUIRED/);
+      expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+    }
   });
 
   it("serves health, readiness and an OpenAPI 3.1 document built from the schemas", async () => {

@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
+import { loadConfig } from "../../server/config.ts";
+import { priceUnder } from "../../server/pricing/quote.ts";
+import { RateVersions } from "../../server/pricing/rate-versions.ts";
 import { GuardedRate, withinBand } from "../../server/pricing/rates.ts";
 
 describe("the guarded rate source", () => {
@@ -47,5 +50,58 @@ describe("the guarded rate source", () => {
     // The refused readings were never recorded as good.
     const rows = await db.query<{ rate_milli: string }>(`SELECT rate_milli::text AS rate_milli FROM fx_rate WHERE source = 'jumpy'`);
     expect(rows.map((r) => r.rate_milli)).toEqual(["1550000"]);
+  });
+});
+
+describe("rate versions", () => {
+  let db: Db;
+  beforeAll(async () => {
+    db = await openDb({ pgliteDir: undefined }); // in-memory PGlite
+  });
+  afterAll(() => db?.close());
+
+  const fees = loadConfig({}).SERVICE_FEES_USD;
+  /** A rate source whose figure the test sets. */
+  const settable = (milli: bigint) => {
+    const source = { milli, source: "test", ngnPerUsdMilli: async () => source.milli };
+    return source;
+  };
+  const rows = () => db.query<{ id: string; rate_milli: string; open: boolean }>(`SELECT id::text AS id, rate_milli::text AS rate_milli, live_until IS NULL AS open FROM rate_version ORDER BY id`);
+
+  it("writes a version only when the rate changes, superseding the open one; a restart reuses it", async () => {
+    const rate = settable(1_550_000n);
+    const versions = new RateVersions(db, rate, fees);
+    const first = await versions.current();
+    expect((await Promise.all(Array.from({ length: 20 }, () => versions.current()))).every((v) => v.id === first.id)).toBe(true);
+    expect(await rows()).toEqual([{ id: first.id, rate_milli: "1550000", open: true }]);
+
+    rate.milli = 1_600_000n;
+    const second = await versions.current();
+    expect(second.id).not.toBe(first.id);
+    expect(await rows()).toEqual([
+      { id: first.id, rate_milli: "1550000", open: false },
+      { id: second.id, rate_milli: "1600000", open: true },
+    ]);
+    // Another instance (or a restart) with the same figures finds the open version.
+    expect((await new RateVersions(db, settable(1_600_000n), fees).current()).id).toBe(second.id);
+    expect(await rows()).toHaveLength(2);
+    // A price is a pure function of the bill and the version.
+    expect(priceUnder({ nairaAmount: 1600, serviceCategory: "ELECTRICITY" }, second).amount).toBe(1_101_000n);
+  });
+
+  it("offers for a payment only the versions live within its window", async () => {
+    const versions = new RateVersions(db, settable(1_700_000n), fees);
+    const current = await versions.current();
+    const ids = (await versions.liveWithin(3_600)).map((v) => v.id);
+    expect(ids[0]).toBe(current.id); // newest first; the superseded ones were live moments ago
+    expect(ids.length).toBeGreaterThan(1);
+    await db.query(`UPDATE rate_version SET live_until = now() - interval '2 hours' WHERE live_until IS NOT NULL`);
+    expect((await versions.liveWithin(3_600)).map((v) => v.id)).toEqual([current.id]);
+    expect((await versions.liveWithin(3 * 3_600)).length).toBe(ids.length);
+  });
+
+  it("answers RATE_UNAVAILABLE when the source fails", async () => {
+    const versions = new RateVersions(db, { ngnPerUsdMilli: async () => Promise.reject(new Error("down")) }, fees);
+    await expect(versions.current()).rejects.toMatchObject({ code: "RATE_UNAVAILABLE" });
   });
 });

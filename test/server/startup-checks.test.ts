@@ -12,6 +12,7 @@ import { activeNetwork, resolveNetwork } from "../../lib/networks.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { loadConfig } from "../../server/config.ts";
 import { chainFailures, deploymentFailures, policyFailures } from "../../server/startup-checks.ts";
+import { pinPepper } from "../../server/agent/pin-pepper.ts";
 import { startTestChains } from "../support/stack.ts";
 
 describe("start-up checks", () => {
@@ -102,12 +103,30 @@ describe("start-up checks", () => {
       "BILLER_SECRET_KEY is the sandbox biller's key: set the biller's real credentials",
       "BILLER_PUBLIC_KEY is the sandbox biller's key: set the biller's real credentials",
       expect.stringContaining("FACILITATOR_URL_CELO (http://127.0.0.1:8402) is on this machine"),
+      expect.stringContaining("PIN_PEPPER is not set"),
     ]);
     const own = { operator: privateKeyToAccount(generatePrivateKey()).address, refunder: privateKeyToAccount(generatePrivateKey()).address };
-    const configured = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_URL_CELO: "https://facilitator.example.org" });
+    const configured = loadConfig({
+      BILLER_API_KEY: "k1",
+      BILLER_SECRET_KEY: "k2",
+      BILLER_PUBLIC_KEY: "k3",
+      FACILITATOR_URL_CELO: "https://facilitator.example.org",
+      PIN_PEPPER: "a".repeat(64),
+    });
     expect(policyFailures(configured, remote, own)).toEqual([]);
-    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1" });
+    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", PIN_PEPPER: "a".repeat(64) });
     expect(policyFailures(selfHosted, remote, own)).toEqual([]);
+  });
+
+  it("need a PIN pepper on a real network; on the local one it is generated and kept", () => {
+    const remote = resolveNetwork("celo-sepolia");
+    expect(() => pinPepper(loadConfig({}), remote)).toThrow(/PIN_PEPPER is required on the network profile "celo-sepolia"/);
+    expect(pinPepper(loadConfig({ PIN_PEPPER: "b".repeat(40) }), remote).toString()).toBe("b".repeat(40));
+    expect(() => loadConfig({ PIN_PEPPER: "short" })).toThrow(/PIN_PEPPER must be at least 32 characters/);
+    const file = join(stack.dir, "pin-pepper");
+    const local = pinPepper(loadConfig({ PIN_PEPPER_FILE: file }), activeNetwork());
+    expect(local.length).toBeGreaterThanOrEqual(32);
+    expect(pinPepper(loadConfig({ PIN_PEPPER_FILE: file }), activeNetwork()).equals(local)).toBe(true);
   });
 
   it("keep the service process from starting, naming each failure", async () => {

@@ -171,6 +171,38 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await usdc()).toBe(afterFirst);
   });
 
+  it("honours the price a challenge showed after the rate moved, within its lifetime; a forged extra.rateVersion changes nothing", async () => {
+    const body = bill("08011111111", { nairaAmount: 1240 });
+    const { headers, payload } = await paymentFor(body); // shown at 1550 NGN/USD
+    const shownAmount = BigInt(payload.accepted.amount);
+    const shownVersion = (payload.accepted.extra as { rateVersion: string }).rateVersion;
+    // Another instance on the same database whose rate source has moved: the naira doubles in value.
+    const moved = createApp({ config: service.config, db, deployments: stack.deployments, rates: new ConfiguredRate(775_000n), flow });
+    const ask = (h: Record<string, string> = {}) =>
+      moved.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...h }, body: JSON.stringify(body) });
+    const now = (await (await ask()).json()) as { accepts: Array<{ maxAmountRequired: string; extra: { rateVersion: string } }> };
+    expect(BigInt(now.accepts[0]!.maxAmountRequired)).toBe(2n * shownAmount - 1_000n); // today's price (the 0.001 fee is not doubled)
+    expect(now.accepts[0]!.extra.rateVersion).not.toBe(shownVersion);
+    const [superseded] = await db.query<{ live_until: Date | null }>(`SELECT live_until FROM rate_version WHERE id = $1`, [shownVersion]);
+    expect(superseded!.live_until).not.toBeNull();
+
+    // The payment signed for the price shown, its unsigned `accepted.extra` naming a version that never was.
+    const forged = { ...payload, accepted: { ...payload.accepted, extra: { ...payload.accepted.extra, rateVersion: "999999" } } };
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    const before = await usdc();
+    const res = await ask(client.encodePaymentSignatureHeader(forged));
+    expect(res.status).toBe(200);
+    const result = (await res.json()) as Result;
+    expect(result.status).toBe("SUCCESS");
+    expect(await usdc()).toBe(before - shownAmount);
+    // The order records the amount and the server's own version that priced it, not the client's claim.
+    const [order] = await db.query<{ amount: string; version: string }>(
+      `SELECT amount::text AS amount, requirements->'extra'->>'rateVersion' AS version FROM bill_order WHERE request_id = $1`,
+      [result.request_id],
+    );
+    expect(order).toEqual({ amount: shownAmount.toString(), version: shownVersion });
+  });
+
   it("settles one payment once although many copies arrive at once", async () => {
     const body = bill("08011111111", { nairaAmount: 1000 });
     const { headers } = await paymentFor(body);
