@@ -4,7 +4,8 @@
  * time) three ways, on 127.0.0.1 only, bounded in count and time:
  *   alone:    no other traffic;
  *   gated:    while 32 connections flood the link route with validly signed links, the
- *             service as configured (links gated to LINK_CONCURRENCY at once, LINK_QUEUE waiting);
+ *             service as configured (links gated to LINK_CONCURRENCY at once, LINK_QUEUE waiting,
+ *             LINK_PER_SECOND started a second);
  *   ungated:  the same flood against a service whose gate lets every link run at once.
  * Rate limits are raised out of the way: the flood comes from many wallets, as a botnet's
  * would, so only the gate stands between it and the other routes. The flood runs in its
@@ -130,7 +131,7 @@ const alone = await challenges(gatedService.urls.service);
 const gated = await underFlood(gatedService.urls.service);
 await gatedService.close();
 
-const openService = await service({ LINK_CONCURRENCY: "64", LINK_QUEUE: "100000", PIN_CONCURRENCY: "64" });
+const openService = await service({ LINK_CONCURRENCY: "64", LINK_QUEUE: "100000", LINK_PER_SECOND: "0", PIN_CONCURRENCY: "64" });
 await challenges(openService.urls.service);
 const ungated = await underFlood(openService.urls.service);
 await openService.close();

@@ -150,6 +150,8 @@ export const configSchema = z.object({
   /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */
   LINK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(1),
   LINK_QUEUE: z.coerce.number().int().min(0).default(16),
+  /** Links started per second by one instance (0: unbounded); a wallet links once, so this is generous. */
+  LINK_PER_SECOND: z.coerce.number().int().min(0).default(50),
   /** PIN checks run at once, and how many may wait (an old scrypt hash costs 50 ms until it is rewritten). */
   PIN_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   PIN_QUEUE: z.coerce.number().int().min(0).default(64),

@@ -90,25 +90,35 @@ export function clientAddress(c: Context): string {
 }
 
 /**
- * A bound on one kind of expensive work (a PIN check, a link's signature check and PIN
- * hash): at most `concurrency` at once, at most `queue` waiting, and past that an immediate
- * 503 SERVICE_BUSY. A flood of one kind then queues behind itself instead of taking every
- * core from the other routes.
+ * A bound on one kind of expensive work (a PIN check, a link's signature check): at most
+ * `concurrency` at once, at most `queue` waiting, at most `perSecond` started in any second
+ * (0: no such bound), and past that an immediate 503 SERVICE_BUSY. A flood of one kind then
+ * queues behind itself, or is turned away cheaply, instead of taking every core from the
+ * other routes. The rate matters once the work is quick: a queue never fills then, and only
+ * the rate keeps a flood of signature checks from crowding out the 402s.
  */
 export class Gate {
   private readonly limit: LimitFunction;
+  private second = 0;
+  private startedThisSecond = 0;
 
   constructor(
     private readonly what: string,
     concurrency: number,
     private readonly queue: number,
+    private readonly perSecond = 0,
   ) {
     this.limit = pLimit(concurrency);
   }
 
-  /** SERVICE_BUSY now if the queue is full: lets a route refuse before it reads the body. */
+  /** SERVICE_BUSY now if the queue is full or this second's share is spent: lets a route refuse before it reads the body. */
   admit(): void {
-    if (this.limit.pendingCount >= this.queue) {
+    const now = Math.floor(Date.now() / 1000);
+    if (now !== this.second) {
+      this.second = now;
+      this.startedThisSecond = 0;
+    }
+    if (this.limit.pendingCount >= this.queue || (this.perSecond > 0 && this.startedThisSecond >= this.perSecond)) {
       throw new ServiceError("SERVICE_BUSY", `too many ${this.what} in progress; retry in a moment`, { retry_after_seconds: 1 });
     }
   }
@@ -119,6 +129,7 @@ export class Gate {
     } catch (err) {
       return Promise.reject(err);
     }
+    this.startedThisSecond++;
     return this.limit(work);
   }
 }
@@ -126,7 +137,7 @@ export class Gate {
 /** The service's gates, one per kind of expensive work. */
 export function buildGates(config: Config) {
   return {
-    link: new Gate("links", config.LINK_CONCURRENCY, config.LINK_QUEUE),
+    link: new Gate("links", config.LINK_CONCURRENCY, config.LINK_QUEUE, config.LINK_PER_SECOND),
     pin: new Gate("PIN checks", config.PIN_CONCURRENCY, config.PIN_QUEUE),
   };
 }

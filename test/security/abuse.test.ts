@@ -160,6 +160,16 @@ describe("abuse resistance", () => {
     expect(await gate.run(async () => "again")).toBe("again"); // room once the queue drains
   });
 
+  it("bounds how much quick work starts each second: past its share a gate answers SERVICE_BUSY until the next second", async () => {
+    const gate = new Gate("links", 64, 1000, 3);
+    // Aligned to the start of a second, so all four calls fall in the same one.
+    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000)));
+    expect(await Promise.all([1, 2, 3].map((n) => gate.run(async () => n)))).toEqual([1, 2, 3]);
+    await expect(gate.run(async () => 4)).rejects.toMatchObject({ code: "SERVICE_BUSY", extra: { retry_after_seconds: 1 } });
+    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000)));
+    expect(await gate.run(async () => 5)).toBe(5); // a new second, a new share
+  });
+
   it("will not serve beyond this machine without PUBLIC_URL (the resource URL never comes from Host)", () => {
     expect(() => loadConfig({ HOST: "0.0.0.0" })).toThrow(/PUBLIC_URL is required/);
     expect(loadConfig({ HOST: "0.0.0.0", PUBLIC_URL: "https://billpay.example" }).PUBLIC_URL).toBe("https://billpay.example");
