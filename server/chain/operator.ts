@@ -248,7 +248,7 @@ export class ChainOperator {
   }
 
   /**
-   * Simulates the call (a refusal surfaces here, named, before anything is signed), signs
+   * Estimates the call's gas (a refusal surfaces there, named, before anything is signed), signs
    * it, hands the hash to `onSigned` (callers record it: the chain can never hold a
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
@@ -263,15 +263,19 @@ export class ChainOperator {
       .catch(() => {})
       .then(async () => {
         const wallet = createWalletClient({ account: signer, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
-        const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.simulateContract>[0];
+        const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.estimateContractGas>[0];
+        // The gas estimate runs the call: a refusal surfaces here, named, and the estimate is
+        // the transaction's gas (one call to the node instead of a simulation and an estimate).
+        let gas: bigint;
         try {
-          await client.simulateContract({ ...target, account: signer });
+          gas = await client.estimateContractGas({ ...target, account: signer });
         } catch (err) {
           throw refusal(err) ?? err;
         }
         const request = await wallet.prepareTransactionRequest({
           to: d.billPay.address as Hex,
           data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
+          gas,
         });
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
