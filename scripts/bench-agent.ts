@@ -15,7 +15,7 @@ import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
-import { startTestChains } from "../test/support/stack.ts";
+import { startChainsProcess } from "../test/support/stack.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
 
@@ -28,7 +28,8 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 const round = (n: number) => Math.round(n * 100) / 100;
 const airtime = (nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount });
 
-const stack = await startTestChains();
+// The chains run in a process of their own, as a real node is not in the service's process.
+const stack = await startChainsProcess();
 const celo = chainActors(stack.deployments, "CELO");
 const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
 const service = await startServiceStack({
@@ -105,7 +106,7 @@ await stack.close();
 
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: "one process tree; local Hardhat chain (automine), Ponder ledger (PGlite), biller sandbox, service on PGlite in memory; pay_bill over MCP",
+  setup: "local Hardhat chains (automine) in their own process, Ponder ledger (PGlite) in its own, the service with the biller sandbox and facilitator on PGlite in memory in this one; pay_bill over MCP",
   sequential,
   parallel,
   batch: {
