@@ -109,12 +109,20 @@ export class LedgerClient {
     this.live = createClient(`${this.url}/sql`, { schema }).live(
       (db) => db.select().from(p).orderBy(desc(p.timestamp), desc(p.blockNumber), desc(p.logIndex)).limit(PUSHED_PAYMENTS),
       (rows) => {
+        // The read API's shape: figures as decimal strings (JSON has no bigint).
         this.recent = rows.map((r) => ({
-          ...r,
+          id: r.id,
+          chainId: r.chainId,
+          rail: r.rail,
+          orderId: r.orderId,
+          authorizationNonce: r.authorizationNonce,
+          payer: r.payer,
+          token: r.token,
           amount: String(r.amount),
+          txHash: r.txHash,
           blockNumber: String(r.blockNumber),
           timestamp: String(r.timestamp),
-        })) as LedgerPayment[];
+        }));
         this.pushing = true;
         for (const wake of [...this.waiters]) wake("pushed");
       },

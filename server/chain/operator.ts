@@ -140,6 +140,10 @@ export class ChainOperator {
           // The group closes as this key's previous send ends; later pulls open the next one.
           this.gathering.delete(chain);
           return this.sendGathered(chain, group);
+        })
+        // sendGathered answers every member itself; this is only for a fault before it could.
+        .catch((err: unknown) => {
+          for (const m of group) m.reject(err);
         });
     });
   }
