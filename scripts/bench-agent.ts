@@ -21,7 +21,7 @@ import { startServiceStack } from "../stack/service-stack.ts";
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
 const AGENTS = 20;
-const PER_AGENT = Number(process.env.BENCH_PER_AGENT ?? 5);
+const PER_AGENT = Number(process.env.BENCH_PER_AGENT ?? 30);
 const BATCH = 20;
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
