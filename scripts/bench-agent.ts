@@ -5,7 +5,7 @@
  *   parallel:   20 agents at once, M calls each: calls/s overall;
  *   batch:      one pay_bill_batch of 20 bills against 20 single pay_bill calls: wall time
  *               and gas (one pullBatch against 20 pulls).
- * Writes bench-results/agent.json.
+ * Writes bench-results/agent.json (PGlite), or agent-postgresql.json with BENCH_POSTGRES=1.
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -15,7 +15,7 @@ import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
-import { startChainsProcess } from "../test/support/stack.ts";
+import { freshDatabase, startChainsProcess } from "../test/support/stack.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
 
@@ -32,10 +32,19 @@ const airtime = (nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "A
 const stack = await startChainsProcess();
 const celo = chainActors(stack.deployments, "CELO");
 const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
+// BENCH_POSTGRES=1 keeps the service's state on PostgreSQL (a fresh database) instead of PGlite in this process.
+const database = process.env.BENCH_POSTGRES ? await freshDatabase("bench_agent") : undefined;
 const service = await startServiceStack({
   deployments: stack.deployments,
   // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
-  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, BATCH_MAX_BILLS: String(BATCH), RATE_LIMIT_PAYING_KEY: "1000000/60", RATE_LIMIT_LINK_ADDRESS: "1000/60" },
+  env: {
+    LOG_REQUESTS: "0",
+    LEDGER_URL: ledger.url,
+    BATCH_MAX_BILLS: String(BATCH),
+    RATE_LIMIT_PAYING_KEY: "1000000/60",
+    RATE_LIMIT_LINK_ADDRESS: "1000/60",
+    ...(database ? { SERVER_DATABASE_URL: database.url } : {}),
+  },
 });
 const url = service.urls.service;
 const mcp = await mcpAgent(url);
@@ -103,10 +112,11 @@ await mcp.close();
 await service.close();
 await ledger.stop();
 await stack.close();
+await database?.drop();
 
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: "local Hardhat chains (automine) in their own process, Ponder ledger (PGlite) in its own, the service with the biller sandbox and facilitator on PGlite in memory in this one; pay_bill over MCP",
+  setup: `local Hardhat chains (automine) in their own process, Ponder ledger (PGlite) in its own, the service with the biller sandbox and facilitator in this one, its state on ${database ? "PostgreSQL" : "PGlite in memory"}; pay_bill over MCP`,
   sequential,
   parallel,
   batch: {
@@ -120,8 +130,9 @@ const report = {
   },
 };
 await mkdir("bench-results", { recursive: true });
-await writeFile("bench-results/agent.json", `${JSON.stringify(report, null, 2)}\n`);
+const out = database ? "bench-results/agent-postgresql.json" : "bench-results/agent.json";
+await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`sequential (1 agent, ${SEQUENTIAL} calls): ${sequential.perSecond} calls/s, p50 ${sequential.p50Ms} ms, p95 ${sequential.p95Ms} ms`);
 console.log(`parallel (${AGENTS} agents x ${PER_AGENT} calls): ${parallel.perSecond} calls/s`);
 console.log(`batch of ${BATCH}: ${report.batch.batchMs} ms and ${batchGas} gas; ${BATCH} single calls: ${report.batch.singlesMs} ms and ${singlesGas} gas (${report.batch.speedup}x faster, ${report.batch.gasRatio} of the gas)`);
-console.log("written to bench-results/agent.json");
+console.log(`written to ${out}`);

@@ -30,6 +30,7 @@ const BENCHES: Bench[] = [
   { name: "x402", script: "scripts/bench-x402.ts" },
   { name: "x402-concurrent", script: "scripts/bench-x402.ts", args: ["--concurrent"] },
   { name: "agent", script: "scripts/bench-agent.ts" },
+  { name: "agent-postgresql", script: "scripts/bench-agent.ts", env: { BENCH_POSTGRES: "1", TEST_DATABASE_URL: POSTGRES } },
   { name: "flood", script: "scripts/bench-flood.ts" },
 ];
 
@@ -66,9 +67,13 @@ async function table(): Promise<Row[]> {
       ? { path: "paid x402 flow, against @x402/hono", figure: `${x.paid.ratio}x (${x.paid.ours.perSecond}/s vs ${x.paid.reference.perSecond}/s)`, goal: ">= 1.0x", met: x.paid.ratio >= 1 }
       : missing("paid x402 flow, against @x402/hono", ">= 1.0x"),
   );
-  const a = await read("agent.json");
-  rows.push(a?.sequential ? { path: "agent pay_bill, one agent", figure: `p50 ${a.sequential.p50Ms} ms`, goal: "p50 <= 60 ms", met: a.sequential.p50Ms <= 60 } : missing("agent pay_bill, one agent", "p50 <= 60 ms"));
-  rows.push(a?.parallel ? { path: "20 agents paying at once", figure: `${a.parallel.perSecond} pays/s`, goal: ">= 60 pays/s", met: a.parallel.perSecond >= 60 } : missing("20 agents paying at once", ">= 60 pays/s"));
+  for (const [file, label] of [["agent.json", "PGlite"], ["agent-postgresql.json", "PostgreSQL"]] as const) {
+    const a = await read(file);
+    const one = `agent pay_bill, one agent, ${label}`;
+    const many = `20 agents paying at once, ${label}`;
+    rows.push(a?.sequential ? { path: one, figure: `p50 ${a.sequential.p50Ms} ms`, goal: "p50 <= 60 ms", met: a.sequential.p50Ms <= 60 } : missing(one, "p50 <= 60 ms"));
+    rows.push(a?.parallel ? { path: many, figure: `${a.parallel.perSecond} pays/s`, goal: ">= 60 pays/s", met: a.parallel.perSecond >= 60 } : missing(many, ">= 60 pays/s"));
+  }
   for (const [file, label] of [["ledger-pglite.json", "PGlite"], ["ledger-postgresql.json", "PostgreSQL"]] as const) {
     const l = await read(file);
     rows.push(
