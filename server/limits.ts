@@ -107,13 +107,14 @@ export class Gate {
     concurrency: number,
     private readonly queue: number,
     private readonly perSecond = 0,
+    private readonly clock: () => number = Date.now,
   ) {
     this.limit = pLimit(concurrency);
   }
 
   /** SERVICE_BUSY now if the queue is full or this second's share is spent: lets a route refuse before it reads the body. */
   admit(): void {
-    const now = Math.floor(Date.now() / 1000);
+    const now = Math.floor(this.clock() / 1000);
     if (now !== this.second) {
       this.second = now;
       this.startedThisSecond = 0;

@@ -161,13 +161,14 @@ describe("abuse resistance", () => {
   });
 
   it("bounds how much quick work starts each second: past its share a gate answers SERVICE_BUSY until the next second", async () => {
-    const gate = new Gate("links", 64, 1000, 3);
-    // Aligned to the start of a second, so all four calls fall in the same one.
-    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000)));
+    let now = 1_700_000_000_250;
+    const gate = new Gate("links", 64, 1000, 3, () => now);
     expect(await Promise.all([1, 2, 3].map((n) => gate.run(async () => n)))).toEqual([1, 2, 3]);
+    now += 700; // still the same second
     await expect(gate.run(async () => 4)).rejects.toMatchObject({ code: "SERVICE_BUSY", extra: { retry_after_seconds: 1 } });
-    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000)));
-    expect(await gate.run(async () => 5)).toBe(5); // a new second, a new share
+    now += 100; // the next second: a new share
+    expect(await Promise.all([5, 6, 7].map((n) => gate.run(async () => n)))).toEqual([5, 6, 7]);
+    await expect(gate.run(async () => 8)).rejects.toMatchObject({ code: "SERVICE_BUSY" });
   });
 
   it("will not serve beyond this machine without PUBLIC_URL (the resource URL never comes from Host)", () => {
