@@ -9,6 +9,7 @@ import { createConfig } from "ponder";
 import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
 import { isLocalRpcUrl } from "./lib/chain-client.ts";
 import type { ChainKey } from "./lib/chains.ts";
+import { activeNetwork } from "./lib/networks.ts";
 import { deployedChains, readDeploymentsSync, requireChain, rpcUrlsFor } from "./lib/deployments.ts";
 import { ledgerDatabase, ledgerPollingIntervalMs } from "./lib/ledger-config.ts";
 
@@ -26,10 +27,12 @@ const LOCAL_RPC_LANES = 16;
 function chain(key: ChainKey) {
   const d = requireChain(deployments, key);
   const listed = rpcUrlsFor(key, d);
-  const rpc = listed.every(isLocalRpcUrl) ? listed.flatMap((u) => Array<string>(LOCAL_RPC_LANES).fill(u)) : listed;
+  // The local profile's own Hardhat nodes (a real network reached on loopback is not one).
+  const localNode = activeNetwork().local && listed.every(isLocalRpcUrl);
+  const rpc = localNode ? listed.flatMap((u) => Array<string>(LOCAL_RPC_LANES).fill(u)) : listed;
   // New blocks arrive over a WebSocket newHeads subscription where there is one (polling is
   // Ponder's fallback): `<CHAIN>_WS_URL`, or a local node's own, which serves WebSocket on its port.
-  const ws = process.env[`${key}_WS_URL`] ?? (isLocalRpcUrl(rpc[0]!) ? rpc[0]!.replace(/^http/, "ws") : undefined);
+  const ws = process.env[`${key}_WS_URL`] ?? (localNode ? rpc[0]!.replace(/^http/, "ws") : undefined);
   return {
     id: d.chainId,
     rpc: rpc.length === 1 ? rpc[0]! : rpc,
