@@ -19,6 +19,7 @@ const localMining = { auto: true, interval: 1000 };
 
 /** The one chain of a network profile (lib/networks.ts), token overrides ignored. */
 const profileChain = (name: NetworkName) => Object.values(resolveNetwork(name, {}).chains)[0]!;
+const local = resolveNetwork("local", {}).chains;
 
 /**
  * A real network for `npm run deploy`: chain id and public RPC from the profile (the deploy
@@ -50,13 +51,13 @@ export default defineConfig({
     celoLocal: {
       type: "edr-simulated",
       chainType: "l1",
-      chainId: resolveNetwork("local", {}).chains.CELO!.chainId,
+      chainId: local.CELO!.chainId,
       mining: localMining,
     },
     baseLocal: {
       type: "edr-simulated",
       chainType: "op",
-      chainId: resolveNetwork("local", {}).chains.BASE!.chainId,
+      chainId: local.BASE!.chainId,
       mining: localMining,
     },
     // A plain node on Celo Sepolia's chain id: the deploy test's stand-in for the real testnet.

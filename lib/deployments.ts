@@ -94,8 +94,13 @@ export async function writeDeployments(deployments: Deployments, file = deployme
  * in turn and, in the ledger, share the load), else the deployment's. One rule for every reader.
  */
 export function rpcUrlsFor(chain: ChainKey, deployment: ChainDeployment): string[] {
-  const fromEnv = process.env[`${chain}_RPC_URL`]?.split(",").map((u) => u.trim()).filter(Boolean);
-  return fromEnv && fromEnv.length > 0 ? fromEnv : [deployment.rpcUrl];
+  return rpcUrlsFromEnv(chain) ?? [deployment.rpcUrl];
+}
+
+/** `<CHAIN>_RPC_URL`'s URLs, or undefined when it names none (before a deployment, the deploy reads it too). */
+export function rpcUrlsFromEnv(chain: ChainKey): string[] | undefined {
+  const urls = process.env[`${chain}_RPC_URL`]?.split(",").map((u) => u.trim()).filter(Boolean);
+  return urls && urls.length > 0 ? urls : undefined;
 }
 
 /** The first of them, for a reader that needs one URL. */

@@ -23,7 +23,7 @@ import { network } from "hardhat";
 import { createPublicClient, getAddress, http, isAddress, type Address } from "viem";
 import { billPayModule } from "../ignition/modules/BillPay.ts";
 import { MULTICALL3_ADDRESS } from "../lib/chains.ts";
-import { refundBudgetFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
+import { refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import { NETWORK_NAMES, resolveNetwork, type ChainInfo } from "../lib/networks.ts";
 
@@ -71,19 +71,29 @@ function verify(deploymentId: string, hardhatNetwork: string): Promise<string> {
 }
 
 export async function runDeploy(argv: string[], log: (line: string) => void = console.log): Promise<ChainDeployment> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      network: { type: "string" },
-      "deployment-id": { type: "string" },
-      out: { type: "string" },
-      confirmations: { type: "string", default: "2" },
-    },
-  });
+  let values: { network?: string; "deployment-id"?: string; out?: string; confirmations: string };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        network: { type: "string" },
+        "deployment-id": { type: "string" },
+        out: { type: "string" },
+        confirmations: { type: "string", default: "2" },
+      },
+    }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
   const profileName = values.network;
   if (!profileName) throw new UsageError(`--network is required: one of ${NETWORK_NAMES.filter((n) => n !== "local").join(", ")}`);
   if (profileName === "local") throw new UsageError("the local profile is deployed by `npm run chains` (or `npm start`)");
-  const profile = resolveNetwork(profileName);
+  let profile;
+  try {
+    profile = resolveNetwork(profileName);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
   const chains = Object.values(profile.chains);
   if (chains.length !== 1) throw new UsageError("deploy one network profile at a time");
   const chain: ChainInfo = chains[0]!;
@@ -93,7 +103,7 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
   if (!/^[A-Za-z0-9_-]+$/.test(deploymentId)) throw new UsageError("--deployment-id may hold letters, digits, - and _ only");
   const out = values.out ?? `deployments/${profile.name}.json`;
 
-  const rpcUrl = process.env[`${chain.key}_RPC_URL`]?.split(",")[0]?.trim() || chain.rpcUrls[0]!;
+  const rpcUrl = (rpcUrlsFromEnv(chain.key) ?? chain.rpcUrls)[0]!;
   const roles = { admin: roleAddress("ADMIN_ADDRESS"), pauser: roleAddress("PAUSER_ADDRESS"), operator: roleAddress("OPERATOR_ADDRESS"), refunder: roleAddress("REFUNDER_ADDRESS") };
   const budget = refundBudgetFromEnv();
   const rpc = createPublicClient({ transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });

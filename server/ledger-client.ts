@@ -98,6 +98,34 @@ export class LedgerClient {
     return this.pushing;
   }
 
+  /**
+   * The payment `ours` picks once the ledger shows it, or null after `waitMs`. A push carries
+   * the newest payments; `read` (the read API) is asked only when pushes are not arriving: at
+   * first, after a wake that was a poll, and when there is no time to wait for a push.
+   */
+  async awaitPayment(
+    ours: (p: LedgerPayment) => boolean,
+    read: () => Promise<LedgerPayment | null | undefined>,
+    waitMs: number,
+    onReadError: (err: unknown) => void,
+  ): Promise<LedgerPayment | null> {
+    const deadline = Date.now() + waitMs;
+    let ask = !this.pushing || waitMs <= 0;
+    for (;;) {
+      let found = this.pushed(ours);
+      if (!found && ask) {
+        try {
+          found = (await read()) ?? undefined;
+        } catch (err) {
+          onReadError(err);
+        }
+      }
+      if (found) return found;
+      if (Date.now() >= deadline) return null;
+      ask = (await this.nextPayment()) === "poll";
+    }
+  }
+
   /** The pushed payment `match` picks, if it is among the newest the ledger pushed. */
   pushed(match: (p: LedgerPayment) => boolean): LedgerPayment | undefined {
     return this.recent.find(match);

@@ -119,7 +119,7 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
           "x-wallet-timestamp": "<now in milliseconds since epoch>",
           "x-wallet-signature": `personal_sign by the wallet of the text "${linkMessage(config.SERVICE_NAME, "<the same timestamp>")}"`,
         },
-        body: { wallet_address: "<wallet>", channel: "MCP or A2A", pin: "4 to 6 digits", approved_chain: "CELO or BASE", approved_token: "USDC, USDT or USA₮" },
+        body: { wallet_address: "<wallet>", channel: "MCP or A2A", pin: "4 to 6 digits", approved_chain: chains.map((c) => c.chain).join(" or "), approved_token: [...new Set(chains.flatMap((c) => c.tokens.filter((t) => t.agent_hub).map((t) => t.token)))].join(", ") },
         returns: "{ success, api_key }: the api_key is shown once; linking again mints a new key and retires the old one. Each signature works once.",
       },
       {

@@ -157,24 +157,14 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
 
 /** PULLING -> PAID once the ledger shows the pull (exactly the order's, else NEEDS_REVIEW); unchanged if it does not within the wait. */
 export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = deps.ledgerWaitMs): Promise<Order> {
-  const deadline = Date.now() + waitMs;
   const chainId = chainInfo(order.chain).chainId;
   const id = order.onchainOrderId.toLowerCase();
   const ours = (p: LedgerPayment) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
-  // A push carries the newest payments itself; the read API is asked when pushes are not
-  // arriving (at first, or when one did not come in time).
-  let ask = !deps.ledger.pushingNow;
-  for (;;) {
-    let pull = deps.ledger.pushed(ours);
-    if (!pull && ask) {
-      try {
-        pull = (await deps.ledger.order(order.onchainOrderId)).payments.find(ours);
-      } catch (err) {
-        deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) });
-      }
-    }
-    if (pull) return pulledFromLedger(deps, order, pull);
-    if (Date.now() >= deadline) return (await deps.orders.get(order.requestId)) ?? order;
-    ask = (await deps.ledger.nextPayment()) === "poll";
-  }
+  const pull = await deps.ledger.awaitPayment(
+    ours,
+    async () => (await deps.ledger.order(order.onchainOrderId)).payments.find(ours),
+    waitMs,
+    (err) => deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) }),
+  );
+  return pull ? pulledFromLedger(deps, order, pull) : ((await deps.orders.get(order.requestId)) ?? order);
 }

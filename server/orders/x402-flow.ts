@@ -227,27 +227,17 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
 
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
 async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> {
-  const deadline = Date.now() + deps.ledgerWaitMs;
   const chainId = chainInfo(order.chain).chainId;
   const [token, payer, nonce] = [order.tokenAddress, order.payer, order.authNonce!].map((v) => v.toLowerCase());
   const ours = (p: LedgerPayment) =>
     p.rail === "authorization" && p.chainId === chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
-  // A push carries the newest payments itself; the read API is asked when pushes are not
-  // arriving (at first, or when one did not come in time).
-  let ask = !deps.ledger.pushingNow;
-  for (;;) {
-    let payment = deps.ledger.pushed(ours) ?? null;
-    if (!payment && ask) {
-      try {
-        payment = await ledgerPaymentOf(deps, order);
-      } catch (err) {
-        deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) });
-      }
-    }
-    if (payment) return settledFromLedger(deps, order, payment);
-    if (Date.now() >= deadline) return (await deps.orders.get(order.requestId)) ?? order;
-    ask = (await deps.ledger.nextPayment()) === "poll";
-  }
+  const payment = await deps.ledger.awaitPayment(
+    ours,
+    () => ledgerPaymentOf(deps, order),
+    deps.ledgerWaitMs,
+    (err) => deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) }),
+  );
+  return payment ? settledFromLedger(deps, order, payment) : ((await deps.orders.get(order.requestId)) ?? order);
 }
 
 /**

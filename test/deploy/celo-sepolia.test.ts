@@ -10,7 +10,6 @@
  * was asked: beyond the probes Hardhat and Ignition make to recognise a development node,
  * none may be asked, so the same path serves a real node.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { rm } from "node:fs/promises";
@@ -32,6 +31,7 @@ import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import { listen } from "../../stack/service-stack.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
+import { runScript, startScript } from "../support/processes.ts";
 import { tempDir } from "../support/stack.ts";
 
 const SEPOLIA = resolveNetwork("celo-sepolia", {}).chains.CELO!;
@@ -76,39 +76,6 @@ async function recordingProxy(target: string): Promise<{ url: string; methods: S
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
   const { port } = server.address() as { port: number };
   return { url: `http://127.0.0.1:${port}`, methods, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
-
-function run(script: string, args: string[], env: Record<string, string>): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    child.stdout.on("data", (d) => (out += d));
-    child.stderr.on("data", (d) => (out += d));
-    child.on("exit", (code) => resolve({ code, out }));
-  });
-}
-
-/** Starts a long-running process and waits for `ready` in its output. */
-async function startProcess(script: string, env: Record<string, string>, ready: string): Promise<{ child: ChildProcess; output: () => string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGTERM");
-      reject(new Error(`${script} did not start: ${out}`));
-    }, 60_000);
-    const onData = (d: Buffer) => {
-      out += d;
-      if (out.includes(ready)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout!.on("data", onData);
-    child.stderr!.on("data", onData);
-    child.on("exit", (code) => reject(new Error(`${script} exited (${code}): ${out}`)));
-  });
-  return { child, output: () => out };
 }
 
 describe("deploy to a network that is not local, then serve on it (celo-sepolia profile)", () => {
@@ -173,21 +140,27 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
 
   it("refuses a test-mnemonic deployer, a public test account in a role, and a missing role", async () => {
     const testKey = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"; // Hardhat's account #0
-    const withTestKey = await run("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), DEPLOYER_PRIVATE_KEY: testKey });
+    const withTestKey = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), DEPLOYER_PRIVATE_KEY: testKey });
     expect(withTestKey.code).toBe(2);
     expect(withTestKey.out).toContain("is one of Hardhat's public test accounts: use your own key");
-    const testOperator = await run("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), OPERATOR_ADDRESS: hardhatAccount(1).address });
+    const testOperator = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), OPERATOR_ADDRESS: hardhatAccount(1).address });
     expect(testOperator.code).toBe(2);
     expect(testOperator.out).toContain("OPERATOR_ADDRESS");
-    const noAdmin = await run("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: "" });
+    const noAdmin = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: "" });
     expect(noAdmin.out).toContain("ADMIN_ADDRESS is not set");
-    const local = await run("scripts/deploy.ts", ["--network", "local"], deployEnv());
+    const local = await runScript("scripts/deploy.ts", ["--network", "local"], deployEnv());
     expect(local.out).toContain("deployed by `npm run chains`");
+    const unknown = await runScript("scripts/deploy.ts", ["--network", "polygon"], deployEnv());
+    expect(unknown.code).toBe(2);
+    expect(unknown.out).toContain('deploy: NETWORK "polygon" is not a profile');
+    const badOption = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--verify-later"], deployEnv());
+    expect(badOption.code).toBe(2);
+    expect(badOption.out).toContain("deploy: Unknown option '--verify-later'");
     expect(proxy.methods.has("eth_sendTransaction") || proxy.methods.has("eth_sendRawTransaction")).toBe(false);
   }, 120_000);
 
   it("deploys BillPay with Ignition, hands the admin role over, and writes deployments/<profile>.json", async () => {
-    const result = await run("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());
+    const result = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());
     expect(result.code, result.out).toBe(0);
     expect(result.out).toContain("source verification skipped: ETHERSCAN_API_KEY is not set");
     deployments = await readDeployments(deployOut);
@@ -207,7 +180,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     expect(await rpc.readContract({ address: billPay, abi: billPayAbi, functionName: "isAcceptedToken", args: [usdc] })).toBe(true);
     expect(d.billPay.block).toBeGreaterThan(0);
     // Run again: Ignition's journal says it is done, and nothing new is deployed.
-    const again = await run("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());
+    const again = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());
     expect(again.code, again.out).toBe(0);
     expect((await readDeployments(deployOut)).chains.CELO!.billPay).toEqual(d.billPay);
     expect([...proxy.methods].filter((m) => DEV_METHOD.test(m) && !DEV_NODE_PROBES.includes(m))).toEqual([]);
@@ -218,8 +191,8 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     ledger = await startLedger({ deploymentsFile: deployOut, pgliteDir: join(dir, "ledger"), env });
     closers.push(() => ledger.stop());
     const facilitatorPort = await freePort();
-    const facilitator = await startProcess("services/facilitator/main.ts", { ...env, FACILITATOR_PORT: String(facilitatorPort) }, "listening");
-    closers.push(async () => facilitator.child.kill("SIGTERM"));
+    const facilitator = await startScript("services/facilitator/main.ts", { ...env, FACILITATOR_PORT: String(facilitatorPort) }, "listening");
+    closers.push(facilitator.stop);
     const billerKeys = { apiKey: "live-api-key-1", secretKey: "live-secret-key-1", publicKey: "live-public-key-1" };
     const biller = await listen(billerSandboxApp(billerKeys).fetch);
     closers.push(biller.close);
@@ -242,8 +215,8 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
       LOG_LEVEL: "info",
       WORKER_INTERVAL_MS: "500",
     };
-    const service = await startProcess("server/main.ts", serviceEnv, '"msg":"listening"');
-    closers.push(async () => service.child.kill("SIGTERM"));
+    const service = await startScript("server/main.ts", serviceEnv, '"msg":"listening"');
+    closers.push(service.stop);
     serviceUrl = `http://127.0.0.1:${port}`;
     expect(service.output()).toContain('"network":"celo-sepolia"');
 

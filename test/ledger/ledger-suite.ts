@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -9,6 +8,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../scripts/audit.ts";
 import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
+import { runScript } from "../support/processes.ts";
 import { startTestChains, uniqueSchema } from "../support/stack.ts";
 
 const u = (n: string) => parseUnits(n, 6);
@@ -31,17 +31,8 @@ async function getJson(url: string) {
 }
 
 /** `npm run audit` on the ledger alone: this suite runs no service (the orders' half is tested in test/security). */
-function runAuditCli(env: NodeJS.ProcessEnv, args: string[] = []): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/audit.ts", "--ledger-only", ...args], {
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => (out += d));
-    child.stderr.on("data", (d) => (out += d));
-    child.on("exit", (code) => resolve({ code, out }));
-  });
+function runAuditCli(env: Record<string, string>, args: string[] = []): Promise<{ code: number | null; out: string }> {
+  return runScript("scripts/audit.ts", ["--ledger-only", ...args], env);
 }
 
 /** The whole ledger suite against one database kind; each kind has its own test file. */

@@ -3,12 +3,12 @@
  * and sends nothing by default; with --send it changes exactly that; a call the chain would
  * refuse, a bad argument and a missing key on a non-local chain are refused before sending.
  */
-import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/abis.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { ROLES, runAdmin, UsageError } from "../../scripts/admin.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
+import { runScript } from "../support/processes.ts";
 import { startTestChains } from "../support/stack.ts";
 
 describe("npm run admin", () => {
@@ -97,17 +97,7 @@ describe("npm run admin", () => {
   });
 
   it("runs as `npm run admin` from the command line, and needs its own key on a real network profile", async () => {
-    const run = (argv: string[], env: Record<string, string> = {}) =>
-      new Promise<{ code: number | null; out: string }>((resolve) => {
-        const child = spawn(process.execPath, ["--import", "tsx", "scripts/admin.ts", ...argv], {
-          env: { ...process.env, DEPLOYMENTS_FILE: stack.deploymentsFile, ...env },
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let out = "";
-        child.stdout.on("data", (d) => (out += d));
-        child.stderr.on("data", (d) => (out += d));
-        child.on("exit", (code) => resolve({ code, out }));
-      });
+    const run = (argv: string[], env: Record<string, string> = {}) => runScript("scripts/admin.ts", argv, { DEPLOYMENTS_FILE: stack.deploymentsFile, ...env });
     const ok = await run(["pause"]);
     expect(ok.code).toBe(0);
     expect(ok.out).toContain("not sent (add --send to send it)");

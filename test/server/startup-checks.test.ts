@@ -2,7 +2,6 @@
  * Every refusal to start (server/startup-checks.ts), each shown on a real local chain or a
  * configuration made to fail it, and the service process itself refusing with its message.
  */
-import { spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,6 +12,7 @@ import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/loca
 import { loadConfig } from "../../server/config.ts";
 import { chainFailures, deploymentFailures, policyFailures } from "../../server/startup-checks.ts";
 import { pinPepper } from "../../server/agent/pin-pepper.ts";
+import { runScript } from "../support/processes.ts";
 import { startTestChains } from "../support/stack.ts";
 
 describe("start-up checks", () => {
@@ -132,16 +132,7 @@ describe("start-up checks", () => {
   it("keep the service process from starting, naming each failure", async () => {
     const file = join(stack.dir, "wrong-version.json");
     await writeFile(file, JSON.stringify(changed((d) => (d.tokens.find((t) => t.symbol === "USDC")!.eip712Version = "1"))));
-    const { code, out } = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(process.execPath, ["--import", "tsx", "server/main.ts"], {
-        env: { ...process.env, DEPLOYMENTS_FILE: file, PORT: "0", SERVER_PGLITE_DIR: join(stack.dir, "refused-db"), LOG_FORMAT: "json" },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let out = "";
-      child.stdout.on("data", (d) => (out += d));
-      child.stderr.on("data", (d) => (out += d));
-      child.on("exit", (code) => resolve({ code, out }));
-    });
+    const { code, out } = await runScript("server/main.ts", [], { DEPLOYMENTS_FILE: file, PORT: "0", SERVER_PGLITE_DIR: join(stack.dir, "refused-db"), LOG_FORMAT: "json" });
     expect(code).toBe(1);
     expect(out).toContain("refusing to start");
     expect(out).toContain('CELO USDC: the token\'s EIP-712 version is "2", the 402 advertises "1"');

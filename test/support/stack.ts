@@ -1,5 +1,4 @@
 /** Starting the project's real processes for a test file: local chains, then the ledger. */
-import { spawn } from "node:child_process";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,6 +6,7 @@ import { readDeployments, type Deployments } from "../../lib/deployments.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { startServiceStack } from "../../stack/service-stack.ts";
+import { startScript } from "./processes.ts";
 
 import pg from "pg";
 
@@ -63,37 +63,8 @@ export async function startChainsProcess(): Promise<{ deployments: Deployments; 
   const dir = await tempDir("chains");
   const deploymentsFile = join(dir, "deployments.json");
   const [celoPort, basePort] = [await freePort(), await freePort()];
-  const child = spawn(process.execPath, ["--import", "tsx", "stack/chains.ts"], {
-    env: { ...process.env, CELO_PORT: String(celoPort), BASE_PORT: String(basePort), DEPLOYMENTS_FILE: deploymentsFile },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const stop = () => child.kill("SIGTERM");
-  process.once("exit", stop);
-  let out = "";
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`local chains did not start: ${out}`)), 120_000);
-    const onData = (d: Buffer) => {
-      out += d;
-      if (out.includes("local chains ready")) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout.on("data", onData);
-    child.stderr.on("data", onData);
-    child.once("exit", (code) => reject(new Error(`local chains exited (${code}): ${out}`)));
-  });
-  return {
-    deployments: await readDeployments(deploymentsFile),
-    deploymentsFile,
-    dir,
-    close: async () => {
-      process.off("exit", stop);
-      const exited = new Promise((r) => child.once("exit", r));
-      stop();
-      await exited;
-    },
-  };
+  const chains = await startScript("stack/chains.ts", { CELO_PORT: String(celoPort), BASE_PORT: String(basePort), DEPLOYMENTS_FILE: deploymentsFile }, "local chains ready", 120_000);
+  return { deployments: await readDeployments(deploymentsFile), deploymentsFile, dir, close: chains.stop };
 }
 
 /** A schema name no other run uses (PostgreSQL is shared between runs). */
