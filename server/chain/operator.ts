@@ -22,7 +22,10 @@ import {
   keccak256,
   type Account,
   type Hex,
+  type Chain,
   type TransactionReceipt,
+  type Transport,
+  type WalletClient,
 } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { POLLING_INTERVAL_MS, publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
@@ -100,6 +103,8 @@ class GroupChanged extends Error {}
 
 export class ChainOperator {
   private queues = new Map<string, Promise<unknown>>();
+  /** One wallet client per (chain, signer), so what viem learns of a node (its unsupported methods) is kept. */
+  private wallets = new Map<string, WalletClient<Transport, Chain, Account>>();
   /** Per chain, the pulls waiting for the operator key's current send to finish. */
   private gathering = new Map<ChainKey, GatheredPull[]>();
 
@@ -242,6 +247,15 @@ export class ChainOperator {
     });
   }
 
+  private walletFor(key: string, chain: ChainKey, signer: Account, rpcUrl: string): WalletClient<Transport, Chain, Account> {
+    let wallet = this.wallets.get(key);
+    if (!wallet) {
+      wallet = createWalletClient({ account: signer, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
+      this.wallets.set(key, wallet);
+    }
+    return wallet;
+  }
+
   private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
     try {
       return { txHash: await this.write(chain, this.keys.refunder, call) };
@@ -266,21 +280,23 @@ export class ChainOperator {
     const sent = previous
       .catch(() => {})
       .then(async () => {
-        const wallet = createWalletClient({ account: signer, chain: viemChain(chain, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
+        const wallet = this.walletFor(queue, chain, signer, rpcUrl);
         const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.estimateContractGas>[0];
         // The gas estimate runs the call: a refusal surfaces here, named, and the estimate is
         // the transaction's gas (one call to the node instead of a simulation and an estimate).
-        let gas: bigint;
-        try {
-          gas = await client.estimateContractGas({ ...target, account: signer });
-        } catch (err) {
-          throw refusal(err) ?? err;
-        }
-        const request = await wallet.prepareTransactionRequest({
-          to: d.billPay.address as Hex,
-          data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
-          gas,
-        });
+        // The nonce and fees are read meanwhile: neither depends on the estimate, and nothing
+        // is signed unless the estimate succeeds.
+        const [estimate, unsized] = await Promise.allSettled([
+          client.estimateContractGas({ ...target, account: signer }),
+          wallet.prepareTransactionRequest({
+            to: d.billPay.address as Hex,
+            data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
+            parameters: ["chainId", "fees", "nonce", "type"],
+          }),
+        ]);
+        if (estimate.status === "rejected") throw refusal(estimate.reason) ?? estimate.reason;
+        if (unsized.status === "rejected") throw unsized.reason;
+        const request = { ...unsized.value, gas: estimate.value };
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
         await onSigned?.(hash);
