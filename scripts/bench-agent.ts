@@ -1,7 +1,8 @@
 /**
  * `npm run bench:agent`: the agent hub's pay_bill over MCP on the local stack (chains,
  * Ponder ledger, biller sandbox, service), every call a real pull, ledger wait and vend.
- *   sequential: one agent, N pay_bill calls one after another: calls/s and p50/p95 latency;
+ *   sequential: one agent, N pay_bill calls one after another: calls/s and p50/p95 latency,
+ *               and where a call's time goes (each outward call's median and time per call);
  *   parallel:   20 agents at once, M calls each: calls/s overall;
  *   batch:      one pay_bill_batch of 20 bills against 20 single pay_bill calls: wall time
  *               and gas (one pullBatch against 20 pulls).
@@ -18,6 +19,7 @@ import { chainActors } from "../test/support/actors.ts";
 import { freshDatabase, startChainsProcess } from "../test/support/stack.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
+import { formatPhases, Phases } from "./bench/phases.ts";
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
 const AGENTS = 20;
@@ -81,13 +83,26 @@ const [solo, ...crowd] = agents;
 
 await pay(solo!.apiKey); // warm-up: JIT, quote lock, MCP client
 
-// One agent, sequentially.
+// One agent, sequentially, profiled: the calls a pay makes beyond this process's own work.
+const phases = new Phases();
+phases.time(service.flow.operator, "pull", "operator pull (mined)");
+phases.time(service.flow.ledger, "awaitPayment", "ledger shows pull");
+phases.time(service.flow.orders, "transition", "order transitions");
+phases.time(service.flow.biller, "pay", "biller pay");
+phases.time(service.db, "query", "database queries");
 const times: number[] = [];
 let t0 = performance.now();
 for (let i = 0; i < SEQUENTIAL; i++) times.push((await pay(solo!.apiKey)).ms);
 const sequentialSeconds = (performance.now() - t0) / 1000;
 times.sort((a, b) => a - b);
-const sequential = { calls: SEQUENTIAL, perSecond: round(SEQUENTIAL / sequentialSeconds), p50Ms: round(percentile(times, 50)), p95Ms: round(percentile(times, 95)) };
+const sequential = {
+  calls: SEQUENTIAL,
+  perSecond: round(SEQUENTIAL / sequentialSeconds),
+  p50Ms: round(percentile(times, 50)),
+  p95Ms: round(percentile(times, 95)),
+  profile: phases.report(SEQUENTIAL),
+};
+phases.reset();
 
 // Twenty agents at once.
 t0 = performance.now();
@@ -133,6 +148,7 @@ await mkdir("bench-results", { recursive: true });
 const out = database ? "bench-results/agent-postgresql.json" : "bench-results/agent.json";
 await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`sequential (1 agent, ${SEQUENTIAL} calls): ${sequential.perSecond} calls/s, p50 ${sequential.p50Ms} ms, p95 ${sequential.p95Ms} ms`);
+console.log(`where a sequential call's time goes:\n${formatPhases(sequential.profile, "call")}`);
 console.log(`parallel (${AGENTS} agents x ${PER_AGENT} calls): ${parallel.perSecond} calls/s`);
 console.log(`batch of ${BATCH}: ${report.batch.batchMs} ms and ${batchGas} gas; ${BATCH} single calls: ${report.batch.singlesMs} ms and ${singlesGas} gas (${report.batch.speedup}x faster, ${report.batch.gasRatio} of the gas)`);
 console.log(`written to ${out}`);

@@ -7,6 +7,7 @@
  *   paid:      M sequential bills paid with @x402/fetch (402, sign, pay): bills/s for ours
  *              (which also vends through the biller sandbox and records the order) and the
  *              reference (which settles and answers). Goal: ours >= 1.0 x the reference.
+ *              Ours is profiled as it runs: each outward call's median and time per bill.
  * Writes bench-results/x402.json.
  *
  * With `--concurrent`: 402s for distinct bills at 32 connections instead (bench-x402-concurrent.ts).
@@ -24,6 +25,7 @@ import { x402ClientFor } from "../lib/x402-payer.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { listen, startServiceStack } from "../stack/service-stack.ts";
 import { runConcurrent } from "./bench-x402-concurrent.ts";
+import { formatPhases, Phases } from "./bench/phases.ts";
 
 if (process.argv.includes("--concurrent")) {
   await runConcurrent();
@@ -122,7 +124,17 @@ await fetch(`${ref.url}/reference`, init({}));
 const challengeOurs = await challenges(`${ours.url}/api/pay/x402`, bill());
 const challengeRef = await challenges(`${ref.url}/reference`, {});
 const paidRef = await paid(`${ref.url}/reference`, {}, (j) => j.ok === true);
+// Where a paid bill's time goes on our side, timed around the calls the order flow makes.
+const phases = new Phases();
+const facilitator = service.flow.facilitators.CELO!;
+phases.time(service.flow.orders, "lockPayment", "lock payment");
+phases.time(facilitator, "verify", "facilitator verify");
+phases.time(facilitator, "settle", "facilitator settle");
+phases.time(service.flow.ledger, "awaitPayment", "ledger shows payment");
+phases.time(service.flow.orders, "transition", "order transitions");
+phases.time(service.flow.biller, "pay", "biller pay");
 const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS");
+const profile = phases.report(PAID);
 
 await ref.close();
 await service.close();
@@ -134,11 +146,12 @@ const report = {
   measuredAt: new Date().toISOString(),
   setup: "one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox, PGlite in memory; ours waits for the Ponder ledger (polling 100 ms) to show each payment before vending",
   challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
-  paid: { ours: paidOurs, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
+  paid: { ours: { ...paidOurs, profile }, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
 };
 await mkdir("bench-results", { recursive: true });
 await writeFile("bench-results/x402.json", `${JSON.stringify(report, null, 2)}\n`);
 console.log(`challenge (${CHALLENGES} sequential): ours p50 ${challengeOurs.p50Ms} ms, p95 ${challengeOurs.p95Ms} ms, ${challengeOurs.perSecond}/s; reference p50 ${challengeRef.p50Ms} ms, ${challengeRef.perSecond}/s (goal p50 < 2 ms: ${report.challenge.met ? "met" : "NOT met"})`);
 console.log(`paid (${PAID} sequential bills): ours ${paidOurs.perSecond}/s, reference ${paidRef.perSecond}/s, ratio ${round(ratio)} (goal >= ${GOAL_RATIO}: ${report.paid.met ? "met" : "NOT met"})`);
+console.log(`where a paid bill's time goes (ours):\n${formatPhases(profile, "bill")}`);
 console.log("written to bench-results/x402.json");
 if (!report.challenge.met || !report.paid.met) process.exitCode = 1;
