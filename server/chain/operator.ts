@@ -284,19 +284,24 @@ export class ChainOperator {
         const target = { address: d.billPay.address as Hex, abi, ...call } as Parameters<typeof client.estimateContractGas>[0];
         // The gas estimate runs the call: a refusal surfaces here, named, and the estimate is
         // the transaction's gas (one call to the node instead of a simulation and an estimate).
-        // The nonce and fees are read meanwhile: neither depends on the estimate, and nothing
-        // is signed unless the estimate succeeds.
-        const [estimate, unsized] = await Promise.allSettled([
+        // The nonce and fees are read meanwhile (neither depends on the estimate), so the
+        // request is complete without another call; nothing is signed unless the estimate succeeds.
+        const [estimate, nonce, fees] = await Promise.allSettled([
           client.estimateContractGas({ ...target, account: signer }),
-          wallet.prepareTransactionRequest({
-            to: d.billPay.address as Hex,
-            data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
-            parameters: ["chainId", "fees", "nonce", "type"],
-          }),
+          client.getTransactionCount({ address: signer.address, blockTag: "pending" }),
+          client.estimateFeesPerGas(),
         ]);
         if (estimate.status === "rejected") throw refusal(estimate.reason) ?? estimate.reason;
-        if (unsized.status === "rejected") throw unsized.reason;
-        const request = { ...unsized.value, gas: estimate.value };
+        if (nonce.status === "rejected") throw nonce.reason;
+        if (fees.status === "rejected") throw fees.reason;
+        const request = await wallet.prepareTransactionRequest({
+          to: d.billPay.address as Hex,
+          data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
+          chainId: wallet.chain.id,
+          gas: estimate.value,
+          nonce: nonce.value,
+          ...fees.value,
+        });
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
         await onSigned?.(hash);
