@@ -103,7 +103,7 @@ class GroupChanged extends Error {}
 
 export class ChainOperator {
   private queues = new Map<string, Promise<unknown>>();
-  /** One wallet client per (chain, signer), so what viem learns of a node (its unsupported methods) is kept. */
+  /** One wallet client per (chain, signer), built once rather than for every transaction. */
   private wallets = new Map<string, WalletClient<Transport, Chain, Account>>();
   /** Per chain, the pulls waiting for the operator key's current send to finish. */
   private gathering = new Map<ChainKey, GatheredPull[]>();
