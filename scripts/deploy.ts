@@ -32,6 +32,15 @@ const VERIFY_TIMEOUT_MS = 180_000;
 
 export class UsageError extends Error {}
 
+/** What `read` throws (an unknown option, a network that is no profile) is the caller's usage error. */
+function asUsage<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
 function roleAddress(name: string): Address {
   const value = process.env[name];
   if (!value) throw new UsageError(`${name} is not set: name the address that takes this role`);
@@ -71,9 +80,8 @@ function verify(deploymentId: string, hardhatNetwork: string): Promise<string> {
 }
 
 export async function runDeploy(argv: string[], log: (line: string) => void = console.log): Promise<ChainDeployment> {
-  let values: { network?: string; "deployment-id"?: string; out?: string; confirmations: string };
-  try {
-    ({ values } = parseArgs({
+  const { values } = asUsage(() =>
+    parseArgs({
       args: argv,
       options: {
         network: { type: "string" },
@@ -81,19 +89,12 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
         out: { type: "string" },
         confirmations: { type: "string", default: "2" },
       },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+    }),
+  );
   const profileName = values.network;
   if (!profileName) throw new UsageError(`--network is required: one of ${NETWORK_NAMES.filter((n) => n !== "local").join(", ")}`);
   if (profileName === "local") throw new UsageError("the local profile is deployed by `npm run chains` (or `npm start`)");
-  let profile;
-  try {
-    profile = resolveNetwork(profileName);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const profile = asUsage(() => resolveNetwork(profileName));
   const chains = Object.values(profile.chains);
   if (chains.length !== 1) throw new UsageError("deploy one network profile at a time");
   const chain: ChainInfo = chains[0]!;
