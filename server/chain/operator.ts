@@ -171,16 +171,16 @@ export class ChainOperator {
     let members = group;
     for (;;) {
       const withdrawn = new Set<GatheredPull>();
-      // Each member records the hash before it is sent: its first as signed, a re-signing as a replacement.
+      // Each member records the hash before it is sent: its first as signed, a re-signing as a
+      // replacement. All at once, so that the store can write them as one statement.
       const onSigned = async (hash: Hex) => {
-        for (const m of members) {
-          try {
-            if (m.recordedAs) await m.onReplaced?.(m.recordedAs, hash);
-            else await m.onSigned?.(hash);
-            m.recordedAs = hash;
-          } catch (err) {
+        const recorded = await Promise.allSettled(members.map((m) => (m.recordedAs ? m.onReplaced?.(m.recordedAs, hash) : m.onSigned?.(hash))));
+        for (const [i, outcome] of recorded.entries()) {
+          const m = members[i]!;
+          if (outcome.status === "fulfilled") m.recordedAs = hash;
+          else {
             withdrawn.add(m);
-            m.reject(err);
+            m.reject(outcome.reason);
           }
         }
         if (withdrawn.size > 0) throw new GroupChanged();

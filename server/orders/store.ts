@@ -19,6 +19,7 @@
  * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
 import { randomBytes, randomUUID } from "node:crypto";
+import DataLoader from "dataloader";
 import { keccak256, toBytes, type Hex } from "viem";
 import { hashApiKey } from "../agent/credentials.ts";
 import { newBillerRequestId } from "../biller/vtpass.ts";
@@ -205,6 +206,8 @@ export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "pay
 /** What must still hold when a pull is signed: the schedule that asked for it is not cancelled, or the key that asked for it is the wallet's current one. */
 export type PullGuard = { scheduleId: string } | { apiKeyHash: string };
 
+type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard };
+
 /** The first nine columns of every new order, in insert order (request_id ... amount). */
 function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
   return [
@@ -351,19 +354,41 @@ export class OrderStore {
    * is sent) or waits for this one.
    */
   async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard): Promise<boolean> {
-    const scheduleId = guard && "scheduleId" in guard ? guard.scheduleId : null;
-    const apiKeyHash = guard && "apiKeyHash" in guard ? guard.apiKeyHash : null;
-    const rows = await this.db.query(
-      `WITH schedule AS (SELECT id FROM bill_schedule WHERE id = $3 AND status <> 'CANCELLED' FOR SHARE),
-            link AS (SELECT wallet FROM agent_link WHERE api_key_hash = $4 FOR SHARE)
-       UPDATE bill_order SET tx_hash = $2, updated_at = now()
-       WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL
-         AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM schedule))
-         AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.wallet = bill_order.payer))
-       RETURNING request_id`,
-      [requestIds, txHash, scheduleId, apiKeyHash],
+    return this.hashRecords.load({ requestIds, txHash, guard });
+  }
+
+  /**
+   * The members of a gathered pullBatch record their hash at once: the records asked for in
+   * one tick go out as one statement (on embedded PostgreSQL, one statement instead of one per
+   * member is most of a gathered send's time). Each row keeps its own guard, so the outcome
+   * is per record, as if each were its own statement.
+   */
+  private readonly hashRecords = new DataLoader<TxHashRecord, boolean>((records) => this.recordTxHashes(records), { cache: false });
+
+  private async recordTxHashes(records: readonly TxHashRecord[]): Promise<boolean[]> {
+    const rows = records.flatMap((r) =>
+      r.requestIds.map((id) => [
+        id,
+        r.txHash,
+        r.guard && "scheduleId" in r.guard ? r.guard.scheduleId : null,
+        r.guard && "apiKeyHash" in r.guard ? r.guard.apiKeyHash : null,
+      ]),
     );
-    return rows.length === requestIds.length;
+    const column = (i: number) => rows.map((row) => row[i]);
+    const recorded = await this.db.query<{ request_id: string }>(
+      `WITH rec AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS r(request_id, tx_hash, schedule_id, api_key_hash)),
+            schedule AS (SELECT id FROM bill_schedule WHERE id IN (SELECT schedule_id FROM rec) AND status <> 'CANCELLED' FOR SHARE),
+            link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
+       UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
+       FROM rec
+       WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NULL
+         AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
+         AND (rec.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.api_key_hash = rec.api_key_hash AND link.wallet = bill_order.payer))
+       RETURNING bill_order.request_id`,
+      [column(0), column(1), column(2), column(3)],
+    );
+    const done = new Set(recorded.map((r) => r.request_id));
+    return records.map((r) => r.requestIds.every((id) => done.has(id)));
   }
 
   /** The pull recorded as `previous` went out again at a higher fee (or `next` is the one mined). */

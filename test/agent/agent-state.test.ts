@@ -143,6 +143,66 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(a.orders[0]).toMatchObject({ rail: "pull", status: "PULLING", amount: 1_000n });
     });
 
+    it("records a gathered group's pull hashes in one statement, each under its own guard", async () => {
+      const wallet = (n: number) => `0x${n.toString(16).padStart(40, "0")}`;
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
+      const link = async (w: string) => {
+        const key = newApiKey();
+        await links.link({ wallet: w, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        return hashApiKey(key);
+      };
+      const [current, retired] = [await link(wallet(0x101)), await link(wallet(0x102))];
+      await link(wallet(0x102)); // re-linked: its first key is retired
+      const schedules = new ScheduleStore(db);
+      const schedule = (w: string) =>
+        schedules.create({ wallet: w, bill, chain: "CELO", token: "USDC", runAt: new Date(Date.now() + 3_600_000), cron: null, firstRun: new Date(Date.now() + 3_600_000), maxRuns: null, maxPerWallet: 10 });
+      const [active, cancelled] = [await schedule(wallet(0x103)), await schedule(wallet(0x104))];
+      await schedules.cancel(wallet(0x104), cancelled.id);
+
+      const orders = new OrderStore(db);
+      const pullOrder = async (n: number, payer: string) => {
+        const id = `2026112412${n}000000000000000000000`;
+        const made = await orders.createPullOrders(
+          [{ requestId: `req_${id}`, billerRequestId: id, bodyHash: "h", bill: bill as unknown as Record<string, unknown>, chain: "CELO", token: "USDC", tokenAddress: "0x00000000000000000000000000000000000000cc", payer, amount: 1_000n, batchId: null, scheduleId: null, idempotencyKey: `group-${n}` }],
+          60,
+        );
+        return made.orders[0]!.requestId;
+      };
+      const ids = [
+        await pullOrder(10, wallet(0x101)), // its wallet's current key: recorded
+        await pullOrder(11, wallet(0x102)), // a retired key: not recorded
+        await pullOrder(12, wallet(0x105)), // a current key, but another wallet's: not recorded
+        await pullOrder(13, wallet(0x103)), // an active schedule: recorded
+        await pullOrder(14, wallet(0x104)), // a cancelled schedule: not recorded
+        await pullOrder(15, wallet(0x106)), // no guard: recorded
+        await pullOrder(16, wallet(0x106)), // already recorded once: not again
+      ];
+      expect(await orders.setTxHash([ids[6]!], "0xfirst")).toBe(true);
+
+      let statements = 0;
+      const counted: Db = {
+        query: <T,>(text: string, params?: unknown[]) => {
+          statements++;
+          return db.query<T>(text, params);
+        },
+        close: () => db.close(),
+      };
+      const group = new OrderStore(counted);
+      const outcomes = await Promise.all([
+        group.setTxHash([ids[0]!], "0xgroup", { apiKeyHash: current }),
+        group.setTxHash([ids[1]!], "0xgroup", { apiKeyHash: retired }),
+        group.setTxHash([ids[2]!], "0xgroup", { apiKeyHash: current }),
+        group.setTxHash([ids[3]!], "0xgroup", { scheduleId: active.id }),
+        group.setTxHash([ids[4]!], "0xgroup", { scheduleId: cancelled.id }),
+        group.setTxHash([ids[5]!], "0xgroup"),
+        group.setTxHash([ids[6]!], "0xgroup"),
+      ]);
+      expect(statements).toBe(1);
+      expect(outcomes).toEqual([true, false, false, true, false, true, false]);
+      const hashes = await Promise.all(ids.map(async (id) => (await orders.get(id))!.txHash));
+      expect(hashes).toEqual(["0xgroup", null, null, "0xgroup", null, "0xgroup", "0xfirst"]);
+    });
+
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {
       const schedules = new ScheduleStore(db);
       const first = checkCron("*/5 * * * * *", 1);
