@@ -5,10 +5,10 @@
  * multicall per chain, at one block.
  */
 import { errorText } from "../log-safety.ts";
-import { erc20Abi, type Hex } from "viem";
+import { erc20Abi, parseAbi, type ContractFunctionParameters, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import type { ChainKey } from "../../lib/chains.ts";
+import { MULTICALL3_ADDRESS, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 
@@ -35,6 +35,9 @@ export interface PeriodLimit {
   available: bigint;
 }
 
+// Multicall3's own views of the block a call runs in (viem's multicall3Abi carries only aggregate3).
+const blockAbi = parseAbi(["function getBlockNumber() view returns (uint256)", "function getCurrentBlockTimestamp() view returns (uint256)"]);
+
 const min = (...xs: bigint[]) => xs.reduce((a, b) => (a < b ? a : b));
 
 export async function readWalletState(deployments: Deployments, chain: ChainKey, wallet: Hex, tokens: Hex[]): Promise<TokenState[]> {
@@ -42,17 +45,20 @@ export async function readWalletState(deployments: Deployments, chain: ChainKey,
   const client = publicClientFor(chain, rpcUrlFor(chain, d));
   const billPay = d.billPay.address as Hex;
   try {
-    const { number: blockNumber, timestamp: blockTimestamp } = await client.getBlock({ blockTag: "latest" });
-    const results = await client.multicall({
-      allowFailure: false,
-      blockNumber,
-      contracts: tokens.flatMap((token) => [
-        { address: token, abi: erc20Abi, functionName: "balanceOf", args: [wallet] } as const,
-        { address: token, abi: erc20Abi, functionName: "allowance", args: [wallet, billPay] } as const,
-        { address: billPay, abi: billPayAbi, functionName: "spendingAllowance", args: [wallet, token] } as const,
-        { address: billPay, abi: billPayAbi, functionName: "spendingLimit", args: [wallet, token] } as const,
+    // One eth_call: the balances, allowances and limits, and the block they were read at
+    // (asking for the block separately cost a second round trip, the longer one under load).
+    const contracts: ContractFunctionParameters[] = [
+      { address: MULTICALL3_ADDRESS, abi: blockAbi, functionName: "getBlockNumber" },
+      { address: MULTICALL3_ADDRESS, abi: blockAbi, functionName: "getCurrentBlockTimestamp" },
+      ...tokens.flatMap((token) => [
+        { address: token, abi: erc20Abi, functionName: "balanceOf", args: [wallet] },
+        { address: token, abi: erc20Abi, functionName: "allowance", args: [wallet, billPay] },
+        { address: billPay, abi: billPayAbi, functionName: "spendingAllowance", args: [wallet, token] },
+        { address: billPay, abi: billPayAbi, functionName: "spendingLimit", args: [wallet, token] },
       ]),
-    });
+    ];
+    const [block, time, ...results] = (await client.multicall({ allowFailure: false, contracts })) as unknown[];
+    const [blockNumber, blockTimestamp] = [block as bigint, time as bigint];
     return tokens.map((token, i) => {
       const [balance, tokenAllowance, spendingAllowance] = results.slice(i * 4, i * 4 + 3) as bigint[];
       const [amountPerPeriod, periodSeconds, periodStart, spent, available] = results[i * 4 + 3] as readonly bigint[];
