@@ -174,7 +174,8 @@ export class ChainOperator {
       // Each member records the hash before it is sent: its first as signed, a re-signing as a
       // replacement. All at once, so that the store can write them as one statement.
       const onSigned = async (hash: Hex) => {
-        const recorded = await Promise.allSettled(members.map((m) => (m.recordedAs ? m.onReplaced?.(m.recordedAs, hash) : m.onSigned?.(hash))));
+        // An async wrapper turns a callback's synchronous throw into that member's rejection.
+        const recorded = await Promise.allSettled(members.map(async (m) => (m.recordedAs ? m.onReplaced?.(m.recordedAs, hash) : m.onSigned?.(hash))));
         for (const [i, outcome] of recorded.entries()) {
           const m = members[i]!;
           if (outcome.status === "fulfilled") m.recordedAs = hash;

@@ -57,7 +57,8 @@ export async function readWalletState(deployments: Deployments, chain: ChainKey,
         { address: billPay, abi: billPayAbi, functionName: "spendingLimit", args: [wallet, token] },
       ]),
     ];
-    const [block, time, ...results] = (await client.multicall({ allowFailure: false, contracts })) as unknown[];
+    // batchSize 0: never split into several eth_calls, which could each read a later block.
+    const [block, time, ...results] = (await client.multicall({ allowFailure: false, contracts, batchSize: 0 })) as unknown[];
     const [blockNumber, blockTimestamp] = [block as bigint, time as bigint];
     return tokens.map((token, i) => {
       const [balance, tokenAllowance, spendingAllowance] = results.slice(i * 4, i * 4 + 3) as bigint[];

@@ -359,36 +359,49 @@ export class OrderStore {
 
   /**
    * The members of a gathered pullBatch record their hash at once: the records asked for in
-   * one tick go out as one statement (on embedded PostgreSQL, one statement instead of one per
-   * member is most of a gathered send's time). Each row keeps its own guard, so the outcome
-   * is per record, as if each were its own statement.
+   * one tick go out together (on embedded PostgreSQL, one statement instead of one per
+   * member is most of a gathered send's time). Each row keeps its own guard and each record
+   * its own outcome, as if each were its own statement.
    */
   private readonly hashRecords = new DataLoader<TxHashRecord, boolean>((records) => this.recordTxHashes(records), { cache: false });
 
   private async recordTxHashes(records: readonly TxHashRecord[]): Promise<boolean[]> {
-    const rows = records.flatMap((r) =>
-      r.requestIds.map((id) => [
-        id,
-        r.txHash,
-        r.guard && "scheduleId" in r.guard ? r.guard.scheduleId : null,
-        r.guard && "apiKeyHash" in r.guard ? r.guard.apiKeyHash : null,
-      ]),
-    );
-    const column = (i: number) => rows.map((row) => row[i]);
-    const recorded = await this.db.query<{ request_id: string }>(
-      `WITH rec AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS r(request_id, tx_hash, schedule_id, api_key_hash)),
-            schedule AS (SELECT id FROM bill_schedule WHERE id IN (SELECT schedule_id FROM rec) AND status <> 'CANCELLED' FOR SHARE),
-            link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
-       UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
-       FROM rec
-       WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NULL
-         AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
-         AND (rec.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.api_key_hash = rec.api_key_hash AND link.wallet = bill_order.payer))
-       RETURNING bill_order.request_id`,
-      [column(0), column(1), column(2), column(3)],
-    );
-    const done = new Set(recorded.map((r) => r.request_id));
-    return records.map((r) => r.requestIds.every((id) => done.has(id)));
+    const outcomes = records.map(() => false);
+    // One statement per kind of guard, so that none holds a schedule's lock while waiting for a
+    // link's (a re-link takes the link's, then its schedules': the other order could deadlock).
+    const bySchedule = records.map((r, i) => [r, i] as const).filter(([r]) => r.guard && "scheduleId" in r.guard);
+    const byKey = records.map((r, i) => [r, i] as const).filter(([r]) => !r.guard || !("scheduleId" in r.guard));
+    for (const group of [bySchedule, byKey]) {
+      if (group.length === 0) continue;
+      const rows = group.flatMap(([r, i]) =>
+        r.requestIds.map((id) => [
+          i,
+          id,
+          r.txHash,
+          r.guard && "scheduleId" in r.guard ? r.guard.scheduleId : null,
+          r.guard && "apiKeyHash" in r.guard ? r.guard.apiKeyHash : null,
+        ]),
+      );
+      const column = (c: number) => rows.map((row) => row[c]);
+      const recorded = await this.db.query<{ record: number }>(
+        `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[]) AS r(record, request_id, tx_hash, schedule_id, api_key_hash)),
+              schedule AS (SELECT id FROM bill_schedule WHERE id IN (SELECT schedule_id FROM rec) AND status <> 'CANCELLED' FOR SHARE),
+              link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
+         UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
+         FROM rec
+         WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NULL
+           AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
+           AND (rec.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.api_key_hash = rec.api_key_hash AND link.wallet = bill_order.payer))
+         RETURNING rec.record`,
+        [column(0), column(1), column(2), column(3), column(4)],
+      );
+      // A record holds only if every one of its orders took the hash under it (an order named
+      // twice in one tick takes it once, so only one of the two records can hold).
+      const taken = new Map<number, number>();
+      for (const { record } of recorded) taken.set(record, (taken.get(record) ?? 0) + 1);
+      for (const [r, i] of group) outcomes[i] = taken.get(i) === r.requestIds.length;
+    }
+    return outcomes;
   }
 
   /** The pull recorded as `previous` went out again at a higher fee (or `next` is the one mined). */

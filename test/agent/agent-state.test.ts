@@ -143,7 +143,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(a.orders[0]).toMatchObject({ rail: "pull", status: "PULLING", amount: 1_000n });
     });
 
-    it("records a gathered group's pull hashes in one statement, each under its own guard", async () => {
+    it("records a gathered group's pull hashes together, each under its own guard and with its own outcome", async () => {
       const wallet = (n: number) => `0x${n.toString(16).padStart(40, "0")}`;
       const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
       const link = async (w: string) => {
@@ -153,9 +153,10 @@ for (const kind of ["pglite", "postgresql"] as const) {
       };
       const [current, retired] = [await link(wallet(0x101)), await link(wallet(0x102))];
       await link(wallet(0x102)); // re-linked: its first key is retired
+      const scheduled = await link(wallet(0x103)); // a schedule's wallet also paying by key, in the same tick
       const schedules = new ScheduleStore(db);
-      const schedule = (w: string) =>
-        schedules.create({ wallet: w, bill, chain: "CELO", token: "USDC", runAt: new Date(Date.now() + 3_600_000), cron: null, firstRun: new Date(Date.now() + 3_600_000), maxRuns: null, maxPerWallet: 10 });
+      const later = new Date(Date.now() + 3_600_000);
+      const schedule = (w: string) => schedules.create({ wallet: w, bill, chain: "CELO", token: "USDC", runAt: later, cron: null, firstRun: later, maxRuns: null, maxPerWallet: 10 });
       const [active, cancelled] = [await schedule(wallet(0x103)), await schedule(wallet(0x104))];
       await schedules.cancel(wallet(0x104), cancelled.id);
 
@@ -168,15 +169,10 @@ for (const kind of ["pglite", "postgresql"] as const) {
         );
         return made.orders[0]!.requestId;
       };
-      const ids = [
-        await pullOrder(10, wallet(0x101)), // its wallet's current key: recorded
-        await pullOrder(11, wallet(0x102)), // a retired key: not recorded
-        await pullOrder(12, wallet(0x105)), // a current key, but another wallet's: not recorded
-        await pullOrder(13, wallet(0x103)), // an active schedule: recorded
-        await pullOrder(14, wallet(0x104)), // a cancelled schedule: not recorded
-        await pullOrder(15, wallet(0x106)), // no guard: recorded
-        await pullOrder(16, wallet(0x106)), // already recorded once: not again
-      ];
+      const ids: string[] = [];
+      for (const [n, w] of [[10, 0x101], [11, 0x102], [12, 0x105], [13, 0x103], [14, 0x104], [15, 0x106], [16, 0x106], [17, 0x103], [18, 0x101], [19, 0x101], [20, 0x106]] as const) {
+        ids.push(await pullOrder(n, wallet(w)));
+      }
       expect(await orders.setTxHash([ids[6]!], "0xfirst")).toBe(true);
 
       let statements = 0;
@@ -189,18 +185,24 @@ for (const kind of ["pglite", "postgresql"] as const) {
       };
       const group = new OrderStore(counted);
       const outcomes = await Promise.all([
-        group.setTxHash([ids[0]!], "0xgroup", { apiKeyHash: current }),
-        group.setTxHash([ids[1]!], "0xgroup", { apiKeyHash: retired }),
-        group.setTxHash([ids[2]!], "0xgroup", { apiKeyHash: current }),
-        group.setTxHash([ids[3]!], "0xgroup", { scheduleId: active.id }),
-        group.setTxHash([ids[4]!], "0xgroup", { scheduleId: cancelled.id }),
-        group.setTxHash([ids[5]!], "0xgroup"),
-        group.setTxHash([ids[6]!], "0xgroup"),
+        group.setTxHash([ids[0]!], "0xgroup", { apiKeyHash: current }), // its wallet's current key: recorded
+        group.setTxHash([ids[1]!], "0xgroup", { apiKeyHash: retired }), // a retired key: not recorded
+        group.setTxHash([ids[2]!], "0xgroup", { apiKeyHash: current }), // a current key, but another wallet's: not recorded
+        group.setTxHash([ids[3]!], "0xgroup", { scheduleId: active.id }), // an active schedule: recorded
+        group.setTxHash([ids[4]!], "0xgroup", { scheduleId: cancelled.id }), // a cancelled schedule: not recorded
+        group.setTxHash([ids[5]!], "0xgroup"), // no guard: recorded
+        group.setTxHash([ids[6]!], "0xgroup"), // recorded once already: not again
+        group.setTxHash([ids[7]!], "0xgroup", { apiKeyHash: scheduled }), // the schedule's wallet, by key: recorded
+        group.setTxHash([ids[8]!, ids[9]!], "0xgroup", { apiKeyHash: current }), // a batch of two under one key: recorded
+        group.setTxHash([ids[10]!], "0xgroup"), // one order named twice in the tick:
+        group.setTxHash([ids[10]!], "0xother"), //   only one of the two holds
       ]);
-      expect(statements).toBe(1);
-      expect(outcomes).toEqual([true, false, false, true, false, true, false]);
+      expect(statements).toBe(2); // one per kind of guard
+      expect(outcomes.slice(0, 9)).toEqual([true, false, false, true, false, true, false, true, true]);
+      expect(outcomes.slice(9).filter(Boolean)).toHaveLength(1);
       const hashes = await Promise.all(ids.map(async (id) => (await orders.get(id))!.txHash));
-      expect(hashes).toEqual(["0xgroup", null, null, "0xgroup", null, "0xgroup", "0xfirst"]);
+      expect(hashes.slice(0, 10)).toEqual(["0xgroup", null, null, "0xgroup", null, "0xgroup", "0xfirst", "0xgroup", "0xgroup", "0xgroup"]);
+      expect(hashes[10]).toBe(outcomes[9] ? "0xgroup" : "0xother");
     });
 
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {

@@ -19,7 +19,7 @@ describe("gathered pulls", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;
   let celo: ChainActors;
   let operator: ChainOperator;
-  const payers = [13, 14, 15, 16].map(hardhatAccount);
+  const payers = [13, 14, 15, 16, 18].map(hardhatAccount);
 
   beforeAll(async () => {
     stack = await startTestChains();
@@ -64,7 +64,7 @@ describe("gathered pulls", () => {
     expect(await paidOnChain(bad)).toBe(0n);
   });
 
-  it("leaves out a caller that withdraws at signing, and signs the rest again, each told the hash it ends with", async () => {
+  it("leaves out callers that withdraw at signing, and signs the rest again, each told the hash it ends with", async () => {
     const blocker = operator.pull("CELO", item(payers[0]!.address));
     await new Promise((r) => setImmediate(r));
     const staying = [item(payers[1]!.address), item(payers[2]!.address)];
@@ -76,6 +76,9 @@ describe("gathered pulls", () => {
       recorded.set(i.requestId, next);
     };
     const withdrawn = new Error("the schedule was cancelled");
+    // A callback that throws before returning its promise is left out the same way.
+    const leavingAtOnce = item(payers[4]!.address);
+    const refused = new Error("the api_key was retired");
     const results = await Promise.allSettled([
       blocker,
       operator.pull("CELO", staying[0]!, record(staying[0]!), replace(staying[0]!)),
@@ -83,9 +86,13 @@ describe("gathered pulls", () => {
         throw withdrawn;
       }),
       operator.pull("CELO", staying[1]!, record(staying[1]!), replace(staying[1]!)),
+      operator.pull("CELO", leavingAtOnce, () => {
+        throw refused;
+      }),
     ]);
-    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled", "rejected"]);
     expect((results[2] as PromiseRejectedResult).reason).toBe(withdrawn);
+    expect((results[4] as PromiseRejectedResult).reason).toBe(refused);
     const mined = (results[1] as PromiseFulfilledResult<Hex>).value;
     expect((results[3] as PromiseFulfilledResult<Hex>).value).toBe(mined);
     // What each caller recorded last is the transaction that was mined.
@@ -93,6 +100,7 @@ describe("gathered pulls", () => {
     expect(recorded.get(staying[1]!.requestId)).toBe(mined);
     for (const i of staying) expect(await paidOnChain(i)).toBe(1_000_000n);
     expect(await paidOnChain(leaving)).toBe(0n);
+    expect(await paidOnChain(leavingAtOnce)).toBe(0n);
   });
 
   it("never pulls an order twice, however its pulls are gathered", async () => {
