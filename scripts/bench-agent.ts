@@ -6,7 +6,10 @@
  *   parallel:   20 agents at once, M calls each: calls/s overall;
  *   batch:      one pay_bill_batch of 20 bills against 20 single pay_bill calls: wall time
  *               and gas (one pullBatch against 20 pulls).
- * Writes bench-results/agent.json (PGlite), or agent-postgresql.json with BENCH_POSTGRES=1.
+ * In the first two, every agent is its own MCP client, and the agents run in a worker thread,
+ * off the service's event loop (as a real agent runs elsewhere).
+ * Writes bench-results/agent.json (the service and the ledger on PGlite), or agent-postgresql.json
+ * with BENCH_POSTGRES=1 (both on PostgreSQL, as deployed).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -19,6 +22,7 @@ import { chainActors } from "../test/support/actors.ts";
 import { freshDatabase, startChainsProcess } from "../test/support/stack.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
+import { runAgents, type AgentsOutcome } from "./bench/mcp-agents.ts";
 import { formatPhases, Phases } from "./bench/phases.ts";
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
@@ -33,9 +37,15 @@ const airtime = (nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "A
 // The chains run in a process of their own, as a real node is not in the service's process.
 const stack = await startChainsProcess();
 const celo = chainActors(stack.deployments, "CELO");
-const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
-// BENCH_POSTGRES=1 keeps the service's state on PostgreSQL (a fresh database) instead of PGlite in this process.
+// BENCH_POSTGRES=1 keeps the service's state and the ledger's on PostgreSQL (fresh databases), as
+// deployed, instead of PGlite in this process and in the ledger's.
 const database = process.env.BENCH_POSTGRES ? await freshDatabase("bench_agent") : undefined;
+const ledgerDatabase = process.env.BENCH_POSTGRES ? await freshDatabase("bench_agent_ledger") : undefined;
+const ledger = await startLedger({
+  deploymentsFile: stack.deploymentsFile,
+  ...(ledgerDatabase ? { databaseUrl: ledgerDatabase.url } : { pgliteDir: join(stack.dir, "ledger") }),
+  logTo: join(stack.dir, "ledger.log"),
+});
 const service = await startServiceStack({
   deployments: stack.deployments,
   // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
@@ -90,28 +100,29 @@ phases.time(service.flow.ledger, "awaitPayment", "ledger shows pull");
 phases.time(service.flow.orders, "transition", "order transitions");
 phases.time(service.flow.biller, "pay", "biller pay");
 phases.time(service.db, "query", "database queries");
-const times: number[] = [];
-let t0 = performance.now();
-for (let i = 0; i < SEQUENTIAL; i++) times.push((await pay(solo!.apiKey)).ms);
-const sequentialSeconds = (performance.now() - t0) / 1000;
-times.sort((a, b) => a - b);
+const payments = (apiKey: string, calls: number) => Array.from({ length: calls }, () => ({ api_key: apiKey, pin: "1234", allow_duplicate: true, ...airtime() }));
+const succeeded = (outcome: AgentsOutcome) => {
+  const failed = outcome.answers.flat().find((a) => a.status !== "SUCCESS");
+  if (failed) throw new Error(`pay_bill failed: ${JSON.stringify(failed)}`);
+  return outcome;
+};
+const solos = succeeded(await runAgents({ url, tool: "pay_bill", agents: [payments(solo!.apiKey, SEQUENTIAL)] }));
+const times = solos.ms[0]!.sort((a, b) => a - b);
 const sequential = {
   calls: SEQUENTIAL,
-  perSecond: round(SEQUENTIAL / sequentialSeconds),
+  perSecond: round(SEQUENTIAL / solos.seconds),
   p50Ms: round(percentile(times, 50)),
   p95Ms: round(percentile(times, 95)),
   profile: phases.report(SEQUENTIAL),
 };
 phases.reset();
 
-// Twenty agents at once.
-t0 = performance.now();
-await Promise.all(crowd.map(async (a) => { for (let i = 0; i < PER_AGENT; i++) await pay(a.apiKey); }));
-const parallelSeconds = (performance.now() - t0) / 1000;
-const parallel = { agents: AGENTS, calls: AGENTS * PER_AGENT, perSecond: round((AGENTS * PER_AGENT) / parallelSeconds) };
+// Twenty agents at once, each its own MCP client.
+const crowds = succeeded(await runAgents({ url, tool: "pay_bill", agents: crowd.map((a) => payments(a.apiKey, PER_AGENT)) }));
+const parallel = { agents: AGENTS, calls: AGENTS * PER_AGENT, perSecond: round((AGENTS * PER_AGENT) / crowds.seconds) };
 
 // A batch of 20 against 20 single calls (distinct amounts: distinct bills).
-t0 = performance.now();
+let t0 = performance.now();
 const singles = [];
 for (let i = 0; i < BATCH; i++) singles.push(await pay(solo!.apiKey, airtime(1000 + i)));
 const singlesMs = performance.now() - t0;
@@ -128,10 +139,11 @@ await service.close();
 await ledger.stop();
 await stack.close();
 await database?.drop();
+await ledgerDatabase?.drop();
 
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: `local Hardhat chains (automine) in their own process, Ponder ledger (PGlite) in its own, the service with the biller sandbox and facilitator in this one, its state on ${database ? "PostgreSQL" : "PGlite in memory"}; pay_bill over MCP`,
+  setup: `local Hardhat chains (automine) in their own process, Ponder ledger in its own, the service with the biller sandbox and facilitator in this one; state (the service's and the ledger's) on ${database ? "PostgreSQL" : "PGlite"}; each agent its own MCP client, in a worker thread`,
   sequential,
   parallel,
   batch: {

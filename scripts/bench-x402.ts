@@ -8,7 +8,8 @@
  *              (which also vends through the biller sandbox and records the order) and the
  *              reference (which settles and answers). Goal: ours >= 1.0 x the reference.
  *              Ours is profiled as it runs: each outward call's median and time per bill.
- * Writes bench-results/x402.json.
+ * Writes bench-results/x402.json, or x402-postgresql.json with BENCH_POSTGRES=1 (the service's
+ * state and the ledger's on PostgreSQL, fresh databases, as deployed; PGlite otherwise).
  *
  * With `--concurrent`: 402s for distinct bills at 32 connections instead (bench-x402-concurrent.ts).
  */
@@ -20,7 +21,7 @@ import { wrapFetchWithPayment } from "@x402/fetch";
 import { paymentMiddleware, x402ResourceServer } from "@x402/hono";
 import { Hono } from "hono";
 import { hardhatAccount } from "../lib/local-accounts.ts";
-import { startTestChains } from "../test/support/stack.ts";
+import { freshDatabase, startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
 import { startLedger } from "../stack/ledger-process.ts";
 import { listen, startServiceStack } from "../stack/service-stack.ts";
@@ -40,14 +41,26 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 const round = (n: number) => Math.round(n * 100) / 100;
 
 const stack = await startTestChains();
+const database = process.env.BENCH_POSTGRES ? await freshDatabase("bench_x402") : undefined;
+const ledgerDatabase = process.env.BENCH_POSTGRES ? await freshDatabase("bench_x402_ledger") : undefined;
 // An order is paid only once the ledger shows its payment: the ledger is part of the path.
-const ledger = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: join(stack.dir, "ledger"), logTo: join(stack.dir, "ledger.log") });
+const ledger = await startLedger({
+  deploymentsFile: stack.deploymentsFile,
+  ...(ledgerDatabase ? { databaseUrl: ledgerDatabase.url } : { pgliteDir: join(stack.dir, "ledger") }),
+  logTo: join(stack.dir, "ledger.log"),
+});
 const d = stack.deployments.chains.CELO!;
 const usdc = d.tokens.find((t) => t.symbol === "USDC")!;
 // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
 const service = await startServiceStack({
   deployments: stack.deployments,
-  env: { LOG_REQUESTS: "0", LEDGER_URL: ledger.url, RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60", RATE_LIMIT_ORDER_ADDRESS: "1000000/60" },
+  env: {
+    LOG_REQUESTS: "0",
+    LEDGER_URL: ledger.url,
+    RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60",
+    RATE_LIMIT_ORDER_ADDRESS: "1000000/60",
+    ...(database ? { SERVER_DATABASE_URL: database.url } : {}),
+  },
 });
 const ours = { url: service.urls.service };
 
@@ -140,18 +153,21 @@ await ref.close();
 await service.close();
 await ledger.stop();
 await stack.close();
+await database?.drop();
+await ledgerDatabase?.drop();
 
 const ratio = paidOurs.perSecond / paidRef.perSecond;
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: "one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox, PGlite in memory; ours waits for the Ponder ledger (polling 100 ms) to show each payment before vending",
+  setup: `one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox; the service's state and the Ponder ledger's on ${database ? "PostgreSQL" : "PGlite"}; ours waits for the ledger (new blocks by WebSocket) to show each payment before vending`,
   challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
   paid: { ours: { ...paidOurs, profile }, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
 };
 await mkdir("bench-results", { recursive: true });
-await writeFile("bench-results/x402.json", `${JSON.stringify(report, null, 2)}\n`);
+const resultsFile = `bench-results/${database ? "x402-postgresql" : "x402"}.json`;
+await writeFile(resultsFile, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`challenge (${CHALLENGES} sequential): ours p50 ${challengeOurs.p50Ms} ms, p95 ${challengeOurs.p95Ms} ms, ${challengeOurs.perSecond}/s; reference p50 ${challengeRef.p50Ms} ms, ${challengeRef.perSecond}/s (goal p50 < 2 ms: ${report.challenge.met ? "met" : "NOT met"})`);
 console.log(`paid (${PAID} sequential bills): ours ${paidOurs.perSecond}/s, reference ${paidRef.perSecond}/s, ratio ${round(ratio)} (goal >= ${GOAL_RATIO}: ${report.paid.met ? "met" : "NOT met"})`);
 console.log(`where a paid bill's time goes (ours):\n${formatPhases(profile, "bill")}`);
-console.log("written to bench-results/x402.json");
+console.log(`written to ${resultsFile}`);
 if (!report.challenge.met || !report.paid.met) process.exitCode = 1;
