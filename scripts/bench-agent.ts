@@ -12,18 +12,17 @@
  * with BENCH_POSTGRES=1 (both on PostgreSQL, as deployed).
  */
 import { mkdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
 import { eip3009TokenAbi } from "../lib/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
-import { freshDatabase, startChainsProcess } from "../test/support/stack.ts";
-import { startLedger } from "../stack/ledger-process.ts";
+import { startChainsProcess } from "../test/support/stack.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
 import { runAgents, type AgentsOutcome } from "./bench/mcp-agents.ts";
 import { formatPhases, Phases } from "./bench/phases.ts";
+import { benchState } from "./bench/state.ts";
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 40);
 const AGENTS = 20;
@@ -37,15 +36,8 @@ const airtime = (nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "A
 // The chains run in a process of their own, as a real node is not in the service's process.
 const stack = await startChainsProcess();
 const celo = chainActors(stack.deployments, "CELO");
-// BENCH_POSTGRES=1 keeps the service's state and the ledger's on PostgreSQL (fresh databases), as
-// deployed, instead of PGlite in this process and in the ledger's.
-const database = process.env.BENCH_POSTGRES ? await freshDatabase("bench_agent") : undefined;
-const ledgerDatabase = process.env.BENCH_POSTGRES ? await freshDatabase("bench_agent_ledger") : undefined;
-const ledger = await startLedger({
-  deploymentsFile: stack.deploymentsFile,
-  ...(ledgerDatabase ? { databaseUrl: ledgerDatabase.url } : { pgliteDir: join(stack.dir, "ledger") }),
-  logTo: join(stack.dir, "ledger.log"),
-});
+const state = await benchState("agent", stack);
+const ledger = state.ledger;
 const service = await startServiceStack({
   deployments: stack.deployments,
   // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
@@ -55,7 +47,7 @@ const service = await startServiceStack({
     BATCH_MAX_BILLS: String(BATCH),
     RATE_LIMIT_PAYING_KEY: "1000000/60",
     RATE_LIMIT_LINK_ADDRESS: "1000/60",
-    ...(database ? { SERVER_DATABASE_URL: database.url } : {}),
+    ...state.serviceEnv,
   },
 });
 const url = service.urls.service;
@@ -136,14 +128,12 @@ const batchGas = await gasOf((batch.data.results as Array<{ tx_hash: Hex }>)[0]!
 
 await mcp.close();
 await service.close();
-await ledger.stop();
+await state.close();
 await stack.close();
-await database?.drop();
-await ledgerDatabase?.drop();
 
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: `local Hardhat chains (automine) in their own process, Ponder ledger in its own, the service with the biller sandbox and facilitator in this one; state (the service's and the ledger's) on ${database ? "PostgreSQL" : "PGlite"}; each agent its own MCP client, in a worker thread`,
+  setup: `local Hardhat chains (automine) in their own process, Ponder ledger in its own, the service with the biller sandbox and facilitator in this one; state (the service's and the ledger's) on ${state.postgres ? "PostgreSQL" : "PGlite"}; each agent its own MCP client, in a worker thread`,
   sequential,
   parallel,
   batch: {
@@ -157,7 +147,7 @@ const report = {
   },
 };
 await mkdir("bench-results", { recursive: true });
-const out = database ? "bench-results/agent-postgresql.json" : "bench-results/agent.json";
+const out = state.postgres ? "bench-results/agent-postgresql.json" : "bench-results/agent.json";
 await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`sequential (1 agent, ${SEQUENTIAL} calls): ${sequential.perSecond} calls/s, p50 ${sequential.p50Ms} ms, p95 ${sequential.p95Ms} ms`);
 console.log(`where a sequential call's time goes:\n${formatPhases(sequential.profile, "call")}`);

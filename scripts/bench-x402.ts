@@ -14,19 +14,18 @@
  * With `--concurrent`: 402s for distinct bills at 32 connections instead (bench-x402-concurrent.ts).
  */
 import { mkdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { paymentMiddleware, x402ResourceServer } from "@x402/hono";
 import { Hono } from "hono";
 import { hardhatAccount } from "../lib/local-accounts.ts";
-import { freshDatabase, startTestChains } from "../test/support/stack.ts";
+import { startTestChains } from "../test/support/stack.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
-import { startLedger } from "../stack/ledger-process.ts";
 import { listen, startServiceStack } from "../stack/service-stack.ts";
 import { runConcurrent } from "./bench-x402-concurrent.ts";
 import { formatPhases, Phases } from "./bench/phases.ts";
+import { benchState } from "./bench/state.ts";
 
 if (process.argv.includes("--concurrent")) {
   await runConcurrent();
@@ -41,14 +40,9 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 const round = (n: number) => Math.round(n * 100) / 100;
 
 const stack = await startTestChains();
-const database = process.env.BENCH_POSTGRES ? await freshDatabase("bench_x402") : undefined;
-const ledgerDatabase = process.env.BENCH_POSTGRES ? await freshDatabase("bench_x402_ledger") : undefined;
 // An order is paid only once the ledger shows its payment: the ledger is part of the path.
-const ledger = await startLedger({
-  deploymentsFile: stack.deploymentsFile,
-  ...(ledgerDatabase ? { databaseUrl: ledgerDatabase.url } : { pgliteDir: join(stack.dir, "ledger") }),
-  logTo: join(stack.dir, "ledger.log"),
-});
+const state = await benchState("x402", stack);
+const ledger = state.ledger;
 const d = stack.deployments.chains.CELO!;
 const usdc = d.tokens.find((t) => t.symbol === "USDC")!;
 // The limits still run (their cost is part of the figure) but are set above what the benchmark sends.
@@ -59,7 +53,7 @@ const service = await startServiceStack({
     LEDGER_URL: ledger.url,
     RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60",
     RATE_LIMIT_ORDER_ADDRESS: "1000000/60",
-    ...(database ? { SERVER_DATABASE_URL: database.url } : {}),
+    ...state.serviceEnv,
   },
 });
 const ours = { url: service.urls.service };
@@ -151,20 +145,18 @@ const profile = phases.report(PAID);
 
 await ref.close();
 await service.close();
-await ledger.stop();
+await state.close();
 await stack.close();
-await database?.drop();
-await ledgerDatabase?.drop();
 
 const ratio = paidOurs.perSecond / paidRef.perSecond;
 const report = {
   measuredAt: new Date().toISOString(),
-  setup: `one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox; the service's state and the Ponder ledger's on ${database ? "PostgreSQL" : "PGlite"}; ours waits for the ledger (new blocks by WebSocket) to show each payment before vending`,
+  setup: `one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox; the service's state and the Ponder ledger's on ${state.postgres ? "PostgreSQL" : "PGlite"}; ours waits for the ledger (new blocks by WebSocket) to show each payment before vending`,
   challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
   paid: { ours: { ...paidOurs, profile }, reference: paidRef, ratio: round(ratio), goalRatio: GOAL_RATIO, met: ratio >= GOAL_RATIO },
 };
 await mkdir("bench-results", { recursive: true });
-const resultsFile = `bench-results/${database ? "x402-postgresql" : "x402"}.json`;
+const resultsFile = `bench-results/${state.postgres ? "x402-postgresql" : "x402"}.json`;
 await writeFile(resultsFile, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`challenge (${CHALLENGES} sequential): ours p50 ${challengeOurs.p50Ms} ms, p95 ${challengeOurs.p95Ms} ms, ${challengeOurs.perSecond}/s; reference p50 ${challengeRef.p50Ms} ms, ${challengeRef.perSecond}/s (goal p50 < 2 ms: ${report.challenge.met ? "met" : "NOT met"})`);
 console.log(`paid (${PAID} sequential bills): ours ${paidOurs.perSecond}/s, reference ${paidRef.perSecond}/s, ratio ${round(ratio)} (goal >= ${GOAL_RATIO}: ${report.paid.met ? "met" : "NOT met"})`);
