@@ -2,7 +2,7 @@
  * What the chain says a wallet can pay through BillPay, per token: its balance, its ERC-20
  * allowance to BillPay, the spending allowance it set on BillPay and what its periodic limit
  * leaves in the current period. A pull can take at most the least of the four. Read in one
- * multicall per chain, at one block.
+ * eth_call per chain (a Multicall3 aggregate), which also answers the block it read and its time.
  */
 import { errorText } from "../log-safety.ts";
 import { erc20Abi, parseAbi, type ContractFunctionParameters, type Hex } from "viem";
