@@ -5,16 +5,24 @@
  */
 import { join } from "node:path";
 import { freshDatabase } from "../../test/support/stack.ts";
-import { startLedger, type Ledger } from "../../stack/ledger-process.ts";
+import { startLedger } from "../../stack/ledger-process.ts";
 
 export async function benchState(name: string, stack: { dir: string; deploymentsFile: string }) {
   const postgres = Boolean(process.env.BENCH_POSTGRES);
   const service = postgres ? await freshDatabase(`bench_${name}`) : undefined;
   const ledgerDb = postgres ? await freshDatabase(`bench_${name}_ledger`) : undefined;
-  const ledger: Ledger = await startLedger({
+  const drop = async () => {
+    await service?.drop();
+    await ledgerDb?.drop();
+  };
+  // A ledger that fails to start leaves no database behind.
+  const ledger = await startLedger({
     deploymentsFile: stack.deploymentsFile,
     ...(ledgerDb ? { databaseUrl: ledgerDb.url } : { pgliteDir: join(stack.dir, "ledger") }),
     logTo: join(stack.dir, "ledger.log"),
+  }).catch(async (err: unknown) => {
+    await drop();
+    throw err;
   });
   return {
     postgres,
@@ -23,8 +31,7 @@ export async function benchState(name: string, stack: { dir: string; deployments
     serviceEnv: (service ? { SERVER_DATABASE_URL: service.url } : {}) as Record<string, string>,
     async close() {
       await ledger.stop();
-      await service?.drop();
-      await ledgerDb?.drop();
+      await drop();
     },
   };
 }
