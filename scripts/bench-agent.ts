@@ -20,6 +20,7 @@ import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
 import { startChainsProcess } from "../test/support/stack.ts";
 import { startServiceStack } from "../stack/service-stack.ts";
+import { cpuPerCall, cpuSnapshot, formatCpu } from "./bench/cpu.ts";
 import { runAgents, type AgentsOutcome } from "./bench/mcp-agents.ts";
 import { formatPhases, Phases } from "./bench/phases.ts";
 import { benchState } from "./bench/state.ts";
@@ -98,6 +99,9 @@ const succeeded = (outcome: AgentsOutcome) => {
   if (failed) throw new Error(`pay_bill failed: ${JSON.stringify(failed)}`);
   return outcome;
 };
+// The service's process holds the agents' worker thread, the biller sandbox and the facilitator too.
+const cpuRoots = { "service+agents": process.pid, ledger: ledger.process.pid, chains: stack.pid };
+let cpuBefore = cpuSnapshot(cpuRoots);
 const solos = succeeded(await runAgents({ url, tool: "pay_bill", agents: [payments(solo!.apiKey, SEQUENTIAL)] }));
 const times = solos.ms[0]!.sort((a, b) => a - b);
 const sequential = {
@@ -106,12 +110,19 @@ const sequential = {
   p50Ms: round(percentile(times, 50)),
   p95Ms: round(percentile(times, 95)),
   profile: phases.report(SEQUENTIAL),
+  cpu: cpuPerCall(cpuBefore, cpuSnapshot(cpuRoots), SEQUENTIAL),
 };
 phases.reset();
 
 // Twenty agents at once, each its own MCP client.
+cpuBefore = cpuSnapshot(cpuRoots);
 const crowds = succeeded(await runAgents({ url, tool: "pay_bill", agents: crowd.map((a) => payments(a.apiKey, PER_AGENT)) }));
-const parallel = { agents: AGENTS, calls: AGENTS * PER_AGENT, perSecond: round((AGENTS * PER_AGENT) / crowds.seconds) };
+const parallel = {
+  agents: AGENTS,
+  calls: AGENTS * PER_AGENT,
+  perSecond: round((AGENTS * PER_AGENT) / crowds.seconds),
+  cpu: cpuPerCall(cpuBefore, cpuSnapshot(cpuRoots), AGENTS * PER_AGENT),
+};
 
 // A batch of 20 against 20 single calls (distinct amounts: distinct bills).
 let t0 = performance.now();
@@ -150,7 +161,7 @@ await mkdir("bench-results", { recursive: true });
 const out = state.postgres ? "bench-results/agent-postgresql.json" : "bench-results/agent.json";
 await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`sequential (1 agent, ${SEQUENTIAL} calls): ${sequential.perSecond} calls/s, p50 ${sequential.p50Ms} ms, p95 ${sequential.p95Ms} ms`);
-console.log(`where a sequential call's time goes:\n${formatPhases(sequential.profile, "call")}`);
-console.log(`parallel (${AGENTS} agents x ${PER_AGENT} calls): ${parallel.perSecond} calls/s`);
+console.log(`where a sequential call's time goes:\n${formatPhases(sequential.profile, "call")}\n${formatCpu(sequential.cpu, "call")}`);
+console.log(`parallel (${AGENTS} agents x ${PER_AGENT} calls): ${parallel.perSecond} calls/s\n${formatCpu(parallel.cpu, "call")}`);
 console.log(`batch of ${BATCH}: ${report.batch.batchMs} ms and ${batchGas} gas; ${BATCH} single calls: ${report.batch.singlesMs} ms and ${singlesGas} gas (${report.batch.speedup}x faster, ${report.batch.gasRatio} of the gas)`);
 console.log(`written to ${out}`);

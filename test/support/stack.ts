@@ -59,12 +59,12 @@ export async function startTestChains(): Promise<LocalChains & { deploymentsFile
  * not in the service's process: for benchmarks, where a node sharing the service's event loop
  * would be measured as the service's cost.
  */
-export async function startChainsProcess(): Promise<{ deployments: Deployments; deploymentsFile: string; dir: string; close(): Promise<void> }> {
+export async function startChainsProcess(): Promise<{ deployments: Deployments; deploymentsFile: string; dir: string; pid?: number; close(): Promise<void> }> {
   const dir = await tempDir("chains");
   const deploymentsFile = join(dir, "deployments.json");
   const [celoPort, basePort] = [await freePort(), await freePort()];
   const chains = await startScript("stack/chains.ts", { CELO_PORT: String(celoPort), BASE_PORT: String(basePort), DEPLOYMENTS_FILE: deploymentsFile }, "local chains ready", 120_000);
-  return { deployments: await readDeployments(deploymentsFile), deploymentsFile, dir, close: chains.stop };
+  return { deployments: await readDeployments(deploymentsFile), deploymentsFile, dir, pid: chains.child.pid, close: chains.stop };
 }
 
 /** A schema name no other run uses (PostgreSQL is shared between runs). */
