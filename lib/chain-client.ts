@@ -14,6 +14,30 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
   });
 }
 
+/** JSON-RPC requests a batch may carry (providers cap a batch's size; 100 is within the usual caps). */
+const BATCH_SIZE = 100;
+const shared = new Map<string, PublicClient>();
+
+/**
+ * The service's one client for a chain at an RPC URL, kept for the process's life: requests
+ * made in the same tick, by any caller, go to the node as one JSON-RPC batch (one HTTP request
+ * instead of one each: the estimate, nonce and fees a transaction needs, say, or the wallet
+ * checks of many agents at once). Each request still gets its own result or error.
+ */
+export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
+  const key = `${chain} ${rpcUrl}`;
+  let client = shared.get(key);
+  if (!client) {
+    client = createPublicClient({
+      chain: viemChain(chain, rpcUrl),
+      transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: { batchSize: BATCH_SIZE } }),
+      pollingInterval: POLLING_INTERVAL_MS,
+    });
+    shared.set(key, client);
+  }
+  return client;
+}
+
 /** Whether an RPC URL is a node on this machine (a local, resettable chain). */
 export function isLocalRpcUrl(url: string): boolean {
   return /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(url);

@@ -28,7 +28,7 @@ import {
   type WalletClient,
 } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
-import { POLLING_INTERVAL_MS, publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { POLLING_INTERVAL_MS, RPC_TIMEOUT_MS, sharedClientFor } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "../orders/store.ts";
@@ -275,7 +275,7 @@ export class ChainOperator {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
-    const client = publicClientFor(chain, rpcUrl);
+    const client = sharedClientFor(chain, rpcUrl);
     const queue = `${chain}:${signer.address}`;
     const previous = this.queues.get(queue) ?? Promise.resolve();
     const sent = previous
@@ -287,8 +287,11 @@ export class ChainOperator {
         // the transaction's gas (one call to the node instead of a simulation and an estimate).
         // The nonce and fees are read meanwhile (neither depends on the estimate), so the
         // request is complete without another call; nothing is signed unless the estimate succeeds.
+        // `prepare: false`: for a local account viem would otherwise fill the nonce and fees
+        // itself first, three round trips in a row before the estimate. The three go out as one
+        // JSON-RPC batch through the shared client.
         const [estimate, nonce, fees] = await Promise.allSettled([
-          client.estimateContractGas({ ...target, account: signer }),
+          client.estimateContractGas({ ...target, account: signer, prepare: false }),
           client.getTransactionCount({ address: signer.address, blockTag: "pending" }),
           client.estimateFeesPerGas(),
         ]);
@@ -347,7 +350,7 @@ export class ChainOperator {
 export type Replaced = (previous: Hex, next: Hex) => Promise<void>;
 
 /** The receipt of whichever of `hashes` is mined first, or null after `timeoutMs`. */
-async function firstReceipt(client: ReturnType<typeof publicClientFor>, hashes: Hex[], timeoutMs: number): Promise<TransactionReceipt | null> {
+async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: Hex[], timeoutMs: number): Promise<TransactionReceipt | null> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     for (const hash of hashes) {

@@ -7,7 +7,7 @@
 import { errorText } from "../log-safety.ts";
 import { erc20Abi, parseAbi, type ContractFunctionParameters, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { sharedClientFor } from "../../lib/chain-client.ts";
 import { MULTICALL3_ADDRESS, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
@@ -42,7 +42,7 @@ const min = (...xs: bigint[]) => xs.reduce((a, b) => (a < b ? a : b));
 
 export async function readWalletState(deployments: Deployments, chain: ChainKey, wallet: Hex, tokens: Hex[]): Promise<TokenState[]> {
   const d = deployments.chains[chain]!;
-  const client = publicClientFor(chain, rpcUrlFor(chain, d));
+  const client = sharedClientFor(chain, rpcUrlFor(chain, d));
   const billPay = d.billPay.address as Hex;
   try {
     // One eth_call: the balances, allowances and limits, and the block they were read at

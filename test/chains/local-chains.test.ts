@@ -1,13 +1,15 @@
 import { mkdtemp, readFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { erc20Abi, getAddress, parseUnits, type Address } from "viem";
+import { BaseError, ContractFunctionRevertedError, erc20Abi, getAddress, parseUnits, type Address } from "viem";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { chainInfo, CHAIN_KEYS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
 import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
@@ -133,6 +135,59 @@ describe("local chains (npm run chains)", () => {
       expect(await client.getCode({ address: fresh.deployments.chains.CELO!.billPay.address as Address })).toMatch(/^0x[0-9a-f]{100,}/);
     } finally {
       await fresh.close();
+    }
+  });
+
+  it("sends the requests made in one tick through the shared client as one batch, each with its own result or error", async () => {
+    // A proxy in front of the node records what each HTTP request carried.
+    const bodies: unknown[] = [];
+    const target = chains.rpcUrls.CELO;
+    const proxy = createServer(async (req, res) => {
+      const chunks: Buffer[] = [];
+      for await (const c of req) chunks.push(c as Buffer);
+      const body = Buffer.concat(chunks).toString("utf8");
+      bodies.push(JSON.parse(body));
+      const upstream = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body });
+      res.writeHead(upstream.status, { "content-type": "application/json" }).end(await upstream.text());
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    try {
+      const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const client = sharedClientFor("CELO", url);
+      expect(sharedClientFor("CELO", url)).toBe(client);
+      const d = chains.deployments.chains.CELO!;
+      const stranger = hardhatAccount(7);
+      const [chainId, nonce, refused] = await Promise.all([
+        client.getChainId(),
+        client.getTransactionCount({ address: operatorAccount().address }),
+        // Only the operator may pull: this estimate reverts, and only it fails.
+        client
+          .estimateContractGas({
+            address: d.billPay.address as Address,
+            abi: billPayAbi,
+            functionName: "pull",
+            args: [`0x${"ab".repeat(32)}`, stranger.address, d.tokens[0]!.address, 1n],
+            account: stranger,
+            prepare: false,
+          })
+          .then(
+            () => undefined,
+            (err: unknown) => err,
+          ),
+      ]);
+      expect(chainId).toBe(42220);
+      expect(nonce).toBe(await publicClientFor("CELO", target).getTransactionCount({ address: operatorAccount().address }));
+      expect(refused).toBeInstanceOf(BaseError);
+      const reverted = (refused as BaseError).walk((e) => e instanceof ContractFunctionRevertedError) as ContractFunctionRevertedError;
+      expect(reverted.data?.errorName).toBe("AccessControlUnauthorizedAccount");
+      // One HTTP request carried all three.
+      expect(bodies).toHaveLength(1);
+      expect((bodies[0] as Array<{ method: string }>).map((b) => b.method)).toEqual(["eth_chainId", "eth_getTransactionCount", "eth_estimateGas"]);
+      // A later call is a request of its own.
+      expect(await client.getBlockNumber({ cacheTime: 0 })).toBeGreaterThan(0n);
+      expect(bodies).toHaveLength(2);
+    } finally {
+      await new Promise((r) => proxy.close(r));
     }
   });
 
