@@ -15,22 +15,33 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
 }
 
 /** JSON-RPC requests a batch may carry (providers cap a batch's size; 100 is within the usual caps). */
-const BATCH_SIZE = 100;
+export const DEFAULT_RPC_BATCH_SIZE = 100;
 const shared = new Map<string, PublicClient>();
+
+/** RPC_BATCH_SIZE when set (0: no batches, for a provider that refuses them), else the default. */
+export function rpcBatchSize(): number {
+  const raw = process.env.RPC_BATCH_SIZE;
+  if (raw === undefined || raw === "") return DEFAULT_RPC_BATCH_SIZE;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 1000) throw new Error("RPC_BATCH_SIZE must be an integer from 0 (no batches) to 1000");
+  return n;
+}
 
 /**
  * The service's one client for a chain at an RPC URL, kept for the process's life: requests
  * made in the same tick, by any caller, go to the node as one JSON-RPC batch (one HTTP request
  * instead of one each: the estimate, nonce and fees a transaction needs, say, or the wallet
  * checks of many agents at once). Each request still gets its own result or error.
+ * RPC_BATCH_SIZE caps a batch (0 sends each request alone).
  */
 export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
   const key = `${chain} ${rpcUrl}`;
   let client = shared.get(key);
   if (!client) {
+    const batchSize = rpcBatchSize();
     client = createPublicClient({
       chain: viemChain(chain, rpcUrl),
-      transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: { batchSize: BATCH_SIZE } }),
+      transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false }),
       pollingInterval: POLLING_INTERVAL_MS,
     });
     shared.set(key, client);

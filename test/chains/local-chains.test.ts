@@ -3,7 +3,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { BaseError, ContractFunctionRevertedError, erc20Abi, getAddress, parseUnits, type Address } from "viem";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { chainInfo, CHAIN_KEYS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
@@ -13,6 +13,25 @@ import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
+
+/** A proxy in front of a node that records what each HTTP request carried. */
+async function recordingProxy(target: string) {
+  const bodies: unknown[] = [];
+  const proxy = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks).toString("utf8");
+    bodies.push(JSON.parse(body));
+    const upstream = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body });
+    res.writeHead(upstream.status, { "content-type": "application/json" }).end(await upstream.text());
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+    bodies,
+    close: () => new Promise((r) => proxy.close(r)),
+  };
+}
 
 describe("local chains (npm run chains)", () => {
   let chains: LocalChains;
@@ -139,20 +158,9 @@ describe("local chains (npm run chains)", () => {
   });
 
   it("sends the requests made in one tick through the shared client as one batch, each with its own result or error", async () => {
-    // A proxy in front of the node records what each HTTP request carried.
-    const bodies: unknown[] = [];
     const target = chains.rpcUrls.CELO;
-    const proxy = createServer(async (req, res) => {
-      const chunks: Buffer[] = [];
-      for await (const c of req) chunks.push(c as Buffer);
-      const body = Buffer.concat(chunks).toString("utf8");
-      bodies.push(JSON.parse(body));
-      const upstream = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body });
-      res.writeHead(upstream.status, { "content-type": "application/json" }).end(await upstream.text());
-    });
-    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    const { url, bodies, close } = await recordingProxy(target);
     try {
-      const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
       const client = sharedClientFor("CELO", url);
       expect(sharedClientFor("CELO", url)).toBe(client);
       const d = chains.deployments.chains.CELO!;
@@ -187,7 +195,25 @@ describe("local chains (npm run chains)", () => {
       expect(await client.getBlockNumber({ cacheTime: 0 })).toBeGreaterThan(0n);
       expect(bodies).toHaveLength(2);
     } finally {
-      await new Promise((r) => proxy.close(r));
+      await close();
+    }
+  });
+
+  it("sends each request alone with RPC_BATCH_SIZE=0, and refuses a size it cannot honour", async () => {
+    const { url, bodies, close } = await recordingProxy(chains.rpcUrls.BASE);
+    vi.stubEnv("RPC_BATCH_SIZE", "0");
+    try {
+      const client = sharedClientFor("BASE", url);
+      const [chainId, block] = await Promise.all([client.getChainId(), client.getBlockNumber({ cacheTime: 0 })]);
+      expect(chainId).toBe(8453);
+      expect(block).toBeGreaterThan(0n);
+      expect(bodies).toHaveLength(2);
+      expect(bodies.every((b) => !Array.isArray(b))).toBe(true);
+      vi.stubEnv("RPC_BATCH_SIZE", "-1");
+      expect(() => sharedClientFor("BASE", "http://127.0.0.1:1")).toThrow(/RPC_BATCH_SIZE must be an integer/);
+    } finally {
+      vi.unstubAllEnvs();
+      await close();
     }
   });
 
