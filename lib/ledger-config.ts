@@ -3,7 +3,7 @@
  * the clients that read it: database, polling interval, schema naming, and its URL.
  */
 import { createHash } from "node:crypto";
-import { accessSync, constants, readFileSync, readdirSync, statSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Deployments } from "./deployments.ts";
 import { activeNetwork, type ChainKey } from "./networks.ts";
@@ -30,33 +30,26 @@ export function ledgerDatabase() {
   return { kind: "pglite" as const, directory: ledgerPgliteDir() };
 }
 
-/** Memory-backed storage every process on this machine can reach (Linux's /dev/shm), if there is one. */
-export function memoryBackedDir(): string | undefined {
-  try {
-    accessSync("/dev/shm", constants.W_OK);
-    return statSync("/dev/shm").isDirectory() ? "/dev/shm" : undefined;
-  } catch {
-    return undefined;
-  }
-}
+/** PGlite's name for a database held in memory (Ponder passes it through). */
+export const IN_MEMORY = "memory://";
 
 /**
- * The ledger's PGlite directory: LEDGER_PGLITE_DIR; else, on the local profile, one per checkout
- * in memory-backed /dev/shm where there is one; else `.data/ledger-pglite`.
+ * Where the ledger's PGlite keeps its index: LEDGER_PGLITE_DIR (a directory, or `memory://`);
+ * else, on the local profile, in the ledger process's own memory; else `.data/ledger-pglite`.
  *
- * The local chains are Hardhat nodes held in memory, so an index of them is of no use once they
- * are gone, and /dev/shm keeps it as long as they can live (until the machine restarts; a restart
- * of the stack against chains still running resumes it). The PGlite that Ponder pins (0.2) writes
- * every protocol message through a file in its data directory and flushes its WAL at each commit:
- * on /dev/shm the ledger showed a pull 54-59 ms after it was mined, against 64-72 ms on disk
- * (bench:agent, alternating runs). A real network's ledger stays on disk, or on PostgreSQL.
+ * The local chains are Hardhat nodes held in memory, so an index of them is worth no more than
+ * the chains, and a ledger started again re-indexes them from BillPay's deployment block. The
+ * PGlite that Ponder pins (0.2) writes every protocol message through a file in its data
+ * directory (open, truncate, utimes, close) and flushes its WAL at each commit: a fifth of the
+ * ledger's busy time even on memory-backed /dev/shm, none in memory. In alternating bench:agent
+ * runs the ledger showed a pull 23 ms after it was mined, against 38 ms on /dev/shm. (Ponder
+ * 0.16.10 could not start on `memory://`; patches/ponder+0.16.10.patch mends it.) A real
+ * network's ledger stays on disk, or on PostgreSQL.
  */
 export function ledgerPgliteDir(): string {
-  if (process.env.LEDGER_PGLITE_DIR) return resolve(process.env.LEDGER_PGLITE_DIR);
-  const memory = activeNetwork().local ? memoryBackedDir() : undefined;
-  if (!memory) return resolve(".data/ledger-pglite");
-  const checkout = createHash("sha256").update(resolve(".")).digest("hex").slice(0, 12);
-  return join(memory, `billpay-ledger-${checkout}`);
+  const set = process.env.LEDGER_PGLITE_DIR;
+  if (set) return set === IN_MEMORY ? IN_MEMORY : resolve(set);
+  return activeNetwork().local ? IN_MEMORY : resolve(".data/ledger-pglite");
 }
 
 export function ledgerUrl(): string {

@@ -9,13 +9,13 @@
  *             of pulls, all final; events/s over Ponder's own backfill duration (from its
  *             log), and wall time from spawn to /ready.
  *             Goal: >= 5,000 events/s.
- * PGlite by default, kept where the local stack keeps it (memory-backed /dev/shm where there is
- * one, see ledgerPgliteDir); PostgreSQL when DATABASE_URL is set. Writes bench-results/ledger-<database>.json.
+ * PGlite by default, in memory as the local stack keeps it (see ledgerPgliteDir); PostgreSQL
+ * when DATABASE_URL is set. Writes bench-results/ledger-<database>.json.
  */
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseUnits, toHex, type Hex } from "viem";
-import { DEFAULT_POLLING_INTERVAL_MS, memoryBackedDir } from "../lib/ledger-config.ts";
+import { DEFAULT_POLLING_INTERVAL_MS, IN_MEMORY } from "../lib/ledger-config.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { chainActors } from "../test/support/actors.ts";
 import { freshDatabase, startTestChains, uniqueSchema } from "../test/support/stack.ts";
@@ -28,14 +28,6 @@ const BATCH_SIZE = 100; // 100 pulls = 200 events per transaction
 // these fresh local chains reuse the real ids.
 const database = process.env.DATABASE_URL ? await freshDatabase("bench_ledger", process.env.DATABASE_URL) : undefined;
 const databaseUrl = database?.url;
-const memory = memoryBackedDir();
-const pgliteDirs: string[] = [];
-/** A fresh PGlite directory for a ledger: memory-backed where the machine has it, else under the chains' own. */
-async function pgliteDir(dir: string, name: string) {
-  const made = memory ? await mkdtemp(join(memory, `bench-${name}-`)) : join(dir, name);
-  pgliteDirs.push(made);
-  return made;
-}
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const round = (n: number) => Math.round(n * 10) / 10;
@@ -56,7 +48,7 @@ let { stack, celo } = await freshChains();
 const lagLedger = await startLedger({
   deploymentsFile: stack.deploymentsFile,
   databaseUrl,
-  pgliteDir: await pgliteDir(stack.dir, "lag-pglite"),
+  pgliteDir: IN_MEMORY,
   schema: uniqueSchema("bench_lag"),
   viewsSchema: uniqueSchema("bench_lag_views"),
   ...(process.env.BENCH_LEDGER_LOG ? { logTo: process.env.BENCH_LEDGER_LOG } : {}),
@@ -95,7 +87,7 @@ const t0 = performance.now();
 const backfillLedger = await startLedger({
   deploymentsFile: stack.deploymentsFile,
   databaseUrl,
-  pgliteDir: await pgliteDir(stack.dir, "backfill-pglite"),
+  pgliteDir: IN_MEMORY,
   schema: uniqueSchema("bench_backfill"),
   viewsSchema: uniqueSchema("bench_backfill_views"),
   logTo: logFile,
@@ -104,7 +96,6 @@ const wallToReadyMs = performance.now() - t0;
 await backfillLedger.stop();
 await stack.close();
 await database?.drop();
-if (memory) for (const dir of pgliteDirs) await rm(dir, { recursive: true, force: true });
 
 const lines = (await readFile(logFile, "utf8")).split("\n").flatMap((l) => {
   try {

@@ -6,7 +6,7 @@
  */
 import { mkdir } from "node:fs/promises";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
-import { DEFAULT_LEDGER_PORT, ledgerPgliteDir } from "../lib/ledger-config.ts";
+import { DEFAULT_LEDGER_PORT, IN_MEMORY, ledgerPgliteDir } from "../lib/ledger-config.ts";
 import { loadConfig } from "../server/config.ts";
 import { purgeTask } from "../server/storage-purge.ts";
 import { startWorker } from "../server/orders/worker.ts";
@@ -36,7 +36,8 @@ try {
     logTo: ".data/ledger.log",
   });
   closers.push(() => ledger.stop());
-  const ledgerState = process.env.DATABASE_URL ? "PostgreSQL" : ledgerPgliteDir();
+  const pgliteDir = ledgerPgliteDir();
+  const ledgerState = process.env.DATABASE_URL ? "PostgreSQL" : pgliteDir === IN_MEMORY ? "memory" : pgliteDir;
   log(`ledger: ${ledger.url} (schema ${ledger.schema} in ${ledgerState}; log .data/ledger.log)`);
 
   const stack = await startServiceStack({

@@ -3,6 +3,7 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { readDeployments, type Deployments } from "../../lib/deployments.ts";
+import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { startServiceStack } from "../../stack/service-stack.ts";
@@ -79,7 +80,8 @@ export function uniqueSchema(prefix: string): string {
  */
 export async function startPayingStack(env: Record<string, string> = {}) {
   const chains = await startTestChains();
-  const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: join(chains.dir, "ledger"), logTo: join(chains.dir, "ledger.log") });
+  // The ledger keeps its index in memory, as `npm start` does for local chains.
+  const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: IN_MEMORY, logTo: join(chains.dir, "ledger.log") });
   const service = await startServiceStack({
     deployments: chains.deployments,
     env: {
