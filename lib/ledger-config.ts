@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Deployments } from "./deployments.ts";
+import { refuseOtherPostgresMajor } from "./pglite-dir.ts";
 import { activeNetwork, type ChainKey } from "./networks.ts";
 
 export const DEFAULT_LEDGER_PORT = 42069;
@@ -27,7 +28,18 @@ export function ledgerPollingIntervalMs(chain?: ChainKey): number {
 export function ledgerDatabase() {
   const url = process.env.DATABASE_URL;
   if (url) return { kind: "postgres" as const, connectionString: url };
-  return { kind: "pglite" as const, directory: ledgerPgliteDir() };
+  const directory = ledgerPgliteDir();
+  refuseOlderLedgerDir(directory);
+  return { kind: "pglite" as const, directory };
+}
+
+/** A ledger directory an older PGlite wrote cannot be opened; the index in it is the chain's, so it can be made again. */
+export function refuseOlderLedgerDir(directory: string): void {
+  if (directory === IN_MEMORY) return;
+  refuseOtherPostgresMajor(
+    directory,
+    "The ledger is an index of the chain: move the directory aside (or set LEDGER_PGLITE_DIR to a new one) and the ledger indexes again from BillPay's deployment block.",
+  );
 }
 
 /** PGlite's name for a database held in memory (Ponder passes it through). */

@@ -3,13 +3,9 @@
  * PostgreSQL: embedded PGlite by default, a PostgreSQL server when SERVER_DATABASE_URL is
  * set. One small interface over both, and forward-only migrations keyed by version.
  */
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
-
-/** The PostgreSQL major version the embedded PGlite runs (test/server/db.test.ts holds it to the package). */
-export const PGLITE_POSTGRES_MAJOR = 18;
+import { refuseOtherPostgresMajor } from "../lib/pglite-dir.ts";
 
 export interface Db {
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
@@ -276,7 +272,12 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     }
     return db;
   } else {
-    if (options.pgliteDir) refuseOtherMajor(options.pgliteDir);
+    if (options.pgliteDir) {
+      refuseOtherPostgresMajor(
+        options.pgliteDir,
+        "Move the directory aside (or set SERVER_PGLITE_DIR to a new one) and start again; the old orders stay in it, readable by the release that wrote them.",
+      );
+    }
     const lite = new PGlite(options.pgliteDir);
     db = {
       // PGlite runs one statement list per exec; parameterised queries go through query().
@@ -287,24 +288,4 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
   }
   await migrate(db);
   return db;
-}
-
-/**
- * A data directory written by another PostgreSQL major (an older PGlite: 0.2 ran 16) cannot be
- * opened, and PGlite says only that it failed to initialise: say which, and what to do, before
- * it tries. Nothing in the directory is touched.
- */
-function refuseOtherMajor(dir: string): void {
-  let found: string;
-  try {
-    found = readFileSync(join(dir, "PG_VERSION"), "utf8").trim();
-  } catch {
-    return; // no database there yet: PGlite makes one
-  }
-  if (found !== String(PGLITE_POSTGRES_MAJOR)) {
-    throw new Error(
-      `${dir} holds a PostgreSQL ${found} database, written by an older PGlite; this service's embedded PGlite runs PostgreSQL ${PGLITE_POSTGRES_MAJOR}. ` +
-        `Move the directory aside (or set SERVER_PGLITE_DIR to a new one) and start again; the old orders stay in it, readable by the release that wrote them.`,
-    );
-  }
 }

@@ -12,7 +12,7 @@ import { createHash } from "node:crypto";
 import pg from "pg";
 import { isLocalRpcUrl } from "../lib/chain-client.ts";
 import { readDeployments, type Deployments } from "../lib/deployments.ts";
-import { LEDGER_VIEWS_SCHEMA, ledgerSchemaName } from "../lib/ledger-config.ts";
+import { LEDGER_VIEWS_SCHEMA, ledgerPgliteDir, ledgerSchemaName, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
 import { LedgerClient } from "../server/ledger-client.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -110,6 +110,8 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
 }
 
 export async function startLedger(options: LedgerOptions): Promise<Ledger> {
+  // Said here, not only in the ledger's own log (its config makes the same check).
+  if (!options.databaseUrl) refuseOlderLedgerDir(options.pgliteDir ?? ledgerPgliteDir());
   const port = options.port || (await freePort());
   const deployments = await readDeployments(options.deploymentsFile);
   const schema = options.schema ?? ledgerSchemaName(deployments, ROOT);

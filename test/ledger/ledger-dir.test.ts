@@ -1,4 +1,6 @@
-import { resolve } from "node:path";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 
 // activeNetwork() is read once per module instance: each case loads the module afresh under its own env.
@@ -26,5 +28,19 @@ describe("where the ledger's PGlite lives", () => {
 
   it("stays on disk for a real network's chains", async () => {
     expect(await pgliteDirUnder({ LEDGER_PGLITE_DIR: undefined, NETWORK: "celo-sepolia" })).toBe(resolve(".data/ledger-pglite"));
+  });
+
+  it("is refused, before the ledger starts, when an older PGlite wrote it, and left as it was", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "billpay-ledger-dir-"));
+    try {
+      await writeFile(join(dir, "PG_VERSION"), "16\n");
+      const { startLedger } = await import("../../stack/ledger-process.ts");
+      await expect(startLedger({ deploymentsFile: join(dir, "none.json"), pgliteDir: dir })).rejects.toThrow(
+        /holds a PostgreSQL 16 database.*runs PostgreSQL 18.*indexes again from BillPay's deployment block/,
+      );
+      expect(await readdir(dir)).toEqual(["PG_VERSION"]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -2,7 +2,8 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { openDb, PGLITE_POSTGRES_MAJOR } from "../../server/db.ts";
+import { PGLITE_POSTGRES_MAJOR } from "../../lib/pglite-dir.ts";
+import { openDb } from "../../server/db.ts";
 
 const dirs: string[] = [];
 async function tempDir() {
