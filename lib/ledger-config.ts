@@ -50,13 +50,14 @@ export const IN_MEMORY = "memory://";
  * else, on the local profile, in the ledger process's own memory; else `.data/ledger-pglite`.
  *
  * The local chains are Hardhat nodes held in memory, so an index of them is worth no more than
- * the chains, and a ledger started again re-indexes them from BillPay's deployment block. The
- * PGlite that Ponder pins (0.2) writes every protocol message through a file in its data
- * directory (open, truncate, utimes, close) and flushes its WAL at each commit: a fifth of the
- * ledger's busy time even on memory-backed /dev/shm, none in memory. In alternating bench:agent
- * runs the ledger showed a pull 23 ms after it was mined, against 38 ms on /dev/shm. (Ponder
- * 0.16.10 could not start on `memory://`; patches/ponder+0.16.10.patch mends it.) A real
- * network's ledger stays on disk, or on PostgreSQL.
+ * the chains, and a ledger started again re-indexes them from BillPay's deployment block. Off
+ * the file system the ledger writes no pages and flushes no WAL. Measured with the PGlite Ponder
+ * pins (0.2.13, which also wrote every protocol message through a file in its data directory: a
+ * fifth of the ledger's busy time even on memory-backed /dev/shm), the ledger showed a pull
+ * 23 ms after it was mined against 38 ms on /dev/shm, in alternating bench:agent runs; the
+ * ledger now runs PGlite 0.5 (package.json overrides Ponder's pin), which writes no such file.
+ * (Ponder 0.16.10 could not start on `memory://`; patches/ponder+0.16.10.patch mends it.) A
+ * real network's ledger stays on disk, or on PostgreSQL.
  */
 export function ledgerPgliteDir(): string {
   const set = process.env.LEDGER_PGLITE_DIR;
