@@ -24,6 +24,9 @@ export function ledgerPollingIntervalMs(chain?: ChainKey): number {
   return ms;
 }
 
+/** PGlite's name for a database held in memory (Ponder passes it through). */
+export const IN_MEMORY = "memory://";
+
 /** PostgreSQL when DATABASE_URL is set, else embedded PGlite (no server needed) in `ledgerPgliteDir()`. */
 export function ledgerDatabase() {
   const url = process.env.DATABASE_URL;
@@ -33,7 +36,7 @@ export function ledgerDatabase() {
   return { kind: "pglite" as const, directory };
 }
 
-/** A ledger directory an older PGlite wrote cannot be opened; the index in it is the chain's, so it can be made again. */
+/** A ledger directory another PGlite wrote (an older one, in practice) cannot be opened; the index in it is the chain's, so it can be made again. */
 export function refuseOlderLedgerDir(directory: string): void {
   if (directory === IN_MEMORY) return;
   refuseOtherPostgresMajor(
@@ -41,9 +44,6 @@ export function refuseOlderLedgerDir(directory: string): void {
     "The ledger is an index of the chain: move the directory aside (or set LEDGER_PGLITE_DIR to a new one) and the ledger indexes again from BillPay's deployment block.",
   );
 }
-
-/** PGlite's name for a database held in memory (Ponder passes it through). */
-export const IN_MEMORY = "memory://";
 
 /**
  * Where the ledger's PGlite keeps its index: LEDGER_PGLITE_DIR (a directory, or `memory://`);

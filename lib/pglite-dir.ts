@@ -1,7 +1,7 @@
 /**
  * The embedded PostgreSQL (PGlite) both the service and the ledger run, and the check that a data
- * directory was written by the same PostgreSQL major. One written by another (an older PGlite:
- * 0.2 ran 16) cannot be opened, and PGlite says only that it failed to initialise.
+ * directory was written by the same PostgreSQL major. One written by another (PGlite 0.2 ran 16)
+ * cannot be opened, and PGlite says only that it failed to initialise.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -21,6 +21,6 @@ export function refuseOtherPostgresMajor(dir: string, wayOut: string): void {
     return;
   }
   if (found !== String(PGLITE_POSTGRES_MAJOR)) {
-    throw new Error(`${dir} holds a PostgreSQL ${found} database, written by an older PGlite; the embedded PGlite runs PostgreSQL ${PGLITE_POSTGRES_MAJOR}. ${wayOut}`);
+    throw new Error(`${dir} holds a PostgreSQL ${found} database, written by another PGlite; the embedded PGlite runs PostgreSQL ${PGLITE_POSTGRES_MAJOR}. ${wayOut}`);
   }
 }
