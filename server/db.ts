@@ -272,12 +272,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     }
     return db;
   } else {
-    if (options.pgliteDir) {
-      refuseOtherPostgresMajor(
-        options.pgliteDir,
-        "Move the directory aside (or set SERVER_PGLITE_DIR to a new one) and start again; the old orders stay in it, readable by the release that wrote them.",
-      );
-    }
+    if (options.pgliteDir) refuseOlderServiceDir(options.pgliteDir);
     const lite = new PGlite(options.pgliteDir);
     db = {
       // PGlite runs one statement list per exec; parameterised queries go through query().
@@ -288,4 +283,12 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
   }
   await migrate(db);
   return db;
+}
+
+/** A state directory another PGlite wrote (an older one, in practice) cannot be opened: say so, and what to do. */
+export function refuseOlderServiceDir(dir: string): void {
+  refuseOtherPostgresMajor(
+    dir,
+    "Move the directory aside (or set SERVER_PGLITE_DIR to a new one) and start again; the old orders stay in it, readable by the release that wrote them.",
+  );
 }

@@ -6,8 +6,9 @@
  */
 import { mkdir } from "node:fs/promises";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
-import { DEFAULT_LEDGER_PORT, IN_MEMORY, ledgerPgliteDir } from "../lib/ledger-config.ts";
+import { DEFAULT_LEDGER_PORT, IN_MEMORY, ledgerPgliteDir, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
 import { loadConfig } from "../server/config.ts";
+import { refuseOlderServiceDir } from "../server/db.ts";
 import { purgeTask } from "../server/storage-purge.ts";
 import { startWorker } from "../server/orders/worker.ts";
 import { ledgerDatabaseFor, startLedger, type Ledger } from "./ledger-process.ts";
@@ -18,6 +19,15 @@ const log = (line: string) => console.log(line);
 const config = loadConfig();
 const deploymentsFile = deploymentsPath(config.DEPLOYMENTS_FILE);
 await mkdir(".data", { recursive: true });
+
+// A directory another PGlite wrote is refused before anything starts, in a line, not a trace.
+try {
+  if (!config.SERVER_DATABASE_URL) refuseOlderServiceDir(config.SERVER_PGLITE_DIR);
+  if (!process.env.DATABASE_URL) refuseOlderLedgerDir(ledgerPgliteDir());
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(1);
+}
 
 const closers: Array<() => Promise<unknown>> = [];
 async function stopAll() {

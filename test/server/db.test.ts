@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { PGLITE_POSTGRES_MAJOR } from "../../lib/pglite-dir.ts";
 import { openDb } from "../../server/db.ts";
+import { runScript } from "../support/processes.ts";
 
 const dirs: string[] = [];
 async function tempDir() {
@@ -49,5 +50,15 @@ describe("the service's embedded database (PGlite)", () => {
     );
     expect((await readdir(dir)).sort()).toEqual(["PG_VERSION", "postgresql.conf"]);
     expect(await readFile(join(dir, "PG_VERSION"), "utf8")).toBe("16\n");
+  });
+
+  it("is refused by npm start before any chain, ledger or service starts, in one line", async () => {
+    const dir = await tempDir();
+    await writeFile(join(dir, "PG_VERSION"), "16\n");
+    const { code, out } = await runScript("stack/start.ts", [], { SERVER_PGLITE_DIR: dir });
+    expect(code).toBe(1);
+    expect(out).toContain(`${dir} holds a PostgreSQL 16 database`);
+    expect(out).not.toMatch(/started chain id|ledger:|at refuseOtherPostgresMajor/);
+    expect(await readdir(dir)).toEqual(["PG_VERSION"]);
   });
 });
