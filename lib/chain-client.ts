@@ -18,12 +18,19 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
 export const DEFAULT_RPC_BATCH_SIZE = 100;
 const shared = new Map<string, PublicClient>();
 
-/** RPC_BATCH_SIZE when set (0: no batches, for a provider that refuses them), else the default. */
-export function rpcBatchSize(): number {
-  const raw = process.env.RPC_BATCH_SIZE;
+export const RPC_BATCH_SIZE_RULE = "RPC_BATCH_SIZE must be an integer from 0 (no batches) to 1000";
+
+/** The batch size `raw` (RPC_BATCH_SIZE) names, the default when unset, or undefined when it breaks the rule. */
+export function parseRpcBatchSize(raw: string | undefined): number | undefined {
   if (raw === undefined || raw === "") return DEFAULT_RPC_BATCH_SIZE;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 1000) throw new Error("RPC_BATCH_SIZE must be an integer from 0 (no batches) to 1000");
+  return Number.isInteger(n) && n >= 0 && n <= 1000 ? n : undefined;
+}
+
+/** RPC_BATCH_SIZE when set (0: no batches, for a provider that refuses them), else the default. */
+export function rpcBatchSize(): number {
+  const n = parseRpcBatchSize(process.env.RPC_BATCH_SIZE);
+  if (n === undefined) throw new Error(RPC_BATCH_SIZE_RULE);
   return n;
 }
 

@@ -31,9 +31,7 @@ export const IN_MEMORY = "memory://";
 export function ledgerDatabase() {
   const url = process.env.DATABASE_URL;
   if (url) return { kind: "postgres" as const, connectionString: url };
-  const directory = ledgerPgliteDir();
-  refuseOlderLedgerDir(directory);
-  return { kind: "pglite" as const, directory };
+  return { kind: "pglite" as const, directory: ledgerPgliteDir() };
 }
 
 /** A ledger directory another PGlite wrote (an older one, in practice) cannot be opened; the index in it is the chain's, so it can be made again. */

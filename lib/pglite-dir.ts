@@ -11,14 +11,16 @@ export const PGLITE_POSTGRES_MAJOR = 18;
 
 /**
  * Throws, naming both majors and `wayOut`, when `dir` holds a database of another PostgreSQL
- * major. A directory with no database yet passes (PGlite makes one). Nothing in it is touched.
+ * major. A directory with no database yet passes (PGlite makes one); one whose PG_VERSION cannot
+ * be read throws that error. Nothing in it is touched.
  */
 export function refuseOtherPostgresMajor(dir: string, wayOut: string): void {
   let found: string;
   try {
     found = readFileSync(join(dir, "PG_VERSION"), "utf8").trim();
-  } catch {
-    return;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return; // no database there yet
+    throw err; // unreadable: say so now rather than let PGlite fail without a reason
   }
   if (found !== String(PGLITE_POSTGRES_MAJOR)) {
     throw new Error(`${dir} holds a PostgreSQL ${found} database, written by another PGlite; the embedded PGlite runs PostgreSQL ${PGLITE_POSTGRES_MAJOR}. ${wayOut}`);

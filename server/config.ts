@@ -1,5 +1,6 @@
 /** The service's configuration, from the environment, validated once at start-up. */
 import { z } from "zod";
+import { parseRpcBatchSize, RPC_BATCH_SIZE_RULE } from "../lib/chain-client.ts";
 import { defaultDeploymentsFile } from "../lib/deployments.ts";
 import { activeNetwork, type ChainKey } from "../lib/networks.ts";
 import { CATEGORIES, RATE_SCALE } from "./pricing/price.ts";
@@ -64,6 +65,8 @@ export const configSchema = z.object({
   SERVER_PGLITE_DIR: z.string().default(".data/server-pglite"),
   /** Connections each instance keeps to PostgreSQL (instances x this must stay under the server's max_connections). */
   SERVER_DB_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
+  /** Read by the shared chain clients (lib/chain-client.ts); checked here so a bad value stops the start, not a pay. */
+  RPC_BATCH_SIZE: z.string().optional().refine((v) => parseRpcBatchSize(v) !== undefined, RPC_BATCH_SIZE_RULE),
   NGN_PER_USD: decimal(RATE_SCALE, "NGN_PER_USD").prefault("1550"),
   RATE_SOURCE_URL: z.string().url().optional(),
   RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),

@@ -110,7 +110,7 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
 }
 
 export async function startLedger(options: LedgerOptions): Promise<Ledger> {
-  // Said here, not only in the ledger's own log (its config makes the same check).
+  // Before Ponder opens it: PGlite would fail on it with no reason given.
   if (!options.databaseUrl) refuseOlderLedgerDir(options.pgliteDir ?? ledgerPgliteDir());
   const port = options.port || (await freePort());
   const deployments = await readDeployments(options.deploymentsFile);

@@ -10,6 +10,7 @@ import { chainInfo, CHAIN_KEYS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
 import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
 import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
+import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
@@ -211,6 +212,10 @@ describe("local chains (npm run chains)", () => {
       expect(bodies.every((b) => !Array.isArray(b))).toBe(true);
       vi.stubEnv("RPC_BATCH_SIZE", "-1");
       expect(() => sharedClientFor("BASE", "http://127.0.0.1:1")).toThrow(/RPC_BATCH_SIZE must be an integer/);
+      // The service's configuration refuses it at start, beside every other bad variable.
+      expect(() => loadConfig({ RPC_BATCH_SIZE: "-1" })).toThrow(/invalid configuration[\s\S]*RPC_BATCH_SIZE must be an integer/);
+      expect(() => loadConfig({ RPC_BATCH_SIZE: "1.5" })).toThrow(/RPC_BATCH_SIZE must be an integer/);
+      expect(loadConfig({ RPC_BATCH_SIZE: "0" }).RPC_BATCH_SIZE).toBe("0");
     } finally {
       vi.unstubAllEnvs();
       await close();

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -50,6 +50,12 @@ describe("the service's embedded database (PGlite)", () => {
     );
     expect((await readdir(dir)).sort()).toEqual(["PG_VERSION", "postgresql.conf"]);
     expect(await readFile(join(dir, "PG_VERSION"), "utf8")).toBe("16\n");
+  });
+
+  it("says why when PG_VERSION cannot be read, instead of letting PGlite fail without a reason", async () => {
+    const dir = await tempDir();
+    await mkdir(join(dir, "PG_VERSION"));
+    await expect(openDb({ pgliteDir: dir })).rejects.toThrow(/EISDIR/);
   });
 
   it("is refused by npm start before any chain, ledger or service starts, in one line", async () => {
