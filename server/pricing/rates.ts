@@ -4,6 +4,7 @@
  * would otherwise become a price honoured for a day.
  */
 import { type Log, silentLog } from "../log.ts";
+import { errorText } from "../log-safety.ts";
 import type { Db } from "../db.ts";
 import { RATE_SCALE } from "./price.ts";
 import { toScaled } from "./decimal.ts";
@@ -49,9 +50,14 @@ export interface RateBand {
  * and every restart share it: within the band it becomes the new last good rate; outside
  * it, or when the source fails, the last good rate serves until it is `maxStalenessSeconds`
  * old, and then quoting stops (RATE_UNAVAILABLE, 503) until an operator looks.
+ *
+ * A failed or refused reading is remembered like a good one: the last good rate then serves
+ * for `cacheMs` (never past its staleness limit) before the source is asked again, so a
+ * source that is down or hanging costs one timeout per interval, not one per 402.
  */
 export class GuardedRate implements RateSource {
-  private cached: { rate: bigint; at: number } | undefined;
+  /** What to answer without asking the source, until `until` (epoch ms): a rate, or quoting stopped. */
+  private decided: { rate: bigint; until: number } | { stopped: Error; until: number } | undefined;
   private inFlight: Promise<bigint> | undefined;
 
   constructor(
@@ -64,7 +70,11 @@ export class GuardedRate implements RateSource {
   ) {}
 
   async ngnPerUsdMilli(): Promise<bigint> {
-    if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached.rate;
+    const d = this.decided;
+    if (d && Date.now() < d.until) {
+      if ("stopped" in d) throw d.stopped;
+      return d.rate;
+    }
     this.inFlight ??= this.decide().finally(() => (this.inFlight = undefined));
     return this.inFlight;
   }
@@ -80,24 +90,30 @@ export class GuardedRate implements RateSource {
   private async decide(): Promise<bigint> {
     const last = await this.lastGood();
     const anchor = last?.rate ?? this.band.anchorMilli;
+    const askAgainAt = Date.now() + this.cacheMs;
     let why: string;
     try {
       const reading = await this.read();
       if (withinBand(reading, anchor, this.band.maxDeviationPct)) {
         await this.db.query(`INSERT INTO fx_rate (rate_milli, source) VALUES ($1, $2)`, [reading.toString(), this.source]);
-        this.cached = { rate: reading, at: Date.now() };
+        this.decided = { rate: reading, until: askAgainAt };
         return reading;
       }
       why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the last good ${anchor}`;
       this.log.warn("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
     } catch (err) {
-      why = `the rate source failed: ${(err as Error).message}`;
+      why = `the rate source failed: ${errorText(err)}`;
+      this.log.warn("rate source failed", { error: errorText(err) });
     }
-    if (last && Date.now() - last.readAt.getTime() <= this.band.maxStalenessSeconds * 1000) {
-      // Served from the last good rate, but not cached: the next quote tries the source again.
-      return last.rate;
+    const staleAt = last ? last.readAt.getTime() + this.band.maxStalenessSeconds * 1000 : 0;
+    if (Date.now() <= staleAt) {
+      // The last good rate serves until the source is asked again, never past its staleness limit.
+      this.decided = { rate: last!.rate, until: Math.min(askAgainAt, staleAt) };
+      return last!.rate;
     }
-    throw new Error(`${why}; no good rate within the last ${this.band.maxStalenessSeconds} s, so quoting is stopped`);
+    const stopped = new Error(`${why}; no good rate within the last ${this.band.maxStalenessSeconds} s, so quoting is stopped`);
+    this.decided = { stopped, until: askAgainAt };
+    throw stopped;
   }
 }
 

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
 import { loadConfig } from "../../server/config.ts";
 import { priceUnder } from "../../server/pricing/quote.ts";
@@ -12,16 +12,21 @@ describe("the guarded rate source", () => {
   });
   afterAll(() => db?.close());
 
-  /** A source whose next readings are scripted: a number, or an Error to throw. */
-  function source(name: string, readings: Array<bigint | Error>, band = { maxDeviationPct: 5, maxStalenessSeconds: 3_600, anchorMilli: 1_550_000n }) {
+  /** A source whose next readings are scripted: a number, or an Error to throw. `asked` counts the readings taken. */
+  function source(name: string, readings: Array<bigint | Error>, cacheMs = 0, band = { maxDeviationPct: 5, maxStalenessSeconds: 3_600, anchorMilli: 1_550_000n }) {
     const read = async () => {
+      rates.asked++;
       const next = readings.shift();
       if (next === undefined) throw new Error("no more readings scripted");
       if (next instanceof Error) throw next;
       return next;
     };
-    return new GuardedRate(read, db, name, band, 0);
+    const rates = Object.assign(new GuardedRate(read, db, name, band, cacheMs), { asked: 0 });
+    return rates;
   }
+  afterEach(() => vi.useRealTimers());
+  /** Moves the service's clock (Date only) forward. */
+  const later = (ms: number) => vi.setSystemTime(Date.now() + ms);
   const ageLastGood = (name: string, seconds: number) =>
     db.query(`UPDATE fx_rate SET read_at = now() - make_interval(secs => $2) WHERE source = $1`, [name, seconds]);
 
@@ -50,6 +55,39 @@ describe("the guarded rate source", () => {
     // The refused readings were never recorded as good.
     const rows = await db.query<{ rate_milli: string }>(`SELECT rate_milli::text AS rate_milli FROM fx_rate WHERE source = 'jumpy'`);
     expect(rows.map((r) => r.rate_milli)).toEqual(["1550000"]);
+  });
+
+  it("asks a failing source once per interval, not once per quote, serving the last good rate meanwhile", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const rates = source("flaky", [1_550_000n, new Error("rate source answered 502"), 1_560_000n], 60_000);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
+    later(60_001);
+    const quotes = await Promise.all(Array.from({ length: 5 }, () => rates.ngnPerUsdMilli()));
+    for (let i = 0; i < 5; i++) quotes.push(await rates.ngnPerUsdMilli());
+    expect(quotes.every((r) => r === 1_550_000n)).toBe(true);
+    expect(rates.asked).toBe(2); // ten quotes while the source was down: one reading
+    later(60_001);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_560_000n); // back: the next interval reads it
+    expect(rates.asked).toBe(3);
+  });
+
+  it("never serves the last good rate past its staleness limit, and asks a stopped source once per interval", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    expect(await source("aging", [1_550_000n]).ngnPerUsdMilli()).toBe(1_550_000n);
+    await ageLastGood("aging", 3_590); // ten seconds of staleness left
+    const rates = source("aging", [new Error("down"), new Error("down"), new Error("down")], 60_000);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
+    later(5_000);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n); // within the interval: not asked again
+    expect(rates.asked).toBe(1);
+    later(6_000); // past the last good rate's limit, though inside the interval
+    await expect(rates.ngnPerUsdMilli()).rejects.toThrow(/the rate source failed: down; no good rate within the last 3600 s, so quoting is stopped/);
+    expect(rates.asked).toBe(2);
+    await expect(rates.ngnPerUsdMilli()).rejects.toThrow(/quoting is stopped/);
+    expect(rates.asked).toBe(2); // stopped: the answer stands until the next interval
+    later(60_001);
+    await expect(rates.ngnPerUsdMilli()).rejects.toThrow(/quoting is stopped/);
+    expect(rates.asked).toBe(3);
   });
 });
 
