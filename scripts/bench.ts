@@ -67,7 +67,13 @@ async function table(): Promise<Row[]> {
     const path = `paid x402 flow, against @x402/hono, ${label}`;
     rows.push(
       x?.paid
-        ? { path, figure: `${x.paid.ratio}x (${x.paid.ours.perSecond}/s vs ${x.paid.reference.perSecond}/s)`, goal: ">= 1.0x", met: x.paid.ratio >= 1 }
+        ? {
+            path,
+            // Beside it, ours against the reference that also waits for the ledger (the money rule's wait).
+            figure: `${x.paid.ratio}x (${x.paid.ours.perSecond}/s vs ${x.paid.reference.perSecond}/s)${x.paid.referenceHeldToLedger ? `; ${x.paid.referenceHeldToLedger.ratio}x of it held to the ledger` : ""}`,
+            goal: ">= 1.0x",
+            met: x.paid.ratio >= 1,
+          }
         : missing(path, ">= 1.0x"),
     );
   }

@@ -52,6 +52,13 @@ export function paymentMismatch(order: { payer: string; tokenAddress: string; am
   return null;
 }
 
+/** Picks the x402 payment under its unique key: (chain, token, payer, authorization nonce). */
+export function isAuthorizationPayment(key: { chainId: number; token: string; payer: string; nonce: string }): (p: LedgerPayment) => boolean {
+  const [token, payer, nonce] = [key.token, key.payer, key.nonce].map((v) => v.toLowerCase());
+  return (p) =>
+    p.rail === "authorization" && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
+}
+
 export interface LedgerAccount {
   chainId: number;
   token: string;

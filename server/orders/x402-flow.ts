@@ -19,7 +19,7 @@ import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
+import { isAuthorizationPayment, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
@@ -227,10 +227,7 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
 
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
 async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> {
-  const chainId = chainInfo(order.chain).chainId;
-  const [token, payer, nonce] = [order.tokenAddress, order.payer, order.authNonce!].map((v) => v.toLowerCase());
-  const ours = (p: LedgerPayment) =>
-    p.rail === "authorization" && p.chainId === chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
+  const ours = isAuthorizationPayment({ chainId: chainInfo(order.chain).chainId, token: order.tokenAddress, payer: order.payer, nonce: order.authNonce! });
   const payment = await deps.ledger.awaitPayment(
     ours,
     () => ledgerPaymentOf(deps, order),
