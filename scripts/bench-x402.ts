@@ -160,6 +160,9 @@ const challengeOurs = await challenges(`${ours.url}/api/pay/x402`, bill());
 const challengeRef = await challenges(`${ref.url}/reference`, {});
 const paidRef = await paid(`${ref.url}/reference`, {}, (j) => j.ok === true);
 const paidHeld = await paid(`${held.url}/reference`, {}, (j) => j.ok === true);
+// Its live query closed, so ours runs with the ledger pushing to the service alone.
+await held.close();
+heldLedger.close();
 if (heldUnconfirmed > 0) throw new Error(`the ledger did not show ${heldUnconfirmed} of the held reference's payments within ${LEDGER_WAIT_MS} ms`);
 // Where a paid bill's time goes on our side, timed around the calls the order flow makes.
 const phases = new Phases();
@@ -174,8 +177,6 @@ const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status 
 const profile = phases.report(PAID);
 
 await ref.close();
-await held.close();
-heldLedger.close();
 await service.close();
 await state.close();
 await stack.close();
