@@ -105,11 +105,11 @@ export class GuardedRate implements RateSource {
       why = `the rate source failed: ${errorText(err)}`;
       this.log.warn("rate source failed", { error: errorText(err) });
     }
-    const staleAt = last ? last.readAt.getTime() + this.band.maxStalenessSeconds * 1000 : 0;
-    if (Date.now() <= staleAt) {
+    const staleAt = last && last.readAt.getTime() + this.band.maxStalenessSeconds * 1000;
+    if (last && staleAt && Date.now() <= staleAt) {
       // The last good rate serves until the source is asked again, never past its staleness limit.
-      this.decided = { rate: last!.rate, until: Math.min(askAgainAt, staleAt) };
-      return last!.rate;
+      this.decided = { rate: last.rate, until: Math.min(askAgainAt, staleAt) };
+      return last.rate;
     }
     const stopped = new Error(`${why}; no good rate within the last ${this.band.maxStalenessSeconds} s, so quoting is stopped`);
     this.decided = { stopped, until: askAgainAt };
