@@ -98,9 +98,9 @@ const heldServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: servi
   .register("eip155:42220", new ExactEvmScheme())
   .onAfterSettle(async ({ paymentPayload }) => {
     const { from: payer, nonce } = (paymentPayload.payload as { authorization: { from: string; nonce: string } }).authorization;
-    const ours = isAuthorizationPayment({ chainId: d.chainId, token: usdc.address, payer, nonce });
+    const itsPayment = isAuthorizationPayment({ chainId: d.chainId, token: usdc.address, payer, nonce });
     const read = async () => (await heldLedger.authorization("CELO", usdc.address, payer, nonce)).payment;
-    if (!(await heldLedger.awaitPayment(ours, read, LEDGER_WAIT_MS, () => {}))) heldUnconfirmed++;
+    if (!(await heldLedger.awaitPayment(itsPayment, read, LEDGER_WAIT_MS, () => {}))) heldUnconfirmed++;
   });
 const heldApp = new Hono();
 heldApp.use(
