@@ -7,6 +7,8 @@ export default defineConfig({
     // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
     env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,
+    // One temporary root per run, removed at its end (test/support/temp-root.ts).
+    globalSetup: ["./test/support/temp-root.ts"],
     reporters: ["default", "./test/support/summary-reporter.ts"],
   },
 });

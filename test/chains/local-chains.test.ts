@@ -1,7 +1,6 @@
-import { mkdtemp, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { BaseError, ContractFunctionRevertedError, erc20Abi, getAddress, parseUnits, type Address } from "viem";
@@ -12,6 +11,7 @@ import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from 
 import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
+import { tempDir } from "../support/stack.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
 
@@ -39,7 +39,7 @@ describe("local chains (npm run chains)", () => {
   let deploymentsFile: string;
 
   beforeAll(async () => {
-    deploymentsFile = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    deploymentsFile = join(await tempDir("chains"), "deployments.json");
     chains = await startLocalChains({ ports: { CELO: 0, BASE: 0 }, deploymentsFile });
   });
   afterAll(async () => {
@@ -142,7 +142,7 @@ describe("local chains (npm run chains)", () => {
   });
 
   it("redeploys when the recorded deployment belongs to another chain (genesis differs)", async () => {
-    const file = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    const file = join(await tempDir("chains"), "deployments.json");
     const stale = structuredClone(chains.deployments);
     stale.chains.CELO!.genesisHash = `0x${"1".repeat(64)}`;
     const { writeDeployments } = await import("../../lib/deployments.ts");
@@ -223,7 +223,7 @@ describe("local chains (npm run chains)", () => {
   });
 
   it("refuses a port that serves a different chain", async () => {
-    const file = join(await mkdtemp(join(tmpdir(), "billpay-chains-")), "deployments.json");
+    const file = join(await tempDir("chains"), "deployments.json");
     const basePort = Number(new URL(chains.rpcUrls.BASE).port);
     await expect(startLocalChains({ ports: { CELO: basePort, BASE: 0 }, deploymentsFile: file })).rejects.toThrow(
       /serves chain id 8453, not 42220/,

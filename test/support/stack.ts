@@ -8,6 +8,7 @@ import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { startServiceStack } from "../../stack/service-stack.ts";
 import { startScript } from "./processes.ts";
+import { TEST_TMP_ENV } from "./temp-root.ts";
 
 import pg from "pg";
 
@@ -43,8 +44,9 @@ export async function freshDatabase(prefix: string, serverUrl = POSTGRES_URL): P
   };
 }
 
+/** A new directory under the run's temporary root (removed when the run ends), or the system's outside a test run. */
 export async function tempDir(prefix: string): Promise<string> {
-  return mkdtemp(join(tmpdir(), `billpay-${prefix}-`));
+  return mkdtemp(join(process.env[TEST_TMP_ENV] ?? tmpdir(), `billpay-${prefix}-`));
 }
 
 /** Both chains on free ports with a fresh deployment in a temporary deployments file. */
