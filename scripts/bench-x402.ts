@@ -64,53 +64,35 @@ const ours = { url: service.urls.service };
 
 // The reference: the same price, payee and asset, protected by @x402/hono's middleware.
 const PRICE = "1001000";
-const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: service.urls.facilitator })).register(
-  "eip155:42220",
-  new ExactEvmScheme(),
-);
-const routeAccepts = () => ({
-  scheme: "exact",
-  network: "eip155:42220" as const,
-  payTo: d.billPay.address,
-  price: { amount: PRICE, asset: usdc.address, extra: { name: usdc.name, version: usdc.eip712Version! } },
-  maxTimeoutSeconds: 300,
-});
-const reference = new Hono();
-reference.use(
-  paymentMiddleware(
-    {
-      "POST /reference": {
-        accepts: routeAccepts(),
-        description: "reference",
-      },
-    },
-    resourceServer,
-  ),
-);
-reference.post("/reference", (c) => c.json({ ok: true }));
-const ref = await listen(reference.fetch);
+const resourceServer = () =>
+  new x402ResourceServer(new HTTPFacilitatorClient({ url: service.urls.facilitator })).register("eip155:42220", new ExactEvmScheme());
+/** A route answering { ok: true } behind the middleware on `server`, at the reference's price. */
+function referenceRoute(server: x402ResourceServer, description: string) {
+  const app = new Hono();
+  const accepts = {
+    scheme: "exact",
+    network: "eip155:42220" as const,
+    payTo: d.billPay.address,
+    price: { amount: PRICE, asset: usdc.address, extra: { name: usdc.name, version: usdc.eip712Version! } },
+    maxTimeoutSeconds: 300,
+  };
+  app.use(paymentMiddleware({ "POST /reference": { accepts, description } }, server));
+  app.post("/reference", (c) => c.json({ ok: true }));
+  return listen(app.fetch);
+}
+const ref = await referenceRoute(resourceServer(), "reference");
 
 // The reference held to the ledger: its settle is followed by the wait ours makes before vending.
 const LEDGER_WAIT_MS = 10_000;
 const heldLedger = new LedgerClient(ledger.url);
 let heldUnconfirmed = 0;
-const heldServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: service.urls.facilitator }))
-  .register("eip155:42220", new ExactEvmScheme())
-  .onAfterSettle(async ({ paymentPayload }) => {
-    const { from: payer, nonce } = (paymentPayload.payload as { authorization: { from: string; nonce: string } }).authorization;
-    const itsPayment = isAuthorizationPayment({ chainId: d.chainId, token: usdc.address, payer, nonce });
-    const read = async () => (await heldLedger.authorization("CELO", usdc.address, payer, nonce)).payment;
-    if (!(await heldLedger.awaitPayment(itsPayment, read, LEDGER_WAIT_MS, () => {}))) heldUnconfirmed++;
-  });
-const heldApp = new Hono();
-heldApp.use(
-  paymentMiddleware(
-    { "POST /reference": { accepts: routeAccepts(), description: "reference held to the ledger" } },
-    heldServer,
-  ),
-);
-heldApp.post("/reference", (c) => c.json({ ok: true }));
-const held = await listen(heldApp.fetch);
+const heldServer = resourceServer().onAfterSettle(async ({ paymentPayload }) => {
+  const { from: payer, nonce } = (paymentPayload.payload as { authorization: { from: string; nonce: string } }).authorization;
+  const itsPayment = isAuthorizationPayment({ chainId: d.chainId, token: usdc.address, payer, nonce });
+  const read = async () => (await heldLedger.authorization("CELO", usdc.address, payer, nonce)).payment;
+  if (!(await heldLedger.awaitPayment(itsPayment, read, LEDGER_WAIT_MS, () => {}))) heldUnconfirmed++;
+});
+const held = await referenceRoute(heldServer, "reference held to the ledger");
 
 const payer = hardhatAccount(12);
 const bill = () => ({

@@ -102,8 +102,9 @@ export class GuardedRate implements RateSource {
       why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the last good ${anchor}`;
       this.log.warn("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
     } catch (err) {
-      why = `the rate source failed: ${errorText(err)}`;
-      this.log.warn("rate source failed", { error: errorText(err) });
+      const error = errorText(err);
+      why = `the rate source failed: ${error}`;
+      this.log.warn("rate source failed", { error });
     }
     const staleAt = last && last.readAt.getTime() + this.band.maxStalenessSeconds * 1000;
     if (last && staleAt && Date.now() <= staleAt) {
