@@ -14,7 +14,9 @@
 export type ChainKey = "CELO" | "BASE";
 export type TokenSymbol = "USDC" | "USD₮" | "USA₮";
 export type NetworkName = "local" | "celo" | "celo-sepolia" | "base" | "base-sepolia";
-export type FacilitatorAuth = "none" | "bearer" | "cdp";
+/** How a facilitator authenticates the service (server/x402/facilitator-auth.ts). */
+export const FACILITATOR_AUTH_MODES = ["none", "api-key", "bearer", "cdp"] as const;
+export type FacilitatorAuth = (typeof FACILITATOR_AUTH_MODES)[number];
 
 export const ALL_CHAIN_KEYS: readonly ChainKey[] = ["CELO", "BASE"];
 export const NETWORK_NAMES: readonly NetworkName[] = ["local", "celo", "celo-sepolia", "base", "base-sepolia"];
@@ -75,6 +77,12 @@ const baseTokens: TokenInfo[] = [
   // Bridged Tether on Base has no transferWithAuthorization: x402 cannot settle it, and the hub does not pull it.
   { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, settlesX402: false, acceptedForPulls: false, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
 ];
+/** Celo's hosted x402 facilitators, keyed per merchant (celo-org/docs, build/agents/x402). */
+const CELO_FACILITATOR = {
+  mainnet: { url: "https://api.x402.celo.org", auth: "api-key" },
+  sepolia: { url: "https://api.x402.sepolia.celo.org", auth: "api-key" },
+} as const;
+
 const localTokens = (tokens: TokenInfo[]): TokenInfo[] => tokens.map(({ address: _real, ...t }) => t);
 
 const chain = (c: Omit<ChainInfo, "caip2">): ChainInfo => ({ ...c, caip2: `eip155:${c.chainId}` });
@@ -92,8 +100,9 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: false,
     testnet: false,
     chains: {
-      // Celo runs its own facilitator, keyed per merchant: set FACILITATOR_URL_CELO and FACILITATOR_TOKEN_CELO.
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: null, pollingIntervalMs: 1000, hardhatNetwork: "celo", tokens: celoTokens }),
+      // Celo's hosted facilitator (celo-org/docs, build/agents/x402): /settle needs the merchant's
+      // key in X-API-Key (FACILITATOR_API_KEY_CELO), issued on its dashboard, x402.celo.org.
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: CELO_FACILITATOR.mainnet, pollingIntervalMs: 1000, hardhatNetwork: "celo", tokens: celoTokens }),
     },
   },
   "celo-sepolia": {
@@ -107,7 +116,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         displayName: "Celo Sepolia",
         explorer: "https://celo-sepolia.blockscout.com",
         rpcUrls: ["https://forno.celo-sepolia.celo-testnet.org"],
-        facilitator: null,
+        facilitator: CELO_FACILITATOR.sepolia,
         pollingIntervalMs: 1000,
         hardhatNetwork: "celoSepolia",
         tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],

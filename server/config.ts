@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { parseRpcBatchSize, RPC_BATCH_SIZE_RULE } from "../lib/chain-client.ts";
 import { defaultDeploymentsFile } from "../lib/deployments.ts";
-import { activeNetwork, type ChainKey } from "../lib/networks.ts";
+import { activeNetwork, FACILITATOR_AUTH_MODES, type ChainKey } from "../lib/networks.ts";
 import { CATEGORIES, RATE_SCALE } from "./pricing/price.ts";
 import { toScaled } from "./pricing/decimal.ts";
 
@@ -21,6 +21,11 @@ const port = z.coerce.number().int().min(0).max(65535);
 /** The local facilitator's default address (stack/start.ts serves it there). */
 const LOCAL_FACILITATOR = { url: "http://127.0.0.1:8402", auth: "none" as const };
 const profileFacilitator = (chain: ChainKey) => activeNetwork().chains[chain]?.facilitator ?? LOCAL_FACILITATOR;
+/** The profile facilitator's authentication when `url` is that facilitator; none for any other. */
+const facilitatorAuthFor = (chain: ChainKey, url: string) => {
+  const profile = profileFacilitator(chain);
+  return new URL(url).href === new URL(profile.url).href ? profile.auth : "none";
+};
 
 /** Service fee per category in USD, as "AIRTIME=0,DATA=0,ELECTRICITY=0.10,...". */
 const fees = z.string().transform((s, ctx) => {
@@ -85,9 +90,15 @@ export const configSchema = z.object({
   /** The facilitator on this machine is run on purpose (self-hosted): a real network does not refuse it. */
   FACILITATOR_SELF_HOSTED: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
   FACILITATOR_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
-  /** How each chain's facilitator is authenticated (server/x402/facilitator-auth.ts). */
-  FACILITATOR_AUTH_CELO: z.enum(["none", "bearer", "cdp"]).default(() => profileFacilitator("CELO").auth),
-  FACILITATOR_AUTH_BASE: z.enum(["none", "bearer", "cdp"]).default(() => profileFacilitator("BASE").auth),
+  /**
+   * How each chain's facilitator is authenticated (server/x402/facilitator-auth.ts). Default:
+   * the profile's, for the profile's facilitator; none for a URL set in its place.
+   */
+  FACILITATOR_AUTH_CELO: z.enum(FACILITATOR_AUTH_MODES).optional(),
+  FACILITATOR_AUTH_BASE: z.enum(FACILITATOR_AUTH_MODES).optional(),
+  /** The key sent as X-API-Key (FACILITATOR_AUTH_<CHAIN>=api-key): Celo's facilitator issues it on its dashboard. */
+  FACILITATOR_API_KEY_CELO: z.string().min(1).optional(),
+  FACILITATOR_API_KEY_BASE: z.string().min(1).optional(),
   FACILITATOR_TOKEN_CELO: z.string().min(1).optional(),
   FACILITATOR_TOKEN_BASE: z.string().min(1).optional(),
   CDP_API_KEY_ID: z.string().min(1).optional(),
@@ -170,7 +181,7 @@ export const configSchema = z.object({
   PIN_MAX_LOCKOUTS: z.coerce.number().int().min(1).max(20).default(3),
 });
 
-export type Config = z.infer<typeof configSchema>;
+export type Config = z.output<typeof servedSafely>;
 
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1", "[::1]"]);
 
@@ -183,10 +194,18 @@ const servedSafely = configSchema
     message: "PUBLIC_URL is required when HOST is not a loopback address (the payment resource URL must not come from the Host header)",
     path: ["PUBLIC_URL"],
   })
+  .transform((c) => ({
+    ...c,
+    FACILITATOR_AUTH_CELO: c.FACILITATOR_AUTH_CELO ?? facilitatorAuthFor("CELO", c.FACILITATOR_URL_CELO),
+    FACILITATOR_AUTH_BASE: c.FACILITATOR_AUTH_BASE ?? facilitatorAuthFor("BASE", c.FACILITATOR_URL_BASE),
+  }))
   .superRefine((c, ctx) => {
     // Each facilitator's chosen authentication has its credentials.
     for (const chain of ["CELO", "BASE"] as const) {
       const auth = c[`FACILITATOR_AUTH_${chain}`];
+      if (auth === "api-key" && !c[`FACILITATOR_API_KEY_${chain}`]) {
+        ctx.addIssue({ code: "custom", path: [`FACILITATOR_API_KEY_${chain}`], message: `FACILITATOR_AUTH_${chain}=api-key needs FACILITATOR_API_KEY_${chain}` });
+      }
       if (auth === "bearer" && !c[`FACILITATOR_TOKEN_${chain}`]) {
         ctx.addIssue({ code: "custom", path: [`FACILITATOR_TOKEN_${chain}`], message: `FACILITATOR_AUTH_${chain}=bearer needs FACILITATOR_TOKEN_${chain}` });
       }

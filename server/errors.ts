@@ -21,6 +21,10 @@ export const ERRORS = {
   FOREIGN_AMOUNT_MISMATCH: { status: 422, title: "nairaAmount is not foreignAmount at the biller's rate" },
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
+  // The chain's facilitator refused the service itself (server/x402/facilitator-answer.ts): nothing was settled
+  FACILITATOR_UNAUTHORIZED: { status: 503, title: "The facilitator refused the service's credentials; nothing was charged" },
+  FACILITATOR_OUT_OF_CREDITS: { status: 503, title: "The facilitator has no settlement credits left for the service; nothing was charged" },
+  FACILITATOR_RATE_LIMITED: { status: 503, title: "The facilitator is rate-limiting the service; nothing was charged, retry later" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
   // Linking a wallet (POST /api/agent/link)
   WALLET_HEADERS_INVALID: { status: 400, title: "The x-wallet-address, x-wallet-signature and x-wallet-timestamp (or x-wallet-siwe) headers are missing or malformed" },

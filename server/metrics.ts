@@ -42,6 +42,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly facilitatorRefusals = new Counter({
+    name: "billpay_facilitator_refusals_total",
+    help: "Facilitator calls refused for the service itself (401 credentials, 402 out of credits, 429 rate limit): nothing was settled",
+    labelNames: ["chain", "operation", "status"],
+    registers: [this.registry],
+  });
+
   private readonly orders = this.gauge("billpay_orders", "Orders by status and rail", ["status", "rail"]);
   private readonly stuck = this.gauge("billpay_orders_stuck", "Unfinished orders past their lease and the stuck threshold", []);
   private readonly review = this.gauge("billpay_orders_needs_review", "Orders held for an operator (NEEDS_REVIEW)", []);

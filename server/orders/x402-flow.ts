@@ -12,7 +12,7 @@
  * worker finishes whatever a crash or a slow facilitator left behind, exactly once.
  */
 import { errorText } from "../log-safety.ts";
-import type { PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse } from "@x402/core/types";
+import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
@@ -22,6 +22,7 @@ import { ServiceError } from "../errors.ts";
 import { isAuthorizationPayment, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
+import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
 
@@ -171,9 +172,12 @@ export async function startX402Order(
 }
 
 /**
- * Verifies then settles. A refusal ends in REFUSED; a success waits (up to the ledger wait)
- * for the ledger's payment; no answer, or a ledger that has not caught up, leaves the order
- * SETTLING for the worker.
+ * Verifies then settles. A refusal ends in REFUSED; a success, or a settlement the
+ * facilitator reports pending (broadcast under a hash, not yet confirmed), waits (up to the
+ * ledger wait) for the ledger's payment; no answer, or a ledger that has not caught up,
+ * leaves the order SETTLING for the worker. A facilitator that refuses the service itself
+ * (credentials, credits, rate limit) settled nothing: REFUSED, and the caller is told why
+ * (FacilitatorRefusedService).
  */
 export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
@@ -181,35 +185,69 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   const requirements = order.requirements as unknown as PaymentRequirements;
   if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
 
-  let verified: VerifyResponse;
-  try {
-    verified = await facilitator.verify(payload, requirements);
-  } catch (err) {
-    const response = (err as { response?: VerifyResponse }).response;
-    if (!response) {
-      deps.log.warn("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(err) });
-      return order;
-    }
-    verified = response;
+  const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
+  if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
+  if (verified.kind === "no-answer") {
+    deps.log.warn("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(verified.error) });
+    return order;
   }
-  if (!verified.isValid) {
-    return refused(deps, order, `facilitator: ${verified.invalidReason ?? "invalid payment"}${verified.invalidMessage ? ` (${verified.invalidMessage})` : ""}`);
+  if (!verified.response.isValid) {
+    const { invalidReason, invalidMessage } = verified.response;
+    return refused(deps, order, `facilitator: ${invalidReason ?? "invalid payment"}${invalidMessage ? ` (${invalidMessage})` : ""}`);
   }
 
-  let result: SettleResponse;
-  try {
-    result = await facilitator.settle(payload, requirements);
-  } catch (err) {
-    const response = (err as { response?: SettleResponse }).response;
-    if (!response) {
-      // Unclear whether it landed: the worker decides from the chain and the ledger.
-      deps.log.warn("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(err) });
-      return order;
-    }
-    result = response;
+  const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
+  if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
+  if (settled.kind === "no-answer") {
+    // Unclear whether it landed: the worker decides from the chain and the ledger.
+    deps.log.warn("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(settled.error) });
+    return order;
+  }
+  const result = settled.response;
+  if (isSettlementPending(result)) {
+    // Broadcast, not confirmed: it may still land, so the payer is never told it did not.
+    // The hash is kept on the order; the ledger decides, as for any settlement.
+    deps.log.info("facilitator reports the settlement pending; waiting for the chain", { requestId: order.requestId, txHash: result.transaction || null });
+    const pending = result.transaction ? await move(deps, order, ["SETTLING"], "SETTLING", { txHash: result.transaction }) : order;
+    return awaitLedgerPayment(deps, pending);
   }
   if (!result.success) return refused(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
   return awaitLedgerPayment(deps, order);
+}
+
+/** Thrown after an order is REFUSED because the facilitator refused the service (401, 402, 429): the payer's answer. */
+export class FacilitatorRefusedService extends ServiceError {}
+
+/**
+ * The facilitator refused the service itself: nothing was submitted, so the order is
+ * REFUSED (its authorization is still watched until it expires, as every refusal's is) and
+ * the payer is told, with a code of its own, that nothing was charged. Operators get a log
+ * line and a metric: 401 and 402 need them (a key, credits); 429 passes.
+ */
+async function refusedService(
+  deps: FlowDeps,
+  order: Order,
+  operation: "verify" | "settle",
+  refusal: { status: ServiceRefusalStatus; detail: string },
+): Promise<never> {
+  const code = SERVICE_REFUSALS[refusal.status];
+  const what = {
+    401: "refused the service's credentials",
+    402: "has no settlement credits left for this service",
+    429: "is rate-limiting this service",
+  }[refusal.status];
+  deps.metrics.facilitatorRefusals.inc({ chain: order.chain, operation, status: String(refusal.status) });
+  const line = { requestId: order.requestId, chain: order.chain, operation, status: refusal.status, error: refusal.detail };
+  if (refusal.status === 429) deps.log.warn("facilitator rate-limited the service; the payment was not settled", line);
+  else deps.log.error(`facilitator ${what}; no payment settles until an operator acts (FACILITATOR_API_KEY_${order.chain}, credits)`, line);
+  const reason = `the ${order.chain} facilitator ${what} (${refusal.status}); nothing was settled`;
+  const moved = await refuse(deps, order, reason);
+  throw new FacilitatorRefusedService(code, `${reason}, and nothing was charged; sign a new authorization to pay later`, {
+    request_id: moved.requestId,
+    charged: false,
+    // Celo documents the 429 but not its window: a minute is a guess, stated as one.
+    ...(refusal.status === 429 ? { retry_after_seconds: 60 } : {}),
+  });
 }
 
 /**
@@ -222,6 +260,12 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
   const onChain = await authorizationOnChain(deps, order).catch(() => undefined);
   if (!onChain) return order; // the chain could not be read: the worker decides later
   if (onChain.used) return awaitLedgerPayment(deps, order);
+  // A settlement reported pending earlier is still in flight: it may land until the
+  // authorization expires (the worker closes it then), so it is not refused.
+  if (order.txHash) {
+    deps.log.warn("facilitator refused a payment whose earlier settlement is still pending; waiting for the chain", { requestId: order.requestId, reason });
+    return order;
+  }
   return refuse(deps, order, reason);
 }
 
@@ -253,8 +297,12 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
   }
   if (!onChain.used) {
     if (o.authValidBefore! > onChain.timestamp) {
-      const order = await settle(deps, o);
-      if (order.status === "PAID") await fulfil(deps, order);
+      // A facilitator refusing the service leaves the order REFUSED: nothing more to do here.
+      const order = await settle(deps, o).catch((err: unknown) => {
+        if (err instanceof FacilitatorRefusedService) return undefined;
+        throw err;
+      });
+      if (order?.status === "PAID") await fulfil(deps, order);
     } else {
       await deps.orders.transition(o.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
     }

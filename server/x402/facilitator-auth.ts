@@ -2,6 +2,9 @@
  * Credentials for each chain's facilitator, as @x402/core's HTTP facilitator client takes
  * them (headers per request path). FACILITATOR_AUTH_<CHAIN> chooses:
  *   - none: the local facilitator, or a public one;
+ *   - api-key: `X-API-Key: FACILITATOR_API_KEY_<CHAIN>` on verify, settle and supported, as Celo's
+ *     hosted facilitator takes its key (celo-org/docs, build/agents/x402: only /settle needs it,
+ *     and Celo's own sample sends it on all three);
  *   - bearer: `Authorization: Bearer FACILITATOR_TOKEN_<CHAIN>` on verify, settle and supported;
  *   - cdp: Coinbase's (CDP) facilitator, through its own package (@coinbase/x402), which signs
  *     a short-lived JWT per request with CDP_API_KEY_ID and CDP_API_KEY_SECRET.
@@ -16,6 +19,10 @@ export type FacilitatorAuth = FacilitatorConfig["createAuthHeaders"];
 
 export function facilitatorAuth(config: Config, chain: ChainKey): FacilitatorAuth {
   switch (config[`FACILITATOR_AUTH_${chain}`]) {
+    case "api-key": {
+      const headers = { "X-API-Key": config[`FACILITATOR_API_KEY_${chain}`]! };
+      return async () => ({ verify: headers, settle: headers, supported: headers });
+    }
     case "bearer": {
       const headers = { Authorization: `Bearer ${config[`FACILITATOR_TOKEN_${chain}`]!}` };
       return async () => ({ verify: headers, settle: headers, supported: headers });

@@ -75,7 +75,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", fields);
     }
     const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
-    if (order.txHash) {
+    // The settlement header says "settled": not while a settlement is only reported pending.
+    if (order.txHash && order.status !== "SETTLING") {
       headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader({
         success: true,
         transaction: order.txHash,

@@ -3,6 +3,12 @@
  * POST /settle, GET /supported), built on @x402/core's x402Facilitator with @x402/evm's
  * `exact` scheme (EIP-3009), one signer per chain. It stands in for the chains' hosted
  * facilitators; the service reaches either through the same HTTP client.
+ *
+ * Started with `apiKey` it meters /settle as Celo's hosted facilitator does (celo-org/docs,
+ * build/agents/x402): /settle needs `X-API-Key` (401 without a valid one), spends one credit
+ * per settlement (402 once `credits` are gone) and has a rate limit (429 past
+ * `settlesPerMinute`); /verify and /supported stay open. Celo documents those statuses and
+ * not their bodies, so the bodies here are a plain `{error}` a client must not rely on.
  */
 import { Hono } from "hono";
 import { x402Facilitator } from "@x402/core/facilitator";
@@ -11,6 +17,7 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
 import pLimit from "p-limit";
+import { createHash, timingSafeEqual } from "node:crypto";
 import { createWalletClient, http, publicActions, type Account } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { chainInfo, viemChain, type ChainKey } from "../../lib/chains.ts";
@@ -23,7 +30,7 @@ export interface FacilitatorChain {
   rpcUrl: string;
 }
 
-export function createFacilitator(account: Account, chains: FacilitatorChain[]): x402Facilitator {
+export function createFacilitator(account: Account, chains: FacilitatorChain[], options: { confirmationTimeoutMs?: number } = {}): x402Facilitator {
   const facilitator = new x402Facilitator();
   for (const { chain, rpcUrl } of chains) {
     const client = createWalletClient({
@@ -34,14 +41,25 @@ export function createFacilitator(account: Account, chains: FacilitatorChain[]):
     }).extend(publicActions);
     const signer = toFacilitatorEvmSigner(
       { ...client, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
-      { confirmationTimeoutMs: CONFIRMATION_TIMEOUT_MS },
+      // A receipt not seen in time is answered `settlement_pending` with the broadcast hash.
+      { confirmationTimeoutMs: options.confirmationTimeoutMs ?? CONFIRMATION_TIMEOUT_MS },
     );
     facilitator.register(chainInfo(chain).caip2, new ExactEvmScheme(signer));
   }
   return facilitator;
 }
 
-function problem(status: 400 | 500, detail: string) {
+/** Metering of /settle, as Celo's hosted facilitator does it (see the file's comment). */
+export interface SettleMetering {
+  /** The key /settle requires in X-API-Key. */
+  apiKey: string;
+  /** Settlements left before 402 (unlimited when absent). */
+  credits?: number;
+  /** Settlements per rolling minute before 429 (unlimited when absent). */
+  settlesPerMinute?: number;
+}
+
+function problem(status: 400 | 401 | 402 | 429 | 500, detail: string) {
   return new Response(JSON.stringify({ error: detail }), {
     status,
     headers: { "content-type": "application/json" },
@@ -49,8 +67,22 @@ function problem(status: 400 | 500, detail: string) {
 }
 
 /** The facilitator HTTP API, protocol v2. Bodies: { x402Version, paymentPayload, paymentRequirements }. */
-export function facilitatorApp(facilitator: x402Facilitator): Hono {
+export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMetering): Hono {
   const app = new Hono();
+  let credits = metering?.credits;
+  const recentSettles: number[] = [];
+  /** The metering's refusal of a /settle, if any; a settlement admitted spends a credit. */
+  const refusal = (key: string | undefined): Response | undefined => {
+    if (!metering) return undefined;
+    if (!key || !safeEqual(key, metering.apiKey)) return problem(401, key ? "Invalid X-API-Key" : "Missing X-API-Key");
+    if (credits !== undefined && credits <= 0) return problem(402, "Out of credits");
+    const now = Date.now();
+    while (recentSettles.length > 0 && recentSettles[0]! <= now - 60_000) recentSettles.shift();
+    if (metering.settlesPerMinute !== undefined && recentSettles.length >= metering.settlesPerMinute) return problem(429, "Rate limit reached");
+    recentSettles.push(now);
+    if (credits !== undefined) credits -= 1;
+    return undefined;
+  };
 
   async function parse(req: Request) {
     let body: unknown;
@@ -83,6 +115,8 @@ export function facilitatorApp(facilitator: x402Facilitator): Hono {
   // several service instances, too) never race for a nonce.
   const settling = new Map<string, ReturnType<typeof pLimit>>();
   app.post("/settle", async (c) => {
+    const refused = refusal(c.req.header("x-api-key"));
+    if (refused) return refused;
     const parsed = await parse(c.req.raw);
     if ("error" in parsed) return problem(400, parsed.error!);
     const network = parsed.requirements.network;
@@ -92,4 +126,10 @@ export function facilitatorApp(facilitator: x402Facilitator): Hono {
 
   app.onError((err) => problem(500, err.message));
   return app;
+}
+
+/** Compares two keys in constant time (by their digests, so lengths may differ). */
+function safeEqual(a: string, b: string): boolean {
+  const digest = (s: string) => createHash("sha256").update(s).digest();
+  return timingSafeEqual(digest(a), digest(b));
 }
