@@ -18,6 +18,7 @@ import { chainInfo } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
+import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
 import { mountOps } from "./ops.ts";
 import { clientAddress } from "./limits.ts";
 import { buildHub, callbackOptions } from "./services.ts";
@@ -182,6 +183,9 @@ export function createApp(deps: AppDeps): Hono {
     log: log(),
     baseUrl: config.PUBLIC_URL,
   });
+
+  app.use(BILLER_WEBHOOK_PATH, billBodyLimit);
+  mountBillerWebhook(app, { flow: deps.flow, limits, token: config.BILLER_WEBHOOK_TOKEN });
 
   mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
   const operatorState = new OperatorState({

@@ -122,6 +122,15 @@ export const configSchema = z.object({
   BILLER_DEFAULT_EMAIL: z.string().email().default("bills@billpay.local"),
   /** How long the biller's products and plans are kept before they are read again. */
   CATALOGUE_TTL_MS: z.coerce.number().int().min(0).default(600_000),
+  /**
+   * How long a pay the biller has no record of (requery answers "unknown request id") may
+   * still appear before another attempt is sent under a new id; well past BILLER_TIMEOUT_MS.
+   */
+  BILLER_UNKNOWN_GRACE_MS: z.coerce.number().int().min(0).default(120_000),
+  /** Pay attempts one order may make (each under its own request id) before it waits for an operator. */
+  BILLER_MAX_PAY_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
+  /** Optional secret the biller's webhook URL must carry as ?token= (set it in the URL registered with the biller). */
+  BILLER_WEBHOOK_TOKEN: z.string().min(16).optional(),
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),
   REQUERY_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
   LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
@@ -159,6 +168,8 @@ export const configSchema = z.object({
   RATE_LIMIT_PAYING_KEY: rateLimit("120/60"),
   /** 402 challenges and quotes for bills this instance has not priced lately, per client address (kept per instance). */
   RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),
+  /** Biller webhooks acted on (each a requery), per order; past it the webhook answers 429 and the biller sends it again later. */
+  RATE_LIMIT_WEBHOOK_ORDER: rateLimit("6/60"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
   /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */

@@ -224,6 +224,24 @@ const MIGRATIONS: string[] = [
    SELECT 'migrated:' || rate_milli::text, rate_milli, NULL, 'quote (before rate versions)', min(created_at), max(created_at)
      FROM quote WHERE expires_at > now() GROUP BY rate_milli;
    DROP TABLE quote;`,
+  // Real upstreams. A bill keeps its vend plan (how it vends, decided when it was priced) and
+  // every code the biller handed over. Each pay to the biller is an attempt with its own
+  // request id, made when it is sent (the biller refuses an id not dated today): the order's
+  // old fixed id becomes its first attempt wherever a pay may have been sent.
+  `ALTER TABLE bill_order ALTER COLUMN biller_request_id DROP NOT NULL;
+   ALTER TABLE bill_order ADD COLUMN vend jsonb;
+   ALTER TABLE bill_order ADD COLUMN purchased_codes jsonb;
+   CREATE TABLE biller_attempt (
+     biller_request_id text        PRIMARY KEY,
+     request_id        text        NOT NULL REFERENCES bill_order (request_id),
+     attempt           integer     NOT NULL,
+     pay               jsonb,
+     sent_at           timestamptz NOT NULL DEFAULT now(),
+     UNIQUE (request_id, attempt)
+   );
+   INSERT INTO biller_attempt (biller_request_id, request_id, attempt, sent_at)
+   SELECT biller_request_id, request_id, 1, updated_at FROM bill_order
+    WHERE biller_request_id IS NOT NULL AND status IN ('PAID', 'PENDING', 'SUCCESS', 'REFUNDING', 'REFUNDED', 'NEEDS_REVIEW');`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

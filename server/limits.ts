@@ -14,7 +14,7 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { ServiceError } from "./errors.ts";
 
-export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress";
+export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder";
 
 const SETTINGS: Record<LimitName, keyof Config> = {
   linkAddress: "RATE_LIMIT_LINK_ADDRESS",
@@ -22,6 +22,7 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   payingKey: "RATE_LIMIT_PAYING_KEY",
   challengeAddress: "RATE_LIMIT_CHALLENGE_ADDRESS",
   orderAddress: "RATE_LIMIT_ORDER_ADDRESS",
+  webhookOrder: "RATE_LIMIT_WEBHOOK_ORDER",
 };
 
 /** Limits kept in each instance's memory whatever the database (see the file's comment). */
@@ -64,6 +65,7 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   payingKey: "paying calls with this api_key",
   challengeAddress: "new bills priced for this address",
   orderAddress: "order lookups from this address",
+  webhookOrder: "biller webhooks for this order",
 };
 
 /** A bounded memory of keys seen lately (oldest forgotten first). */

@@ -42,8 +42,22 @@ export const paymentRequestSchema = z.object({
   token: z.string().trim().min(1).max(16),
   blockchain: z.string().trim().min(1).max(16),
   wallet_address: z.string().regex(/^0x[0-9a-fA-F]{40}$/, "must be a 0x-prefixed 20-byte hex address"),
-  /** The plan, where the product has plans (data bundles, bouquets, prepaid/postpaid, exam type, bank). */
-  variation_code: z.string().trim().min(1).max(64).optional().describe("The plan, where the product has plans (see list_plans)"),
+  /** The plan, where the product has plans (data bundles, bouquets, prepaid/postpaid, exam type, bank); resolved from the bill when absent. */
+  variation_code: z
+    .string()
+    .trim()
+    .min(1)
+    .max(64)
+    .optional()
+    .describe("The plan (see list_plans). Optional: a fixed-price plan is found by nairaAmount, a meter type by the meter's check, a bank by network"),
+  /** DStv and GOtv: change to a bouquet, or renew the current one (see list_plans); resolved from the amount when absent. */
+  subscription_type: z
+    .string()
+    .trim()
+    .transform((s) => s.toLowerCase())
+    .pipe(z.enum(["change", "renew"], { error: "must be change or renew" }))
+    .optional()
+    .describe("DStv and GOtv: change (to the bouquet in variation_code, or the one priced at nairaAmount) or renew (the current bouquet at its renewal amount)"),
   /** The customer's phone for products that are not themselves a phone number. */
   phone: z.string().trim().regex(/^\+?\d{7,15}$/).optional().describe("The customer's phone, for products that are not a phone number"),
   // International bills (serviceID foreign-airtime): the biller's own fields, from list_international_options.
@@ -52,7 +66,7 @@ export const paymentRequestSchema = z.object({
     .positive()
     .refine((n) => toScaled(n, 2) !== undefined, "has at most 2 decimals, written plainly")
     .optional()
-    .describe("International bills: the amount in the country's currency; nairaAmount must be it at the biller's rate"),
+    .describe("International bills: the amount in the country's currency (what the biller's pay sends); nairaAmount must be it at the biller's rate"),
   country_code: z
     .string()
     .trim()

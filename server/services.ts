@@ -8,8 +8,9 @@ import { log } from "./log.ts";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import type { Deployments } from "../lib/deployments.ts";
 import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
-import { Catalogue } from "./biller/catalogue.ts";
-import { VtpassClient } from "./biller/vtpass.ts";
+import { Catalogue } from "./biller/catalogue/catalogue.ts";
+import { VtpassClient } from "./biller/vtpass/client.ts";
+import { BillerAttempts } from "./orders/attempts.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
@@ -48,6 +49,7 @@ export function buildFlow(
   const orders = new OrderStore(db);
   return {
     orders,
+    attempts: new BillerAttempts(db),
     orphans: new Orphans(db),
     callbacks: new Callbacks(db, orders, callbackOptions(config), log()),
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO, "CELO"), BASE: facilitator(config.FACILITATOR_URL_BASE, "BASE") },
@@ -56,6 +58,8 @@ export function buildFlow(
     operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
+    unknownRequestGraceMs: config.BILLER_UNKNOWN_GRACE_MS,
+    maxPayAttempts: config.BILLER_MAX_PAY_ATTEMPTS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
     log: log(),
@@ -103,7 +107,6 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
       log(),
     ),
     schedules: new ScheduleStore(db),
-    biller: flow.biller,
     ledger: flow.ledger,
     limits: new Limits(config, db),
     gates: buildGates(config),

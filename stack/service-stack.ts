@@ -16,8 +16,9 @@ import { buildFlow, buildHub } from "../server/services.ts";
 import { log } from "../server/log.ts";
 import type { AgentHub } from "../server/agent/hub.ts";
 import type { HotKeys } from "../server/chain/operator.ts";
-import { billerSandboxApp } from "../services/biller-sandbox/app.ts";
-import { createFacilitator, facilitatorApp } from "../services/facilitator/app.ts";
+import { billerSandboxApp, type SandboxOptions } from "../services/biller-sandbox/app.ts";
+import { createFacilitator, facilitatorApp, type SettleMetering } from "../services/facilitator/app.ts";
+import { BILLER_WEBHOOK_PATH } from "../server/orders/biller-webhook.ts";
 
 /** Serves `fetch` on 127.0.0.1:`port` (0: a free port). */
 export async function listen(fetch: (req: Request, env?: unknown) => Response | Promise<Response>, port = 0) {
@@ -51,9 +52,14 @@ export async function startServiceStack(options: {
   shared?: { facilitator: string; biller: string };
   /** The instance's own operator and refunder keys (one key per instance); the local ones when absent. */
   keys?: HotKeys;
+  /** The biller sandbox's behaviour (its keys come from the service's settings; its webhook calls this service). */
+  sandbox?: Partial<Omit<SandboxOptions, "apiKey" | "secretKey" | "publicKey">>;
+  /** The local facilitator's metering of /settle, as Celo's hosted one meters it. */
+  facilitatorMetering?: SettleMetering;
 }): Promise<ServiceStack> {
   const { deployments } = options;
   const closers: Array<() => Promise<unknown>> = [];
+  let serviceUrl: string | undefined;
   try {
     const chains = deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
     const base = loadConfig(options.env ?? {});
@@ -63,10 +69,12 @@ export async function startServiceStack(options: {
       facilitator = { url: options.shared.facilitator };
       biller = { url: options.shared.biller };
     } else {
-      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains)).fetch, options.ports?.facilitator);
+      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains), options.facilitatorMetering).fetch, options.ports?.facilitator);
       closers.push(ownFacilitator.close);
       const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
-      const ownBiller = await listen(billerSandboxApp(keys).fetch, options.ports?.biller);
+      // The sandbox calls this service's webhook, as VTpass calls the URL a merchant registers.
+      const webhookUrl = () => (serviceUrl ? `${serviceUrl}${BILLER_WEBHOOK_PATH}${base.BILLER_WEBHOOK_TOKEN ? `?token=${base.BILLER_WEBHOOK_TOKEN}` : ""}` : undefined);
+      const ownBiller = await listen(billerSandboxApp({ webhookUrl, ...options.sandbox, ...keys }).fetch, options.ports?.biller);
       closers.push(ownBiller.close);
       facilitator = ownFacilitator;
       biller = ownBiller;
@@ -86,6 +94,7 @@ export async function startServiceStack(options: {
     const hub = buildHub(config, deployments, db, flow, rates);
     const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);
     closers.push(service.close);
+    serviceUrl = service.url;
 
     return {
       config,

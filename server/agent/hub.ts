@@ -7,8 +7,7 @@
 import { formatUnits, type Hex } from "viem";
 import { chainInfo, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
-import type { VtpassClient } from "../biller/vtpass.ts";
-import type { OptionsQuery } from "../biller/international.ts";
+import type { OptionsQuery } from "../biller/catalogue/international.ts";
 import { ledgerPeriodLimit, readWalletState, type PeriodLimit } from "../chain/wallet-state.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db.ts";
@@ -38,7 +37,6 @@ export interface HubDeps {
   flow: FlowDeps;
   links: LinkStore;
   schedules: ScheduleStore;
-  biller: VtpassClient;
   ledger: LedgerClient;
   /** The service's rate limits (one set per instance, shared with the HTTP routes). */
   limits: Limits;
@@ -104,8 +102,8 @@ export class AgentHub {
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
     checkCallbackUrl(bill.callback_url, this.deps.config.CALLBACK_ALLOW_PRIVATE);
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
-    const { hash, quote } = await quoteBill(request, this.pricing, { chain, token });
-    return { bill: request, bodyHash: hash, amount: quote.amount };
+    const { hash, quote, vend } = await quoteBill(request, this.pricing, { chain, token });
+    return { bill: request, bodyHash: hash, amount: quote.amount, vend };
   }
 
   /** get_quote: the bill's price on the pull option under the current rate version, with its breakdown. */
@@ -375,16 +373,9 @@ export class AgentHub {
     };
   }
 
-  async plans(serviceID: string) {
-    try {
-      const variations = await this.deps.biller.variations(serviceID);
-      return {
-        serviceID,
-        plans: variations.map((v) => ({ variation_code: v.variation_code, name: v.name, nairaAmount: Number(v.variation_amount), fixed_price: v.fixedPrice === "Yes" })),
-      };
-    } catch (err) {
-      throw new ServiceError("BILLER_UNAVAILABLE", `could not list plans for "${serviceID}": ${(err as Error).message}`);
-    }
+  /** list_plans: a product's plans with their prices (null: any amount), from the catalogue every bill is checked against. */
+  plans(serviceID: string) {
+    return this.deps.flow.catalogue.plans(serviceID);
   }
 
   /** list_international_options: countries, then product types, operators and plans, then a bill to pay. */

@@ -109,8 +109,10 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       name: "list_plans",
       title: "List plans",
       description:
-        "The plans (variation_code, name, nairaAmount) of a product with plans: data bundles (mtn-data, ...), cable bouquets " +
-        "(dstv, gotv, ...), electricity meter types, exam types (waec, jamb). Pass the variation_code to pay_bill.",
+        "The plans (variation_code, name, nairaAmount; null for an open amount) of a product with plans: data bundles (mtn-data, ...), " +
+        "cable bouquets (dstv, gotv, ...), electricity meter types, exam types (waec, jamb), banks (bank-deposit). variation_code is " +
+        "optional in pay_bill: a fixed-price plan is found by nairaAmount, a meter's type by its check, a bank by network. " +
+        "DStv and GOtv also take subscription_type: change (to a bouquet) or renew (the current bouquet at its renewal amount).",
       input: { api_key: apiKey.optional(), serviceID: billFields.serviceID },
       paying: false,
       authenticated: false,
@@ -130,7 +132,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       authenticated: false,
       examples: [
         '{"skill":"list_international_options","arguments":{}}',
-        '{"skill":"list_international_options","arguments":{"country_code":"GH","product_type_id":"1","operator_id":"1","foreignAmount":20}}',
+        '{"skill":"list_international_options","arguments":{"country_code":"GH","product_type_id":"1","operator_id":"5","foreignAmount":20}}',
       ],
       run: ({ api_key: _key, ...query }, _link, ctx) => ctx.hub.internationalOptions(query),
     }),

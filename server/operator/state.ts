@@ -13,7 +13,7 @@ import { explorerTxUrl, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
 import type { FacilitatorClient } from "@x402/core/server";
-import type { VtpassClient } from "../biller/vtpass.ts";
+import type { BillerApi } from "../biller/upstream.ts";
 import type { Db } from "../db.ts";
 import { errorText } from "../log-safety.ts";
 import type { RateSource } from "../pricing/rates.ts";
@@ -64,7 +64,7 @@ export interface OperatorStateDeps {
   deployments: Deployments;
   ledgerUrl: string;
   rates: RateSource;
-  biller: VtpassClient;
+  biller: Pick<BillerApi, "ping">;
   /** Each chain's facilitator client (with its credentials) and its URL, for the health check. */
   facilitators: Partial<Record<ChainKey, { url: string; client: Pick<FacilitatorClient, "getSupported"> }>>;
   keys: { operator: string; refunder: string };

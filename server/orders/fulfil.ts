@@ -1,25 +1,30 @@
 /**
- * What every order does once it is paid, whichever rail paid it: post-settlement
- * verification where the product has it, vending through the biller (requeried while it is
- * pending), and an on-chain refund when the bill fails. Each step is a state transition in
- * the order table, so the worker can finish whatever a crash or a slow biller left behind.
- * A refund is sent only for what the ledger shows was paid for the order, exactly.
+ * What every order does once it is paid, whichever rail paid it: the post-settlement number
+ * check where the product has one, then pay attempts at the biller (each under a request id
+ * of its own, made when it is sent: orders/attempts.ts), requeried while pending, and an
+ * on-chain refund when the bill fails or the biller later reverses it. How the bill vends
+ * was decided when it was priced (its vend plan, biller/catalogue/vend-plan.ts). Each step
+ * is a state transition in the order table, so the worker can finish whatever a crash or a
+ * slow biller left behind. A refund is sent only for what the ledger shows was paid for the
+ * order, exactly.
  */
 import { type Log } from "../log.ts";
 import type { Hex } from "viem";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
-import type { Catalogue } from "../biller/catalogue.ts";
-import type { VendResult, VtpassClient } from "../biller/vtpass.ts";
-import { isInternational } from "../biller/international.ts";
+import type { Catalogue } from "../biller/catalogue/catalogue.ts";
+import { legacyPlan } from "../biller/catalogue/plans.ts";
+import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catalogue/vend-plan.ts";
+import { formatKobo } from "../biller/catalogue/amounts.ts";
+import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import { errorText } from "../log-safety.ts";
 import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
-import { toScaled } from "../pricing/decimal.ts";
+import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import { FINAL_STATUSES, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
@@ -27,14 +32,15 @@ export async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to
   return (await deps.orders.transition(order.requestId, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
-
 export interface FlowDeps {
   orders: OrderStore;
+  /** Pay attempts at the biller, by the request id each was sent under. */
+  attempts: BillerAttempts;
   deployments: Deployments;
   /** How long whoever works an order (a request or the worker) holds it: longer than its worst case. */
   leaseSeconds: number;
   facilitators: Partial<Record<ChainKey, FacilitatorClient>>;
-  biller: VtpassClient;
+  biller: BillerApi;
   /** The biller's products and plans, cached: every bill is checked against it before it is priced. */
   catalogue: Catalogue;
   /** The hot keys' transactions on BillPay: pulls (operator) and refunds (refunder). */
@@ -46,6 +52,10 @@ export interface FlowDeps {
   /** How long a request waits for the biller before answering TIMEOUT. */
   vendDeadlineMs: number;
   requeryIntervalMs: number;
+  /** How long a pay the biller has no record of may still appear, before another attempt is sent. */
+  unknownRequestGraceMs: number;
+  /** Pay attempts one order may make before it waits for an operator. */
+  maxPayAttempts: number;
   /** The phone sent with products that are not themselves a phone number. */
   defaultPhone: string;
   /** The e-mail the biller's international pay call requires. */
@@ -55,100 +65,130 @@ export interface FlowDeps {
   log: Log;
 }
 
-
-/** Numbers checked with the biller after settlement, before vending (Showmax has none). */
-export function needsVerification(bill: Pick<PaymentRequest, "serviceCategory" | "serviceID">): boolean {
-  switch (bill.serviceCategory) {
-    case "ELECTRICITY":
-    case "BANK":
-      return true;
-    case "EDUCATION":
-      return bill.serviceID === "jamb";
-    case "CABLE":
-      return bill.serviceID !== "showmax";
-    default:
-      return false;
-  }
-}
-
-
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
 export const FINISHED = new Set<OrderStatus>(FINAL_STATUSES);
 
+/** The order's vend plan: the one stored when it was priced, or, for an older order, its bill's fields. */
+export function planOf(o: Order): VendPlan {
+  return o.vend ?? legacyPlan(o.bill as unknown as PaymentRequest);
+}
+
+/** What one look at the biller came to: its answer, a stop for an operator, or the order already moved (refunded before any pay). */
+type Step = VendResult | { review: string } | { order: Order };
+
 /**
- * Vends a paid order: verification where the product has it, then the biller, waiting up to
- * the deadline. `resumed`: the order was left PAID by an earlier attempt that may already
- * have sent the pay, so the biller is asked first; only if it has no record of the request
- * is the order verified and paid (never refunded for a bill that may have been delivered).
+ * Vends a paid order: the number check where the product has one, then a pay attempt,
+ * requeried until the deadline. An order whose pay was already prepared (a crash, or the
+ * worker resuming it) is followed up instead, by the id it was sent under: a pay is never
+ * sent twice under one id, and a new attempt only once the biller has no record of the last.
  */
-export async function fulfil(deps: FlowDeps, order: Order, options: { resumed?: boolean } = {}): Promise<Order> {
-  if (options.resumed) {
-    const known = await deps.biller.requery(order.billerRequestId);
-    if (!(known.state === "pending" && known.unknownRequest)) return applyVendResult(deps, order, known);
+export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
+  const timer = deps.metrics.vendSeconds.startTimer();
+  const last = await deps.attempts.latest(order.requestId);
+  let step: Step = last ? await followUp(deps, order, last) : await firstPay(deps, order);
+  const deadline = Date.now() + deps.vendDeadlineMs;
+  while ("state" in step && step.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
+    await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
+    step = await followUp(deps, order);
   }
-  const bill = order.bill as unknown as PaymentRequest;
-  if (needsVerification(bill)) {
+  if ("order" in step) return step.order;
+  timer({ outcome: "state" in step ? step.state : "review" });
+  return applyVendResult(deps, order, step);
+}
+
+/**
+ * The pay an order comes to: its plan, completed by the number check (a meter's type, a
+ * cable renewal's amount). A wrong number, or a plan the check shows cannot be paid,
+ * refunds the order.
+ */
+async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<CompletedPlan, { refuse: string }> | { order: Order }> {
+  const plan = planOf(order);
+  let verified;
+  if (plan.verify) {
     try {
-      const verified = await deps.biller.verify({ serviceID: bill.serviceID, billersCode: bill.billersCode, type: bill.variation_code });
-      if (!verified.ok) return refund(deps, order, `verification failed: ${verified.reason}`);
+      const answer = await deps.biller.verify({ serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) });
+      if (!answer.ok) return { order: await refund(deps, order, `verification failed: ${answer.reason}`) };
+      verified = answer;
     } catch (err) {
-      return refund(deps, order, `verification unavailable: ${errorText(err)}`);
+      return { order: await refund(deps, order, `verification unavailable: ${errorText(err)}`) };
     }
   }
-  const timer = deps.metrics.vendSeconds.startTimer();
-  let result = await pay(deps, order);
-  const deadline = Date.now() + deps.vendDeadlineMs;
-  while (result.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
-    await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
-    result = await requery(deps, order);
+  const completed = completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
+  if ("refuse" in completed) return { order: await refund(deps, order, completed.refuse) };
+  return completed;
+}
+
+async function firstPay(deps: FlowDeps, order: Order): Promise<Step> {
+  const prepared = await preparePay(deps, order);
+  if ("order" in prepared) return prepared;
+  if (prepared.flag) await deps.orders.transition(order.requestId, ["PAID", "PENDING"], order.status, { flag: prepared.flag });
+  return sendAttempt(deps, order, prepared.pay, 1);
+}
+
+/**
+ * Sends attempt `n` under a new request id, recorded before it is sent. An id the biller
+ * refuses for its date (085: a pay that crossed Lagos midnight) processed nothing, so one
+ * more attempt goes out at once under a fresh id; a second refusal is final.
+ */
+async function sendAttempt(deps: FlowDeps, order: Order, pay: AttemptPay, n: number, idRefusedBefore = false): Promise<Step> {
+  if (n > deps.maxPayAttempts) {
+    return { review: `${deps.maxPayAttempts} pay attempts reached the biller with no record of any; nothing more is sent until an operator decides` };
   }
-  timer({ outcome: result.state });
-  return applyVendResult(deps, order, result);
+  const id = deps.biller.newRequestId();
+  if (!(await deps.attempts.record(order.requestId, n, id, pay))) return { state: "pending", reason: "another worker made this pay attempt" };
+  const result = await deps.biller.pay({ ...pay, requestId: id });
+  if (result.state === "failed" && result.requestIdRefused && !idRefusedBefore) {
+    deps.log.warn("the biller refused a pay's request id (its date rule); sending it again under a fresh one", { requestId: order.requestId, billerRequestId: id });
+    return sendAttempt(deps, order, pay, n + 1, true);
+  }
+  return result;
 }
 
-/** Pays the biller under the order's fixed request id (a repeat is recognised as one). */
-function pay(deps: FlowDeps, order: Order): Promise<VendResult> {
-  const bill = order.bill as unknown as PaymentRequest;
-  const phone = bill.phone ?? (bill.serviceCategory === "AIRTIME" || bill.serviceCategory === "DATA" ? bill.billersCode : deps.defaultPhone);
-  return deps.biller.pay({
-    requestId: order.billerRequestId,
-    serviceID: bill.serviceID,
-    billersCode: bill.billersCode,
-    variationCode: bill.variation_code,
-    amount: bill.nairaAmount,
-    phone,
-    ...(isInternational(bill)
-      ? { international: { country_code: bill.country_code!, operator_id: bill.operator_id!, product_type_id: bill.product_type_id!, email: deps.defaultEmail } }
-      : {}),
-  });
+/**
+ * Asks the biller how the order's latest attempt stands, by the id it was sent under. When
+ * the biller has no record of it for longer than the grace (it never arrived, or was never
+ * sent: a crash between recording and sending), the next attempt goes out under a new id.
+ */
+export async function followUp(deps: FlowDeps, order: Order, last?: BillerAttempt): Promise<Step> {
+  const attempt = last ?? (await deps.attempts.latest(order.requestId));
+  if (!attempt) return firstPay(deps, order);
+  const result = await deps.biller.requery(attempt.billerRequestId);
+  if (!(result.state === "pending" && result.unknownRequest)) return result;
+  if (Date.now() - attempt.sentAt.getTime() < deps.unknownRequestGraceMs) return result;
+  if (attempt.pay) return sendAttempt(deps, order, attempt.pay, attempt.attempt + 1);
+  // An attempt recorded before pays were kept: its pay is prepared again.
+  const prepared = await preparePay(deps, order);
+  if ("order" in prepared) return prepared;
+  return sendAttempt(deps, order, prepared.pay, attempt.attempt + 1);
 }
 
-/** Asks the biller how the order stands; when it has no record, the pay is sent again. */
-export async function requery(deps: FlowDeps, order: Order): Promise<VendResult> {
-  const result = await deps.biller.requery(order.billerRequestId);
-  return result.state === "pending" && result.unknownRequest ? pay(deps, order) : result;
+/** Notes for operators when the biller charged other than the bill (a plan repriced since the quote, a fee it added). */
+function chargeFlags(order: Order, charge: BillerCharge): string | undefined {
+  const priced = BigInt(planOf(order).chargeKobo);
+  const flags: string[] = [];
+  if (charge.amountKobo !== null && charge.amountKobo !== priced) flags.push(`the biller charged ${formatKobo(charge.amountKobo)} NGN; the bill was priced at ${formatKobo(priced)} NGN`);
+  if (charge.feeKobo !== null && charge.feeKobo > 0n) flags.push(`the biller added a convenience fee of ${formatKobo(charge.feeKobo)} NGN`);
+  else if (charge.totalKobo !== null && charge.amountKobo !== null && charge.totalKobo > charge.amountKobo) {
+    flags.push(`the biller debited ${formatKobo(charge.totalKobo)} NGN for a ${formatKobo(charge.amountKobo)} NGN bill`);
+  }
+  return flags.length > 0 ? flags.join("; ") : undefined;
 }
 
-/** A note for operators when the biller charged something other than the bill's amount (a plan repriced since the quote, say). */
-function chargeFlag(order: Order, charged: string | null): string | undefined {
-  if (charged === null) return undefined;
-  const priced = (order.bill as unknown as PaymentRequest).nairaAmount;
-  // Kobo, as integers: the biller answers "1000.00", 1000 or "1,000.00" depending on the product.
-  const expected = toScaled(priced, 2);
-  const actual = toScaled(charged.replace(/,/g, ""), 2);
-  return actual !== undefined && actual === expected ? undefined : `the biller charged ${charged} NGN; the bill was priced at ${priced} NGN`;
-}
-
-export async function applyVendResult(deps: FlowDeps, order: Order, result: VendResult): Promise<Order> {
+export async function applyVendResult(deps: FlowDeps, order: Order, result: VendResult | { review: string }): Promise<Order> {
+  if ("review" in result) {
+    deps.log.error("bill held for an operator", { requestId: order.requestId, reason: result.review });
+    return move(deps, order, ["PAID", "PENDING"], "NEEDS_REVIEW", { failureReason: result.review });
+  }
   switch (result.state) {
     case "delivered": {
-      const flag = chargeFlag(order, result.amount);
-      if (flag) deps.log.warn("biller amount differs from the bill; flagged for operators", { requestId: order.requestId, flag });
+      const flag = chargeFlags(order, result.charge);
+      if (flag) deps.log.warn("biller charge differs from the bill; flagged for operators", { requestId: order.requestId, flag });
       deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
       return move(deps, order, ["PAID", "PENDING"], "SUCCESS", {
-        purchasedCode: result.purchasedCode ?? undefined,
+        purchasedCode: purchasedCodeText(result.codes) ?? undefined,
+        purchasedCodes: result.codes.length > 0 ? result.codes : undefined,
         units: result.units ?? undefined,
-        billerAmount: result.amount ?? undefined,
+        billerAmount: result.charge.amountKobo === null ? undefined : formatKobo(result.charge.amountKobo),
         flag,
       });
     }
@@ -156,6 +196,33 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
       return refund(deps, order, `biller: ${result.reason}`);
     default:
       return move(deps, order, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason });
+  }
+}
+
+/**
+ * What the biller now says of an order it was paid for, acted on: a pending order is
+ * finished (served or refunded), and a served one the biller reversed is refunded, once
+ * (SUCCESS -> REFUNDING is one transition). A served order the biller still calls delivered,
+ * or a final one, is left as it is. Used by the biller's webhook, which only points at the
+ * order: what happened is always read from a requery.
+ */
+export async function actOnBillerState(deps: FlowDeps, order: Order): Promise<Order> {
+  switch (order.status) {
+    case "PAID":
+    case "PENDING": {
+      const step = await followUp(deps, order);
+      return "order" in step ? step.order : applyVendResult(deps, order, step);
+    }
+    case "SUCCESS": {
+      const last = await deps.attempts.latest(order.requestId);
+      if (!last) return order;
+      const now = await deps.biller.requery(last.billerRequestId);
+      if (now.state !== "failed" || !now.reversed) return order;
+      deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: last.billerRequestId });
+      return refund(deps, order, `the biller reversed the bill after delivering it (${now.reason})`, ["SUCCESS"]);
+    }
+    default:
+      return order;
   }
 }
 
@@ -171,9 +238,11 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
  * refund never exceeds what the chain shows was paid. A pulled order is refunded by its
  * order id, an x402 one with the payer's own authorization; BillPay refunds each once.
  */
-export async function refund(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
-  const refunding = await move(deps, order, ["PAID", "PENDING", "REFUNDING"], "REFUNDING", { failureReason: reason });
-  if (refunding.status !== "REFUNDING") return refunding;
+export async function refund(deps: FlowDeps, order: Order, reason: string, from: OrderStatus[] = ["PAID", "PENDING", "REFUNDING"]): Promise<Order> {
+  // Only the actor whose transition moves the order refunds it (a served order's reversal
+  // moves it from SUCCESS once; the worker retries from REFUNDING).
+  const refunding = await deps.orders.transition(order.requestId, from, "REFUNDING", { failureReason: reason });
+  if (!refunding) return (await deps.orders.get(order.requestId)) ?? order;
   try {
     const paid = await ledgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
@@ -254,6 +323,8 @@ export function orderResult(o: Order, options: { showCode: boolean } = { showCod
     units: o.units,
     request_id: o.requestId,
     tx_hash: o.txHash,
+    // Every code with its label (a WAEC card's serial and PIN, Eko's token and bonus token), beside the text.
+    ...(options.showCode && o.purchasedCodes && o.purchasedCodes.length > 1 ? { purchased_codes: o.purchasedCodes } : {}),
     ...(withheld ? { purchased_code_withheld: true } : {}),
     ...(notCharged
       ? // The payment never moved: nothing to refund. A refused one is refunded should it land before it expires.
@@ -267,7 +338,7 @@ export function orderResult(o: Order, options: { showCode: boolean } = { showCod
       : status === "FAILED_VENDING"
         ? { refund: { status: o.status === "REFUNDED" ? "REFUNDED" : "PENDING", tx_hash: o.refundTxHash, reason: o.failureReason } }
         : o.status === "NEEDS_REVIEW"
-          ? { review: { reason: o.failureReason, detail: "the chain does not show the payment this order expected; nothing was vended or sent, and an operator will decide" } }
+          ? { review: { reason: o.failureReason, detail: "held for an operator: nothing more is vended or sent until one decides" } }
           : {}),
   };
 }

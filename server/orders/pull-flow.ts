@@ -14,6 +14,7 @@ import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
+import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
 import { newOrderIds, type Order, type PullGuard } from "./store.ts";
@@ -24,6 +25,8 @@ export interface PullBill {
   /** The bill's identity (pricing/quote.ts): a repeat under one idempotency key must be the same bill. */
   bodyHash: string;
   amount: bigint;
+  /** How it vends, as the catalogue resolved it when it was priced. */
+  vend: VendPlan;
 }
 
 export interface PullInput {
@@ -75,6 +78,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
       ...newOrderIds(),
       bodyHash: b.bodyHash,
       bill: b.bill as unknown as Record<string, unknown>,
+      vend: b.vend,
       chain: input.chain,
       token: input.token,
       tokenAddress: input.tokenAddress,

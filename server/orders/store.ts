@@ -4,6 +4,7 @@
  *            PAID -> SUCCESS
  *                 -> PENDING (biller still working) -> SUCCESS | REFUNDING
  *                 -> REFUNDING -> REFUNDED
+ *            SUCCESS -> REFUNDING (the biller reversed the bill after delivering it) -> REFUNDED
  *   SETTLING -> REFUSED (the facilitator refused, or the authorization is not yet valid:
  *               nothing moved, but it may still land until it expires)
  *            REFUSED -> PAYMENT_FAILED (expired, or its nonce went elsewhere: it can never land)
@@ -22,13 +23,18 @@ import { randomBytes, randomUUID } from "node:crypto";
 import DataLoader from "dataloader";
 import { keccak256, toBytes, type Hex } from "viem";
 import { hashApiKey } from "../agent/credentials.ts";
-import { newBillerRequestId } from "../biller/vtpass.ts";
+import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
+import type { PurchasedCode } from "../biller/upstream.ts";
 import type { Db } from "../db.ts";
 
-/** A new order's ids: the biller's request id, and the service's (`req_` + it) from which BillPay's is derived. */
-export function newOrderIds(): { requestId: string; billerRequestId: string } {
-  const billerRequestId = newBillerRequestId();
-  return { requestId: `req_${billerRequestId}`, billerRequestId };
+/**
+ * A new order's id: `req_`, the UTC minute it was made (YYYYMMDDHHII) and 20 random hex
+ * characters; BillPay's order id is derived from it. The biller's request ids are made per
+ * pay attempt, when each is sent (orders/attempts.ts).
+ */
+export function newOrderIds(now = new Date()): { requestId: string } {
+  const stamp = now.toISOString().slice(0, 16).replace(/[-T:]/g, "");
+  return { requestId: `req_${stamp}${randomBytes(10).toString("hex")}` };
 }
 
 /** BillPay's 32-byte order id for a service request id. */
@@ -60,7 +66,8 @@ const queueingCallbacks = (update: string, finalParam: string) => `
     INSERT INTO callback_delivery (request_id, url, status)
     SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
     WHERE ${finalParam} = ANY('{${FINAL_STATUSES.join(",")}}'::text[]) AND bill->>'callback_url' IS NOT NULL
-    ON CONFLICT DO NOTHING)
+    -- A later final state (a served bill the biller reversed, then refunded) is told again.
+    ON CONFLICT (request_id) DO UPDATE SET status = 'PENDING', attempts = 0, next_attempt_at = now(), delivered_at = NULL, last_status = NULL, last_error = NULL)
   SELECT ${COLUMNS} FROM moved`;
 
 /** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
@@ -82,9 +89,10 @@ export interface Order {
   batchId: string | null;
   scheduleId: string | null;
   idempotencyKey: string | null;
-  billerRequestId: string;
   bodyHash: string;
   bill: Record<string, unknown>;
+  /** How the bill vends (decided when it was priced); null for orders made before plans were kept. */
+  vend: VendPlan | null;
   chain: string;
   token: string;
   tokenAddress: string;
@@ -98,6 +106,8 @@ export interface Order {
   status: OrderStatus;
   txHash: string | null;
   purchasedCode: string | null;
+  /** Every code the biller handed over (tokens, PINs and serials, vouchers), labelled. */
+  purchasedCodes: PurchasedCode[] | null;
   units: string | null;
   failureReason: string | null;
   refundTxHash: string | null;
@@ -120,9 +130,9 @@ interface Row {
   idempotency_key: string | null;
   created_at: Date;
   lease_token: string | null;
-  biller_request_id: string;
   body_hash: string;
   bill: Record<string, unknown>;
+  vend: VendPlan | null;
   chain: string;
   token: string;
   token_address: string;
@@ -135,6 +145,7 @@ interface Row {
   status: OrderStatus;
   tx_hash: string | null;
   purchased_code: string | null;
+  purchased_codes: PurchasedCode[] | null;
   units: string | null;
   failure_reason: string | null;
   refund_tx_hash: string | null;
@@ -143,8 +154,8 @@ interface Row {
   secret_hash: string | null;
 }
 
-const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount::text AS amount,
-  auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, units, failure_reason, refund_tx_hash,
+const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
+  auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
   biller_amount, flag, secret_hash`;
 
 function toOrder(r: Row): Order {
@@ -157,9 +168,9 @@ function toOrder(r: Row): Order {
     idempotencyKey: r.idempotency_key,
     createdAt: new Date(r.created_at),
     leaseToken: r.lease_token,
-    billerRequestId: r.biller_request_id,
     bodyHash: r.body_hash,
     bill: r.bill,
+    vend: r.vend,
     chain: r.chain,
     token: r.token,
     tokenAddress: r.token_address,
@@ -172,6 +183,7 @@ function toOrder(r: Row): Order {
     status: r.status,
     txHash: r.tx_hash,
     purchasedCode: r.purchased_code,
+    purchasedCodes: r.purchased_codes,
     units: r.units,
     failureReason: r.failure_reason,
     refundTxHash: r.refund_tx_hash,
@@ -186,6 +198,7 @@ export type NewOrder = Omit<
   | "status"
   | "txHash"
   | "purchasedCode"
+  | "purchasedCodes"
   | "units"
   | "failureReason"
   | "refundTxHash"
@@ -212,7 +225,7 @@ type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard };
 function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
   return [
     o.requestId,
-    o.billerRequestId,
+    o.vend === null ? null : JSON.stringify(o.vend),
     o.bodyHash,
     JSON.stringify(o.bill),
     o.chain,
@@ -234,7 +247,7 @@ export class OrderStore {
     // The request that creates the order holds its lease while it works on it: the worker
     // only takes orders whose lease has run out (their request died or gave up).
     const inserted = await this.db.query<Row>(
-      `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
+      `INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
                                auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
                                auth_valid_before, secret_hash)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17)
@@ -278,7 +291,7 @@ export class OrderStore {
     });
     // One statement: a batch is created whole or not at all.
     const inserted = await this.db.query<Row>(
-      `INSERT INTO bill_order (request_id, biller_request_id, body_hash, bill, chain, token, token_address, payer, amount,
+      `INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
                                status, lease_until, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key)
        VALUES ${values.join(", ")}
        ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -422,6 +435,17 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
+  /** Takes the order's lease if nobody holds it (a webhook's work); undefined when someone does. */
+  async claim(requestId: string, leaseSeconds: number): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
+      `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
+       WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now())
+       RETURNING ${COLUMNS}`,
+      [requestId, leaseSeconds, randomUUID()],
+    );
+    return row && toOrder(row);
+  }
+
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */
   async release(requestId: string, leaseToken: string | null): Promise<void> {
     await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1 AND lease_token = $2`, [requestId, leaseToken]);
@@ -437,7 +461,7 @@ export class OrderStore {
     requestId: string,
     from: OrderStatus[],
     to: OrderStatus,
-    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag">> = {},
+    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag">> = {},
   ): Promise<Order | undefined> {
     // An order that becomes final with a callback_url queues its callback in the same statement.
     const [row] = await this.db.query<Row>(
@@ -445,7 +469,9 @@ export class OrderStore {
         `UPDATE bill_order SET status = $3, updated_at = now(),
            tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
            failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
-           biller_amount = COALESCE($9, biller_amount), flag = COALESCE($10, flag)
+           biller_amount = COALESCE($9, biller_amount),
+           flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
+           purchased_codes = COALESCE($11::jsonb, purchased_codes)
          WHERE request_id = $1 AND status = ANY($2::text[])
          RETURNING *`,
         "$3",
@@ -461,6 +487,7 @@ export class OrderStore {
         fields.refundTxHash ?? null,
         fields.billerAmount ?? null,
         fields.flag ?? null,
+        fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
       ],
     );
     return row && toOrder(row);

@@ -5,16 +5,16 @@
  *             again while the authorization lives, else PAYMENT_FAILED);
  *   REFUSED   refused, but the authorization could still land: closed once it has expired
  *             (x402-flow.ts closeExpiredRefusals); one that landed is refunded by the ledger pass;
- *   PAID      a crash between settlement and vending: vend (the biller's request id is
- *             fixed, so a repeat is recognised as one and requeried);
- *   PENDING   the biller is still working: requery;
+ *   PAID      a crash between settlement and vending: vend (a pay already prepared is
+ *             followed up by the id it was sent under, never sent again: orders/attempts.ts);
+ *   PENDING   the biller is still working: requery the latest attempt;
  *   REFUNDING the refund has not landed: send it again (BillPay refunds once);
  *   PULLING   a pull whose request died: see orders/pull-reconciler.ts.
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
 import { errorText } from "../log-safety.ts";
 import type { Order } from "./store.ts";
-import { applyVendResult, fulfil, refund, requery, type FlowDeps } from "./fulfil.ts";
+import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
 import type { Callbacks } from "../callbacks.ts";
@@ -49,10 +49,10 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
           await reconcilePulling(deps, o);
           break;
         case "PAID":
-          await fulfil(deps, o, { resumed: true });
+          await fulfil(deps, o);
           break;
         case "PENDING":
-          await applyVendResult(deps, o, await requery(deps, o));
+          await actOnBillerState(deps, o);
           break;
         case "REFUNDING":
           await refund(deps, o, o.failureReason ?? "refund retried");

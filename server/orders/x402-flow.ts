@@ -21,6 +21,7 @@ import { rpcUrlFor } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
 import { isAuthorizationPayment, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
+import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
@@ -127,6 +128,8 @@ export async function startX402Order(
   deps: FlowDeps,
   input: {
     bill: PaymentRequest;
+    /** How the bill vends, as the catalogue resolved it when it was priced. */
+    vend: VendPlan;
     bodyHash: string;
     chain: ChainKey;
     token: string;
@@ -145,6 +148,7 @@ export async function startX402Order(
       ...newOrderIds(),
       bodyHash: input.bodyHash,
       bill: input.bill as unknown as Record<string, unknown>,
+      vend: input.vend,
       chain: input.chain,
       token: input.token,
       tokenAddress: input.tokenAddress,

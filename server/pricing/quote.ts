@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import type { Catalogue } from "../biller/catalogue.ts";
+import type { Catalogue } from "../biller/catalogue/catalogue.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { toScaled } from "./decimal.ts";
 import { priceBill, type Category, type PriceBreakdown } from "./price.ts";
@@ -47,6 +47,8 @@ export function billHash(req: PaymentRequest, option: { chain: ChainKey; token: 
     kobo: toScaled(req.nairaAmount, 2)!.toString(),
     variation_code: req.variation_code ?? "",
     phone: req.phone ?? "",
+    // Only cable bills that name it carry it: other bills keep the hash they always had.
+    ...(req.subscription_type === undefined ? {} : { subscription_type: req.subscription_type }),
     // Only international bills carry these: domestic bills keep the hash they always had.
     ...(req.country_code === undefined && req.foreignAmount === undefined && req.operator_id === undefined && req.product_type_id === undefined
       ? {}
@@ -77,7 +79,8 @@ const quoteOf = (req: PaymentRequest, version: RateVersion, option: { chain: Cha
 /**
  * Checks the bill against the biller's catalogue (a bill that could never vend, or a plan
  * whose price is not nairaAmount, is refused here, before any price is shown), then prices
- * it under the current rate version. Writes nothing.
+ * it under the current rate version. Writes nothing; the bill's vend plan comes back with
+ * its price, for the order to keep.
  */
 export async function quoteBill(
   req: PaymentRequest,
@@ -85,9 +88,9 @@ export async function quoteBill(
   option: { chain: ChainKey; token: TokenSymbol },
   hash: string = billHash(req, option),
 ) {
-  await ctx.catalogue.check(req);
+  const { vend } = await ctx.catalogue.check(req);
   const version = await ctx.versions.current();
-  return { hash, quote: quoteOf(req, version, option, ctx.ttlSeconds) };
+  return { hash, quote: quoteOf(req, version, option, ctx.ttlSeconds), vend };
 }
 
 /**

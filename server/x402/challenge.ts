@@ -9,7 +9,7 @@
 import type { PaymentRequired } from "@x402/core/types";
 import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
-import type { Catalogue } from "../biller/catalogue.ts";
+import type { Catalogue } from "../biller/catalogue/catalogue.ts";
 import { ServiceError } from "../errors.ts";
 import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";

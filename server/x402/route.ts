@@ -190,7 +190,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
 
       // Calls carrying a payment are never counted (it may be settling).
       if (!presented) await countNewBill(c, bodyHash);
-      const { hash, quote: shown } = await quoteBill(bill, ctx, option, bodyHash);
+      const { hash, quote: shown, vend } = await quoteBill(bill, ctx, option, bodyHash);
       const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
@@ -237,6 +237,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, description);
       const { order, secret } = await startX402Order(deps.flow, {
         bill,
+        vend,
         bodyHash: hash,
         chain: option.chain,
         token: option.token,

@@ -1,16 +1,53 @@
 /**
- * A local biller sandbox speaking the upstream's (VTpass-style) HTTP API: POST /api/pay,
- * /api/merchant-verify and /api/requery; GET /api/service-categories, /api/services and
- * /api/service-variations; and the international airtime API (countries, product types,
- * operators, and foreign-airtime plans per operator with their rate). It keeps transactions in
- * memory and follows the sandbox conventions in catalog.ts, including answers that a
- * client must treat as pending: an unexpected body, no answer at all, and a late answer.
- * As the upstream does, a fixed-price plan is charged at its own price whatever amount is
- * sent, and the answer reports the amount charged.
+ * A local stand-in for VTpass's API, written from vtpass.com/documentation (each rule names
+ * its page) and never from the service's client: a client that passes here should pass
+ * against sandbox.vtpass.com with real keys. Transactions are kept in memory.
  *
- * Sandbox only (no upstream counterpart): POST /sandbox/variations/{serviceID}/{code} with
- * `{variation_amount}` and the secret key changes a plan's price, as a biller's price
- * change does.
+ * What it enforces, as the pages say:
+ *   - authentication page: GET calls need `api-key` and `public-key`, POST calls `api-key`
+ *     and `secret-key` (else 087 INVALID CREDENTIALS);
+ *   - buying-services page, "Request ID Format": at least 12 characters, the first 12 numeric,
+ *     today's date in Africa/Lagos time (else 085, with the response-codes page's texts; the
+ *     hour and minute must be a time, but the pages check only the date); 014 for an id
+ *     used before; 015 on a requery of one never used;
+ *   - each product page's NEEDED PAYLOAD: its mandatory fields (else 011 INVALID ARGUMENTS),
+ *     a known variation_code (else 010), `subscription_type` change|renew for DStv and GOtv,
+ *     and for foreign-airtime operator_id, country_code, product_type_id and email, with
+ *     `amount` in the destination's currency within the plan's bounds (013/017);
+ *   - services page: each product's minimium_amount and maximum_amount (013/017);
+ *   - response-codes page: 019 for the same product and number within 30 seconds.
+ *
+ * What it charges: a fixed-price plan its price ("this amount will be ignored"), except
+ * DStv/GOtv's change, which tops the decoder up with the amount sent when one is ("If you
+ * specify amount, we will topup decoder with the amount"), and a renewal, its amount (the
+ * smartcard's Renewal_Amount when none is sent); an international flexible plan
+ * amount x variation_rate, a fixed one its charged_amount (foreign-airtime pricing note).
+ *
+ * Outcomes follow each page's sandbox table (catalog.ts SANDBOX_NUMBERS): the success
+ * numbers, 201000000000 pending, 500000000000 an unexpected answer, 400000000000 no
+ * answer, 300000000000 a timeout, anything else failed. The pages show none of those
+ * bodies; this sends 099 with a pending record, an HTML page, a closed connection, a late
+ * answer, and 016. A pending transaction stays pending until "one of our staff" resolves it
+ * (callback page): here, on its `pendingRequeries`+1th requery, or by the sandbox's own
+ * control route, which then calls the webhook.
+ *
+ * Answers follow the current (2025) samples: the pay record with strings, the requery record
+ * with numbers, `method` "api" then "wallet", `extras` on requery; per product the fields the
+ * pages show (IKEDC's "Token : ..." in purchased_code and token with units "79.9 kWh"; Eko's
+ * mainToken and bonusToken (an older sample); WAEC's `cards`; JAMB's `Pin`; Showmax's
+ * `Voucher`; foreign-airtime's CountryCode and Amount).
+ *
+ * Webhooks (callback-api-integration, transaction-update-webhook-api): with `webhookUrl`, a
+ * transaction resolved or reversed by "staff" is POSTed as {type: "transaction-update",
+ * data: <requery answer>}, up to 5 times until the answer is {"response":"success"}. The
+ * reversal's data carries code 040, status "reversed" and `wallet_credit_id`, with `amount`
+ * the total put back (the page's reversal sample is cut short in the store; its shape comes
+ * from copies of it, said so in test/fixtures/vtpass/).
+ *
+ * Sandbox-only routes (no VTpass counterpart, secret-key authenticated): POST
+ * /sandbox/variations/{serviceID}/{code} {variation_amount} reprices a plan;
+ * POST /sandbox/transactions/{request_id}/resolve {status: delivered|reversed} and
+ * /reverse act as VTpass staff; GET /sandbox/transactions/{request_id} shows what was sent.
  */
 import { randomInt } from "node:crypto";
 import { Hono, type Context } from "hono";
@@ -20,202 +57,394 @@ import {
   internationalPlans,
   outcomeFor,
   SANDBOX_CATEGORIES,
+  SANDBOX_NUMBERS,
   SANDBOX_SERVICES,
-  VERIFIABLE,
+  type SandboxInternationalVariation,
   type SandboxOutcome,
   type SandboxService,
+  type SandboxVariation,
 } from "./catalog.ts";
 
 export interface SandboxOptions {
   apiKey: string;
   secretKey: string;
   publicKey: string;
-  /** How long a "timeout" vend takes to answer; longer than the client's timeout. */
+  /** How long a "timeout" pay takes to answer; longer than the client's timeout. */
   slowAnswerMs?: number;
-  /** Requeries a pending transaction answers "pending" before it resolves. */
+  /** Requeries a pending transaction answers "pending" to before it resolves (delivered). */
   pendingRequeries?: number;
+  /** The response-codes page's 019 window (same product, same number); 0 turns it off. */
+  duplicateWindowMs?: number;
+  /** Where transaction updates are POSTed, as the merchant sets it on VTpass's dashboard (read when one is sent). */
+  webhookUrl?: string | (() => string | undefined);
+  /** The sandbox's clock (request ids are checked against today's date in Lagos). */
+  now?: () => Date;
 }
 
 interface Transaction {
   requestId: string;
   service: SandboxService;
+  request: Record<string, unknown>;
   billersCode: string;
-  variationCode: string | undefined;
-  amount: number;
   phone: string;
+  variation: SandboxVariation | undefined;
+  /** What the merchant is charged, NGN. */
+  amount: number;
+  /** International: the amount in the destination's currency, and the country. */
+  foreign?: { amount: number; country: string };
   outcome: SandboxOutcome;
-  status: "delivered" | "pending" | "failed" | "reversed";
+  status: "delivered" | "pending" | "reversed" | "failed";
   requeries: number;
   transactionId: string;
-  purchasedCode: string;
-  units: string | null;
+  createdAt: Date;
+  codes: { token: string; bonus: string; serial: string; pin: string; voucher: string };
+  walletCreditId?: string;
 }
 
-const REQUEST_ID = /^\d{12}[A-Za-z0-9_-]{1,88}$/;
-const INTERNATIONAL_SERVICE = "foreign-airtime";
+const LAGOS_OFFSET_MS = 60 * 60 * 1000;
+const lagosDate = (d: Date) => new Date(d.getTime() + LAGOS_OFFSET_MS).toISOString().slice(0, 10).replace(/-/g, "");
+const digits = (n: number) => Array.from({ length: n }, () => randomInt(10)).join("");
+
+/** The response-codes page's 085 texts, for each way an id breaks the rule. */
+function requestIdProblem(id: string, now: Date): string | undefined {
+  if (id.length < 12 || !/^\d{12}/.test(id)) return "IMPROPER REQUEST ID: DOES NOT CONTAIN DATE";
+  const [y, m, d, hh, mm] = [id.slice(0, 4), id.slice(4, 6), id.slice(6, 8), id.slice(8, 10), id.slice(10, 12)].map(Number);
+  const date = new Date(Date.UTC(y!, m! - 1, d!));
+  if (date.getUTCMonth() !== m! - 1 || date.getUTCDate() !== d! || hh! > 23 || mm! > 59) {
+    return "IMPROPER REQUEST ID: NOT PROPER DATE FORMAT - FIRST 8 CHARACTERS MUST BE DATE (TODAY'S DATE - YYYYMMDD)";
+  }
+  if (id.slice(0, 8) !== lagosDate(now)) return "IMPROPER REQUEST ID: DATE NOT TODAY'S DATE - FIRST 8 CHARACTERS MUST BE TODAY'S DATE IN THIS FORMAT: YYYYMMDD";
+  return undefined;
+}
+
+const present = (v: unknown) => (typeof v === "string" && v.trim() !== "") || (typeof v === "number" && Number.isFinite(v));
+const round2 = (n: number) => Math.round(n * 100) / 100;
 
 export function billerSandboxApp(options: SandboxOptions) {
   const app = new Hono();
   const transactions = new Map<string, Transaction>();
+  const lastPay = new Map<string, number>();
   // Each sandbox has its own copy of the catalogue, so a price change stays in it.
   const services: SandboxService[] = structuredClone(SANDBOX_SERVICES);
   const pendingRequeries = options.pendingRequeries ?? 1;
   const slowAnswerMs = options.slowAnswerMs ?? 5_000;
+  const duplicateWindowMs = options.duplicateWindowMs ?? 30_000;
+  const now = options.now ?? (() => new Date());
 
-  const answer = (c: Context, code: string, description: string, extra: Record<string, unknown> = {}) =>
-    c.json({ code, response_description: description, ...extra });
-
+  const answer = (c: Context, code: string, description: string, extra: Record<string, unknown> = {}) => c.json({ code, response_description: description, ...extra });
   const authorised = (c: Context, write: boolean) =>
-    c.req.header("api-key") === options.apiKey &&
-    (write ? c.req.header("secret-key") === options.secretKey : c.req.header("public-key") === options.publicKey);
+    c.req.header("api-key") === options.apiKey && (write ? c.req.header("secret-key") === options.secretKey : c.req.header("public-key") === options.publicKey);
+  const body = async (c: Context) => (await c.req.json().catch(() => ({}))) as Record<string, unknown>;
 
-  function transactionBody(t: Transaction) {
-    const base = {
-      code: t.status === "failed" ? "016" : t.status === "reversed" ? "040" : "000",
-      response_description:
-        t.status === "delivered"
-          ? "TRANSACTION SUCCESSFUL"
-          : t.status === "pending"
-            ? "TRANSACTION PROCESSING"
-            : t.status === "reversed"
-              ? "REVERSAL"
-              : "TRANSACTION FAILED",
-      requestId: t.requestId,
-      amount: t.amount.toFixed(2),
-      content: {
-        transactions: {
-          status: t.status,
-          product_name: t.service.name,
-          unique_element: t.billersCode,
-          amount: t.amount,
-          transactionId: t.transactionId,
-          type: t.service.category,
-        },
-      },
+  /** The transaction record, as the pay samples (strings, method "api") or the requery samples (numbers, "wallet", extras) show it. */
+  function record(t: Transaction, kind: "pay" | "requery") {
+    const amount = t.amount;
+    const rate = Number(t.service.commissionRate);
+    const commission = round2((amount * rate) / 100);
+    const fee = t.service.convenienceFee ?? 0;
+    return {
+      status: t.status,
+      product_name: t.service.name,
+      unique_element: t.billersCode || t.phone,
+      unit_price: kind === "pay" ? String(amount) : amount,
+      quantity: 1,
+      service_verification: null,
+      channel: "api",
+      commission: kind === "pay" ? commission : Math.round(commission),
+      total_amount: round2(amount - commission + fee),
+      discount: null,
+      type: t.service.recordType,
+      email: "sandbox@sandbox.vtpass.com",
+      phone: "123450987623",
+      name: null,
+      ...(kind === "requery" ? { extras: extrasOf(t) } : {}),
+      convinience_fee: fee,
+      amount: kind === "pay" ? String(amount) : amount,
+      platform: "api",
+      method: kind === "pay" ? "api" : "wallet",
+      transactionId: t.transactionId,
+      ...(kind === "requery" ? { product_id: 1 + SANDBOX_SERVICES.findIndex((s) => s.serviceID === t.service.serviceID) } : {}),
+      commission_details: { amount: commission, rate: t.service.commissionRate, rate_type: "percent", computation_type: "default" },
+      ...(t.status === "reversed" ? { wallet_credit_id: t.walletCreditId } : {}),
     };
-    if (t.status !== "delivered" || !t.service.issues) return base;
-    if (t.service.issues === "electricity-token") {
-      // Discos disagree on the field: Ikeja sends purchased_code, Eko mainToken, others token.
-      if (t.service.serviceID === "eko-electric") return { ...base, mainToken: t.purchasedCode, mainTokenUnits: t.units };
-      if (t.service.serviceID === "ikeja-electric") return { ...base, purchased_code: `Token : ${t.purchasedCode}`, units: t.units };
-      return { ...base, token: t.purchasedCode, units: t.units };
-    }
-    return { ...base, purchased_code: `Pin : ${t.purchasedCode}` };
   }
 
-  function verifies(service: SandboxService, billersCode: string, type?: string): boolean {
-    switch (service.category) {
-      case "electricity-bill":
-        return type === "postpaid" ? billersCode === VERIFIABLE.postpaidMeter : billersCode === VERIFIABLE.prepaidMeter;
-      case "tv-subscription":
-        return billersCode === VERIFIABLE.smartcard;
-      case "education":
-        return billersCode === VERIFIABLE.jambProfile;
-      case "bank-deposit":
-        return billersCode === VERIFIABLE.bankAccount;
+  function extrasOf(t: Transaction): string | null {
+    if (t.status !== "delivered") return null;
+    if (t.service.vends === "electricity" && t.variation?.variation_code === "prepaid") return `Token : ${t.codes.token}`;
+    if (t.service.vends === "showmax") return t.codes.voucher;
+    return null;
+  }
+
+  /** The top-level fields a delivered bill of each product adds (its page's pay sample). */
+  function vended(t: Transaction): Record<string, unknown> {
+    if (t.status !== "delivered") return { purchased_code: "" };
+    switch (t.service.vends) {
+      case "electricity": {
+        if (t.variation?.variation_code !== "prepaid") {
+          return { purchased_code: "", customerName: "NP NGEMA", customerAddress: "6 ABIODUN ODESEYE Shomolu BU", meterNumber: null, exchangeReference: digits(16), balance: null };
+        }
+        const units = `${(t.amount / 25).toFixed(1)} kWh`;
+        if (t.service.serviceID === "eko-electric") {
+          // The older Eko sample: both tokens in purchased_code, each in a field of its own.
+          return {
+            purchased_code: `Token : ${t.codes.token} Bonus Token : ${t.codes.bonus}`,
+            mainToken: t.codes.token,
+            mainTokenDescription: "Normal Sale",
+            mainTokenUnits: Number((t.amount / 25).toFixed(3)),
+            bonusToken: t.codes.bonus,
+            bonusTokenDescription: "FBE Token",
+            bonusTokenUnits: 50,
+          };
+        }
+        return { purchased_code: `Token : ${t.codes.token}`, customerName: "N/A", token: `Token : ${t.codes.token}`, tokenAmount: round2(t.amount / 1.075), units };
+      }
+      case "waec":
+        return { purchased_code: `Serial No:${t.codes.serial}, pin: ${t.codes.pin}`, cards: [{ Serial: t.codes.serial, Pin: t.codes.pin }] };
+      case "jamb":
+        return { purchased_code: `Pin : ${t.codes.pin}`, Pin: `Pin : ${t.codes.pin}` };
+      case "showmax":
+        return { purchased_code: t.codes.voucher, Voucher: [t.codes.voucher] };
+      case "international":
+        return { purchased_code: "", cards: null, CountryName: "UNKNOWN", CountryCode: t.foreign?.country, OperatorAmount: "UNKNOWNUNKNOWN", Amount: `NGN${t.amount}` };
       default:
-        return true;
+        return { purchased_code: "" };
+    }
+  }
+
+  /** A pay or requery answer (requery: also the webhook's data). */
+  function transactionAnswer(t: Transaction, kind: "pay" | "requery") {
+    const code = t.status === "failed" ? "016" : t.status === "reversed" ? "040" : t.status === "pending" && kind === "pay" ? "099" : "000";
+    const description = {
+      delivered: "TRANSACTION SUCCESSFUL",
+      pending: kind === "pay" ? "TRANSACTION IS PROCESSING" : "TRANSACTION PROCESSING",
+      failed: "TRANSACTION FAILED",
+      reversed: "TRANSACTION REVERSAL TO WALLET",
+    }[t.status];
+    const tx = record(t, kind);
+    return {
+      ...(kind === "requery" ? { response_description: description } : {}),
+      code,
+      content: { transactions: tx },
+      ...(kind === "pay" ? { response_description: description } : {}),
+      requestId: t.requestId,
+      // The reversal sample's top-level amount is what went back to the wallet.
+      amount: t.status === "reversed" ? tx.total_amount : t.amount,
+      transaction_date: t.createdAt.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z"),
+      ...vended(t),
+    };
+  }
+
+  async function sendWebhook(t: Transaction): Promise<void> {
+    const url = typeof options.webhookUrl === "function" ? options.webhookUrl() : options.webhookUrl;
+    if (!url) return;
+    const payload = JSON.stringify({ type: "transaction-update", data: transactionAnswer(t, "requery") });
+    for (let attempt = 1; attempt <= 5; attempt++) {
+      try {
+        const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: payload, signal: AbortSignal.timeout(10_000) });
+        const got = (await res.json().catch(() => undefined)) as { response?: unknown } | undefined;
+        if (got?.response === "success") return;
+      } catch {
+        // sent again below
+      }
+      await new Promise((r) => setTimeout(r, 100 * attempt));
+    }
+  }
+
+  /** The verify answer of a product's number, or why it does not verify (merchant-verify on each page). */
+  function verification(service: SandboxService, billersCode: string, type: string | undefined): Record<string, unknown> | string {
+    const wrong = `This is not a valid ${service.name} number; please check and try again`;
+    switch (service.vends) {
+      case "electricity": {
+        // IKEDC page: type is mandatory; the answer names the meter's own type (whether the
+        // upstream checks `type` against the meter is not documented).
+        const meterType = billersCode === SANDBOX_NUMBERS.prepaidMeter ? "PREPAID" : billersCode === SANDBOX_NUMBERS.postpaidMeter ? "POSTPAID" : undefined;
+        if (!meterType) return wrong;
+        return { Customer_Name: "TESTMETER1", Address: "ABULE EGBA BU ABULE", Meter_Number: billersCode, Customer_Arrears: "", Minimum_Amount: "", Min_Purchase_Amount: "", Can_Vend: "yes", Business_Unit: "", Customer_Account_Type: "PRIME", Meter_Type: meterType, WrongBillersCode: false };
+      }
+      case "cable":
+        // DStv/GOtv pages: "returns the customer name, current bouquet, subscription due date and
+        // the renewal amount" (the current sample leaves the last two out; the text promises them).
+        if (billersCode !== SANDBOX_NUMBERS.smartcard) return wrong;
+        return {
+          Customer_Name: "TEST METER",
+          Status: "ACTIVE",
+          Due_Date: "2025-02-06T00:00:00",
+          Customer_Number: "8061522780",
+          Customer_Type: service.serviceID.toUpperCase(),
+          Current_Bouquet: service.variations[0]!.name,
+          Current_Bouquet_Code: service.variations[0]!.variation_code,
+          Renewal_Amount: Number(service.variations[0]!.variation_amount),
+        };
+      case "startimes":
+        if (billersCode !== SANDBOX_NUMBERS.smartcard) return wrong;
+        return { Customer_Name: "TestMan Decoder", Balance: 54.82, Smartcard_Number: billersCode, WrongBillersCode: false };
+      case "jamb":
+        if (!service.variations.some((v) => v.variation_code === type)) return "INVALID ARGUMENTS";
+        return billersCode === SANDBOX_NUMBERS.jambProfile ? { Customer_Name: "Capital James" } : wrong;
+      case "bank":
+        // Not documented: the bank's code as `type`, as the electricity page's meter type.
+        if (!service.variations.some((v) => v.variation_code === type)) return "INVALID ARGUMENTS";
+        return billersCode === SANDBOX_NUMBERS.bankAccount ? { Customer_Name: "TESTIMETRY ADAMS", account_name: "TESTIMETRY ADAMS", WrongBillersCode: false } : wrong;
+      default:
+        return "INVALID ARGUMENTS";
     }
   }
 
   app.post("/api/merchant-verify", async (c) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
-    const body = (await c.req.json().catch(() => ({}))) as Record<string, string>;
-    const service = services.find((s) => s.serviceID === body.serviceID);
+    const b = await body(c);
+    const service = services.find((s) => s.serviceID === b.serviceID);
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
-    if (!body.billersCode) return answer(c, "011", "INVALID ARGUMENTS");
-    if (!service.verifies || !verifies(service, body.billersCode, body.type)) {
-      return c.json({ code: "000", content: { error: `This number is not a valid ${service.name} account. Please check and try again` } });
-    }
-    return c.json({
-      code: "000",
-      content: { Customer_Name: "TEST CUSTOMER", Address: "1 Sandbox Road", Meter_Number: body.billersCode, Can_Vend: "yes" },
-    });
+    if (!present(b.billersCode)) return answer(c, "011", "INVALID ARGUMENTS");
+    const needsType = service.vends === "electricity" || service.vends === "jamb" || service.vends === "bank";
+    if (needsType && !present(b.type)) return answer(c, "011", "INVALID ARGUMENTS");
+    const found = verification(service, String(b.billersCode), b.type === undefined ? undefined : String(b.type));
+    if (found === "INVALID ARGUMENTS") return answer(c, "011", "INVALID ARGUMENTS");
+    // A wrong number: not documented; VTpass answers 000 with WrongBillersCode and an error text.
+    if (typeof found === "string") return c.json({ code: "000", content: { error: found, WrongBillersCode: true } });
+    return c.json({ code: "000", content: { ...found, commission_details: { amount: null, rate: service.commissionRate, rate_type: "percent", computation_type: "default" } } });
   });
+
+  /** The fields each product's pay needs beyond request_id and serviceID (its NEEDED PAYLOAD table). */
+  function missingFields(service: SandboxService, b: Record<string, unknown>): boolean {
+    const need = (f: string) => present(b[f]);
+    switch (service.vends) {
+      case "airtime":
+        return !need("amount") || !need("phone");
+      case "showmax": // the Showmax table has no phone row
+        return !need("billersCode") || !need("variation_code");
+      case "waec":
+        return !need("variation_code") || !need("phone");
+      case "international":
+        return !["billersCode", "variation_code", "phone", "operator_id", "country_code", "product_type_id", "email"].every(need);
+      case "cable":
+        return !need("billersCode") || !need("phone") || !["change", "renew"].includes(String(b.subscription_type)) || (b.subscription_type === "change" && !need("variation_code"));
+      case "electricity":
+      case "bank":
+        return !need("billersCode") || !need("variation_code") || !need("amount") || !need("phone");
+      default:
+        return !need("billersCode") || !need("variation_code") || !need("phone");
+    }
+  }
 
   app.post("/api/pay", async (c) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
-    const body = (await c.req.json().catch(() => ({}))) as Record<string, unknown>;
-    const requestId = String(body.request_id ?? "");
-    if (!REQUEST_ID.test(requestId)) return answer(c, "085", "IMPROPER REQUEST ID");
+    const b = await body(c);
+    const requestId = typeof b.request_id === "string" ? b.request_id : "";
+    const idProblem = requestIdProblem(requestId, now());
+    if (idProblem) return answer(c, "085", idProblem);
     if (transactions.has(requestId)) return answer(c, "014", "REQUEST ID ALREADY EXIST");
-    const service = services.find((s) => s.serviceID === body.serviceID);
+    const service = services.find((s) => s.serviceID === b.serviceID);
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
-    const billersCode = String(body.billersCode ?? "");
-    const phone = String(body.phone ?? "");
-    if (!billersCode || !phone || !Number.isFinite(Number(body.amount))) return answer(c, "011", "INVALID ARGUMENTS");
-    const variationCode = body.variation_code === undefined ? undefined : String(body.variation_code);
-    let amount = Number(body.amount);
-    if (service.serviceID === INTERNATIONAL_SERVICE) {
-      // The upstream's international fields: the operator must be offered in that country for that product type.
-      const found = internationalPlans(String(body.operator_id ?? ""), Number(body.product_type_id));
-      if (!found || found.country.code !== body.country_code || typeof body.email !== "string" || !body.email.includes("@")) {
-        return answer(c, "011", "INVALID ARGUMENTS");
+    if (missingFields(service, b)) return answer(c, "011", "INVALID ARGUMENTS");
+    const billersCode = String(b.billersCode ?? "");
+    const phone = String(b.phone ?? billersCode);
+    const sent = present(b.amount) ? Number(b.amount) : undefined;
+    if (sent !== undefined && !(sent > 0)) return answer(c, "011", "INVALID ARGUMENTS");
+
+    let variation: SandboxVariation | undefined;
+    let amount: number;
+    let foreign: Transaction["foreign"];
+    if (service.vends === "international") {
+      const found = internationalPlans(String(b.operator_id), Number(b.product_type_id));
+      if (!found || found.country.code !== b.country_code || !String(b.email).includes("@")) return answer(c, "011", "INVALID ARGUMENTS");
+      const plan: SandboxInternationalVariation | undefined = found.operator.variations.find((v) => v.variation_code === b.variation_code);
+      if (!plan) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
+      variation = plan;
+      if (plan.fixedPrice === "Yes") {
+        amount = Number(plan.charged_amount);
+      } else {
+        if (sent === undefined) return answer(c, "011", "INVALID ARGUMENTS");
+        if (plan.variation_amount_min !== null && sent < Number(plan.variation_amount_min)) return answer(c, "013", "BELOW MINIMUM AMOUNT ALLOWED");
+        if (plan.variation_amount_max !== null && sent > Number(plan.variation_amount_max)) return answer(c, "017", "ABOVE MAXIMUM AMOUNT ALLOWED");
+        amount = round2(sent * Number(plan.variation_rate));
       }
-      const variation = found.operator.variations.find((v) => v.variation_code === variationCode);
-      if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
-      if (variation.fixedPrice === "Yes") amount = Number(variation.variation_amount);
+      foreign = { amount: sent ?? 0, country: found.country.code };
+    } else if (service.vends === "cable" && b.subscription_type === "renew") {
+      // Renewal: no variation_code; the amount sent, else the current bouquet's price.
+      amount = sent ?? Number(service.variations[0]!.variation_amount);
     } else if (service.variations.length > 0) {
-      const variation = service.variations.find((v) => v.variation_code === variationCode);
+      variation = service.variations.find((v) => v.variation_code === b.variation_code);
       if (!variation) return answer(c, "010", "VARIATION CODE DOES NOT EXIST");
-      if (variation.fixedPrice === "Yes") amount = Number(variation.variation_amount);
+      const price = Number(variation.variation_amount);
+      const openAmount = variation.fixedPrice !== "Yes" || price === 0;
+      if (openAmount) {
+        if (sent === undefined) return answer(c, "011", "INVALID ARGUMENTS");
+        amount = sent;
+      } else {
+        amount = service.vends === "cable" && sent !== undefined ? sent : price;
+      }
+    } else {
+      if (sent === undefined) return answer(c, "011", "INVALID ARGUMENTS");
+      amount = sent;
     }
-    if (amount < service.minimum_amount) return answer(c, "013", "BELOW MINIMUM AMOUNT ALLOWED");
+    if (service.vends !== "international" && amount < service.minimum_amount) return answer(c, "013", "BELOW MINIMUM AMOUNT ALLOWED");
     if (amount > service.maximum_amount) return answer(c, "017", "ABOVE MAXIMUM AMOUNT ALLOWED");
 
-    // Services without an account to verify follow the phone-number conventions; the
-    // others deliver once their number verifies.
-    const outcome: SandboxOutcome = !service.verifies
-        ? outcomeFor(phone)
-        : verifies(service, billersCode, variationCode)
-          ? "success"
-          : "fail";
+    // The number each page's sandbox table keys the outcome on, and the numbers that succeed.
+    const keyed: Record<SandboxService["vends"], [string, string[]]> = {
+      airtime: [phone, [SANDBOX_NUMBERS.phone]],
+      data: [phone, [SANDBOX_NUMBERS.phone]],
+      showmax: [billersCode, [SANDBOX_NUMBERS.phone]],
+      international: [phone, [SANDBOX_NUMBERS.phone]],
+      // IKEDC's pay table: each meter succeeds with its own type only.
+      electricity: [billersCode, [variation?.variation_code === "postpaid" ? SANDBOX_NUMBERS.postpaidMeter : SANDBOX_NUMBERS.prepaidMeter]],
+      cable: [billersCode, [SANDBOX_NUMBERS.smartcard]],
+      startimes: [billersCode, [SANDBOX_NUMBERS.smartcard]],
+      jamb: [billersCode, [SANDBOX_NUMBERS.jambProfile]],
+      bank: [billersCode, [SANDBOX_NUMBERS.bankAccount]],
+      waec: [phone, [phone]], // the WAEC page has no table: a PIN is always vended
+    };
+    const [number, succeeding] = keyed[service.vends];
+
+    // 019: "the same service multiple times for the same biller_code within 30 seconds".
+    const dupKey = `${service.serviceID}:${number}`;
+    const at = now().getTime();
+    if (duplicateWindowMs > 0 && at - (lastPay.get(dupKey) ?? -Infinity) < duplicateWindowMs) return answer(c, "019", "LIKELY DUPLICATE TRANSACTION");
+    lastPay.set(dupKey, at);
+
+    const outcome = outcomeFor(number, succeeding);
     const t: Transaction = {
       requestId,
       service,
+      request: b,
       billersCode,
-      variationCode,
-      amount,
       phone,
+      variation,
+      amount,
+      ...(foreign ? { foreign } : {}),
       outcome,
-      status: outcome === "fail" ? "failed" : outcome.startsWith("pending") ? "pending" : "delivered",
+      status: outcome === "fail" ? "failed" : outcome === "pending" ? "pending" : "delivered",
       requeries: 0,
-      transactionId: `${Date.now()}${randomInt(1_000_000)}`,
-      purchasedCode: String(randomInt(10 ** 9, 10 ** 10 - 1)) + String(randomInt(10 ** 9, 10 ** 10 - 1)),
-      units: service.issues === "electricity-token" ? (amount / 100).toFixed(1) : null,
+      transactionId: `${at}${digits(13)}`,
+      createdAt: now(),
+      codes: { token: digits(20), bonus: digits(20), serial: `WRN${digits(9)}`, pin: digits(12), voucher: `SHM${digits(12)}` },
     };
     transactions.set(requestId, t);
 
     switch (outcome) {
-      case "pending":
-      case "pending-then-reversed":
-        return c.json({ ...transactionBody(t), code: "099", response_description: "TRANSACTION IS PROCESSING" });
       case "unexpected":
         return c.text("<html><body>Bad Gateway</body></html>", 200);
       case "no-answer": {
-        // Close the connection without answering.
         const incoming = (c.env as { incoming?: { socket?: { destroy(): void } } } | undefined)?.incoming;
         incoming?.socket?.destroy();
         return new Response(null, { status: 204 });
       }
       case "timeout":
         await new Promise((r) => setTimeout(r, slowAnswerMs));
-        return c.json(transactionBody(t));
+        return c.json(transactionAnswer(t, "pay"));
       default:
-        return c.json(transactionBody(t));
+        return c.json(transactionAnswer(t, "pay"));
     }
   });
 
   app.post("/api/requery", async (c) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
-    const body = (await c.req.json().catch(() => ({}))) as Record<string, unknown>;
-    const t = transactions.get(String(body.request_id ?? ""));
+    const t = transactions.get(String((await body(c)).request_id ?? ""));
     if (!t) return answer(c, "015", "INVALID REQUEST ID");
-    if (t.status === "pending") {
-      t.requeries += 1;
-      if (t.requeries > pendingRequeries) t.status = t.outcome === "pending-then-reversed" ? "reversed" : "delivered";
-    }
-    return c.json(transactionBody(t));
+    if (t.status === "pending" && ++t.requeries > pendingRequeries) t.status = "delivered";
+    return c.json(transactionAnswer(t, "requery"));
   });
 
   app.get("/api/service-categories", (c) => {
@@ -225,47 +454,28 @@ export function billerSandboxApp(options: SandboxOptions) {
 
   app.get("/api/services", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
-    const identifier = c.req.query("identifier");
-    const content = services.filter((s) => s.category === identifier).map((s) => ({
-      serviceID: s.serviceID,
-      name: s.name,
-      minimium_amount: String(s.minimum_amount),
-      maximum_amount: s.maximum_amount,
-    }));
+    const content = services
+      .filter((s) => s.category === c.req.query("identifier"))
+      .map((s) => ({ serviceID: s.serviceID, name: s.name, minimium_amount: String(s.minimum_amount), maximum_amount: String(s.maximum_amount), convinience_fee: "0 %", product_type: s.variations.length > 0 ? "fix" : "flexible" }));
     return c.json({ response_description: "000", content });
   });
 
   app.get("/api/service-variations", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
-    if (c.req.query("serviceID") === INTERNATIONAL_SERVICE) {
-      // International plans are per operator and product type.
+    if (c.req.query("serviceID") === "foreign-airtime") {
       const found = internationalPlans(c.req.query("operator_id") ?? "", Number(c.req.query("product_type_id")));
       if (!found) return answer(c, "011", "INVALID ARGUMENTS");
-      return c.json({
-        response_description: "000",
-        content: { ServiceName: found.operator.name, serviceID: INTERNATIONAL_SERVICE, convinience_fee: "0 %", currency: found.country.currency, variations: found.operator.variations },
-      });
+      return c.json({ response_description: "000", content: { ServiceName: "International Airtime", serviceID: "foreign-airtime", convinience_fee: "0 %", currency: found.country.currency, variations: found.operator.variations } });
     }
     const service = services.find((s) => s.serviceID === c.req.query("serviceID"));
     if (!service) return answer(c, "012", "PRODUCT DOES NOT EXIST");
-    return c.json({
-      response_description: "000",
-      content: { ServiceName: service.name, serviceID: service.serviceID, convinience_fee: "0 %", variations: service.variations },
-    });
-  });
-
-  app.post("/sandbox/variations/:serviceID/:code", async (c) => {
-    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
-    const variation = services.find((s) => s.serviceID === c.req.param("serviceID"))?.variations.find((v) => v.variation_code === c.req.param("code"));
-    const price = Number(((await c.req.json().catch(() => ({}))) as { variation_amount?: unknown }).variation_amount);
-    if (!variation || !Number.isFinite(price) || price <= 0) return answer(c, "011", "INVALID ARGUMENTS");
-    variation.variation_amount = price.toFixed(2);
-    return c.json({ code: "000", content: variation });
+    const lists = service.variationsKey === "both" ? { variations: service.variations, varations: service.variations } : { [service.variationsKey]: service.variations };
+    return c.json({ response_description: "000", content: { ServiceName: service.name, serviceID: service.serviceID, convinience_fee: "0 %", ...lists } });
   });
 
   app.get("/api/get-international-airtime-countries", (c) => {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
-    const countries = INTERNATIONAL.map(({ code, name, currency, prefix }) => ({ code, flag: `${new URL(c.req.url).origin}/flags/${code}.png`, name, currency, prefix }));
+    const countries = INTERNATIONAL.map(({ code, name, currency, prefix }) => ({ code, flag: `${new URL(c.req.url).origin}/resources/images/flags/${code}.png`, name, currency, prefix }));
     return c.json({ response_description: "000", content: { countries } });
   });
 
@@ -273,8 +483,7 @@ export function billerSandboxApp(options: SandboxOptions) {
     if (!authorised(c, false)) return answer(c, "087", "INVALID CREDENTIALS");
     const country = INTERNATIONAL.find((x) => x.code === c.req.query("code"));
     if (!country) return answer(c, "011", "INVALID ARGUMENTS");
-    const content = Object.keys(country.products).map((id) => ({ product_type_id: Number(id), name: INTERNATIONAL_PRODUCT_TYPES[Number(id)] }));
-    return c.json({ response_description: "000", content });
+    return c.json({ response_description: "000", content: Object.keys(country.products).map((id) => ({ product_type_id: Number(id), name: INTERNATIONAL_PRODUCT_TYPES[Number(id)] })) });
   });
 
   app.get("/api/get-international-airtime-operators", (c) => {
@@ -282,6 +491,47 @@ export function billerSandboxApp(options: SandboxOptions) {
     const operators = INTERNATIONAL.find((x) => x.code === c.req.query("code"))?.products[Number(c.req.query("product_type_id"))];
     if (!operators) return answer(c, "011", "INVALID ARGUMENTS");
     return c.json({ response_description: "000", content: operators.map(({ operator_id, name }) => ({ operator_id, name, operator_image: "" })) });
+  });
+
+  // Sandbox-only: a plan's price changes, as a biller's price change does.
+  app.post("/sandbox/variations/:serviceID/:code", async (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const variation = services.find((s) => s.serviceID === c.req.param("serviceID"))?.variations.find((v) => v.variation_code === c.req.param("code"));
+    const price = Number((await body(c)).variation_amount);
+    if (!variation || !Number.isFinite(price) || price <= 0) return answer(c, "011", "INVALID ARGUMENTS");
+    variation.variation_amount = price.toFixed(2);
+    return c.json({ code: "000", content: variation });
+  });
+
+  // Sandbox-only: what VTpass staff do to a transaction, each followed by the webhook.
+  const staff = (to: (t: Transaction) => boolean) => async (c: Context) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const t = transactions.get(c.req.param("requestId") ?? "");
+    if (!t) return answer(c, "015", "INVALID REQUEST ID");
+    if (!to(t)) return answer(c, "011", "INVALID ARGUMENTS");
+    await sendWebhook(t);
+    return c.json(transactionAnswer(t, "requery"));
+  };
+  const reverse = (t: Transaction) => {
+    t.status = "reversed";
+    t.walletCreditId = `${Date.now()}${digits(12)}`;
+    return true;
+  };
+  app.post("/sandbox/transactions/:requestId/resolve", async (c) => {
+    const status = (await c.req.json().catch(() => ({}))) as { status?: string };
+    return staff((t) => {
+      if (t.status !== "pending") return false;
+      if (status.status === "reversed") return reverse(t);
+      t.status = "delivered";
+      return true;
+    })(c);
+  });
+  app.post("/sandbox/transactions/:requestId/reverse", staff((t) => (t.status === "delivered" || t.status === "pending" ? reverse(t) : false)));
+  app.get("/sandbox/transactions/:requestId", (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const t = transactions.get(c.req.param("requestId"));
+    if (!t) return answer(c, "015", "INVALID REQUEST ID");
+    return c.json({ request: t.request, charged: t.amount, status: t.status });
   });
 
   return app;

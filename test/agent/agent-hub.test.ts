@@ -19,7 +19,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { workOnce } from "../../server/orders/worker.ts";
-import { newBillerRequestId } from "../../server/biller/vtpass.ts";
+import { newOrderIds } from "../../server/orders/store.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startPayingStack, type startTestChains } from "../support/stack.ts";
@@ -384,11 +384,12 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
 
     it("list_international_options leads to a bill pay_bill pays; one the biller fails is refunded", async () => {
       const a = await agent(6);
-      expect((await a.call("list_international_options")).data.countries).toContainEqual(expect.objectContaining({ code: "KE", currency: "KES" }));
-      const steps = await a.call("list_international_options", { country_code: "ke", product_type_id: 1, operator_id: "5", foreignAmount: 500 });
+      expect((await a.call("list_international_options")).data.countries).toContainEqual(expect.objectContaining({ code: "CM", currency: "XAF" }));
+      const steps = await a.call("list_international_options", { country_code: "cm", product_type_id: 1, operator_id: "21", foreignAmount: 500 });
       expect(steps.isError).toBe(false);
-      const bill = { ...(steps.data.bill as Record<string, unknown>), billersCode: "254712345678" };
-      expect(bill).toMatchObject({ serviceID: "foreign-airtime", nairaAmount: 5900, foreignAmount: 500, country_code: "KE", operator_id: "5" });
+      const bill = { ...(steps.data.bill as Record<string, unknown>), billersCode: "237612345678" };
+      // 500 XAF at 2.60 NGN per XAF.
+      expect(bill).toMatchObject({ serviceID: "foreign-airtime", nairaAmount: 1300, foreignAmount: 500, country_code: "CM", operator_id: "21" });
       const before = await usdc(a.account);
       const paid = await a.call("pay_bill", { pin: a.pin, ...bill, phone: "08011111111" });
       expect(paid.data).toMatchObject({ success: true, status: "SUCCESS" });
@@ -621,13 +622,13 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   describe("reconciler", () => {
     /** A pull order as pay_bill writes it before pulling, its lease already run out. */
     async function pullOrder(account: Account, billersCode = "08011111111") {
-      const billerRequestId = newBillerRequestId();
+      const { requestId } = newOrderIds();
       const { orders } = await service.flow.orders.createPullOrders(
         [
           {
-            requestId: `req_${billerRequestId}`,
-            billerRequestId,
-            bodyHash: `crash-${billerRequestId}`,
+            requestId,
+            vend: null,
+            bodyHash: `crash-${requestId}`,
             bill: { ...airtime(billersCode), token: "USDC", blockchain: "CELO", wallet_address: account.address },
             chain: "CELO",
             token: "USDC",

@@ -125,7 +125,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
       const orders = new OrderStore(db);
       const order = (n: number) => ({
         requestId: `req_20261121120${n}00000000000000000000`,
-        billerRequestId: `20261121120${n}00000000000000000000`,
+        vend: null,
         bodyHash: "h",
         bill: bill as unknown as Record<string, unknown>,
         chain: "CELO",
@@ -164,7 +164,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
       const pullOrder = async (n: number, payer: string) => {
         const id = `2026112412${n}000000000000000000000`;
         const made = await orders.createPullOrders(
-          [{ requestId: `req_${id}`, billerRequestId: id, bodyHash: "h", bill: bill as unknown as Record<string, unknown>, chain: "CELO", token: "USDC", tokenAddress: "0x00000000000000000000000000000000000000cc", payer, amount: 1_000n, batchId: null, scheduleId: null, idempotencyKey: `group-${n}` }],
+          [{ requestId: `req_${id}`, vend: null, bodyHash: "h", bill: bill as unknown as Record<string, unknown>, chain: "CELO", token: "USDC", tokenAddress: "0x00000000000000000000000000000000000000cc", payer, amount: 1_000n, batchId: null, scheduleId: null, idempotencyKey: `group-${n}` }],
           60,
         );
         return made.orders[0]!.requestId;

@@ -23,7 +23,8 @@ import { startPullOrders } from "../../server/orders/pull-flow.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import { legacyPlan } from "../../server/biller/catalogue/plans.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { startPayingStack } from "../support/stack.ts";
 
@@ -115,7 +116,7 @@ describe("attacks on the money paths", () => {
 
   it("1. a small payment under a full authorization's nonce is held for review: nothing vended, nothing refunded", async () => {
     for (const [meter, expectVend] of [
-      [VERIFIABLE.prepaidMeter, "would have vended"],
+      [SANDBOX_NUMBERS.prepaidMeter, "would have vended"],
       ["9999999999999", "would have refunded the full amount"],
     ] as const) {
       const body = electricity(attacker.address, meter, 20_000);
@@ -145,10 +146,11 @@ describe("attacks on the money paths", () => {
 
   it("2. a fixed-price plan is priced at the plan, or refused before any challenge or pull", async () => {
     const cases: Array<[Body, number, string]> = [
-      [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-1000", nairaAmount: 50 }), 422, "PLAN_AMOUNT_MISMATCH"],
+      [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-100mb-1000", nairaAmount: 50 }), 422, "PLAN_AMOUNT_MISMATCH"],
       [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-999999", nairaAmount: 50 }), 422, "PLAN_UNKNOWN"],
-      [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", nairaAmount: 1000 }), 422, "PLAN_REQUIRED"],
-      [{ ...electricity(attacker.address, VERIFIABLE.prepaidMeter, 2000), variation_code: undefined }, 422, "PLAN_REQUIRED"],
+      // No plan costs the amount, or the biller prices the named code twice: no price to hold the bill to.
+      [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", nairaAmount: 1234 }), 422, "PLAN_REQUIRED"],
+      [bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-xtratalk-300", nairaAmount: 200 }), 422, "PLAN_AMBIGUOUS"],
       [bill(attacker.address, { serviceID: "no-such-telco" }), 422, "SERVICE_UNKNOWN"],
       [bill(attacker.address, { nairaAmount: 10 }), 422, "AMOUNT_OUT_OF_RANGE"],
     ];
@@ -159,20 +161,23 @@ describe("attacks on the money paths", () => {
     }
     const mismatch = (await (await post(cases[0]![0])).json()) as Body;
     expect(mismatch.plan_amount).toBe(1000);
-    // At its own price the plan is quoted: 1000 NGN at 1550/USD = 0.645162 USD (+ fees), never the 0.05 minimum.
-    const right = await required(bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-1000", nairaAmount: 1000 }));
+    // At its own price the plan is quoted: 1000 NGN at 1550/USD = 0.645162 USD (+ fees), never
+    // the 0.05 minimum; named, or found by its price in a bill of the interface's eight fields.
+    const right = await required(bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-100mb-1000", nairaAmount: 1000 }));
     expect(BigInt(right.accepted.amount)).toBeGreaterThan(645_000n);
+    const byPrice = await required(bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", nairaAmount: 1000 }));
+    expect(byPrice.accepted.amount).toBe(right.accepted.amount);
 
     // The biller raises a plan's price after the catalogue was cached: the bill is vended at
     // the cached price, and the biller's own figure for it is flagged for operators.
     const { BILLER_API_KEY, BILLER_SECRET_KEY } = service.config;
-    const repriced = await fetch(`${service.urls.biller}/sandbox/variations/mtn-data/mtn-data-100`, {
+    const repriced = await fetch(`${service.urls.biller}/sandbox/variations/mtn-data/mtn-10mb-100`, {
       method: "POST",
       headers: { "content-type": "application/json", "api-key": BILLER_API_KEY, "secret-key": BILLER_SECRET_KEY },
       body: JSON.stringify({ variation_amount: 120 }),
     });
     expect(repriced.status).toBe(200);
-    const dataBill = bill(victim.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-100", nairaAmount: 100 });
+    const dataBill = bill(victim.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-10mb-100", nairaAmount: 100 });
     const dataReq = await required(dataBill);
     const dataAuth = await celo.signAuthorization(victim, "USDC", BigInt(dataReq.accepted.amount), celo.billPay, { validBefore: now() + 600n });
     expect(((await (await post(dataBill, header(dataAuth, dataReq))).json()) as Body).status).toBe("SUCCESS");
@@ -182,14 +187,14 @@ describe("attacks on the money paths", () => {
     const link = { wallet: agentWallet.address, approvedChain: "CELO" as const, approvedToken: "USDC" as const, channel: "MCP", linkedAt: new Date(), apiKeyHash: "00" };
     const before = await service.db.query(`SELECT count(*)::int AS n FROM bill_order`);
     await expect(
-      service.hub.payBill(link, { serviceID: "mtn-data", serviceCategory: "DATA", network: "MTN", billersCode: "08011111111", variation_code: "mtn-data-1000", nairaAmount: 50 }),
+      service.hub.payBill(link, { serviceID: "mtn-data", serviceCategory: "DATA", network: "MTN", billersCode: "08011111111", variation_code: "mtn-100mb-1000", nairaAmount: 50 }),
     ).rejects.toMatchObject({ code: "PLAN_AMOUNT_MISMATCH" });
     expect(await service.db.query(`SELECT count(*)::int AS n FROM bill_order`)).toEqual(before);
   });
 
   it("3. what a stranger reads from the chain gets them no order: no id in refusals, no code without proof", async () => {
     // The victim pays for an electricity token.
-    const body = electricity(victim.address, VERIFIABLE.prepaidMeter, 3000);
+    const body = electricity(victim.address, SANDBOX_NUMBERS.prepaidMeter, 3000);
     const req = await required(body);
     const auth = await celo.signAuthorization(victim, "USDC", BigInt(req.accepted.amount), celo.billPay, { validBefore: now() + 600n });
     const paid = (await (await post(body, header(auth, req))).json()) as Body & { request_id: string; order_secret: string; purchased_code: string };
@@ -197,7 +202,7 @@ describe("attacks on the money paths", () => {
 
     // The stranger copies (from, nonce) from the chain, with a junk signature, for another bill and for the same bill.
     const junk = `0x${"11".repeat(65)}` as Hex;
-    for (const forged of [electricity(victim.address, VERIFIABLE.prepaidMeter, 2500), body]) {
+    for (const forged of [electricity(victim.address, SANDBOX_NUMBERS.prepaidMeter, 2500), body]) {
       const res = await post(forged, header(auth, req, junk));
       const text = await res.text();
       expect(res.status).toBe(409);
@@ -307,7 +312,8 @@ describe("attacks on the money paths", () => {
     await celo.approveAndAllow(agentWallet, "USDC", 10_000_000n);
     const before = await usdc(agentWallet.address);
     const tokenAddress = celo.tokenAddress("USDC");
-    const priced = { bill: { ...bill(agentWallet.address) } as never, bodyHash: keccak256(toBytes(`retired-${Date.now()}`)), amount: 1_001_000n };
+    const retiredBill = { ...bill(agentWallet.address) } as never;
+    const priced = { bill: retiredBill, bodyHash: keccak256(toBytes(`retired-${Date.now()}`)), amount: 1_001_000n, vend: legacyPlan(retiredBill) };
     // A key no link holds any more (a re-link retired it after the call was authenticated).
     await expect(
       startPullOrders(service.flow, { wallet: agentWallet.address, chain: "CELO", token: "USDC", tokenAddress, bills: [priced], batch: false, guard: { apiKeyHash: "ab".repeat(32) } }),

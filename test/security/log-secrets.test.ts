@@ -12,7 +12,7 @@ import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { createLog, orderRef, setLog } from "../../server/log.ts";
-import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
 import { startPayingStack } from "../support/stack.ts";
@@ -55,7 +55,7 @@ describe("the log holds no secret", () => {
       serviceID: "ikeja-electric",
       serviceCategory: "ELECTRICITY",
       network: "IKEJA",
-      billersCode: VERIFIABLE.prepaidMeter,
+      billersCode: SANDBOX_NUMBERS.prepaidMeter,
       variation_code: "prepaid",
       nairaAmount: 3100,
       token: "USDC",

@@ -211,7 +211,7 @@ describe("x402 route: the 402 challenge", () => {
     expect(small.quotes[0]).toMatchObject({ amount: { units: "50000" }, breakdown: { minimum_applied: true } });
     // Refused as the pay route refuses them.
     expect((await quoteOf({ ...bill, nairaAmount: -1 })).status).toBe(400);
-    expect(((await (await quoteOf({ ...bill, serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-data-1000", nairaAmount: 50 })).json()) as { code: string }).code).toBe(
+    expect(((await (await quoteOf({ ...bill, serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-100mb-1000", nairaAmount: 50 })).json()) as { code: string }).code).toBe(
       "PLAN_AMOUNT_MISMATCH",
     );
     expect((await app.request("/api/quote", { method: "POST", headers: { "content-type": "text/plain" }, body: "x" })).status).toBe(415);

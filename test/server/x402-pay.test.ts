@@ -12,15 +12,14 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
-import { newBillerRequestId } from "../../server/biller/vtpass.ts";
 import { loadConfig } from "../../server/config.ts";
 import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
-import { hashOrderSecret } from "../../server/orders/store.ts";
+import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { decodePayment } from "../../server/x402/payment.ts";
-import { VERIFIABLE } from "../../services/biller-sandbox/catalog.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startPayingStack, type startTestChains } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
@@ -125,13 +124,17 @@ describe("x402 route: paying a bill end to end", () => {
     const wrong = (await (await post(electricity("9999999999999"), (await paymentFor(electricity("9999999999999"))).headers)).json()) as Result;
     expect(wrong).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
     expect(await usdc()).toBe(before);
-    const right = (await (await post(electricity(VERIFIABLE.prepaidMeter), (await paymentFor(electricity(VERIFIABLE.prepaidMeter))).headers)).json()) as Result;
-    expect(right).toMatchObject({ status: "SUCCESS", units: "31.0" });
+    const right = (await (await post(electricity(SANDBOX_NUMBERS.prepaidMeter), (await paymentFor(electricity(SANDBOX_NUMBERS.prepaidMeter))).headers)).json()) as Result;
+    expect(right).toMatchObject({ status: "SUCCESS", units: "124.0 kWh" });
     expect(right.purchased_code).toMatch(/^\d{20}$/);
+    // In the interface's eight fields: no variation_code; the meter's check says it is postpaid.
+    const { variation_code: _type, ...eightFields } = electricity(SANDBOX_NUMBERS.postpaidMeter);
+    const postpaid = (await (await post(eightFields, (await paymentFor(eightFields)).headers)).json()) as Result;
+    expect(postpaid).toMatchObject({ status: "SUCCESS", purchased_code: null });
   });
 
   it("pays an international bill found through GET /api/international; a mismatched one is refused before any challenge", async () => {
-    const steps = (await (await fetch(`${url}/api/international?country_code=GH&product_type_id=1&operator_id=1&foreignAmount=20`)).json()) as { bill: Record<string, unknown> };
+    const steps = (await (await fetch(`${url}/api/international?country_code=GH&product_type_id=1&operator_id=5&foreignAmount=20`)).json()) as { bill: Record<string, unknown> };
     expect(steps.bill).toMatchObject({ serviceID: "foreign-airtime", nairaAmount: 2110, foreignAmount: 20, country_code: "GH" });
     const intl = { ...steps.bill, billersCode: "233241234567", phone: "08011111111", token: "USDC", blockchain: "CELO", wallet_address: payer.address };
     const before = await usdc();
@@ -276,10 +279,9 @@ describe("x402 route: paying a bill end to end", () => {
     const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(payload));
     const before = await usdc();
     // What a request does before vending: take the lock, then settle. Then it "crashes".
-    const billerRequestId = newBillerRequestId();
     const { order } = await flow.orders.lockPayment({
-      requestId: `req_${billerRequestId}`,
-      billerRequestId,
+      ...newOrderIds(),
+      vend: null,
       bodyHash: "crashed-request",
       bill: body,
       chain: "CELO",

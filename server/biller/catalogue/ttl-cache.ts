@@ -14,4 +14,9 @@ export class TtlCache {
     });
     return value;
   }
+
+  /** Drops a key, so the next get loads it afresh. */
+  forget(key: string): void {
+    this.entries.delete(key);
+  }
 }

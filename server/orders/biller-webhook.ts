@@ -1,0 +1,75 @@
+/**
+ * POST /api/biller/webhook: the biller's callbacks, as VTpass documents them
+ * (callback-api-integration, transaction-update-webhook-api). VTpass POSTs JSON with `type`
+ * and `data`, expects `{"response":"success"}`, and sends it again, 5 times in all, until it
+ * gets that answer. Two types:
+ *   - transaction-update: a pending transaction resolved, or a delivered one reversed; `data`
+ *     is requery-shaped. The body is never trusted: its request id only points at an order
+ *     (through the attempt sent under it), whose state is then read from a requery and acted
+ *     on (orders/fulfil.ts actOnBillerState): a pending order is finished at once, a served
+ *     order the biller reversed is refunded on chain, once, bounded by the ledger's payment
+ *     like every refund; a served order the requery shows delivered is left as it is.
+ *   - variations-update: a product's plans changed; they are read afresh for the next bill.
+ * VTpass documents no signature for its callbacks, so anyone can POST here; what a stranger
+ * can make the service do is one requery per known order, at most RATE_LIMIT_WEBHOOK_ORDER a
+ * minute (past it: 429, and VTpass sends again later). BILLER_WEBHOOK_TOKEN, when set, must
+ * come as `?token=` on the URL registered with the biller. The answer is "success" only once
+ * what the callback asked for is done (or there is nothing to do), so a failure is sent again.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { Hono } from "hono";
+import { webhookRequestId } from "../biller/vtpass/answers.ts";
+import { problemResponse } from "../errors.ts";
+import type { Limits } from "../limits.ts";
+import { errorText } from "../log-safety.ts";
+import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
+
+export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
+/** The acknowledgement VTpass waits for. */
+const SUCCESS = { response: "success" } as const;
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Limits; token?: string }): void {
+  const { flow } = deps;
+  app.post(BILLER_WEBHOOK_PATH, async (c) => {
+    if (deps.token !== undefined) {
+      const given = c.req.query("token") ?? "";
+      if (!timingSafeEqual(digest(given), digest(deps.token))) return problemResponse("WEBHOOK_TOKEN_INVALID", "the webhook URL's token is not this service's");
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(await c.req.text());
+    } catch (err) {
+      return problemResponse("INVALID_JSON", (err as Error).message);
+    }
+    const { type, requestId } = webhookRequestId(body);
+    if (type === "variations-update") {
+      const serviceID = (body as { serviceID?: unknown }).serviceID;
+      if (typeof serviceID === "string") flow.catalogue.forgetPlans(serviceID);
+      return c.json(SUCCESS);
+    }
+    if (type !== "transaction-update" || requestId === null) {
+      flow.log.info("biller webhook of no kind this service acts on", { type });
+      return c.json(SUCCESS);
+    }
+    const attempt = await flow.attempts.byBillerRequestId(requestId);
+    if (!attempt) {
+      flow.log.info("biller webhook for a request id this service never sent", { billerRequestId: requestId });
+      return c.json(SUCCESS);
+    }
+    await deps.limits.take("webhookOrder", attempt.requestId);
+    const order = await flow.orders.claim(attempt.requestId, flow.leaseSeconds);
+    if (!order) return c.json(SUCCESS); // someone is working on it right now, and will finish it
+    try {
+      const now = await actOnBillerState(flow, order);
+      flow.log.info("biller webhook acted on", { requestId: order.requestId, before: order.status, after: now.status });
+      return c.json(SUCCESS);
+    } catch (err) {
+      flow.log.warn("biller webhook could not be acted on; the biller will send it again", { requestId: order.requestId, error: errorText(err) });
+      return problemResponse("BILLER_UNAVAILABLE", "the webhook could not be acted on now; send it again");
+    } finally {
+      await flow.orders.release(order.requestId, order.leaseToken);
+    }
+  });
+}
