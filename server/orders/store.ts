@@ -435,13 +435,18 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
-  /** Takes the order's lease if nobody holds it (a webhook's work); undefined when someone does. */
+  /**
+   * Takes the order's lease for a webhook's work: if nobody holds it, or if the order is
+   * final (the request that made it has finished with it, and keeps its lease only
+   * nominally; what happens to a final order next is one transition, which one actor wins).
+   * Undefined when someone is working on it.
+   */
   async claim(requestId: string, leaseSeconds: number): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
-       WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now())
+       WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now() OR status = ANY($4::text[]))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, randomUUID()],
+      [requestId, leaseSeconds, randomUUID(), FINAL_STATUSES],
     );
     return row && toOrder(row);
   }

@@ -15,7 +15,9 @@
  *     and for foreign-airtime operator_id, country_code, product_type_id and email, with
  *     `amount` in the destination's currency within the plan's bounds (013/017);
  *   - services page: each product's minimium_amount and maximum_amount (013/017);
- *   - response-codes page: 019 for the same product and number within 30 seconds.
+ *   - response-codes page: 019 for the same product and number within 30 seconds, when
+ *     `duplicateWindowMs` is set (whether VTpass's sandbox enforces it is not documented;
+ *     off by default, so the examples can pay the one success number again and again).
  *
  * What it charges: a fixed-price plan its price ("this amount will be ignored"), except
  * DStv/GOtv's change, which tops the decoder up with the amount sent when one is ("If you
@@ -73,7 +75,7 @@ export interface SandboxOptions {
   slowAnswerMs?: number;
   /** Requeries a pending transaction answers "pending" to before it resolves (delivered). */
   pendingRequeries?: number;
-  /** The response-codes page's 019 window (same product, same number); 0 turns it off. */
+  /** The response-codes page's 019 window (same product, same number), e.g. 30_000; 0 (the default) turns it off. */
   duplicateWindowMs?: number;
   /** Where transaction updates are POSTed, as the merchant sets it on VTpass's dashboard (read when one is sent). */
   webhookUrl?: string | (() => string | undefined);
@@ -128,7 +130,7 @@ export function billerSandboxApp(options: SandboxOptions) {
   const services: SandboxService[] = structuredClone(SANDBOX_SERVICES);
   const pendingRequeries = options.pendingRequeries ?? 1;
   const slowAnswerMs = options.slowAnswerMs ?? 5_000;
-  const duplicateWindowMs = options.duplicateWindowMs ?? 30_000;
+  const duplicateWindowMs = options.duplicateWindowMs ?? 0;
   const now = options.now ?? (() => new Date());
 
   const answer = (c: Context, code: string, description: string, extra: Record<string, unknown> = {}) => c.json({ code, response_description: description, ...extra });

@@ -2,7 +2,7 @@
  * `npm run biller-sandbox`: the local biller sandbox (BILLER_SANDBOX_PORT, default 8403), with
  * the biller keys (BILLER_API_KEY, BILLER_SECRET_KEY, BILLER_PUBLIC_KEY), the webhook URL it
  * calls (BILLER_SANDBOX_WEBHOOK_URL, as a merchant registers one on VTpass's dashboard) and
- * the duplicate window (BILLER_SANDBOX_DUPLICATE_WINDOW_MS, default VTpass's 30 s; 0 turns it off).
+ * VTpass's 019 duplicate window (BILLER_SANDBOX_DUPLICATE_WINDOW_MS, e.g. 30000; off by default).
  */
 import { serve } from "@hono/node-server";
 import { billerSandboxApp } from "./app.ts";
