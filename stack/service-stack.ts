@@ -54,8 +54,8 @@ export async function startServiceStack(options: {
   keys?: HotKeys;
   /** The biller sandbox's behaviour (its keys come from the service's settings; its webhook calls this service). */
   sandbox?: Partial<Omit<SandboxOptions, "apiKey" | "secretKey" | "publicKey">>;
-  /** The local facilitator's metering of /settle, as Celo's hosted one meters it. */
-  facilitatorMetering?: SettleMetering;
+  /** The local facilitator: its metering of /settle (as Celo's hosted one meters it) and its receipt wait. */
+  facilitator?: { metering?: SettleMetering; confirmationTimeoutMs?: number };
 }): Promise<ServiceStack> {
   const { deployments } = options;
   const closers: Array<() => Promise<unknown>> = [];
@@ -69,7 +69,7 @@ export async function startServiceStack(options: {
       facilitator = { url: options.shared.facilitator };
       biller = { url: options.shared.biller };
     } else {
-      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains), options.facilitatorMetering).fetch, options.ports?.facilitator);
+      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains, options.facilitator), options.facilitator?.metering).fetch, options.ports?.facilitator);
       closers.push(ownFacilitator.close);
       const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
       // The sandbox calls this service's webhook, as VTpass calls the URL a merchant registers.

@@ -227,7 +227,7 @@ describe("biller client against the local sandbox", () => {
   });
 
   it("answers 019 for the same product and number within 30 seconds, which the client reads as pending (requery decides)", async () => {
-    const strict = await listen(billerSandboxApp({ ...keys, now: () => clock }).fetch);
+    const strict = await listen(billerSandboxApp({ ...keys, duplicateWindowMs: 30_000, now: () => clock }).fetch);
     try {
       const client = new VtpassClient({ baseUrl: strict.url, ...keys, timeoutMs: 500 });
       const pay = () => client.pay({ requestId: newRequestId(clock), serviceID: "mtn", billersCode: "08011111111", amount: 100, phone: "08011111111" });

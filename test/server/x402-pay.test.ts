@@ -128,7 +128,7 @@ describe("x402 route: paying a bill end to end", () => {
     expect(right).toMatchObject({ status: "SUCCESS", units: "124.0 kWh" });
     expect(right.purchased_code).toMatch(/^\d{20}$/);
     // In the interface's eight fields: no variation_code; the meter's check says it is postpaid.
-    const { variation_code: _type, ...eightFields } = electricity(SANDBOX_NUMBERS.postpaidMeter);
+    const { variation_code: _type, ...eightFields } = electricity(SANDBOX_NUMBERS.postpaidMeter) as Record<string, unknown>;
     const postpaid = (await (await post(eightFields, (await paymentFor(eightFields)).headers)).json()) as Result;
     expect(postpaid).toMatchObject({ status: "SUCCESS", purchased_code: null });
   });

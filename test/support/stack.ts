@@ -81,16 +81,13 @@ export function uniqueSchema(prefix: string): string {
  * deadline, no worker grace, quiet logs). `env` adds or overrides service settings; `options`
  * the sandbox's and the facilitator's behaviour.
  */
-export async function startPayingStack(env: Record<string, string> = {}, options: Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitatorMetering"> = {}) {
+export async function startPayingStack(env: Record<string, string> = {}, options: Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitator"> = {}) {
   const chains = await startTestChains();
   // The ledger keeps its index in memory, as `npm start` does for local chains.
   const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: IN_MEMORY, logTo: join(chains.dir, "ledger.log") });
   const service = await startServiceStack({
     deployments: chains.deployments,
-    // The suites pay the sandbox's success number many times a second: VTpass's 30 s
-    // duplicate rule (019) is off unless a suite turns it on.
     ...options,
-    sandbox: { duplicateWindowMs: 0, ...options.sandbox },
     env: {
       BILLER_TIMEOUT_MS: "500",
       VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
