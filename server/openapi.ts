@@ -43,6 +43,11 @@ const schemas = {
       request_id: { type: "string", pattern: "^req_\\d{12}[0-9a-f]{20}$" },
       tx_hash: { type: ["string", "null"] },
       order_secret: { type: "string", description: "Only in the first paying response: Bearer proof for the order route" },
+      purchased_codes: {
+        type: "array",
+        description: "Every code with its label, when the biller handed over several (a WAEC card's Serial and PIN, Eko's Token and Bonus Token); shown as purchased_code is",
+        items: { type: "object", required: ["label", "value"], properties: { label: { type: ["string", "null"] }, value: { type: "string" } } },
+      },
       purchased_code_withheld: { type: "boolean" },
       refund: {
         type: "object",
@@ -229,6 +234,22 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
             },
           ],
           responses: { "200": { description: "Payment result", content: json(ref("PaymentResult")) }, ...problemResponses([400, 401, 404, 429]) },
+        },
+      },
+      "/api/biller/webhook": {
+        post: {
+          summary: "The biller's callbacks (VTpass transaction-update and variations-update): register this URL on the biller's dashboard",
+          description:
+            "VTpass POSTs {type, data} and expects {\"response\":\"success\"}, sending again (5 times in all) until it gets it. The body is " +
+            "never trusted: data.requestId only points at the order, whose state is read from a requery; a pending order is finished, a " +
+            "served one the biller reversed is refunded on chain once. variations-update makes the product's plans be read afresh. " +
+            "With BILLER_WEBHOOK_TOKEN set, the URL must carry it as ?token=.",
+          parameters: [{ name: "token", in: "query", required: false, schema: { type: "string" }, description: "BILLER_WEBHOOK_TOKEN, when set" }],
+          requestBody: { required: true, content: json({ type: "object", properties: { type: { type: "string" }, data: { type: "object" } } }) },
+          responses: {
+            "200": { description: "Acted on (or nothing to act on)", content: json({ type: "object", properties: { response: { const: "success" } } }) },
+            ...problemResponses([400, 401, 413, 429, 503]),
+          },
         },
       },
       "/api/agent/link": {
