@@ -151,6 +151,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     const order = await deps.state.order(c.req.param("requestId"));
     if (!order) return c.html(<Layout title="Order"><section><h2>No such order</h2></section></Layout>, 404);
     const callback = await deps.callbacks.status(order.request_id);
+    const attempts = await deps.state.billerAttempts(order.request_id);
     const link = (hash: string | null) => {
       const href = txLink(order.chain, hash);
       return hash ? href ? <a href={href}>{hash}</a> : <code>{hash}</code> : "–";
@@ -168,6 +169,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
               ["Amount", `${units(order.amount)} ${order.token} on ${order.chain}`],
               ["1. Payment", link(order.tx_hash)],
               ["2. Vend", order.status === "SUCCESS" ? "delivered" : order.failure_reason ?? "not (yet) delivered"],
+              ["Biller request ids", attempts.length ? attempts.map((a) => <div><code data-field="biller-request-id">{a.biller_request_id}</code> <span class="muted">attempt {a.attempt}, {a.sent_at}</span></div>) : "none sent"],
               ["3. Refund", link(order.refund_tx_hash)],
               ["Flag", order.flag ?? "–"],
               ["Callback", callback ? `${callback.status} after ${callback.attempts} attempt(s) to ${callback.url}` : "none"],

@@ -115,6 +115,11 @@ export class OperatorState {
     return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE request_id = $1`, [requestId]))[0];
   }
 
+  /** The request ids an order's pays were sent to the biller under, first first (what the biller's support knows it by). */
+  async billerAttempts(requestId: string): Promise<Array<{ biller_request_id: string; attempt: number; sent_at: string }>> {
+    return this.deps.db.query(`SELECT biller_request_id, attempt, sent_at::text AS sent_at FROM biller_attempt WHERE request_id = $1 ORDER BY attempt`, [requestId]);
+  }
+
   /** A page of orders, newest first, filtered by status and rail. */
   async orders(filter: { status?: string; rail?: string; before?: string; limit: number }) {
     const where: string[] = [];

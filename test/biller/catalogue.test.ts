@@ -170,5 +170,6 @@ describe("the catalogue", () => {
     const domestic = eight("AIRTIME", "mtn", "MTN", "08011111111", 500);
     expect((await refusal({ ...domestic, country_code: "GH" })).code).toBe("INTERNATIONAL_FIELDS_INVALID");
     expect((await refusal({ ...domestic, foreignAmount: 5 })).code).toBe("INTERNATIONAL_FIELDS_INVALID");
+    expect((await refusal({ ...ghanaTopUp(), subscription_type: "renew" })).code).toBe("SUBSCRIPTION_TYPE_INVALID");
   });
 });

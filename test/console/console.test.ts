@@ -123,6 +123,8 @@ describe("operator console and metrics", () => {
     await refundedRows.first().locator("a").click();
     expect(await page.locator('#order [data-field="status"]').textContent()).toBe("REFUNDED");
     expect(await page.locator("#order").textContent()).toMatch(/3\. Refund0x[0-9a-f]{64}/);
+    // The request id the biller knows the pay by, for its support.
+    expect(await page.locator('#order [data-field="biller-request-id"]').first().textContent()).toMatch(/^\d{12}[0-9a-f]{20}$/);
     // The agent's wallet: the allowance it set, what is left (the refund gave it back), paid and refunded.
     await page.goto(`${url}/console/wallets`);
     const wallet = page.locator("#wallets tbody tr", { hasText: hardhatAccount(10).address.toLowerCase() });

@@ -18,7 +18,7 @@ import type { Category } from "../../pricing/price.ts";
 import type { BillerApi, BillerService, Variation } from "../upstream.ts";
 import { formatKobo, kobo } from "./amounts.ts";
 import { INTERNATIONAL_FIELDS, InternationalCatalogue, isInternational, type InternationalFields } from "./international.ts";
-import { checkFor, choosePlan, planOptions, SUBSCRIPTION_PRODUCTS, type PlanOption } from "./plans.ts";
+import { checkFor, choosePlan, planOptions, SUBSCRIPTION_PRODUCTS, subscriptionNotTaken, type PlanOption } from "./plans.ts";
 import { TtlCache } from "./ttl-cache.ts";
 import type { VendPlan } from "./vend-plan.ts";
 
@@ -87,6 +87,7 @@ export class Catalogue {
         options: services.map((s) => s.serviceID),
       });
     }
+    if (isInternational(bill) && bill.subscription_type !== undefined) throw subscriptionNotTaken(bill.serviceID);
     const vend = isInternational(bill) ? await this.international.check(bill) : await this.domestic(bill);
     checkLimits(service, bill);
     return { service, vend };

@@ -98,14 +98,16 @@ function bankByNetwork(network: string, plans: Variation[]): Variation | undefin
   return matches.length === 1 ? matches[0] : undefined;
 }
 
+/** A bill naming a subscription_type for a product that takes none. */
+export const subscriptionNotTaken = (serviceID: string, options: PlanOption[] = []) =>
+  refuse("SUBSCRIPTION_TYPE_INVALID", `only ${[...SUBSCRIPTION_PRODUCTS].join(" and ")} take subscription_type; leave it out for ${serviceID}`, options);
+
 /** What the catalogue decides of a domestic bill's plan: the fields of its vend plan. */
 export type PlanChoice = Pick<VendPlan, "variationCode" | "meterTypeFromVerify" | "subscription">;
 
 export function choosePlan(bill: DomesticBill, plans: Variation[]): PlanChoice {
   const options = planOptions(plans);
-  if (bill.subscription_type !== undefined && !SUBSCRIPTION_PRODUCTS.has(bill.serviceID)) {
-    throw refuse("SUBSCRIPTION_TYPE_INVALID", `only ${[...SUBSCRIPTION_PRODUCTS].join(" and ")} take subscription_type; leave it out for ${bill.serviceID}`, options);
-  }
+  if (bill.subscription_type !== undefined && !SUBSCRIPTION_PRODUCTS.has(bill.serviceID)) throw subscriptionNotTaken(bill.serviceID, options);
   if (SUBSCRIPTION_PRODUCTS.has(bill.serviceID)) return chooseSubscription(bill, plans);
   if (plans.length === 0) {
     if (bill.variation_code !== undefined) throw refuse("PLAN_UNKNOWN", `${bill.serviceID} has no plans; leave variation_code out`, []);
