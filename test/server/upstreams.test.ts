@@ -6,7 +6,6 @@
  * on chain exactly once on both rails, whoever replays or forges the webhook.
  */
 import { x402HTTPClient } from "@x402/core/http";
-import { encodePaymentSignatureHeader } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
@@ -16,11 +15,10 @@ import { loadConfig } from "../../server/config.ts";
 import { newRequestId } from "../../server/biller/vtpass/request-id.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
-import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { decodePayment } from "../../server/x402/payment.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; purchased_codes?: unknown; units: string | null; refund?: { status: string; tx_hash: string | null; reason: string } };
@@ -151,27 +149,8 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     // A crash between recording an attempt and sending it: the biller never heard of it.
     const body = bill({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 620 });
     const { payload } = await paymentFor(body);
-    const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(payload));
     const flow = paying.service.flow;
-    const { order: locked } = await flow.orders.lockPayment(
-      {
-        ...newOrderIds(),
-        vend: null,
-        bodyHash: "lost-pay",
-        bill: body,
-        chain: "CELO",
-        token: "USDC",
-        tokenAddress: celo.tokenAddress("USDC"),
-        payer: payer.address,
-        amount: BigInt(payload.accepted.amount),
-        authNonce: payment.authorization.nonce,
-        authValidBefore: payment.authorization.validBefore,
-        secretHash: hashOrderSecret("ors_lost-pay"),
-        payment: { x402Version: 2, payload, authorization: { ...payment.authorization, value: String(payment.authorization.value), validAfter: String(payment.authorization.validAfter), validBefore: String(payment.authorization.validBefore) }, signature: payment.signature },
-        requirements: payload.accepted as unknown as Record<string, unknown>,
-      },
-      0,
-    );
+    const locked = await lockAsCrashedRequest(flow, { body, payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "lost-pay" });
     expect((await settle(flow, locked)).status).toBe("PAID");
     const lostId = newRequestId();
     await flow.attempts.record(locked.requestId, 1, lostId, { serviceID: "mtn", billersCode: "08011111111", amount: 620, phone: "08011111111" });

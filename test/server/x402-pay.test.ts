@@ -1,5 +1,5 @@
 import { x402Client } from "@x402/core/client";
-import { decodePaymentResponseHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
+import { decodePaymentResponseHeader, x402HTTPClient } from "@x402/core/http";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
@@ -16,11 +16,10 @@ import { loadConfig } from "../../server/config.ts";
 import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
-import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { decodePayment } from "../../server/x402/payment.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
 import { startPayingStack, type startTestChains } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
@@ -276,25 +275,9 @@ describe("x402 route: paying a bill end to end", () => {
   it("finishes an order that a crash left between settlement and vending, once", async () => {
     const body = bill("08011111111", { nairaAmount: 620 });
     const { payload } = await paymentFor(body);
-    const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(payload));
     const before = await usdc();
     // What a request does before vending: take the lock, then settle. Then it "crashes".
-    const { order } = await flow.orders.lockPayment({
-      ...newOrderIds(),
-      vend: null,
-      bodyHash: "crashed-request",
-      bill: body,
-      chain: "CELO",
-      token: "USDC",
-      tokenAddress: celo.tokenAddress("USDC"),
-      payer: payer.address,
-      amount: BigInt(payload.accepted.amount),
-      authNonce: payment.authorization.nonce,
-      authValidBefore: payment.authorization.validBefore,
-      secretHash: hashOrderSecret("ors_crashed-request"),
-      payment: { x402Version: 2, payload, authorization: { ...payment.authorization, value: String(payment.authorization.value), validAfter: String(payment.authorization.validAfter), validBefore: String(payment.authorization.validBefore) }, signature: payment.signature },
-      requirements: payload.accepted as unknown as Record<string, unknown>,
-    }, 0); // the "crashed" request's lease has run out
+    const order = await lockAsCrashedRequest(flow, { body, payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "crashed-request" });
     expect((await settle(flow, order)).status).toBe("PAID");
     expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
 

@@ -1,0 +1,44 @@
+/** Orders as a request leaves them when it dies: for the suites that test what the worker does next. */
+import { encodePaymentSignatureHeader } from "@x402/core/http";
+import type { PaymentPayload } from "@x402/core/types";
+import type { Hex } from "viem";
+import type { FlowDeps } from "../../server/orders/fulfil.ts";
+import { hashOrderSecret, newOrderIds, type Order } from "../../server/orders/store.ts";
+import { decodePayment } from "../../server/x402/payment.ts";
+
+/**
+ * What an x402 request does before it settles, then "crashes": the once-only lock on the
+ * payment and the order in SETTLING, its lease already run out. The caller settles it.
+ */
+export async function lockAsCrashedRequest(
+  flow: FlowDeps,
+  input: { body: Record<string, unknown>; payload: PaymentPayload; payer: Hex; tokenAddress: string; tag: string },
+): Promise<Order> {
+  const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(input.payload));
+  const a = payment.authorization;
+  const { order } = await flow.orders.lockPayment(
+    {
+      ...newOrderIds(),
+      vend: null,
+      bodyHash: input.tag,
+      bill: input.body,
+      chain: "CELO",
+      token: "USDC",
+      tokenAddress: input.tokenAddress,
+      payer: input.payer,
+      amount: BigInt(input.payload.accepted.amount),
+      authNonce: a.nonce,
+      authValidBefore: a.validBefore,
+      secretHash: hashOrderSecret(`ors_${input.tag}`),
+      payment: {
+        x402Version: 2,
+        payload: input.payload,
+        authorization: { ...a, value: String(a.value), validAfter: String(a.validAfter), validBefore: String(a.validBefore) },
+        signature: payment.signature,
+      },
+      requirements: input.payload.accepted as unknown as Record<string, unknown>,
+    },
+    0,
+  );
+  return order;
+}
