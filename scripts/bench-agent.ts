@@ -92,6 +92,7 @@ phases.time(service.flow.operator, "pull", "operator pull (mined)");
 phases.time(service.flow.ledger, "awaitPayment", "ledger shows pull");
 phases.time(service.flow.orders, "transition", "order transitions");
 phases.time(service.flow.biller, "pay", "biller pay");
+phases.time(service.flow.attempts, "record", "pay attempt record");
 phases.time(service.db, "query", "database queries");
 const payments = (apiKey: string, calls: number) => Array.from({ length: calls }, () => ({ api_key: apiKey, pin: "1234", allow_duplicate: true, ...airtime() }));
 const succeeded = (outcome: AgentsOutcome) => {

@@ -155,6 +155,8 @@ phases.time(facilitator, "settle", "facilitator settle");
 phases.time(service.flow.ledger, "awaitPayment", "ledger shows payment");
 phases.time(service.flow.orders, "transition", "order transitions");
 phases.time(service.flow.biller, "pay", "biller pay");
+phases.time(service.flow.attempts, "latest", "pay attempt lookup");
+phases.time(service.flow.attempts, "record", "pay attempt record");
 const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS");
 const profile = phases.report(PAID);
 

@@ -81,10 +81,11 @@ type Step = VendResult | { review: string } | { order: Order };
  * requeried until the deadline. An order whose pay was already prepared (a crash, or the
  * worker resuming it) is followed up instead, by the id it was sent under: a pay is never
  * sent twice under one id, and a new attempt only once the biller has no record of the last.
+ * `fresh`: the request that made the order is vending it, so no attempt can exist yet.
  */
-export async function fulfil(deps: FlowDeps, order: Order): Promise<Order> {
+export async function fulfil(deps: FlowDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
   const timer = deps.metrics.vendSeconds.startTimer();
-  const last = await deps.attempts.latest(order.requestId);
+  const last = options.fresh ? undefined : await deps.attempts.latest(order.requestId);
   let step: Step = last ? await followUp(deps, order, last) : await firstPay(deps, order);
   const deadline = Date.now() + deps.vendDeadlineMs;
   while ("state" in step && step.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {

@@ -95,7 +95,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
   let last = orders;
   try {
     last = await pullAndWait(deps, input.chain, orders, input.guard);
-    last = await Promise.all(last.map((o) => (o.status === "PAID" ? fulfil(deps, o) : o)));
+    last = await Promise.all(last.map((o) => (o.status === "PAID" ? fulfil(deps, o, { fresh: true }) : o)));
     return { orders: last, replay: false };
   } finally {
     // Unfinished orders go to the worker at once; finished ones need no release.

@@ -167,7 +167,7 @@ export async function startX402Order(
   let last = order;
   try {
     last = input.notSettleable ? await refuse(deps, order, input.notSettleable) : await settle(deps, order);
-    if (last.status === "PAID") last = await fulfil(deps, last);
+    if (last.status === "PAID") last = await fulfil(deps, last, { fresh: true });
     return { order: last, replay: false, secret: secret.secret };
   } finally {
     // An unfinished order goes to the worker at once; a finished one needs no release.
