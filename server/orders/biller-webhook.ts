@@ -46,7 +46,11 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     const { type, requestId } = webhookRequestId(body);
     if (type === "variations-update") {
       const serviceID = (body as { serviceID?: unknown }).serviceID;
-      if (typeof serviceID === "string") flow.catalogue.forgetPlans(serviceID);
+      if (typeof serviceID === "string") {
+        // Each costs the next bill one read of the plans: counted like an order's webhooks.
+        await deps.limits.take("webhookOrder", `variations:${serviceID}`);
+        flow.catalogue.forgetPlans(serviceID);
+      }
       return c.json(SUCCESS);
     }
     if (type !== "transaction-update" || requestId === null) {

@@ -217,6 +217,18 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     }
   });
 
+  it("reads a product's plans afresh after VTpass's variations-update", async () => {
+    const data = (nairaAmount: number) => post(bill({ serviceID: "mtn-data", serviceCategory: "DATA", network: "MTN", billersCode: "08011111111", nairaAmount }));
+    expect((await data(1500)).status).toBe(402); // mtn-20hrs-1500, now in the catalogue's cache
+    const repriced = await fetch(`${paying.service.urls.biller}/sandbox/variations/mtn-data/mtn-20hrs-1500`, { method: "POST", headers: { ...keys(), "content-type": "application/json" }, body: JSON.stringify({ variation_amount: 1600 }) });
+    expect(repriced.status).toBe(200);
+    expect((await data(1500)).status).toBe(402); // still the cached list
+    const hook = await fetch(`${url}/api/biller/webhook`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ type: "variations-update", serviceID: "mtn-data" }) });
+    expect(await hook.json()).toEqual({ response: "success" });
+    expect(await (await data(1500)).json()).toMatchObject({ code: "PLAN_REQUIRED" });
+    expect((await data(1600)).status).toBe(402);
+  });
+
   it("answers what it cannot act on plainly: an unknown id, a body that is not JSON, a wrong token, and too many for one order", async () => {
     const unknown = await webhook({ requestId: newRequestId() });
     expect(await unknown.json()).toEqual({ response: "success" });
