@@ -51,10 +51,8 @@ export function completePlan(plan: VendPlan, verified: Extract<VerifyResult, { o
   const renewal = verified?.renewalKobo ?? null;
   const renew = (): CompletedPlan => {
     const { variationCode: _bouquet, ...rest } = pay;
-    if (renewal === null) {
-      return { pay: { ...rest, subscriptionType: "renew" }, flag: "renewed at the bill's amount: the biller's check named no renewal amount to hold it to" };
-    }
-    return { pay: { ...rest, subscriptionType: "renew" } };
+    const unchecked = renewal === null ? { flag: "renewed at the bill's amount: the biller's check named no renewal amount to hold it to" } : {};
+    return { pay: { ...rest, subscriptionType: "renew" }, ...unchecked };
   };
   switch (plan.subscription) {
     case "change":
