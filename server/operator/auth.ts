@@ -6,11 +6,10 @@
  * PUBLIC_URL: behind a proxy every caller would look local).
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
-import { createHash, timingSafeEqual } from "node:crypto";
+import { sameSecret } from "../../lib/same-secret.ts";
 import type { Context, MiddlewareHandler } from "hono";
 import { problemResponse } from "../errors.ts";
 
-const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
 
 function presented(c: Context): string | null {
   const header = c.req.header("authorization") ?? "";
@@ -35,7 +34,7 @@ function fromThisMachine(c: Context): boolean {
 export function operatorAllowed(c: Context, token: string | undefined, isPublic: boolean): boolean {
   if (token) {
     const given = presented(c);
-    return given !== null && timingSafeEqual(digest(given), digest(token));
+    return given !== null && sameSecret(given, token);
   }
   return !isPublic && fromThisMachine(c);
 }

@@ -16,8 +16,8 @@
  * come as `?token=` on the URL registered with the biller. The answer is "success" only once
  * what the callback asked for is done (or there is nothing to do), so a failure is sent again.
  */
-import { createHash, timingSafeEqual } from "node:crypto";
 import type { Hono } from "hono";
+import { sameSecret } from "../../lib/same-secret.ts";
 import { webhookRequestId } from "../biller/vtpass/answers.ts";
 import { problemResponse } from "../errors.ts";
 import type { Limits } from "../limits.ts";
@@ -28,14 +28,12 @@ export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
 /** The acknowledgement VTpass waits for. */
 const SUCCESS = { response: "success" } as const;
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
-
 export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Limits; token?: string }): void {
   const { flow } = deps;
   app.post(BILLER_WEBHOOK_PATH, async (c) => {
     if (deps.token !== undefined) {
       const given = c.req.query("token") ?? "";
-      if (!timingSafeEqual(digest(given), digest(deps.token))) return problemResponse("WEBHOOK_TOKEN_INVALID", "the webhook URL's token is not this service's");
+      if (!sameSecret(given, deps.token)) return problemResponse("WEBHOOK_TOKEN_INVALID", "the webhook URL's token is not this service's");
     }
     let body: unknown;
     try {

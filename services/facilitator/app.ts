@@ -17,9 +17,9 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
 import pLimit from "p-limit";
-import { createHash, timingSafeEqual } from "node:crypto";
 import { createWalletClient, http, publicActions, type Account } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { sameSecret } from "../../lib/same-secret.ts";
 import { chainInfo, viemChain, type ChainKey } from "../../lib/chains.ts";
 
 /** Bounds every receipt wait, so a stuck chain cannot hold a settle request forever. */
@@ -74,7 +74,7 @@ export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMe
   /** The metering's refusal of a /settle, if any; a settlement admitted spends a credit. */
   const refusal = (key: string | undefined): Response | undefined => {
     if (!metering) return undefined;
-    if (!key || !safeEqual(key, metering.apiKey)) return problem(401, key ? "Invalid X-API-Key" : "Missing X-API-Key");
+    if (!key || !sameSecret(key, metering.apiKey)) return problem(401, key ? "Invalid X-API-Key" : "Missing X-API-Key");
     if (credits !== undefined && credits <= 0) return problem(402, "Out of credits");
     const now = Date.now();
     while (recentSettles.length > 0 && recentSettles[0]! <= now - 60_000) recentSettles.shift();
@@ -126,10 +126,4 @@ export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMe
 
   app.onError((err) => problem(500, err.message));
   return app;
-}
-
-/** Compares two keys in constant time (by their digests, so lengths may differ). */
-function safeEqual(a: string, b: string): boolean {
-  const digest = (s: string) => createHash("sha256").update(s).digest();
-  return timingSafeEqual(digest(a), digest(b));
 }
