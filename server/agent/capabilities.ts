@@ -81,10 +81,14 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
     what: "Pays real-world bills (airtime, data, electricity, cable TV, bank transfer, exam PINs) in stablecoins; refunds on chain when vending fails.",
     categories: CATEGORIES,
     products: products ?? "the biller is unreachable right now; list_plans takes a serviceID such as mtn-data or dstv",
-    bill_fields: "serviceID, serviceCategory, network, billersCode, nairaAmount, and variation_code (a plan from list_plans) or phone where the product needs them; see each tool's arguments",
+    bill_fields:
+      "serviceID, serviceCategory, network, billersCode, nairaAmount; optionally variation_code (a plan from list_plans; without it a fixed-price plan " +
+      "is found by nairaAmount, a meter's type by its check, a bank by network), subscription_type (dstv, gotv: change or renew) and phone; " +
+      "a bill whose plan cannot be told is refused with the options",
     international:
-      "International airtime and data: serviceID foreign-airtime (category AIRTIME) with foreignAmount, country_code, product_type_id, " +
-      "operator_id and variation_code as the biller takes them; nairaAmount must be foreignAmount at the biller's rate. " +
+      "International airtime and data: serviceID foreign-airtime (category AIRTIME) with country_code, product_type_id, operator_id, " +
+      "variation_code and, for an open amount, foreignAmount in the destination's currency (what the biller is sent); nairaAmount must be " +
+      "what the biller charges: foreignAmount at the plan's rate, or a fixed bundle's price. " +
       "list_international_options (or GET /api/international) walks country, product type, operator and plan to a ready bill.",
     post_settlement_verification:
       "ELECTRICITY, BANK, EDUCATION (jamb) and CABLE (except showmax) numbers are checked with the biller after payment; a wrong number is refunded automatically.",

@@ -115,6 +115,9 @@ export interface InternationalVariation extends Variation {
   variation_amount_max: string | null;
 }
 
+/** The biller has no such product (its answer to a product id it does not know). */
+export class UnknownProduct extends Error {}
+
 export interface BillerApi {
   /** A request id for a new pay attempt, made at send time (the upstream may date it). */
   newRequestId(now?: Date): string;
@@ -126,7 +129,7 @@ export interface BillerApi {
   verify(req: { serviceID: string; billersCode: string; type?: string }): Promise<VerifyResult>;
   /** The products of one of the biller's categories (its identifiers: airtime, data, electricity-bill, ...). */
   services(identifier: string): Promise<BillerService[]>;
-  /** A product's plans; throws when the biller cannot answer or has no such product. */
+  /** A product's plans; throws UnknownProduct when the biller has no such product, another error when it cannot answer. */
   variations(serviceID: string): Promise<Variation[]>;
   internationalCountries(): Promise<Country[]>;
   internationalProductTypes(countryCode: string): Promise<ProductType[]>;

@@ -267,6 +267,7 @@ export function billerSandboxApp(options: SandboxOptions) {
       case "cable":
         // DStv/GOtv pages: "returns the customer name, current bouquet, subscription due date and
         // the renewal amount" (the current sample leaves the last two out; the text promises them).
+        // Which bouquet the sandbox smartcard is on is not documented: the list's first, at its price.
         if (billersCode !== SANDBOX_NUMBERS.smartcard) return wrong;
         return {
           Customer_Name: "TEST METER",

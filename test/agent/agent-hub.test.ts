@@ -254,7 +254,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(plans.data.plans).toEqual(expect.arrayContaining([expect.objectContaining({ variation_code: expect.any(String), nairaAmount: expect.any(Number) })]));
       const intl = await mcp.call("list_international_options", {});
       expect((intl.data.countries as unknown[]).length).toBeGreaterThan(0);
-      expect(errorCode(await mcp.call("list_plans", { serviceID: "no-such-product" }))).toBe("BILLER_UNAVAILABLE");
+      // The biller answers "no such product" (012): bad input, said so, not "unavailable, try again".
+      expect(errorCode(await mcp.call("list_plans", { serviceID: "no-such-product" }))).toBe("SERVICE_UNKNOWN");
+      expect(errorCode(await mcp.call("list_plans", { serviceID: "foreign-airtime" }))).toBe("INTERNATIONAL_FIELDS_INVALID");
       const bad = await mcp.call("list_plans", { serviceID: "Not A Slug" });
       expect(bad.isError).toBe(true);
     });

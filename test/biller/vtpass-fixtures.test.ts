@@ -10,7 +10,7 @@ import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Catalogue } from "../../server/biller/catalogue/catalogue.ts";
 import { purchasedCodeText, type VendResult } from "../../server/biller/upstream.ts";
-import { readTransactionAnswer, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
+import { codesFromText, readTransactionAnswer, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";
 import { ServiceError } from "../../server/errors.ts";
 import { listen } from "../support/http-server.ts";
@@ -107,6 +107,16 @@ describe("the VTpass client against VTpass's documented samples", () => {
     ]);
     expect(eko.units).toBe("16666.666");
     expect(purchasedCodeText(eko.codes)).toBe("Token: 42167939781206619049, Bonus Token: 62881559799402440206");
+  });
+
+  it("keeps a token written in groups whole, and every labelled code of a text", () => {
+    expect(codesFromText("Token : 1234 5678 9012 3456 7890")).toEqual([{ label: "Token", value: "1234 5678 9012 3456 7890" }]);
+    expect(codesFromText("Token : 1234-5678 Bonus Token : 9999 0000")).toEqual([
+      { label: "Token", value: "1234-5678" },
+      { label: "Bonus Token", value: "9999 0000" },
+    ]);
+    expect(codesFromText("Serial No:WRN1, pin: 111||Serial No:WRN2, pin: 222").map((c) => c.value)).toEqual(["WRN1", "111", "WRN2", "222"]);
+    expect(codesFromText("SHMVHXQ9L3RXGPU")).toEqual([{ label: null, value: "SHMVHXQ9L3RXGPU" }]);
   });
 
   it("reads exam PINs and vouchers whole: WAEC's card, WAEC registration's token, JAMB's Pin, Showmax's voucher and its fee", async () => {

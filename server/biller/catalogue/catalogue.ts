@@ -15,7 +15,7 @@
  */
 import { ServiceError } from "../../errors.ts";
 import type { Category } from "../../pricing/price.ts";
-import type { BillerApi, BillerService, Variation } from "../upstream.ts";
+import { UnknownProduct, type BillerApi, type BillerService, type Variation } from "../upstream.ts";
 import { formatKobo, kobo } from "./amounts.ts";
 import { INTERNATIONAL_FIELDS, InternationalCatalogue, isInternational, type InternationalFields } from "./international.ts";
 import { checkFor, choosePlan, planOptions, SUBSCRIPTION_PRODUCTS, subscriptionNotTaken, type PlanOption } from "./plans.ts";
@@ -74,6 +74,7 @@ export class Catalogue {
 
   private variations(serviceID: string): Promise<Variation[]> {
     return this.cache.get(`variations:${serviceID}`, () => this.biller.variations(serviceID)).catch((err) => {
+      if (err instanceof UnknownProduct) throw new ServiceError("SERVICE_UNKNOWN", err.message);
       throw billerUnavailable(`plans of ${serviceID}`, err);
     });
   }
@@ -118,6 +119,9 @@ export class Catalogue {
 
   /** list_plans: a product's plans, each with its price (null: any amount), and how a bill without one is resolved. */
   async plans(serviceID: string): Promise<{ serviceID: string; plans: PlanOption[]; subscription_types?: string[] }> {
+    if (isInternational({ serviceID })) {
+      throw new ServiceError("INTERNATIONAL_FIELDS_INVALID", `${serviceID}'s plans are per country, product type and operator: list_international_options (GET /api/international) gives them`);
+    }
     const plans = planOptions(await this.variations(serviceID));
     return { serviceID, plans, ...(SUBSCRIPTION_PRODUCTS.has(serviceID) ? { subscription_types: ["change", "renew"] } : {}) };
   }
@@ -133,6 +137,6 @@ function checkLimits(service: BillerService, bill: BillToCheck): void {
   }
 }
 
-export function billerUnavailable(what: string, err: unknown): ServiceError {
+function billerUnavailable(what: string, err: unknown): ServiceError {
   return new ServiceError("BILLER_UNAVAILABLE", `the biller's catalogue could not be read (${what}): ${(err as Error).message}`);
 }

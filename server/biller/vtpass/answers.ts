@@ -59,16 +59,23 @@ const transactionOf = (b: Json): Json => {
 const LABELS: Record<string, string> = { token: "Token", "bonus token": "Bonus Token", pin: "PIN", "serial no": "Serial", serial: "Serial", voucher: "Voucher" };
 const label = (raw: string) => LABELS[raw.trim().toLowerCase()] ?? raw.trim();
 
+/** A label before a colon: "Token", "Bonus Token", "Serial No", "pin". */
+const LABELLED = /([A-Za-z][A-Za-z ]*?)\s*:\s*/g;
+
 /**
  * Codes written as text: "Token : 2636...", "Token : X Bonus Token : Y" (Eko),
- * "Serial No:WRN123, pin: 0987" (WAEC), several joined with "||", or a bare code.
+ * "Serial No:WRN123, pin: 0987" (WAEC), several joined with "||", or a bare code. A value
+ * runs to the next label, so a token written in groups ("1234 5678 ...") stays whole.
  */
 export function codesFromText(value: string): PurchasedCode[] {
   const out: PurchasedCode[] = [];
   for (const part of value.split("||").map((p) => p.trim()).filter(Boolean)) {
-    const labelled = [...part.matchAll(/([A-Za-z][A-Za-z ]*?)\s*:\s*([A-Za-z0-9-]+)/g)];
-    if (labelled.length === 0) out.push({ label: null, value: part });
-    else for (const m of labelled) out.push({ label: label(m[1]!), value: m[2]! });
+    const labels = [...part.matchAll(LABELLED)];
+    if (labels.length === 0) out.push({ label: null, value: part });
+    labels.forEach((m, i) => {
+      const code = part.slice(m.index + m[0].length, labels[i + 1]?.index ?? part.length).replace(/[\s,;]+$/, "");
+      if (code !== "") out.push({ label: label(m[1]!), value: code });
+    });
   }
   return out;
 }

@@ -7,7 +7,7 @@
  * in answers.ts.
  */
 import type { BillerApi, Country, Operator, PayRequest, ProductType, VendResult, VerifyResult } from "../upstream.ts";
-import { INTERNATIONAL_SERVICE_ID } from "../upstream.ts";
+import { INTERNATIONAL_SERVICE_ID, UnknownProduct } from "../upstream.ts";
 import { readServices, readTransactionAnswer, readVariations, readVerifyAnswer, toInternationalVariation, toVariation } from "./answers.ts";
 import { newRequestId } from "./request-id.ts";
 
@@ -95,8 +95,9 @@ export class VtpassClient implements BillerApi {
     const body = await this.call("GET", `/api/service-variations?serviceID=${encodeURIComponent(serviceID)}`);
     const list = readVariations(body);
     if (!list) {
-      const code = (body as { code?: unknown } | undefined)?.code;
-      throw new Error(code === "012" ? `no variations for ${serviceID}: the biller has no such product` : `no variations for ${serviceID}`);
+      // 012: "PRODUCT DOES NOT EXIST" (response-codes page).
+      if ((body as { code?: unknown } | undefined)?.code === "012") throw new UnknownProduct(`the biller has no product "${serviceID}"`);
+      throw new Error(`no variations for ${serviceID}`);
     }
     return list.map(toVariation);
   }
