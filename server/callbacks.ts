@@ -6,16 +6,25 @@
  *     the `api_key` of an agent-hub order (the wallet's current one). The payer computes it;
  *     nobody else can.
  *   - Delivered only to public addresses: a literal private, loopback or link-local host is
- *     refused when the bill arrives (422 CALLBACK_URL_NOT_ALLOWED), and every name is
- *     resolved again at delivery, so a DNS answer cannot point it inside either
- *     (CALLBACK_ALLOW_PRIVATE=1 allows both, for local development).
+ *     refused when the bill arrives (422 CALLBACK_URL_NOT_ALLOWED); at delivery the name is
+ *     resolved once, that address checked, and the connection made to it and no other (the
+ *     name still gives Host and TLS SNI), so a second DNS answer cannot point it inside
+ *     (CALLBACK_ALLOW_PRIVATE=1 skips the check, for local development).
+ *   - Bounded, as anyone can name a receiver that is slow on purpose: deliveries run on their
+ *     own loop, CALLBACK_CONCURRENCY at once, never inside the worker's pass; each exchange
+ *     (DNS, connect, request, answer) is cut off at CALLBACK_TIMEOUT_MS; at most 64 KiB of an
+ *     answer is read; redirects are not followed.
  * Deliveries are queued by the statement that makes the order final (orders/store.ts) and
- * recorded in callback_delivery, shown on the order route.
+ * recorded in callback_delivery. The order route shows a coarse outcome only: the raw error
+ * (which would map a receiver's network) goes to the log.
  */
 import { type Log, silentLog } from "./log.ts";
 import { createHmac } from "node:crypto";
 import { hashApiKey } from "./agent/credentials.ts";
+import type { LookupAddress } from "node:dns";
 import { lookup } from "node:dns/promises";
+import { request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { BlockList, isIP } from "node:net";
 import type { Db } from "./db.ts";
 import { ServiceError } from "./errors.ts";
@@ -53,11 +62,14 @@ function isPrivateAddress(address: string): boolean {
   return kind === 4 ? PRIVATE.check(address, "ipv4") : kind === 6 ? PRIVATE.check(address, "ipv6") : false;
 }
 
-/** The resolver takes no signal: a lookup that hangs is cut off here. */
-function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took over ${ms} ms`)), ms)));
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+/** Settles with `work`, or rejects once `signal` aborts (the resolver takes no signal: a lookup that hangs is cut off here). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    if (signal.aborted) abort();
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
 }
 
 const hostOf = (url: string) => new URL(url).hostname.replace(/^\[|\]$/g, "");
@@ -80,56 +92,139 @@ export function callbackSignature(keyHex: string, timestamp: number, body: strin
 /** The payer's key for a secret it holds: SHA-256 of the order_secret or the api_key, hex (the digest the service stores). */
 export const callbackKeyOf = hashApiKey;
 
+/** How much of a receiver's answer is read; the rest is never read. */
+const MAX_ANSWER_BYTES = 64 * 1024;
+
+/** What the last attempt came to: a fixed word, never the error's text. */
+export const CALLBACK_OUTCOMES = ["delivered", "http_error", "unreachable", "refused_private_address", "timeout", "no_signing_key"] as const;
+export type CallbackOutcome = (typeof CALLBACK_OUTCOMES)[number];
+const isOutcome = (v: unknown): v is CallbackOutcome => CALLBACK_OUTCOMES.includes(v as CallbackOutcome);
+
 export interface CallbackStatus {
   url: string;
   status: "PENDING" | "DELIVERED" | "FAILED";
   attempts: number;
   last_status: number | null;
-  last_error: string | null;
+  last_outcome: CallbackOutcome | null;
   delivered_at: string | null;
 }
 
+/** One answer for a name, as node:dns lookup gives it. */
+export type Resolve = (host: string) => Promise<LookupAddress>;
+
+export interface CallbackOptions {
+  allowPrivate: boolean;
+  timeoutMs: number;
+  maxAttempts: number;
+  backoffMs: number;
+  /** Deliveries in flight at once, on the loop and in deliverDue. */
+  concurrency: number;
+  /** Resolves a callback host (tests answer for it); node:dns lookup by default. */
+  resolve?: Resolve;
+}
+
+type Due = { request_id: string; url: string; attempts: number };
+type Attempt = { outcome: CallbackOutcome; status: number | null; error: string | null };
+
 export class Callbacks {
+  private timer: NodeJS.Timeout | undefined;
+  /** Slots taken: deliveries in flight, and those being claimed. */
+  private busy = 0;
+  private readonly running = new Set<Promise<unknown>>();
+
   constructor(
     private readonly db: Db,
     private readonly orders: OrderStore,
-    private readonly options: { allowPrivate: boolean; timeoutMs: number; maxAttempts: number; backoffMs: number },
+    private readonly options: CallbackOptions,
     private readonly log: Log = silentLog,
   ) {}
 
   async status(requestId: string): Promise<CallbackStatus | undefined> {
-    const [row] = await this.db.query<CallbackStatus & { delivered_at: Date | null }>(
-      `SELECT url, status, attempts, last_status, last_error, delivered_at FROM callback_delivery WHERE request_id = $1`,
+    const [row] = await this.db.query<Omit<CallbackStatus, "last_outcome" | "delivered_at"> & { outcome: string | null; delivered_at: Date | null }>(
+      // last_error holds the outcome word; the raw text is only logged (rows from before hold text, shown as null).
+      `SELECT url, status, attempts, last_status, last_error AS outcome, delivered_at FROM callback_delivery WHERE request_id = $1`,
       [requestId],
     );
-    return row && { ...row, delivered_at: row.delivered_at ? new Date(row.delivered_at).toISOString() : null };
+    if (!row) return undefined;
+    const { outcome, delivered_at, ...rest } = row;
+    return { ...rest, last_outcome: isOutcome(outcome) ? outcome : null, delivered_at: delivered_at ? new Date(delivered_at).toISOString() : null };
   }
 
-  /** One pass: sends every due callback once (claimed by pushing its next attempt out first). Returns how many were delivered. */
+  /**
+   * Sends due callbacks every `intervalMs`, apart from the worker's pass: free slots (of
+   * `concurrency`) are filled each tick, and a slow receiver holds only its own slot.
+   */
+  start(intervalMs: number): void {
+    this.timer ??= setInterval(() => this.track(this.fill()), intervalMs);
+  }
+
+  /** Stops the loop and waits for the deliveries in flight (each ends within timeoutMs). */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    while (this.running.size > 0) await Promise.allSettled([...this.running]);
+  }
+
+  /** One pass, for tests and scripts: claims up to `limit` due callbacks and sends them, `concurrency` at a time. Returns how many were delivered. */
   async deliverDue(limit = 20): Promise<number> {
-    const due = await this.db.query<{ request_id: string; url: string; attempts: number }>(
+    const due = await this.claim(limit);
+    let delivered = 0;
+    const lane = async () => {
+      for (let d = due.shift(); d; d = due.shift()) if (await this.deliver(d)) delivered++;
+    };
+    await Promise.all(Array.from({ length: this.options.concurrency }, lane));
+    return delivered;
+  }
+
+  private async fill(): Promise<void> {
+    const free = this.options.concurrency - this.busy;
+    if (free <= 0) return;
+    this.busy += free; // taken before the claim, so an overlapping tick cannot claim past the bound
+    let due: Due[] = [];
+    try {
+      due = await this.claim(free);
+    } catch (err) {
+      this.log.error("callbacks could not be claimed", { error: errorText(err) });
+    } finally {
+      this.busy -= free - due.length;
+    }
+    for (const d of due) {
+      this.track(
+        this.deliver(d)
+          .catch((err: unknown) => this.log.error("callback delivery failed", { requestId: d.request_id, error: errorText(err) }))
+          .finally(() => this.busy--),
+      );
+    }
+  }
+
+  private track(work: Promise<unknown>): void {
+    this.running.add(work);
+    void work.finally(() => this.running.delete(work));
+  }
+
+  /** Claimed by pushing the next attempt out past the exchange's timeout first: another instance skips them. */
+  private claim(limit: number): Promise<Due[]> {
+    return this.db.query<Due>(
       `UPDATE callback_delivery SET next_attempt_at = now() + make_interval(secs => $2), attempts = attempts + 1
        WHERE request_id IN (SELECT request_id FROM callback_delivery WHERE status = 'PENDING' AND next_attempt_at <= now()
                             ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
        RETURNING request_id, url, attempts`,
       [limit, Math.ceil(this.options.timeoutMs / 1000) + 60],
     );
-    let delivered = 0;
-    for (const d of due) if (await this.deliver(d)) delivered++;
-    return delivered;
   }
 
-  private async deliver(d: { request_id: string; url: string; attempts: number }): Promise<boolean> {
+  private async deliver(d: Due): Promise<boolean> {
     const order = await this.orders.get(d.request_id);
     if (!order) return false;
     const key = order.rail === "x402" ? order.secretHash : await this.apiKeyHashOf(order.payer);
-    let outcome: { ok: boolean; status: number | null; error: string | null };
+    let attempt: Attempt;
     if (!key) {
-      outcome = { ok: false, status: null, error: "no payer secret to sign with" };
+      attempt = { outcome: "no_signing_key", status: null, error: "no payer secret to sign with" };
     } else {
       const body = JSON.stringify({ event: "order.final", order: orderResult(order), chain: order.chain, token: order.token, amount: order.amount.toString() });
-      outcome = await this.post(d.url, body, callbackSignature(key, Math.floor(Date.now() / 1000), body));
+      attempt = await this.post(d.url, body, callbackSignature(key, Math.floor(Date.now() / 1000), body));
     }
+    const ok = attempt.outcome === "delivered";
     const last = d.attempts >= this.options.maxAttempts;
     const backoffSeconds = (this.options.backoffMs * 2 ** (d.attempts - 1)) / 1000;
     await this.db.query(
@@ -139,10 +234,10 @@ export class Callbacks {
          next_attempt_at = now() + make_interval(secs => $4::double precision),
          last_status = $5, last_error = $6
        WHERE request_id = $1`,
-      [d.request_id, outcome.ok, !outcome.ok && last, backoffSeconds, outcome.status, outcome.error],
+      [d.request_id, ok, !ok && last, backoffSeconds, attempt.status, attempt.outcome],
     );
-    if (!outcome.ok) this.log.warn("callback not delivered", { requestId: d.request_id, attempt: d.attempts, final: last, error: outcome.error ?? outcome.status });
-    return outcome.ok;
+    if (!ok) this.log.warn("callback not delivered", { requestId: d.request_id, attempt: d.attempts, final: last, outcome: attempt.outcome, error: attempt.error });
+    return ok;
   }
 
   private async apiKeyHashOf(wallet: string): Promise<string | undefined> {
@@ -150,25 +245,53 @@ export class Callbacks {
     return row?.api_key_hash;
   }
 
-  private async post(url: string, body: string, signature: string): Promise<{ ok: boolean; status: number | null; error: string | null }> {
+  private async post(url: string, body: string, signature: string): Promise<Attempt> {
+    const signal = AbortSignal.timeout(this.options.timeoutMs);
     try {
-      if (!this.options.allowPrivate) {
-        // Resolved now, at delivery: a name that answers with a private address is refused.
-        const host = hostOf(url);
-        const addresses = isIP(host) ? [{ address: host }] : await withTimeout(lookup(host, { all: true }), this.options.timeoutMs, "DNS lookup");
-        if (addresses.some((a) => isPrivateAddress(a.address))) return { ok: false, status: null, error: "the callback host resolves to a private address" };
+      // Resolved once: the address checked is the address connected to.
+      const host = hostOf(url);
+      const family = isIP(host);
+      const address = family ? { address: host, family } : await untilAborted((this.options.resolve ?? lookup)(host), signal);
+      if (!this.options.allowPrivate && isPrivateAddress(address.address)) {
+        return { outcome: "refused_private_address", status: null, error: `${host} resolves to a private address` };
       }
-      const res = await fetch(url, {
-        method: "POST",
-        headers: { "content-type": "application/json", "x-billpay-signature": signature, "user-agent": "BillPay-Callback/1" },
-        body,
-        redirect: "error", // a redirect could lead inside
-        signal: AbortSignal.timeout(this.options.timeoutMs),
-      });
-      await res.arrayBuffer().catch(() => undefined);
-      return { ok: res.ok, status: res.status, error: res.ok ? null : `answered ${res.status}` };
+      const headers = { "content-type": "application/json", "x-billpay-signature": signature, "user-agent": "BillPay-Callback/1" };
+      const status = await untilAborted(postTo(new URL(url), address, body, headers, signal), signal);
+      const ok = status >= 200 && status < 300; // a redirect is not followed: it could lead inside
+      return { outcome: ok ? "delivered" : "http_error", status, error: ok ? null : `answered ${status}` };
     } catch (err) {
-      return { ok: false, status: null, error: errorText(err) };
+      return { outcome: signal.aborted ? "timeout" : "unreachable", status: null, error: errorText(err) };
     }
   }
+}
+
+/** POSTs `body` to `url` over a new connection to `address`; answers the status once at most MAX_ANSWER_BYTES of the answer are read. */
+function postTo(url: URL, address: LookupAddress, body: string, headers: Record<string, string>, signal: AbortSignal): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = (url.protocol === "https:" ? httpsRequest : httpRequest)(
+      url,
+      {
+        method: "POST",
+        headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+        agent: false, // no pooled connection, which may have been opened to another address
+        signal,
+        // The name gives Host and TLS SNI; the connection goes to the checked address only.
+        lookup: (_host, options, done) => (options.all ? done(null, [address]) : done(null, address.address, address.family)),
+      },
+      (res) => {
+        let read = 0;
+        res.on("data", (chunk: Buffer) => {
+          read += chunk.length;
+          if (read > MAX_ANSWER_BYTES) {
+            res.destroy();
+            resolve(res.statusCode!);
+          }
+        });
+        res.on("end", () => resolve(res.statusCode!));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
 }

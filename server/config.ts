@@ -182,7 +182,10 @@ export const configSchema = z.object({
   PIN_QUEUE: z.coerce.number().int().min(0).default(64),
   /** Callbacks (server/callbacks.ts): private and loopback hosts allowed (local development only). */
   CALLBACK_ALLOW_PRIVATE: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
+  /** One delivery's whole exchange: DNS, connect, request and (capped) answer. */
   CALLBACK_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
+  /** Deliveries in flight at once, on their own loop: a receiver that never answers holds one slot, never the worker. */
+  CALLBACK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
   CALLBACK_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(30).default(8),
   /** The first retry's wait; each further one doubles it (1 s, 2 s, 4 s, ... about 2 minutes in all by default). */
   CALLBACK_BACKOFF_MS: z.coerce.number().int().min(1).default(1_000),

@@ -84,6 +84,7 @@ function timedFacilitator(client: HTTPFacilitatorClient, metrics: Metrics): Faci
 export const callbackOptions = (config: Config) => ({
   allowPrivate: config.CALLBACK_ALLOW_PRIVATE,
   timeoutMs: config.CALLBACK_TIMEOUT_MS,
+  concurrency: config.CALLBACK_CONCURRENCY,
   maxAttempts: config.CALLBACK_MAX_ATTEMPTS,
   backoffMs: config.CALLBACK_BACKOFF_MS,
 });

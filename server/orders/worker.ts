@@ -22,7 +22,7 @@ import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
 export interface WorkerDeps extends FlowDeps {
   orphans: Orphans;
-  /** Sends the callbacks of orders that became final. */
+  /** Sends the callbacks of orders that became final, on a loop of its own. */
   callbacks?: Callbacks;
   /** Orders younger than this are still in their request's hands. */
   graceSeconds: number;
@@ -70,7 +70,8 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
 /**
  * Runs a pass every `intervalMs`, one at a time: unfinished orders, then the ledger pass
  * (payments no live order accounts for, both rails), then expired refusals, then whatever
- * `also` adds (due schedules).
+ * `also` adds (due schedules). Callbacks run beside it on their own loop (callbacks.ts): a
+ * receiver that never answers must not hold up refunds.
  */
 export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<() => Promise<unknown>> = []): { stop(): Promise<void> } {
   let running: Promise<unknown> = Promise.resolve();
@@ -79,9 +80,9 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     () => reconcileOrphanPulls(deps),
     () => reconcileAuthorizationPayments(deps),
     () => closeExpiredRefusals(deps),
-    ...(deps.callbacks ? [() => deps.callbacks!.deliverDue()] : []),
     ...also,
   ];
+  deps.callbacks?.start(intervalMs);
   let busy = false;
   const timer = setInterval(() => {
     if (busy) return; // a slow pass is not stacked up behind
@@ -93,7 +94,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
   return {
     async stop() {
       clearInterval(timer);
-      await running;
+      await Promise.all([running, deps.callbacks?.stop()]);
     },
   };
 }

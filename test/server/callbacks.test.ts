@@ -7,8 +7,12 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
-import { callbackKeyOf, callbackSignature } from "../../server/callbacks.ts";
+import { type CallbackOptions, Callbacks, callbackKeyOf, callbackSignature, type Resolve } from "../../server/callbacks.ts";
 import { loadConfig } from "../../server/config.ts";
+import type { Log } from "../../server/log.ts";
+import { startWorker } from "../../server/orders/worker.ts";
+import { callbackOptions } from "../../server/services.ts";
+import { freePort } from "../../stack/ledger-process.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors } from "../support/actors.ts";
 import { listen } from "../support/http-server.ts";
@@ -22,6 +26,11 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
   let receiver: Awaited<ReturnType<typeof listen>>;
   const received: Received[] = [];
   let failNext = 0;
+  /** Every request the receiver took, on any path, with the Host it named. */
+  const hits: Array<{ path: string; host: string }> = [];
+  /** /slow answers only once this is called. */
+  let answerSlow = () => {};
+  let slowAnswered = new Promise<void>((r) => (answerSlow = r));
   const payer = hardhatAccount(11);
 
   const airtime = airtimeBill;
@@ -37,9 +46,40 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     expect(r.signature).toBe(callbackSignature(key, t, r.body));
   };
 
+  // An agent's orders naming a callback_url, for the tests of how a delivery is bounded.
+  let agent: { apiKey: string; mcp: Awaited<ReturnType<typeof mcpAgent>> } | undefined;
+  const orderWithCallback = async (callback_url: string): Promise<string> => {
+    if (!agent) {
+      const account = hardhatAccount(16);
+      await chainActors(paying.chains.deployments, "CELO").approveAndAllow(account, "USDC", 100_000_000n);
+      agent = { apiKey: await linkAgent(service.urls.service, account), mcp: await mcpAgent(service.urls.service) };
+    }
+    const paid = await agent.mcp.call("pay_bill", { api_key: agent.apiKey, pin: "1234", allow_duplicate: true, ...airtime({ callback_url }) });
+    expect(paid.data).toMatchObject({ status: "SUCCESS" });
+    return String(paid.data.request_id);
+  };
+  /** The order's callback sent again to `url`, as if new. */
+  const requeue = (requestId: string, url: string) =>
+    service.db.query(`UPDATE callback_delivery SET url = $2, status = 'PENDING', attempts = 0, next_attempt_at = now() WHERE request_id = $1`, [requestId, url]);
+  const callbacksWith = (options: Partial<CallbackOptions>, log?: Log) =>
+    new Callbacks(service.db, service.flow.orders, { ...callbackOptions(service.config), ...options }, log);
+  const shown = async (requestId: string) =>
+    ((await (await fetch(`${service.urls.service}/api/orders/${requestId}`)).json()) as { callback: Record<string, unknown> }).callback;
+
   beforeAll(async () => {
     receiver = await listen(
-      new Hono().post("/hook", async (c) => {
+      new Hono()
+        .use(async (c, next) => {
+          hits.push({ path: c.req.path, host: c.req.header("host") ?? "" });
+          await next();
+        })
+        .post("/slow", async (c) => {
+          await slowAnswered;
+          return c.text("ok");
+        })
+        // An answer without end: read whole, it would never be over.
+        .post("/huge", (c) => c.body(new ReadableStream({ pull: (ctrl) => ctrl.enqueue(new Uint8Array(64 * 1024)) })))
+        .post("/hook", async (c) => {
         received.push({ signature: c.req.header("x-billpay-signature") ?? "", body: await c.req.text() });
         if (failNext > 0) {
           failNext--;
@@ -53,6 +93,8 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     service = paying.service;
   });
   afterAll(async () => {
+    answerSlow();
+    await agent?.mcp.close();
     await paying?.close();
     await receiver?.close();
   });
@@ -72,7 +114,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     expect(payload).toMatchObject({ event: "order.final", order: { request_id: result.request_id, status: "SUCCESS" } });
     verify(received[1]!, callbackKeyOf(result.order_secret));
     const order = (await (await fetch(`${service.urls.service}/api/orders/${result.request_id}`)).json()) as Record<string, unknown>;
-    expect(order.callback).toMatchObject({ url: `${receiver.url}/hook`, status: "DELIVERED", attempts: 2, last_status: 200 });
+    expect(order.callback).toMatchObject({ url: `${receiver.url}/hook`, status: "DELIVERED", attempts: 2, last_status: 200, last_outcome: "delivered" });
     await deliverAll();
     expect(received).toHaveLength(2); // delivered once
   });
@@ -126,6 +168,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       // Backoff doubles from 10 ms: the last of 8 attempts comes about 1.3 s after the first.
       await expect.poll(async () => (await service.flow.callbacks!.deliverDue(), (await row())!.status), { timeout: 15_000, interval: 50 }).toBe("FAILED");
       expect(await row()).toMatchObject({ attempts: service.config.CALLBACK_MAX_ATTEMPTS });
+      expect(await service.flow.callbacks!.status(String(paid.data.request_id))).toMatchObject({ status: "FAILED", last_status: 500, last_outcome: "http_error" });
       expect(received).toHaveLength(service.config.CALLBACK_MAX_ATTEMPTS);
     } finally {
       failNext = 0;
@@ -154,5 +197,92 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       body: JSON.stringify({ ...airtime({ callback_url: "ftp://example.com/x" }), token: "USDC", blockchain: "CELO", wallet_address: payer.address }),
     });
     expect(notHttp.status).toBe(400);
+  });
+  it("a receiver that never answers holds only its own delivery: not another order's callback, not the worker's pass", async () => {
+    const slow = await orderWithCallback(`${receiver.url}/slow`);
+    const fast = await orderWithCallback(`${receiver.url}/hook`);
+    hits.length = 0;
+    slowAnswered = new Promise<void>((r) => (answerSlow = r));
+    let passes = 0;
+    const worker = startWorker(service.flow, 50, [async () => passes++]);
+    try {
+      await expect.poll(() => hits.some((h) => h.path === "/slow"), { timeout: 5_000 }).toBe(true);
+      // /slow still holds its request, yet the fast receiver has its callback and the worker keeps passing.
+      await expect.poll(async () => (await service.flow.callbacks!.status(fast))?.status, { timeout: 2_000 }).toBe("DELIVERED");
+      const before = passes;
+      await expect.poll(() => passes, { timeout: 2_000 }).toBeGreaterThan(before + 2);
+      expect(await service.flow.callbacks!.status(slow)).toMatchObject({ status: "PENDING", attempts: 1, last_outcome: null });
+    } finally {
+      answerSlow();
+      await worker.stop(); // waits for the delivery in flight
+    }
+    expect(await service.flow.callbacks!.status(slow)).toMatchObject({ status: "DELIVERED", last_outcome: "delivered" });
+  });
+
+  it("connects only to the address it checked: a private answer is refused, a second answer never used", async () => {
+    const id = await orderWithCallback(`${receiver.url}/hook`);
+    const port = new URL(receiver.url).port;
+    const named = `http://receiver.test:${port}/hook`; // no DNS knows it: only the resolver given here
+    let asked = 0;
+    const loopback: Resolve = async () => (asked++, { address: "127.0.0.1", family: 4 });
+
+    // A name that resolves to loopback: refused, nothing sent.
+    hits.length = 0;
+    await requeue(id, named);
+    expect(await callbacksWith({ allowPrivate: false, resolve: loopback }).deliverDue()).toBe(0);
+    expect(await shown(id)).toMatchObject({ status: "PENDING", attempts: 1, last_status: null, last_outcome: "refused_private_address" });
+    expect(asked).toBe(1);
+    expect(hits).toEqual([]);
+
+    // Rebinding: public when checked, loopback when asked again. The connection goes to the one
+    // checked answer (TEST-NET-1, which leads nowhere), never to the loopback receiver.
+    asked = 0;
+    const rebinding: Resolve = async () => ({ address: asked++ === 0 ? "192.0.2.1" : "127.0.0.1", family: 4 });
+    await requeue(id, named);
+    expect(await callbacksWith({ allowPrivate: false, resolve: rebinding, timeoutMs: 1_000 }).deliverDue()).toBe(0);
+    expect(asked).toBe(1);
+    expect(hits).toEqual([]);
+    expect(["unreachable", "timeout"]).toContain((await shown(id)).last_outcome);
+
+    // Private addresses allowed: no check, the same pinning; Host still names the name.
+    await requeue(id, named);
+    expect(await callbacksWith({ allowPrivate: true, resolve: loopback }).deliverDue()).toBe(1);
+    expect(hits).toEqual([{ path: "/hook", host: `receiver.test:${port}` }]);
+    expect(await shown(id)).toMatchObject({ status: "DELIVERED", last_status: 200, last_outcome: "delivered" });
+  });
+
+  it("reads at most 64 KiB of an answer: one without end is delivered, not read until the timeout", async () => {
+    const id = await orderWithCallback(`${receiver.url}/huge`);
+    expect(await callbacksWith({ timeoutMs: 3_000 }).deliverDue()).toBe(1);
+    expect(await shown(id)).toMatchObject({ status: "DELIVERED", last_status: 200, last_outcome: "delivered" });
+  });
+
+  it("the order route shows a coarse outcome, never the error's text (which goes to the log)", async () => {
+    const id = await orderWithCallback(`${receiver.url}/hook`);
+    const warned: Array<Record<string, unknown> | undefined> = [];
+    const log: Log = { debug() {}, info() {}, error() {}, warn: (_msg, fields) => void warned.push(fields) };
+
+    await requeue(id, `http://127.0.0.1:${await freePort()}/hook`); // nothing listens there
+    await callbacksWith({}, log).deliverDue();
+    const refused = await shown(id);
+    expect(refused).toMatchObject({ status: "PENDING", attempts: 1, last_status: null, last_outcome: "unreachable" });
+    expect(Object.keys(refused).sort()).toEqual(["attempts", "delivered_at", "last_outcome", "last_status", "status", "url"]);
+    expect(JSON.stringify(refused)).not.toMatch(/ECONNREFUSED/);
+    expect(String(warned[0]?.error)).toMatch(/ECONNREFUSED/);
+
+    slowAnswered = new Promise<void>((r) => (answerSlow = r));
+    await requeue(id, `${receiver.url}/slow`);
+    await callbacksWith({ timeoutMs: 300 }).deliverDue();
+    answerSlow();
+    expect(await shown(id)).toMatchObject({ status: "PENDING", last_status: null, last_outcome: "timeout" });
+
+    failNext = 1;
+    await requeue(id, `${receiver.url}/hook`);
+    await callbacksWith({}).deliverDue();
+    expect(await shown(id)).toMatchObject({ status: "PENDING", last_status: 500, last_outcome: "http_error" });
+
+    // A row written before outcomes were words holds the error's text: shown as no outcome.
+    await service.db.query(`UPDATE callback_delivery SET last_error = 'connect ECONNREFUSED 10.0.0.5:6379' WHERE request_id = $1`, [id]);
+    expect(await shown(id)).toMatchObject({ last_outcome: null });
   });
 });
