@@ -36,6 +36,7 @@ import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
 import { agentTools } from "./agent/tools.ts";
 import { bodyLimitFast, jsonBody } from "./http-body.ts";
+import { customerQuestionSchema } from "./schemas.ts";
 
 export interface AppDeps {
   config: Config;
@@ -216,6 +217,15 @@ export function createApp(deps: AppDeps): Hono {
     const parsed = internationalOptionsSchema.strict().safeParse(c.req.query());
     if (!parsed.success) throw validationFailed(parsed.error, "(query)");
     return c.json(await hub.internationalOptions(parsed.data));
+  });
+
+  // The biller's number check before paying (verify_customer): free, cached, limited per client address.
+  app.post("/api/verify-customer", billBodyLimit, async (c) => {
+    const body = await jsonBody(c);
+    if (body instanceof Response) return body;
+    const parsed = customerQuestionSchema.safeParse(body);
+    if (!parsed.success) throw validationFailed(parsed.error);
+    return c.json(await hub.verifyCustomer(parsed.data, `address:${clientAddress(c)}`), 200, { "cache-control": "no-store" });
   });
 
   app.get("/api/orders/:requestId", async (c) => {

@@ -140,6 +140,24 @@ export const configSchema = z.object({
   WORKER_GRACE_SECONDS: z.coerce.number().int().nonnegative().default(30),
   /** Longer than a request's worst case (facilitator, verification, vend deadline). */
   ORDER_LEASE_SECONDS: z.coerce.number().int().min(10).default(300),
+  /**
+   * The most of a token's refund budget (its limit, as a percentage) one payer's refunds may
+   * take within one budget period; a refund past it waits until the payer's earlier ones age
+   * out, so one payer's failed bills cannot starve everyone else's refunds.
+   */
+  REFUND_PAYER_SHARE_PERCENT: z.coerce.number().int().min(1).max(100).default(25),
+  /** How long BillPay's refund budget, read from the chain, is reused before it is read again. */
+  REFUND_BUDGET_CACHE_MS: z.coerce.number().int().min(0).default(30_000),
+  /** How long a refund may wait for the budget (or the payer's share) before it goes to an operator. */
+  REFUND_WAIT_REVIEW_SECONDS: z.coerce.number().int().min(60).default(86_400),
+  /**
+   * A payer with this many bills refunded for a wrong number (the biller's number check)
+   * within VERIFY_UPFRONT_WINDOW_SECONDS has every checkable bill verified before it is paid.
+   */
+  VERIFY_UPFRONT_AFTER_FAILURES: z.coerce.number().int().min(1).default(1),
+  VERIFY_UPFRONT_WINDOW_SECONDS: z.coerce.number().int().min(60).default(30 * 86_400),
+  /** How long the biller's definite answer to a number check is reused (verify_customer, upfront checks). */
+  VERIFY_CACHE_MS: z.coerce.number().int().min(0).default(600_000),
   /** Host names (no port) the agent routes answer, against DNS rebinding; PUBLIC_URL's host is added. */
   ALLOWED_HOSTS: z
     .string()
@@ -170,6 +188,15 @@ export const configSchema = z.object({
   RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),
   /** Biller webhooks acted on (each a requery), per order; past it the webhook answers 429 and the biller sends it again later. */
   RATE_LIMIT_WEBHOOK_ORDER: rateLimit("6/60"),
+  /**
+   * Paid x402 calls whose payment did not settle (rejected, refused, not settleable), counted
+   * per payer and per client address (several payers may share an address); past either, a
+   * paid call is 429 before its payment is checked. Payments that settle are never counted.
+   */
+  RATE_LIMIT_UNSETTLED_PAYER: rateLimit("20/600"),
+  RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),
+  /** Number checks (verify_customer), per client address on REST and per wallet (or all keyless callers together) on the agent tools. */
+  RATE_LIMIT_VERIFY: rateLimit("30/60"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
   /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */

@@ -242,6 +242,11 @@ const MIGRATIONS: string[] = [
    INSERT INTO biller_attempt (biller_request_id, request_id, attempt, sent_at)
    SELECT biller_request_id, request_id, 1, updated_at FROM bill_order
     WHERE biller_request_id IS NOT NULL AND status IN ('PAID', 'PENDING', 'SUCCESS', 'REFUNDING', 'REFUNDED', 'NEEDS_REVIEW');`,
+  // Abuse costs the abuser. A refund the budget (or the payer's share of it) cannot take now
+  // waits until a set time instead of being tried on every pass; since when it has waited
+  // decides when it goes to an operator.
+  `ALTER TABLE bill_order ADD COLUMN not_before timestamptz;
+   ALTER TABLE bill_order ADD COLUMN refund_waiting_since timestamptz;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

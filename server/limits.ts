@@ -2,7 +2,8 @@
  * Rate limits (rate-limiter-flexible): in PostgreSQL when the service has a server, so every
  * instance counts against one budget; in memory on the embedded PGlite default, where there
  * is one instance. A limited call is 429 RATE_LIMITED with Retry-After. Calls that carry a
- * payment are never limited (a limit must not lose a payment already on its way). The
+ * payment are limited only by how many of their kind did not settle (`unsettledAddress`,
+ * `unsettledPayer`: checked before and counted after): a payment that settles is never counted. The
  * challenge's limit is always in memory: a 402 stores nothing, so that limit bounds only
  * one instance's work, and a shared counter would cost the very write the 402 no longer makes.
  */
@@ -14,7 +15,7 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { ServiceError } from "./errors.ts";
 
-export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder";
+export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder" | "unsettledAddress" | "unsettledPayer" | "verify";
 
 const SETTINGS: Record<LimitName, keyof Config> = {
   linkAddress: "RATE_LIMIT_LINK_ADDRESS",
@@ -23,6 +24,9 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   challengeAddress: "RATE_LIMIT_CHALLENGE_ADDRESS",
   orderAddress: "RATE_LIMIT_ORDER_ADDRESS",
   webhookOrder: "RATE_LIMIT_WEBHOOK_ORDER",
+  unsettledAddress: "RATE_LIMIT_UNSETTLED_ADDRESS",
+  unsettledPayer: "RATE_LIMIT_UNSETTLED_PAYER",
+  verify: "RATE_LIMIT_VERIFY",
 };
 
 /** Limits kept in each instance's memory whatever the database (see the file's comment). */
@@ -45,6 +49,19 @@ export class Limits {
     }
   }
 
+  /** RATE_LIMITED if `key`'s budget under `name` is already spent, without counting this call. */
+  async check(name: LimitName, key: string): Promise<void> {
+    const limiter = this.limiters.get(name);
+    if (!limiter) return;
+    const res = await limiter.get(key);
+    if (res && res.consumedPoints >= limiter.points) throw limitedError(name, res);
+  }
+
+  /** Counts one call against `name` for `key`, after the fact: never refuses. */
+  async count(name: LimitName, key: string): Promise<void> {
+    await this.limiters.get(name)?.penalty(key, 1);
+  }
+
   /** Counts one call against `name` for `key`; RATE_LIMITED once the budget is spent. */
   async take(name: LimitName, key: string): Promise<void> {
     const limiter = this.limiters.get(name);
@@ -53,10 +70,14 @@ export class Limits {
       await limiter.consume(key);
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err; // the store failed: that is an error, not a limit
-      const retry = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
-      throw new ServiceError("RATE_LIMITED", `too many ${DESCRIPTIONS[name]}; retry in ${retry} s`, { retry_after_seconds: retry });
+      throw limitedError(name, err);
     }
   }
+}
+
+function limitedError(name: LimitName, res: RateLimiterRes): ServiceError {
+  const retry = Math.max(1, Math.ceil(res.msBeforeNext / 1000));
+  return new ServiceError("RATE_LIMITED", `too many ${DESCRIPTIONS[name]}; retry in ${retry} s`, { retry_after_seconds: retry });
 }
 
 const DESCRIPTIONS: Record<LimitName, string> = {
@@ -66,6 +87,9 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   challengeAddress: "new bills priced for this address",
   orderAddress: "order lookups from this address",
   webhookOrder: "biller webhooks for this order",
+  unsettledAddress: "payments that did not settle from this address",
+  unsettledPayer: "payments that did not settle from this payer",
+  verify: "number checks from this caller",
 };
 
 /** A bounded memory of keys seen lately (oldest forgotten first). */

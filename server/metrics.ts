@@ -27,6 +27,13 @@ export class Metrics {
     labelNames: ["chain", "token"],
     registers: [this.registry],
   });
+  readonly refundGasWei = new Counter({ name: "billpay_refund_gas_wei_total", help: "Gas the refunder key spent on refunds, in wei", labelNames: ["chain"], registers: [this.registry] });
+  readonly refundsWaiting = new Counter({
+    name: "billpay_refunds_waiting_total",
+    help: "Times a refund was put off because the refund budget, or the payer's share of it, could not take it",
+    labelNames: ["chain", "token"],
+    registers: [this.registry],
+  });
   readonly refundFailures = new Counter({ name: "billpay_refund_failures_total", help: "Refund attempts that failed (retried, or held for review)", labelNames: ["chain", "token"], registers: [this.registry] });
   readonly upstreamSeconds = new Histogram({
     name: "billpay_upstream_seconds",

@@ -9,7 +9,7 @@ import { z } from "zod";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
 import type { Deployments } from "../lib/deployments.ts";
 import { ERRORS } from "./errors.ts";
-import { internationalOptionsSchema, linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
+import { customerQuestionSchema, internationalOptionsSchema, linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const json = (schema: unknown) => ({ "application/json": { schema } });
@@ -218,6 +218,18 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
             schema,
           })),
           responses: { "200": { description: "The next step's choices, or a payable bill", content: json({ type: "object" }) }, ...problemResponses([400, 422, 503]) },
+        },
+      },
+      "/api/verify-customer": {
+        post: {
+          summary: "The biller's check of a meter, smartcard, bank account or JAMB profile number, before paying",
+          description:
+            "Free (the same as the verify_customer tool): `valid`, the customer's name and what else the biller tells (meter type, " +
+            "current bouquet and renewal amount), or the reason the number is wrong. Answers are reused for a while; calls are " +
+            "rate-limited per client address. A wallet whose bills failed this check lately has every checkable bill checked like " +
+            "this before its price is shown, and a wrong number refused unpaid (422 CUSTOMER_NOT_VERIFIED).",
+          requestBody: { required: true, content: json(z.toJSONSchema(customerQuestionSchema, { io: "input" })) },
+          responses: { "200": { description: "The biller's answer", content: json({ type: "object" }) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
         },
       },
       "/api/orders/{requestId}": {

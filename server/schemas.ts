@@ -90,6 +90,9 @@ export const paymentRequestSchema = z.object({
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;
 
 /** The query of list_international_options and GET /api/international: each step narrows the next. */
+/** A number to check with the biller before paying (verify_customer): the bill's own fields for it. */
+export const customerQuestionSchema = paymentRequestSchema.pick({ serviceCategory: true, serviceID: true, billersCode: true, variation_code: true }).strict();
+
 export const internationalOptionsSchema = z.object({
   country_code: paymentRequestSchema.shape.country_code,
   product_type_id: paymentRequestSchema.shape.product_type_id,

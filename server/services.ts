@@ -15,6 +15,8 @@ import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { Callbacks } from "./callbacks.ts";
+import { RefundBudgets } from "./orders/refund-budget.ts";
+import { CustomerChecks } from "./biller/customer-check.ts";
 import { LedgerClient } from "./ledger-client.ts";
 import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
@@ -55,6 +57,8 @@ export function buildFlow(
     facilitators: { CELO: facilitator(config.FACILITATOR_URL_CELO, "CELO"), BASE: facilitator(config.FACILITATOR_URL_BASE, "BASE") },
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
+    customerChecks: new CustomerChecks(biller, config.VERIFY_CACHE_MS, (payer) => orders.failedVerifications(payer, config.VERIFY_UPFRONT_WINDOW_SECONDS), config.VERIFY_UPFRONT_AFTER_FAILURES),
+    refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS),
     operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
@@ -62,6 +66,8 @@ export function buildFlow(
     maxPayAttempts: config.BILLER_MAX_PAY_ATTEMPTS,
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
+    refundPayerSharePercent: config.REFUND_PAYER_SHARE_PERCENT,
+    refundWaitReviewSeconds: config.REFUND_WAIT_REVIEW_SECONDS,
     log: log(),
     metrics,
     deployments,

@@ -21,6 +21,7 @@ import { RateVersions } from "../pricing/rate-versions.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
+import { customerView, type CustomerQuestion } from "../biller/customer-check.ts";
 import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../callbacks.ts";
 import type { Link, LinkStore } from "./links.ts";
@@ -77,7 +78,7 @@ export class AgentHub {
 
   constructor(readonly deps: HubDeps) {
     this.versions = new RateVersions(deps.db, deps.rates, deps.config.SERVICE_FEES_USD);
-    this.pricing = { versions: this.versions, catalogue: deps.flow.catalogue, ttlSeconds: deps.config.QUOTE_TTL_SECONDS };
+    this.pricing = { versions: this.versions, catalogue: deps.flow.catalogue, ttlSeconds: deps.config.QUOTE_TTL_SECONDS, refundBudgets: deps.flow.refundBudgets, customerChecks: deps.flow.customerChecks };
   }
 
   authenticate(apiKey: string): Promise<Link> {
@@ -376,6 +377,12 @@ export class AgentHub {
   /** list_plans: a product's plans with their prices (null: any amount), from the catalogue every bill is checked against. */
   plans(serviceID: string) {
     return this.deps.flow.catalogue.plans(serviceID);
+  }
+
+  /** verify_customer: the biller's number check, free, cached and limited per caller. */
+  async verifyCustomer(q: CustomerQuestion, caller: string) {
+    await this.deps.limits.take("verify", caller);
+    return customerView(q, await this.deps.flow.customerChecks.verify(q));
   }
 
   /** list_international_options: countries, then product types, operators and plans, then a bill to pay. */

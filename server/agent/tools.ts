@@ -1,5 +1,5 @@
 /**
- * The ten agent tools, each defined once: name, description, zod input and handler. MCP
+ * The twelve agent tools, each defined once: name, description, zod input and handler. MCP
  * (agent/mcp.ts) and A2A (agent/a2a.ts) are thin adapters over this list, and
  * describe_capabilities reads it too. A handler returns a JSON object; a refusal is a
  * ServiceError whose code comes from the one catalogue (server/errors.ts).
@@ -118,6 +118,27 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       authenticated: false,
       examples: ['{"skill":"list_plans","arguments":{"serviceID":"mtn-data"}}'],
       run: (args, _link, ctx) => ctx.hub.plans(args.serviceID),
+    }),
+    define({
+      name: "verify_customer",
+      title: "Verify a customer",
+      description:
+        "The biller's check of a number before paying: a meter (ELECTRICITY), a smartcard (CABLE), a bank account (BANK, with the bank's " +
+        "code as variation_code) or a JAMB profile ID. Answers valid, the customer's name, and what else the biller tells (meter type, " +
+        "current bouquet and its renewal amount), or why the number is wrong. Free and needs no api_key; answers are reused for a while " +
+        "and calls are rate-limited. Airtime, data and exam PINs have no check.",
+      input: {
+        api_key: apiKey.optional(),
+        serviceCategory: billFields.serviceCategory,
+        serviceID: billFields.serviceID,
+        billersCode: billFields.billersCode,
+        variation_code: billFields.variation_code,
+      },
+      paying: false,
+      authenticated: false,
+      examples: ['{"skill":"verify_customer","arguments":{"serviceCategory":"ELECTRICITY","serviceID":"ikeja-electric","billersCode":"1111111111111","variation_code":"prepaid"}}'],
+      // Keyless callers share one budget; a linked wallet has its own.
+      run: ({ api_key: _key, ...q }, link, ctx) => ctx.hub.verifyCustomer(q, link ? `wallet:${link.wallet}` : "keyless"),
     }),
     define({
       name: "list_international_options",

@@ -63,7 +63,8 @@ export class ContractRefused extends Error {
   }
 }
 
-export type RefundOutcome = { txHash: Hex } | { alreadyRefunded: true };
+/** A refund sent (its hash, and the gas it cost the refunder key in wei), or one BillPay had already made. */
+export type RefundOutcome = { txHash: Hex; gasWei: bigint } | { alreadyRefunded: true };
 
 export interface PullItem {
   requestId: string;
@@ -259,7 +260,8 @@ export class ChainOperator {
 
   private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
     try {
-      return { txHash: await this.write(chain, this.keys.refunder, call) };
+      const { hash, gasWei } = await this.send(chain, this.keys.refunder, call);
+      return { txHash: hash, gasWei };
     } catch (err) {
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true };
       throw err;
@@ -272,6 +274,11 @@ export class ChainOperator {
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
   private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
+    return (await this.send(chain, signer, call, onSigned, onReplaced)).hash;
+  }
+
+  /** write, answering the mined transaction's hash and what its gas cost in wei. */
+  private async send(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint }> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
@@ -342,7 +349,7 @@ export class ChainOperator {
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
-    return mined;
+    return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice };
   }
 }
 

@@ -14,6 +14,7 @@ import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { Catalogue } from "../biller/catalogue/catalogue.ts";
+import type { CustomerChecks } from "../biller/customer-check.ts";
 import { legacyPlan } from "../biller/catalogue/plans.ts";
 import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { formatKobo } from "../biller/catalogue/amounts.ts";
@@ -25,7 +26,8 @@ import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledge
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
-import { FINAL_STATUSES, type Order, type OrderStatus, type OrderStore } from "./store.ts";
+import type { RefundBudgets } from "./refund-budget.ts";
+import { FINAL_STATUSES, VERIFICATION_FAILED, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
 export async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
@@ -43,8 +45,12 @@ export interface FlowDeps {
   biller: BillerApi;
   /** The biller's products and plans, cached: every bill is checked against it before it is priced. */
   catalogue: Catalogue;
+  /** The biller's number check before payment: verify_customer, and upfront for payers whose bills failed it. */
+  customerChecks: CustomerChecks;
   /** The hot keys' transactions on BillPay: pulls (operator) and refunds (refunder). */
   operator: ChainOperator;
+  /** BillPay's refund budget per token, read from the chain (orders/refund-budget.ts). */
+  refundBudgets: RefundBudgets;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;
   /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
@@ -60,6 +66,10 @@ export interface FlowDeps {
   defaultPhone: string;
   /** The e-mail the biller's international pay call requires. */
   defaultEmail: string;
+  /** One payer's most of a token's refund budget per period, as a percentage of its limit. */
+  refundPayerSharePercent: number;
+  /** How long a refund waits for the budget before it goes to an operator. */
+  refundWaitReviewSeconds: number;
   /** Vend latency, refunds and upstream calls, for /metrics. */
   metrics: Metrics;
   log: Log;
@@ -108,7 +118,7 @@ async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<Complet
   if (plan.verify) {
     try {
       const answer = await deps.biller.verify({ serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) });
-      if (!answer.ok) return { order: await refund(deps, order, `verification failed: ${answer.reason}`) };
+      if (!answer.ok) return { order: await refund(deps, order, `${VERIFICATION_FAILED}: ${answer.reason}`) };
       verified = answer;
     } catch (err) {
       return { order: await refund(deps, order, `verification unavailable: ${errorText(err)}`) };
@@ -238,12 +248,16 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
  * refund never exceeds what the chain shows was paid. A pulled order is refunded by its
  * order id, an x402 one with the payer's own authorization; BillPay refunds each once.
+ * A refund the budget cannot take now, or that would take the payer past its share of it,
+ * waits (refundWait) instead of being sent; one that has waited past the deadline goes to
+ * an operator.
  */
 export async function refund(deps: FlowDeps, order: Order, reason: string, from: OrderStatus[] = ["PAID", "PENDING", "REFUNDING"]): Promise<Order> {
   // Only the actor whose transition moves the order refunds it (a served order's reversal
   // moves it from SUCCESS once; the worker retries from REFUNDING).
   const refunding = await deps.orders.transition(order.requestId, from, "REFUNDING", { failureReason: reason });
   if (!refunding) return (await deps.orders.get(order.requestId)) ?? order;
+  const chain = refunding.chain as ChainKey;
   try {
     const paid = await ledgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
@@ -252,14 +266,23 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
       deps.log.error("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch });
       return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `refund held: ${mismatch}` });
     }
+    const wait = await refundWait(deps, refunding);
+    if (wait) return deferRefund(deps, refunding, wait);
     const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding) : await refundX402(deps, refunding);
+    deps.refundBudgets.forget(chain, refunding.tokenAddress);
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
     deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: refunding.amount.toString(), txHash, reason });
     deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(refunding.amount));
+    if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
+    if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {
+      // The budget moved between the read and the send (another instance, the admin): wait as for a short budget.
+      deps.refundBudgets.forget(chain, refunding.tokenAddress);
+      return deferRefund(deps, refunding, { seconds: 60, why: "BillPay's refund budget could not take it when sent" });
+    }
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
       deps.log.error("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
@@ -268,6 +291,48 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
     deps.log.error("refund failed; the worker will retry", { requestId: refunding.requestId, error: errorText(err) });
     return refunding;
   }
+}
+
+/** Why and how long a refund must wait before it is sent, or undefined when it can go now. */
+export async function refundWait(deps: FlowDeps, o: Order): Promise<{ seconds: number; why: string } | undefined> {
+  const chain = o.chain as ChainKey;
+  const budget = await deps.refundBudgets.read(chain, o.tokenAddress);
+  if (budget.limit > 0n && budget.period > 0n) {
+    // The payer's share: what it was refunded over the last period, plus this, within its
+    // share of the limit. A single refund larger than the share still goes when the payer
+    // had none in the period (else it could never go).
+    const share = (budget.limit * BigInt(deps.refundPayerSharePercent)) / 100n;
+    const before = await deps.orders.refundedTo(o.payer, chain, o.tokenAddress, Number(budget.period));
+    if (before.total > 0n && before.total + o.amount > share && before.oldest) {
+      const seconds = Math.max(1, Math.ceil((before.oldest.getTime() + Number(budget.period) * 1000 - Date.now()) / 1000));
+      return { seconds, why: `the payer was refunded ${before.total} units of ${o.token} in the last ${budget.period} s; its share of the budget is ${share}` };
+    }
+  }
+  if (o.amount <= budget.available) return undefined;
+  if (budget.limit === 0n || budget.period === 0n || o.amount > budget.limit) {
+    // Never refillable to this amount: only the admin can change that. Checked hourly.
+    return { seconds: 3600, why: `BillPay's ${o.token} refund budget (limit ${budget.limit}) cannot hold ${o.amount}` };
+  }
+  // The budget refills continuously at limit per period: wait until it holds this refund.
+  const seconds = Number(((o.amount - budget.available) * budget.period + budget.limit - 1n) / budget.limit) + 1;
+  return { seconds, why: `BillPay's ${o.token} refund budget has ${budget.available} of ${budget.limit} available; this refund needs ${o.amount}` };
+}
+
+/**
+ * The refund waits: not tried again for `wait.seconds`, an alert (error log, metric) the
+ * first time, and to an operator once it has waited past REFUND_WAIT_REVIEW_SECONDS.
+ */
+async function deferRefund(deps: FlowDeps, o: Order, wait: { seconds: number; why: string }): Promise<Order> {
+  const waited = await deps.orders.deferRefund(o.requestId, Math.min(wait.seconds, deps.refundWaitReviewSeconds));
+  if (!waited) return (await deps.orders.get(o.requestId)) ?? o;
+  deps.metrics.refundsWaiting.inc({ chain: o.chain, token: o.token });
+  const line = { requestId: o.requestId, payer: o.payer, amount: o.amount.toString(), retryInSeconds: wait.seconds, why: wait.why };
+  if (waited.first) deps.log.error("refund waiting for the refund budget; an operator may need to raise it", line);
+  if (Date.now() - waited.waitingSince.getTime() >= deps.refundWaitReviewSeconds * 1000) {
+    deps.log.error("refund waited past its deadline; held for an operator", line);
+    return move(deps, o, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${o.failureReason ?? "refund"}; the refund waited past ${deps.refundWaitReviewSeconds} s: ${wait.why}` });
+  }
+  return (await deps.orders.get(o.requestId)) ?? o;
 }
 
 /** BillPay refusals of a refund that no retry changes (a pause or a spent budget does change). */

@@ -52,6 +52,9 @@ export type OrderStatus =
   | "REFUNDING"
   | "REFUNDED";
 
+/** How a refund's reason starts when the biller's number check said the number is wrong (counted per payer). */
+export const VERIFICATION_FAILED = "verification failed";
+
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
 
@@ -452,6 +455,41 @@ export class OrderStore {
   }
 
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */
+  /**
+   * A REFUNDING order waits `seconds` before the worker tries it again (its refund cannot be
+   * sent now). Answers since when it has been waiting, and whether this is its first wait.
+   */
+  async deferRefund(requestId: string, seconds: number): Promise<{ waitingSince: Date; first: boolean } | undefined> {
+    const [row] = await this.db.query<{ since: Date; first: boolean }>(
+      `UPDATE bill_order o SET not_before = now() + make_interval(secs => $2), refund_waiting_since = coalesce(o.refund_waiting_since, now())
+       FROM bill_order old WHERE o.request_id = $1 AND old.request_id = o.request_id AND o.status = 'REFUNDING'
+       RETURNING o.refund_waiting_since AS since, old.refund_waiting_since IS NULL AS first`,
+      [requestId, seconds],
+    );
+    return row && { waitingSince: new Date(row.since), first: row.first };
+  }
+
+  /** What `payer` was refunded in `token` on `chain` over the last `seconds`: the total, and when the oldest of it was. */
+  async refundedTo(payer: string, chain: string, token: string, seconds: number): Promise<{ total: bigint; oldest: Date | null }> {
+    const [row] = await this.db.query<{ total: string | null; oldest: Date | null }>(
+      `SELECT sum(amount)::text AS total, min(updated_at) AS oldest FROM bill_order
+       WHERE payer = $1 AND chain = $2 AND lower(token_address) = lower($3) AND status = 'REFUNDED'
+         AND updated_at > now() - make_interval(secs => $4)`,
+      [payer.toLowerCase(), chain, token, seconds],
+    );
+    return { total: BigInt(row?.total ?? 0), oldest: row?.oldest ? new Date(row.oldest) : null };
+  }
+
+  /** How many of `payer`'s bills failed the biller's number check over the last `seconds`. */
+  async failedVerifications(payer: string, seconds: number): Promise<number> {
+    const [row] = await this.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM bill_order
+       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND failure_reason LIKE $3`,
+      [payer.toLowerCase(), seconds, `${VERIFICATION_FAILED}%`],
+    );
+    return row?.n ?? 0;
+  }
+
   async release(requestId: string, leaseToken: string | null): Promise<void> {
     await this.db.query(`UPDATE bill_order SET lease_until = NULL WHERE request_id = $1 AND lease_token = $2`, [requestId, leaseToken]);
   }
@@ -532,6 +570,7 @@ export class OrderStore {
          SELECT request_id FROM bill_order
          WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
            AND updated_at <= now() - make_interval(secs => $2) AND NOT (request_id = ANY($4::text[]))
+           AND (not_before IS NULL OR not_before <= now())
          ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED)
        RETURNING ${COLUMNS}`,
       [statuses, olderThanSeconds, leaseSeconds, skip, randomUUID()],

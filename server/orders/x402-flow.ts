@@ -138,8 +138,6 @@ export async function startX402Order(
     payment: DecodedPayment;
     requirements: PaymentRequirements;
     resourceUrl: string;
-    /** Set when the authorization cannot settle yet (not yet valid, or about to expire): refused without asking the facilitator. */
-    notSettleable?: string;
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
@@ -166,7 +164,7 @@ export async function startX402Order(
   if (!created) return { order: replayOf(order, input.payment, input.bodyHash), replay: true };
   let last = order;
   try {
-    last = input.notSettleable ? await refuse(deps, order, input.notSettleable) : await settle(deps, order);
+    last = await settle(deps, order);
     if (last.status === "PAID") last = await fulfil(deps, last, { fresh: true });
     return { order: last, replay: false, secret: secret.secret };
   } finally {

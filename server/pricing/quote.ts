@@ -12,6 +12,8 @@ import type { PaymentRequest } from "../schemas.ts";
 import { toScaled } from "./decimal.ts";
 import { priceBill, type Category, type PriceBreakdown } from "./price.ts";
 import type { RateVersion, RateVersions } from "./rate-versions.ts";
+import type { RefundBudgets } from "../orders/refund-budget.ts";
+import type { CustomerChecks } from "../biller/customer-check.ts";
 
 export interface QuoteContext {
   versions: RateVersions;
@@ -19,6 +21,10 @@ export interface QuoteContext {
   catalogue: Catalogue;
   /** The challenge's lifetime: how long a price shown is honoured. */
   ttlSeconds: number;
+  /** A bill its token's refund budget could never refund is refused before it is priced (orders/refund-budget.ts). */
+  refundBudgets?: RefundBudgets;
+  /** A payer whose bills failed the biller's number check has this bill's number checked before it is priced. */
+  customerChecks?: CustomerChecks;
 }
 
 /** A bill's price under one rate version. */
@@ -79,7 +85,9 @@ const quoteOf = (req: PaymentRequest, version: RateVersion, option: { chain: Cha
 /**
  * Checks the bill against the biller's catalogue (a bill that could never vend, or a plan
  * whose price is not nairaAmount, is refused here, before any price is shown), then prices
- * it under the current rate version. Writes nothing; the bill's vend plan comes back with
+ * it under the current rate version, and refuses a price its token's refund budget could
+ * never return. A payer whose bills failed the biller's number check has this one's
+ * number checked first (biller/customer-check.ts). Writes nothing; the bill's vend plan comes back with
  * its price, for the order to keep.
  */
 export async function quoteBill(
@@ -89,8 +97,11 @@ export async function quoteBill(
   hash: string = billHash(req, option),
 ) {
   const { vend } = await ctx.catalogue.check(req);
+  await ctx.customerChecks?.checkUpfront(req, req.wallet_address);
   const version = await ctx.versions.current();
-  return { hash, quote: quoteOf(req, version, option, ctx.ttlSeconds), vend };
+  const quote = quoteOf(req, version, option, ctx.ttlSeconds);
+  await ctx.refundBudgets?.assertRefundable(option.chain, option.token, quote.amount);
+  return { hash, quote, vend };
 }
 
 /**

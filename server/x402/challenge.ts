@@ -9,10 +9,9 @@
 import type { PaymentRequired } from "@x402/core/types";
 import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
-import type { Catalogue } from "../biller/catalogue/catalogue.ts";
 import { ServiceError } from "../errors.ts";
 import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
-import type { RateVersions } from "../pricing/rate-versions.ts";
+import type { QuoteContext } from "../pricing/quote.ts";
 import type { PaymentRequest } from "../schemas.ts";
 
 export const PAYMENT_REQUIRED_ERROR = "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT";
@@ -25,12 +24,8 @@ export interface Option {
   rateVersion?: string;
 }
 
-export interface ChallengeContext {
+export interface ChallengeContext extends QuoteContext {
   deployments: Deployments;
-  /** Every bill is checked against the biller's catalogue before it is priced. */
-  catalogue: Catalogue;
-  versions: RateVersions;
-  ttlSeconds: number;
   resourceUrl: string;
 }
 

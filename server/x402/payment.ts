@@ -50,6 +50,8 @@ export type PaymentProblem =
   | "NONCE_INVALID"
   | "AUTHORIZATION_EXPIRED"
   | "AUTHORIZATION_TOO_LONG"
+  | "AUTHORIZATION_NOT_YET_VALID"
+  | "AUTHORIZATION_EXPIRES_TOO_SOON"
   | "SIGNATURE_INVALID";
 
 export class PaymentRejected extends Error {
@@ -142,11 +144,12 @@ const ZERO_NONCE = `0x${"0".repeat(64)}`;
 /**
  * Checks a decoded payment against what the server expects; throws PaymentRejected on the
  * first mismatch, before anything is locked. An authorization that fits but cannot settle
- * right now (not yet valid, or about to expire) is not rejected here: it could still land,
- * so it is locked as an order and refused, and refunded should it land. The reason is
- * returned for that.
+ * right now (not yet valid, or about to expire) is rejected too, before anything is stored
+ * or any facilitator asked: any wallet, even an empty one, can sign one, so storing it
+ * would give a stranger free orders. Should someone land it anyway, the ledger pass meets a
+ * payment with no order (orders/ledger-pass.ts).
  */
-export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: string } {
+export function checkPayment(p: DecodedPayment, e: Expected): void {
   const chain = chainInfo(e.chain);
   if (p.scheme !== "exact") throw new PaymentRejected("PAYMENT_SCHEME_UNSUPPORTED", `scheme "${p.scheme}"; only "exact" is accepted`);
   if (p.network !== chain.caip2 && p.network !== chain.x402V1Network) {
@@ -172,11 +175,12 @@ export function checkPayment(p: DecodedPayment, e: Expected): { notSettleable?: 
       `valid until ${a.validBefore}, beyond the challenge's ${e.maxTimeoutSeconds} s lifetime`,
     );
   }
-  if (a.validAfter >= e.nowSeconds) return { notSettleable: `the authorization is valid only after ${a.validAfter}; sign one valid now` };
-  if (a.validBefore < e.nowSeconds + MIN_REMAINING_SECONDS) {
-    return { notSettleable: `the authorization expires at ${a.validBefore}, too soon to settle; sign one valid for longer` };
+  if (a.validAfter >= e.nowSeconds) {
+    throw new PaymentRejected("AUTHORIZATION_NOT_YET_VALID", `the authorization is valid only after ${a.validAfter}; nothing was stored: sign one valid now, and do not submit this one`);
   }
-  return {};
+  if (a.validBefore < e.nowSeconds + MIN_REMAINING_SECONDS) {
+    throw new PaymentRejected("AUTHORIZATION_EXPIRES_TOO_SOON", `the authorization expires at ${a.validBefore}, too soon to settle; nothing was stored: sign one valid for longer`);
+  }
 }
 
 /**

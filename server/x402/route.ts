@@ -17,7 +17,7 @@ import { checkCallbackUrl } from "../callbacks.ts";
 import type { Config } from "../config.ts";
 import { problemResponse, ServiceError, validationFailed } from "../errors.ts";
 import { parseJsonBody } from "../http-body.ts";
-import { clientAddress, RecentKeys, type Limits } from "../limits.ts";
+import { clientAddress, RecentKeys, type LimitName, type Limits } from "../limits.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import type { Order } from "../orders/store.ts";
 import { replayOf, startX402Order } from "../orders/x402-flow.ts";
@@ -93,6 +93,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     catalogue: deps.flow.catalogue,
     versions,
     ttlSeconds: config.QUOTE_TTL_SECONDS,
+    refundBudgets: deps.flow.refundBudgets,
+    customerChecks: deps.flow.customerChecks,
     resourceUrl: `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`,
   });
 
@@ -139,6 +141,23 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
    */
   const countNewBill = async (c: Context, hash: string) => {
     if (seenBills.add(hash)) await limits.take("challengeAddress", clientAddress(c));
+  };
+
+  /**
+   * Paid calls that settled nothing cost the service a signature check, maybe a facilitator
+   * call, and cost the caller nothing: counted per payer and per client address, and past
+   * either budget (RATE_LIMIT_UNSETTLED_*) a paid call is 429 before its payment is checked.
+   */
+  const unsettledKeys = (c: Context, payment: DecodedPayment | undefined) =>
+    [
+      ["unsettledAddress", clientAddress(c)],
+      ...(payment ? [["unsettledPayer", payment.authorization.from.toLowerCase()]] : []),
+    ] as Array<[LimitName, string]>;
+  const checkUnsettled = async (c: Context, payment: DecodedPayment | undefined) => {
+    for (const [name, key] of unsettledKeys(c, payment)) await limits.check(name, key);
+  };
+  const countUnsettled = async (c: Context, payment: DecodedPayment | undefined) => {
+    for (const [name, key] of unsettledKeys(c, payment)) await limits.count(name, key);
   };
 
   app.get("/api/pay/x402", (c) => challengeResponse(c, probeChallenge(challengeContext(c), v1NetworkNames(c)), {}, v1NetworkNames(c)));
@@ -188,17 +207,23 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         return orderResponse(c, replayed, header!);
       }
 
-      // Calls carrying a payment are never counted (it may be settling).
+      // Calls carrying a payment are not counted as new bills (it may be settling), but a
+      // caller or payer whose payments keep failing to settle is held off before more work.
       if (!presented) await countNewBill(c, bodyHash);
+      if (header) await checkUnsettled(c, presented);
       const { hash, quote: shown, vend } = await quoteBill(bill, ctx, option, bodyHash);
-      const description = `${bill.serviceCategory} ${bill.serviceID} for ${bill.billersCode}: ${bill.nairaAmount} NGN`;
+      // The description travels to the facilitator with the payment: it names the product and
+      // amount, never the customer's number (a phone, meter or account is the payer's to keep).
+      const description = `${bill.serviceCategory} ${bill.serviceID}: ${bill.nairaAmount} NGN`;
       const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
       const v1Only = v1NetworkNames(c);
       if (!header) return challengeResponse(c, challenge, extraHeaders, v1Only);
-      const rejected = (code: string, detail: string) =>
-        challengeResponse(c, { v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
+      const rejected = async (code: string, detail: string, payment: DecodedPayment | undefined) => {
+        await countUnsettled(c, payment);
+        return challengeResponse(c, { v1Body: { ...challenge.v1Body, error: detail, code }, v2Header: challenge.v2Header }, extraHeaders, v1Only);
+      };
 
       // A payment that does not fit this bill's price, or is not the payer's signature, is
       // answered like no payment: 402 with the challenge, plus the reason. Nothing is locked
@@ -206,7 +231,6 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       // within the challenge's lifetime priced this bill at (so a price shown is honoured
       // however the rate moves): recomputed from the server's own versions, never the client's.
       let payment: DecodedPayment;
-      let fit: { notSettleable?: string };
       let quote = shown;
       try {
         payment = presented ?? decodePayment(header, c.req.header(header)!);
@@ -214,7 +238,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         if (offered !== shown.amount) {
           quote = (await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + Number(CLOCK_SKEW_SECONDS))) ?? shown;
         }
-        fit = checkPayment(payment, {
+        checkPayment(payment, {
           chain: option.chain,
           asset: tokenAddress,
           payTo: d.billPay.address,
@@ -231,7 +255,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         );
       } catch (err) {
         if (!(err instanceof PaymentRejected)) throw err;
-        return rejected(err.code, err.detail);
+        return rejected(err.code, err.detail, presented);
       }
 
       const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, description);
@@ -246,8 +270,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         payment,
         requirements,
         resourceUrl: ctx.resourceUrl,
-        notSettleable: fit.notSettleable,
       });
+      if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(c, payment);
       return orderResponse(c, order, header, extraHeaders, secret);
     },
   );

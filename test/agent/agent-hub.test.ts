@@ -205,10 +205,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
   });
 
   describe("MCP", () => {
-    it("lists the eleven tools (the interface's ten and get_quote), each with a description and an input schema", async () => {
+    it("lists the twelve tools (the interface's ten, get_quote and verify_customer), each with a description and an input schema", async () => {
       const { tools } = await mcp.client.listTools();
       expect(tools.map((t) => t.name).sort()).toEqual(
-        ["cancel_schedule", "check_balance", "describe_capabilities", "get_quote", "list_international_options", "list_plans", "list_schedules", "pay_bill", "pay_bill_batch", "schedule_bill", "transaction_history"],
+        ["cancel_schedule", "check_balance", "describe_capabilities", "get_quote", "list_international_options", "list_plans", "list_schedules", "pay_bill", "pay_bill_batch", "schedule_bill", "transaction_history", "verify_customer"],
       );
       for (const t of tools) {
         expect(t.description!.length).toBeGreaterThan(40);
@@ -242,7 +242,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(JSON.stringify(data.setup)).toContain("setSpendingAllowance(address token, uint256 amount)");
       expect(JSON.stringify(data.setup)).toContain("BillPay Agent Action: POST:/api/agent/link: ");
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
-      expect((data.tools as unknown[]).length).toBe(11);
+      expect((data.tools as unknown[]).length).toBe(12);
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
       expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });
@@ -580,9 +580,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       referenceTaskIds: [],
     });
 
-    it("serves the Agent Card with the eleven skills, and pays over A2A 1.0 with the official client", async () => {
+    it("serves the Agent Card with the twelve skills, and pays over A2A 1.0 with the official client", async () => {
       const card = (await (await fetch(`${url}/.well-known/agent-card.json`)).json()) as { skills: Array<{ id: string }>; supportedInterfaces: Array<{ protocolVersion: string }> };
-      expect(card.skills.map((s) => s.id)).toHaveLength(11);
+      expect(card.skills.map((s) => s.id)).toHaveLength(12);
       expect(card.supportedInterfaces.map((i) => i.protocolVersion).sort()).toEqual(["0.3", "1.0"]);
 
       const client = await new ClientFactory().createFromUrl(url);

@@ -232,26 +232,28 @@ describe("attacks on the money paths", () => {
     expect(replay.order_secret).toBeUndefined();
   });
 
-  it("4. a refused payment that lands later is refunded exactly once; one that can no longer land is closed", async () => {
-    // (a) Not valid yet: refused without settling, and the payer is told it is refunded should it land.
+  it("4. an authorization that cannot settle yet is refused before anything is stored; a refused payment that lands later is refunded exactly once", async () => {
+    // (a) Not valid yet: any wallet, even an empty one, can sign one, so it is rejected
+    // before anything is stored or any facilitator asked: no order, nothing to work later.
     const body = bill(attacker.address, { nairaAmount: 1240 });
     const req = await required(body);
     const early = await celo.signAuthorization(attacker, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 2n, validBefore: now() + 600n });
     const before = await usdc(attacker.address);
     const res = await post(body, header(early, req));
     expect(res.status).toBe(402);
-    const refusal = (await res.json()) as Body;
-    expect(refusal).toMatchObject({ status: 402, code: "PAYMENT_NOT_SETTLED", charged: false, request_id: expect.stringMatching(/^req_/), late_payment: expect.stringContaining("refunded") });
-    expect((await orderOf(early))!.status).toBe("REFUSED");
-    // Someone submits it once it is valid.
+    expect(((await res.json()) as Body).code).toBe("AUTHORIZATION_NOT_YET_VALID");
+    expect(await orderOf(early)).toBeUndefined();
+    // Whoever lands it anyway (told not to) meets a payment with no order: recorded for an
+    // operator, never served.
     await new Promise((r) => setTimeout(r, 3_000));
     await celo.submitAuthorization("USDC", early);
     expect(await usdc(attacker.address)).toBe(before - early.value);
-    await passesUntil(early, "REFUNDED");
-    expect(await orderOf(early)).toMatchObject({ refundTxHash: expect.stringMatching(/^0x/) });
-    expect(await usdc(attacker.address)).toBe(before);
-    await workerPasses(); // nothing twice
-    expect(await usdc(attacker.address)).toBe(before);
+    const orphanNonces = async () => ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
+    await expect
+      .poll(async () => (await workerPasses(), await orphanNonces()), { timeout: 15_000, interval: 200 })
+      .toContain(early.nonce.toLowerCase());
+    expect(await orderOf(early)).toBeUndefined();
+    const afterEarly = await usdc(attacker.address);
 
     // (b) A facilitator that answers "failed" while its transaction is still on its way.
     let held: SignedAuthorization | undefined;
@@ -275,21 +277,20 @@ describe("attacks on the money paths", () => {
     expect(((await res2.json()) as Problem).code).toBe("PAYMENT_NOT_SETTLED");
     await celo.submitAuthorization("USDC", held); // the "failed" transaction lands after all
     await passesUntil(held, "REFUNDED");
-    expect(await usdc(attacker.address)).toBe(before);
+    expect(await usdc(attacker.address)).toBe(afterEarly);
 
-    // (c) About to expire: refused, and closed as PAYMENT_FAILED only once the chain is past it.
+    // (c) About to expire: rejected before anything is stored, and it can no longer land once expired.
     const body3 = bill(attacker.address, { nairaAmount: 1260 });
     const req3 = await required(body3);
     const expiring = await celo.signAuthorization(attacker, "USDC", BigInt(req3.accepted.amount), celo.billPay, { validBefore: now() + 3n });
-    expect((await post(body3, header(expiring, req3))).status).toBe(402);
-    await workerPasses();
-    expect((await orderOf(expiring))!.status).toBe("REFUSED");
+    const res3 = await post(body3, header(expiring, req3));
+    expect(res3.status).toBe(402);
+    expect(((await res3.json()) as Body).code).toBe("AUTHORIZATION_EXPIRES_TOO_SOON");
+    expect(await orderOf(expiring)).toBeUndefined();
     await new Promise((r) => setTimeout(r, 4_000));
     await celo.publicClient.request({ method: "evm_mine" as never, params: [] as never });
-    await passesUntil(expiring, "PAYMENT_FAILED");
-    expect((await orderOf(expiring))!.failureReason).toContain("expired");
     await expect(celo.submitAuthorization("USDC", expiring)).rejects.toThrow();
-    expect(await usdc(attacker.address)).toBe(before);
+    expect(await usdc(attacker.address)).toBe(afterEarly);
   });
 
   it("a payment submitted on chain before its order is made is served, and is no orphan", async () => {
@@ -347,8 +348,12 @@ describe("attacks on the money paths", () => {
     const report = await runAudit({ ledgerUrl: ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(report.discrepancies).toEqual([]);
     expect(report.orders!.ordersChecked).toBeGreaterThanOrEqual(6);
-    // The two mismatched payments of attack 1 wait for an operator.
-    expect(report.orders!.review.filter((r) => r.includes("NEEDS_REVIEW"))).toHaveLength(2);
+    // The two mismatched payments of attack 1 wait for an operator, and so does the
+    // not-yet-valid authorization of attack 4 that was landed though it had been rejected.
+    const orphans = report.orders!.review.filter((r) => r.includes("has no order"));
+    expect(orphans).toHaveLength(1);
+    expect(orphans[0]!.toLowerCase()).toContain(attacker.address.toLowerCase());
+    expect(report.orders!.review.filter((r) => r.includes("NEEDS_REVIEW") && !r.includes("has no order"))).toHaveLength(2);
     // And the bill the biller charged differently from its price (attack 2).
     expect(report.orders!.review.filter((r) => r.includes("the biller charged 120"))).toHaveLength(1);
     expect(report.orders!.stuck).toEqual([]);

@@ -84,13 +84,14 @@ describe("reading and checking an x402 payment", () => {
   it("bounds the authorization's validity window", async () => {
     const p = decodePayment("PAYMENT-SIGNATURE", v2Header);
     const later = (s: number) => ({ ...expected, nowSeconds: expected.nowSeconds + BigInt(s) });
-    // About to expire, or not valid yet: it could still land, so it is not rejected but
-    // locked and refused (refunded should it land); checkPayment says why it cannot settle.
-    expect(checkPayment(p, later(290)).notSettleable).toMatch(/too soon to settle/);
-    expect(checkPayment(p, expected).notSettleable).toBeUndefined();
-    expect(
-      checkPayment({ ...p, authorization: { ...p.authorization, validAfter: expected.nowSeconds + 3600n } }, expected).notSettleable,
-    ).toMatch(/valid only after/);
+    // About to expire, or not valid yet: rejected before anything is stored (any wallet can
+    // sign one, so storing it would be a free order).
+    expectRejected(() => checkPayment(p, later(290)), "AUTHORIZATION_EXPIRES_TOO_SOON");
+    expect(() => checkPayment(p, expected)).not.toThrow();
+    expectRejected(
+      () => checkPayment({ ...p, authorization: { ...p.authorization, validAfter: expected.nowSeconds + 3600n } }, expected),
+      "AUTHORIZATION_NOT_YET_VALID",
+    );
     expectRejected(() => checkPayment(p, later(10_000)), "AUTHORIZATION_EXPIRED");
     // Zero is BillPay's marker for a pull's refund: never an x402 nonce.
     expectRejected(() => checkPayment({ ...p, authorization: { ...p.authorization, nonce: `0x${"0".repeat(64)}` } }, expected), "NONCE_INVALID");

@@ -242,6 +242,11 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       );
     },
 
+    /** The admin sets the token's refund budget: up to `limit` at once, refilled at `limit` per `periodSeconds`. */
+    async setRefundBudget(symbol: TokenSymbol, limit: bigint, periodSeconds: bigint) {
+      return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "setRefundBudget", args: [tokenAddress(symbol), limit, periodSeconds] }));
+    },
+
     async pause(paused: boolean) {
       return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: paused ? "pause" : "unpause" }));
     },

@@ -1,0 +1,83 @@
+/**
+ * BillPay's refund budget, as the chain holds it: per token, up to `limit` refunded at
+ * once, refilled at `limit` per `period` seconds (contracts/BillPay.sol). The service reads
+ * it for two things:
+ *   - a bill priced above `limit` could never be refunded should it fail, so it is refused
+ *     before any challenge or pull (BILL_ABOVE_REFUND_LIMIT);
+ *   - a refund the budget cannot take now waits its turn (orders/fulfil.ts), instead of
+ *     being sent again on every pass.
+ * Read through the service's own node and cached briefly: the figure changes only when the
+ * admin sets it, and a stale read errs on neither side for long.
+ */
+import { formatUnits, type Hex } from "viem";
+import { billPayAbi } from "../../lib/abis.ts";
+import { sharedClientFor } from "../../lib/chain-client.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { TtlCache } from "../biller/catalogue/ttl-cache.ts";
+import { ServiceError } from "../errors.ts";
+import { errorText } from "../log-safety.ts";
+
+export interface RefundBudget {
+  limit: bigint;
+  period: bigint;
+  available: bigint;
+}
+
+export class RefundBudgets {
+  private readonly cache: TtlCache;
+  /** The last figure read per token, used when the chain cannot be read. */
+  private readonly lastKnown = new Map<string, RefundBudget>();
+
+  constructor(
+    private readonly deployments: Deployments,
+    ttlMs = 30_000,
+  ) {
+    this.cache = new TtlCache(ttlMs);
+  }
+
+  /** The token's budget now; the last figure read when the chain does not answer, else CHAIN_UNAVAILABLE. */
+  async read(chain: ChainKey, token: string): Promise<RefundBudget> {
+    const key = `${chain}:${token.toLowerCase()}`;
+    try {
+      return await this.cache.get(key, async () => {
+        const d = this.deployments.chains[chain];
+        if (!d) throw new Error(`${chain} has no deployment`);
+        const [limit, period, available] = await sharedClientFor(chain, rpcUrlFor(chain, d)).readContract({
+          address: d.billPay.address as Hex,
+          abi: billPayAbi,
+          functionName: "refundBudget",
+          args: [token as Hex],
+        });
+        const budget = { limit, period, available };
+        this.lastKnown.set(key, budget);
+        return budget;
+      });
+    } catch (err) {
+      const known = this.lastKnown.get(key);
+      if (known) return known;
+      throw new ServiceError("CHAIN_UNAVAILABLE", `the ${chain} refund budget could not be read (${errorText(err).split("\n")[0]}); try again`);
+    }
+  }
+
+  /** Forgets a token's cached figure (a refund just spent from it, or found it short). */
+  forget(chain: ChainKey, token: string): void {
+    this.cache.forget(`${chain}:${token.toLowerCase()}`);
+  }
+
+  /**
+   * Refuses a bill whose price is more than the token's refund budget can ever hold: were it
+   * to fail, its refund could never be sent, and the payer's money would wait on an operator.
+   */
+  async assertRefundable(chain: ChainKey, symbol: string, amount: bigint): Promise<void> {
+    const token = this.deployments.chains[chain]?.tokens.find((t) => t.symbol === symbol);
+    if (!token) return; // not deployed here: the bill is refused for that elsewhere
+    const { limit } = await this.read(chain, token.address);
+    if (amount <= limit) return;
+    throw new ServiceError(
+      "BILL_ABOVE_REFUND_LIMIT",
+      `this bill costs ${formatUnits(amount, 6)} ${token.symbol}; the most BillPay can refund in ${token.symbol} on ${chain} is ${formatUnits(limit, 6)}, so a failed vend could not be refunded. Split the bill, or pay in another token`,
+      { amount: amount.toString(), refund_limit: limit.toString() },
+    );
+  }
+}

@@ -1,0 +1,222 @@
+/**
+ * Refunds are never free and never starved, against the real local stack: a bill its
+ * token's refund budget could never return is refused before any challenge or pull; a
+ * payer whose bill failed the biller's number check has its next bills checked before it
+ * pays; one payer's refunds take at most its share of the budget; a refund the budget
+ * cannot take waits its computed turn (never retried in a loop) and goes to an operator
+ * past the deadline; and paid calls that settle nothing are limited per payer.
+ */
+import type { Account, Hex } from "viem";
+import { x402HTTPClient } from "@x402/core/http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
+
+describe("refunds are never free and never starved", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const airtime = (payer: Account, phone: string, nairaAmount = 1550) => x402Bill(payer.address, { billersCode: phone, nairaAmount });
+  const electricity = (payer: Account, meter: string, nairaAmount = 1550) =>
+    x402Bill(payer.address, { serviceID: "ikeja-electric", serviceCategory: "ELECTRICITY", network: "IKEJA", billersCode: meter, variation_code: "prepaid", nairaAmount });
+
+  /** Pays a bill the way any x402 client does: the 402, a signed authorization, the paid retry. */
+  async function pay(payer: Account, body: Body): Promise<{ status: number; body: Body }> {
+    const challenged = await post(body);
+    if (challenged.status !== 402) return { status: challenged.status, body: (await challenged.json()) as Body };
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const paid = await post(body, client.encodePaymentSignatureHeader(payload));
+    return { status: paid.status, body: (await paid.json()) as Body };
+  }
+  const orderOf = async (requestId: unknown) => (await service.flow.orders.get(requestId as string))!;
+  async function passes(n = 2) {
+    for (let i = 0; i < n; i++) await workOnce(service.flow);
+  }
+  const metric = async (name: string) => {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    return text
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  };
+
+  beforeAll(async () => {
+    paying = await startPayingStack({
+      REFUND_BUDGET_CACHE_MS: "0", // the admin changes the budget between tests
+      REFUND_PAYER_SHARE_PERCENT: "25",
+      REFUND_WAIT_REVIEW_SECONDS: "60",
+      RATE_LIMIT_UNSETTLED_PAYER: "3/600",
+    });
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+    // 8 USDC at once, refilled over a day: a 1,550 NGN bill costs 1.001 USDC.
+    await celo.setRefundBudget("USDC", USDC(8), 86_400n);
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  it("refuses a bill the refund budget could never return, before any challenge or pull", async () => {
+    const payer = hardhatAccount(3);
+    const big = airtime(payer, SANDBOX_NUMBERS.phone, 15_500); // 10.001 USDC > 8
+    const quote = await fetch(`${url}/api/quote`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(big) });
+    expect(quote.status).toBe(422);
+    expect(await quote.json()).toMatchObject({ code: "BILL_ABOVE_REFUND_LIMIT", refund_limit: USDC(8).toString() });
+    const challenge = await post(big);
+    expect(challenge.status).toBe(422); // no 402: nothing to sign
+    expect(((await challenge.json()) as Body).code).toBe("BILL_ABOVE_REFUND_LIMIT");
+
+    // The agent hub: refused before the pull, so the wallet is not charged.
+    const agent = hardhatAccount(4);
+    await celo.approveAndAllow(agent, "USDC", USDC(100));
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: agent.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const mcp = await mcpAgent(url);
+    try {
+      const before = await usdc(agent.address);
+      const answer: ToolAnswer = await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 15_500 });
+      expect(answer.isError).toBe(true);
+      expect((answer.data.error as Body).code).toBe("BILL_ABOVE_REFUND_LIMIT");
+      expect(await usdc(agent.address)).toBe(before);
+      // A bill within the budget still pays.
+      expect((await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })).data).toMatchObject({ status: "SUCCESS" });
+    } finally {
+      await mcp.close();
+    }
+  });
+
+  it("verify_customer answers for free; a payer whose bill failed the number check is checked before paying from then on", async () => {
+    // Free, before anything is paid, over REST and the agent tools.
+    const ask = (billersCode: string) =>
+      fetch(`${url}/api/verify-customer`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ serviceCategory: "ELECTRICITY", serviceID: "ikeja-electric", billersCode, variation_code: "prepaid" }),
+      });
+    const good = await ask(SANDBOX_NUMBERS.prepaidMeter);
+    expect(good.status).toBe(200);
+    expect(await good.json()).toMatchObject({ valid: true, customer_name: expect.any(String), meter_type: "prepaid" });
+    expect(await (await ask("9999999999999")).json()).toMatchObject({ valid: false, reason: expect.any(String) });
+    const mcp = await mcpAgent(url);
+    try {
+      const answer = await mcp.call("verify_customer", { serviceCategory: "CABLE", serviceID: "dstv", billersCode: SANDBOX_NUMBERS.smartcard });
+      expect(answer.data).toMatchObject({ valid: true, customer_name: expect.any(String) });
+      expect(((await mcp.call("verify_customer", { serviceCategory: "AIRTIME", serviceID: "mtn", billersCode: SANDBOX_NUMBERS.phone })).data.error as Body).code).toBe("VERIFY_NOT_OFFERED");
+    } finally {
+      await mcp.close();
+    }
+    const bad = await fetch(`${url}/api/verify-customer`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ serviceID: "ikeja-electric" }) });
+    expect(bad.status).toBe(400);
+
+    // The stranger's first wrong meter settles and is refunded (the interface's settle-then-verify)...
+    const stranger = hardhatAccount(5);
+    const start = await usdc(stranger.address);
+    const first = await pay(stranger, electricity(stranger, "9999999999999"));
+    expect(first.body).toMatchObject({ status: "FAILED_VENDING" });
+    expect((await orderOf(first.body.request_id)).failureReason).toMatch(/^verification failed/);
+    await passes();
+    expect((await orderOf(first.body.request_id)).status).toBe("REFUNDED");
+    expect(await usdc(stranger.address)).toBe(start);
+    // ...but from then on the stranger's checkable bills are checked before any price is
+    // shown: a wrong number is refused unpaid, with the reason.
+    const second = await post(electricity(stranger, "9999999999998"));
+    expect(second.status).toBe(422);
+    expect(await second.json()).toMatchObject({ code: "CUSTOMER_NOT_VERIFIED", reason: expect.any(String) });
+    // A right number still pays, and products without a check are not affected.
+    expect((await pay(stranger, electricity(stranger, SANDBOX_NUMBERS.prepaidMeter))).body).toMatchObject({ status: "SUCCESS" });
+    expect((await pay(stranger, airtime(stranger, SANDBOX_NUMBERS.phone, 1551))).body).toMatchObject({ status: "SUCCESS" });
+    // Everyone else keeps settle-then-verify.
+    const other = hardhatAccount(6);
+    expect((await pay(other, electricity(other, "9999999999997"))).body).toMatchObject({ status: "FAILED_VENDING" });
+  });
+
+  it("one payer's refunds take at most its share of the budget; an honest payer's failed bill is refunded at once", async () => {
+    await celo.setRefundBudget("USDC", USDC(8), 86_400n); // full again: 25% share = 2 USDC
+    await passes(); // earlier tests' refunds are done
+    const attacker = hardhatAccount(7);
+    const honest = hardhatAccount(8);
+    const waitingBefore = await metric("billpay_refunds_waiting_total");
+    // Airtime to a number the biller fails: settled, then refunded.
+    const failing = (who: Account, naira: number) => pay(who, airtime(who, "08099999999", naira));
+    const a1 = await failing(attacker, 1560);
+    const a2 = await failing(attacker, 1561);
+    const a3 = await failing(attacker, 1562);
+    await passes();
+    const states = await Promise.all([a1, a2, a3].map(async (a) => (await orderOf(a.body.request_id)).status));
+    // Two refunds (2.02 USDC) would pass the 2 USDC share: the first goes, the rest wait.
+    expect(states.filter((s) => s === "REFUNDED")).toHaveLength(1);
+    expect(states.filter((s) => s === "REFUNDING")).toHaveLength(2);
+    expect(await metric("billpay_refunds_waiting_total")).toBeGreaterThan(waitingBefore);
+    const waiting = await service.db.query<{ not_before: Date }>(`SELECT not_before FROM bill_order WHERE request_id = $1`, [a2.body.request_id]);
+    expect(new Date(waiting[0]!.not_before).getTime()).toBeGreaterThan(Date.now() + 30_000); // not retried on the next passes
+    // The honest payer's failed bill is refunded at once (by the request that paid it).
+    const honestStart = await usdc(honest.address);
+    const h = await failing(honest, 1563);
+    await passes();
+    expect((await orderOf(h.body.request_id)).status).toBe("REFUNDED");
+    expect(await usdc(honest.address)).toBe(honestStart);
+    // Gas spent on refunds is counted.
+    expect(await metric("billpay_refund_gas_wei_total")).toBeGreaterThan(0);
+
+    // A refund that waits past the deadline goes to an operator, with the reason.
+    await service.db.query(`UPDATE bill_order SET refund_waiting_since = now() - interval '2 minutes', not_before = now() WHERE request_id = $1`, [a2.body.request_id]);
+    await passes(1);
+    const held = await orderOf(a2.body.request_id);
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toMatch(/waited past 60 s/);
+  });
+
+  it("a refund the budget cannot take waits until it refills, then goes once", async () => {
+    // 1.5 USDC at once, refilled at 0.05 USDC a second: after one refund, the next waits about 10 s.
+    await celo.setRefundBudget("USDC", USDC(1.5), 30n);
+    const [p1, p2] = [hardhatAccount(9), hardhatAccount(10)];
+    const b1 = await pay(p1, airtime(p1, "08099999999", 1570));
+    const b2 = await pay(p2, airtime(p2, "08099999999", 1571));
+    await passes();
+    const statuses = [(await orderOf(b1.body.request_id)).status, (await orderOf(b2.body.request_id)).status];
+    expect(statuses.sort()).toEqual(["REFUNDED", "REFUNDING"]);
+    const waitingId = (await orderOf(b1.body.request_id)).status === "REFUNDING" ? b1.body.request_id : b2.body.request_id;
+    const failuresBefore = await metric("billpay_refund_failures_total");
+    await passes(3); // within its wait: not sent, not failed
+    expect((await orderOf(waitingId)).status).toBe("REFUNDING");
+    expect(await metric("billpay_refund_failures_total")).toBe(failuresBefore);
+    await expect
+      .poll(async () => (await passes(1), (await orderOf(waitingId)).status), { timeout: 30_000, interval: 1_000 })
+      .toBe("REFUNDED");
+  });
+
+  it("paid calls that settle nothing are limited per payer, whatever address they come from", async () => {
+    const payer = hardhatAccount(11);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1580);
+    const challenged = await post(body);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    // The same signed payment presented for other bills: each is refused (its amount does not fit).
+    const codes: Array<number> = [];
+    for (let i = 0; i < 4; i++) codes.push((await post(airtime(payer, SANDBOX_NUMBERS.phone, 1590 + i), client.encodePaymentSignatureHeader(payload))).status);
+    expect(codes).toEqual([402, 402, 402, 429]);
+    // A payment that settles is never counted, but this payer's budget is spent for now.
+    expect((await post(body, client.encodePaymentSignatureHeader(payload))).status).toBe(429);
+    // Another payer is not affected.
+    const other = hardhatAccount(12);
+    expect((await pay(other, airtime(other, SANDBOX_NUMBERS.phone, 1581))).body).toMatchObject({ status: "SUCCESS" });
+  });
+});
