@@ -146,6 +146,8 @@ export const configSchema = z.object({
    * out, so one payer's failed bills cannot starve everyone else's refunds.
    */
   REFUND_PAYER_SHARE_PERCENT: z.coerce.number().int().min(1).max(100).default(25),
+  /** Orders that moved no money (PAYMENT_FAILED) are deleted this many days after they ended (server/storage-purge.ts). */
+  ORDER_UNPAID_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
   /** How long BillPay's refund budget, read from the chain, is reused before it is read again. */
   REFUND_BUDGET_CACHE_MS: z.coerce.number().int().min(0).default(30_000),
   /** How long a refund may wait for the budget (or the payer's share) before it goes to an operator. */

@@ -39,7 +39,7 @@ if (failures.length > 0) {
 }
 const hub = buildHub(config, deployments, db, flow, rates);
 const app = createApp({ config, db, deployments, rates, flow, hub });
-const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS)]);
+const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS, config.ORDER_UNPAID_RETENTION_DAYS * 86_400)]);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
   log("listening", { url: `http://${config.HOST}:${info.port}`, network: activeNetwork().name, database: config.SERVER_DATABASE_URL ? "postgresql" : "pglite" }),

@@ -3,8 +3,11 @@
  * worker's schedule.
  *   - spent link signatures and link nonces older than twice the freshness window: their
  *     signed time is outside the window, so a replay is refused as stale without them;
- *   - expired rate-limit counters.
- * Orders, links and schedules are the service's record and are never purged here; nor are
+ *   - expired rate-limit counters;
+ *   - orders that moved no money (PAYMENT_FAILED: never charged, and only so once the chain
+ *     shows their authorization or pull can no longer land) older than ORDER_UNPAID_RETENTION_DAYS,
+ *     with their callback deliveries: anyone can make such orders, so they must not pile up.
+ * Orders that moved money, links and schedules are the service's record and are never purged here; nor are
  * rate versions (one row per change of rate, not per request: they say what each price was made from).
  */
 import type { Db } from "./db.ts";
@@ -12,21 +15,33 @@ import type { Db } from "./db.ts";
 export async function purgeExpired(
   db: Db,
   linkWindowSeconds: number,
-): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number }> {
+  unpaidOrderSeconds = 30 * 86_400,
+): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number; unpaidOrders: number }> {
   const count = async (sql: string, params: unknown[]) => (await db.query<{ n: number }>(`WITH gone AS (${sql} RETURNING 1) SELECT count(*)::int AS n FROM gone`, params))[0]!.n;
   return {
     linkSignatures: await count(`DELETE FROM link_signature WHERE used_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     linkNonces: await count(`DELETE FROM link_nonce WHERE created_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     rateLimits: await count(`DELETE FROM rate_limit WHERE expire < $1`, [Date.now()]),
+    // A thousand a pass; their callback rows go in the same statement (foreign keys are checked at its end).
+    unpaidOrders: (
+      await db.query<{ n: number }>(
+        `WITH doomed AS (SELECT request_id FROM bill_order WHERE status = 'PAYMENT_FAILED' AND updated_at < now() - make_interval(secs => $1) LIMIT 1000),
+              callbacks AS (DELETE FROM callback_delivery WHERE request_id IN (SELECT request_id FROM doomed)),
+              attempts AS (DELETE FROM biller_attempt WHERE request_id IN (SELECT request_id FROM doomed)),
+              gone AS (DELETE FROM bill_order WHERE request_id IN (SELECT request_id FROM doomed) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [unpaidOrderSeconds],
+      )
+    )[0]!.n,
   };
 }
 
 /** A worker task that purges at most once per `intervalMs` (the worker itself runs every few seconds). */
-export function purgeTask(db: Db, linkWindowSeconds: number, intervalMs = 60_000): () => Promise<unknown> {
+export function purgeTask(db: Db, linkWindowSeconds: number, unpaidOrderSeconds: number, intervalMs = 60_000): () => Promise<unknown> {
   let last = 0;
   return async () => {
     if (Date.now() - last < intervalMs) return;
     last = Date.now();
-    return purgeExpired(db, linkWindowSeconds);
+    return purgeExpired(db, linkWindowSeconds, unpaidOrderSeconds);
   };
 }

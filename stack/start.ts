@@ -63,7 +63,7 @@ try {
   closers.push(() => stack.close());
   const worker = startWorker(stack.flow, config.WORKER_INTERVAL_MS, [
     () => stack.hub.runDueSchedules(),
-    purgeTask(stack.db, config.LINK_SIGNATURE_WINDOW_SECONDS),
+    purgeTask(stack.db, config.LINK_SIGNATURE_WINDOW_SECONDS, config.ORDER_UNPAID_RETENTION_DAYS * 86_400),
   ]);
   closers.push(() => worker.stop());
   log(`facilitator: ${stack.urls.facilitator}`);

@@ -18,6 +18,7 @@ import { loadConfig } from "../../server/config.ts";
 import { openDb } from "../../server/db.ts";
 import { Gate, Limits } from "../../server/limits.ts";
 import { purgeExpired } from "../../server/storage-purge.ts";
+import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshDatabase, startPayingStack } from "../support/stack.ts";
 
@@ -126,6 +127,54 @@ describe("abuse resistance", () => {
     const purged = await purgeExpired(service.db, service.config.LINK_SIGNATURE_WINDOW_SECONDS);
     expect(purged.linkSignatures).toBeGreaterThan(0);
     expect(await count("link_signature")).toBe(0);
+  });
+
+  it("purges orders that moved no money after the retention, with their callbacks; orders that moved money stay", async () => {
+    const count = async (sql: string, params: unknown[]) => (await service.db.query<{ n: number }>(sql, params))[0]!.n;
+    const order = async (tag: string) => {
+      const nonce = `0x${tag.padStart(64, "0")}`;
+      const { order: o } = await service.flow.orders.lockPayment(
+        {
+          ...newOrderIds(),
+          vend: null,
+          bodyHash: `purge-${tag}`,
+          bill: { ...airtime("08011111111"), callback_url: "https://receiver.example/hook" },
+          chain: "CELO",
+          token: "USDC",
+          tokenAddress: celo.tokenAddress("USDC"),
+          payer: hardhatAccount(19).address,
+          amount: 1_001_000n,
+          authNonce: nonce,
+          authValidBefore: 1n,
+          secretHash: hashOrderSecret(`ors_${tag}`),
+          payment: { tag },
+          requirements: {},
+        },
+        0,
+      );
+      return o;
+    };
+    const failed = await order("a1");
+    await service.flow.orders.transition(failed.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
+    const unfinished = await order("a2"); // still SETTLING: it may yet move money
+    const recent = await order("a3");
+    await service.flow.orders.transition(recent.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
+    expect(await count(`SELECT count(*)::int AS n FROM callback_delivery WHERE request_id = $1`, [failed.requestId])).toBe(1);
+    await service.db.query(`UPDATE bill_order SET updated_at = now() - interval '40 days' WHERE request_id = ANY($1)`, [[failed.requestId, unfinished.requestId]]);
+    const purged = await purgeExpired(service.db, service.config.LINK_SIGNATURE_WINDOW_SECONDS, 30 * 86_400);
+    expect(purged.unpaidOrders).toBe(1);
+    expect(await service.flow.orders.get(failed.requestId)).toBeUndefined();
+    expect(await count(`SELECT count(*)::int AS n FROM callback_delivery WHERE request_id = $1`, [failed.requestId])).toBe(0);
+    expect((await service.flow.orders.get(unfinished.requestId))?.status).toBe("SETTLING");
+    expect((await service.flow.orders.get(recent.requestId))?.status).toBe("PAYMENT_FAILED"); // within the retention
+    // Orders that moved money are never purged, however old.
+    expect(await count(`SELECT count(*)::int AS n FROM bill_order WHERE status IN ('SUCCESS', 'REFUNDED')`, [])).toBeGreaterThan(0);
+    await service.db.query(`UPDATE bill_order SET updated_at = now() - interval '400 days' WHERE status IN ('SUCCESS', 'REFUNDED')`);
+    const served = await count(`SELECT count(*)::int AS n FROM bill_order WHERE status IN ('SUCCESS', 'REFUNDED')`, []);
+    await purgeExpired(service.db, service.config.LINK_SIGNATURE_WINDOW_SECONDS, 30 * 86_400);
+    expect(await count(`SELECT count(*)::int AS n FROM bill_order WHERE status IN ('SUCCESS', 'REFUNDED')`, [])).toBe(served);
+    // The unfinished one is ended by hand so the worker leaves it be.
+    await service.flow.orders.transition(unfinished.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test order" });
   });
 
   it("shares limits across instances on PostgreSQL", async () => {
