@@ -77,8 +77,10 @@ export const configSchema = z.object({
   RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),
   RATE_TIMEOUT_MS: z.coerce.number().int().positive().default(3_000),
   RATE_CACHE_MS: z.coerce.number().int().nonnegative().default(60_000),
-  /** A rate reading more than this percent from the last good rate is refused. */
+  /** A rate reading more than this percent from the reference (the good rate RATE_REFERENCE_SECONDS ago) is refused. */
   RATE_MAX_DEVIATION_PCT: z.coerce.number().positive().max(100).default(5),
+  /** How far back the band's reference is: within any such window the rate moves at most RATE_MAX_DEVIATION_PCT. */
+  RATE_REFERENCE_SECONDS: z.coerce.number().int().min(60).default(86_400),
   /** How long the last good rate serves while readings fail or are refused; past it quoting answers 503. */
   RATE_MAX_STALENESS_SECONDS: z.coerce.number().int().positive().default(3_600),
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),

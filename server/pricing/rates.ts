@@ -36,8 +36,14 @@ export async function readHttpRate(url: string, field: string, timeoutMs: number
 }
 
 export interface RateBand {
-  /** A reading further than this from the last good rate, in percent, is refused. */
+  /** A reading further than this from the reference rate, in percent, is refused. */
   maxDeviationPct: number;
+  /**
+   * The reference is the good rate as it stood this long ago (the first good reading, while
+   * the source is younger): the band is measured against it, not against the last reading,
+   * so small steps cannot walk the rate further than the band within any such window.
+   */
+  referenceSeconds: number;
   /** How long the last good rate serves when no acceptable reading comes; past it quoting stops. */
   maxStalenessSeconds: number;
   /** The last good rate before the first reading is recorded (NGN_PER_USD). */
@@ -46,10 +52,13 @@ export interface RateBand {
 
 /**
  * A raw source behind a band. Each reading (at most one per `cacheMs`, shared by concurrent
- * quotes) is compared with the last good rate, which is kept in fx_rate so every instance
- * and every restart share it: within the band it becomes the new last good rate; outside
- * it, or when the source fails, the last good rate serves until it is `maxStalenessSeconds`
- * old, and then quoting stops (RATE_UNAVAILABLE, 503) until an operator looks.
+ * quotes) is compared with a slow reference: the good rate as it stood `referenceSeconds`
+ * ago (good rates are kept in fx_rate, so every instance and every restart share them).
+ * Within the band of the reference it becomes the new last good rate; outside it, or when
+ * the source fails, the last good rate serves until it is `maxStalenessSeconds` old, and
+ * then quoting stops (RATE_UNAVAILABLE, 503) until an operator looks. Measured against the
+ * reference, a run of small steps moves the rate at most the band per window, and a source
+ * that comes back to the true rate after a walk is believed again.
  *
  * A failed or refused reading is remembered like a good one: the last good rate then serves
  * for `cacheMs` (never past its staleness limit) before the source is asked again, so a
@@ -87,9 +96,21 @@ export class GuardedRate implements RateSource {
     return row && { rate: BigInt(row.rate_milli), readAt: new Date(row.read_at) };
   }
 
+  /** The good rate as it stood `referenceSeconds` ago; the first good one while the source is younger; else the configured anchor. */
+  private async reference(): Promise<bigint> {
+    const [row] = await this.db.query<{ rate_milli: string }>(
+      `(SELECT rate_milli::text AS rate_milli, 0 AS pick FROM fx_rate WHERE source = $1 AND read_at <= now() - make_interval(secs => $2) ORDER BY read_at DESC LIMIT 1)
+       UNION ALL
+       (SELECT rate_milli::text AS rate_milli, 1 AS pick FROM fx_rate WHERE source = $1 ORDER BY read_at ASC LIMIT 1)
+       ORDER BY pick LIMIT 1`,
+      [this.source, this.band.referenceSeconds],
+    );
+    return row ? BigInt(row.rate_milli) : this.band.anchorMilli;
+  }
+
   private async decide(): Promise<bigint> {
     const last = await this.lastGood();
-    const anchor = last?.rate ?? this.band.anchorMilli;
+    const anchor = await this.reference();
     const askAgainAt = Date.now() + this.cacheMs;
     let why: string;
     try {
@@ -99,8 +120,8 @@ export class GuardedRate implements RateSource {
         this.decided = { rate: reading, until: askAgainAt };
         return reading;
       }
-      why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the last good ${anchor}`;
-      this.log.warn("rate reading refused: outside the band", { reading: reading.toString(), lastGood: anchor.toString() });
+      why = `the source read ${reading} (thousandths of NGN per USD), more than ${this.band.maxDeviationPct}% from the reference ${anchor} (the good rate ${this.band.referenceSeconds} s ago)`;
+      this.log.warn("rate reading refused: outside the band", { reading: reading.toString(), reference: anchor.toString() });
     } catch (err) {
       const error = errorText(err);
       why = `the rate source failed: ${error}`;
@@ -132,6 +153,7 @@ export function rateSourceFor(
     RATE_TIMEOUT_MS: number;
     RATE_CACHE_MS: number;
     RATE_MAX_DEVIATION_PCT: number;
+    RATE_REFERENCE_SECONDS: number;
     RATE_MAX_STALENESS_SECONDS: number;
     NGN_PER_USD: bigint;
   },
@@ -144,7 +166,7 @@ export function rateSourceFor(
     () => readHttpRate(url, config.RATE_SOURCE_FIELD, config.RATE_TIMEOUT_MS),
     db,
     url,
-    { maxDeviationPct: config.RATE_MAX_DEVIATION_PCT, maxStalenessSeconds: config.RATE_MAX_STALENESS_SECONDS, anchorMilli: config.NGN_PER_USD },
+    { maxDeviationPct: config.RATE_MAX_DEVIATION_PCT, referenceSeconds: config.RATE_REFERENCE_SECONDS, maxStalenessSeconds: config.RATE_MAX_STALENESS_SECONDS, anchorMilli: config.NGN_PER_USD },
     config.RATE_CACHE_MS,
     log,
   );

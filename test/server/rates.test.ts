@@ -13,7 +13,7 @@ describe("the guarded rate source", () => {
   afterAll(() => db?.close());
 
   /** A source whose next readings are scripted: a number, or an Error to throw. `asked` counts the readings taken. */
-  function source(name: string, readings: Array<bigint | Error>, cacheMs = 0, band = { maxDeviationPct: 5, maxStalenessSeconds: 3_600, anchorMilli: 1_550_000n }) {
+  function source(name: string, readings: Array<bigint | Error>, cacheMs = 0, band = { maxDeviationPct: 5, referenceSeconds: 86_400, maxStalenessSeconds: 3_600, anchorMilli: 1_550_000n }) {
     const read = async () => {
       rates.asked++;
       const next = readings.shift();
@@ -37,12 +37,35 @@ describe("the guarded rate source", () => {
     expect(withinBand(1_472_499n, 1_550_000n, 5)).toBe(false);
   });
 
-  it("takes readings within the band of the last good rate, starting from the configured anchor", async () => {
+  it("takes readings within the band of the reference, starting from the configured anchor", async () => {
     const rates = source("steady", [1_560_000n, 1_600_000n]);
     expect(await rates.ngnPerUsdMilli()).toBe(1_560_000n);
     expect(await rates.ngnPerUsdMilli()).toBe(1_600_000n);
     // A first reading far from the anchor is refused, and with no good rate yet, quoting stops.
-    await expect(source("fresh", [15_500n]).ngnPerUsdMilli()).rejects.toThrow(/more than 5% from the last good 1550000.*quoting is stopped/);
+    await expect(source("fresh", [15_500n]).ngnPerUsdMilli()).rejects.toThrow(/more than 5% from the reference 1550000.*quoting is stopped/);
+  });
+
+  it("measures the band against the rate as it stood a window ago: small steps cannot walk it, and the true rate is believed again", async () => {
+    // Twenty steps of +5%, each within 5% of the reading before it.
+    const walk = Array.from({ length: 20 }, (_, i) => (1_550_000n * 105n ** BigInt(i + 1)) / 100n ** BigInt(i + 1));
+    const rates = source("walked", [1_550_000n, ...walk, 1_550_000n]);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
+    const served: bigint[] = [];
+    for (let i = 0; i < walk.length; i++) served.push(await rates.ngnPerUsdMilli());
+    // Only the first step is within 5% of the reference; every later one is refused.
+    expect(served.every((r) => r <= 1_627_500n)).toBe(true);
+    expect(served[0]).toBe(1_627_500n);
+    const rows = await db.query<{ rate_milli: string }>(`SELECT rate_milli::text AS rate_milli FROM fx_rate WHERE source = 'walked' ORDER BY read_at`);
+    expect(rows.map((r) => r.rate_milli)).toEqual(["1550000", "1627500"]);
+    // The source comes back to the true rate: believed, although it is 4.8% below the last reading.
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
+    // The reference is the rate as it stood a window ago (here 1,550,000, 25 h back), not the last reading.
+    await db.query(
+      `INSERT INTO fx_rate (rate_milli, source, read_at) VALUES (1550000, 'daily', now() - interval '25 hours'), (1600000, 'daily', now() - interval '30 minutes')`,
+    );
+    const daily = source("daily", [1_660_000n, 1_620_000n]);
+    expect(await daily.ngnPerUsdMilli()).toBe(1_600_000n); // 1,660,000 is 3.75% from the last reading but 7.1% from the reference: refused
+    expect(await daily.ngnPerUsdMilli()).toBe(1_620_000n); // within 5% of the reference
   });
 
   it("refuses a reading outside the band and serves the last good rate until it is too old", async () => {
