@@ -94,7 +94,7 @@ export function createApp(deps: AppDeps): Hono {
     problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
   );
 
-  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit });
+  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit, offers: hub.deps.offers });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);

@@ -85,6 +85,11 @@ export const configSchema = z.object({
   RATE_MAX_STALENESS_SECONDS: z.coerce.number().int().positive().default(3_600),
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
   QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
+  /**
+   * A payment that echoes no signed offer (x402 v1 sends none) is honoured at a price other
+   * than today's only when a rate version live within this many seconds gave it.
+   */
+  PRICE_GRACE_SECONDS: z.coerce.number().int().min(0).max(3_600).default(300),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),
   /** Default: the network profile's facilitator for the chain (lib/networks.ts), else the local one. */
   FACILITATOR_URL_CELO: z.string().url().default(() => profileFacilitator("CELO").url),

@@ -28,6 +28,7 @@ import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
 import { PinHasher } from "./agent/credentials.ts";
 import { pinPepper } from "./agent/pin-pepper.ts";
+import { PriceOffers } from "./pricing/offers.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
 
@@ -97,6 +98,7 @@ export const callbackOptions = (config: Config) => ({
 
 /** The agent hub over an order flow: links, schedules and the tools' operations. */
 export function buildHub(config: Config, deployments: Deployments, db: Db, flow: FlowDeps, rates: RateSource): AgentHub {
+  const pepper = pinPepper(config, activeNetwork());
   return new AgentHub({
     config,
     db,
@@ -109,7 +111,7 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
         maxAttempts: config.PIN_MAX_ATTEMPTS,
         lockSeconds: config.PIN_LOCK_SECONDS,
         maxLockouts: config.PIN_MAX_LOCKOUTS,
-        pins: new PinHasher(pinPepper(config, activeNetwork())),
+        pins: new PinHasher(pepper),
       },
       log(),
     ),
@@ -117,5 +119,6 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     ledger: flow.ledger,
     limits: new Limits(config, db),
     gates: buildGates(config),
+    offers: new PriceOffers(pepper),
   });
 }

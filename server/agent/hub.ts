@@ -21,6 +21,7 @@ import { RateVersions } from "../pricing/rate-versions.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
+import type { PriceOffers } from "../pricing/offers.ts";
 import { customerView, type CustomerQuestion } from "../biller/customer-check.ts";
 import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../callbacks.ts";
@@ -43,6 +44,8 @@ export interface HubDeps {
   limits: Limits;
   /** Bounds on expensive work: links and PIN checks. */
   gates: Gates;
+  /** Signs the prices the x402 route shows (pricing/offers.ts). */
+  offers: PriceOffers;
 }
 
 /**

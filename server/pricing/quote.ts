@@ -118,8 +118,10 @@ export async function acceptedQuote(
   option: { chain: ChainKey; token: TokenSymbol },
   offered: bigint,
   windowSeconds: number,
+  /** Only this version (the one a signed offer names). */
+  versionId?: string,
 ): Promise<Quote | undefined> {
   const versions = await ctx.versions.liveWithin(windowSeconds);
-  const version = versions.find((v) => priceUnder(req, v).amount === offered);
+  const version = versions.find((v) => (versionId === undefined || v.id === versionId) && priceUnder(req, v).amount === offered);
   return version && quoteOf(req, version, option, ctx.ttlSeconds);
 }

@@ -22,6 +22,8 @@ export interface Option {
   amount: bigint;
   /** The rate version that priced it (none for the probe's minimum price). */
   rateVersion?: string;
+  /** The signed offer of this price for this bill (pricing/offers.ts), echoed back by x402 v2 payments. */
+  offer?: string;
 }
 
 export interface ChallengeContext extends QuoteContext {
@@ -89,6 +91,7 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
       version: token.eip712Version!,
       primaryType: "TransferWithAuthorization",
       ...(option.rateVersion ? { rateVersion: option.rateVersion } : {}),
+      ...(option.offer ? { offer: option.offer } : {}),
     },
   };
 }

@@ -33,6 +33,8 @@ export interface DecodedPayment {
   network: string;
   /** v2 only: the requirement the client says it accepted (unsigned: checked, not trusted). */
   accepted?: { asset: string; payTo: string; amount: string; network: string };
+  /** v2 only: the signed price offer the client echoes from the challenge (`accepted.extra.offer`), checked by pricing/offers.ts. */
+  offer?: unknown;
   authorization: Authorization;
   signature: `0x${string}`;
   /** The decoded payload as the client sent it, for the facilitator. */
@@ -118,6 +120,7 @@ export function decodePayment(header: PaymentHeader, value: string): DecodedPaym
     scheme: d.accepted.scheme,
     network: d.accepted.network,
     accepted: { asset: d.accepted.asset, payTo: d.accepted.payTo, amount: d.accepted.amount, network: d.accepted.network },
+    offer: (d.accepted.extra as Record<string, unknown> | undefined)?.offer,
   };
 }
 

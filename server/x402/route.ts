@@ -24,6 +24,7 @@ import { replayOf, startX402Order } from "../orders/x402-flow.ts";
 import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
+import type { PriceOffers } from "../pricing/offers.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./challenge.ts";
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
@@ -56,6 +57,8 @@ export interface X402RouteDeps {
   versions: RateVersions;
   limits: Limits;
   billBodyLimit: MiddlewareHandler;
+  /** Signs the price each 402 shows, so a payment is honoured at exactly the price its challenge showed. */
+  offers: PriceOffers;
 }
 
 export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
@@ -215,7 +218,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       // The description travels to the facilitator with the payment: it names the product and
       // amount, never the customer's number (a phone, meter or account is the payer's to keep).
       const description = `${bill.serviceCategory} ${bill.serviceID}: ${bill.nairaAmount} NGN`;
-      const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id }], description, v1NetworkNames(c));
+      const offer = deps.offers.sign({ billHash: bodyHash, chain: option.chain, token: option.token, amount: shown.amount }, shown.version.id, Math.floor(shown.expiresAt.getTime() / 1000));
+      const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id, offer }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};
 
       const v1Only = v1NetworkNames(c);
@@ -227,16 +231,24 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
 
       // A payment that does not fit this bill's price, or is not the payer's signature, is
       // answered like no payment: 402 with the challenge, plus the reason. Nothing is locked
-      // or settled. Its amount must be the price shown now, or what a rate version live
-      // within the challenge's lifetime priced this bill at (so a price shown is honoured
-      // however the rate moves): recomputed from the server's own versions, never the client's.
+      // or settled. Its amount must be the price shown now; or the price its own challenge
+      // showed, under the version the signed offer it echoes names, until that offer expires
+      // (so a price shown is honoured however the rate moves, and no other); or, for a
+      // payment that echoes no offer (x402 v1), what a version live within
+      // PRICE_GRACE_SECONDS gave. Always recomputed from the server's own versions.
       let payment: DecodedPayment;
       let quote = shown;
       try {
         payment = presented ?? decodePayment(header, c.req.header(header)!);
         const offered = payment.authorization.value;
         if (offered !== shown.amount) {
-          quote = (await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + Number(CLOCK_SKEW_SECONDS))) ?? shown;
+          const skew = Number(CLOCK_SKEW_SECONDS);
+          const terms = { billHash: bodyHash, chain: option.chain, token: option.token, amount: offered };
+          const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
+          quote =
+            (offeredVersion
+              ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
+              : await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)) ?? shown;
         }
         checkPayment(payment, {
           chain: option.chain,

@@ -93,7 +93,14 @@ describe("x402 route: the 402 challenge", () => {
           resource: "http://billpay.test/api/pay/x402",
           mimeType: "application/json",
           description: "AIRTIME mtn: 1550 NGN", // the customer's number is not sent to the facilitator
-          extra: { name: "USDC", version: "2", primaryType: "TransferWithAuthorization", rateVersion: expect.stringMatching(/^\d+$/) },
+          extra: {
+            name: "USDC",
+            version: "2",
+            primaryType: "TransferWithAuthorization",
+            rateVersion: expect.stringMatching(/^\d+$/),
+            // The signed offer of this price for this bill: its version, expiry (a day on) and MAC.
+            offer: expect.stringMatching(/^\d+\.\d+\.[A-Za-z0-9_-]{43}$/),
+          },
         },
       ],
     });

@@ -205,6 +205,43 @@ describe("x402 route: paying a bill end to end", () => {
     expect(order).toEqual({ amount: shownAmount.toString(), version: shownVersion });
   });
 
+  it("honours a moved price only through the signed offer of the payment's own challenge; without one, only within the grace", async () => {
+    const body = bill("08011111111", { nairaAmount: 1241 });
+    const { payload } = await paymentFor(body); // shown at 1550 NGN/USD, with its signed offer
+    const shownAmount = BigInt(payload.accepted.amount);
+    const extra = payload.accepted.extra as { rateVersion: string; offer: string };
+    expect(extra.offer).toMatch(new RegExp(`^${extra.rateVersion}\\.\\d+\\.[A-Za-z0-9_-]{43}$`));
+    // Another instance whose rate has moved; the version that priced the payment was superseded ten minutes ago.
+    const moved = createApp({ config: service.config, db, deployments: stack.deployments, rates: new ConfiguredRate(775_000n), flow });
+    const ask = (b: unknown, h: Record<string, string> = {}) =>
+      moved.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...h }, body: JSON.stringify(b) });
+    const other = (await (await ask(bill("08011111111", { nairaAmount: 1242 }))).json()) as { accepts: Array<{ extra: { offer: string } }> };
+    await db.query(`UPDATE rate_version SET live_until = now() - interval '10 minutes' WHERE id = $1`, [extra.rateVersion]);
+    const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
+    const withOffer = (offer: string | undefined) => {
+      const { offer: _o, ...rest } = extra;
+      return client.encodePaymentSignatureHeader({ ...payload, accepted: { ...payload.accepted, extra: offer === undefined ? rest : { ...rest, offer } } });
+    };
+    const before = await usdc();
+    const refusedWith = async (offer: string | undefined) => {
+      const res = await ask(body, withOffer(offer));
+      expect(res.status).toBe(402);
+      return ((await res.json()) as { code: string }).code;
+    };
+    // No offer (as x402 v1 sends): the old price is past the grace. Another bill's offer, or
+    // this one's with its expiry moved, is no offer of this price for this bill.
+    expect(await refusedWith(undefined)).toBe("AMOUNT_MISMATCH");
+    expect(await refusedWith(other.accepts[0]!.extra.offer)).toBe("AMOUNT_MISMATCH");
+    const [version, expires, mac] = extra.offer.split(".");
+    expect(await refusedWith(`${version}.${Number(expires) + 86_400}.${mac}`)).toBe("AMOUNT_MISMATCH");
+    expect(await usdc()).toBe(before);
+    // Its own offer, echoed: honoured at the price shown, within the offer's lifetime.
+    const res = await ask(body, withOffer(extra.offer));
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Result).status).toBe("SUCCESS");
+    expect(await usdc()).toBe(before - shownAmount);
+  });
+
   it("settles one payment once although many copies arrive at once", async () => {
     const body = bill("08011111111", { nairaAmount: 1000 });
     const { headers } = await paymentFor(body);
