@@ -33,6 +33,8 @@ export interface LedgerRefund {
   id: string;
   chainId: number;
   orderId: string;
+  /** Set on the refund of an x402 payment: its EIP-3009 nonce. */
+  authorizationNonce?: string | null;
   payer: string;
   token: string;
   amount: string;
@@ -194,6 +196,14 @@ export class LedgerClient {
   /** An x402 payment by (chain, token, payer, nonce), and its refunds. */
   authorization(chain: ChainKey, token: string, payer: string, nonce: string): Promise<{ payment: LedgerPayment | null; refunds: LedgerRefund[] }> {
     return this.get(`/ledger/authorizations/${chainInfo(chain).chainId}/${token}/${payer}/${nonce}`);
+  }
+
+  /** One payer's payments and refunds under these order ids and nonces (at most 100 of each), in one call. */
+  records(payer: string, orderIds: string[], nonces: string[]): Promise<{ payments: LedgerPayment[]; refunds: LedgerRefund[] }> {
+    const params = new URLSearchParams();
+    if (orderIds.length > 0) params.set("orderIds", orderIds.join(","));
+    if (nonces.length > 0) params.set("nonces", nonces.join(","));
+    return this.get(`/ledger/payers/${payer.toLowerCase()}/records?${params}`);
   }
 
   /** One chain's payments of one rail in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */

@@ -137,6 +137,7 @@ const ledgerPaths = (ledgerUrl: string) => {
     "/ledger/wallets/{address}": get("A wallet's accounts (per chain and token) and latest payments and refunds", ["address"]),
     "/ledger/orders/{orderId}": get("A BillPay order's pull and refunds", ["orderId"]),
     "/ledger/authorizations/{chainId}/{token}/{payer}/{nonce}": get("An x402 payment by its key, and its refunds", ["chainId", "token", "payer", "nonce"]),
+    "/ledger/payers/{address}/records": get("One payer's payments and refunds under given order ids and nonces (query: orderIds, nonces; comma-separated, at most 100 each)", ["address"]),
     "/ledger/treasury": get("BillPay's indexed balances and flows per chain and token"),
     "/ledger/payments": get("Payments in a time range, paged (query: from, to, chainId, token, payer, rail, limit, cursor)"),
     "/status": get("How far the ledger has indexed each chain"),

@@ -12,7 +12,7 @@ import { ledgerPeriodLimit, readWalletState, type PeriodLimit } from "../chain/w
 import type { Config } from "../config.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import type { LedgerClient } from "../ledger-client.ts";
+import type { LedgerClient, LedgerPayment, LedgerRefund } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
@@ -335,15 +335,20 @@ export class AgentHub {
     }
     const orders = await this.deps.flow.orders.history(link.wallet, limit + 1, after);
     const page = orders.slice(0, limit);
-    const items = await Promise.all(
-      page.map(async (o) => {
-        let onchain: unknown = null;
-        let ledgerError: string | undefined;
-        try {
-          onchain = await this.onchain(o);
-        } catch (err) {
-          ledgerError = (err as Error).message;
-        }
+    // The whole page's payments and refunds in one ledger call.
+    let records: { payments: LedgerPayment[]; refunds: LedgerRefund[] } | undefined;
+    let ledgerError: string | undefined;
+    try {
+      records = await this.deps.ledger.records(
+        link.wallet,
+        page.filter((o) => o.rail === "pull").map((o) => o.onchainOrderId),
+        page.flatMap((o) => (o.rail === "pull" || !o.authNonce ? [] : [o.authNonce])),
+      );
+    } catch (err) {
+      ledgerError = (err as Error).message;
+    }
+    const items = page.map((o) => {
+        const onchain = records ? onchainView(o, records) : null;
         return {
           ...this.result(o),
           rail: o.rail === "pull" ? "agent" : "x402",
@@ -354,27 +359,9 @@ export class AgentHub {
           onchain,
           ...(ledgerError ? { ledger_error: ledgerError } : {}),
         };
-      }),
-    );
+      });
     const last = page.at(-1);
     return { transactions: items, next_cursor: orders.length > limit && last ? Buffer.from(last.requestId, "utf8").toString("base64url") : null };
-  }
-
-  private async onchain(o: Order) {
-    const record =
-      o.rail === "pull"
-        ? await this.deps.ledger.order(o.onchainOrderId)
-        : o.authNonce
-          ? await this.deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce).then((r) => ({
-              payments: r.payment ? [r.payment] : [],
-              refunds: r.refunds,
-            }))
-          : { payments: [], refunds: [] };
-    const payment = record.payments[0];
-    return {
-      payment: payment ? { tx_hash: payment.txHash, amount: units(BigInt(payment.amount)), block_number: String(payment.blockNumber), timestamp: String(payment.timestamp) } : null,
-      refunds: record.refunds.map((r) => ({ tx_hash: r.txHash, amount: units(BigInt(r.amount)), timestamp: String(r.timestamp) })),
-    };
   }
 
   /** list_plans: a product's plans with their prices (null: any amount), from the catalogue every bill is checked against. */
@@ -392,6 +379,26 @@ export class AgentHub {
   internationalOptions(query: OptionsQuery) {
     return this.deps.flow.catalogue.international.options(query);
   }
+}
+
+/**
+ * An order's payment and refunds among a page's ledger records, matched by the order's
+ * full key: a pull by its order id on its chain; an x402 payment by (chain, token, nonce)
+ * (the records are all the payer's).
+ */
+function onchainView(o: Order, records: { payments: LedgerPayment[]; refunds: LedgerRefund[] }) {
+  const chainId = chainInfo(o.chain).chainId;
+  const lower = (s: string | null | undefined) => s?.toLowerCase();
+  const ours = (r: { chainId: number; token: string; orderId?: string | null; authorizationNonce?: string | null }) =>
+    Number(r.chainId) === chainId &&
+    (o.rail === "pull"
+      ? lower(r.orderId) === lower(o.onchainOrderId)
+      : o.authNonce !== null && lower(r.token) === lower(o.tokenAddress) && lower(r.authorizationNonce) === lower(o.authNonce));
+  const payment = records.payments.find(ours);
+  return {
+    payment: payment ? { tx_hash: payment.txHash, amount: units(BigInt(payment.amount)), block_number: String(payment.blockNumber), timestamp: String(payment.timestamp) } : null,
+    refunds: records.refunds.filter(ours).map((r) => ({ tx_hash: r.txHash, amount: units(BigInt(r.amount)), timestamp: String(r.timestamp) })),
+  };
 }
 
 function scheduleView(s: Schedule) {

@@ -9,7 +9,7 @@ import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
 import { createWalletClient, http, keccak256, toBytes, type Account } from "viem";
 import { viemChain } from "../../lib/chains.ts";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { createSiweMessage } from "viem/siwe";
@@ -460,7 +460,13 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 100) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999", 200) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 300) });
+      // A page is one ledger call, however many orders it holds.
+      const records = vi.spyOn(service.hub.deps.ledger, "records");
+      const perOrder = [vi.spyOn(service.hub.deps.ledger, "order"), vi.spyOn(service.hub.deps.ledger, "authorization")];
       const first = await a.call("transaction_history", { limit: 2 });
+      expect(records).toHaveBeenCalledTimes(1);
+      for (const spy of perOrder) expect(spy).not.toHaveBeenCalled();
+      for (const spy of [records, ...perOrder]) spy.mockRestore();
       const page1 = first.data.transactions as Array<{ bill: { nairaAmount: number }; status: string; onchain: { payment: { tx_hash: string } | null; refunds: unknown[] } }>;
       expect(page1.map((t) => t.bill.nairaAmount)).toEqual([300, 200]);
       expect(page1[1]).toMatchObject({ status: "FAILED_VENDING", onchain: { payment: { tx_hash: expect.stringMatching(/^0x/) }, refunds: [expect.objectContaining({ tx_hash: expect.any(String) })] } });

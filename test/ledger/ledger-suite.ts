@@ -285,6 +285,9 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         ["/ledger/payments?chainId=3000000000", /chainId/],
         [`/ledger/payments?cursor=${Buffer.from("1:99999999999999999999999:1:1").toString("base64url")}`, /cursor/],
         [`/ledger/wallets/${alice.address}?limit=0`, /limit/],
+        [`/ledger/payers/${alice.address}/records?orderIds=0x12`, /orderIds/],
+        [`/ledger/payers/${alice.address}/records?nonces=${Array.from({ length: 101 }, (_, i) => toHex(i + 1, { size: 32 })).join(",")}`, /nonces/],
+        [`/ledger/payers/${alice.address}/records?colour=blue`, /colour|unrecognized/i],
       ];
       for (const [path, detail] of cases) {
         const res = await api(path);

@@ -5,7 +5,7 @@
  * GraphQL at /graphql.
  */
 import { Hono, type Context } from "hono";
-import { and, asc, client, desc, eq, graphql, gte, lt, replaceBigInts, sql } from "ponder";
+import { and, asc, client, desc, eq, graphql, gte, inArray, lt, or, replaceBigInts, sql } from "ponder";
 import { db } from "ponder:api";
 import schema from "ponder:schema";
 import { z } from "zod";
@@ -102,6 +102,35 @@ app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
       ),
   ]);
   return json(c, { payment: payments[0] ?? null, refunds });
+});
+
+/**
+ * One payer's payments and refunds under the given order ids (pulls) and EIP-3009 nonces
+ * (x402), at most 100 of each, comma-separated: a page of its history in one call. The
+ * caller matches each record to its order by its full key (chain and token too).
+ */
+const MAX_KEYS = 100;
+const keyList = z
+  .string()
+  .max(MAX_KEYS * 67)
+  .optional()
+  .transform((s) => (s ? s.split(",") : []))
+  .pipe(z.array(bytes32).max(MAX_KEYS));
+app.get("/ledger/payers/:address/records", async (c) => {
+  const parsed = z.object({ address }).safeParse(c.req.param());
+  const query = z.object({ orderIds: keyList, nonces: keyList }).strict().safeParse(c.req.query());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  if (!query.success) return badRequest(c, query.error);
+  const payer = parsed.data.address;
+  const { orderIds, nonces } = query.data;
+  if (orderIds.length === 0 && nonces.length === 0) return json(c, { payer, payments: [], refunds: [] });
+  const under = (t: typeof payment | typeof refund) =>
+    and(
+      eq(t.payer, payer),
+      or(...[orderIds.length > 0 ? inArray(t.orderId, orderIds) : undefined, nonces.length > 0 ? inArray(t.authorizationNonce, nonces) : undefined].filter((x) => x !== undefined)),
+    );
+  const [payments, refunds] = await Promise.all([db.select().from(payment).where(under(payment)), db.select().from(refund).where(under(refund))]);
+  return json(c, { payer, payments, refunds });
 });
 
 /** Per chain and token; `otherInflow`/`otherOutflow` are what the totals hold beyond the named kinds. */
