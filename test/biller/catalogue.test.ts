@@ -120,6 +120,17 @@ describe("the catalogue", () => {
     expect(completePlan(meter, { ...verified(null), meterType: null }, defaults)).toMatchObject({ pay: { variationCode: "prepaid" } });
   });
 
+  it("answers list_plans from its cache: an unknown product costs the biller nothing, a known one one read", async () => {
+    const counting = Object.create(biller) as VtpassClient;
+    let variationReads = 0;
+    counting.variations = (id: string) => (variationReads++, biller.variations(id));
+    const cached = new Catalogue(counting, 60_000);
+    for (let i = 0; i < 20; i++) await expect(cached.plans(`no-such-${i}`)).rejects.toMatchObject({ code: "SERVICE_UNKNOWN" });
+    expect(variationReads).toBe(0);
+    for (let i = 0; i < 5; i++) expect((await cached.plans("mtn-data")).plans.length).toBeGreaterThan(0);
+    expect(variationReads).toBe(1);
+  });
+
   it("converts to the kobo, rounding half up, without floats", () => {
     expect(koboFor(20, "105.50")).toBe(211_000n);
     expect(koboFor(0.01, "105.5")).toBe(106n); // 1.055 NGN -> 1.06

@@ -122,6 +122,12 @@ export class Catalogue {
     if (isInternational({ serviceID })) {
       throw new ServiceError("INTERNATIONAL_FIELDS_INVALID", `${serviceID}'s plans are per country, product type and operator: list_international_options (GET /api/international) gives them`);
     }
+    // Only a product the biller lists (every category's list, cached) is asked for its plans:
+    // a stranger naming random products costs the biller nothing.
+    const listed = await Promise.all((Object.keys(BILLER_CATEGORY) as Category[]).map((c) => this.services(c)));
+    if (!listed.some((products) => products.some((p) => p.serviceID === serviceID))) {
+      throw new ServiceError("SERVICE_UNKNOWN", `${serviceID} is not one of the biller's products`);
+    }
     const plans = planOptions(await this.variations(serviceID));
     return { serviceID, plans, ...(SUBSCRIPTION_PRODUCTS.has(serviceID) ? { subscription_types: ["change", "renew"] } : {}) };
   }
