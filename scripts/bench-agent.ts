@@ -47,6 +47,8 @@ const service = await startServiceStack({
     LEDGER_URL: ledger.url,
     BATCH_MAX_BILLS: String(BATCH),
     RATE_LIMIT_PAYING_KEY: "1000000/60",
+    RATE_LIMIT_TOOL_KEY: "1000000/60",
+    RATE_LIMIT_AGENT_ADDRESS: "1000000/60",
     RATE_LIMIT_LINK_ADDRESS: "1000/60",
     ...state.serviceEnv,
   },

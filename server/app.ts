@@ -172,6 +172,13 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: log(), baseUrl: config.PUBLIC_URL });
+  // Every MCP and A2A request is counted per client address before its body is read.
+  const agentAddressLimit = async (c: Context, next: () => Promise<void>) => {
+    if (c.req.method === "POST") await limits.take("agentAddress", clientAddress(c));
+    await next();
+  };
+  app.use("/api/mcp", agentAddressLimit);
+  app.use("/api/a2a", agentAddressLimit);
   app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw));
   // Stateless: no session to resume (GET) or end (DELETE).
   app.on(["GET", "DELETE"], "/api/mcp", () => new Response(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Method not allowed: POST JSON-RPC to /api/mcp" } }), { status: 405, headers: { "content-type": "application/json", allow: "POST" } }));

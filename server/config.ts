@@ -206,6 +206,10 @@ export const configSchema = z.object({
   RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),
   /** Number checks (verify_customer), per client address on REST and per wallet (or all keyless callers together) on the agent tools. */
   RATE_LIMIT_VERIFY: rateLimit("30/60"),
+  /** Requests to /api/mcp and /api/a2a, per client address (each may reach the chain, the ledger or the biller). */
+  RATE_LIMIT_AGENT_ADDRESS: rateLimit("1200/60"),
+  /** Tool calls with an api_key (any tool; the paying ones are also counted under RATE_LIMIT_PAYING_KEY), per key. */
+  RATE_LIMIT_TOOL_KEY: rateLimit("600/60"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
   /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */

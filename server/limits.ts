@@ -15,7 +15,7 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { ServiceError } from "./errors.ts";
 
-export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder" | "unsettledAddress" | "unsettledPayer" | "verify";
+export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder" | "unsettledAddress" | "unsettledPayer" | "verify" | "agentAddress" | "toolKey";
 
 const SETTINGS: Record<LimitName, keyof Config> = {
   linkAddress: "RATE_LIMIT_LINK_ADDRESS",
@@ -27,6 +27,8 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   unsettledAddress: "RATE_LIMIT_UNSETTLED_ADDRESS",
   unsettledPayer: "RATE_LIMIT_UNSETTLED_PAYER",
   verify: "RATE_LIMIT_VERIFY",
+  agentAddress: "RATE_LIMIT_AGENT_ADDRESS",
+  toolKey: "RATE_LIMIT_TOOL_KEY",
 };
 
 /** Limits kept in each instance's memory whatever the database (see the file's comment). */
@@ -90,6 +92,8 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   unsettledAddress: "payments that did not settle from this address",
   unsettledPayer: "payments that did not settle from this payer",
   verify: "number checks from this caller",
+  agentAddress: "MCP and A2A requests from this address",
+  toolKey: "tool calls with this api_key",
 };
 
 /** A bounded memory of keys seen lately (oldest forgotten first). */

@@ -15,6 +15,8 @@ import { x402HTTPClient } from "@x402/core/http";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { loadConfig } from "../../server/config.ts";
+import { createApp } from "../../server/app.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { openDb } from "../../server/db.ts";
 import { Gate, Limits } from "../../server/limits.ts";
 import { purgeExpired } from "../../server/storage-purge.ts";
@@ -175,6 +177,35 @@ describe("abuse resistance", () => {
     expect(await count(`SELECT count(*)::int AS n FROM bill_order WHERE status IN ('SUCCESS', 'REFUNDED')`, [])).toBe(served);
     // The unfinished one is ended by hand so the worker leaves it be.
     await service.flow.orders.transition(unfinished.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test order" });
+  });
+
+  it("limits MCP and A2A requests per client address, and tool calls per api_key", async () => {
+    const appWith = (limits: Record<string, string>) =>
+      createApp({ config: loadConfig({ LOG_REQUESTS: "0", ...limits }), db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow });
+    const call = (app: ReturnType<typeof createApp>, path: "/api/mcp" | "/api/a2a", name: string, args: Record<string, unknown>) =>
+      app.request(`http://localhost${path}`, {
+        method: "POST",
+        headers: { host: "localhost", "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: JSON.stringify(
+          path === "/api/mcp"
+            ? { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }
+            : { jsonrpc: "2.0", id: 1, method: "message/send", params: { message: { kind: "message", role: "user", messageId: `m${Math.random()}`, parts: [{ kind: "data", data: { skill: name, arguments: args } }] } } },
+        ),
+      });
+    // Per address: MCP and A2A share one budget (3), whatever the tool.
+    const byAddress = appWith({ RATE_LIMIT_AGENT_ADDRESS: "3/60" });
+    const statuses = [];
+    for (const path of ["/api/mcp", "/api/a2a", "/api/mcp", "/api/a2a"] as const) statuses.push((await call(byAddress, path, "list_plans", { serviceID: "mtn-data" })).status);
+    expect(statuses).toEqual([200, 200, 200, 429]);
+    // Per key: any tool called with the api_key counts (2), whichever address or transport it comes through.
+    const byKey = appWith({ RATE_LIMIT_TOOL_KEY: "2/60" });
+    const key = await linkAgentDirect(hardhatAccount(17));
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await (await call(byKey, "/api/mcp", "describe_capabilities", { api_key: key })).json());
+    const codes = answers.map((a) => (a as { result: { structuredContent?: { error?: { code?: string } } } }).result.structuredContent?.error?.code ?? "ok");
+    expect(codes).toEqual(["ok", "ok", "RATE_LIMITED"]);
+    // A keyless call is not counted under any key.
+    expect(((await (await call(byKey, "/api/mcp", "describe_capabilities", {})).json()) as { result: { isError?: boolean } }).result.isError).toBeFalsy();
   });
 
   it("shares limits across instances on PostgreSQL", async () => {

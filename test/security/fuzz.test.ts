@@ -72,6 +72,10 @@ describe("fuzzing the public inputs", () => {
       RATE_LIMIT_LINK_ADDRESS: "1000000/60",
       RATE_LIMIT_LINK_WALLET: "1000000/60",
       RATE_LIMIT_PAYING_KEY: "1000000/60",
+      RATE_LIMIT_TOOL_KEY: "1000000/60",
+      RATE_LIMIT_AGENT_ADDRESS: "1000000/60",
+      RATE_LIMIT_UNSETTLED_PAYER: "1000000/60",
+      RATE_LIMIT_UNSETTLED_ADDRESS: "1000000/60",
     });
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
