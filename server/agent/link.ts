@@ -13,7 +13,8 @@
  * is checked on the approved chain only, so its key pays only there (scope_chain).
  */
 import { createHash } from "node:crypto";
-import { getAddress, isAddress, isHex, recoverMessageAddress, type Hex } from "viem";
+import { getAddress, hashMessage, isAddress, isHex, recoverMessageAddress, type Hex } from "viem";
+import { contractAccepts } from "../../lib/contract-signature.ts";
 import { parseSiweMessage, validateSiweMessage } from "viem/siwe";
 import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
@@ -73,7 +74,13 @@ async function signer(deps: LinkDeps, wallet: Hex, message: string, signature: H
   const d = deps.deployments.chains[chain];
   if (!d) return null;
   try {
-    return (await publicClientFor(chain, rpcUrlFor(chain, d)).verifyMessage({ address: wallet, message, signature })) ? "contract" : null;
+    const client = publicClientFor(chain, rpcUrlFor(chain, d));
+    const code = await client.getCode({ address: wallet });
+    // A deployed wallet is asked directly, within a gas cap; one not deployed yet may prove
+    // itself with an ERC-6492 signature, which viem checks (the link route's gate bounds those).
+    const erc6492 = signature.toLowerCase().endsWith("6492".repeat(16));
+    if (code && code !== "0x" && !erc6492) return (await contractAccepts(client, wallet, hashMessage(message), signature)) ? "contract" : null;
+    return (await client.verifyMessage({ address: wallet, message, signature })) ? "contract" : null;
   } catch {
     return null;
   }

@@ -9,7 +9,8 @@
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload } from "@x402/core/types";
-import { parseSignature, recoverTypedDataAddress, type Hex, type PublicClient } from "viem";
+import { hashTypedData, parseSignature, recoverTypedDataAddress, type Hex, type PublicClient } from "viem";
+import { contractAccepts } from "../../lib/contract-signature.ts";
 import { z } from "zod";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
@@ -189,13 +190,14 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
 /**
  * Checks that the payer signed the authorization for the bill's token. An ordinary wallet's
  * signature is recovered here; when it does not recover to the payer and the payer is a
- * contract, the contract is asked (ERC-1271, or ERC-6492 for one not yet deployed), so a
- * junk signature never locks a contract wallet's nonce either.
+ * contract, the contract is asked (ERC-1271, within a gas cap: lib/contract-signature.ts),
+ * so a junk signature never locks a contract wallet's nonce either. A wallet not yet deployed
+ * cannot be asked, and is refused.
  */
 export async function checkSignature(
   p: DecodedPayment,
   token: { name: string; version: string; chainId: number; address: string },
-  client: Pick<PublicClient, "getCode" | "verifyTypedData">,
+  client: Pick<PublicClient, "getCode" | "call">,
 ): Promise<void> {
   const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
   let signer: string | undefined;
@@ -213,17 +215,8 @@ export async function checkSignature(
   if (signer && same(signer, p.authorization.from)) return;
   const code = await client.getCode({ address: p.authorization.from });
   if (code && code !== "0x") {
-    const valid = await client
-      .verifyTypedData({
-        address: p.authorization.from,
-        domain,
-        types: TRANSFER_WITH_AUTHORIZATION_TYPES,
-        primaryType: "TransferWithAuthorization",
-        message: { ...p.authorization },
-        signature: p.signature,
-      })
-      .catch(() => false);
-    if (valid) return;
+    const hash = hashTypedData({ domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization", message: { ...p.authorization } });
+    if (await contractAccepts(client, p.authorization.from, hash, p.signature)) return;
   }
   throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this authorization for ${token.name}`);
 }

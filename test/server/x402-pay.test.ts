@@ -4,7 +4,10 @@ import { HTTPFacilitatorClient } from "@x402/core/server";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
-import { createWalletClient, http } from "viem";
+import { createWalletClient, http, type Hex } from "viem";
+import { CONTRACT_SIGNATURE_GAS } from "../../lib/contract-signature.ts";
+import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
+import { checkSignature, PaymentRejected, type DecodedPayment } from "../../server/x402/payment.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
 import { viemChain } from "../../lib/chains.ts";
@@ -240,6 +243,28 @@ describe("x402 route: paying a bill end to end", () => {
     expect(res.status).toBe(200);
     expect(((await res.json()) as Result).status).toBe("SUCCESS");
     expect(await usdc()).toBe(before - shownAmount);
+  });
+
+  it("asks a contract wallet whether it signed, within a gas cap: its owner's signature passes, a wallet that burns gas is refused", async () => {
+    const owner = hardhatAccount(9);
+    const [owned, burner] = [await celo.deployOwnedWallet(owner.address), await celo.deployGasBurningWallet()];
+    const token = stack.deployments.chains.CELO!.tokens.find((t) => t.symbol === "USDC")!;
+    const domain = { name: token.name, version: token.eip712Version!, chainId: 42220, verifyingContract: token.address as Hex };
+    const paymentFrom = async (from: Hex): Promise<DecodedPayment> => {
+      const authorization = { from, to: celo.billPay, value: 1_001_000n, validAfter: 0n, validBefore: BigInt(Math.floor(Date.now() / 1000) + 600), nonce: randomNonce() };
+      const signature = await owner.signTypedData!({ domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization", message: authorization });
+      return { x402Version: 2, header: "PAYMENT-SIGNATURE", scheme: "exact", network: "eip155:42220", authorization, signature, raw: {} };
+    };
+    // Every eth_call the check makes is seen, with the gas it was given.
+    const gasGiven: Array<bigint | undefined> = [];
+    const client = {
+      getCode: (a: { address: Hex }) => celo.publicClient.getCode(a),
+      call: (args: Parameters<typeof celo.publicClient.call>[0]) => (gasGiven.push(args.gas), celo.publicClient.call(args)),
+    };
+    const check = (p: DecodedPayment) => checkSignature(p, { name: token.name, version: token.eip712Version!, chainId: 42220, address: token.address }, client as never);
+    await expect(check(await paymentFrom(owned))).resolves.toBeUndefined();
+    await expect(check(await paymentFrom(burner))).rejects.toBeInstanceOf(PaymentRejected);
+    expect(gasGiven).toEqual([CONTRACT_SIGNATURE_GAS, CONTRACT_SIGNATURE_GAS]);
   });
 
   it("settles one payment once although many copies arrive at once", async () => {

@@ -218,6 +218,13 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       return deployed.contractAddress!;
     },
 
+    /** A contract whose ERC-1271 check burns all the gas it is given. */
+    async deployGasBurningWallet(): Promise<Address> {
+      const wallet = loadArtifact("test/GasBurningWallet.sol", "GasBurningWallet");
+      const deployed = await mined(await admin.deployContract({ abi: wallet.abi, bytecode: wallet.bytecode }));
+      return deployed.contractAddress!;
+    },
+
     async transfer(from: Account, symbol: TokenSymbol, to: Address, amount: bigint) {
       return mined(
         await wallet(from).writeContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "transfer", args: [to, amount] }),
