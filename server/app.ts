@@ -94,7 +94,8 @@ export function createApp(deps: AppDeps): Hono {
     problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
   );
 
-  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit, offers: hub.deps.offers });
+  const proofDeps = { links: hub.deps.links, deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
+  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit, offers: hub.deps.offers, proof: proofDeps });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);
@@ -244,7 +245,7 @@ export function createApp(deps: AppDeps): Hono {
     const order = await deps.flow.orders.get(requestId);
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
     // Anyone holding the id sees where the order stands; the purchased code needs proof (orders/proof.ts).
-    const showCode = await orderProof(c.req.header("authorization"), order, hub.deps.links);
+    const showCode = await orderProof((name) => c.req.header(name), order, proofDeps);
     const callback = await callbacks.status(order.requestId);
     return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}) }, 200, { "cache-control": "no-store" });
   });

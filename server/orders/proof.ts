@@ -1,21 +1,44 @@
 /**
  * Who may read an order's purchased code (an electricity token or exam PIN is as good as
  * cash): only its payer. Anyone with a request_id sees where the order stands; the code
- * needs `Authorization: Bearer <proof>`, one of
- *   - the order's secret (`ors_...`), returned once in the paying x402 response and stored
- *     only as its SHA-256;
- *   - the paying wallet's current agent api_key (`bpk_...`).
- * The paying response itself always carries the code, and so does a replay of the very
- * payment (signature included), which only the payer holds.
+ * needs one of
+ *   - `Authorization: Bearer <the order's secret>` (`ors_...`), returned once in the paying
+ *     x402 response and stored only as its SHA-256;
+ *   - `Authorization: Bearer <the paying wallet's current agent api_key>` (`bpk_...`);
+ *   - the paying wallet's signature of lib/order-proof.ts's message, fresh within
+ *     LINK_SIGNATURE_WINDOW_SECONDS (X-Wallet-Signature, X-Wallet-Timestamp): a contract
+ *     wallet is asked within a gas cap.
+ * The paying response itself carries the code. A replay of the stored payment does not
+ * without a proof: once settled, the authorization and its signature are public on chain.
  */
+import { hashMessage, isHex, recoverMessageAddress, type Hex } from "viem";
+import { sharedClientFor } from "../../lib/chain-client.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { contractAccepts } from "../../lib/contract-signature.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
 import { hashApiKey, sameDigest } from "../agent/credentials.ts";
 import type { LinkStore } from "../agent/links.ts";
 import { hashOrderSecret, type Order } from "./store.ts";
 
+export interface ProofDeps {
+  links: LinkStore;
+  deployments: Deployments;
+  /** How fresh a wallet's signed proof must be. */
+  windowSeconds: number;
+}
+
 /** False without proof; true with a right one; ORDER_PROOF_INVALID with a wrong one. */
-export async function orderProof(authorization: string | undefined, order: Order, links: LinkStore): Promise<boolean> {
+export async function orderProof(header: (name: string) => string | undefined, order: Order, deps: ProofDeps): Promise<boolean> {
+  const signature = header("x-wallet-signature")?.trim();
+  if (signature !== undefined) {
+    if (await walletProof(signature, header("x-wallet-timestamp")?.trim(), order, deps)) return true;
+    throw new ServiceError("ORDER_PROOF_INVALID", `X-Wallet-Signature must be the paying wallet's signature of "${orderProofMessage(order.requestId, "<X-Wallet-Timestamp>")}", made within ${deps.windowSeconds} s`);
+  }
+  const authorization = header("authorization");
   if (!authorization) return false;
+  const links = deps.links;
   const match = /^Bearer\s+(\S+)$/i.exec(authorization.trim());
   const proof = match?.[1];
   if (proof?.startsWith("ors_") && order.secretHash && sameDigest(hashOrderSecret(proof), order.secretHash)) return true;
@@ -23,5 +46,20 @@ export async function orderProof(authorization: string | undefined, order: Order
     const link = await links.authenticate(proof).catch(() => undefined);
     if (link && link.wallet.toLowerCase() === order.payer.toLowerCase() && sameDigest(hashApiKey(proof), link.apiKeyHash!)) return true;
   }
-  throw new ServiceError("ORDER_PROOF_INVALID", "send Authorization: Bearer <order_secret from the paying response> or the paying wallet's api_key");
+  throw new ServiceError("ORDER_PROOF_INVALID", "send Authorization: Bearer <order_secret from the paying response> or the paying wallet's api_key, or the wallet's signed proof (X-Wallet-Signature, X-Wallet-Timestamp)");
+}
+
+/** Whether the order's payer signed the proof message for this order at a time within the window. */
+async function walletProof(signature: string, timestamp: string | undefined, order: Order, deps: ProofDeps): Promise<boolean> {
+  if (!isHex(signature) || !timestamp || !/^\d{1,16}$/.test(timestamp)) return false;
+  if (Math.abs(Date.now() - Number(timestamp)) > deps.windowSeconds * 1000) return false;
+  const message = orderProofMessage(order.requestId, timestamp);
+  const signer = await recoverMessageAddress({ message, signature }).catch(() => undefined);
+  if (signer && signer.toLowerCase() === order.payer.toLowerCase()) return true;
+  const chain = order.chain as ChainKey;
+  const d = deps.deployments.chains[chain];
+  if (!d) return false;
+  const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+  const code = await client.getCode({ address: order.payer as Hex }).catch(() => undefined);
+  return !!code && code !== "0x" && (await contractAccepts(client, order.payer as Hex, hashMessage(message), signature));
 }

@@ -25,6 +25,7 @@ import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
+import { orderProof, type ProofDeps } from "../orders/proof.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./challenge.ts";
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
@@ -59,6 +60,8 @@ export interface X402RouteDeps {
   billBodyLimit: MiddlewareHandler;
   /** Signs the price each 402 shows, so a payment is honoured at exactly the price its challenge showed. */
   offers: PriceOffers;
+  /** What proves a replaying caller is the payer (orders/proof.ts). */
+  proof: ProofDeps;
 }
 
 export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
@@ -70,7 +73,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     payment && (await deps.flow.orders.findByPayment(chain, tokenAddress, payment.authorization.from, payment.authorization.nonce));
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string) => {
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
       // The order's fields beside the problem's own (its status stays the HTTP status, 402).
@@ -88,7 +91,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       });
     }
     // The paying response is the payer's: the code, and (the first time) the order's secret.
-    return c.json({ ...orderResult(order), ...(secret ? { order_secret: secret } : {}) }, 200, headers);
+    // A replay shows the code only with a proof: a settled payment is public on chain.
+    return c.json({ ...orderResult(order, { showCode }), ...(secret ? { order_secret: secret } : {}) }, 200, headers);
   };
 
   const challengeContext = (c: Context): ChallengeContext => ({
@@ -117,7 +121,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const preflight = cors({
     origin: "*",
     allowMethods: ["GET", "POST", "OPTIONS"],
-    allowHeaders: ["Content-Type", ...PAYMENT_HEADERS],
+    allowHeaders: ["Content-Type", "Authorization", "X-Wallet-Signature", "X-Wallet-Timestamp", ...PAYMENT_HEADERS],
     exposeHeaders: EXPOSED_HEADERS,
     maxAge: 600,
   });
@@ -207,7 +211,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
           await limits.take("challengeAddress", clientAddress(c));
           throw err;
         }
-        return orderResponse(c, replayed, header!);
+        return orderResponse(c, replayed, header!, {}, undefined, await orderProof((name) => c.req.header(name), replayed, deps.proof));
       }
 
       // Calls carrying a payment are not counted as new bills (it may be settling), but a
@@ -271,7 +275,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       }
 
       const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, description);
-      const { order, secret } = await startX402Order(deps.flow, {
+      const { order, secret, replay } = await startX402Order(deps.flow, {
         bill,
         vend,
         bodyHash: hash,
@@ -284,7 +288,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         resourceUrl: ctx.resourceUrl,
       });
       if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(c, payment);
-      return orderResponse(c, order, header, extraHeaders, secret);
+      const showCode = replay ? await orderProof((name) => c.req.header(name), order, deps.proof) : true;
+      return orderResponse(c, order, header, extraHeaders, secret, showCode);
     },
   );
 

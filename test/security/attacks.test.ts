@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { runAudit } from "../../scripts/audit.ts";
+import { orderProofMessage } from "../../lib/order-proof.ts";
 import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
@@ -226,10 +227,26 @@ describe("attacks on the money paths", () => {
     expect(((await wrong.json()) as Problem).code).toBe("ORDER_PROOF_INVALID");
     const proven = (await (await fetch(orderUrl, { headers: { authorization: `Bearer ${paid.order_secret}` } })).json()) as Body;
     expect(proven.purchased_code).toBe(paid.purchased_code);
-    // The payer's own replay (the very payment, signature included) gets the result again.
+    // The very payment, signature included, is public on chain once settled: a replay of it
+    // gets where the order stands, and the code only with a proof.
     const replay = (await (await post(body, header(auth, req))).json()) as Body;
-    expect(replay).toMatchObject({ request_id: paid.request_id, purchased_code: paid.purchased_code });
+    expect(replay).toMatchObject({ request_id: paid.request_id, status: "SUCCESS", purchased_code: null, purchased_code_withheld: true });
     expect(replay.order_secret).toBeUndefined();
+    const provenReplay = (await (await post(body, { ...header(auth, req), authorization: `Bearer ${paid.order_secret}` })).json()) as Body;
+    expect(provenReplay.purchased_code).toBe(paid.purchased_code);
+    // A payer whose paying response was lost proves itself with its wallet's signature.
+    const signed = async (who: typeof victim, at = String(Date.now())) => ({
+      "x-wallet-signature": await who.signMessage!({ message: orderProofMessage(paid.request_id, at) }),
+      "x-wallet-timestamp": at,
+    });
+    expect(((await (await post(body, { ...header(auth, req), ...(await signed(victim)) })).json()) as Body).purchased_code).toBe(paid.purchased_code);
+    expect(((await (await fetch(orderUrl, { headers: await signed(victim) })).json()) as Body).purchased_code).toBe(paid.purchased_code);
+    // Another wallet's signature, or the payer's from long ago, proves nothing.
+    for (const headers of [await signed(attacker), await signed(victim, String(Date.now() - 3_600_000))]) {
+      const res = await fetch(orderUrl, { headers });
+      expect(res.status).toBe(401);
+      expect(await res.text()).not.toContain(paid.purchased_code);
+    }
   });
 
   it("4. an authorization that cannot settle yet is refused before anything is stored; a refused payment that lands later is refunded exactly once", async () => {
