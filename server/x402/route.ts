@@ -30,6 +30,9 @@ import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./challenge.ts";
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
 
+/** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
+const BILL_DESCRIPTION = "Bill payment";
+
 /** How many recently priced bills an instance remembers, so repeats are not counted as new. */
 const NEW_BILL_MEMORY = 10_000;
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
@@ -219,9 +222,9 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       if (!presented) await countNewBill(c, bodyHash);
       if (header) await checkUnsettled(c, presented);
       const { hash, quote: shown, vend } = await quoteBill(bill, ctx, option, bodyHash);
-      // The description travels to the facilitator with the payment: it names the product and
-      // amount, never the customer's number (a phone, meter or account is the payer's to keep).
-      const description = `${bill.serviceCategory} ${bill.serviceID}: ${bill.nairaAmount} NGN`;
+      // The description travels to the facilitator with the payment (x402 requires one): it
+      // carries none of the bill's fields, which are the payer's to keep (a phone, a meter).
+      const description = BILL_DESCRIPTION;
       const offer = deps.offers.sign({ billHash: bodyHash, chain: option.chain, token: option.token, amount: shown.amount }, shown.version.id, Math.floor(shown.expiresAt.getTime() / 1000));
       const challenge = buildChallenge(ctx, [{ ...option, amount: shown.amount, rateVersion: shown.version.id, offer }], description, v1NetworkNames(c));
       const extraHeaders: Record<string, string> = option.warning ? { "X-Token-Fallback": option.warning } : {};

@@ -92,7 +92,7 @@ describe("x402 route: the 402 challenge", () => {
           maxAmountRequired: "1001000",
           resource: "http://billpay.test/api/pay/x402",
           mimeType: "application/json",
-          description: "AIRTIME mtn: 1550 NGN", // the customer's number is not sent to the facilitator
+          description: "Bill payment", // nothing of the bill goes to the facilitator
           extra: {
             name: "USDC",
             version: "2",
