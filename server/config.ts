@@ -155,6 +155,10 @@ export const configSchema = z.object({
   REFUND_PAYER_SHARE_PERCENT: z.coerce.number().int().min(1).max(100).default(25),
   /** Orders that moved no money (PAYMENT_FAILED) are deleted this many days after they ended (server/storage-purge.ts). */
   ORDER_UNPAID_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
+  /** A paid bill whose number check the biller cannot answer is checked again this often... */
+  VERIFY_RETRY_SECONDS: z.coerce.number().int().min(1).default(30),
+  /** ...and refunded only once it still cannot be checked this long after its payment. */
+  VERIFY_UNAVAILABLE_DEADLINE_SECONDS: z.coerce.number().int().min(10).default(1_800),
   /** How long BillPay's refund budget, read from the chain, is reused before it is read again. */
   REFUND_BUDGET_CACHE_MS: z.coerce.number().int().min(0).default(30_000),
   /** How long a refund may wait for the budget (or the payer's share) before it goes to an operator. */

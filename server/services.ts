@@ -68,6 +68,8 @@ export function buildFlow(
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
     refundPayerSharePercent: config.REFUND_PAYER_SHARE_PERCENT,
+    verifyRetrySeconds: config.VERIFY_RETRY_SECONDS,
+    verifyUnavailableDeadlineSeconds: config.VERIFY_UNAVAILABLE_DEADLINE_SECONDS,
     refundWaitReviewSeconds: config.REFUND_WAIT_REVIEW_SECONDS,
     log: log(),
     metrics,

@@ -27,7 +27,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { RefundBudgets } from "./refund-budget.ts";
-import { FINAL_STATUSES, VERIFICATION_FAILED, type Order, type OrderStatus, type OrderStore } from "./store.ts";
+import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
 export async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
@@ -66,6 +66,9 @@ export interface FlowDeps {
   defaultPhone: string;
   /** The e-mail the biller's international pay call requires. */
   defaultEmail: string;
+  /** How long after payment a number check the biller cannot answer is still retried (then the bill is refunded), and how often. */
+  verifyUnavailableDeadlineSeconds: number;
+  verifyRetrySeconds: number;
   /** One payer's most of a token's refund budget per period, as a percentage of its limit. */
   refundPayerSharePercent: number;
   /** How long a refund waits for the budget before it goes to an operator. */
@@ -110,7 +113,10 @@ export async function fulfil(deps: FlowDeps, order: Order, options: { fresh?: bo
 /**
  * The pay an order comes to: its plan, completed by the number check (a meter's type, a
  * cable renewal's amount). A wrong number, or a plan the check shows cannot be paid,
- * refunds the order.
+ * refunds the order. A check the biller cannot answer (down, throttling, timing out) is not
+ * a wrong number: the order stays PAID and is checked again every VERIFY_RETRY_SECONDS,
+ * and refunded only if the biller still cannot answer VERIFY_UNAVAILABLE_DEADLINE_SECONDS
+ * after the payment.
  */
 async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<CompletedPlan, { refuse: string }> | { order: Order }> {
   const plan = planOf(order);
@@ -121,12 +127,25 @@ async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<Complet
       if (!answer.ok) return { order: await refund(deps, order, `${VERIFICATION_FAILED}: ${answer.reason}`) };
       verified = answer;
     } catch (err) {
-      return { order: await refund(deps, order, `verification unavailable: ${errorText(err)}`) };
+      return { order: await verificationUnavailable(deps, order, errorText(err)) };
     }
   }
   const completed = completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
   if ("refuse" in completed) return { order: await refund(deps, order, completed.refuse) };
   return completed;
+}
+
+async function verificationUnavailable(deps: FlowDeps, order: Order, error: string): Promise<Order> {
+  const waited = Math.floor((Date.now() - order.createdAt.getTime()) / 1000);
+  if (waited >= deps.verifyUnavailableDeadlineSeconds) {
+    deps.log.error("the biller could not check a paid bill's number until the deadline; refunding", { requestId: order.requestId, waitedSeconds: waited, error });
+    return refund(deps, order, `${VERIFICATION_UNAVAILABLE} for ${waited} s: ${error}`);
+  }
+  // Logged once per order, not on every retry.
+  if (!order.failureReason?.startsWith(VERIFICATION_UNAVAILABLE)) {
+    deps.log.warn("the biller could not check a paid bill's number; it waits and is checked again", { requestId: order.requestId, retryInSeconds: deps.verifyRetrySeconds, error });
+  }
+  return (await deps.orders.deferPaid(order.requestId, deps.verifyRetrySeconds, `${VERIFICATION_UNAVAILABLE}: ${error}`)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
 async function firstPay(deps: FlowDeps, order: Order): Promise<Step> {

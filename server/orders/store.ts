@@ -54,6 +54,8 @@ export type OrderStatus =
 
 /** How a refund's reason starts when the biller's number check said the number is wrong (counted per payer). */
 export const VERIFICATION_FAILED = "verification failed";
+/** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
+export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
@@ -467,6 +469,19 @@ export class OrderStore {
       [requestId, seconds],
     );
     return row && { waitingSince: new Date(row.since), first: row.first };
+  }
+
+  /**
+   * A PAID order waits `seconds` before the worker takes it again (the biller could not
+   * answer its number check), with the reason; undefined when it is no longer PAID.
+   */
+  async deferPaid(requestId: string, seconds: number, reason: string): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
+      `UPDATE bill_order SET not_before = now() + make_interval(secs => $2), failure_reason = $3
+       WHERE request_id = $1 AND status = 'PAID' RETURNING ${COLUMNS}`,
+      [requestId, seconds, reason],
+    );
+    return row && toOrder(row);
   }
 
   /** What `payer` was refunded in `token` on `chain` over the last `seconds`: the total, and when the oldest of it was. */

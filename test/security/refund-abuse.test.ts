@@ -14,6 +14,9 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { workOnce } from "../../server/orders/worker.ts";
+import { createApp } from "../../server/app.ts";
+import { VtpassClient } from "../../server/biller/vtpass/client.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -201,6 +204,57 @@ describe("refunds are never free and never starved", () => {
     await expect
       .poll(async () => (await passes(1), (await orderOf(waitingId)).status), { timeout: 30_000, interval: 1_000 })
       .toBe("REFUNDED");
+  });
+
+  it("a number check the biller cannot answer is retried, not refunded; only past its deadline is the bill refunded", async () => {
+    // Refilled within two seconds (the last test left the budget nearly spent).
+    await celo.setRefundBudget("USDC", USDC(8), 2n);
+    await new Promise((r) => setTimeout(r, 2_100));
+    // The biller unreachable for the number check: a closed port, a real connection refused.
+    const c = service.config;
+    const unreachable = new VtpassClient({ baseUrl: "http://127.0.0.1:9", apiKey: c.BILLER_API_KEY, secretKey: c.BILLER_SECRET_KEY, publicKey: c.BILLER_PUBLIC_KEY, timeoutMs: 500 });
+    const down = { ...service.flow, biller: unreachable };
+    const app = createApp({ config: c, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: down });
+    const payer = hardhatAccount(13);
+    const start = await usdc(payer.address);
+    const body = electricity(payer, SANDBOX_NUMBERS.prepaidMeter, 1590);
+    const ask = (h: Record<string, string> = {}) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...h }, body: JSON.stringify(body) });
+    const challenged = await ask();
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const paid = (await (await ask(client.encodePaymentSignatureHeader(payload))).json()) as Body;
+    // Settled, and told it is pending: not refunded for a check nobody could answer.
+    expect(paid).toMatchObject({ status: "TIMEOUT", success: false });
+    const waiting = await orderOf(paid.request_id);
+    expect(waiting.status).toBe("PAID");
+    expect(waiting.failureReason).toMatch(/^verification unavailable/);
+    const amount = BigInt(waiting.amount);
+    expect(await usdc(payer.address)).toBe(start - amount);
+    // While the biller is still down the worker checks again, and the bill still waits.
+    await service.db.query(`UPDATE bill_order SET not_before = now() WHERE request_id = $1`, [paid.request_id]);
+    await workOnce(down);
+    expect((await orderOf(paid.request_id)).status).toBe("PAID");
+    // The biller is back: checked, vended, charged once, never refunded.
+    await service.db.query(`UPDATE bill_order SET not_before = now() WHERE request_id = $1`, [paid.request_id]);
+    await passes();
+    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+    expect(await usdc(payer.address)).toBe(start - amount);
+
+    // A bill the biller could not check until the deadline (30 min after payment) is refunded.
+    const late = (await pay(payer, electricity(payer, SANDBOX_NUMBERS.prepaidMeter, 1591))).body;
+    expect((await orderOf(late.request_id)).status).toBe("SUCCESS"); // the biller answered this one
+    const body2 = electricity(payer, SANDBOX_NUMBERS.postpaidMeter, 1592);
+    const challenged2 = await app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body2) });
+    const payload2 = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged2.headers.get(n), await challenged2.json()));
+    const paid2 = (await (
+      await app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...client.encodePaymentSignatureHeader(payload2) }, body: JSON.stringify(body2) })
+    ).json()) as Body;
+    expect((await orderOf(paid2.request_id)).status).toBe("PAID");
+    await service.db.query(`UPDATE bill_order SET not_before = now(), created_at = now() - interval '31 minutes' WHERE request_id = $1`, [paid2.request_id]);
+    await workOnce(down);
+    const refunded = await orderOf(paid2.request_id);
+    expect(refunded.status).toBe("REFUNDED");
+    expect(refunded.failureReason).toMatch(/^verification unavailable for \d+ s/);
   });
 
   it("paid calls that settle nothing are limited per payer, whatever address they come from", async () => {
