@@ -159,6 +159,8 @@ export const configSchema = z.object({
   VERIFY_RETRY_SECONDS: z.coerce.number().int().min(1).default(30),
   /** ...and refunded only once it still cannot be checked this long after its payment. */
   VERIFY_UNAVAILABLE_DEADLINE_SECONDS: z.coerce.number().int().min(10).default(1_800),
+  /** Below this percentage of a token's refund budget left, every checkable bill is checked before payment. */
+  REFUND_PRESSURE_PERCENT: z.coerce.number().int().min(0).max(100).default(50),
   /** How long BillPay's refund budget, read from the chain, is reused before it is read again. */
   REFUND_BUDGET_CACHE_MS: z.coerce.number().int().min(0).default(30_000),
   /** How long a refund may wait for the budget (or the payer's share) before it goes to an operator. */

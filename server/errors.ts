@@ -21,7 +21,7 @@ export const ERRORS = {
   INTERNATIONAL_FIELDS_INVALID: { status: 422, title: "An international bill needs foreignAmount, country_code, product_type_id and operator_id; a domestic one takes none" },
   INTERNATIONAL_OPTION_UNKNOWN: { status: 422, title: "The country_code, product_type_id or operator_id is not one the biller offers" },
   FOREIGN_AMOUNT_MISMATCH: { status: 422, title: "nairaAmount is not foreignAmount at the biller's rate" },
-  CUSTOMER_NOT_VERIFIED: { status: 422, title: "This wallet's bills are checked before payment, and the biller says this bill's number is wrong; nothing was charged" },
+  CUSTOMER_NOT_VERIFIED: { status: 422, title: "The bill's number was checked before payment and the biller says it is wrong; nothing was charged" },
   VERIFY_NOT_OFFERED: { status: 422, title: "The product has no number check" },
   BILL_ABOVE_REFUND_LIMIT: { status: 422, title: "The bill costs more than BillPay's refund budget in that token could ever refund" },
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },

@@ -59,7 +59,7 @@ export function buildFlow(
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
     customerChecks: new CustomerChecks(biller, config.VERIFY_CACHE_MS, (payer) => orders.failedVerifications(payer, config.VERIFY_UPFRONT_WINDOW_SECONDS), config.VERIFY_UPFRONT_AFTER_FAILURES),
-    refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS),
+    refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS, config.REFUND_PRESSURE_PERCENT),
     operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }),
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,

@@ -5,7 +5,10 @@
  *   - for a payer whose earlier bills failed that check (VERIFY_UPFRONT_AFTER_FAILURES
  *     within VERIFY_UPFRONT_WINDOW_SECONDS), on every checkable bill before its price is
  *     shown: such a payer's wrong numbers are refused unpaid instead of settled and
- *     refunded at the service's cost. Everyone else keeps the interface's settle-then-verify.
+ *     refunded at the service's cost;
+ *   - for everyone while the token's refund budget is under pressure (less than
+ *     REFUND_PRESSURE_PERCENT of it left: many wallets, each with its share, may be at it).
+ * Otherwise the interface's settle-then-verify stays the rule.
  * Definite answers are cached (VERIFY_CACHE_MS), so repeating a question costs the biller
  * nothing; an answer the biller could not give is never cached.
  */
@@ -58,17 +61,16 @@ export class CustomerChecks {
    * lately and this bill has one, the number is checked now, and a wrong one is refused
    * (CUSTOMER_NOT_VERIFIED) before anything is paid.
    */
-  async checkUpfront(q: CustomerQuestion, payer: string): Promise<void> {
+  async checkUpfront(q: CustomerQuestion, payer: string, budgetUnderPressure: () => Promise<boolean>): Promise<void> {
     if (!CustomerChecks.checkable(q)) return;
     const failures = await this.failuresOf(payer);
-    if (failures < this.upfrontAfter) return;
+    let why: string;
+    if (failures >= this.upfrontAfter) why = `${failures} of this wallet's recent bills failed the biller's number check, so its bills are checked before payment`;
+    else if (await budgetUnderPressure()) why = "refunds are heavy just now, so every bill's number is checked before payment";
+    else return;
     const answer = await this.verify(q);
     if (answer.ok) return;
-    throw new ServiceError(
-      "CUSTOMER_NOT_VERIFIED",
-      `${failures} of this wallet's recent bills failed the biller's number check, so its bills are checked before payment; this one failed too: ${answer.reason}. Nothing was charged`,
-      { reason: answer.reason },
-    );
+    throw new ServiceError("CUSTOMER_NOT_VERIFIED", `${why}; the biller says this one is wrong: ${answer.reason}. Nothing was charged`, { reason: answer.reason });
   }
 }
 

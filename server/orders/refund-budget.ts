@@ -32,6 +32,8 @@ export class RefundBudgets {
   constructor(
     private readonly deployments: Deployments,
     ttlMs = 30_000,
+    /** Below this percentage of its limit a token's budget is under pressure (see underPressure). */
+    private readonly pressurePercent = 50,
   ) {
     this.cache = new TtlCache(ttlMs);
   }
@@ -58,6 +60,19 @@ export class RefundBudgets {
       if (known) return known;
       throw new ServiceError("CHAIN_UNAVAILABLE", `the ${chain} refund budget could not be read (${errorText(err).split("\n")[0]}); try again`);
     }
+  }
+
+  /**
+   * Whether the token's budget has less than REFUND_PRESSURE_PERCENT of its limit left: many
+   * refunds lately, perhaps many wallets each taking its share. Every payer's checkable bill
+   * is then checked before it is paid (biller/customer-check.ts), so wrong numbers stop
+   * costing refunds until the budget has refilled.
+   */
+  async underPressure(chain: ChainKey, symbol: string): Promise<boolean> {
+    const token = this.deployments.chains[chain]?.tokens.find((t) => t.symbol === symbol);
+    if (!token) return false;
+    const { limit, available } = await this.read(chain, token.address);
+    return available * 100n < limit * BigInt(this.pressurePercent);
   }
 
   /** Forgets a token's cached figure (a refund just spent from it, or found it short). */

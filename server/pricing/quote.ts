@@ -97,7 +97,8 @@ export async function quoteBill(
   hash: string = billHash(req, option),
 ) {
   const { vend } = await ctx.catalogue.check(req);
-  await ctx.customerChecks?.checkUpfront(req, req.wallet_address);
+  const budgets = ctx.refundBudgets;
+  await ctx.customerChecks?.checkUpfront(req, req.wallet_address, async () => (budgets ? budgets.underPressure(option.chain, option.token) : false));
   const version = await ctx.versions.current();
   const quote = quoteOf(req, version, option, ctx.ttlSeconds);
   await ctx.refundBudgets?.assertRefundable(option.chain, option.token, quote.amount);

@@ -197,6 +197,12 @@ describe("refunds are never free and never starved", () => {
     const statuses = [(await orderOf(b1.body.request_id)).status, (await orderOf(b2.body.request_id)).status];
     expect(statuses.sort()).toEqual(["REFUNDED", "REFUNDING"]);
     const waitingId = (await orderOf(b1.body.request_id)).status === "REFUNDING" ? b1.body.request_id : b2.body.request_id;
+    // With a third of the budget left it is under pressure: a new payer's wrong number is now
+    // checked before payment too, and refused unpaid (many wallets cannot each take a share).
+    const newcomer = hardhatAccount(15);
+    const pressed = await post(electricity(newcomer, "9999999999996"));
+    expect(pressed.status).toBe(422);
+    expect(await pressed.json()).toMatchObject({ code: "CUSTOMER_NOT_VERIFIED", detail: expect.stringContaining("refunds are heavy") });
     const failuresBefore = await metric("billpay_refund_failures_total");
     await passes(3); // within its wait: not sent, not failed
     expect((await orderOf(waitingId)).status).toBe("REFUNDING");
