@@ -77,7 +77,8 @@ const hostOf = (url: string) => new URL(url).hostname.replace(/^\[|\]$/g, "");
 /** Refuses, when the bill arrives, a callback_url whose host is plainly not public. */
 export function checkCallbackUrl(url: string | undefined, allowPrivate: boolean): void {
   if (!url || allowPrivate) return;
-  const host = hostOf(url).toLowerCase();
+  // A trailing dot names the same host ("localhost." is localhost).
+  const host = hostOf(url).toLowerCase().replace(/\.$/, "");
   if (host === "localhost" || host.endsWith(".localhost") || host.endsWith(".internal") || isPrivateAddress(host)) {
     throw new ServiceError("CALLBACK_URL_NOT_ALLOWED", `callback_url ${new URL(url).host} is a private or loopback address; use a public one`);
   }

@@ -182,7 +182,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       rates: new ConfiguredRate(1_550_000n),
       flow: service.flow,
     });
-    for (const url of ["http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/hook", "http://localhost/hook", "http://169.254.169.254/latest"]) {
+    for (const url of ["http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/hook", "http://localhost/hook", "http://localhost./hook", "http://app.localhost./hook", "http://LOCALHOST/hook", "http://169.254.169.254/latest"]) {
       const res = await strict.request("/api/pay/x402", {
         method: "POST",
         headers: { "content-type": "application/json" },
