@@ -120,13 +120,16 @@ export class LedgerClient {
   ): Promise<LedgerPayment | null> {
     const deadline = Date.now() + waitMs;
     let ask = !this.pushing || waitMs <= 0;
+    let reported = false;
     for (;;) {
       let found = this.pushed(ours);
       if (!found && ask) {
         try {
           found = (await read()) ?? undefined;
         } catch (err) {
-          onReadError(err);
+          // Once per wait: a ledger that is down fails every read until it is back.
+          if (!reported) onReadError(err);
+          reported = true;
         }
       }
       if (found) return found;

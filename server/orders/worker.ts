@@ -75,20 +75,38 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
  */
 export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<() => Promise<unknown>> = []): { stop(): Promise<void> } {
   let running: Promise<unknown> = Promise.resolve();
-  const tasks = [
-    () => workOnce(deps),
-    () => reconcileOrphanPulls(deps),
-    () => reconcileAuthorizationPayments(deps),
-    () => closeExpiredRefusals(deps),
-    ...also,
+  const tasks: Array<[string, () => Promise<unknown>]> = [
+    ["unfinished orders", () => workOnce(deps)],
+    ["orphan pulls", () => reconcileOrphanPulls(deps)],
+    ["x402 payments", () => reconcileAuthorizationPayments(deps)],
+    ["expired refusals", () => closeExpiredRefusals(deps)],
+    ...also.map((task, i): [string, () => Promise<unknown>] => [`task ${i + 1} of the caller's`, task]),
   ];
-  deps.callbacks?.start(intervalMs);
   let busy = false;
+  // A task that keeps failing (the ledger or a node down) is logged when it starts failing
+  // and when it recovers, not on every pass.
+  const failing = new Map<string, { since: number; passes: number }>();
+  const run = async ([name, task]: [string, () => Promise<unknown>]) => {
+    try {
+      await task();
+      const was = failing.get(name);
+      if (was) deps.log.info("worker task recovered", { task: name, failedPasses: was.passes, seconds: Math.round((Date.now() - was.since) / 1000) });
+      failing.delete(name);
+    } catch (err) {
+      const was = failing.get(name);
+      if (was) was.passes++;
+      else {
+        failing.set(name, { since: Date.now(), passes: 1 });
+        deps.log.error("worker task failed; retried every pass, logged again when it recovers", { task: name, error: (err as Error).message });
+      }
+    }
+  };
+  deps.callbacks?.start(intervalMs);
   const timer = setInterval(() => {
     if (busy) return; // a slow pass is not stacked up behind
     busy = true;
     running = (async () => {
-      for (const task of tasks) await task().catch((err: Error) => deps.log.error("worker pass failed", { error: err.message }));
+      for (const task of tasks) await run(task);
     })().finally(() => (busy = false));
   }, intervalMs);
   return {
