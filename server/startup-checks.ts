@@ -10,9 +10,11 @@
  *     with its tokens;
  *   - on a real network (any profile but `local`): no well-known Hardhat key signs (a missing
  *     OPERATOR_PRIVATE_KEY would otherwise fall back to a public one), no sandbox biller key
- *     is configured, no facilitator is on loopback unless declared self-hosted, and PIN_PEPPER
+ *     is configured, no facilitator is on loopback unless declared self-hosted, PIN_PEPPER
  *     is set (the local stack's generated one lives beside the data; a real one must be a
- *     secret of its own).
+ *     secret of its own), OPS_TOKEN is set (behind a proxy on the same host every caller
+ *     looks local, so the operators' routes would be open to all), and the operator and
+ *     refunder are two keys (each role bounds what its leaked key can do).
  */
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
 import { billPayAbi } from "../lib/abis.ts";
@@ -78,6 +80,10 @@ export function policyFailures(config: Config, network: NetworkProfile, keys: { 
     }
   }
   if (!config.PIN_PEPPER) out.push("PIN_PEPPER is not set: set a secret of at least 32 characters, kept outside the database, to hash agents' PINs under");
+  if (!config.OPS_TOKEN) out.push("OPS_TOKEN is not set: /console, /ops/* and /metrics would answer anyone a proxy on this host forwards; set a secret of at least 16 characters");
+  if (keys.operator.toLowerCase() === keys.refunder.toLowerCase()) {
+    out.push(`the operator and refunder are one key (${keys.operator}): give each role its own, so a leaked key can only pull or only refund`);
+  }
   return out;
 }
 

@@ -93,7 +93,7 @@ describe("start-up checks", () => {
     expect(() => resolveNetwork("polygon")).toThrow('NETWORK "polygon" is not a profile');
   });
 
-  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys and a facilitator on loopback", () => {
+  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys, a facilitator on loopback, no OPS_TOKEN and one key for two roles", () => {
     const remote = resolveNetwork("celo-sepolia");
     const failures = policyFailures(loadConfig({}), remote, keys);
     expect(failures).toEqual([
@@ -104,7 +104,11 @@ describe("start-up checks", () => {
       "BILLER_PUBLIC_KEY is the sandbox biller's key: set the biller's real credentials",
       expect.stringContaining("FACILITATOR_URL_CELO (http://127.0.0.1:8402) is on this machine"),
       expect.stringContaining("PIN_PEPPER is not set"),
+      expect.stringContaining("OPS_TOKEN is not set"),
     ]);
+    // One key for both hot roles is refused too.
+    const shared = privateKeyToAccount(generatePrivateKey()).address;
+    expect(policyFailures(loadConfig({}), remote, { operator: shared, refunder: shared })).toContainEqual(expect.stringContaining("the operator and refunder are one key"));
     const own = { operator: privateKeyToAccount(generatePrivateKey()).address, refunder: privateKeyToAccount(generatePrivateKey()).address };
     const configured = loadConfig({
       BILLER_API_KEY: "k1",
@@ -112,9 +116,10 @@ describe("start-up checks", () => {
       BILLER_PUBLIC_KEY: "k3",
       FACILITATOR_URL_CELO: "https://facilitator.example.org",
       PIN_PEPPER: "a".repeat(64),
+      OPS_TOKEN: "o".repeat(32),
     });
     expect(policyFailures(configured, remote, own)).toEqual([]);
-    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", PIN_PEPPER: "a".repeat(64) });
+    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", PIN_PEPPER: "a".repeat(64), OPS_TOKEN: "o".repeat(32) });
     expect(policyFailures(selfHosted, remote, own)).toEqual([]);
   });
 
