@@ -22,7 +22,7 @@ import { deployedChains, deploymentsPath, readDeployments, rpcUrlFor, type Deplo
 import { ledgerUrl } from "../lib/ledger-config.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 import { waitForLedgerBlock } from "../stack/ledger-process.ts";
-import { auditOrders, readServiceRecords, type OrdersAudit } from "./audit-orders.ts";
+import { auditOrders, readServiceRecords, type OrdersAudit, type ServiceRecords } from "./audit-orders.ts";
 
 const QUERY_TIMEOUT_MS = 30_000;
 
@@ -62,8 +62,8 @@ const lower = (s: string) => s.toLowerCase();
 export async function runAudit(options: {
   ledgerUrl: string;
   deployments: Deployments;
-  /** The service whose orders are reconciled (its /ops routes); omitted: the ledger only. */
-  service?: { url: string; token?: string };
+  /** The service whose orders are reconciled (its /ops routes, or its records read in-process); omitted: the ledger only. */
+  service?: { url: string; token?: string } | { records: () => Promise<ServiceRecords> };
   /** An order unfinished for longer than this is listed as stuck. */
   stuckAfterSeconds?: number;
 }): Promise<AuditReport> {
@@ -240,11 +240,11 @@ export async function runAudit(options: {
   let orders: OrdersAudit | null = null;
   if (options.service) {
     try {
-      const records = await readServiceRecords(options.service.url, options.service.token);
+      const records = "records" in options.service ? await options.service.records() : await readServiceRecords(options.service.url, options.service.token);
       orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600);
       discrepancies.push(...orders.discrepancies);
     } catch (err) {
-      discrepancies.push(`the service's orders at ${options.service.url} could not be read: ${(err as Error).message}`);
+      discrepancies.push(`the service's orders${"url" in options.service ? ` at ${options.service.url}` : ""} could not be read: ${(err as Error).message}`);
     }
   }
 

@@ -19,7 +19,7 @@ import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
-import { mountOps } from "./ops.ts";
+import { mountOps, opsRecords } from "./ops.ts";
 import { clientAddress } from "./limits.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
@@ -196,7 +196,8 @@ export function createApp(deps: AppDeps): Hono {
   app.use(BILLER_WEBHOOK_PATH, billBodyLimit);
   mountBillerWebhook(app, { flow: deps.flow, limits, token: config.BILLER_WEBHOOK_TOKEN });
 
-  mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans: new Orphans(deps.db) });
+  const orphans = new Orphans(deps.db);
+  mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans });
   const operatorState = new OperatorState({
     db: deps.db,
     deployments: deps.deployments,
@@ -218,6 +219,7 @@ export function createApp(deps: AppDeps): Hono {
     token: config.OPS_TOKEN,
     isPublic: config.PUBLIC_URL !== undefined,
     callbacks,
+    records: () => opsRecords(deps.flow.orders, orphans),
   });
 
   // International airtime and data, step by step to a payable bill: the same answers as list_international_options.

@@ -7,6 +7,7 @@ import type { Hono } from "hono";
 import { requireOperator } from "./operator/auth.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
+import type { ServiceRecords } from "../scripts/audit-orders.ts";
 
 const MAX_PAGE = 500;
 
@@ -32,6 +33,19 @@ export function opsOrder(o: Order) {
   };
 }
 export type OpsOrder = ReturnType<typeof opsOrder>;
+
+/** Every order and orphan record as the /ops routes serve them, read in this process (the console's audit). */
+export async function opsRecords(orders: OrderStore, orphans: Orphans): Promise<ServiceRecords> {
+  const all: ReturnType<typeof opsOrder>[] = [];
+  for (let after: string | undefined; ; ) {
+    const page = await orders.page(MAX_PAGE, after);
+    all.push(...page.map(opsOrder));
+    if (page.length < MAX_PAGE) break;
+    after = page[page.length - 1]!.requestId;
+  }
+  // Through JSON, as the routes send them: the audit reads exactly what /ops/orders and /ops/orphans serve.
+  return JSON.parse(JSON.stringify({ orders: all, orphans: await orphans.all() })) as ServiceRecords;
+}
 
 export function mountOps(app: Hono, deps: { token?: string; public: boolean; orders: OrderStore; orphans: Orphans }): void {
   app.use("/ops/*", requireOperator(deps.token, deps.public));

@@ -10,6 +10,7 @@ import { createRequire } from "node:module";
 import type { Context, Hono } from "hono";
 import { z } from "zod";
 import { runAudit, type AuditReport } from "../../scripts/audit.ts";
+import type { ServiceRecords } from "../../scripts/audit-orders.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { validationFailed } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
@@ -33,6 +34,8 @@ export interface ConsoleDeps {
   ledgerUrl: string;
   token?: string;
   isPublic: boolean;
+  /** The service's orders and orphans for the audit, read in this process: never fetched from a URL a request named. */
+  records: () => Promise<ServiceRecords>;
   callbacks: Pick<Callbacks, "status">;
 }
 
@@ -49,7 +52,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
   let audit: { at: number; report: Promise<AuditReport | { error: string }> } | null = null;
   const auditReport = (c: Context) => {
     if (!audit || Date.now() - audit.at > AUDIT_CACHE_MS) {
-      const run = runAudit({ ledgerUrl: deps.ledgerUrl, deployments: deps.deployments, service: { url: new URL(c.req.url).origin, token: deps.token } });
+      const run = runAudit({ ledgerUrl: deps.ledgerUrl, deployments: deps.deployments, service: { records: deps.records } });
       const deadline = new Promise<{ error: string }>((r) => setTimeout(() => r({ error: `it took over ${AUDIT_TIMEOUT_MS / 1000} s` }), AUDIT_TIMEOUT_MS).unref());
       audit = { at: Date.now(), report: Promise.race([run.catch((err: Error) => ({ error: err.message })), deadline]) };
     }

@@ -6,6 +6,8 @@
  * test-artifacts/console.png after each run.
  */
 import { mkdir, readFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { parse } from "yaml";
 import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -130,6 +132,26 @@ describe("operator console and metrics", () => {
     const wallet = page.locator("#wallets tbody tr", { hasText: hardhatAccount(10).address.toLowerCase() });
     expect(await wallet.locator("td").allTextContents()).toEqual(expect.arrayContaining(["10", "1.001"]));
     await context.close();
+  });
+
+  it("runs the treasury panel's audit in-process: a request's Host never receives the operators' token", async () => {
+    const seen: Array<string | undefined> = [];
+    const trap = createServer((req, res) => {
+      seen.push(req.headers.authorization);
+      res.end("{}");
+    });
+    await new Promise<void>((r) => trap.listen(0, "127.0.0.1", r));
+    try {
+      const port = (trap.address() as AddressInfo).port;
+      // The Host names the trap; an app that built the audit's URL from it would send the token there.
+      const app = createApp({ config: loadConfig({ LOG_REQUESTS: "0", OPS_TOKEN: TOKEN, LEDGER_URL: paying.ledger.url }), db: paying.service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: paying.service.flow });
+      const res = await app.request(`http://127.0.0.1:${port}/console?panel=treasury`, { headers: { host: `127.0.0.1:${port}`, authorization: `Bearer ${TOKEN}` } });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toContain("no discrepancy");
+      expect(seen).toEqual([]);
+    } finally {
+      trap.close();
+    }
   });
 
   it("exports /metrics in Prometheus format reflecting the paid bill and the refund", async () => {
