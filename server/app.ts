@@ -20,7 +20,7 @@ import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
 import { mountOps, opsRecords } from "./ops.ts";
-import { clientAddress } from "./limits.ts";
+import { clientAddress, clientAddressMiddleware } from "./limits.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
 import { errorText } from "./log-safety.ts";
@@ -61,6 +61,8 @@ export function createApp(deps: AppDeps): Hono {
   // Every request has an id (X-Request-Id, kept from the caller when well formed), and every
   // log line written while serving it carries it (server/log.ts).
   app.use(requestId({ headerName: "X-Request-Id" }));
+  // Who is calling, once per request: behind TRUSTED_PROXIES, the client the proxy names.
+  app.use(clientAddressMiddleware(config.TRUSTED_PROXIES));
   app.use((c, next) => requestContext.run({ reqId: c.get("requestId") }, next));
   // One structured line per request (never headers or bodies: they carry payments and keys).
   if (config.LOG_REQUESTS) {

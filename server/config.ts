@@ -1,5 +1,6 @@
 /** The service's configuration, from the environment, validated once at start-up. */
 import { z } from "zod";
+import { isIP } from "node:net";
 import { parseRpcBatchSize, RPC_BATCH_SIZE_RULE } from "../lib/chain-client.ts";
 import { defaultDeploymentsFile } from "../lib/deployments.ts";
 import { activeNetwork, FACILITATOR_AUTH_MODES, type ChainKey } from "../lib/networks.ts";
@@ -216,6 +217,16 @@ export const configSchema = z.object({
   RATE_LIMIT_AGENT_ADDRESS: rateLimit("1200/60"),
   /** Tool calls with an api_key (any tool; the paying ones are also counted under RATE_LIMIT_PAYING_KEY), per key. */
   RATE_LIMIT_TOOL_KEY: rateLimit("600/60"),
+  /**
+   * Reverse proxies in front of the service (comma-separated IP addresses): a request from
+   * one of them is counted under the client address its X-Forwarded-For names, not under
+   * the proxy's. Unset: the socket's peer is the client.
+   */
+  TRUSTED_PROXIES: z
+    .string()
+    .default("")
+    .transform((s) => s.split(",").map((x) => x.trim()).filter((x) => x !== ""))
+    .refine((list) => list.every((x) => isIP(x) !== 0), "TRUSTED_PROXIES must be IP addresses, comma-separated"),
   /** GET /api/orders/{request_id}, per client address. */
   RATE_LIMIT_ORDER_ADDRESS: rateLimit("600/60"),
   /** Links worked at once (a signature check each), and how many may wait; beyond, 503 SERVICE_BUSY. */

@@ -9,7 +9,7 @@
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
 import pLimit, { type LimitFunction } from "p-limit";
-import type { Context } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
@@ -110,13 +110,44 @@ export class RecentKeys {
   }
 }
 
-/** The caller's address: the socket's peer (a proxy in front should limit by its own client address). */
-export function clientAddress(c: Context): string {
+/** The socket's peer, or "unknown" for a request not served over a socket (in-process). */
+function peerAddress(c: Context): string {
   try {
     return getConnInfo(c).remote.address ?? "unknown";
   } catch {
-    return "unknown"; // not served over a socket (in-process requests)
+    return "unknown";
   }
+}
+
+const CLIENT_ADDRESS = "clientAddress";
+
+/**
+ * Sets each request's client address: the socket's peer; or, when that peer is one of
+ * `trustedProxies` (TRUSTED_PROXIES), the nearest address in X-Forwarded-For that is not a
+ * trusted proxy (read from the right: only what the proxies appended is believed, so a
+ * client cannot name itself). Rate limits and the operators' locality check read it.
+ */
+export function clientAddressMiddleware(trustedProxies: readonly string[]): MiddlewareHandler {
+  const trusted = new Set(trustedProxies.map(normalIp));
+  return async (c, next) => {
+    let address = peerAddress(c);
+    if (trusted.has(normalIp(address))) {
+      const hops = (c.req.header("x-forwarded-for") ?? "").split(",").map((h) => normalIp(h.trim())).filter((h) => h !== "");
+      address = [...hops].reverse().find((h) => !trusted.has(h)) ?? hops[0] ?? address;
+    }
+    c.set(CLIENT_ADDRESS as never, address as never);
+    await next();
+  };
+}
+
+/** An IPv4 address written as IPv6 (::ffff:a.b.c.d) is the IPv4 one. */
+function normalIp(address: string): string {
+  return address.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, "$1");
+}
+
+/** The caller's address, as clientAddressMiddleware set it (the socket's peer without it). */
+export function clientAddress(c: Context): string {
+  return (c.get(CLIENT_ADDRESS as never) as string | undefined) ?? peerAddress(c);
 }
 
 /**

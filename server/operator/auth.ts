@@ -5,7 +5,7 @@
  * configured, only callers on this machine, and only while the service is not public (no
  * PUBLIC_URL: behind a proxy every caller would look local).
  */
-import { getConnInfo } from "@hono/node-server/conninfo";
+import { clientAddress } from "../limits.ts";
 import { sameSecret } from "../../lib/same-secret.ts";
 import type { Context, MiddlewareHandler } from "hono";
 import { problemResponse } from "../errors.ts";
@@ -22,13 +22,10 @@ function presented(c: Context): string | null {
   return colon === -1 ? null : decoded.slice(colon + 1);
 }
 
+/** Whether the caller is on this machine: its client address (behind a trusted proxy, the one the proxy names). */
 function fromThisMachine(c: Context): boolean {
-  try {
-    const address = getConnInfo(c).remote.address ?? "";
-    return address === "127.0.0.1" || address === "::1" || address === "::ffff:127.0.0.1";
-  } catch {
-    return false; // not served over a socket: nobody to trust
-  }
+  const address = clientAddress(c);
+  return address === "127.0.0.1" || address === "::1" || address === "::ffff:127.0.0.1";
 }
 
 export function operatorAllowed(c: Context, token: string | undefined, isPublic: boolean): boolean {

@@ -23,6 +23,7 @@ import { purgeExpired } from "../../server/storage-purge.ts";
 import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshDatabase, startPayingStack } from "../support/stack.ts";
+import { listen } from "../support/http-server.ts";
 
 const airtime = (billersCode: string, nairaAmount = 1550) => airtimeBill({ billersCode, nairaAmount });
 
@@ -206,6 +207,30 @@ describe("abuse resistance", () => {
     expect(codes).toEqual(["ok", "ok", "RATE_LIMITED"]);
     // A keyless call is not counted under any key.
     expect(((await (await call(byKey, "/api/mcp", "describe_capabilities", {})).json()) as { result: { isError?: boolean } }).result.isError).toBeFalsy();
+  });
+
+  it("behind TRUSTED_PROXIES, limits and the operators' locality key on the client the proxy names, not on the proxy", async () => {
+    const serve = async (env: Record<string, string>) =>
+      listen(createApp({ config: loadConfig({ LOG_REQUESTS: "0", RATE_LIMIT_ORDER_ADDRESS: "2/60", ...env }), db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow }).fetch);
+    const order = (base: string, forwardedFor?: string) =>
+      fetch(`${base}/api/orders/req_000000000000${"0".repeat(20)}`, { headers: forwardedFor ? { "x-forwarded-for": forwardedFor } : {} }).then((r) => r.status);
+    const proxied = await serve({ TRUSTED_PROXIES: "127.0.0.1" });
+    const direct = await serve({});
+    try {
+      // Two clients behind the proxy: each has its own budget (2).
+      expect([await order(proxied.url, "203.0.113.7"), await order(proxied.url, "203.0.113.7"), await order(proxied.url, "203.0.113.7")]).toEqual([404, 404, 429]);
+      expect(await order(proxied.url, "203.0.113.8")).toBe(404);
+      // A client cannot name itself: what the proxy appended (the rightmost) is believed.
+      expect(await order(proxied.url, "198.51.100.1, 203.0.113.7")).toBe(429);
+      // Not behind a trusted proxy, X-Forwarded-For is nobody's word.
+      expect([await order(direct.url, "203.0.113.20"), await order(direct.url, "203.0.113.21"), await order(direct.url, "203.0.113.22")]).toEqual([404, 404, 429]);
+      // The operators' routes without a token answer this machine only: a client the proxy names is not it.
+      expect((await fetch(`${proxied.url}/ops/orphans`, { headers: { "x-forwarded-for": "203.0.113.7" } })).status).toBe(403);
+      expect((await fetch(`${proxied.url}/ops/orphans`)).status).toBe(200);
+    } finally {
+      await proxied.close();
+      await direct.close();
+    }
   });
 
   it("shares limits across instances on PostgreSQL", async () => {
