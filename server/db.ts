@@ -247,6 +247,8 @@ const MIGRATIONS: string[] = [
   // decides when it goes to an operator.
   `ALTER TABLE bill_order ADD COLUMN not_before timestamptz;
    ALTER TABLE bill_order ADD COLUMN refund_waiting_since timestamptz;`,
+  // A payer's payment for a bill still settling answers a second payment for the same bill.
+  `CREATE INDEX bill_order_settling ON bill_order (payer, body_hash) WHERE status = 'SETTLING';`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

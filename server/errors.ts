@@ -29,6 +29,7 @@ export const ERRORS = {
   // The chain's facilitator refused the service itself (server/x402/facilitator-answer.ts): nothing was settled
   FACILITATOR_UNAUTHORIZED: { status: 503, title: "The facilitator refused the service's credentials; nothing was charged" },
   FACILITATOR_OUT_OF_CREDITS: { status: 503, title: "The facilitator has no settlement credits left for the service; nothing was charged" },
+  FACILITATOR_UNAVAILABLE: { status: 503, title: "The facilitator could not be reached to verify the payment; nothing was charged, sign a new authorization later" },
   FACILITATOR_RATE_LIMITED: { status: 503, title: "The facilitator is rate-limiting the service; nothing was charged, retry later" },
   RATE_UNAVAILABLE: { status: 503, title: "The exchange rate could not be obtained" },
   // Linking a wallet (POST /api/agent/link)

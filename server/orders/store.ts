@@ -354,6 +354,15 @@ export class OrderStore {
     return rows.map(toOrder);
   }
 
+  /** The payer's x402 order for this very bill (its hash) whose settlement is still undecided, if any. */
+  async settlingForBill(payer: string, bodyHash: string): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM bill_order WHERE payer = $1 AND body_hash = $2 AND status = 'SETTLING' AND rail = 'x402' ORDER BY created_at DESC LIMIT 1`,
+      [payer.toLowerCase(), bodyHash],
+    );
+    return row && toOrder(row);
+  }
+
   /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */
   async findByPayment(chain: string, tokenAddress: string, payer: string, nonce: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(

@@ -164,7 +164,7 @@ export async function startX402Order(
   if (!created) return { order: replayOf(order, input.payment, input.bodyHash), replay: true };
   let last = order;
   try {
-    last = await settle(deps, order);
+    last = await settle(deps, order, { fresh: true });
     if (last.status === "PAID") last = await fulfil(deps, last, { fresh: true });
     return { order: last, replay: false, secret: secret.secret };
   } finally {
@@ -181,7 +181,7 @@ export async function startX402Order(
  * (credentials, credits, rate limit) settled nothing: REFUSED, and the caller is told why
  * (FacilitatorRefusedService).
  */
-export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
+export async function settle(deps: FlowDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
@@ -190,6 +190,18 @@ export async function settle(deps: FlowDeps, order: Order): Promise<Order> {
   const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
   if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
   if (verified.kind === "no-answer") {
+    if (options.fresh) {
+      // Nothing was submitted (verify submits nothing): the payer is told so, plainly, and
+      // this authorization is never settled by the service. If anyone lands it, it is refunded.
+      deps.log.warn("facilitator unreachable at verify; the payment is refused, nothing was submitted", { requestId: order.requestId, error: errorText(verified.error) });
+      const moved = await refuse(deps, order, "the facilitator could not be reached to verify the payment; nothing was submitted");
+      throw new FacilitatorRefusedService("FACILITATOR_UNAVAILABLE", "the facilitator could not be reached, and nothing was charged; sign a new authorization to pay later", {
+        request_id: moved.requestId,
+        charged: false,
+        retry_after_seconds: 30,
+      });
+    }
+    // An order whose earlier settle gave no answer may have been submitted: only the chain decides it.
     deps.log.warn("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(verified.error) });
     return order;
   }

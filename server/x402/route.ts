@@ -277,6 +277,21 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         return rejected(err.code, err.detail, presented);
       }
 
+      // The same bill from the same payer while its earlier payment is still settling (a
+      // facilitator that gave no answer, say): the new payment is not used, and the payer is
+      // pointed at the first order, so signing again after a timeout never charges twice.
+      const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
+      if (settling) {
+        return c.json(
+          {
+            ...orderResult(settling, { showCode: false }),
+            payment_not_used: "an earlier payment for this same bill is still settling; this authorization was not used. Follow request_id, and pay again only if that order fails",
+          },
+          200,
+          { "cache-control": "no-store" },
+        );
+      }
+
       const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, description);
       const { order, secret, replay } = await startX402Order(deps.flow, {
         bill,

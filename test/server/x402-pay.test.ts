@@ -20,6 +20,8 @@ import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
+import { billHash } from "../../server/pricing/quote.ts";
+import { paymentRequestSchema } from "../../server/schemas.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
@@ -267,6 +269,43 @@ describe("x402 route: paying a bill end to end", () => {
     expect(gasGiven).toEqual([CONTRACT_SIGNATURE_GAS, CONTRACT_SIGNATURE_GAS]);
   });
 
+  it("a facilitator that cannot be reached is a plain 'not charged', never settled later; a second payment for a bill still settling is not used", async () => {
+    const body = bill("08011111111", { nairaAmount: 1111 });
+    const { headers, payload } = await paymentFor(body);
+    const unreachable = new HTTPFacilitatorClient({ url: "http://127.0.0.1:9" }); // nothing listens there
+    const down = createApp({ config: service.config, db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: { ...flow, facilitators: { CELO: unreachable, BASE: unreachable } } });
+    const before = await usdc();
+    const res = await down.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(await res.json()).toMatchObject({ code: "FACILITATOR_UNAVAILABLE", charged: false });
+    const nonce = (payload.payload as { authorization: { nonce: string } }).authorization.nonce;
+    expect((await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, nonce))!.status).toBe("REFUSED");
+    // The facilitator is back and the worker passes: that authorization is never settled by the service.
+    await workOnce(flow);
+    expect(await usdc()).toBe(before);
+    // The payer signs again, as any x402 client would: charged once.
+    const again = await paymentFor(body);
+    expect(((await (await post(body, again.headers)).json()) as Result).status).toBe("SUCCESS");
+    expect(await usdc()).toBe(before - BigInt(again.payload.accepted.amount));
+
+    // A bill whose first payment is still settling (its settle gave no answer): a second
+    // payment for it is not used, and the payer is pointed at the first order.
+    const body2 = bill("08011111111", { nairaAmount: 1112 });
+    const first = await paymentFor(body2);
+    const hash = billHash(paymentRequestSchema.parse(body2), { chain: "CELO", token: "USDC" });
+    const settling = await lockAsCrashedRequest(flow, { body: body2, payload: first.payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: hash });
+    const second = await paymentFor(body2);
+    const beforeSecond = await usdc();
+    const answer = (await (await post(body2, second.headers)).json()) as Result & { payment_not_used?: string };
+    expect(answer).toMatchObject({ request_id: settling.requestId, status: "TIMEOUT", payment_not_used: expect.stringContaining("still settling") });
+    const secondNonce = (second.payload.payload as { authorization: { nonce: string } }).authorization.nonce;
+    expect(await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, secondNonce)).toBeUndefined();
+    expect(await usdc()).toBe(beforeSecond);
+    // Ended here so later passes leave it be.
+    await flow.orders.transition(settling.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test: ended by hand" });
+  });
+
   it("settles one payment once although many copies arrive at once", async () => {
     const body = bill("08011111111", { nairaAmount: 1000 });
     const { headers } = await paymentFor(body);
@@ -351,8 +390,17 @@ describe("x402 route: paying a bill end to end", () => {
   });
 
   it("reconciles an order whose settlement answer was lost, from the ledger: paid means vend, unpaid means settle", async () => {
-    // The facilitator is unreachable for these requests: the orders stay SETTLING.
-    const deaf = { ...flow, facilitators: { CELO: new HTTPFacilitatorClient({ url: "http://127.0.0.1:9", timeoutMs: 500 }) } };
+    // The facilitator verifies, then its settle answer never comes back: the orders stay
+    // SETTLING (the payer is told TIMEOUT, with the order's id), and the chain decides.
+    const real = new HTTPFacilitatorClient({ url: facilitatorUrl });
+    const settleLost = {
+      verify: real.verify.bind(real),
+      settle: async () => {
+        throw new Error("socket hang up");
+      },
+      getSupported: real.getSupported.bind(real),
+    };
+    const deaf = { ...flow, facilitators: { CELO: settleLost } };
     const lost = async (nairaAmount: number) => {
       const body = bill("08011111111", { nairaAmount });
       const { headers, payload } = await paymentFor(body);
