@@ -354,6 +354,15 @@ export class OrderStore {
     return rows.map(toOrder);
   }
 
+  /** How many orders stand in each of `statuses` (the worker's start: what it will resume). */
+  async countByStatus(statuses: OrderStatus[]): Promise<Record<string, number>> {
+    const rows = await this.db.query<{ status: string; n: number }>(
+      `SELECT status, count(*)::int AS n FROM bill_order WHERE status = ANY($1::text[]) GROUP BY status`,
+      [statuses],
+    );
+    return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+  }
+
   /** The payer's x402 order for this very bill (its hash) whose settlement is still undecided, if any. */
   async settlingForBill(payer: string, bodyHash: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(

@@ -13,7 +13,7 @@
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
 import { errorText } from "../log-safety.ts";
-import type { Order } from "./store.ts";
+import type { Order, OrderStatus } from "./store.ts";
 import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
@@ -28,12 +28,15 @@ export interface WorkerDeps extends FlowDeps {
   graceSeconds: number;
 }
 
+/** The states the worker finishes. */
+const UNFINISHED: OrderStatus[] = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING"];
+
 /** One pass: each unfinished order at most once. Returns how many were worked. */
 export async function workOnce(deps: WorkerDeps): Promise<number> {
   const seen: string[] = [];
   for (;;) {
     const o = await deps.orders.claimUnfinished(
-      ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING"],
+      UNFINISHED,
       deps.graceSeconds,
       deps.leaseSeconds,
       seen,
@@ -102,6 +105,14 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     }
   };
   deps.callbacks?.start(intervalMs);
+  // What a restart picks up, said once: an operator reading the log after a crash sees it.
+  void deps.orders
+    .countByStatus(UNFINISHED)
+    .then((open) => {
+      const total = Object.values(open).reduce((a, b) => a + b, 0);
+      if (total > 0) deps.log.info("worker started: resuming unfinished orders", { total, ...open });
+    })
+    .catch((err: Error) => deps.log.warn("worker started; could not count unfinished orders", { error: err.message }));
   const timer = setInterval(() => {
     if (busy) return; // a slow pass is not stacked up behind
     busy = true;

@@ -1,13 +1,14 @@
 /**
  * An outage is logged when it starts and when it ends, not on every retry: a payment waiting
- * on a ledger that is down, and a worker task that fails pass after pass.
+ * on a ledger that is down, and a worker task that fails pass after pass. A worker that
+ * starts says what unfinished orders it resumes.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
 import { LedgerClient } from "../../server/ledger-client.ts";
 import type { Log, LogFields } from "../../server/log.ts";
 import { Orphans } from "../../server/orders/ledger-pass.ts";
-import { OrderStore } from "../../server/orders/store.ts";
+import { newOrderIds, OrderStore } from "../../server/orders/store.ts";
 import { startWorker, type WorkerDeps } from "../../server/orders/worker.ts";
 
 function capture(): Log & { lines: Array<{ level: string; msg: string; fields?: LogFields }> } {
@@ -49,13 +50,20 @@ describe("outages are logged once, and their end", () => {
       calls++;
       if (calls <= 4) throw new Error("the ledger answered 503");
     };
-    const deps = { orders: new OrderStore(db), orphans: new Orphans(db), deployments: { chains: {} }, log, graceSeconds: 0, leaseSeconds: 60 } as unknown as WorkerDeps;
+    const orders = new OrderStore(db);
+    // An order a crash left unfinished: the worker says at start that it resumes it.
+    await orders.lockPayment(
+      { ...newOrderIds(), vend: null, bodyHash: "h", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x2", amount: 1n, authNonce: `0x${"01".repeat(32)}`, authValidBefore: 1n, payment: {}, requirements: {}, secretHash: "s" } as never,
+      60,
+    );
+    const deps = { orders, orphans: new Orphans(db), deployments: { chains: {} }, log, graceSeconds: 3_600, leaseSeconds: 60 } as unknown as WorkerDeps;
     const worker = startWorker(deps, 20, [flaky]);
     await expect.poll(() => calls, { timeout: 5_000, interval: 20 }).toBeGreaterThan(6);
     await worker.stop();
     const failed = log.lines.filter((l) => l.level === "error");
     expect(failed).toHaveLength(1);
     expect(failed[0]).toMatchObject({ msg: expect.stringContaining("worker task failed"), fields: { task: "task 1 of the caller's", error: "the ledger answered 503" } });
+    expect(log.lines.filter((l) => l.msg === "worker started: resuming unfinished orders")).toEqual([expect.objectContaining({ fields: { total: 1, SETTLING: 1 } })]);
     const recovered = log.lines.filter((l) => l.msg === "worker task recovered");
     expect(recovered).toHaveLength(1);
     expect(recovered[0]!.fields).toMatchObject({ task: "task 1 of the caller's", failedPasses: 4 });
