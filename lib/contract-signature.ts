@@ -4,7 +4,7 @@
  * whole eth_call allowance. A wallet that runs past the cap, reverts or answers anything but
  * the magic value does not accept it.
  */
-import { encodeFunctionData, parseAbi, type Hex, type PublicClient } from "viem";
+import { encodeFunctionData, hashMessage, parseAbi, recoverMessageAddress, type Hex, type PublicClient } from "viem";
 
 const ERC1271_ABI = parseAbi(["function isValidSignature(bytes32 hash, bytes signature) view returns (bytes4)"]);
 const MAGIC_VALUE = "0x1626ba7e";
@@ -18,5 +18,34 @@ export async function contractAccepts(client: Pick<PublicClient, "call">, wallet
     return data !== undefined && data.slice(0, 10).toLowerCase() === MAGIC_VALUE;
   } catch {
     return false;
+  }
+}
+
+/** ERC-6492's suffix: a signature wrapped for a contract wallet not deployed yet. */
+const ERC6492_SUFFIX = "6492".repeat(16);
+
+/**
+ * Who signed `message` (EIP-191) for `address`: "wallet" when the signature recovers to it
+ * (on any chain); "contract" when its code on `client`'s chain accepts it (ERC-1271 within
+ * the gas cap; an ERC-6492 signature of a wallet not yet deployed is left to viem, which
+ * deploys it in the call); else null. `client` absent: ordinary wallets only.
+ */
+export async function messageSigner(
+  client: Pick<PublicClient, "getCode" | "call" | "verifyMessage"> | undefined,
+  address: Hex,
+  message: string,
+  signature: Hex,
+): Promise<"wallet" | "contract" | null> {
+  const recovered = await recoverMessageAddress({ message, signature }).catch(() => undefined);
+  if (recovered && recovered.toLowerCase() === address.toLowerCase()) return "wallet";
+  if (!client) return null;
+  try {
+    const code = await client.getCode({ address });
+    if (code && code !== "0x" && !signature.toLowerCase().endsWith(ERC6492_SUFFIX)) {
+      return (await contractAccepts(client, address, hashMessage(message), signature)) ? "contract" : null;
+    }
+    return (await client.verifyMessage({ address, message, signature })) ? "contract" : null;
+  } catch {
+    return null;
   }
 }

@@ -215,7 +215,7 @@ export const configSchema = z.object({
   RATE_LIMIT_VERIFY: rateLimit("30/60"),
   /** Requests to /api/mcp and /api/a2a, per client address (each may reach the chain, the ledger or the biller). */
   RATE_LIMIT_AGENT_ADDRESS: rateLimit("1200/60"),
-  /** Tool calls with an api_key (any tool; the paying ones are also counted under RATE_LIMIT_PAYING_KEY), per key. */
+  /** Reading tool calls with an api_key, per key (paying ones count under RATE_LIMIT_PAYING_KEY). */
   RATE_LIMIT_TOOL_KEY: rateLimit("600/60"),
   /**
    * Reverse proxies in front of the service (comma-separated IP addresses): a request from

@@ -31,8 +31,13 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   toolKey: "RATE_LIMIT_TOOL_KEY",
 };
 
-/** Limits kept in each instance's memory whatever the database (see the file's comment). */
-const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress"]);
+/**
+ * Limits kept in each instance's memory whatever the database (see the file's comment): each
+ * bounds work on the instance that does it, checked on hot paths (every 402, every paid
+ * x402 call, every MCP and A2A request), where a shared counter would cost a database round
+ * trip per call. With N instances a caller gets N budgets; each instance's work stays bounded.
+ */
+const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress", "unsettledAddress", "unsettledPayer", "agentAddress"]);
 
 export class Limits {
   private readonly limiters = new Map<LimitName, RateLimiterAbstract>();
@@ -93,7 +98,7 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   unsettledPayer: "payments that did not settle from this payer",
   verify: "number checks from this caller",
   agentAddress: "MCP and A2A requests from this address",
-  toolKey: "tool calls with this api_key",
+  toolKey: "reading tool calls with this api_key",
 };
 
 /** A bounded memory of keys seen lately (oldest forgotten first). */

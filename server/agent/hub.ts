@@ -22,6 +22,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
+import type { Category } from "../pricing/price.ts";
 import { customerView, type CustomerQuestion } from "../biller/customer-check.ts";
 import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../callbacks.ts";
@@ -372,6 +373,7 @@ export class AgentHub {
   /** verify_customer: the biller's number check, free, cached and limited per caller. */
   async verifyCustomer(q: CustomerQuestion, caller: string) {
     await this.deps.limits.take("verify", caller);
+    await this.deps.flow.catalogue.requireListed(q.serviceID, q.serviceCategory as Category);
     return customerView(q, await this.deps.flow.customerChecks.verify(q));
   }
 

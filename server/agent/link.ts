@@ -13,8 +13,8 @@
  * is checked on the approved chain only, so its key pays only there (scope_chain).
  */
 import { createHash } from "node:crypto";
-import { getAddress, hashMessage, isAddress, isHex, recoverMessageAddress, type Hex } from "viem";
-import { contractAccepts } from "../../lib/contract-signature.ts";
+import { getAddress, isAddress, isHex, type Hex } from "viem";
+import { messageSigner } from "../../lib/contract-signature.ts";
 import { parseSiweMessage, validateSiweMessage } from "viem/siwe";
 import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
@@ -61,29 +61,10 @@ export function readWalletHeaders(get: (name: string) => string | undefined): Wa
   return siwe ? { ...base, form: "siwe", message: message! } : { ...base, form: "timestamp", timestamp: timestamp! };
 }
 
-/**
- * Who signed: "wallet" for an ordinary wallet (the signature recovers to it, on any chain),
- * "contract" for a contract wallet that accepts it on `chain` (ERC-1271/6492), else null.
- */
-async function signer(deps: LinkDeps, wallet: Hex, message: string, signature: Hex, chain: ChainKey): Promise<"wallet" | "contract" | null> {
-  try {
-    if ((await recoverMessageAddress({ message, signature })) === wallet) return "wallet";
-  } catch {
-    // not a plain ECDSA signature: a contract wallet may still accept it
-  }
+/** Who signed, on `chain` for a contract wallet (lib/contract-signature.ts). */
+function signer(deps: LinkDeps, wallet: Hex, message: string, signature: Hex, chain: ChainKey): Promise<"wallet" | "contract" | null> {
   const d = deps.deployments.chains[chain];
-  if (!d) return null;
-  try {
-    const client = publicClientFor(chain, rpcUrlFor(chain, d));
-    const code = await client.getCode({ address: wallet });
-    // A deployed wallet is asked directly, within a gas cap; one not deployed yet may prove
-    // itself with an ERC-6492 signature, which viem checks (the link route's gate bounds those).
-    const erc6492 = signature.toLowerCase().endsWith("6492".repeat(16));
-    if (code && code !== "0x" && !erc6492) return (await contractAccepts(client, wallet, hashMessage(message), signature)) ? "contract" : null;
-    return (await client.verifyMessage({ address: wallet, message, signature })) ? "contract" : null;
-  } catch {
-    return null;
-  }
+  return messageSigner(d && publicClientFor(chain, rpcUrlFor(chain, d)), wallet, message, signature);
 }
 
 /** The SIWE message's fields checked against this service, this chain and now; its nonce spent. */

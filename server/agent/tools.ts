@@ -270,7 +270,8 @@ export function agentTools(batchMax: number): ToolDefinition[] {
 export async function runTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext): Promise<unknown> {
   let link: Link | null = null;
   if (tool.authenticated || typeof args.api_key === "string") link = await ctx.hub.authenticate(String(args.api_key));
-  if (link?.apiKeyHash) await ctx.hub.deps.limits.take("toolKey", link.apiKeyHash);
+  // Reading tools per key; paying ones are counted under payingKey instead (one count a call).
+  if (link?.apiKeyHash && !tool.paying) await ctx.hub.deps.limits.take("toolKey", link.apiKeyHash);
   if (tool.paying) {
     // Counted per key before the PIN's slow hash: a flood of calls (or guesses) is cut off early.
     await ctx.hub.deps.limits.take("payingKey", link!.apiKeyHash!);

@@ -10,12 +10,15 @@
  *     REFUND_PRESSURE_PERCENT of it left: many wallets, each with its share, may be at it).
  * Otherwise the interface's settle-then-verify stays the rule.
  * Definite answers are cached (VERIFY_CACHE_MS), so repeating a question costs the biller
- * nothing; an answer the biller could not give is never cached.
+ * nothing, and a bill checked before payment is not checked again after settlement (the
+ * post-settlement check, orders/fulfil.ts, asks through here too); an answer the biller
+ * could not give is never cached. A bill is asked exactly as its vend plan will be checked.
  */
 import { formatKobo } from "./catalogue/amounts.ts";
 import { checkFor } from "./catalogue/plans.ts";
 import { TtlCache } from "./catalogue/ttl-cache.ts";
 import type { BillerApi, VerifyResult } from "./upstream.ts";
+import type { VendPlan } from "./catalogue/vend-plan.ts";
 import { ServiceError } from "../errors.ts";
 import { errorText } from "../log-safety.ts";
 
@@ -39,21 +42,21 @@ export class CustomerChecks {
     this.cache = new TtlCache(ttlMs);
   }
 
-  /** Whether the product has a number check at all (airtime, data and exam PINs have none). */
-  static checkable(q: CustomerQuestion): boolean {
-    return checkFor(q.serviceCategory, q.serviceID.toLowerCase(), q.variation_code) !== null;
+  /** verify_customer: the biller's answer for a number; VERIFY_NOT_OFFERED for a product without a check. */
+  async verify(q: CustomerQuestion): Promise<VerifyResult> {
+    const check = checkFor(q.serviceCategory, q.serviceID, q.variation_code);
+    if (!check) throw new ServiceError("VERIFY_NOT_OFFERED", `${q.serviceID} has no number check: its bills need only the number itself`);
+    try {
+      return await this.ask({ serviceID: q.serviceID, billersCode: q.billersCode, verify: check });
+    } catch (err) {
+      throw billerUnavailable(err);
+    }
   }
 
-  /** The biller's answer for the number; BILLER_UNAVAILABLE when it gives none. */
-  async verify(q: CustomerQuestion): Promise<VerifyResult> {
-    const check = checkFor(q.serviceCategory, q.serviceID.toLowerCase(), q.variation_code);
-    if (!check) throw new ServiceError("VERIFY_NOT_OFFERED", `${q.serviceID} has no number check: its bills need only the number itself`);
-    const request = { serviceID: q.serviceID.toLowerCase(), billersCode: q.billersCode, ...(check.type ? { type: check.type } : {}) };
-    try {
-      return await this.cache.get(JSON.stringify(request), () => this.biller.verify(request));
-    } catch (err) {
-      throw new ServiceError("BILLER_UNAVAILABLE", `the biller could not check the number (${errorText(err).split("\n")[0]}); try again`);
-    }
+  /** A plan's number check (its `verify` set), cached when definite; throws the biller's error when it gives no answer. */
+  ask(plan: Pick<VendPlan, "serviceID" | "billersCode"> & { verify: NonNullable<VendPlan["verify"]> }): Promise<VerifyResult> {
+    const request = { serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) };
+    return this.cache.get(JSON.stringify(request), () => this.biller.verify(request));
   }
 
   /**
@@ -61,18 +64,24 @@ export class CustomerChecks {
    * lately and this bill has one, the number is checked now, and a wrong one is refused
    * (CUSTOMER_NOT_VERIFIED) before anything is paid.
    */
-  async checkUpfront(q: CustomerQuestion, payer: string, budgetUnderPressure: () => Promise<boolean>): Promise<void> {
-    if (!CustomerChecks.checkable(q)) return;
+  async checkUpfront(plan: VendPlan, payer: string, budgetUnderPressure: () => Promise<boolean>): Promise<void> {
+    const verify = plan.verify;
+    if (!verify) return;
     const failures = await this.failuresOf(payer);
     let why: string;
     if (failures >= this.upfrontAfter) why = `${failures} of this wallet's recent bills failed the biller's number check, so its bills are checked before payment`;
     else if (await budgetUnderPressure()) why = "refunds are heavy just now, so every bill's number is checked before payment";
     else return;
-    const answer = await this.verify(q);
+    const answer = await this.ask({ ...plan, verify }).catch((err: unknown) => {
+      throw billerUnavailable(err);
+    });
     if (answer.ok) return;
     throw new ServiceError("CUSTOMER_NOT_VERIFIED", `${why}; the biller says this one is wrong: ${answer.reason}. Nothing was charged`, { reason: answer.reason });
   }
 }
+
+const billerUnavailable = (err: unknown) =>
+  new ServiceError("BILLER_UNAVAILABLE", `the biller could not check the number (${errorText(err).split("\n")[0]}); try again`);
 
 /** The public view of an answer: the customer's name and what else the biller told. */
 export function customerView(q: CustomerQuestion, answer: VerifyResult) {

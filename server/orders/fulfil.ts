@@ -123,7 +123,8 @@ async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<Complet
   let verified;
   if (plan.verify) {
     try {
-      const answer = await deps.biller.verify({ serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) });
+      // Through the checks' cache: a bill checked before payment is not asked again.
+      const answer = await deps.customerChecks.ask({ ...plan, verify: plan.verify });
       if (!answer.ok) return { order: await refund(deps, order, `${VERIFICATION_FAILED}: ${answer.reason}`) };
       verified = answer;
     } catch (err) {

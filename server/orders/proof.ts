@@ -11,10 +11,10 @@
  * The paying response itself carries the code. A replay of the stored payment does not
  * without a proof: once settled, the authorization and its signature are public on chain.
  */
-import { hashMessage, isHex, recoverMessageAddress, type Hex } from "viem";
+import { isHex, type Hex } from "viem";
 import { sharedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
-import { contractAccepts } from "../../lib/contract-signature.ts";
+import { messageSigner } from "../../lib/contract-signature.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
@@ -53,13 +53,8 @@ export async function orderProof(header: (name: string) => string | undefined, o
 async function walletProof(signature: string, timestamp: string | undefined, order: Order, deps: ProofDeps): Promise<boolean> {
   if (!isHex(signature) || !timestamp || !/^\d{1,16}$/.test(timestamp)) return false;
   if (Math.abs(Date.now() - Number(timestamp)) > deps.windowSeconds * 1000) return false;
-  const message = orderProofMessage(order.requestId, timestamp);
-  const signer = await recoverMessageAddress({ message, signature }).catch(() => undefined);
-  if (signer && signer.toLowerCase() === order.payer.toLowerCase()) return true;
   const chain = order.chain as ChainKey;
   const d = deps.deployments.chains[chain];
-  if (!d) return false;
-  const client = sharedClientFor(chain, rpcUrlFor(chain, d));
-  const code = await client.getCode({ address: order.payer as Hex }).catch(() => undefined);
-  return !!code && code !== "0x" && (await contractAccepts(client, order.payer as Hex, hashMessage(message), signature));
+  const client = d && sharedClientFor(chain, rpcUrlFor(chain, d));
+  return (await messageSigner(client, order.payer as Hex, orderProofMessage(order.requestId, timestamp), signature)) !== null;
 }

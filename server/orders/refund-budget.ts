@@ -69,10 +69,14 @@ export class RefundBudgets {
    * costing refunds until the budget has refilled.
    */
   async underPressure(chain: ChainKey, symbol: string): Promise<boolean> {
-    const token = this.deployments.chains[chain]?.tokens.find((t) => t.symbol === symbol);
+    const token = this.token(chain, symbol);
     if (!token) return false;
     const { limit, available } = await this.read(chain, token.address);
     return available * 100n < limit * BigInt(this.pressurePercent);
+  }
+
+  private token(chain: ChainKey, symbol: string) {
+    return this.deployments.chains[chain]?.tokens.find((t) => t.symbol === symbol);
   }
 
   /** Forgets a token's cached figure (a refund just spent from it, or found it short). */
@@ -85,7 +89,7 @@ export class RefundBudgets {
    * to fail, its refund could never be sent, and the payer's money would wait on an operator.
    */
   async assertRefundable(chain: ChainKey, symbol: string, amount: bigint): Promise<void> {
-    const token = this.deployments.chains[chain]?.tokens.find((t) => t.symbol === symbol);
+    const token = this.token(chain, symbol);
     if (!token) return; // not deployed here: the bill is refused for that elsewhere
     const { limit } = await this.read(chain, token.address);
     if (amount <= limit) return;

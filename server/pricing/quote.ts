@@ -98,7 +98,7 @@ export async function quoteBill(
 ) {
   const { vend } = await ctx.catalogue.check(req);
   const budgets = ctx.refundBudgets;
-  await ctx.customerChecks?.checkUpfront(req, req.wallet_address, async () => (budgets ? budgets.underPressure(option.chain, option.token) : false));
+  await ctx.customerChecks?.checkUpfront(vend, req.wallet_address, async () => (budgets ? budgets.underPressure(option.chain, option.token) : false));
   const version = await ctx.versions.current();
   const quote = quoteOf(req, version, option, ctx.ttlSeconds);
   await ctx.refundBudgets?.assertRefundable(option.chain, option.token, quote.amount);

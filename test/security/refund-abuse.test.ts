@@ -16,6 +16,7 @@ import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { createApp } from "../../server/app.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";
+import { CustomerChecks } from "../../server/biller/customer-check.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
@@ -126,6 +127,14 @@ describe("refunds are never free and never starved", () => {
     } finally {
       await mcp.close();
     }
+    // A product the biller does not list is refused from the cached lists, without asking it.
+    const unknown = await fetch(`${url}/api/verify-customer`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ serviceCategory: "ELECTRICITY", serviceID: "no-such-disco", billersCode: "1111111111111" }),
+    });
+    expect(unknown.status).toBe(422);
+    expect(((await unknown.json()) as Body).code).toBe("SERVICE_UNKNOWN");
     const bad = await fetch(`${url}/api/verify-customer`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ serviceID: "ikeja-electric" }) });
     expect(bad.status).toBe(400);
 
@@ -219,7 +228,8 @@ describe("refunds are never free and never starved", () => {
     // The biller unreachable for the number check: a closed port, a real connection refused.
     const c = service.config;
     const unreachable = new VtpassClient({ baseUrl: "http://127.0.0.1:9", apiKey: c.BILLER_API_KEY, secretKey: c.BILLER_SECRET_KEY, publicKey: c.BILLER_PUBLIC_KEY, timeoutMs: 500 });
-    const down = { ...service.flow, biller: unreachable };
+    // The number check goes through its own cache, so the down biller gets checks of its own, with none kept.
+    const down = { ...service.flow, biller: unreachable, customerChecks: new CustomerChecks(unreachable, 0, async () => 0, 1) };
     const app = createApp({ config: c, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: down });
     const payer = hardhatAccount(13);
     const start = await usdc(payer.address);

@@ -117,17 +117,25 @@ export class Catalogue {
     this.cache.forget(`variations:${serviceID}`);
   }
 
+  /**
+   * SERVICE_UNKNOWN unless the biller lists the product (in `category`, or in any): checked
+   * against the cached product lists, so a stranger naming random products costs the biller
+   * nothing before it is asked about one.
+   */
+  async requireListed(serviceID: string, category?: Category): Promise<void> {
+    const categories = category ? [category] : (Object.keys(BILLER_CATEGORY) as Category[]);
+    const listed = await Promise.all(categories.map((c) => this.services(c)));
+    if (!listed.some((products) => products.some((p) => p.serviceID === serviceID))) {
+      throw new ServiceError("SERVICE_UNKNOWN", `${serviceID} is not one of the biller's ${category ?? ""} products`.replace("  ", " "));
+    }
+  }
+
   /** list_plans: a product's plans, each with its price (null: any amount), and how a bill without one is resolved. */
   async plans(serviceID: string): Promise<{ serviceID: string; plans: PlanOption[]; subscription_types?: string[] }> {
     if (isInternational({ serviceID })) {
       throw new ServiceError("INTERNATIONAL_FIELDS_INVALID", `${serviceID}'s plans are per country, product type and operator: list_international_options (GET /api/international) gives them`);
     }
-    // Only a product the biller lists (every category's list, cached) is asked for its plans:
-    // a stranger naming random products costs the biller nothing.
-    const listed = await Promise.all((Object.keys(BILLER_CATEGORY) as Category[]).map((c) => this.services(c)));
-    if (!listed.some((products) => products.some((p) => p.serviceID === serviceID))) {
-      throw new ServiceError("SERVICE_UNKNOWN", `${serviceID} is not one of the biller's products`);
-    }
+    await this.requireListed(serviceID);
     const plans = planOptions(await this.variations(serviceID));
     return { serviceID, plans, ...(SUBSCRIPTION_PRODUCTS.has(serviceID) ? { subscription_types: ["change", "renew"] } : {}) };
   }
