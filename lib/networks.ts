@@ -51,6 +51,16 @@ export interface ChainInfo {
   facilitator: { url: string; auth: FacilitatorAuth } | null;
   /** How often the ledger asks the chain for new blocks (LEDGER_POLLING_INTERVAL_MS overrides): about a block time, at least Ponder's 100 ms. */
   pollingIntervalMs: number;
+  /**
+   * Blocks the ledger must have indexed on top of a payment's block before the bill is
+   * vended (`CONFIRMATIONS_<CHAIN>` overrides). Celo and Base are OP Stack chains: a block
+   * the sequencer has shared ("unsafe") is reorganised only when the sequencer posts other
+   * data to Ethereum or misses its window (specs.celo.org, "Finality"), and "safe" waits
+   * for Ethereum, minutes away. Two blocks (2 s on Celo, 4 s on Base) on mainnet outlast
+   * the one-block replacements of a sequencer hand-over; one on testnets; none on the local
+   * chains. A deeper reorganisation is still caught after the vend (orders/payment-watch.ts).
+   */
+  confirmations: number;
   /** The Hardhat network (hardhat.config.ts) that serves this chain locally or deploys to it. */
   hardhatNetwork: string;
   /** Local profile only: the default port of the local node (env `<CHAIN>_PORT`). */
@@ -92,8 +102,8 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: true,
     testnet: true,
     chains: {
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
-      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
     },
   },
   celo: {
@@ -102,7 +112,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     chains: {
       // Celo's hosted facilitator (celo-org/docs, build/agents/x402): /settle needs the merchant's
       // key in X-API-Key (FACILITATOR_API_KEY_CELO), issued on its dashboard, x402.celo.org.
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: CELO_FACILITATOR.mainnet, pollingIntervalMs: 1000, hardhatNetwork: "celo", tokens: celoTokens }),
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo", explorer: "https://celoscan.io", rpcUrls: ["https://forno.celo.org"], facilitator: CELO_FACILITATOR.mainnet, pollingIntervalMs: 1000, confirmations: 2, hardhatNetwork: "celo", tokens: celoTokens }),
     },
   },
   "celo-sepolia": {
@@ -118,6 +128,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         rpcUrls: ["https://forno.celo-sepolia.celo-testnet.org"],
         facilitator: CELO_FACILITATOR.sepolia,
         pollingIntervalMs: 1000,
+        confirmations: 1,
         hardhatNetwork: "celoSepolia",
         tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],
       }),
@@ -127,7 +138,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: false,
     testnet: false,
     chains: {
-      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base", explorer: "https://basescan.org", rpcUrls: ["https://mainnet.base.org"], facilitator: { url: "https://api.cdp.coinbase.com/platform/v2/x402", auth: "cdp" }, pollingIntervalMs: 1000, hardhatNetwork: "base", tokens: baseTokens }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base", explorer: "https://basescan.org", rpcUrls: ["https://mainnet.base.org"], facilitator: { url: "https://api.cdp.coinbase.com/platform/v2/x402", auth: "cdp" }, pollingIntervalMs: 1000, confirmations: 2, hardhatNetwork: "base", tokens: baseTokens }),
     },
   },
   "base-sepolia": {
@@ -143,6 +154,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         rpcUrls: ["https://sepolia.base.org"],
         facilitator: { url: "https://x402.org/facilitator", auth: "none" },
         pollingIntervalMs: 1000,
+        confirmations: 1,
         hardhatNetwork: "baseSepolia",
         tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e" }],
       }),

@@ -191,6 +191,11 @@ export const configSchema = z.object({
   BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),
   /** How long a pay (pull or x402) waits for the ledger to show its payment before answering TIMEOUT. */
   LEDGER_WAIT_MS: z.coerce.number().int().min(0).default(15_000),
+  /** Blocks on top of a payment's before its bill is vended; the profile's figure when unset (lib/networks.ts `confirmations`). */
+  CONFIRMATIONS_CELO: z.coerce.number().int().min(0).max(64).optional(),
+  CONFIRMATIONS_BASE: z.coerce.number().int().min(0).max(64).optional(),
+  /** How long after its payment was reorganised away a served bill's collection may keep failing before it goes to an operator. */
+  RECOLLECT_REVIEW_SECONDS: z.coerce.number().int().min(1).default(600),
   /** The shortest gap allowed between two runs of a recurring schedule. */
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),

@@ -249,6 +249,29 @@ const MIGRATIONS: string[] = [
    ALTER TABLE bill_order ADD COLUMN refund_waiting_since timestamptz;`,
   // A payer's payment for a bill still settling answers a second payment for the same bill.
   `CREATE INDEX bill_order_settling ON bill_order (payer, body_hash) WHERE status = 'SETTLING';`,
+  // Reorganisations. Every payment the ledger confirmed is watched until it is as deep as the
+  // ledger follows reorganisations; one the chain drops is collected again or goes to an
+  // operator (orders/payment-watch.ts). A row outlives its watch only when the payment was
+  // lost, as the record of what became of it.
+  `CREATE TABLE payment_watch (
+     request_id        text        PRIMARY KEY,
+     chain             text        NOT NULL,
+     rail              text        NOT NULL,
+     payment_key       text        NOT NULL,
+     block_number      numeric(78) NOT NULL,
+     block_time        numeric(78) NOT NULL,
+     tx_hash           text        NOT NULL,
+     final             boolean     NOT NULL DEFAULT false,
+     lost_at           timestamptz,
+     outcome           text,
+     detail            text,
+     recollect_tx_hash text,
+     attempted_at      timestamptz,
+     created_at        timestamptz NOT NULL DEFAULT now(),
+     updated_at        timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE INDEX payment_watch_open ON payment_watch (chain, block_number) WHERE NOT final;
+   CREATE INDEX payment_watch_lost ON payment_watch (lost_at) WHERE lost_at IS NOT NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

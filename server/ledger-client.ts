@@ -61,6 +61,16 @@ export function isAuthorizationPayment(key: { chainId: number; token: string; pa
     p.rail === "authorization" && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
 }
 
+/**
+ * A payment's unique key on the chain, as the ledger keys it: a pull by (chain, BillPay order
+ * id), an x402 payment by (chain, token, payer, authorization nonce).
+ */
+export function paymentKey(p: Pick<LedgerPayment, "chainId" | "rail" | "orderId" | "token" | "payer" | "authorizationNonce">): string {
+  return p.rail === "pull"
+    ? `${p.chainId}:pull:${p.orderId!.toLowerCase()}`
+    : `${p.chainId}:authorization:${p.token.toLowerCase()}:${p.payer.toLowerCase()}:${p.authorizationNonce!.toLowerCase()}`;
+}
+
 export interface LedgerAccount {
   chainId: number;
   token: string;

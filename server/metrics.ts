@@ -34,6 +34,18 @@ export class Metrics {
     labelNames: ["chain", "token"],
     registers: [this.registry],
   });
+  readonly paymentsLost = new Counter({
+    name: "billpay_payments_lost_total",
+    help: "Payments the ledger had confirmed that a reorganisation took off the chain",
+    labelNames: ["chain", "rail"],
+    registers: [this.registry],
+  });
+  readonly lostPaymentOutcomes = new Counter({
+    name: "billpay_lost_payment_outcomes_total",
+    help: "What became of lost payments: recollected, review (an operator decides), void (the order was being refunded)",
+    labelNames: ["chain", "rail", "outcome"],
+    registers: [this.registry],
+  });
   readonly refundFailures = new Counter({ name: "billpay_refund_failures_total", help: "Refund attempts that failed (retried, or held for review)", labelNames: ["chain", "token"], registers: [this.registry] });
   readonly upstreamSeconds = new Histogram({
     name: "billpay_upstream_seconds",

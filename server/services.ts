@@ -21,6 +21,7 @@ import { LedgerClient } from "./ledger-client.ts";
 import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { OrderStore } from "./orders/store.ts";
+import { PaymentWatches } from "./orders/payment-watch.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
 import type { FlowDeps } from "./orders/fulfil.ts";
 import type { RateSource } from "./pricing/rates.ts";
@@ -31,6 +32,12 @@ import { pinPepper } from "./agent/pin-pepper.ts";
 import { PriceOffers } from "./pricing/offers.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
+/** Each served chain's confirmation depth: CONFIRMATIONS_<CHAIN>, else the profile's. */
+export function confirmationsFor(config: Config): Partial<Record<ChainKey, number>> {
+  const chains = activeNetwork().chains;
+  const set = { CELO: config.CONFIRMATIONS_CELO, BASE: config.CONFIRMATIONS_BASE };
+  return Object.fromEntries(Object.entries(chains).map(([key, info]) => [key, set[key as ChainKey] ?? info.confirmations]));
+}
 
 export function buildFlow(
   config: Config,
@@ -76,6 +83,9 @@ export function buildFlow(
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
+    confirmations: confirmationsFor(config),
+    watches: new PaymentWatches(db),
+    recollectReviewSeconds: config.RECOLLECT_REVIEW_SECONDS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
   };

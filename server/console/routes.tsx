@@ -206,6 +206,27 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           </table>
         </Panel>
       ),
+      losses: async () => (
+        <Panel id="losses-panel" title="Payments a reorganisation took off the chain after they were confirmed" src="/console/money?panel=losses">
+          <table id="lost-payments">
+            <thead><tr><th>Noticed</th><th>Order</th><th>Chain</th><th>Rail</th><th>Lost transaction</th><th>Outcome</th><th>Collected again by</th><th>Detail</th></tr></thead>
+            <tbody>
+              {(await deps.state.losses()).map((l) => (
+                <tr>
+                  <td class="muted">{l.lost_at ? new Date(l.lost_at).toISOString().slice(0, 19) : ""}</td>
+                  <td><a href={`/console/orders/${l.request_id}`}><code>{l.request_id}</code></a></td>
+                  <td>{l.chain}</td>
+                  <td>{l.rail}</td>
+                  <td><code>{short(l.tx_hash, 14)}</code></td>
+                  <td>{l.outcome}</td>
+                  <td><code>{short(l.recollect_tx_hash, 14)}</code></td>
+                  <td>{l.detail ?? ""}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </Panel>
+      ),
       orphans: async () => {
         const o = await deps.state.orphans();
         return (

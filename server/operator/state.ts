@@ -5,6 +5,7 @@
  * rate and its age; the facilitator's and the biller's health. The console and /metrics read
  * it. Every outward read has a timeout, and a failed read is reported, not thrown.
  */
+import { PaymentWatches } from "../orders/payment-watch.ts";
 import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
@@ -109,6 +110,11 @@ export class OperatorState {
       `SELECT chain, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
     );
     return { pulls, payments };
+  }
+
+  /** Payments a reorganisation took off the chain after the ledger confirmed them, and what became of each. */
+  losses() {
+    return new PaymentWatches(this.deps.db).losses();
   }
 
   async order(requestId: string): Promise<OrderRow | undefined> {

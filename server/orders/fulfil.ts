@@ -26,6 +26,7 @@ import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledge
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
+import type { PaymentWatches } from "./payment-watch.ts";
 import type { RefundBudgets } from "./refund-budget.ts";
 import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
@@ -55,6 +56,12 @@ export interface FlowDeps {
   ledger: LedgerClient;
   /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
   ledgerWaitMs: number;
+  /** Blocks the ledger must have indexed on top of a payment's before its bill is vended, per chain. */
+  confirmations: Partial<Record<ChainKey, number>>;
+  /** Confirmed payments, watched for reorganisations until past the ledger's depth (orders/payment-watch.ts). */
+  watches: PaymentWatches;
+  /** How long a served bill whose payment was reorganised away may stay uncollected before it goes to an operator. */
+  recollectReviewSeconds: number;
   /** How long a request waits for the biller before answering TIMEOUT. */
   vendDeadlineMs: number;
   requeryIntervalMs: number;

@@ -17,6 +17,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
+import { awaitConfirmations } from "./payment-watch.ts";
 import { newOrderIds, type Order, type PullGuard } from "./store.ts";
 
 
@@ -164,11 +165,13 @@ export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = dep
   const chainId = chainInfo(order.chain).chainId;
   const id = order.onchainOrderId.toLowerCase();
   const ours = (p: LedgerPayment) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
-  const pull = await deps.ledger.awaitPayment(
+  const read = async () => (await deps.ledger.order(order.onchainOrderId)).payments.find(ours);
+  const shown = await deps.ledger.awaitPayment(
     ours,
-    async () => (await deps.ledger.order(order.onchainOrderId)).payments.find(ours),
+    read,
     waitMs,
     (err) => deps.log.warn("ledger unreachable while waiting for a pull", { requestId: order.requestId, error: errorText(err) }),
   );
+  const pull = shown && (await awaitConfirmations(deps, order.chain, shown, read, deps.ledgerWaitMs));
   return pull ? pulledFromLedger(deps, order, pull) : ((await deps.orders.get(order.requestId)) ?? order);
 }

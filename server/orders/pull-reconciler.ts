@@ -13,6 +13,7 @@ import { rpcUrlFor } from "../../lib/deployments.ts";
 import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
+import { deepEnough } from "./payment-watch.ts";
 
 /** PULLING -> PAID when the ledger's pull is exactly the order's; NEEDS_REVIEW (nothing vended or sent) when not. */
 export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPayment): Promise<Order> {
@@ -21,6 +22,8 @@ export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPay
     deps.log.warn("pull does not match its order; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["PULLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: pull.txHash });
   }
+  if (!(await deepEnough(deps, o.chain, pull))) return o; // not confirmed yet: a later read decides
+  await deps.watches.record(o, pull);
   return move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash });
 }
 

@@ -440,6 +440,11 @@ export class OrderStore {
     return outcomes;
   }
 
+  /** The order's payment is now in transaction `txHash` (collected again after a reorganisation); its state is unchanged. */
+  async paymentMovedTo(requestId: string, txHash: string): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET tx_hash = $2, updated_at = now() WHERE request_id = $1`, [requestId, txHash]);
+  }
+
   /** The pull recorded as `previous` went out again at a higher fee (or `next` is the one mined). */
   async replaceTxHash(requestIds: string[], previous: string, next: string): Promise<void> {
     await this.db.query(`UPDATE bill_order SET tx_hash = $3, updated_at = now() WHERE request_id = ANY($1::text[]) AND tx_hash = $2`, [requestIds, previous, next]);

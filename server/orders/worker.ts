@@ -17,6 +17,7 @@ import type { Order, OrderStatus } from "./store.ts";
 import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
+import { watchPayments } from "./payment-watch.ts";
 import type { Callbacks } from "../callbacks.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
@@ -83,6 +84,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     ["orphan pulls", () => reconcileOrphanPulls(deps)],
     ["x402 payments", () => reconcileAuthorizationPayments(deps)],
     ["expired refusals", () => closeExpiredRefusals(deps)],
+    ["payments after confirmation", () => watchPayments(deps)],
     ...also.map((task, i): [string, () => Promise<unknown>] => [`task ${i + 1} of the caller's`, task]),
   ];
   let busy = false;

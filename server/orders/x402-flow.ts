@@ -14,10 +14,7 @@
 import { errorText } from "../log-safety.ts";
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
-import { eip3009TokenAbi } from "../../lib/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
 import { isAuthorizationPayment, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
@@ -26,25 +23,9 @@ import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/pa
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
+import { authorizationOnChain } from "../chain/authorization-state.ts";
+import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 
-
-/**
- * The authorization's state on chain at the latest block: whether its nonce is consumed
- * (by this payment, or otherwise), and that block's number and time.
- */
-async function authorizationOnChain(deps: FlowDeps, o: Order): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
-  const chain = o.chain as ChainKey;
-  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
-  const block = await client.getBlock({ blockTag: "latest" });
-  const used = await client.readContract({
-    address: o.tokenAddress as Hex,
-    abi: eip3009TokenAbi,
-    functionName: "authorizationState",
-    args: [o.payer as Hex, o.authNonce! as Hex],
-    blockNumber: block.number,
-  });
-  return { used, block: block.number, timestamp: block.timestamp };
-}
 
 /** The ledger's payment under the order's key, if any. */
 async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
@@ -58,6 +39,8 @@ async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPaymen
     deps.log.warn("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
     return move(deps, o, ["SETTLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
+  if (!(await deepEnough(deps, o.chain, payment))) return o; // not confirmed yet: a later read decides
+  await deps.watches.record(o, payment);
   return move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
 }
 
@@ -286,12 +269,14 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
 async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> {
   const ours = isAuthorizationPayment({ chainId: chainInfo(order.chain).chainId, token: order.tokenAddress, payer: order.payer, nonce: order.authNonce! });
-  const payment = await deps.ledger.awaitPayment(
+  const read = () => ledgerPaymentOf(deps, order);
+  const shown = await deps.ledger.awaitPayment(
     ours,
-    () => ledgerPaymentOf(deps, order),
+    read,
     deps.ledgerWaitMs,
     (err) => deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) }),
   );
+  const payment = shown && (await awaitConfirmations(deps, order.chain, shown, read, deps.ledgerWaitMs));
   return payment ? settledFromLedger(deps, order, payment) : ((await deps.orders.get(order.requestId)) ?? order);
 }
 

@@ -1,0 +1,350 @@
+/**
+ * Payments after the ledger confirmed them. A chain can reorganise: the block that held a
+ * payment is replaced, and the payment with it, after its bill was vended. The ledger follows
+ * the chain and drops the payment; this module notices, and makes the order whole again.
+ *
+ * Every payment that makes an order PAID is recorded here with its block, and watched until
+ * the ledger has indexed REORG_WATCH_BLOCKS blocks on top of it: as deep as the ledger itself
+ * follows reorganisations (Ponder's finality depth for chains it has no figure for, which
+ * Celo and Base are: 30 blocks), so past it neither the ledger nor this watch would see one.
+ *
+ * A watched payment is lost when the ledger has indexed past its block again and no longer
+ * holds it. Then, at once: an error line, `billpay_payments_lost_total`, a row the console
+ * shows, and, by the order's state:
+ *   - vended or being vended (PAID, PENDING, SUCCESS): the money is collected again, under
+ *     the same unique key. x402: the payer's signed authorization, still held, is settled
+ *     again through the facilitator. A pull: the operator pulls again under the same order id.
+ *     BillPay and the token take each key once, so collecting again can never charge twice.
+ *     If it cannot be collected (the authorization expired, its nonce went elsewhere, the
+ *     allowance is gone), or it has not been for RECOLLECT_REVIEW_SECONDS, the order goes
+ *     to NEEDS_REVIEW: an operator decides.
+ *   - refunding or refunded: nothing was kept, so nothing is owed either way; the order
+ *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it.
+ * A collected payment is watched again like any other.
+ *
+ * Bounds: what is collected again is exactly the order's amount, under the order's own key
+ * (its nonce or order id), and counts only when the ledger shows it (the same predicate
+ * every payment passes, `paymentMismatch`).
+ */
+import type { PaymentRequirements } from "@x402/core/types";
+import type { Hex } from "viem";
+import { billPayAbi } from "../../lib/abis.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor } from "../../lib/deployments.ts";
+import { authorizationOnChain } from "../chain/authorization-state.ts";
+import { ContractRefused } from "../chain/operator.ts";
+import type { Db } from "../db.ts";
+import { paymentKey, type LedgerPayment } from "../ledger-client.ts";
+import { errorText } from "../log-safety.ts";
+import { isSettlementPending, settleAnswer } from "../x402/facilitator-answer.ts";
+import type { StoredPayment } from "../x402/payment.ts";
+import type { FlowDeps } from "./fulfil.ts";
+import type { Order, OrderStatus } from "./store.ts";
+
+/** How deep the ledger follows a reorganisation, in blocks: Ponder's default finality depth. */
+export const REORG_WATCH_BLOCKS = 30n;
+/** How often a payment being collected again is tried again while it does not show. */
+const RECOLLECT_RETRY_SECONDS = 30;
+/** Open watches read per chain and pass. */
+const WATCH_BATCH = 2_000;
+const PAGE = 200;
+
+export type LossOutcome = "RECOLLECTING" | "RECOLLECTED" | "REVIEW" | "VOID";
+
+export interface WatchRow {
+  request_id: string;
+  chain: ChainKey;
+  rail: "pull" | "authorization";
+  payment_key: string;
+  block_number: string;
+  block_time: string;
+  tx_hash: string;
+  final: boolean;
+  lost_at: Date | null;
+  outcome: LossOutcome | null;
+  detail: string | null;
+  recollect_tx_hash: string | null;
+  attempted_at: Date | null;
+}
+
+/** A lost payment and what became of it, for the console and the audit. */
+export type Loss = Pick<WatchRow, "request_id" | "chain" | "rail" | "tx_hash" | "lost_at" | "outcome" | "detail" | "recollect_tx_hash"> & { block_number: string };
+
+export class PaymentWatches {
+  constructor(private readonly db: Db) {}
+
+  /** Watches the payment that makes `o` PAID (again, if it moved to another block). */
+  async record(o: Order, p: LedgerPayment): Promise<void> {
+    await this.db.query(
+      `INSERT INTO payment_watch (request_id, chain, rail, payment_key, block_number, block_time, tx_hash)
+       VALUES ($1, $2, $3, $4, $5, $6, $7)
+       ON CONFLICT (request_id) DO UPDATE SET block_number = EXCLUDED.block_number, block_time = EXCLUDED.block_time,
+         tx_hash = EXCLUDED.tx_hash, final = false, updated_at = now()`,
+      [o.requestId, o.chain, p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
+    );
+  }
+
+  async open(chain: ChainKey, limit = WATCH_BATCH): Promise<WatchRow[]> {
+    return this.db.query<WatchRow>(
+      `SELECT request_id, chain, rail, payment_key, block_number::text, block_time::text, tx_hash, final, lost_at, outcome, detail, recollect_tx_hash, attempted_at
+       FROM payment_watch WHERE chain = $1 AND NOT final ORDER BY block_number LIMIT $2`,
+      [chain, limit],
+    );
+  }
+
+  /**
+   * The ledger shows the payment (again): where it now is, and whether it is past the watch.
+   * A lost payment keeps the transaction that was lost; the one that collected it is kept beside it.
+   */
+  async seen(requestId: string, p: LedgerPayment, final: boolean, outcome: LossOutcome | null): Promise<void> {
+    if (final && outcome === null) {
+      await this.db.query(`DELETE FROM payment_watch WHERE request_id = $1 AND lost_at IS NULL`, [requestId]);
+      return;
+    }
+    await this.db.query(
+      `UPDATE payment_watch SET block_number = $2, block_time = $3, final = $5, outcome = $6, updated_at = now(),
+         tx_hash = CASE WHEN lost_at IS NULL THEN $4 ELSE tx_hash END,
+         recollect_tx_hash = CASE WHEN lost_at IS NULL THEN recollect_tx_hash ELSE $4 END
+       WHERE request_id = $1`,
+      [requestId, p.blockNumber, p.timestamp, p.txHash, final, outcome],
+    );
+  }
+
+  /** Marks the payment lost; true the first time. */
+  async lost(requestId: string): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE payment_watch SET lost_at = now(), outcome = 'RECOLLECTING', updated_at = now() WHERE request_id = $1 AND lost_at IS NULL RETURNING request_id`,
+      [requestId],
+    );
+    return rows.length > 0;
+  }
+
+  /**
+   * Takes the next attempt to collect a lost payment again: true for one actor, across
+   * instances, and only once the last attempt is `retrySeconds` old.
+   */
+  async takeAttempt(requestId: string, retrySeconds: number): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE payment_watch SET attempted_at = now(), updated_at = now()
+       WHERE request_id = $1 AND NOT final AND (attempted_at IS NULL OR attempted_at < now() - make_interval(secs => $2)) RETURNING request_id`,
+      [requestId, retrySeconds],
+    );
+    return rows.length > 0;
+  }
+
+  /** What the attempt did: its transaction, once signed, and a word for the console. */
+  async attempted(requestId: string, txHash: string | null, detail: string | null): Promise<void> {
+    await this.db.query(
+      `UPDATE payment_watch SET recollect_tx_hash = COALESCE($2, recollect_tx_hash), detail = COALESCE($3, detail), updated_at = now() WHERE request_id = $1`,
+      [requestId, txHash, detail],
+    );
+  }
+
+  /** Ends a loss that will not be collected: watched no more. */
+  async close(requestId: string, outcome: "REVIEW" | "VOID", detail: string): Promise<void> {
+    await this.db.query(`UPDATE payment_watch SET final = true, outcome = $2, detail = $3, updated_at = now() WHERE request_id = $1`, [requestId, outcome, detail]);
+  }
+
+  /** The latest lost payments, newest first. */
+  async losses(limit = 100): Promise<Loss[]> {
+    return this.db.query<Loss>(
+      `SELECT request_id, chain, rail, block_number::text, tx_hash, lost_at, outcome, detail, recollect_tx_hash
+       FROM payment_watch WHERE lost_at IS NOT NULL ORDER BY lost_at DESC LIMIT $1`,
+      [limit],
+    );
+  }
+}
+
+/**
+ * Whether the ledger has indexed the chain's confirmation depth on top of the payment's
+ * block. At depth 0 (the local chains) it is confirmed as soon as the ledger shows it.
+ */
+export async function deepEnough(deps: FlowDeps, chain: string, p: LedgerPayment): Promise<boolean> {
+  const depth = deps.confirmations[chain as ChainKey] ?? 0;
+  if (depth === 0) return true;
+  const indexed = await deps.ledger.indexedBlock(p.chainId);
+  return indexed !== null && indexed >= BigInt(p.blockNumber) + BigInt(depth);
+}
+
+/**
+ * The request's wait for depth: the payment once the ledger has indexed deep enough on top
+ * of it and still shows it (read again through `read`), or null if it does not within
+ * `waitMs` or was dropped meanwhile; the worker then decides.
+ */
+export async function awaitConfirmations(
+  deps: FlowDeps,
+  chain: string,
+  p: LedgerPayment,
+  read: () => Promise<LedgerPayment | null | undefined>,
+  waitMs: number,
+): Promise<LedgerPayment | null> {
+  const depth = deps.confirmations[chain as ChainKey] ?? 0;
+  if (depth === 0) return p;
+  const deadline = Date.now() + waitMs;
+  const step = Math.max(50, Math.min(250, chainInfo(chain).pollingIntervalMs / 4));
+  for (;;) {
+    if (await deepEnough(deps, chain, p).catch(() => false)) return (await read().catch(() => null)) ?? null;
+    if (Date.now() >= deadline) return null;
+    await new Promise((r) => setTimeout(r, step));
+  }
+}
+
+/**
+ * One pass over the watched payments of every chain: closes those past the watch, and acts
+ * on those the chain dropped. Returns how many lost payments it acted on.
+ */
+export async function watchPayments(deps: FlowDeps): Promise<number> {
+  let acted = 0;
+  for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
+    const rows = await deps.watches.open(chain);
+    if (rows.length === 0) continue;
+    const chainId = chainInfo(chain).chainId;
+    // The position first, the payments next: "not in the ledger" is believed only of a
+    // ledger that had indexed past the payment's block when it was read.
+    const indexed = await deps.ledger.indexedBlock(chainId);
+    if (indexed === null) continue;
+    const shown = await paymentsSince(deps, chainId, rows);
+    for (const w of rows) {
+      const p = shown.get(w.payment_key);
+      if (p) {
+        const final = BigInt(p.blockNumber) + REORG_WATCH_BLOCKS <= indexed;
+        const holding = w.lost_at ? w.recollect_tx_hash : w.tx_hash;
+        if (p.txHash !== holding || w.outcome === "RECOLLECTING") await deps.orders.paymentMovedTo(w.request_id, p.txHash);
+        if (w.outcome === "RECOLLECTING") {
+          deps.log.info("a lost payment is on chain again", { requestId: w.request_id, chain, txHash: p.txHash });
+          deps.metrics.lostPaymentOutcomes.inc({ chain, rail: w.rail, outcome: "recollected" });
+          await deps.watches.seen(w.request_id, p, final, "RECOLLECTED");
+        } else if (final || p.blockNumber !== w.block_number || p.txHash !== holding) {
+          await deps.watches.seen(w.request_id, p, final, w.outcome);
+        }
+        continue;
+      }
+      if (BigInt(w.block_number) > indexed) continue; // the ledger is not back at that height yet
+      try {
+        if (await actOnLoss(deps, w)) acted++;
+      } catch (err) {
+        deps.log.warn("could not act on a lost payment yet; will retry", { requestId: w.request_id, error: errorText(err) });
+      }
+    }
+  }
+  return acted;
+}
+
+/** The ledger's payments of the watched rails from the oldest watched block's time, by key. */
+async function paymentsSince(deps: FlowDeps, chainId: number, rows: WatchRow[]): Promise<Map<string, LedgerPayment>> {
+  const shown = new Map<string, LedgerPayment>();
+  for (const rail of ["pull", "authorization"] as const) {
+    const mine = rows.filter((r) => r.rail === rail);
+    if (mine.length === 0) continue;
+    const from = mine.reduce((min, r) => (BigInt(r.block_time) < min ? BigInt(r.block_time) : min), BigInt(mine[0]!.block_time));
+    let page = await deps.ledger.payments({ chainId, rail, from, limit: PAGE });
+    for (;;) {
+      for (const p of page.payments) shown.set(paymentKey(p), p);
+      if (!page.nextCursor) break;
+      page = await deps.ledger.payments({ chainId, rail, cursor: page.nextCursor, limit: PAGE });
+    }
+  }
+  return shown;
+}
+
+const SERVED: OrderStatus[] = ["PAID", "PENDING", "SUCCESS"];
+const REFUNDS: OrderStatus[] = ["REFUNDING", "REFUNDED"];
+
+/** What a lost payment's order needs; true when something was done. */
+async function actOnLoss(deps: FlowDeps, w: WatchRow): Promise<boolean> {
+  if (w.lost_at === null && (await deps.watches.lost(w.request_id))) {
+    deps.log.error("a confirmed payment was reorganised off the chain", { requestId: w.request_id, chain: w.chain, rail: w.rail, block: w.block_number, txHash: w.tx_hash });
+    deps.metrics.paymentsLost.inc({ chain: w.chain, rail: w.rail });
+  }
+  // One actor per attempt, across instances; the next only once this one has had time to show.
+  if (!(await deps.watches.takeAttempt(w.request_id, RECOLLECT_RETRY_SECONDS))) return false;
+  // Whoever is working the order finishes first (a final order's lease is nominal).
+  const order = await deps.orders.claim(w.request_id, deps.leaseSeconds);
+  if (!order) return false;
+  try {
+    if (REFUNDS.includes(order.status)) {
+      const why = "its payment was reorganised off the chain, so nothing was kept and nothing is refunded";
+      await deps.orders.transition(order.requestId, REFUNDS, "PAYMENT_FAILED", { failureReason: `${order.failureReason ?? "refunding"}; ${why}` });
+      await deps.watches.close(order.requestId, "VOID", why);
+      deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "void" });
+      return true;
+    }
+    if (!SERVED.includes(order.status)) {
+      await deps.watches.close(order.requestId, "REVIEW", `the order was ${order.status} when its payment was lost; left to an operator`);
+      return true;
+    }
+    const lostFor = (Date.now() - (w.lost_at ?? new Date()).getTime()) / 1000;
+    if (lostFor > deps.recollectReviewSeconds) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+    return order.rail === "pull" ? await pullAgain(deps, order, w) : await settleAgain(deps, order, w);
+  } finally {
+    await deps.orders.release(order.requestId, order.leaseToken);
+  }
+}
+
+/** The served order goes to an operator: its money could not be collected again. */
+async function review(deps: FlowDeps, o: Order, w: WatchRow, why: string): Promise<boolean> {
+  const reason = `its payment was reorganised off the chain after the ledger confirmed it, and could not be collected again: ${why}`;
+  deps.log.error("a lost payment could not be collected again; the order waits for an operator", { requestId: o.requestId, chain: o.chain, why });
+  await deps.orders.transition(o.requestId, SERVED, "NEEDS_REVIEW", { failureReason: reason });
+  await deps.watches.close(o.requestId, "REVIEW", why);
+  deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "review" });
+  return true;
+}
+
+/** x402: the payer's signed authorization, still held, settled again through the facilitator. */
+async function settleAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boolean> {
+  const onChain = await authorizationOnChain(deps, o);
+  if (onChain.used) {
+    // Spent again already: most likely the same payment back in a block the ledger has not
+    // indexed; if it never shows, its nonce went elsewhere, and the deadline sends it to review.
+    await deps.watches.attempted(o.requestId, null, "the authorization's nonce is spent again; waiting for the ledger");
+    return false;
+  }
+  if (o.authValidBefore! <= onChain.timestamp) return review(deps, o, w, "the payer's authorization has expired");
+  const facilitator = deps.facilitators[o.chain as ChainKey];
+  if (!facilitator) return review(deps, o, w, "no facilitator for this chain");
+  const { payload } = o.payment as unknown as StoredPayment;
+  const answer = await settleAnswer(() => facilitator.settle(payload, o.requirements as unknown as PaymentRequirements));
+  if (answer.kind === "answered" && (answer.response.success || isSettlementPending(answer.response))) {
+    await deps.watches.attempted(o.requestId, answer.response.transaction || null, "submitted again through the facilitator");
+    deps.log.warn("a lost x402 payment was submitted again", { requestId: o.requestId, txHash: answer.response.transaction || null });
+    return true;
+  }
+  // Refused or unanswered: tried again while the authorization lives (and within the deadline).
+  const why = answer.kind === "answered" ? `facilitator: ${answer.response.errorReason ?? "settlement failed"}` : "the facilitator did not answer";
+  await deps.watches.attempted(o.requestId, null, why);
+  deps.log.warn("a lost x402 payment could not be submitted again yet; will retry", { requestId: o.requestId, why });
+  return false;
+}
+
+/** A pull: the operator pulls again under the same order id (BillPay takes an order id once). */
+async function pullAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boolean> {
+  const chain = o.chain as ChainKey;
+  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const onChain = await client.readContract({
+    address: deps.deployments.chains[chain]!.billPay.address as Hex,
+    abi: billPayAbi,
+    functionName: "orderOf",
+    args: [o.onchainOrderId as Hex],
+  });
+  if (onChain.payer !== "0x0000000000000000000000000000000000000000") {
+    await deps.watches.attempted(o.requestId, null, "BillPay holds the pull again; waiting for the ledger");
+    return false;
+  }
+  try {
+    await deps.operator.pull(
+      chain,
+      { requestId: o.requestId, payer: o.payer as Hex, token: o.tokenAddress as Hex, amount: o.amount },
+      (hash) => deps.watches.attempted(o.requestId, hash, "pulled again under the same order id"),
+      async (_previous, next) => deps.watches.attempted(o.requestId, next, null),
+    );
+    deps.log.warn("a lost pull was pulled again", { requestId: o.requestId });
+    return true;
+  } catch (err) {
+    if (err instanceof ContractRefused && err.errorName === "OrderExists") return false; // landed meanwhile: the ledger will show it
+    if (err instanceof ContractRefused) return review(deps, o, w, `BillPay refused the pull again (${err.errorName})`);
+    await deps.watches.attempted(o.requestId, null, `the pull could not be sent: ${errorText(err)}`);
+    throw err;
+  }
+}

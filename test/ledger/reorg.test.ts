@@ -1,0 +1,237 @@
+/**
+ * A chain reorganised under a served bill, against the real local stack (Hardhat chain,
+ * Ponder ledger, facilitator, biller sandbox). Each case takes an `evm_snapshot` before a
+ * payment, pays and is served, then `evm_revert`s the chain and mines past the payment's
+ * height, so the ledger drops the payment it had confirmed, as a real reorganisation does.
+ * The service must notice, say so, and collect the money again under the same key (the
+ * payer's authorization; the same order id), or send the order to an operator, never
+ * charging twice; a refunded bill whose payment went is closed as never paid.
+ */
+import type { Account, Hex } from "viem";
+import { x402HTTPClient } from "@x402/core/http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mcpAgent } from "../../lib/agent-client.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAudit } from "../../scripts/audit.ts";
+import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
+
+describe("a payment reorganised off the chain after its bill was served", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+  const errors: string[] = [];
+
+  const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never }) as Promise<unknown>;
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const orderOf = async (requestId: unknown) => (await service.flow.orders.get(requestId as string))!;
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+
+  async function pay(payer: Account, body: Body): Promise<Body> {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
+  }
+
+  /** Does `act` on a chain that is then reorganised: everything `act` put on chain is gone, and the chain has moved past it. */
+  async function reorganisedAway<T>(act: () => Promise<T>): Promise<T> {
+    const snapshot = await rpc("evm_snapshot");
+    const result = await act();
+    await rpc("evm_revert", [snapshot]);
+    return result;
+  }
+  const mine = (blocks = 4) => rpc("hardhat_mine", [`0x${blocks.toString(16)}`]);
+
+  /** Runs the watch (as the worker does) until the order's lost payment reaches `outcome`. */
+  async function watchUntil(requestId: unknown, outcome: LossOutcome) {
+    await expect
+      .poll(
+        async () => {
+          await watchPayments(service.flow).catch(() => 0);
+          return (await service.flow.watches.losses()).find((l) => l.request_id === requestId)?.outcome;
+        },
+        { timeout: 30_000, interval: 250 },
+      )
+      .toBe(outcome);
+    return (await service.flow.watches.losses()).find((l) => l.request_id === requestId)!;
+  }
+
+  /** What the biller sandbox did with each of the order's pay attempts. */
+  async function delivered(requestId: unknown): Promise<string[]> {
+    const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
+    const attempts = await service.flow.attempts.of(requestId as string);
+    return Promise.all(attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as Body).status as string));
+  }
+
+  const metric = async (name: string) =>
+    (await (await fetch(`${url}/metrics`)).text())
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+
+  async function linkedAgent(account: Account) {
+    await celo.approveAndAllow(account, "USDC", USDC(100));
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const mcp = await mcpAgent(url);
+    return {
+      pay: async () => (await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })).data,
+      close: () => mcp.close(),
+    };
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+    const log = service.flow.log;
+    const error = log.error.bind(log);
+    log.error = (msg, fields) => {
+      errors.push(msg);
+      error(msg, fields);
+    };
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  it("x402: the payer's still-valid authorization is settled again; charged once, served once, logged, counted, shown, audited clean", async () => {
+    const payer = hardhatAccount(5);
+    const [payerBefore, billPayBefore] = [await usdc(payer.address), await usdc(celo.billPay)];
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    const requestId = paid.request_id;
+    const lostTx = (await orderOf(requestId)).txHash;
+    expect(await usdc(payer.address)).toBe(payerBefore); // the chain no longer holds the payment
+    await mine();
+
+    const loss = await watchUntil(requestId, "RECOLLECTED");
+    expect(loss.tx_hash).toBe(lostTx);
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("SUCCESS");
+    expect(order.txHash).not.toBe(lostTx);
+    expect(order.txHash).toBe(loss.recollect_tx_hash);
+    // Charged exactly once, and BillPay holds exactly that; the bill was vended once.
+    expect(payerBefore - (await usdc(payer.address))).toBe(order.amount);
+    expect((await usdc(celo.billPay)) - billPayBefore).toBe(order.amount);
+    expect(await delivered(requestId)).toEqual(["delivered"]);
+
+    expect(errors).toContain("a confirmed payment was reorganised off the chain");
+    expect(await metric('billpay_payments_lost_total{chain="CELO",rail="authorization"}')).toBe(1);
+    expect(await metric('billpay_lost_payment_outcomes_total{chain="CELO",rail="authorization",outcome="recollected"}')).toBe(1);
+    const panel = await (await fetch(`${url}/console/money?panel=losses`)).text();
+    expect(panel).toContain(String(requestId));
+    expect(panel).toContain("RECOLLECTED");
+
+    const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
+  });
+
+  it("a pull: the operator pulls again under the same order id; charged once, served once", async () => {
+    const agent = await linkedAgent(hardhatAccount(6));
+    try {
+      const wallet = hardhatAccount(6).address;
+      const before = await usdc(wallet);
+      const paid = await reorganisedAway(() => agent.pay());
+      expect(paid).toMatchObject({ status: "SUCCESS" });
+      expect(await usdc(wallet)).toBe(before);
+      await mine();
+
+      await watchUntil(paid.request_id, "RECOLLECTED");
+      const order = await orderOf(paid.request_id);
+      expect(order.status).toBe("SUCCESS");
+      expect(before - (await usdc(wallet))).toBe(order.amount);
+      const onChain = await celo.publicClient.readContract({ address: celo.billPay, abi: (await import("../../lib/abis.ts")).billPayAbi, functionName: "orderOf", args: [order.onchainOrderId as Hex] });
+      expect(onChain.paid).toBe(order.amount);
+      expect(await delivered(paid.request_id)).toEqual(["delivered"]);
+      expect(await metric('billpay_payments_lost_total{chain="CELO",rail="pull"}')).toBe(1);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it("a pull whose allowance the payer revoked meanwhile cannot be collected: the order waits for an operator, the payer is not charged", async () => {
+    const account = hardhatAccount(7);
+    const agent = await linkedAgent(account);
+    try {
+      const before = await usdc(account.address);
+      const paid = await reorganisedAway(() => agent.pay());
+      expect(paid).toMatchObject({ status: "SUCCESS" });
+      await celo.setSpendingAllowance(account, "USDC", 0n); // lands where the pull was
+      await mine();
+
+      const loss = await watchUntil(paid.request_id, "REVIEW");
+      expect(loss.detail).toContain("SpendingAllowanceExceeded");
+      const order = await orderOf(paid.request_id);
+      expect(order.status).toBe("NEEDS_REVIEW");
+      expect(order.failureReason).toContain("reorganised off the chain");
+      expect(await usdc(account.address)).toBe(before);
+      expect(errors).toContain("a lost payment could not be collected again; the order waits for an operator");
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it("a refunded bill whose payment and refund both went is closed as never paid: nothing owed either way", async () => {
+    const payer = hardhatAccount(8);
+    const before = await usdc(payer.address);
+    const failed = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: "08099999999", nairaAmount: 1550 })));
+    expect(failed).toMatchObject({ status: "FAILED_VENDING" });
+    expect((await orderOf(failed.request_id)).status).toBe("REFUNDED");
+    await mine();
+
+    await watchUntil(failed.request_id, "VOID");
+    const order = await orderOf(failed.request_id);
+    expect(order.status).toBe("PAYMENT_FAILED");
+    expect(await usdc(payer.address)).toBe(before);
+  });
+
+  it("with a confirmation depth, a bill is vended only once the ledger has indexed that many blocks on top of its payment", async () => {
+    const payer = hardhatAccount(10);
+    service.flow.confirmations.CELO = 2;
+    try {
+      const before = await usdc(payer.address);
+      const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
+      // Settled (one block), but nothing on top of it: the order waits, nothing is vended.
+      await expect.poll(() => usdc(payer.address), { timeout: 10_000 }).toBeLessThan(before);
+      await new Promise((r) => setTimeout(r, 1_000));
+      const [waiting] = await service.db.query<{ request_id: string; status: string }>(`SELECT request_id, status FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
+      expect(waiting!.status).toBe("SETTLING");
+      expect(await service.flow.attempts.of(waiting!.request_id)).toEqual([]);
+      await mine(2);
+      expect(await answer).toMatchObject({ status: "SUCCESS", request_id: waiting!.request_id });
+    } finally {
+      service.flow.confirmations.CELO = 0;
+    }
+  });
+
+  // Last: it moves the chain's clock three days on.
+  it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
+    const payer = hardhatAccount(9);
+    const before = await usdc(payer.address);
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    await rpc("evm_increaseTime", [3 * 86_400]); // past the authorization (a quote lives a day)
+    await mine();
+
+    const loss = await watchUntil(paid.request_id, "REVIEW");
+    expect(loss.detail).toContain("expired");
+    expect((await orderOf(paid.request_id)).status).toBe("NEEDS_REVIEW");
+    expect(await usdc(payer.address)).toBe(before);
+    expect(await metric('billpay_lost_payment_outcomes_total{chain="CELO",rail="authorization",outcome="review"}')).toBe(1);
+  });
+});
