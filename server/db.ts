@@ -272,6 +272,16 @@ const MIGRATIONS: string[] = [
    );
    CREATE INDEX payment_watch_open ON payment_watch (chain, block_number) WHERE NOT final;
    CREATE INDEX payment_watch_lost ON payment_watch (lost_at) WHERE lost_at IS NOT NULL;`,
+  // One key, one instance: the instance signing with each hot key, and its heartbeat (chain/key-lease.ts).
+  `CREATE TABLE key_lease (
+     address      text        PRIMARY KEY,
+     role         text        NOT NULL,
+     instance_id  text        NOT NULL,
+     host         text        NOT NULL,
+     pid          integer     NOT NULL,
+     heartbeat_at timestamptz NOT NULL DEFAULT now(),
+     started_at   timestamptz NOT NULL DEFAULT now()
+   );`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -11,7 +11,8 @@ import { openDb } from "./db.ts";
 import { purgeTask } from "./storage-purge.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
-import { buildFlow, buildHub } from "./services.ts";
+import { buildFlow, buildHub, claimKeys } from "./services.ts";
+import { KeyHeld } from "./chain/key-lease.ts";
 import { startupFailures } from "./startup-checks.ts";
 import { log as processLog } from "./log.ts";
 
@@ -37,6 +38,16 @@ if (failures.length > 0) {
   await db.close();
   process.exit(1);
 }
+// One key, one instance: refused while another live instance signs with these keys (server/chain/key-lease.ts).
+try {
+  await claimKeys(flow);
+} catch (err) {
+  if (!(err instanceof KeyHeld)) throw err;
+  processLog().error("refusing to start", { failures: [err.message] });
+  console.error(`refusing to start:\n  - ${err.message}`);
+  await db.close();
+  process.exit(1);
+}
 const hub = buildHub(config, deployments, db, flow, rates);
 const app = createApp({ config, db, deployments, rates, flow, hub });
 const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS, config.ORDER_UNPAID_RETENTION_DAYS * 86_400)]);
@@ -46,17 +57,19 @@ const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOS
 );
 
 let stopping = false;
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    log("shutting down", { signal });
-    server.close(async () => {
-      await worker.stop();
-      flow.ledger.close();
-      await db.close();
-      process.exit(0);
-    });
-    setTimeout(() => process.exit(1), 10_000).unref();
+function shutdown(why: string, code: number) {
+  if (stopping) return;
+  stopping = true;
+  log("shutting down", { why });
+  server.close(async () => {
+    await worker.stop();
+    flow.ledger.close();
+    await flow.keyLeases.release().catch(() => {}); // gives back only what this instance still holds
+    await db.close();
+    process.exit(code);
   });
+  setTimeout(() => process.exit(1), 10_000).unref();
 }
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => shutdown(signal, 0));
+// Another instance took a key while this one stalled: it must not sign again.
+flow.keyLeases.onLost = () => shutdown("another instance took this instance's key lease", 1);

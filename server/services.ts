@@ -12,6 +12,7 @@ import { Catalogue } from "./biller/catalogue/catalogue.ts";
 import { VtpassClient } from "./biller/vtpass/client.ts";
 import { BillerAttempts } from "./orders/attempts.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
+import { KeyLeases } from "./chain/key-lease.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { Callbacks } from "./callbacks.ts";
@@ -56,9 +57,11 @@ export function buildFlow(
     timeoutMs: config.BILLER_TIMEOUT_MS,
     observe: (operation, seconds, ok) => metrics.observeUpstream("biller", operation, seconds, ok),
   });
-  const orders = new OrderStore(db);
+  const keyLeases = new KeyLeases(db, log());
+  const orders = new OrderStore(db, keyLeases.instance);
   return {
     orders,
+    keyLeases,
     attempts: new BillerAttempts(db),
     orphans: new Orphans(db),
     callbacks: new Callbacks(db, orders, callbackOptions(config), log()),
@@ -133,4 +136,21 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     gates: buildGates(config),
     offers: new PriceOffers(pepper),
   });
+}
+
+/**
+ * Leases this instance's hot keys (chain/key-lease.ts): throws KeyHeld when another live
+ * instance signs with one. Orders a dead predecessor on these keys had leased are released,
+ * so the worker resumes them at its next pass.
+ */
+export async function claimKeys(flow: WorkerDeps): Promise<void> {
+  const { operator, refunder } = flow.operator.addresses;
+  const dead = await flow.keyLeases.claim([
+    { role: "operator", address: operator },
+    { role: "refunder", address: refunder },
+  ]);
+  for (const previous of dead) {
+    const released = await flow.orders.releaseInstance(previous);
+    flow.log.info("resuming what a stopped instance on these keys left", { previous, orders: released });
+  }
 }

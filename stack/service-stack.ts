@@ -12,7 +12,7 @@ import { loadConfig, type Config } from "../server/config.ts";
 import { openDb, type Db } from "../server/db.ts";
 import type { WorkerDeps } from "../server/orders/worker.ts";
 import { rateSourceFor } from "../server/pricing/rates.ts";
-import { buildFlow, buildHub } from "../server/services.ts";
+import { buildFlow, buildHub, claimKeys } from "../server/services.ts";
 import { log } from "../server/log.ts";
 import type { AgentHub } from "../server/agent/hub.ts";
 import type { HotKeys } from "../server/chain/operator.ts";
@@ -91,6 +91,8 @@ export async function startServiceStack(options: {
     const rates = rateSourceFor(config, db, log());
     const flow = buildFlow(config, deployments, db, options.keys);
     closers.push(async () => flow.ledger.close());
+    await claimKeys(flow); // another live instance on these keys: refused, naming the key
+    closers.push(() => flow.keyLeases.release());
     const hub = buildHub(config, deployments, db, flow, rates);
     const service = await listen(createApp({ config, db, deployments, rates, flow, hub }).fetch, options.ports?.service);
     closers.push(service.close);

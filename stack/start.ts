@@ -66,6 +66,11 @@ try {
     purgeTask(stack.db, config.LINK_SIGNATURE_WINDOW_SECONDS, config.ORDER_UNPAID_RETENTION_DAYS * 86_400),
   ]);
   closers.push(() => worker.stop());
+  // Another instance took a key while this one stalled: it must not sign again.
+  stack.flow.keyLeases.onLost = () => {
+    console.error("another instance took this instance's key lease; stopping");
+    void stopAll().then(() => process.exit(1));
+  };
   log(`facilitator: ${stack.urls.facilitator}`);
   log(`biller sandbox: ${stack.urls.biller}`);
   log(`service: ${stack.urls.service}`);

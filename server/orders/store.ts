@@ -242,7 +242,28 @@ function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotenc
 }
 
 export class OrderStore {
-  constructor(private readonly db: Db) {}
+  /**
+   * @param instance this process's instance id (chain/key-lease.ts): every lease it takes is
+   *                 `<instance>/<uuid>`, so a restarted instance can release what its crashed
+   *                 predecessor held instead of waiting out ORDER_LEASE_SECONDS.
+   */
+  constructor(
+    private readonly db: Db,
+    private readonly instance = "unnamed",
+  ) {}
+
+  private leaseToken(): string {
+    return `${this.instance}/${randomUUID()}`;
+  }
+
+  /** Releases every lease `instance` holds (it is known dead); returns how many orders it held. */
+  async releaseInstance(instance: string): Promise<number> {
+    const rows = await this.db.query(
+      `UPDATE bill_order SET lease_until = NULL WHERE lease_until > now() AND starts_with(lease_token, $1) RETURNING request_id`,
+      [`${instance}/`],
+    );
+    return rows.length;
+  }
 
   /**
    * Takes the once-only lock on the payment and creates the order in SETTLING. When the
@@ -265,7 +286,7 @@ export class OrderStore {
         JSON.stringify(o.requirements),
         leaseSeconds,
         onChainOrderId(o.requestId),
-        randomUUID(),
+        this.leaseToken(),
         o.authValidBefore!.toString(),
         o.secretHash,
       ],
@@ -281,7 +302,7 @@ export class OrderStore {
    */
   async createPullOrders(orders: NewPullOrder[], leaseSeconds: number): Promise<{ orders: Order[]; created: boolean }> {
     if (orders.length === 0) return { orders: [], created: true };
-    const params: unknown[] = [leaseSeconds, randomUUID()];
+    const params: unknown[] = [leaseSeconds, this.leaseToken()];
     const values = orders.map((o) => {
       const base = params.length;
       params.push(
@@ -474,7 +495,7 @@ export class OrderStore {
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
        WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now() OR status = ANY($4::text[]))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, randomUUID(), FINAL_STATUSES],
+      [requestId, leaseSeconds, this.leaseToken(), FINAL_STATUSES],
     );
     return row && toOrder(row);
   }
@@ -611,7 +632,7 @@ export class OrderStore {
            AND (not_before IS NULL OR not_before <= now())
          ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED)
        RETURNING ${COLUMNS}`,
-      [statuses, olderThanSeconds, leaseSeconds, skip, randomUUID()],
+      [statuses, olderThanSeconds, leaseSeconds, skip, this.leaseToken()],
     );
     return row && toOrder(row);
   }

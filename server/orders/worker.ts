@@ -19,10 +19,13 @@ import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } fr
 import { reconcilePulling } from "./pull-reconciler.ts";
 import { watchPayments } from "./payment-watch.ts";
 import type { Callbacks } from "../callbacks.ts";
+import type { KeyLeases } from "../chain/key-lease.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
 export interface WorkerDeps extends FlowDeps {
   orphans: Orphans;
+  /** This instance's lease on its hot keys (chain/key-lease.ts). */
+  keyLeases: KeyLeases;
   /** Sends the callbacks of orders that became final, on a loop of its own. */
   callbacks?: Callbacks;
   /** Orders younger than this are still in their request's hands. */

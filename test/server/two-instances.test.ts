@@ -22,6 +22,7 @@ import { workOnce } from "../../server/orders/worker.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { freshDatabase, startTestChains } from "../support/stack.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
 
 type Result = { status: string; request_id: string; refund?: { status: string } };
 
@@ -156,5 +157,46 @@ describe("two service instances on one PostgreSQL and one ledger", () => {
     await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
     const report = await audit();
     expect(report.orders).toMatchObject({ ordersChecked: 9, review: [], stuck: [] });
+  });
+
+  it("one key, one instance: a second instance on A's keys refuses to start and names the key; after A dies holding an order, its restart resumes it at once", async () => {
+    const env = { SERVER_DATABASE_URL: database.url, SERVER_DB_POOL_SIZE: "3", LEDGER_URL: ledger.url, WORKER_GRACE_SECONDS: "0", LOG_REQUESTS: "0" };
+    const shared = { facilitator: a.urls.facilitator, biller: a.urls.biller };
+    const operator = a.flow.operator.addresses.operator.toLowerCase();
+    // Same configuration as A (the local keys): refused while A lives, naming the key and its holder.
+    await expect(startServiceStack({ deployments: chains.deployments, env, shared })).rejects.toThrow(
+      new RegExp(`the operator key ${operator} is held by another live instance \\(${a.flow.keyLeases.instance}`),
+    );
+    // B, on its own keys, is not disturbed.
+    const [held] = await a.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM key_lease`);
+    expect(held!.n).toBe(4);
+
+    // A takes an x402 payment and dies holding its order (lease for ORDER_LEASE_SECONDS, heartbeat stopped).
+    const payer = hardhatAccount(9);
+    const body = x402Bill(payer.address, { billersCode: "08011111111" });
+    const challenge = await fetch(`${a.urls.service}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const client = new x402HTTPClient(x402ClientFor(payer, chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenge.headers.get(n), await challenge.json()));
+    const crashed = await lockAsCrashedRequest(a.flow, { body, payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "crash" });
+    expect(await a.flow.orders.claim(crashed.requestId, 300)).toBeDefined();
+    a.flow.keyLeases.stopHeartbeat();
+    // Nobody else may take it while its lease runs: B's worker passes it by.
+    await workOnce(b.flow);
+    expect((await b.flow.orders.get(crashed.requestId))!.status).toBe("SETTLING");
+
+    // A restarts with the same configuration: it takes its keys once their heartbeat is silent, and its order at once.
+    const started = Date.now();
+    const restarted = await startServiceStack({ deployments: chains.deployments, env, shared });
+    try {
+      expect(Date.now() - started).toBeLessThan(10_000);
+      await workOnce(restarted.flow);
+      expect((await restarted.flow.orders.get(crashed.requestId))!.status).toBe("SUCCESS");
+      const [lease] = await a.db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [operator]);
+      expect(lease!.instance_id).toBe(restarted.flow.keyLeases.instance);
+    } finally {
+      await restarted.close();
+    }
+    // A clean stop gives the keys back.
+    expect(await a.db.query(`SELECT 1 FROM key_lease WHERE address = $1`, [operator])).toEqual([]);
   });
 });

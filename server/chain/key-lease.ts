@@ -1,0 +1,189 @@
+/**
+ * One key, one instance. Each hot key (operator, refunder) signs from one live instance only:
+ * two instances sending from one key pick the same nonce, and the loser's transaction never
+ * mines, stranding its bill. So an instance leases its keys in the database at start and
+ * heartbeats the lease; another instance that would sign with a key a live instance holds
+ * refuses to start, naming the key and its holder.
+ *
+ * A holder is live while its heartbeat moves. A starting instance that finds a lease:
+ *   - held by a process on this host that no longer exists: dead, taken at once (a restart);
+ *   - otherwise watches it for up to DEAD_AFTER_MS: a heartbeat in that time means a live
+ *     holder (refused); none means a dead one (taken).
+ * Taking a dead instance's lease also releases the orders it had leased (order leases carry
+ * the instance's id), so a restarted instance resumes them within seconds rather than after
+ * ORDER_LEASE_SECONDS. A clean stop gives the leases back, so the next start is immediate.
+ *
+ * An instance that finds on a heartbeat that its lease was taken (it stalled past
+ * DEAD_AFTER_MS) is told (`onLost`): it must stop signing, and main.ts exits.
+ */
+import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+import type { Db } from "../db.ts";
+import type { Log } from "../log.ts";
+
+export const HEARTBEAT_MS = 2_000;
+/** No heartbeat for this long: the holder is dead (or stalled; it finds out at its next beat). */
+export const DEAD_AFTER_MS = 5_000;
+const WATCH_STEP_MS = 250;
+
+export interface LeasedKey {
+  role: "operator" | "refunder";
+  address: string;
+}
+
+interface LeaseRow {
+  address: string;
+  role: string;
+  instance_id: string;
+  host: string;
+  pid: number;
+  /** Milliseconds since the holder's last heartbeat, by the database's clock. */
+  age_ms: number;
+  heartbeat_at: Date;
+}
+
+/** Another live instance holds one of this instance's keys. */
+export class KeyHeld extends Error {
+  constructor(
+    readonly key: LeasedKey,
+    readonly holder: { instance: string; host: string; pid: number },
+  ) {
+    super(
+      `the ${key.role} key ${key.address} is held by another live instance (${holder.instance}, host ${holder.host}, pid ${holder.pid}); ` +
+        `each instance needs its own operator and refunder keys (OPERATOR_PRIVATE_KEY, REFUNDER_PRIVATE_KEY, granted with npm run admin)`,
+    );
+  }
+}
+
+/** Whether process `pid` exists on this host. */
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+export class KeyLeases {
+  /** This process's instance id: host, pid and a random part (one process may run several instances in tests). */
+  readonly instance = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  private timer?: NodeJS.Timeout;
+  private held: LeasedKey[] = [];
+
+  constructor(
+    private readonly db: Db,
+    private readonly log: Log,
+  ) {}
+
+  private async read(address: string): Promise<LeaseRow | undefined> {
+    const [row] = await this.db.query<LeaseRow>(
+      `SELECT address, role, instance_id, host, pid, heartbeat_at, (extract(epoch FROM now() - heartbeat_at) * 1000)::float8 AS age_ms
+       FROM key_lease WHERE address = $1`,
+      [address],
+    );
+    return row;
+  }
+
+  /**
+   * Leases every key, or throws KeyHeld (leasing none). Answers the dead instances whose
+   * leases were taken over: their orders are the caller's to release.
+   */
+  async claim(keys: LeasedKey[]): Promise<string[]> {
+    const unique = [...new Map(keys.map((k) => [k.address.toLowerCase(), { ...k, address: k.address.toLowerCase() }])).values()];
+    const dead: string[] = [];
+    try {
+      for (const key of unique) {
+        const previous = await this.take(key);
+        if (previous) dead.push(previous);
+        this.held.push(key);
+      }
+    } catch (err) {
+      await this.release();
+      throw err;
+    }
+    this.timer = setInterval(() => void this.beat(), HEARTBEAT_MS);
+    this.timer.unref();
+    return [...new Set(dead)];
+  }
+
+  /** Leases one key; answers the dead holder it replaced, if any. */
+  private async take(key: LeasedKey): Promise<string | undefined> {
+    for (;;) {
+      const row = await this.read(key.address);
+      if (!row) {
+        const inserted = await this.db.query(
+          `INSERT INTO key_lease (address, role, instance_id, host, pid) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (address) DO NOTHING RETURNING address`,
+          [key.address, key.role, this.instance, hostname(), process.pid],
+        );
+        if (inserted.length > 0) return undefined;
+        continue; // another instance inserted first: judge it like any holder
+      }
+      if (row.instance_id === this.instance) return undefined;
+      const gone = row.host === hostname() && row.pid !== process.pid && !processExists(row.pid);
+      if (!gone && !(await this.staysSilent(row))) {
+        throw new KeyHeld(key, { instance: row.instance_id, host: row.host, pid: row.pid });
+      }
+      // Compare-and-set: only if the dead holder still holds it (two starting instances race).
+      const taken = await this.db.query(
+        `UPDATE key_lease SET role = $2, instance_id = $3, host = $4, pid = $5, heartbeat_at = now(), started_at = now()
+         WHERE address = $1 AND instance_id = $6 RETURNING address`,
+        [key.address, key.role, this.instance, hostname(), process.pid, row.instance_id],
+      );
+      if (taken.length > 0) {
+        this.log.warn("took over a key whose instance stopped without giving it back", { role: key.role, key: key.address, previous: row.instance_id });
+        return row.instance_id;
+      }
+    }
+  }
+
+  /** Watches a holder's heartbeat: true when it stays silent DEAD_AFTER_MS (dead), false as soon as it beats. */
+  private async staysSilent(row: LeaseRow): Promise<boolean> {
+    let age = row.age_ms;
+    while (age < DEAD_AFTER_MS) {
+      await new Promise((r) => setTimeout(r, WATCH_STEP_MS));
+      const now = await this.read(row.address);
+      if (!now || now.instance_id !== row.instance_id) return true; // given back or taken meanwhile: judge again
+      if (now.heartbeat_at.getTime() !== row.heartbeat_at.getTime()) return false;
+      age = now.age_ms;
+    }
+    return true;
+  }
+
+  /** Renews the leases; a lease found taken is reported once and dropped. */
+  private async beat(): Promise<void> {
+    if (this.held.length === 0) return;
+    try {
+      const rows = await this.db.query<{ address: string }>(
+        `UPDATE key_lease SET heartbeat_at = now() WHERE address = ANY($1::text[]) AND instance_id = $2 RETURNING address`,
+        [this.held.map((k) => k.address), this.instance],
+      );
+      const kept = new Set(rows.map((r) => r.address));
+      const lost = this.held.filter((k) => !kept.has(k.address));
+      if (lost.length > 0) {
+        this.held = this.held.filter((k) => kept.has(k.address));
+        this.log.error("another instance took this instance's key lease; it must stop signing", { keys: lost.map((k) => `${k.role} ${k.address}`) });
+        this.onLost?.(lost);
+      }
+    } catch (err) {
+      this.log.warn("could not renew the key lease; retrying", { error: (err as Error).message });
+    }
+  }
+
+  /** Called when a heartbeat finds a lease taken by another instance. */
+  onLost?: (keys: LeasedKey[]) => void;
+
+  /** Stops the heartbeat without giving the leases back: what a crash leaves (for tests). */
+  stopHeartbeat(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Stops the heartbeat and gives the leases back (a clean stop). */
+  async release(): Promise<void> {
+    this.stopHeartbeat();
+    const addresses = this.held.map((k) => k.address);
+    this.held = [];
+    if (addresses.length > 0) await this.db.query(`DELETE FROM key_lease WHERE address = ANY($1::text[]) AND instance_id = $2`, [addresses, this.instance]);
+  }
+}
