@@ -63,6 +63,29 @@ export function ledgerPgliteDir(): string {
   return activeNetwork().local ? IN_MEMORY : resolve(".data/ledger-pglite");
 }
 
+/**
+ * The setting that opens Ponder's SQL over HTTP (`/sql/*`, which `@ponder/client` and the
+ * service's live push use) and GraphQL (`/graphql`) to every caller. Unset or `0`, they
+ * answer callers on this machine only (loopback), and other machines get the `/ledger/*`
+ * read API and Ponder's /health, /ready, /status and /metrics.
+ */
+export const LEDGER_OPEN_QUERY_API = "LEDGER_OPEN_QUERY_API";
+
+/** Whether LEDGER_OPEN_QUERY_API opens the query API to other machines: `1` yes, `0` or unset no, anything else an error. */
+export function ledgerQueryApiOpen(env: Record<string, string | undefined> = process.env): boolean {
+  const raw = env[LEDGER_OPEN_QUERY_API];
+  if (raw === undefined || raw === "" || raw === "0") return false;
+  if (raw === "1") return true;
+  throw new Error(`${LEDGER_OPEN_QUERY_API} must be 1 (open to every caller) or 0 (this machine only), not ${JSON.stringify(raw)}`);
+}
+
+/** Whether a socket's peer address is this machine's loopback: 127.0.0.0/8, ::1, or 127.x mapped into IPv6. */
+export function isLoopbackAddress(address: string | undefined): boolean {
+  if (!address) return false;
+  const v4 = address.toLowerCase().startsWith("::ffff:") ? address.slice(7) : address;
+  return address === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(v4);
+}
+
 export function ledgerUrl(): string {
   return process.env.LEDGER_URL ?? `http://127.0.0.1:${DEFAULT_LEDGER_PORT}`;
 }

@@ -12,7 +12,14 @@ import { createHash } from "node:crypto";
 import pg from "pg";
 import { isLocalRpcUrl } from "../lib/chain-client.ts";
 import { readDeployments, type Deployments } from "../lib/deployments.ts";
-import { LEDGER_VIEWS_SCHEMA, ledgerPgliteDir, ledgerSchemaName, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
+import {
+  LEDGER_OPEN_QUERY_API,
+  LEDGER_VIEWS_SCHEMA,
+  ledgerPgliteDir,
+  ledgerQueryApiOpen,
+  ledgerSchemaName,
+  refuseOlderLedgerDir,
+} from "../lib/ledger-config.ts";
 import { LedgerClient } from "../server/ledger-client.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -41,6 +48,12 @@ export interface LedgerOptions {
   env?: Record<string, string>;
   /** The address the ledger's HTTP server binds (default 127.0.0.1; 0.0.0.0 serves other machines). */
   host?: string;
+  /**
+   * Serve Ponder's SQL over HTTP (/sql/*) and GraphQL (/graphql) to other machines too
+   * (LEDGER_OPEN_QUERY_API=1); absent, the inherited LEDGER_OPEN_QUERY_API decides (unset:
+   * this machine only; /ledger/* answers everyone either way).
+   */
+  openQueryApi?: boolean;
   /** Told of each chain's indexed block while the backfill runs (at most every `progressEveryMs`). */
   onProgress?: (chains: Array<{ chain: string; chainId: number; block: number | null }>) => void;
   progressEveryMs?: number;
@@ -131,6 +144,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.pgliteDir) env.LEDGER_PGLITE_DIR = options.pgliteDir;
   if (options.pollingIntervalMs) env.LEDGER_POLLING_INTERVAL_MS = String(options.pollingIntervalMs);
+  if (options.openQueryApi !== undefined) env[LEDGER_OPEN_QUERY_API] = options.openQueryApi ? "1" : "0";
+  ledgerQueryApiOpen(env); // a bad value is refused here, not as a failed Ponder build
 
   const inherit = options.logTo === "inherit";
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });

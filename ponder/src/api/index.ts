@@ -2,18 +2,59 @@
  * The ledger's read API, for the service and for operators. Amounts are decimal strings of
  * raw token units; addresses and hashes lower-case hex. Bad parameters get a 400
  * application/problem+json with a stable `code`. Ponder's SQL over HTTP is at /sql/* and
- * GraphQL at /graphql.
+ * GraphQL at /graphql: they answer callers on this machine only (the socket's peer address,
+ * never a forwarded header), other machines get 403 `LEDGER_QUERY_LOCAL_ONLY`, unless
+ * LEDGER_OPEN_QUERY_API=1 opens them to everybody (lib/ledger-config.ts). The /ledger/*
+ * routes, and Ponder's own /health, /ready, /status and /metrics, answer every caller.
  */
-import { Hono, type Context } from "hono";
+import { getConnInfo } from "@hono/node-server/conninfo";
+import { Hono, type Context, type MiddlewareHandler } from "hono";
 import { and, asc, client, desc, eq, graphql, gte, inArray, lt, or, replaceBigInts, sql } from "ponder";
 import { db } from "ponder:api";
 import schema from "ponder:schema";
 import { z } from "zod";
+import { isLoopbackAddress, LEDGER_OPEN_QUERY_API, ledgerQueryApiOpen } from "../../../lib/ledger-config.ts";
 
 const { account, payment, refund, treasury } = schema;
 
 const app = new Hono();
 
+/** Read once, at start: a bad value stops the ledger rather than guess. */
+const queryApiOpen = ledgerQueryApiOpen();
+
+/** The TCP peer's address (Ponder serves through @hono/node-server: c.env.incoming is the request), or undefined when unknown. */
+function peerAddress(c: Context): string | undefined {
+  try {
+    return getConnInfo(c).remote.address;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Ponder's query API runs any read-only SQL (or GraphQL) its callers write, over every
+ * table, and holds a stream open per live query: other machines get it only when the
+ * operator opens it. An unknown peer counts as another machine.
+ */
+const thisMachineOnly: MiddlewareHandler = async (c, next) => {
+  if (queryApiOpen || isLoopbackAddress(peerAddress(c))) return next();
+  return c.body(
+    JSON.stringify({
+      type: "about:blank",
+      title: "Forbidden",
+      status: 403,
+      code: "LEDGER_QUERY_LOCAL_ONLY",
+      detail: `${c.req.path.startsWith("/graphql") ? "GraphQL" : "SQL over HTTP"} answers callers on the ledger's machine only; the /ledger/* read API answers everyone (${LEDGER_OPEN_QUERY_API}=1 opens it to every caller)`,
+    }),
+    403,
+    { "content-type": "application/problem+json" },
+  );
+};
+
+app.use("/sql", thisMachineOnly);
+app.use("/sql/*", thisMachineOnly);
+app.use("/graphql", thisMachineOnly);
+app.use("/graphql/*", thisMachineOnly);
 app.use("/sql/*", client({ db, schema }));
 app.use("/graphql", graphql({ db, schema }));
 
