@@ -27,6 +27,8 @@ import type { Config } from "./config.ts";
 import { errorText } from "./log-safety.ts";
 
 const ROLES = { operator: keccak256(toBytes("OPERATOR_ROLE")), refunder: keccak256(toBytes("REFUNDER_ROLE")) };
+/** BillPay's DEFAULT_ADMIN_ROLE: roles, budgets, withdrawals. A hot key must never hold it. */
+const ADMIN_ROLE = `0x${"00".repeat(32)}` as Hex;
 const eip712Reads = parseAbi([
   "function version() view returns (string)",
   "function DOMAIN_SEPARATOR() view returns (bytes32)",
@@ -127,6 +129,14 @@ export async function chainFailures(deployments: Deployments, keys: { operator: 
         ]);
         if (!holds) out.push(`${chain}: the ${role} key ${address} does not hold ${role.toUpperCase()}_ROLE on BillPay (npm run admin -- grant-role)`);
         if (gas < minGasWei) out.push(`${chain}: the ${role} key ${address} has ${gas} wei of gas, under the ${minGasWei} it needs (MIN_GAS_WEI)`);
+        // A hot key with more than its own role would undo what each role bounds.
+        const other = role === "operator" ? "refunder" : "operator";
+        const [admin, both] = await Promise.all([
+          client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [ADMIN_ROLE, address] }),
+          client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [ROLES[other], address] }),
+        ]);
+        if (admin) out.push(`${chain}: the ${role} key ${address} is also BillPay's admin: a hot key must not manage roles, budgets or withdrawals (npm run admin -- revoke-role)`);
+        if (both) out.push(`${chain}: the ${role} key ${address} also holds ${other.toUpperCase()}_ROLE: give each role its own key, so a leaked key can only pull or only refund`);
       }
     } catch (err) {
       out.push(`${chain}: could not be read: ${errorText(err).split("\n")[0]}`);

@@ -5,15 +5,20 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createWalletClient, http, keccak256, toBytes, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { billPayAbi } from "../../lib/abis.ts";
+import { viemChain } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { activeNetwork, resolveNetwork } from "../../lib/networks.ts";
-import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { deployerAccount, hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { loadConfig } from "../../server/config.ts";
 import { chainFailures, deploymentFailures, policyFailures } from "../../server/startup-checks.ts";
 import { pinPepper } from "../../server/agent/pin-pepper.ts";
 import { runScript } from "../support/processes.ts";
-import { startTestChains } from "../support/stack.ts";
+import { freshDatabase, startTestChains } from "../support/stack.ts";
+import { startServiceStack } from "../../stack/service-stack.ts";
+import { chainActors } from "../support/actors.ts";
 
 describe("start-up checks", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;
@@ -65,6 +70,27 @@ describe("start-up checks", () => {
       `CELO: the refunder key ${fresh} does not hold REFUNDER_ROLE on BillPay (npm run admin -- grant-role)`,
       `CELO: the refunder key ${fresh} has 0 wei of gas, under the ${minGas} it needs (MIN_GAS_WEI)`,
     ]);
+  });
+
+  it("refuse a hot key that is also BillPay's admin, or holds the other hot role", async () => {
+    const admin = createWalletClient({ account: deployerAccount(), chain: viemChain("CELO", stack.deployments.chains.CELO!.rpcUrl), transport: http(stack.deployments.chains.CELO!.rpcUrl) });
+    const celo = chainActors(stack.deployments, "CELO");
+    const grant = async (role: Hex, account: Hex, grant = true) =>
+      celo.mined(await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: grant ? "grantRole" : "revokeRole", args: [role, account] }));
+    const adminRole = `0x${"00".repeat(32)}` as Hex;
+    const refunderRole = keccak256(toBytes("REFUNDER_ROLE"));
+    await grant(adminRole, keys.refunder);
+    await grant(refunderRole, keys.operator);
+    try {
+      expect(await chainFailures(changed(() => {}), keys, minGas)).toEqual([
+        `CELO: the operator key ${keys.operator} also holds REFUNDER_ROLE: give each role its own key, so a leaked key can only pull or only refund`,
+        `CELO: the refunder key ${keys.refunder} is also BillPay's admin: a hot key must not manage roles, budgets or withdrawals (npm run admin -- revoke-role)`,
+      ]);
+    } finally {
+      await grant(adminRole, keys.refunder, false);
+      await grant(refunderRole, keys.operator, false);
+    }
+    expect(await chainFailures(changed(() => {}), keys, minGas)).toEqual([]);
   });
 
   it("refuse a deployment that is not the network profile's: wrong chain id, a chain missing or extra, other tokens", () => {
@@ -142,5 +168,21 @@ describe("start-up checks", () => {
     expect(out).toContain("refusing to start");
     expect(out).toContain('CELO USDC: the token\'s EIP-712 version is "2", the 402 advertises "1"');
     expect(out).not.toContain("listening");
+  });
+
+  it("keep a second service process off the keys a live instance signs with, naming the key", async () => {
+    const database = await freshDatabase("key_lease");
+    const env = { SERVER_DATABASE_URL: database.url, SERVER_DB_POOL_SIZE: "2", LOG_REQUESTS: "0" };
+    const live = await startServiceStack({ deployments: stack.deployments, env });
+    try {
+      const { code, out } = await runScript("server/main.ts", [], { ...env, DEPLOYMENTS_FILE: stack.deploymentsFile, PORT: "0", LOG_FORMAT: "json" });
+      expect(code).toBe(1);
+      expect(out).toContain("refusing to start");
+      expect(out).toContain(`the operator key ${keys.operator.toLowerCase()} is held by another live instance (${live.flow.keyLeases.instance}`);
+      expect(out).not.toContain("listening");
+    } finally {
+      await live.close();
+      await database.drop();
+    }
   });
 });
