@@ -37,10 +37,15 @@ interface IEIP3009 {
 ///           ledger before it refunds, and `npm run audit` checks every refund afterwards.
 ///           The budget is what bounds a leaked refunder key on chain.
 ///         - `withdraw`: DEFAULT_ADMIN_ROLE only (a multisig in production).
-///         Roles: DEFAULT_ADMIN_ROLE manages roles, the accept-list, refund budgets and
-///         withdrawals; OPERATOR_ROLE (a hot key) pulls and can move no money out;
-///         REFUNDER_ROLE (a hot key) refunds; PAUSER_ROLE (the guardian) stops pulls and
-///         refunds. Payers can always revoke, paused or not.
+///         Money enters by `pull`/`pullBatch` only from a payer that set a spending allowance,
+///         within it and its own periodic limit, and within the token's pull budget.
+///         Roles: DEFAULT_ADMIN_ROLE manages roles, the accept-list, refund and pull budgets
+///         and withdrawals; OPERATOR_ROLE (a hot key) pulls; REFUNDER_ROLE (a hot key)
+///         refunds; PAUSER_ROLE (the guardian) stops pulls and refunds. Payers can always
+///         revoke, paused or not.
+///         A leaked operator key can pull at most the token's pull budget per period, only
+///         from payers that set a spending allowance (and within it), and only into BillPay:
+///         it can never move money out of BillPay, and a refund does not give the budget back.
 contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
 
@@ -93,6 +98,18 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         uint32 updatedAt;
     }
 
+    /// @notice A token's pull budget, the same bucket as the refund budget: `limit` at once,
+    ///         refilled at `limit` per `period` seconds. Every pull, by any payer, draws on it
+    ///         and reverts beyond what it holds, so over any span of T seconds the operator can
+    ///         pull at most `limit + limit * T / period` of the token in all. A refund does not
+    ///         refill it (else a pull and its refund could be looped to pull without bound).
+    struct PullBudget {
+        uint96 limit;
+        uint32 period;
+        uint96 available;
+        uint32 updatedAt;
+    }
+
     /// @notice A payer's own cap on what may be pulled from it in one token per period, on top
     ///         of the spending allowance (as Coinbase's SpendPermissionManager and ERC-7715's
     ///         erc20-token-periodic do). Periods are fixed windows of `period` seconds from
@@ -125,6 +142,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     mapping(bytes32 orderId => Order) private _orders;
     mapping(address payer => mapping(address token => SpendingLimit)) private _spendingLimits;
     mapping(address token => RefundBudget) private _refundBudgets;
+    mapping(address token => PullBudget) private _pullBudgets;
 
     /// @notice A payer set the most the operator may pull from it in `token` from now on.
     event SpendingAllowanceSet(address indexed payer, address indexed token, uint256 amount);
@@ -154,6 +172,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     );
     /// @notice The admin set a token's refund budget.
     event RefundBudgetSet(address indexed token, uint256 limit, uint256 period);
+    /// @notice The admin set a token's pull budget.
+    event PullBudgetSet(address indexed token, uint256 limit, uint256 period);
     /// @notice The admin moved treasury funds out.
     event Withdrawn(address indexed token, address indexed to, uint256 amount);
     /// @notice The admin added a token to, or removed it from, the accept-list.
@@ -178,12 +198,15 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     error InvalidSpendingPeriod(uint256 period);
     error SpendingLimitExceeded(address payer, address token, uint256 requested, uint256 available, uint256 periodEnds);
     error RefundBudgetExceeded(address token, uint256 requested, uint256 available);
+    error InvalidPullPeriod(uint256 period);
+    error PullBudgetExceeded(address token, uint256 requested, uint256 available);
 
-    /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, refund budgets, withdrawals)
+    /// @param admin    holds DEFAULT_ADMIN_ROLE (roles, accept-list, refund and pull budgets, withdrawals)
     /// @param operator holds OPERATOR_ROLE (pulls); may be zero and granted later
     /// @param refunder holds REFUNDER_ROLE (refunds); may be zero and granted later
     /// @param pauser   holds PAUSER_ROLE; may be zero and granted later
-    /// @param tokens   the initial accept-list. Refund budgets start at zero: the admin sets them.
+    /// @param tokens   the initial accept-list. Refund and pull budgets start at zero: the admin
+    ///                 sets them, and until then no token can be refunded or pulled.
     constructor(address admin, address operator, address refunder, address pauser, address[] memory tokens) {
         if (admin == address(0)) revert ZeroAddress();
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
@@ -243,7 +266,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
 
     // ---------------------------------------------------------- pulls (operator)
 
-    /// @notice Pull `amount` of `token` from `payer` into this contract for `orderId`.
+    /// @notice Pull `amount` of `token` from `payer` into this contract for `orderId`, within
+    ///         the payer's spending allowance and periodic limit and the token's pull budget.
     /// @dev    The payer's spending allowance is decremented before the transfer; each order
     ///         id is accepted once ever, whether pulled or refunded as an x402 order.
     /// @return allowanceLeft the payer's spending allowance left after this pull
@@ -257,9 +281,9 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         return _pull(orderId, payer, token, amount);
     }
 
-    /// @notice Many pulls in one transaction, each under the same rules as `pull`. All or
-    ///         nothing: one failing item reverts the batch, so the caller checks allowances
-    ///         and balances first.
+    /// @notice Many pulls in one transaction, each under the same rules as `pull` and each
+    ///         drawing on the token's pull budget. All or nothing: one failing item reverts the
+    ///         batch, so the caller checks allowances, budgets and balances first.
     function pullBatch(PullRequest[] calldata requests) external onlyRole(OPERATOR_ROLE) whenNotPaused nonReentrant {
         uint256 n = requests.length;
         if (n == 0) revert EmptyBatch();
@@ -275,6 +299,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     ///         token's refund budget. The spending allowance the pull used is given back (a
     ///         refunded bill was never delivered), unless the payer set a new allowance after
     ///         the pull (in that block or later): that figure is the payer's word from then on.
+    ///         The token's pull budget is not given back.
     function refund(bytes32 orderId, uint256 amount) external onlyRole(REFUNDER_ROLE) whenNotPaused nonReentrant {
         Order storage order = _orders[orderId];
         address payer = order.payer;
@@ -370,6 +395,23 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         emit RefundBudgetSet(token, limit, period);
     }
 
+    /// @notice Set how much of `token` the operator may pull, from all payers together: up to
+    ///         `limit` at once, refilled at `limit` per `period` seconds. A token whose budget
+    ///         was never set allows no pull; once set, it starts full; after that what is
+    ///         available now is kept, capped at the new limit. A limit of 0 stops pulls in that
+    ///         token.
+    function setPullBudget(address token, uint256 limit, uint256 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (period == 0 || period > type(uint32).max) revert InvalidPullPeriod(period);
+        PullBudget storage b = _pullBudgets[token];
+        uint96 newLimit = SafeCast.toUint96(limit);
+        uint256 available = b.period == 0 ? newLimit : Math.min(_availablePullBudget(b), newLimit);
+        b.limit = newLimit;
+        b.period = uint32(period);
+        b.available = uint96(available);
+        b.updatedAt = uint32(block.timestamp);
+        emit PullBudgetSet(token, limit, period);
+    }
+
     /// @notice Pauses pulls and refunds. Revoking a spending allowance still works.
     function pause() external onlyRole(PAUSER_ROLE) {
         _pause();
@@ -407,6 +449,12 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         return (b.limit, b.period, _availableRefundBudget(b));
     }
 
+    /// @notice A token's pull budget, and how much of it can be pulled right now.
+    function pullBudget(address token) external view returns (uint256 limit, uint256 period, uint256 available) {
+        PullBudget storage b = _pullBudgets[token];
+        return (b.limit, b.period, _availablePullBudget(b));
+    }
+
     // -------------------------------------------------------------- internal
 
     function _pull(bytes32 orderId, address payer, address token, uint256 amount) private returns (uint256 left) {
@@ -420,6 +468,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
             left = available - amount;
         }
         _spendPeriod(payer, token, amount);
+        _spendPullBudget(token, amount);
         spendingAllowance[payer][token] = left;
         _orders[orderId] = Order({
             payer: payer, paid: SafeCast.toUint96(amount), token: token, refunded: false, pulledAt: uint64(block.number)
@@ -471,6 +520,20 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         RefundBudget storage b = _refundBudgets[token];
         uint256 available = _availableRefundBudget(b);
         if (amount > available) revert RefundBudgetExceeded(token, amount, available);
+        b.available = uint96(available - amount);
+        b.updatedAt = uint32(block.timestamp);
+    }
+
+    function _availablePullBudget(PullBudget storage b) private view returns (uint256) {
+        if (b.period == 0) return 0;
+        uint256 refill = (block.timestamp - b.updatedAt) * b.limit / b.period;
+        return Math.min(uint256(b.available) + refill, b.limit);
+    }
+
+    function _spendPullBudget(address token, uint256 amount) private {
+        PullBudget storage b = _pullBudgets[token];
+        uint256 available = _availablePullBudget(b);
+        if (amount > available) revert PullBudgetExceeded(token, amount, available);
         b.available = uint96(available - amount);
         b.updatedAt = uint32(block.timestamp);
     }

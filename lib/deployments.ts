@@ -12,6 +12,8 @@ import { activeNetwork, ALL_CHAIN_KEYS, type ChainKey } from "./networks.ts";
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, "an 0x-prefixed 20-byte hex address");
 const hash = z.string().regex(/^0x[0-9a-fA-F]{64}$/, "an 0x-prefixed 32-byte hex hash");
 const deployed = z.object({ address, block: z.number().int().nonnegative() });
+/** A budget bucket: `limit` raw token units at once, refilled at `limit` per `periodSeconds`. */
+const budget = z.object({ limit: z.string().regex(/^\d+$/), periodSeconds: z.number().int().positive() });
 
 const tokenDeployment = deployed.extend({
   symbol: z.string(),
@@ -30,7 +32,12 @@ const chainDeployment = z.object({
   multicall3: address,
   roles: z.object({ admin: address, operator: address, refunder: address, pauser: address }),
   /** Each accepted token's refund budget as deployed: at most `limit` raw units refunded per `periodSeconds`, refilling. */
-  refundBudget: z.object({ limit: z.string().regex(/^\d+$/), periodSeconds: z.number().int().positive() }),
+  refundBudget: budget,
+  /**
+   * Each accepted token's pull budget as deployed: at most `limit` raw units pulled per `periodSeconds`, from all
+   * payers together, refilling. Absent only in a file written before BillPay had pull budgets (that contract has none).
+   */
+  pullBudget: budget.optional(),
   tokens: z.array(tokenDeployment).min(1),
 });
 
@@ -121,9 +128,27 @@ export function requireChain(deployments: Deployments, chain: ChainKey): ChainDe
 
 /** The refund budget given to every accepted token: REFUND_BUDGET raw units per REFUND_BUDGET_PERIOD_SECONDS. */
 export function refundBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { limit: string; periodSeconds: number } {
-  const limit = env.REFUND_BUDGET ?? parseUnits("5000", 6).toString();
-  const periodSeconds = Number(env.REFUND_BUDGET_PERIOD_SECONDS ?? 86_400);
-  if (!/^\d+$/.test(limit)) throw new Error("REFUND_BUDGET must be a whole number of raw token units");
-  if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error("REFUND_BUDGET_PERIOD_SECONDS must be a positive whole number");
+  return budgetFromEnv(env, "REFUND_BUDGET", parseUnits("5000", 6));
+}
+
+/**
+ * The pull budget given to every accepted token: PULL_BUDGET raw units per PULL_BUDGET_PERIOD_SECONDS, what the
+ * operator key may pull from all payers together (and so the most a leaked operator key can take per period).
+ */
+export function pullBudgetFromEnv(env: NodeJS.ProcessEnv = process.env): { limit: string; periodSeconds: number } {
+  return budgetFromEnv(env, "PULL_BUDGET", parseUnits("50000", 6));
+}
+
+const MAX_BUDGET_LIMIT = 2n ** 96n - 1n; // BillPay keeps a budget's limit in a uint96
+const MAX_BUDGET_PERIOD = 2 ** 32 - 1; // and its period in a uint32
+
+/** `<name>` (raw units, default `defaultLimit`) per `<name>_PERIOD_SECONDS` (default a day), checked as BillPay will. */
+function budgetFromEnv(env: NodeJS.ProcessEnv, name: string, defaultLimit: bigint): { limit: string; periodSeconds: number } {
+  const limit = env[name] ?? defaultLimit.toString();
+  const periodSeconds = Number(env[`${name}_PERIOD_SECONDS`] ?? 86_400);
+  if (!/^\d+$/.test(limit)) throw new Error(`${name} must be a whole number of raw token units`);
+  if (BigInt(limit) > MAX_BUDGET_LIMIT) throw new Error(`${name} must be at most ${MAX_BUDGET_LIMIT} raw token units`);
+  if (!Number.isInteger(periodSeconds) || periodSeconds <= 0) throw new Error(`${name}_PERIOD_SECONDS must be a positive whole number`);
+  if (periodSeconds > MAX_BUDGET_PERIOD) throw new Error(`${name}_PERIOD_SECONDS must be at most ${MAX_BUDGET_PERIOD}`);
   return { limit, periodSeconds };
 }

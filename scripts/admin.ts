@@ -9,7 +9,9 @@
  *   withdraw --token USDC --to 0x… --amount 12.5      (the admin; amount in tokens)
  *   accept-token --token 0x…|USDC | drop-token --token 0x…|USDC
  *   grant-role --role OPERATOR|REFUNDER|PAUSER|ADMIN --account 0x… | revoke-role …
- *   set-refund-budget --token USDC --limit 500 --period 86400
+ *   set-refund-budget --token USDC --limit 500 --period 86400   (what the refunder may refund)
+ *   set-pull-budget --token USDC --limit 50000 --period 86400   (what the operator may pull, all payers together)
+ * A budget's dry run shows it as it is now (limit, period, available).
  * Common: --chain CELO|BASE (default CELO), --send.
  * Keys: ADMIN_PRIVATE_KEY (admin actions) and PAUSER_PRIVATE_KEY (pause, unpause); on a
  * local network profile they default to the local deployer, which holds both roles. A chain that is not
@@ -32,7 +34,7 @@ export const ROLES = {
 } as const;
 type Role = keyof typeof ROLES;
 
-export const COMMANDS = ["pause", "unpause", "withdraw", "accept-token", "drop-token", "grant-role", "revoke-role", "set-refund-budget"] as const;
+export const COMMANDS = ["pause", "unpause", "withdraw", "accept-token", "drop-token", "grant-role", "revoke-role", "set-refund-budget", "set-pull-budget"] as const;
 type Command = (typeof COMMANDS)[number];
 
 export class UsageError extends Error {}
@@ -149,17 +151,19 @@ export async function runAdmin(argv: string[], deployments: Deployments): Promis
       change = async () => `${who} holds ${roleName}: ${await read<boolean>("hasRole", [ROLES[roleName], who])}`;
       break;
     }
-    case "set-refund-budget": {
+    case "set-refund-budget":
+    case "set-pull-budget": {
+      const kind = command === "set-refund-budget" ? "refund" : "pull";
       const t = token();
       const limit = amount("limit", t.decimals);
       const period = need("period");
       if (!/^\d+$/.test(period) || BigInt(period) === 0n) throw new UsageError("--period must be a whole number of seconds above 0");
-      functionName = "setRefundBudget";
+      functionName = kind === "refund" ? "setRefundBudget" : "setPullBudget";
       args = [t.address, limit, BigInt(period)];
       signer = keyFrom("ADMIN_PRIVATE_KEY", local);
       change = async () => {
-        const [l, p, available] = await read<readonly [bigint, bigint, bigint]>("refundBudget", [t.address]);
-        return `${t.symbol} refund budget: ${formatUnits(l, t.decimals)} per ${p} s, ${formatUnits(available, t.decimals)} available`;
+        const [l, p, available] = await read<readonly [bigint, bigint, bigint]>(`${kind}Budget`, [t.address]);
+        return `${t.symbol} ${kind} budget: ${formatUnits(l, t.decimals)} per ${p} s, ${formatUnits(available, t.decimals)} available`;
       };
       break;
     }

@@ -28,6 +28,7 @@ const billPay = await viem.deployContract("BillPay", [
   [usdc.address],
 ]);
 await billPay.write.setRefundBudget([usdc.address, units("1000000"), 86_400n]);
+await billPay.write.setPullBudget([usdc.address, units("1000000"), 86_400n]);
 for (const p of [payer, otherPayer]) {
   await usdc.write.mint([p.account.address, units("1000000")]);
   await usdc.write.approve([billPay.address, maxUint256], { account: p.account });

@@ -8,8 +8,13 @@
  *            DEPLOYER_PRIVATE_KEY`) or the environment. Hardhat's public test keys are refused.
  *   Roles:   ADMIN_ADDRESS (may be a Safe: it receives the admin role once the budgets are set,
  *            and the deployer renounces it), PAUSER_ADDRESS, OPERATOR_ADDRESS, REFUNDER_ADDRESS.
+ *            Refused: an admin that is the deployer's key, the operator or the refunder (a hot
+ *            key would hold the admin role), and one account as both operator and refunder.
  *   Chain:   <CHAIN>_RPC_URL replaces the profile's public RPC; <CHAIN>_<SYMBOL>_ADDRESS a token.
- *   Budget:  REFUND_BUDGET (raw units) per REFUND_BUDGET_PERIOD_SECONDS, for every accepted token.
+ *   Budget:  REFUND_BUDGET (raw units, default 5,000 USDC) per REFUND_BUDGET_PERIOD_SECONDS (default
+ *            86400), and PULL_BUDGET (raw units, default 50,000 USDC) per PULL_BUDGET_PERIOD_SECONDS
+ *            (default 86400), for every accepted token. The pull budget is the most the operator
+ *            key can pull from all payers together per period: what a leaked operator key could take.
  *   Verify:  with ETHERSCAN_API_KEY set and an explorer in the profile, the source is verified
  *            (`hardhat ignition verify`); otherwise the command says it skipped verification.
  *
@@ -23,7 +28,7 @@ import { network } from "hardhat";
 import { createPublicClient, getAddress, http, isAddress, type Address } from "viem";
 import { billPayModule } from "../ignition/modules/BillPay.ts";
 import { MULTICALL3_ADDRESS } from "../lib/chains.ts";
-import { refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
+import { pullBudgetFromEnv, refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import { NETWORK_NAMES, resolveNetwork, type ChainInfo } from "../lib/networks.ts";
 
@@ -47,6 +52,31 @@ function roleAddress(name: string): Address {
   if (!isAddress(value)) throw new UsageError(`${name} (${value}) is not an address`);
   if (isWellKnownAddress(value)) throw new UsageError(`${name} (${value}) is one of Hardhat's public test accounts`);
   return getAddress(value);
+}
+
+export interface DeployRoles {
+  admin: Address;
+  pauser: Address;
+  operator: Address;
+  refunder: Address;
+}
+
+/**
+ * Refuses roles that share an account where sharing defeats them: the admin (roles, budgets,
+ * withdrawals) must be none of the hot keys (the deployer's, the operator's, the refunder's),
+ * and the operator (pulls) and the refunder (refunds) must be two keys, so that one leaked key
+ * cannot both pull and refund. Without `deployer`, checks the roles alone.
+ */
+export function refuseOverlappingRoles(roles: DeployRoles, deployer?: Address): void {
+  const same = (a: Address, b: Address) => a.toLowerCase() === b.toLowerCase();
+  const refuse = (a: string, b: string, account: Address, why: string): never => {
+    throw new UsageError(`${a} and ${b} are the same account (${account}): ${why}; give each role its own address`);
+  };
+  const hotAdmin = "the admin must not be a hot key";
+  if (deployer && same(roles.admin, deployer)) refuse("ADMIN_ADDRESS", "the deployer (DEPLOYER_PRIVATE_KEY)", deployer, `${hotAdmin}: the deployer's key would keep the admin role`);
+  if (same(roles.admin, roles.operator)) refuse("ADMIN_ADDRESS", "OPERATOR_ADDRESS", roles.admin, hotAdmin);
+  if (same(roles.admin, roles.refunder)) refuse("ADMIN_ADDRESS", "REFUNDER_ADDRESS", roles.admin, hotAdmin);
+  if (same(roles.operator, roles.refunder)) refuse("OPERATOR_ADDRESS", "REFUNDER_ADDRESS", roles.operator, "one leaked key could then both pull and refund");
 }
 
 /** The block that mined BillPay's creation, from Ignition's journal. */
@@ -105,8 +135,10 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
   const out = values.out ?? `deployments/${profile.name}.json`;
 
   const rpcUrl = (rpcUrlsFromEnv(chain.key) ?? chain.rpcUrls)[0]!;
-  const roles = { admin: roleAddress("ADMIN_ADDRESS"), pauser: roleAddress("PAUSER_ADDRESS"), operator: roleAddress("OPERATOR_ADDRESS"), refunder: roleAddress("REFUNDER_ADDRESS") };
-  const budget = refundBudgetFromEnv();
+  const roles: DeployRoles = { admin: roleAddress("ADMIN_ADDRESS"), pauser: roleAddress("PAUSER_ADDRESS"), operator: roleAddress("OPERATOR_ADDRESS"), refunder: roleAddress("REFUNDER_ADDRESS") };
+  refuseOverlappingRoles(roles);
+  const budget = asUsage(() => refundBudgetFromEnv());
+  const pullBudget = asUsage(() => pullBudgetFromEnv());
   const rpc = createPublicClient({ transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }) });
 
   const chainId = await rpc.getChainId();
@@ -125,6 +157,7 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
   if (!deployerRaw) throw new UsageError("no deployer key: set DEPLOYER_PRIVATE_KEY in Hardhat's keystore or the environment");
   const deployer = getAddress(deployerRaw);
   if (isWellKnownAddress(deployer)) throw new UsageError(`the deployer ${deployer} is one of Hardhat's public test accounts: use your own key`);
+  refuseOverlappingRoles(roles, deployer);
   log(`deploying BillPay to ${profile.name} (chain ${chain.chainId}) from ${deployer}; Ignition journal ignition/deployments/${deploymentId}`);
 
   const { billPay } = await connection.ignition.deploy(
@@ -133,6 +166,7 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
       ...roles,
       tokens: tokens.filter((t) => t.acceptedForPulls).map((t) => t.address),
       refundBudget: { limit: BigInt(budget.limit), periodSeconds: BigInt(budget.periodSeconds) },
+      pullBudget: { limit: BigInt(pullBudget.limit), periodSeconds: BigInt(pullBudget.periodSeconds) },
     }),
     { deploymentId, defaultSender: deployer, config: { requiredConfirmations: confirmations } },
   );
@@ -147,6 +181,7 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
     multicall3: MULTICALL3_ADDRESS,
     roles,
     refundBudget: budget,
+    pullBudget,
     tokens: tokens.map((t) => ({ symbol: t.symbol, name: t.name, decimals: t.decimals, eip712Version: t.eip712Version, address: t.address, block })),
   };
   await writeDeployments({ chains: { [chain.key]: deployment } }, out);

@@ -1,6 +1,6 @@
 /**
  * Idempotent deployment of the local stack onto one chain: local tokens shaped like the
- * real ones, BillPay with its roles, accept-list and refund budgets, Multicall3 at its
+ * real ones, BillPay with its roles, accept-list and refund and pull budgets, Multicall3 at its
  * canonical address, and 10,000 of every token for each funded payer account.
  */
 import {
@@ -18,7 +18,7 @@ import { ignitionArtifacts, loadArtifact } from "../lib/artifacts.ts";
 import { billPayModule, type BillPaySpec } from "../ignition/modules/BillPay.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { chainInfo, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
-import { refundBudgetFromEnv, type ChainDeployment, type TokenDeployment } from "../lib/deployments.ts";
+import { pullBudgetFromEnv, refundBudgetFromEnv, type ChainDeployment, type TokenDeployment } from "../lib/deployments.ts";
 import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts, refunderAccount } from "../lib/local-accounts.ts";
 
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
@@ -63,10 +63,11 @@ async function hasCode(client: PublicClient, address: Address): Promise<boolean>
 /**
  * True when `existing` is still on this chain and fits the configured keys: same genesis,
  * code at every address, and the configured operator and refunder hold their roles (an
- * older BillPay without the refunder role does not fit).
+ * older BillPay without the refunder role does not fit, nor one recorded without a pull
+ * budget: it was deployed before BillPay had pull budgets).
  */
 async function stillDeployed(client: PublicClient, existing: ChainDeployment, genesisHash: Hex): Promise<boolean> {
-  if (existing.genesisHash !== genesisHash) return false;
+  if (existing.genesisHash !== genesisHash || !existing.pullBudget) return false;
   const addresses = [existing.billPay.address, existing.multicall3, ...existing.tokens.map((t) => t.address)];
   const present = await Promise.all(addresses.map((a) => hasCode(client, a as Address)));
   if (!present.every(Boolean)) return false;
@@ -106,6 +107,7 @@ export async function ensureLocalDeployment(
   const refunder = refunderAccount().address;
   const facilitator = facilitatorAccount().address;
   const refundBudget = refundBudgetFromEnv();
+  const pullBudget = pullBudgetFromEnv();
   const wallet = createWalletClient({
     account: deployer,
     chain: viemChain(chainKey, rpcUrl),
@@ -175,6 +177,7 @@ export async function ensureLocalDeployment(
     pauser: deployer.address,
     tokens: accepted,
     refundBudget: { limit: BigInt(refundBudget.limit), periodSeconds: BigInt(refundBudget.periodSeconds) },
+    pullBudget: { limit: BigInt(pullBudget.limit), periodSeconds: BigInt(pullBudget.periodSeconds) },
   };
   const billPay = await deployBillPayLocally(client, spec);
   nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
@@ -209,6 +212,7 @@ export async function ensureLocalDeployment(
       multicall3: MULTICALL3_ADDRESS,
       roles: { admin: deployer.address, operator, refunder, pauser: deployer.address },
       refundBudget,
+      pullBudget,
       tokens,
     },
   };

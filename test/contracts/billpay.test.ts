@@ -1,8 +1,8 @@
 import { beforeEach, describe, expect, it } from "vitest";
-import { keccak256, encodeAbiParameters, maxUint256, zeroAddress, type Hex } from "viem";
+import { BaseError, ContractFunctionRevertedError, keccak256, encodeAbiParameters, maxUint256, zeroAddress, type Hex } from "viem";
 import { expectRevert } from "../support/revert.ts";
 import { CANCEL_AUTHORIZATION_TYPES, domainOf, signTransferAuthorization, randomNonce } from "../../lib/eip3009.ts";
-import { billPayFixture, DAY, orderId, REFUND_BUDGET, units, type BillPayFixture } from "./fixture.ts";
+import { billPayFixture, DAY, orderId, PULL_BUDGET, REFUND_BUDGET, units, type BillPayFixture } from "./fixture.ts";
 
 let f: BillPayFixture;
 beforeEach(async () => {
@@ -11,6 +11,20 @@ beforeEach(async () => {
 
 const asOperator = () => ({ account: f.operator.account });
 const asRefunder = () => ({ account: f.refunder.account });
+
+/** Awaits `action` and asserts it reverted with the custom error `name` carrying exactly `args`. */
+async function expectRevertWith(action: Promise<unknown>, name: string, args: readonly unknown[]) {
+  let error: unknown;
+  try {
+    await action;
+  } catch (err) {
+    error = err;
+  }
+  expect(error, `expected a revert with ${name}, but the call succeeded`).toBeInstanceOf(BaseError);
+  const reverted = (error as BaseError).walk((e) => e instanceof ContractFunctionRevertedError) as ContractFunctionRevertedError | null;
+  expect(reverted?.data?.errorName).toBe(name);
+  expect(reverted?.data?.args).toEqual(args);
+}
 
 async function allow(payer = f.alice, token: Hex = f.usdc.address, amount = units("100")) {
   await f.billPay.write.setSpendingAllowance([token, amount], { account: payer.account });
@@ -415,6 +429,7 @@ describe("refund budget", () => {
 
   it("refuses every refund in a token without a budget", async () => {
     await f.billPay.write.setTokenAccepted([f.noReturn.address, true]);
+    await f.billPay.write.setPullBudget([f.noReturn.address, units("100"), DAY]);
     await allow(f.alice, f.noReturn.address, units("50"));
     const id = orderId();
     await f.billPay.write.pull([id, f.addr.alice, f.noReturn.address, units("20")], asOperator());
@@ -440,6 +455,114 @@ describe("refund budget", () => {
   });
 });
 
+describe("pull budget", () => {
+  /** A period so long that the bucket refills nothing over a test's few seconds: exact figures. */
+  const LONG = 2n ** 32n - 1n;
+  const available = async (token: Hex = f.usdc.address) => (await f.billPay.read.pullBudget([token]))[2];
+  const pullFrom = (payer: Hex, amount: bigint, token: Hex = f.usdc.address, id: Hex = orderId()) =>
+    f.billPay.write.pull([id, payer, token, amount], asOperator());
+  beforeEach(async () => {
+    await allow(f.alice, f.usdc.address, maxUint256);
+    await allow(f.bob, f.usdc.address, maxUint256);
+  });
+
+  it("is set for the accepted tokens, and starts full", async () => {
+    for (const token of [f.usdc.address, f.usdt.address]) {
+      expect(await f.billPay.read.pullBudget([token])).toEqual([PULL_BUDGET, DAY, PULL_BUDGET]);
+    }
+  });
+
+  it("allows pulls within it, from all payers together, and refuses one beyond it with what is left", async () => {
+    await f.billPay.write.setPullBudget([f.usdc.address, units("100"), LONG]);
+    await pullFrom(f.addr.alice, units("60"));
+    await pullFrom(f.addr.bob, units("30"));
+    expect(await available()).toBe(units("10"));
+    await expectRevertWith(pullFrom(f.addr.alice, units("11")), "PullBudgetExceeded", [f.usdc.address, units("11"), units("10")]);
+    expect(await f.usdc.read.balanceOf([f.billPay.address])).toBe(units("90"));
+    await pullFrom(f.addr.bob, units("10"));
+    expect(await available()).toBe(0n);
+    await expectRevertWith(pullFrom(f.addr.alice, 1n), "PullBudgetExceeded", [f.usdc.address, 1n, 0n]);
+    // Each token has its own budget.
+    expect(await available(f.usdt.address)).toBe(PULL_BUDGET);
+  });
+
+  it("counts every item of a batch, all or nothing", async () => {
+    await allow(f.alice, f.usdt.address, units("100"));
+    await f.billPay.write.setPullBudget([f.usdc.address, units("100"), LONG]);
+    await f.billPay.write.setPullBudget([f.usdt.address, units("100"), LONG]);
+    const item = (payer: Hex, amount: bigint, token: Hex = f.usdc.address) => ({ orderId: orderId(), payer, token, amount });
+    await expectRevertWith(
+      f.billPay.write.pullBatch([[item(f.addr.alice, units("40")), item(f.addr.bob, units("40")), item(f.addr.alice, units("30"))]], asOperator()),
+      "PullBudgetExceeded",
+      [f.usdc.address, units("30"), units("20")],
+    );
+    expect(await available()).toBe(units("100"));
+    expect(await f.usdc.read.balanceOf([f.billPay.address])).toBe(0n);
+    await f.billPay.write.pullBatch(
+      [[item(f.addr.alice, units("40")), item(f.addr.alice, units("5"), f.usdt.address), item(f.addr.bob, units("40")), item(f.addr.alice, units("20"))]],
+      asOperator(),
+    );
+    expect(await available()).toBe(0n);
+    expect(await available(f.usdt.address)).toBe(units("95"));
+    await expectRevert(f.billPay.write.pullBatch([[item(f.addr.bob, 1n)]], asOperator()), "PullBudgetExceeded");
+  });
+
+  it("refills over its period, never beyond its limit", async () => {
+    await f.billPay.write.setPullBudget([f.usdc.address, units("100"), DAY]);
+    await pullFrom(f.addr.alice, units("100"));
+    expect(await available()).toBeLessThan(units("1"));
+    await expectRevert(pullFrom(f.addr.alice, units("50")), "PullBudgetExceeded");
+    // Half a day refills half the budget.
+    await f.testClient.increaseTime({ seconds: Number(DAY / 2n) });
+    await f.testClient.mine({ blocks: 1 });
+    expect(await available()).toBeGreaterThanOrEqual(units("50"));
+    await pullFrom(f.addr.bob, units("50"));
+    await f.testClient.increaseTime({ seconds: Number(3n * DAY) });
+    await f.testClient.mine({ blocks: 1 });
+    expect(await available()).toBe(units("100"));
+  });
+
+  it("is not given back by a refund, so a pull and its refund cannot be looped", async () => {
+    await f.billPay.write.setPullBudget([f.usdc.address, units("100"), LONG]);
+    const id = orderId();
+    await pullFrom(f.addr.alice, units("100"), f.usdc.address, id);
+    await f.billPay.write.refund([id, units("100")], asRefunder());
+    // The refund gave back the payer's allowance, but not the pull budget.
+    expect(await f.billPay.read.spendingAllowance([f.addr.alice, f.usdc.address])).toBe(maxUint256);
+    expect(await available()).toBe(0n);
+    await expectRevertWith(pullFrom(f.addr.alice, 1n), "PullBudgetExceeded", [f.usdc.address, 1n, 0n]);
+  });
+
+  it("allows no pull in a token whose budget was never set, nor once set to 0", async () => {
+    await f.billPay.write.setTokenAccepted([f.noReturn.address, true]);
+    await allow(f.alice, f.noReturn.address, units("50"));
+    expect(await f.billPay.read.pullBudget([f.noReturn.address])).toEqual([0n, 0n, 0n]);
+    await expectRevertWith(pullFrom(f.addr.alice, 1n, f.noReturn.address), "PullBudgetExceeded", [f.noReturn.address, 1n, 0n]);
+    await f.billPay.write.setPullBudget([f.usdc.address, 0n, DAY]);
+    await expectRevertWith(pullFrom(f.addr.alice, 1n), "PullBudgetExceeded", [f.usdc.address, 1n, 0n]);
+  });
+
+  it("is set by the admin alone, with an event; a lower limit caps what is left, a higher one does not refill at once", async () => {
+    for (const caller of [f.operator, f.refunder, f.pauser, f.alice]) {
+      await expectRevert(
+        f.billPay.write.setPullBudget([f.usdc.address, units("1"), DAY], { account: caller.account }),
+        "AccessControlUnauthorizedAccount",
+      );
+    }
+    await expectRevertWith(f.billPay.write.setPullBudget([f.usdc.address, units("1"), 0n]), "InvalidPullPeriod", [0n]);
+    await expectRevertWith(f.billPay.write.setPullBudget([f.usdc.address, units("1"), 2n ** 32n]), "InvalidPullPeriod", [2n ** 32n]);
+    const hash = await f.billPay.write.setPullBudget([f.usdc.address, units("50"), LONG]);
+    const [event] = await f.logsOf(hash);
+    expect(event).toMatchObject({ eventName: "PullBudgetSet", args: { token: f.usdc.address, limit: units("50"), period: LONG } });
+    expect(await f.billPay.read.pullBudget([f.usdc.address])).toEqual([units("50"), LONG, units("50")]);
+    await pullFrom(f.addr.alice, units("20"));
+    await f.billPay.write.setPullBudget([f.usdc.address, units("60"), LONG]);
+    expect(await f.billPay.read.pullBudget([f.usdc.address])).toEqual([units("60"), LONG, units("30")]);
+    await f.billPay.write.setPullBudget([f.usdc.address, units("10"), LONG]);
+    expect(await available()).toBe(units("10"));
+  });
+});
+
 describe("a leaked hot key", () => {
   it("operator key: pulls only within payers' own allowances, and can move nothing out", async () => {
     await allow(f.alice, f.usdc.address, units("100"));
@@ -448,6 +571,39 @@ describe("a leaked hot key", () => {
     await expectRevert(f.billPay.write.refund([id, units("100")], asOperator()), "AccessControlUnauthorizedAccount");
     await expectRevert(f.billPay.write.withdraw([f.usdc.address, f.addr.operator, 1n], asOperator()), "AccessControlUnauthorizedAccount");
     await expectRevert(f.billPay.write.pull([orderId(), f.addr.bob, f.usdc.address, 1n], asOperator()), "SpendingAllowanceExceeded");
+  });
+
+  it("operator key: takes at most the pull budget per period, from every payer together, and only into BillPay", async () => {
+    // Both payers trust the service with unlimited allowances; the budget is 500 USDC a day.
+    await allow(f.alice, f.usdc.address, maxUint256);
+    await allow(f.bob, f.usdc.address, maxUint256);
+    const budget = units("500");
+    await f.billPay.write.setPullBudget([f.usdc.address, budget, DAY]);
+    const held = async () => (await f.usdc.read.balanceOf([f.addr.alice])) + (await f.usdc.read.balanceOf([f.addr.bob]));
+    const before = await held();
+
+    // The thief pulls all it can, under fresh order ids, from both payers at once.
+    const grab = (payer: Hex, amount: bigint) => f.billPay.write.pull([orderId(), payer, f.usdc.address, amount], asOperator());
+    await expectRevert(grab(f.addr.alice, units("1000")), "PullBudgetExceeded");
+    await grab(f.addr.alice, units("300"));
+    await expectRevert(grab(f.addr.bob, units("300")), "PullBudgetExceeded");
+    await grab(f.addr.bob, units("200"));
+    await expectRevert(grab(f.addr.bob, units("1")), "PullBudgetExceeded");
+    // The payers lost exactly the budget, all of it into BillPay.
+    const taken = before - (await held());
+    expect(taken).toBe(units("500"));
+    expect(await f.usdc.read.balanceOf([f.billPay.address])).toBe(taken);
+    expect(await f.usdc.read.balanceOf([f.addr.operator])).toBe(0n);
+    await expectRevert(f.billPay.write.withdraw([f.usdc.address, f.addr.operator, taken], asOperator()), "AccessControlUnauthorizedAccount");
+
+    // The guardian pauses: no pull even after the budget refills; the admin revokes the key.
+    await f.billPay.write.pause({ account: f.pauser.account });
+    await f.testClient.increaseTime({ seconds: Number(DAY) });
+    await f.testClient.mine({ blocks: 1 });
+    await expectRevert(grab(f.addr.alice, 1n), "EnforcedPause");
+    await f.billPay.write.revokeRole([await f.billPay.read.OPERATOR_ROLE(), f.addr.operator]);
+    await f.billPay.write.unpause({ account: f.pauser.account });
+    await expectRevert(grab(f.addr.alice, 1n), "AccessControlUnauthorizedAccount");
   });
 
   it("refunder key: signing to BillPay from its own wallet and cancelling the nonce takes at most the budget", async () => {
@@ -524,6 +680,7 @@ describe("USDT-style token whose transfer functions return no bool", () => {
     const t = f.noReturn.address;
     await f.billPay.write.setTokenAccepted([t, true]);
     await f.billPay.write.setRefundBudget([t, units("100"), DAY]);
+    await f.billPay.write.setPullBudget([t, units("100"), DAY]);
     await allow(f.alice, t, units("50"));
     const id = orderId();
     await f.billPay.write.pull([id, f.addr.alice, t, units("20")], asOperator());
@@ -537,6 +694,7 @@ describe("USDT-style token whose transfer functions return no bool", () => {
   it("surfaces the token's own failure instead of succeeding silently", async () => {
     const t = f.noReturn.address;
     await f.billPay.write.setTokenAccepted([t, true]);
+    await f.billPay.write.setPullBudget([t, units("5000"), DAY]);
     await allow(f.alice, t, units("5000"));
     await expectRevert(
       f.billPay.write.pull([orderId(), f.addr.alice, t, units("2000")], asOperator()),

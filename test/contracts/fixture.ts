@@ -1,13 +1,16 @@
 /**
  * A fresh in-process Hardhat chain per call, with BillPay, two EIP-3009 tokens, a plain
  * token and a no-return (USDT-style) token, and two funded payers who approved BillPay.
- * The two EIP-3009 tokens have a refund budget of REFUND_BUDGET per day.
+ * The two EIP-3009 tokens have a refund budget of REFUND_BUDGET and a pull budget of
+ * PULL_BUDGET per day (the other two have neither: no pull or refund in them until a test sets one).
  */
 import { network } from "hardhat";
 import { getAddress, maxUint256, parseEventLogs, parseUnits, type Abi, type Hash } from "viem";
 
 export const units = (n: string) => parseUnits(n, 6);
 export const REFUND_BUDGET = parseUnits("500", 6);
+/** More than both payers hold together, so only the pull-budget tests ever meet it. */
+export const PULL_BUDGET = parseUnits("10000", 6);
 export const DAY = 86_400n;
 
 export async function billPayFixture() {
@@ -40,7 +43,10 @@ export async function billPayFixture() {
     [usdc.address, usdt.address],
   ]);
   const billPay = await viem.getContractAt("BillPay", getAddress(deployed.address));
-  for (const token of [usdc, usdt]) await billPay.write.setRefundBudget([token.address, REFUND_BUDGET, DAY]);
+  for (const token of [usdc, usdt]) {
+    await billPay.write.setRefundBudget([token.address, REFUND_BUDGET, DAY]);
+    await billPay.write.setPullBudget([token.address, PULL_BUDGET, DAY]);
+  }
 
   for (const payer of [alice, bob]) {
     for (const token of [usdc, usdt]) {

@@ -134,11 +134,13 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     PAUSER_ADDRESS: pauser,
     OPERATOR_ADDRESS: privateKeyToAccount(keys.operator).address,
     REFUND_BUDGET: "50000000",
+    PULL_BUDGET: "500000000",
+    PULL_BUDGET_PERIOD_SECONDS: "3600",
     REFUNDER_ADDRESS: privateKeyToAccount(keys.refunder).address,
     ETHERSCAN_API_KEY: "",
   });
 
-  it("refuses a test-mnemonic deployer, a public test account in a role, and a missing role", async () => {
+  it("refuses a test-mnemonic deployer, a public test account in a role, a missing role, overlapping roles and a bad budget", async () => {
     const testKey = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"; // Hardhat's account #0
     const withTestKey = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), DEPLOYER_PRIVATE_KEY: testKey });
     expect(withTestKey.code).toBe(2);
@@ -148,6 +150,19 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     expect(testOperator.out).toContain("OPERATOR_ADDRESS");
     const noAdmin = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: "" });
     expect(noAdmin.out).toContain("ADMIN_ADDRESS is not set");
+    // Overlapping roles: the admin as a hot key (the operator, or the deployer's own key), one key as operator and refunder.
+    const adminIsOperator = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.operator).address });
+    expect(adminIsOperator.code).toBe(2);
+    expect(adminIsOperator.out).toContain("deploy: ADMIN_ADDRESS and OPERATOR_ADDRESS are the same account");
+    const adminIsDeployer = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.deployer).address });
+    expect(adminIsDeployer.code).toBe(2);
+    expect(adminIsDeployer.out).toContain(`deploy: ADMIN_ADDRESS and the deployer (DEPLOYER_PRIVATE_KEY) are the same account (${privateKeyToAccount(keys.deployer).address})`);
+    const operatorIsRefunder = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), REFUNDER_ADDRESS: privateKeyToAccount(keys.operator).address });
+    expect(operatorIsRefunder.code).toBe(2);
+    expect(operatorIsRefunder.out).toContain("deploy: OPERATOR_ADDRESS and REFUNDER_ADDRESS are the same account");
+    const badPullBudget = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), PULL_BUDGET: "50 USDC" });
+    expect(badPullBudget.code).toBe(2);
+    expect(badPullBudget.out).toContain("deploy: PULL_BUDGET must be a whole number of raw token units");
     const local = await runScript("scripts/deploy.ts", ["--network", "local"], deployEnv());
     expect(local.out).toContain("deployed by `npm run chains`");
     const unknown = await runScript("scripts/deploy.ts", ["--network", "polygon"], deployEnv());
@@ -178,6 +193,11 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     expect(await has(ROLE("OPERATOR_ROLE"), privateKeyToAccount(keys.operator).address)).toBe(true);
     expect(await has(ROLE("REFUNDER_ROLE"), privateKeyToAccount(keys.refunder).address)).toBe(true);
     expect(await rpc.readContract({ address: billPay, abi: billPayAbi, functionName: "isAcceptedToken", args: [usdc] })).toBe(true);
+    // The budgets as configured, on chain and in the deployments file.
+    expect(d.pullBudget).toEqual({ limit: "500000000", periodSeconds: 3600 });
+    expect(await rpc.readContract({ address: billPay, abi: billPayAbi, functionName: "pullBudget", args: [usdc] })).toEqual([500_000_000n, 3600n, 500_000_000n]);
+    expect(d.refundBudget).toEqual({ limit: "50000000", periodSeconds: 86_400 });
+    expect((await rpc.readContract({ address: billPay, abi: billPayAbi, functionName: "refundBudget", args: [usdc] }))[0]).toBe(50_000_000n);
     expect(d.billPay.block).toBeGreaterThan(0);
     // Run again: Ignition's journal says it is done, and nothing new is deployed.
     const again = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());

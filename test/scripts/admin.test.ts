@@ -80,6 +80,28 @@ describe("npm run admin", () => {
     expect(sent.lines).toContain("after: USDC refund budget: 250 per 3600 s, 250 available");
   });
 
+  it("sets the operator's pull budget: the dry run shows it as deployed, --send changes it", async () => {
+    const usdc = celo.tokenAddress("USDC");
+    const budget = celo.deployment.pullBudget!;
+    const dry = await admin("set-pull-budget", "--token", "USDC", "--limit", "1200.5", "--period", "3600");
+    expect(dry.lines).toEqual(
+      expect.arrayContaining([
+        `call: setPullBudget(${usdc}, 1200500000, 3600)`,
+        `now: USDC pull budget: ${Number(budget.limit) / 1e6} per ${budget.periodSeconds} s, ${Number(budget.limit) / 1e6} available`,
+        "simulation: the chain accepts it",
+        "not sent (add --send to send it)",
+      ]),
+    );
+    expect(await read<readonly bigint[]>("pullBudget", [usdc])).toEqual([BigInt(budget.limit), BigInt(budget.periodSeconds), BigInt(budget.limit)]);
+    const sent = await admin("set-pull-budget", "--token", "USDC", "--limit", "1200.5", "--period", "3600", "--send");
+    expect(sent.lines).toContain("after: USDC pull budget: 1200.5 per 3600 s, 1200.5 available");
+    expect(await read<readonly bigint[]>("pullBudget", [usdc])).toEqual([1_200_500_000n, 3600n, 1_200_500_000n]);
+    // The refund budget is another bucket: untouched.
+    expect((await read<readonly bigint[]>("refundBudget", [usdc]))[0]).toBe(BigInt(celo.deployment.refundBudget.limit));
+    // Put back as deployed, for the tests that follow.
+    await admin("set-pull-budget", "--token", "USDC", "--limit", String(Number(budget.limit) / 1e6), "--period", String(budget.periodSeconds), "--send");
+  });
+
   it("refuses bad arguments before anything is read or sent", async () => {
     const cases: Array<[string[], RegExp]> = [
       [["launch"], /unknown command/],
@@ -89,6 +111,8 @@ describe("npm run admin", () => {
       [["accept-token", "--token", "DOGE"], /neither a token/],
       [["grant-role", "--role", "KING", "--account", stranger], /--role must be/],
       [["set-refund-budget", "--token", "USDC", "--limit", "1", "--period", "0"], /--period/],
+      [["set-pull-budget", "--token", "USDC", "--limit", "1", "--period", "0"], /--period/],
+      [["set-pull-budget", "--token", "USDC", "--period", "60"], /needs --limit/],
       [["pause", "--chain", "SOLANA"], /--chain must be/],
       [["pause", "now"], /unexpected argument/],
     ];
