@@ -34,6 +34,12 @@ export class Metrics {
     labelNames: ["chain", "token"],
     registers: [this.registry],
   });
+  readonly orphanPulls = new Counter({
+    name: "billpay_orphan_pulls_total",
+    help: "Pulls that reached BillPay with no order: only someone else holding the operator key sends one",
+    labelNames: ["chain"],
+    registers: [this.registry],
+  });
   readonly paymentsLost = new Counter({
     name: "billpay_payments_lost_total",
     help: "Payments the ledger had confirmed that a reorganisation took off the chain",
@@ -80,6 +86,8 @@ export class Metrics {
   private readonly treasuryMismatch = this.gauge("billpay_treasury_mismatch", "1 when the on-chain treasury differs from the ledger's", ["chain", "token"]);
   private readonly budgetAvailable = this.gauge("billpay_refund_budget_available_units", "What the token's refund budget allows now", ["chain", "token"]);
   private readonly budgetLimit = this.gauge("billpay_refund_budget_limit_units", "The token's refund budget limit", ["chain", "token"]);
+  private readonly pullBudgetAvailable = this.gauge("billpay_pull_budget_available_units", "What the token's operator-wide pull budget allows now", ["chain", "token"]);
+  private readonly pullBudgetLimit = this.gauge("billpay_pull_budget_limit_units", "The token's operator-wide pull budget limit", ["chain", "token"]);
   private readonly scrapeErrors = this.gauge("billpay_metrics_read_errors", "Parts of the last scrape that could not be read", []);
 
   constructor() {
@@ -127,7 +135,7 @@ export class Metrics {
     this.stuck.set(stuck.length);
     this.review.set(review.length);
     this.orphanPayments.set(orphans.payments.filter((p) => p.status !== "REFUNDED" && p.status !== "RESOLVED").length);
-    for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit]) g.reset();
+    for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit, this.pullBudgetAvailable, this.pullBudgetLimit]) g.reset();
     for (const c of chains) {
       errors += c.errors.length;
       if (c.lagBlocks !== null) this.ledgerLagBlocks.set({ chain: c.chain }, c.lagBlocks);
@@ -141,6 +149,10 @@ export class Metrics {
         if (t.refundBudget) {
           this.budgetAvailable.set(labels, Number(t.refundBudget.available));
           this.budgetLimit.set(labels, Number(t.refundBudget.limit));
+        }
+        if (t.pullBudget) {
+          this.pullBudgetAvailable.set(labels, Number(t.pullBudget.available));
+          this.pullBudgetLimit.set(labels, Number(t.pullBudget.limit));
         }
       }
     }

@@ -59,7 +59,7 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
   <div>
     <table id="treasury">
       <thead>
-        <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th>Match</th><th class="n">Refund budget left</th></tr>
+        <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th>Match</th><th class="n">Refund budget left</th><th class="n">Pull budget left</th></tr>
       </thead>
       <tbody>
         {chains.flatMap((c) =>
@@ -71,6 +71,7 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
               <td class="n" data-field="ledger" data-units={t.ledger?.toString() ?? ""}>{units(t.ledger)}</td>
               <td class={t.matches === false ? "bad" : "ok"}>{t.matches === null ? "?" : t.matches ? "yes" : "NO"}</td>
               <td class="n">{t.refundBudget ? `${units(t.refundBudget.available)} / ${units(t.refundBudget.limit)}` : "–"}</td>
+              <td class="n">{t.pullBudget ? `${units(t.pullBudget.available)} / ${units(t.pullBudget.limit)}` : "–"}</td>
             </tr>
           )),
         )}

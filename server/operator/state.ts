@@ -30,6 +30,8 @@ export interface TokenStatus {
   /** On-chain balance equals the ledger's (null when either could not be read). */
   matches: boolean | null;
   refundBudget: { limit: bigint; period: bigint; available: bigint } | null;
+  /** The operator-wide pull budget: what the operator key (or whoever holds it) may still pull. */
+  pullBudget: { limit: bigint; period: bigint; available: bigint } | null;
 }
 
 export interface ChainStatus {
@@ -200,6 +202,7 @@ export class OperatorState {
                 contracts: d.tokens.flatMap((t) => [
                   { address: t.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [billPay] } as const,
                   { address: billPay, abi: billPayAbi, functionName: "refundBudget", args: [t.address as Hex] } as const,
+                  { address: billPay, abi: billPayAbi, functionName: "pullBudget", args: [t.address as Hex] } as const,
                 ]),
               }),
             ]),
@@ -208,19 +211,22 @@ export class OperatorState {
           out.keys = keys.map((k, i) => ({ ...k, gasWei: reads[i] as bigint }));
           const calls = reads[keys.length] as Array<{ status: string; result?: unknown }>;
           out.tokens = d.tokens.map((t, i) => {
-            const balance = calls[i * 2];
-            const budget = calls[i * 2 + 1];
+            const [balance, budget, pulls] = calls.slice(i * 3, i * 3 + 3);
             const ledgerRow = treasury?.treasury.find((r) => r.chainId === d.chainId && r.token.toLowerCase() === t.address.toLowerCase());
             const onChain = balance?.status === "success" ? (balance.result as bigint) : null;
             const ledger = ledgerRow ? BigInt(ledgerRow.balance) : treasury ? 0n : null;
-            const b = budget?.status === "success" ? (budget.result as readonly [bigint, bigint, bigint]) : null;
+            const bucket = (read: { status: string; result?: unknown } | undefined) => {
+              const r = read?.status === "success" ? (read.result as readonly [bigint, bigint, bigint]) : null;
+              return r ? { limit: r[0], period: r[1], available: r[2] } : null;
+            };
             return {
               symbol: t.symbol,
               address: t.address,
               onChain,
               ledger,
               matches: onChain === null || ledger === null ? null : onChain === ledger,
-              refundBudget: b ? { limit: b[0], period: b[1], available: b[2] } : null,
+              refundBudget: bucket(budget),
+              pullBudget: bucket(pulls),
             };
           });
         } catch (err) {

@@ -33,12 +33,14 @@ interface OrphanPullRow {
 export class Orphans {
   constructor(private readonly db: Db) {}
 
-  async recordPull(chain: ChainKey, p: LedgerPayment): Promise<void> {
-    await this.db.query(
+  /** Records a pull no order accounts for; true the first time. */
+  async recordPull(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
+    const rows = await this.db.query(
       `INSERT INTO orphan_pull (chain, order_id, payer, token_address, amount, pull_tx_hash, status)
-       VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING') ON CONFLICT DO NOTHING`,
+       VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING') ON CONFLICT DO NOTHING RETURNING chain`,
       [chain, p.orderId!.toLowerCase(), p.payer.toLowerCase(), p.token.toLowerCase(), p.amount, p.txHash],
     );
+    return rows.length > 0;
   }
 
   async recordPayment(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
@@ -132,7 +134,18 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       for (const p of payments) {
         const order = known.get(p.orderId!.toLowerCase());
         if (!order) {
-          await deps.orphans.recordPull(chain, p);
+          // The service pulls only for orders it wrote first: a pull with none was sent by
+          // someone else holding the operator key. Said at once, loudly; then refunded.
+          if (await deps.orphans.recordPull(chain, p)) {
+            deps.metrics.orphanPulls.inc({ chain });
+            deps.log.error("a pull with no order reached BillPay: the operator key may be in other hands (pause BillPay and rotate it)", {
+              chain,
+              orderId: p.orderId,
+              payer: p.payer,
+              amount: p.amount,
+              txHash: p.txHash,
+            });
+          }
         } else if (order.status === "PULLING") {
           undecided.push(p);
         } else if (order.status === "PAYMENT_FAILED") {

@@ -54,6 +54,8 @@ const REFUSALS: Record<string, ErrorCode> = {
   SpendingLimitExceeded: "SPENDING_LIMIT_EXCEEDED",
   ERC20InsufficientAllowance: "TOKEN_ALLOWANCE_INSUFFICIENT",
   ERC20InsufficientBalance: "BALANCE_INSUFFICIENT",
+  // The operator-wide cap that bounds a leaked operator key: the service's limit, not the payer's.
+  PullBudgetExceeded: "PULL_BUDGET_EXHAUSTED",
 };
 
 /** Each order's own key: the caller's for a single bill, `<key>#<position>` in a batch. */

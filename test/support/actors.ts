@@ -254,6 +254,11 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "setRefundBudget", args: [tokenAddress(symbol), limit, periodSeconds] }));
     },
 
+    /** The admin sets the token's operator-wide pull budget, as the refund budget. */
+    async setPullBudget(symbol: TokenSymbol, limit: bigint, periodSeconds: bigint) {
+      return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: "setPullBudget", args: [tokenAddress(symbol), limit, periodSeconds] }));
+    },
+
     async pause(paused: boolean) {
       return mined(await admin.writeContract({ address: billPay, abi: billPayAbi, functionName: paused ? "pause" : "unpause" }));
     },

@@ -1,0 +1,102 @@
+/**
+ * The operator key in a stranger's hands, against the real local stack. BillPay bounds it on
+ * chain: it pulls only from payers that set an allowance, only into BillPay, and at most the
+ * operator-wide pull budget per period, which a refund does not give back. The service says
+ * so at once: a pull with no order is an error line and a metric (alert BillPayOrphanPull)
+ * on the ledger pass that finds it, and it is refunded to its payer.
+ */
+import { keccak256, toBytes, type Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mcpAgent } from "../../lib/agent-client.ts";
+import { hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
+import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
+const strayId = (tag: string) => keccak256(toBytes(`stolen-key-${tag}-${Date.now()}`));
+
+describe("a leaked operator key", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  const errors: string[] = [];
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const metric = async (name: string) =>
+    (await (await fetch(`${service.urls.service}/metrics`)).text())
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    const log = service.flow.log;
+    const error = log.error.bind(log);
+    log.error = (msg, fields) => {
+      errors.push(msg);
+      error(msg, fields);
+    };
+    // Six USDC a day may be pulled, by anyone holding the key.
+    await celo.setPullBudget("USDC", USDC(6), 86_400n);
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  it("pulls at most the pull budget, only from payers with an allowance; each pull with no order is alerted at once and refunded, and the refund gives the key nothing back", async () => {
+    const [first, second, unset, agent] = [hardhatAccount(11), hardhatAccount(12), hardhatAccount(13), hardhatAccount(14)];
+    for (const payer of [first, second, agent]) await celo.approveAndAllow(payer, "USDC", USDC(100));
+    const before = new Map(await Promise.all([first, second, unset, agent].map(async (a) => [a.address, await usdc(a.address)] as const)));
+    const vault = await usdc(celo.billPay);
+    const thief = operatorAccount().address;
+    const thiefBefore = await usdc(thief);
+
+    // Four of the six go; four more do not; a payer who set no allowance gives nothing.
+    await celo.pull(strayId("a"), first.address, "USDC", USDC(4));
+    await expect(celo.pull(strayId("b"), second.address, "USDC", USDC(4))).rejects.toThrow(/PullBudgetExceeded/);
+    await expect(celo.pull(strayId("c"), unset.address, "USDC", USDC(1))).rejects.toThrow(/SpendingAllowanceExceeded/);
+    expect(await usdc(second.address)).toBe(before.get(second.address));
+    expect(await usdc(unset.address)).toBe(before.get(unset.address));
+
+    // The ledger pass that finds it says so at once, and refunds it.
+    await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
+    expect(errors.filter((e) => e.startsWith("a pull with no order reached BillPay"))).toHaveLength(1);
+    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(1);
+    expect(await usdc(first.address)).toBe(before.get(first.address));
+
+    // The refund restored the payer's allowance, not the key's budget: two is all that is left.
+    await expect(celo.pull(strayId("d"), first.address, "USDC", USDC(3))).rejects.toThrow(/PullBudgetExceeded/);
+    await celo.pull(strayId("e"), first.address, "USDC", USDC(2));
+
+    // With the budget spent, the service's own pulls are refused plainly, and charge nothing.
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: agent.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const mcp = await mcpAgent(service.urls.service);
+    try {
+      const answer = await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 });
+      expect(answer.isError).toBe(true);
+      expect(answer.data.error).toMatchObject({ code: "PULL_BUDGET_EXHAUSTED" });
+    } finally {
+      await mcp.close();
+    }
+    expect(await usdc(agent.address)).toBe(before.get(agent.address));
+
+    // Nothing ever reached the key's own wallet: everything it pulled sits in BillPay, and the
+    // second orphan is refunded like the first.
+    expect(await usdc(thief)).toBe(thiefBefore);
+    await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
+    expect(await usdc(first.address)).toBe(before.get(first.address));
+    expect(await usdc(celo.billPay)).toBe(vault);
+    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(2);
+    // (It refills at six a day: a few seconds on, a few hundred raw units.)
+    expect(await metric('billpay_pull_budget_available_units{chain="CELO",token="USDC"}')).toBeLessThan(Number(USDC(0.01)));
+  });
+});
