@@ -256,6 +256,9 @@ const MIGRATIONS: string[] = [
   `CREATE TABLE payment_watch (
      request_id        text        PRIMARY KEY,
      chain             text        NOT NULL,
+     -- The chain's genesis hash and BillPay's address: a local chain started afresh is
+     -- another chain, and a payment of the old one is never looked for (or collected) on it.
+     deployment        text        NOT NULL,
      rail              text        NOT NULL,
      payment_key       text        NOT NULL,
      block_number      numeric(78) NOT NULL,
@@ -270,7 +273,7 @@ const MIGRATIONS: string[] = [
      created_at        timestamptz NOT NULL DEFAULT now(),
      updated_at        timestamptz NOT NULL DEFAULT now()
    );
-   CREATE INDEX payment_watch_open ON payment_watch (chain, block_number) WHERE NOT final;
+   CREATE INDEX payment_watch_open ON payment_watch (chain, deployment, block_number) WHERE NOT final;
    CREATE INDEX payment_watch_lost ON payment_watch (lost_at) WHERE lost_at IS NOT NULL;`,
   // One key, one instance: the instance signing with each hot key, and its heartbeat (chain/key-lease.ts).
   `CREATE TABLE key_lease (

@@ -87,7 +87,7 @@ export function buildFlow(
     ledger: new LedgerClient(config.LEDGER_URL),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
     confirmations: confirmationsFor(config),
-    watches: new PaymentWatches(db),
+    watches: new PaymentWatches(db, deployments),
     recollectReviewSeconds: config.RECOLLECT_REVIEW_SECONDS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,

@@ -116,7 +116,7 @@ export class OperatorState {
 
   /** Payments a reorganisation took off the chain after the ledger confirmed them, and what became of each. */
   losses() {
-    return new PaymentWatches(this.deps.db).losses();
+    return new PaymentWatches(this.deps.db, this.deps.deployments).losses();
   }
 
   async order(requestId: string): Promise<OrderRow | undefined> {

@@ -31,7 +31,7 @@ import type { Hex } from "viem";
 import { billPayAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor } from "../../lib/deployments.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain } from "../chain/authorization-state.ts";
 import { ContractRefused } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
@@ -72,24 +72,36 @@ export interface WatchRow {
 export type Loss = Pick<WatchRow, "request_id" | "chain" | "rail" | "tx_hash" | "lost_at" | "outcome" | "detail" | "recollect_tx_hash"> & { block_number: string };
 
 export class PaymentWatches {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly deployments: Deployments,
+  ) {}
+
+  /** Which chain this is: its genesis and BillPay's address (a local chain started afresh is another). */
+  private deployment(chain: string): string {
+    const d = this.deployments.chains[chain as ChainKey]!;
+    return `${d.genesisHash}:${d.billPay.address}`.toLowerCase();
+  }
 
   /** Watches the payment that makes `o` PAID (again, if it moved to another block). */
   async record(o: Order, p: LedgerPayment): Promise<void> {
     await this.db.query(
-      `INSERT INTO payment_watch (request_id, chain, rail, payment_key, block_number, block_time, tx_hash)
-       VALUES ($1, $2, $3, $4, $5, $6, $7)
+      `INSERT INTO payment_watch (request_id, chain, deployment, rail, payment_key, block_number, block_time, tx_hash)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
        ON CONFLICT (request_id) DO UPDATE SET block_number = EXCLUDED.block_number, block_time = EXCLUDED.block_time,
          tx_hash = EXCLUDED.tx_hash, final = false, updated_at = now()`,
-      [o.requestId, o.chain, p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
+      [o.requestId, o.chain, this.deployment(o.chain), p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
     );
   }
 
+  /** The chain's open watches; those of another deployment of it (a local chain started afresh) are dropped. */
   async open(chain: ChainKey, limit = WATCH_BATCH): Promise<WatchRow[]> {
+    const deployment = this.deployment(chain);
+    await this.db.query(`DELETE FROM payment_watch WHERE chain = $1 AND deployment <> $2 AND NOT final AND lost_at IS NULL`, [chain, deployment]);
     return this.db.query<WatchRow>(
       `SELECT request_id, chain, rail, payment_key, block_number::text, block_time::text, tx_hash, final, lost_at, outcome, detail, recollect_tx_hash, attempted_at
-       FROM payment_watch WHERE chain = $1 AND NOT final ORDER BY block_number LIMIT $2`,
-      [chain, limit],
+       FROM payment_watch WHERE chain = $1 AND deployment = $2 AND NOT final ORDER BY block_number LIMIT $3`,
+      [chain, deployment, limit],
     );
   }
 

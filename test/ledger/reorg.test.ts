@@ -219,6 +219,18 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     }
   });
 
+  it("a payment watched on an earlier run of a local chain (another genesis) is never looked for, or collected, on the chain started afresh", async () => {
+    const payer = hardhatAccount(11);
+    const paid = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    // As the row a previous chain left: same order, a block this chain's ledger does not hold it in.
+    await service.db.query(`UPDATE payment_watch SET deployment = 'an-earlier-genesis', block_number = 1, payment_key = 'gone' WHERE request_id = $1`, [paid.request_id]);
+    await mine();
+    await watchPayments(service.flow);
+    expect(await service.db.query(`SELECT 1 FROM payment_watch WHERE request_id = $1`, [paid.request_id])).toEqual([]);
+    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+  });
+
   // Last: it moves the chain's clock three days on.
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
     const payer = hardhatAccount(9);
