@@ -2,6 +2,7 @@
  * Ledger (Ponder) settings shared by ponder.config.ts, the scripts that start Ponder and
  * the clients that read it: database, polling interval, schema naming, and its URL.
  */
+import { localUrl } from "./local-ports.ts";
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -9,7 +10,6 @@ import type { Deployments } from "./deployments.ts";
 import { refuseOtherPostgresMajor } from "./pglite-dir.ts";
 import { activeNetwork, type ChainKey } from "./networks.ts";
 
-export const DEFAULT_LEDGER_PORT = 42069;
 /** Ponder's minimum polling interval; fine for local chains (a block a second when idle). */
 export const DEFAULT_POLLING_INTERVAL_MS = 100;
 /** Stable views schema on PostgreSQL, re-pointed at each new ledger schema. */
@@ -87,7 +87,7 @@ export function isLoopbackAddress(address: string | undefined): boolean {
 }
 
 export function ledgerUrl(): string {
-  return process.env.LEDGER_URL ?? `http://127.0.0.1:${DEFAULT_LEDGER_PORT}`;
+  return process.env.LEDGER_URL ?? localUrl("ledger");
 }
 
 function listFiles(dir: string): string[] {

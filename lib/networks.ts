@@ -11,6 +11,8 @@
  * asset table has them). On `local` the tokens are the stack's own deployments, shaped like
  * Celo's and Base's mainnet tokens, and their addresses come from the deployments file.
  */
+import { LOCAL_PORTS } from "./local-ports.ts";
+
 export type ChainKey = "CELO" | "BASE";
 export type TokenSymbol = "USDC" | "USD₮" | "USA₮";
 export type NetworkName = "local" | "celo" | "celo-sepolia" | "base" | "base-sepolia";
@@ -93,6 +95,9 @@ const CELO_FACILITATOR = {
   sepolia: { url: "https://api.x402.sepolia.celo.org", auth: "api-key" },
 } as const;
 
+/** The local stack's facilitator at its default port (FACILITATOR_PORT moves it: server/config.ts). */
+const LOCAL_FACILITATOR = { url: `http://127.0.0.1:${LOCAL_PORTS.facilitator.defaultPort}`, auth: "none" } as const;
+
 const localTokens = (tokens: TokenInfo[]): TokenInfo[] => tokens.map(({ address: _real, ...t }) => t);
 
 const chain = (c: Omit<ChainInfo, "caip2">): ChainInfo => ({ ...c, caip2: `eip155:${c.chainId}` });
@@ -102,8 +107,8 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
     local: true,
     testnet: true,
     chains: {
-      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8545"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "celoLocal", defaultPort: 8545, tokens: localTokens(celoTokens) }),
-      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: ["http://127.0.0.1:8546"], facilitator: { url: "http://127.0.0.1:8402", auth: "none" }, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "baseLocal", defaultPort: 8546, tokens: localTokens(baseTokens) }),
+      CELO: chain({ key: "CELO", chainId: 42220, x402V1Network: "celo", displayName: "Celo (local)", explorer: null, rpcUrls: [`http://127.0.0.1:${LOCAL_PORTS.CELO.defaultPort}`], facilitator: LOCAL_FACILITATOR, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "celoLocal", defaultPort: LOCAL_PORTS.CELO.defaultPort, tokens: localTokens(celoTokens) }),
+      BASE: chain({ key: "BASE", chainId: 8453, x402V1Network: "base", displayName: "Base (local)", explorer: null, rpcUrls: [`http://127.0.0.1:${LOCAL_PORTS.BASE.defaultPort}`], facilitator: LOCAL_FACILITATOR, pollingIntervalMs: 100, confirmations: 0, hardhatNetwork: "baseLocal", defaultPort: LOCAL_PORTS.BASE.defaultPort, tokens: localTokens(baseTokens) }),
     },
   },
   celo: {

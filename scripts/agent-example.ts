@@ -12,9 +12,11 @@ import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { viemChain } from "../lib/chains.ts";
+import { deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
+import { localUrl } from "../lib/local-ports.ts";
 
-const serviceUrl = process.env.SERVICE_URL ?? "http://127.0.0.1:8080";
+const serviceUrl = process.env.SERVICE_URL ?? localUrl("service");
 const wallet = hardhatAccount(4);
 const mcp = await mcpAgent(serviceUrl);
 const show = (title: string, value: unknown) => console.log(`\n== ${title}\n${JSON.stringify(value, null, 2)}`);
@@ -25,8 +27,9 @@ const celo = caps.chains.find((c) => c.chain === "CELO")!;
 const usdc = celo.tokens.find((t) => t.token === "USDC")!.address;
 show("describe_capabilities (CELO)", celo);
 
-// 2. On chain, from the wallet: approve BillPay on the token, then set the spending allowance.
-const rpcUrl = process.env.CELO_RPC_URL ?? "http://127.0.0.1:8545";
+// 2. On chain, from the wallet: approve BillPay on the token, then set the spending allowance,
+// on the chain the stack deployed to (the deployments file; CELO_RPC_URL overrides).
+const rpcUrl = rpcUrlFor("CELO", requireChain(await readDeployments(deploymentsPath()), "CELO"));
 const client = createWalletClient({ account: wallet, chain: viemChain("CELO", rpcUrl), transport: http(rpcUrl) });
 const chain = publicClientFor("CELO", rpcUrl);
 const allowance = parseUnits("25", 6);

@@ -14,6 +14,7 @@
  * routes (SERVICE_URL, default the local service; OPS_TOKEN when it has one);
  * --ledger-only skips the orders.
  */
+import { localUrl } from "../lib/local-ports.ts";
 import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
 import { erc20Abi, type Address } from "viem";
 import { publicClientFor } from "../lib/chain-client.ts";
@@ -289,7 +290,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
   const service = args.includes("--ledger-only")
     ? undefined
-    : { url: process.env.SERVICE_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, token: process.env.OPS_TOKEN };
+    : { url: process.env.SERVICE_URL ?? localUrl("service"), token: process.env.OPS_TOKEN };
   const report = await runAudit({ ledgerUrl: ledgerUrl(), deployments: await readDeployments(deploymentsPath()), service });
   console.log(args.includes("--json") ? auditJson(report) : formatAudit(report));
   process.exitCode = report.discrepancies.length === 0 ? 0 : 1;

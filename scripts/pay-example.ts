@@ -6,10 +6,11 @@
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
+import { localUrl } from "../lib/local-ports.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
 
 const [phone = "08011111111", naira = "1550", token = "USDC", blockchain = "CELO"] = process.argv.slice(2);
-const url = `${process.env.SERVICE_URL ?? "http://127.0.0.1:8080"}/api/pay/x402`;
+const url = `${process.env.SERVICE_URL ?? localUrl("service")}/api/pay/x402`;
 const payer = hardhatAccount(3);
 const client = x402ClientFor(payer, await readDeployments(deploymentsPath()));
 

@@ -1,4 +1,5 @@
 /** The service's configuration, from the environment, validated once at start-up. */
+import { LOCAL_PORTS, localUrl } from "../lib/local-ports.ts";
 import { z } from "zod";
 import { isIP } from "node:net";
 import { parseRpcBatchSize, RPC_BATCH_SIZE_RULE } from "../lib/chain-client.ts";
@@ -20,7 +21,7 @@ const decimal = (scale: number, what: string) =>
 const port = z.coerce.number().int().min(0).max(65535);
 
 /** The local facilitator's default address (stack/start.ts serves it there). */
-const LOCAL_FACILITATOR = { url: "http://127.0.0.1:8402", auth: "none" as const };
+const LOCAL_FACILITATOR = { url: localUrl("facilitator", {}), auth: "none" as const };
 const profileFacilitator = (chain: ChainKey) => activeNetwork().chains[chain]?.facilitator ?? LOCAL_FACILITATOR;
 /** The profile facilitator's authentication when `url` is that facilitator; none for any other. */
 const facilitatorAuthFor = (chain: ChainKey, url: string) => {
@@ -59,7 +60,7 @@ const rateLimit = (fallback: string) =>
     });
 
 export const configSchema = z.object({
-  PORT: port.default(8080),
+  PORT: port.default(LOCAL_PORTS.service.defaultPort),
   HOST: z.string().default("127.0.0.1"),
   SERVICE_NAME: z.string().min(1).default("BillPay"),
   PUBLIC_URL: z.string().url().optional(),
@@ -120,7 +121,7 @@ export const configSchema = z.object({
     .regex(/^\d+$/, "a whole number of wei")
     .default("1000000000000000")
     .transform((v) => BigInt(v)),
-  BILLER_BASE_URL: z.string().url().default("http://127.0.0.1:8403"),
+  BILLER_BASE_URL: z.string().url().default(localUrl("biller", {})),
   BILLER_API_KEY: z.string().min(1).default("sandbox-api-key"),
   BILLER_SECRET_KEY: z.string().min(1).default("sandbox-secret-key"),
   BILLER_PUBLIC_KEY: z.string().min(1).default("sandbox-public-key"),
@@ -141,7 +142,7 @@ export const configSchema = z.object({
   BILLER_WEBHOOK_TOKEN: z.string().min(16).optional(),
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),
   REQUERY_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
-  LEDGER_URL: z.string().url().default("http://127.0.0.1:42069"),
+  LEDGER_URL: z.string().url().default(localUrl("ledger", {})),
   /** An unfinished order nobody holds for longer than this is reported stuck (console, /metrics). */
   STUCK_AFTER_SECONDS: z.coerce.number().int().positive().default(600),
   WORKER_INTERVAL_MS: z.coerce.number().int().positive().default(2_000),
@@ -292,8 +293,23 @@ const servedSafely = configSchema
   });
 
 /** Parses the environment; throws one error naming every bad variable. */
+/**
+ * The local stack's addresses follow its ports (lib/local-ports.ts) unless set outright: the
+ * ledger's (LEDGER_PORT), and on the local profile the facilitator's (FACILITATOR_PORT) and
+ * the biller sandbox's (BILLER_SANDBOX_PORT).
+ */
+function withLocalPorts(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const out = { ...env };
+  out.LEDGER_URL ??= localUrl("ledger", env);
+  if (!activeNetwork().local) return out;
+  out.FACILITATOR_URL_CELO ??= localUrl("facilitator", env);
+  out.FACILITATOR_URL_BASE ??= localUrl("facilitator", env);
+  out.BILLER_BASE_URL ??= localUrl("biller", env);
+  return out;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = servedSafely.safeParse(env);
+  const parsed = servedSafely.safeParse(withLocalPorts(env));
   if (!parsed.success) throw new Error(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
   return parsed.data;
 }

@@ -141,6 +141,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
     PONDER_TELEMETRY_DISABLED: "1",
   };
   delete env.DATABASE_URL;
+  // Ponder reads PORT before its own -p flag: the service's PORT would move the ledger onto it.
+  delete env.PORT;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.pgliteDir) env.LEDGER_PGLITE_DIR = options.pgliteDir;
   if (options.pollingIntervalMs) env.LEDGER_POLLING_INTERVAL_MS = String(options.pollingIntervalMs);

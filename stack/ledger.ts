@@ -1,13 +1,14 @@
 /** `npm run ledger`: only the ledger (Ponder), in the foreground, against chains already running. */
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
-import { DEFAULT_LEDGER_PORT, isLoopbackAddress, LEDGER_OPEN_QUERY_API, ledgerQueryApiOpen } from "../lib/ledger-config.ts";
+import { localPort } from "../lib/local-ports.ts";
+import { isLoopbackAddress, LEDGER_OPEN_QUERY_API, ledgerQueryApiOpen } from "../lib/ledger-config.ts";
 import { ledgerDatabaseFor, startLedger } from "./ledger-process.ts";
 
 const host = process.env.LEDGER_HOST ?? "127.0.0.1";
 const queryApiOpen = ledgerQueryApiOpen();
 const ledger = await startLedger({
   deploymentsFile: deploymentsPath(),
-  port: Number(process.env.LEDGER_PORT ?? DEFAULT_LEDGER_PORT),
+  port: localPort("ledger"),
   databaseUrl: process.env.DATABASE_URL
     ? await ledgerDatabaseFor(process.env.DATABASE_URL, await readDeployments(deploymentsPath()))
     : undefined,

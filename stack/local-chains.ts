@@ -3,11 +3,12 @@
  * process over JSON-RPC on 127.0.0.1, then the idempotent deployment, written to the
  * deployments file. A chain already answering on its URL is reused, not restarted.
  */
+import { LOCAL_PORTS, localPort } from "../lib/local-ports.ts";
 import { network } from "hardhat";
 import { chainInfo, CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
 import { activeNetwork } from "../lib/networks.ts";
 import { readDeployments, writeDeployments, type Deployments } from "../lib/deployments.ts";
-import { ensureLocalDeployment } from "./local-deploy.ts";
+import { ensureLocalDeployment, holdsDeployment } from "./local-deploy.ts";
 
 const PROBE_TIMEOUT_MS = 1_000;
 
@@ -45,11 +46,7 @@ async function probeChainId(url: string): Promise<number | undefined> {
 }
 
 export function defaultPort(chain: ChainKey): number {
-  const fromEnv = process.env[`${chain}_PORT`];
-  if (fromEnv === undefined) return chainInfo(chain).defaultPort ?? 0;
-  const port = Number(fromEnv);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${chain}_PORT must be a port number`);
-  return port;
+  return localPort(chain);
 }
 
 export async function startLocalChains(options: LocalChainsOptions): Promise<LocalChains> {
@@ -71,7 +68,15 @@ export async function startLocalChains(options: LocalChainsOptions): Promise<Loc
         if (running !== chain.chainId) {
           throw new Error(`${url} already serves chain id ${running}, not ${chain.chainId} (${key}): free the port or set ${key}_PORT`);
         }
-        log(`${key}: reusing the node already running at ${url}`);
+        // Only our own chain is reused: deploying onto another stack's would pay into a BillPay
+        // its ledger does not index, beside the one its service uses.
+        if (!(await holdsDeployment(key, url, deployments.chains[key]))) {
+          throw new Error(
+            `${url} already serves a ${key} chain (id ${running}) that does not hold this stack's deployment (${options.deploymentsFile}): ` +
+              `it is another stack's; stop it, or move this stack's ${key} chain with ${LOCAL_PORTS[key].variable}`,
+          );
+        }
+        log(`${key}: reusing the node already running at ${url}, with this stack's deployment`);
       } else {
         const server = await network.createServer({ network: chain.hardhatNetwork }, host, port);
         const bound = await server.listen();

@@ -86,6 +86,14 @@ async function stillDeployed(client: PublicClient, existing: ChainDeployment, ge
   }
 }
 
+/** Whether the node at `rpcUrl` holds `existing` (its genesis, its code, its roles): the chain is this checkout's. */
+export async function holdsDeployment(chainKey: ChainKey, rpcUrl: string, existing: ChainDeployment | undefined): Promise<boolean> {
+  if (!existing) return false;
+  const client = publicClientFor(chainKey, rpcUrl);
+  const genesis = await client.getBlock({ blockNumber: 0n });
+  return stillDeployed(client, existing, genesis.hash);
+}
+
 export async function ensureLocalDeployment(
   chainKey: ChainKey,
   rpcUrl: string,

@@ -6,7 +6,8 @@
  */
 import { mkdir } from "node:fs/promises";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
-import { DEFAULT_LEDGER_PORT, IN_MEMORY, ledgerPgliteDir, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
+import { localPort } from "../lib/local-ports.ts";
+import { IN_MEMORY, ledgerPgliteDir, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
 import { loadConfig } from "../server/config.ts";
 import { refuseOlderServiceDir } from "../server/db.ts";
 import { purgeTask } from "../server/storage-purge.ts";
@@ -41,7 +42,7 @@ try {
 
   const ledger: Ledger = await startLedger({
     deploymentsFile,
-    port: Number(process.env.LEDGER_PORT ?? DEFAULT_LEDGER_PORT),
+    port: localPort("ledger"),
     databaseUrl: process.env.DATABASE_URL ? await ledgerDatabaseFor(process.env.DATABASE_URL, deployments) : undefined,
     logTo: ".data/ledger.log",
   });

@@ -4,10 +4,11 @@
  * calls (BILLER_SANDBOX_WEBHOOK_URL, as a merchant registers one on VTpass's dashboard) and
  * VTpass's 019 duplicate window (BILLER_SANDBOX_DUPLICATE_WINDOW_MS, e.g. 30000; off by default).
  */
+import { localPort } from "../../lib/local-ports.ts";
 import { serve } from "@hono/node-server";
 import { billerSandboxApp } from "./app.ts";
 
-const port = Number(process.env.BILLER_SANDBOX_PORT ?? 8403);
+const port = localPort("biller");
 const window = process.env.BILLER_SANDBOX_DUPLICATE_WINDOW_MS;
 const app = billerSandboxApp({
   apiKey: process.env.BILLER_API_KEY ?? "sandbox-api-key",

@@ -4,12 +4,13 @@
  * facilitator meters it: that key in X-API-Key, FACILITATOR_CREDITS settlements (unlimited
  * when unset) and FACILITATOR_SETTLES_PER_MINUTE (unlimited when unset).
  */
+import { localPort } from "../../lib/local-ports.ts";
 import { serve } from "@hono/node-server";
 import { deployedChains, deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../../lib/deployments.ts";
 import { facilitatorAccount } from "../../lib/local-accounts.ts";
 import { createFacilitator, facilitatorApp } from "./app.ts";
 
-const port = Number(process.env.FACILITATOR_PORT ?? 8402);
+const port = localPort("facilitator");
 const deployments = await readDeployments(deploymentsPath());
 const chains = deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) }));
 const optionalCount = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);

@@ -7,7 +7,7 @@ import { BaseError, ContractFunctionRevertedError, erc20Abi, getAddress, parseUn
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { chainInfo, CHAIN_KEYS, MULTICALL3_ADDRESS } from "../../lib/chains.ts";
 import { readDeployments } from "../../lib/deployments.ts";
-import { hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
+import { deployerAccount, hardhatAccount, operatorAccount, payerAccounts, refunderAccount } from "../../lib/local-accounts.ts";
 import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
@@ -220,6 +220,18 @@ describe("local chains (npm run chains)", () => {
       vi.unstubAllEnvs();
       await close();
     }
+  });
+
+  it("refuses a running chain that does not hold this stack's deployment (another stack's), naming it, and deploys nothing onto it", async () => {
+    const file = join(await tempDir("chains"), "deployments.json"); // a checkout that never deployed there
+    const celoUrl = chains.rpcUrls.CELO;
+    const deployer = deployerAccount().address;
+    const nonce = await publicClientFor("CELO", celoUrl).getTransactionCount({ address: deployer });
+    const port = Number(new URL(celoUrl).port);
+    await expect(startLocalChains({ ports: { CELO: port, BASE: 0 }, deploymentsFile: file })).rejects.toThrow(
+      `${celoUrl} already serves a CELO chain (id 42220) that does not hold this stack's deployment (${file}): it is another stack's; stop it, or move this stack's CELO chain with CELO_PORT`,
+    );
+    expect(await publicClientFor("CELO", celoUrl).getTransactionCount({ address: deployer })).toBe(nonce);
   });
 
   it("refuses a port that serves a different chain", async () => {

@@ -1,0 +1,77 @@
+/**
+ * `npm start` as a newcomer runs it beside something else: every port moved by its variable
+ * (lib/local-ports.ts), the service's PORT included, which the ledger must not take for its
+ * own. The stack comes up on the moved ports only, and the examples, reading the same
+ * variables, pay through it.
+ */
+import { createServer, type AddressInfo } from "node:net";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LOCAL_PORTS, type LocalPort } from "../../lib/local-ports.ts";
+import { runScript, startScript } from "../support/processes.ts";
+import { tempDir } from "../support/stack.ts";
+
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** Whether something accepts connections on 127.0.0.1:`port`. */
+async function listening(port: number): Promise<boolean> {
+  try {
+    await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(1_000) });
+    return true;
+  } catch (err) {
+    return !String((err as Error).cause ?? err).includes("ECONNREFUSED");
+  }
+}
+
+describe("npm start with every port moved", () => {
+  let env: Record<string, string>;
+  let ports: Record<LocalPort, number>;
+  let stack: Awaited<ReturnType<typeof startScript>>;
+
+  beforeAll(async () => {
+    const dir = await tempDir("start-moved");
+    ports = {} as Record<LocalPort, number>;
+    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) ports[name] = await freePort();
+    env = {
+      ...Object.fromEntries((Object.keys(LOCAL_PORTS) as LocalPort[]).map((name) => [LOCAL_PORTS[name].variable, String(ports[name])])),
+      DEPLOYMENTS_FILE: join(dir, "deployments.json"),
+      SERVER_PGLITE_DIR: join(dir, "service"),
+      PIN_PEPPER_FILE: join(dir, "pin-pepper"),
+      LOG_REQUESTS: "0",
+    };
+    stack = await startScript("stack/start.ts", env, "stack ready", 180_000);
+  }, 200_000);
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("binds every piece on its moved port, and nothing on the defaults' it was told to leave", async () => {
+    const out = stack.output();
+    expect(out).toContain(`service: http://127.0.0.1:${ports.service}`);
+    expect(out).toContain(`facilitator: http://127.0.0.1:${ports.facilitator}`);
+    expect(out).toContain(`biller sandbox: http://127.0.0.1:${ports.biller}`);
+    expect(out).toContain(`ledger: http://127.0.0.1:${ports.ledger}`);
+    expect(out).toContain(`CELO: started chain id 42220 at http://127.0.0.1:${ports.CELO}`);
+    expect(out).toContain(`BASE: started chain id 8453 at http://127.0.0.1:${ports.BASE}`);
+    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) expect(await listening(ports[name]), name).toBe(true);
+    // The ledger answers on its own port, not on the service's PORT.
+    expect((await fetch(`http://127.0.0.1:${ports.ledger}/ready`)).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${ports.service}/healthz`)).status).toBe(200);
+  });
+
+  it("pays through it with the x402 example, which reads the same variables, and the audit agrees", async () => {
+    const paid = await runScript("scripts/pay-example.ts", [], env);
+    expect(paid.code, paid.out).toBe(0);
+    expect(paid.out).toContain("paid: 200");
+    expect(paid.out).toMatch(/"status": "SUCCESS"/);
+    const audit = await runScript("scripts/audit.ts", [], env);
+    expect(audit.code, audit.out).toBe(0);
+  });
+});
