@@ -78,6 +78,7 @@ try {
   log("stack ready: pay a bill with `npm run pay:example`; Ctrl-C to stop");
 
   ledger.process.on("exit", (code) => {
+    if (stopping) return; // Ctrl-C stops it with everything else: nothing to report
     console.error(`ledger exited (code ${code}); see .data/ledger.log`);
     void stopAll().then(() => process.exit(1));
   });

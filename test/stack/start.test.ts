@@ -74,4 +74,13 @@ describe("npm start with every port moved", () => {
     const audit = await runScript("scripts/audit.ts", [], env);
     expect(audit.code, audit.out).toBe(0);
   });
+
+  it("stops on a signal with everything it started, and reports no failure of its own ledger", async () => {
+    const exit = new Promise<number | null>((r) => stack.child.once("exit", (code) => r(code)));
+    await stack.stop();
+    expect(await exit).toBe(0);
+    expect(stack.output()).toContain("SIGTERM: stopping");
+    expect(stack.output()).not.toContain("ledger exited");
+    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) expect(await listening(ports[name]), name).toBe(false);
+  });
 });
