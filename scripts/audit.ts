@@ -16,7 +16,7 @@
  */
 import { localUrl } from "../lib/local-ports.ts";
 import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
-import { erc20Abi, type Address } from "viem";
+import { erc20Abi, formatUnits, type Address } from "viem";
 import { publicClientFor } from "../lib/chain-client.ts";
 import type { ChainKey } from "../lib/chains.ts";
 import { deployedChains, deploymentsPath, readDeployments, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
@@ -252,21 +252,26 @@ export async function runAudit(options: {
   return { treasury, refundsChecked: refunds.length, pullsChecked: pulls.length, orders, discrepancies };
 }
 
+/** Token amounts for people: every token the service settles has 6 decimals (lib/networks.ts); --json keeps raw units. */
+const TOKEN_DECIMALS = 6;
+const amount = (raw: bigint) => formatUnits(raw, TOKEN_DECIMALS);
+
 export function formatAudit(report: AuditReport): string {
   const head = ["chain", "token", "ledger balance", "on-chain balance", "payments in", "other in", "refunds", "withdrawals", ""];
   const rows = report.treasury.map((l) => [
     l.chain,
     l.symbol,
-    String(l.ledgerBalance),
-    String(l.onChainBalance),
-    String(l.paymentsIn),
-    String(l.otherIn),
-    String(l.refunds),
-    String(l.withdrawals),
+    amount(l.ledgerBalance),
+    amount(l.onChainBalance),
+    amount(l.paymentsIn),
+    amount(l.otherIn),
+    amount(l.refunds),
+    amount(l.withdrawals),
     l.ok ? "ok" : "MISMATCH",
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  // Amounts right-aligned, so their decimal points line up.
+  const line = (cells: string[]) => cells.map((c, i) => (i >= 2 && i <= 7 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join("  ").trimEnd();
   const out = [line(head), ...rows.map(line), ""];
   out.push(`refunds matched to payments: ${report.refundsChecked}; pulls checked against allowances: ${report.pullsChecked}`);
   if (report.orders) {

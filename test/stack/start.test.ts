@@ -73,6 +73,8 @@ describe("npm start with every port moved", () => {
     expect(paid.out).toMatch(/"status": "SUCCESS"/);
     const audit = await runScript("scripts/audit.ts", [], env);
     expect(audit.code, audit.out).toBe(0);
+    // In token amounts, not raw units: the bill's payment is about one USDC.
+    expect(audit.out).toMatch(/^CELO\s+USDC\s+1\.\d+\s/m);
   });
 
   it("stops on a signal with everything it started, and reports no failure of its own ledger", async () => {
