@@ -233,11 +233,15 @@ export class LedgerClient {
     return this.get(`/ledger/payments?${params}`);
   }
 
-  /** The highest block of `chainId` the ledger has indexed, or null before its first. */
+  /**
+   * The block of `chainId` through which every event can be read from the ledger's routes
+   * (/ledger/readable: Ponder's checkpoint, read through the same connection as the rows),
+   * or null before its first.
+   */
   async indexedBlock(chainId: number): Promise<bigint | null> {
-    const status = await this.get<Record<string, { id: number; block: { number: number } | null }>>("/status");
-    const chain = Object.values(status).find((s) => s.id === chainId);
-    return chain?.block ? BigInt(chain.block.number) : null;
+    const { chains } = await this.get<{ chains: Array<{ chainId: number; block: number }> }>("/ledger/readable");
+    const chain = chains.find((s) => s.chainId === chainId);
+    return chain && chain.block > 0 ? BigInt(chain.block) : null;
   }
 
   /** A wallet's per-chain, per-token totals. */

@@ -132,6 +132,22 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       for (const p of payments) expect(p.txHash).toMatch(/^0x[0-9a-f]{64}$/);
     });
 
+    it("says, per chain, the block through which every event can be read, and its rows are there", async () => {
+      const { status, body } = await api("/ledger/readable");
+      expect(status).toBe(200);
+      const chains = body.chains as Array<{ chainId: number; block: number; timestamp: number }>;
+      expect(chains.map((c) => c.chainId).sort((x, y) => x - y)).toEqual([8453, 42220]);
+      for (const a of [celo, base]) {
+        const readable = chains.find((c) => c.chainId === a.deployment.chainId)!;
+        const head = await a.publicClient.getBlock();
+        expect(BigInt(readable.block)).toBe(head.number); // caught up in beforeAll
+        expect(BigInt(readable.timestamp)).toBe(head.timestamp);
+      }
+      // Every payment of a block it names is readable: the newest CELO payment is at or below it.
+      const newest = ((await api(`/ledger/payments?chainId=42220`)).body.payments as Row[]).at(-1)!;
+      expect(Number(newest.blockNumber)).toBeLessThanOrEqual(chains.find((c) => c.chainId === 42220)!.block);
+    });
+
     it("records refunds of both kinds and withdrawals", async () => {
       const o2 = (await api(`/ledger/orders/${ids.o2}`)).body;
       expect((o2.payments as Row[]).map((p) => p.amount)).toEqual([u("15").toString()]);

@@ -175,6 +175,24 @@ app.get("/ledger/payers/:address/records", async (c) => {
 });
 
 /** Per chain and token; `otherInflow`/`otherOutflow` are what the totals hold beyond the named kinds. */
+/**
+ * What can be read: per chain, the block through which every event is in the tables these
+ * routes read. Taken from Ponder's own checkpoint table, through the same connection as the
+ * rows (the block's rows and its checkpoint are written in one transaction), so a reader that
+ * waits for block N here and then reads finds every event of block N. Checkpoints are
+ * Ponder's fixed-width strings: 10 digits of block time, 16 of chain id, 16 of block number.
+ */
+app.get("/ledger/readable", async (c) => {
+  const result = await db.execute(sql`SELECT chain_id, latest_checkpoint FROM _ponder_checkpoint ORDER BY chain_id`);
+  const rows = ((result as { rows?: unknown[] }).rows ?? (result as unknown as unknown[])) as Array<{ chain_id: number | string; latest_checkpoint: string }>;
+  const chains = rows.map((r) => ({
+    chainId: Number(r.chain_id),
+    block: Number(r.latest_checkpoint.slice(26, 42)),
+    timestamp: Number(r.latest_checkpoint.slice(0, 10)),
+  }));
+  return c.json({ chains }, 200, { "cache-control": "no-store" });
+});
+
 app.get("/ledger/treasury", async (c) => {
   const rows = await db.select().from(treasury).orderBy(asc(treasury.chainId), asc(treasury.token));
   const withOther = rows.map((r) => ({
