@@ -88,9 +88,7 @@ export function createApp(deps: AppDeps): Hono {
     await deps.db.query("SELECT 1");
     return c.json({ ok: true });
   });
-  const openApi = openApiDocument({ deployments: deps.deployments, ledgerUrl: config.LEDGER_URL });
-  app.get("/openapi.json", (c) => c.json(openApi));
-  mountDocs(app);
+  mountDocs(app, { document: openApiDocument({ deployments: deps.deployments, ledgerUrl: config.LEDGER_URL }), config });
 
   const billBodyLimit = bodyLimitFast(config.MAX_BODY_BYTES, () =>
     problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),

@@ -2,8 +2,11 @@
  * The OpenAPI 3.1 document (API version 1.0.0) of every route the service serves, and of
  * the ledger's read API (served by the Ponder process, its own server), built from the same
  * zod schemas the routes validate with. `x-x402` names the payment protocol and the options
- * this deployment accepts. `test/server/openapi.test.ts` validates it and checks that every
- * route the app serves is in it.
+ * this deployment accepts. Operations are grouped by tag (`TAGS`). `servers` is not here: it
+ * depends on where the document is fetched from, so docs.ts adds it per request. The
+ * reference's own routes (this document, /docs and its script) are not operations of the API
+ * and stay out. `test/server/openapi.test.ts` validates it and checks that every route the
+ * app serves is in it.
  */
 import { z } from "zod";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
@@ -122,6 +125,29 @@ const ops = { security: [{ opsToken: [] }] };
 /** The console and /metrics: the same token, also as the basic-auth password (browsers). */
 const operator = { security: [{ opsToken: [] }, { opsBasic: [] }] };
 
+/** The document's tags, in the order the reference lists them: every operation has one. */
+export const TAGS = [
+  { name: "x402", description: "Pay a bill with an x402 payment: discover the options, quote a bill, POST it for its 402 challenge, then POST it again with the signed payment (v2: PAYMENT-SIGNATURE; v1: X-PAYMENT)." },
+  { name: "Orders", description: "Where an order stands, on either rail; the purchased code (token, PIN) only with proof of being its payer." },
+  { name: "Biller", description: "The biller's side: international products step by step, the customer-number check before paying, and the biller's callbacks." },
+  { name: "Agent hub", description: "Link a wallet once (a PIN and an api_key), then let an agent pay from the wallet's on-chain allowance with the tools, over MCP or as A2A skills." },
+  { name: "Ledger", description: "The ledger's read API (Ponder): indexed payments, refunds and balances. Served by the ledger process, at its own server URL." },
+  { name: "Operators", description: "For the service's operators: orders and orphan payments, Prometheus metrics and the console. OPS_TOKEN as a bearer token (or the basic-auth password)." },
+  { name: "Health", description: "Liveness and readiness, for load balancers and orchestrators." },
+] as const;
+type Tag = (typeof TAGS)[number]["name"];
+
+const METHODS = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"]);
+/** Puts every operation of these paths under one tag (path-level fields such as `servers` stay as they are). */
+function tagged<P extends Record<string, Record<string, unknown>>>(tag: Tag, paths: P): P {
+  return Object.fromEntries(
+    Object.entries(paths).map(([path, item]) => [
+      path,
+      Object.fromEntries(Object.entries(item).map(([key, value]) => [key, METHODS.has(key) ? { tags: [tag], ...(value as object) } : value])),
+    ]),
+  ) as P;
+}
+
 /** The ledger's read API (Ponder), for the same document. */
 const ledgerPaths = (ledgerUrl: string) => {
   const servers = [{ url: ledgerUrl, description: "the ledger (Ponder)" }];
@@ -138,6 +164,7 @@ const ledgerPaths = (ledgerUrl: string) => {
     "/ledger/orders/{orderId}": get("A BillPay order's pull and refunds", ["orderId"]),
     "/ledger/authorizations/{chainId}/{token}/{payer}/{nonce}": get("An x402 payment by its key, and its refunds", ["chainId", "token", "payer", "nonce"]),
     "/ledger/payers/{address}/records": get("One payer's payments and refunds under given order ids and nonces (query: orderIds, nonces; comma-separated, at most 100 each)", ["address"]),
+    "/ledger/readable": get("Per chain, the block through which every event can be read from these routes"),
     "/ledger/treasury": get("BillPay's indexed balances and flows per chain and token"),
     "/ledger/payments": get("Payments in a time range, paged (query: from, to, chainId, token, payer, rail, limit, cursor)"),
     "/status": get("How far the ledger has indexed each chain"),
@@ -159,7 +186,8 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
     : [];
   return {
     openapi: "3.1.0",
-    info: { title: "Bill payment service", version: "1.0.0", description: "Stablecoin-settled bill payment: x402 and agent-hub rails, on-chain refunds, a Ponder ledger." },
+    info: { title: "Bill payment service", version: "1.0.0", description: "Stablecoin-settled bill payment: x402 and agent-hub rails, on-chain refunds, a Ponder ledger. This reference: /docs; the document: /openapi.json." },
+    tags: TAGS.map((t) => ({ ...t })),
     "x-x402": {
       versions: [1, 2],
       scheme: "exact",
@@ -176,173 +204,181 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
       },
     },
     paths: {
-      "/healthz": { get: { summary: "Liveness", responses: { "200": { description: "Up", content: json({ type: "object" }) } } } },
-      "/readyz": { get: { summary: "Readiness (the database answers)", responses: { "200": { description: "Ready", content: json({ type: "object" }) } } } },
-      "/openapi.json": { get: { summary: "This document", responses: { "200": { description: "OpenAPI 3.1", content: json({ type: "object" }) } } } },
-      "/docs": { get: { summary: "API reference (Scalar, served from this service, no internet needed)", responses: { "200": { description: "HTML" } } } },
-      "/docs/scalar.js": { get: { summary: "The reference UI's script", responses: { "200": { description: "JavaScript" } } } },
-      "/api/pay/x402": {
-        get: { summary: "Discover payment options (402 challenge at the minimum price)", responses: { "402": challenge402 } },
-        post: {
-          summary: "Pay a bill with x402 (no payment: the bill's 402 challenge; {} or a partial bill: the probe challenge)",
-          parameters: [...paymentHeaders, { name: "networks", in: "query", required: false, schema: { const: "v1" }, description: "Protocol-1 network names in the body" }],
-          requestBody: { required: false, content: json(ref("PaymentRequest")) },
-          responses: {
-            "200": {
-              description: "Paid: the result (and X-PAYMENT-RESPONSE or PAYMENT-RESPONSE)",
-              headers: { "PAYMENT-RESPONSE": { schema: { type: "string" } }, "X-PAYMENT-RESPONSE": { schema: { type: "string" } } },
-              content: json(ref("PaymentResult")),
+      ...tagged("x402", {
+        "/api/pay/x402": {
+          get: { summary: "Discover payment options (402 challenge at the minimum price)", responses: { "402": challenge402 } },
+          post: {
+            summary: "Pay a bill with x402 (no payment: the bill's 402 challenge; {} or a partial bill: the probe challenge)",
+            parameters: [...paymentHeaders, { name: "networks", in: "query", required: false, schema: { const: "v1" }, description: "Protocol-1 network names in the body" }],
+            requestBody: { required: false, content: json(ref("PaymentRequest")) },
+            responses: {
+              "200": {
+                description: "Paid: the result (and X-PAYMENT-RESPONSE or PAYMENT-RESPONSE)",
+                headers: { "PAYMENT-RESPONSE": { schema: { type: "string" } }, "X-PAYMENT-RESPONSE": { schema: { type: "string" } } },
+                content: json(ref("PaymentResult")),
+              },
+              "402": challenge402,
+              ...problemResponses([400, 409, 413, 415, 422, 429, 500, 503]),
             },
-            "402": challenge402,
-            ...problemResponses([400, 409, 413, 415, 422, 429, 500, 503]),
           },
         },
-      },
-      "/api/quote": {
-        post: {
-          summary: "A bill's price before paying it: amount, breakdown and expiry (the same price the 402 shows, honoured for a payment within its lifetime)",
-          requestBody: { required: true, content: json(ref("PaymentRequest")) },
-          responses: { "200": { description: "The quote, per payable option", content: json(ref("Quote")) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
+        "/api/quote": {
+          post: {
+            summary: "A bill's price before paying it: amount, breakdown and expiry (the same price the 402 shows, honoured for a payment within its lifetime)",
+            requestBody: { required: true, content: json(ref("PaymentRequest")) },
+            responses: { "200": { description: "The quote, per payable option", content: json(ref("Quote")) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
+          },
         },
-      },
-      "/api/international": {
-        get: {
-          summary: "International airtime and data, step by step: countries, product types, operators, plans, then a bill to pay",
-          description:
-            "Each parameter narrows the next answer (the same as the list_international_options tool). With operator_id and a plan " +
-            "(and foreignAmount for an open amount) the answer carries `bill`: fill its billersCode and POST it to /api/pay/x402 with " +
-            "token, blockchain and wallet_address. nairaAmount is foreignAmount at the biller's rate, to the kobo.",
-          parameters: Object.entries(z.toJSONSchema(internationalOptionsSchema, { io: "input" }).properties ?? {}).map(([name, schema]) => ({
-            name,
-            in: "query",
-            required: false,
-            schema,
-          })),
-          responses: { "200": { description: "The next step's choices, or a payable bill", content: json({ type: "object" }) }, ...problemResponses([400, 422, 503]) },
+      }),
+      ...tagged("Orders", {
+        "/api/orders/{requestId}": {
+          get: {
+            summary: "Where an order stands (either rail); the purchased code only with proof",
+            parameters: [
+              { name: "requestId", in: "path", required: true, schema: { type: "string" }, description: "The request_id a payment returned" },
+              {
+                name: "authorization",
+                in: "header",
+                required: false,
+                schema: { type: "string" },
+                description: "Bearer <order_secret from the paying response> or Bearer <the paying wallet's api_key>: shows purchased_code",
+              },
+              {
+                name: "x-wallet-signature",
+                in: "header",
+                required: false,
+                schema: { type: "string" },
+                description: "Or the paying wallet's signature of 'BillPay: show order <request_id> to its payer at <x-wallet-timestamp>' (EIP-191): shows purchased_code",
+              },
+              { name: "x-wallet-timestamp", in: "header", required: false, schema: { type: "string" }, description: "Milliseconds since the epoch, as signed" },
+            ],
+            responses: { "200": { description: "Payment result", content: json(ref("PaymentResult")) }, ...problemResponses([400, 401, 404, 429]) },
+          },
         },
-      },
-      "/api/verify-customer": {
-        post: {
-          summary: "The biller's check of a meter, smartcard, bank account or JAMB profile number, before paying",
-          description:
-            "Free (the same as the verify_customer tool): `valid`, the customer's name and what else the biller tells (meter type, " +
-            "current bouquet and renewal amount), or the reason the number is wrong. Answers are reused for a while; calls are " +
-            "rate-limited per client address. A wallet whose bills failed this check lately has every checkable bill checked like " +
-            "this before its price is shown, and a wrong number refused unpaid (422 CUSTOMER_NOT_VERIFIED).",
-          requestBody: { required: true, content: json(z.toJSONSchema(customerQuestionSchema, { io: "input" })) },
-          responses: { "200": { description: "The biller's answer", content: json({ type: "object" }) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
-        },
-      },
-      "/api/orders/{requestId}": {
-        get: {
-          summary: "Where an order stands (either rail); the purchased code only with proof",
-          parameters: [
-            { name: "requestId", in: "path", required: true, schema: { type: "string" }, description: "The request_id a payment returned" },
-            {
-              name: "authorization",
-              in: "header",
+      }),
+      ...tagged("Biller", {
+        "/api/international": {
+          get: {
+            summary: "International airtime and data, step by step: countries, product types, operators, plans, then a bill to pay",
+            description:
+              "Each parameter narrows the next answer (the same as the list_international_options tool). With operator_id and a plan " +
+              "(and foreignAmount for an open amount) the answer carries `bill`: fill its billersCode and POST it to /api/pay/x402 with " +
+              "token, blockchain and wallet_address. nairaAmount is foreignAmount at the biller's rate, to the kobo.",
+            parameters: Object.entries(z.toJSONSchema(internationalOptionsSchema, { io: "input" }).properties ?? {}).map(([name, schema]) => ({
+              name,
+              in: "query",
               required: false,
-              schema: { type: "string" },
-              description: "Bearer <order_secret from the paying response> or Bearer <the paying wallet's api_key>: shows purchased_code",
-            },
-            {
-              name: "x-wallet-signature",
-              in: "header",
-              required: false,
-              schema: { type: "string" },
-              description: "Or the paying wallet's signature of 'BillPay: show order <request_id> to its payer at <x-wallet-timestamp>' (EIP-191): shows purchased_code",
-            },
-            { name: "x-wallet-timestamp", in: "header", required: false, schema: { type: "string" }, description: "Milliseconds since the epoch, as signed" },
-          ],
-          responses: { "200": { description: "Payment result", content: json(ref("PaymentResult")) }, ...problemResponses([400, 401, 404, 429]) },
-        },
-      },
-      "/api/biller/webhook": {
-        post: {
-          summary: "The biller's callbacks (VTpass transaction-update and variations-update): register this URL on the biller's dashboard",
-          description:
-            "VTpass POSTs {type, data} and expects {\"response\":\"success\"}, sending again (5 times in all) until it gets it. The body is " +
-            "never trusted: data.requestId only points at the order, whose state is read from a requery; a pending order is finished, a " +
-            "served one the biller reversed is refunded on chain once. variations-update makes the product's plans be read afresh. " +
-            "With BILLER_WEBHOOK_TOKEN set, the URL must carry it as ?token=.",
-          parameters: [{ name: "token", in: "query", required: false, schema: { type: "string" }, description: "BILLER_WEBHOOK_TOKEN, when set" }],
-          requestBody: { required: true, content: json({ type: "object", properties: { type: { type: "string" }, data: { type: "object" } } }) },
-          responses: {
-            "200": { description: "Acted on (or nothing to act on)", content: json({ type: "object", properties: { response: { const: "success" } } }) },
-            ...problemResponses([400, 401, 413, 429, 503]),
+              schema,
+            })),
+            responses: { "200": { description: "The next step's choices, or a payable bill", content: json({ type: "object" }) }, ...problemResponses([400, 422, 503]) },
           },
         },
-      },
-      "/api/agent/link": {
-        post: {
-          summary: "Link a wallet to the agent hub: set its PIN and get an api_key (shown once)",
-          parameters: [
-            { name: "x-wallet-address", in: "header", required: true, schema: { type: "string" } },
-            { name: "x-wallet-signature", in: "header", required: true, schema: { type: "string" }, description: "personal_sign of the link message (or of the SIWE message)" },
-            { name: "x-wallet-timestamp", in: "header", required: false, schema: { type: "string" }, description: "Milliseconds since the epoch: the message is '<Service> Agent Action: POST:/api/agent/link: <timestamp>'" },
-            { name: "x-wallet-siwe", in: "header", required: false, schema: { type: "string" }, description: "Base64 Sign-In with Ethereum message (the safer form; see /api/agent/link/nonce)" },
-          ],
-          requestBody: { required: true, content: json(ref("LinkRequest")) },
-          responses: { "200": { description: "Linked", content: json(ref("LinkResult")) }, ...problemResponses([400, 401, 403, 409, 413, 415, 422, 429, 503]) },
-        },
-      },
-      "/api/agent/link/nonce": {
-        get: {
-          summary: "A one-time nonce, domain, URI and chain ids for a Sign-In with Ethereum link",
-          responses: { "200": { description: "Nonce", content: json({ type: "object" }) }, ...problemResponses([403, 429]) },
-        },
-      },
-      "/api/mcp": {
-        post: {
-          summary: "Agent tools over MCP (JSON-RPC 2.0, stateless): tools/list, tools/call; api_key as an argument or Authorization: Bearer",
-          security: [{ apiKey: [] }, {}],
-          requestBody: { required: true, content: json(ref("JsonRpc")) },
-          responses: {
-            "200": { description: "JSON-RPC response; a refused tool call has result.isError and the error in content[0].text", content: json(ref("JsonRpc")) },
-            ...problemResponses([403, 413]),
+        "/api/verify-customer": {
+          post: {
+            summary: "The biller's check of a meter, smartcard, bank account or JAMB profile number, before paying",
+            description:
+              "Free (the same as the verify_customer tool): `valid`, the customer's name and what else the biller tells (meter type, " +
+              "current bouquet and renewal amount), or the reason the number is wrong. Answers are reused for a while; calls are " +
+              "rate-limited per client address. A wallet whose bills failed this check lately has every checkable bill checked like " +
+              "this before its price is shown, and a wrong number refused unpaid (422 CUSTOMER_NOT_VERIFIED).",
+            requestBody: { required: true, content: json(z.toJSONSchema(customerQuestionSchema, { io: "input" })) },
+            responses: { "200": { description: "The biller's answer", content: json({ type: "object" }) }, ...problemResponses([400, 413, 415, 422, 429, 503]) },
           },
         },
-        get: { summary: "Not served (stateless: no session stream)", responses: { "405": { description: "Method not allowed" } } },
-        delete: { summary: "Not served (stateless: no session to end)", responses: { "405": { description: "Method not allowed" } } },
-      },
-      "/api/a2a": {
-        post: {
-          summary: "Agent tools as A2A skills (JSON-RPC: SendMessage with A2A-Version 1.0, or message/send for 0.3)",
-          security: [{ apiKey: [] }, {}],
-          requestBody: { required: true, content: json(ref("JsonRpc")) },
-          responses: { "200": { description: "JSON-RPC response with a message whose data part holds the result", content: json(ref("JsonRpc")) }, ...problemResponses([403, 413]) },
+        "/api/biller/webhook": {
+          post: {
+            summary: "The biller's callbacks (VTpass transaction-update and variations-update): register this URL on the biller's dashboard",
+            description:
+              "VTpass POSTs {type, data} and expects {\"response\":\"success\"}, sending again (5 times in all) until it gets it. The body is " +
+              "never trusted: data.requestId only points at the order, whose state is read from a requery; a pending order is finished, a " +
+              "served one the biller reversed is refunded on chain once. variations-update makes the product's plans be read afresh. " +
+              "With BILLER_WEBHOOK_TOKEN set, the URL must carry it as ?token=.",
+            parameters: [{ name: "token", in: "query", required: false, schema: { type: "string" }, description: "BILLER_WEBHOOK_TOKEN, when set" }],
+            requestBody: { required: true, content: json({ type: "object", properties: { type: { type: "string" }, data: { type: "object" } } }) },
+            responses: {
+              "200": { description: "Acted on (or nothing to act on)", content: json({ type: "object", properties: { response: { const: "success" } } }) },
+              ...problemResponses([400, 401, 413, 429, 503]),
+            },
+          },
         },
-      },
-      "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card", content: json({ type: "object" }) } } } },
-      "/ops/orders": {
-        get: {
-          summary: "Operators: every order with its money fields (no codes, no secrets), paged",
-          ...ops,
-          parameters: [
-            { name: "limit", in: "query", required: false, schema: { type: "integer", minimum: 1, maximum: 500 } },
-            { name: "after", in: "query", required: false, schema: { type: "string" } },
-          ],
-          responses: { "200": { description: "A page of orders", content: json({ type: "object" }) }, ...problemResponses([403]) },
+      }),
+      ...tagged("Agent hub", {
+        "/api/agent/link/nonce": {
+          get: {
+            summary: "A one-time nonce, domain, URI and chain ids for a Sign-In with Ethereum link",
+            responses: { "200": { description: "Nonce", content: json({ type: "object" }) }, ...problemResponses([403, 429]) },
+          },
         },
-      },
-      "/metrics": {
-        get: {
-          summary: "Operators: Prometheus metrics (orders, vend latency, refunds, stuck and held orders, ledger lag, gas, treasury, upstreams)",
-          ...operator,
-          responses: { "200": { description: "Prometheus text format", content: { "text/plain": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) },
+        "/api/agent/link": {
+          post: {
+            summary: "Link a wallet to the agent hub: set its PIN and get an api_key (shown once)",
+            parameters: [
+              { name: "x-wallet-address", in: "header", required: true, schema: { type: "string" } },
+              { name: "x-wallet-signature", in: "header", required: true, schema: { type: "string" }, description: "personal_sign of the link message (or of the SIWE message)" },
+              { name: "x-wallet-timestamp", in: "header", required: false, schema: { type: "string" }, description: "Milliseconds since the epoch: the message is '<Service> Agent Action: POST:/api/agent/link: <timestamp>'" },
+              { name: "x-wallet-siwe", in: "header", required: false, schema: { type: "string" }, description: "Base64 Sign-In with Ethereum message (the safer form; see /api/agent/link/nonce)" },
+            ],
+            requestBody: { required: true, content: json(ref("LinkRequest")) },
+            responses: { "200": { description: "Linked", content: json(ref("LinkResult")) }, ...problemResponses([400, 401, 403, 409, 413, 415, 422, 429, 503]) },
+          },
         },
-      },
-      "/console": { get: { summary: "Operators: the console overview (treasury and audit, chains, health, volume, orders, attention)", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/orders": { get: { summary: "Operators: orders by status and rail, paged", ...operator, parameters: [{ name: "status", in: "query", required: false, schema: { type: "string" } }, { name: "rail", in: "query", required: false, schema: { type: "string", enum: ["x402", "pull"] } }, { name: "before", in: "query", required: false, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/orders/{requestId}": { get: { summary: "Operators: one order's path (payment, vend, refund)", ...operator, parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/money": { get: { summary: "Operators: refunds, orphan payments and what was done", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/wallets": { get: { summary: "Operators: wallets with allowances and periodic limits", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/schedules": { get: { summary: "Operators: schedules and their last runs", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
-      "/console/assets/htmx.min.js": { get: { summary: "The console's htmx, served from the service", ...operator, responses: { "200": { description: "JavaScript" }, ...problemResponses([401, 403]) } } },
-      "/ops/orphans": {
-        get: { summary: "Operators: payments no order accounts for", ...ops, responses: { "200": { description: "Orphan pulls and x402 payments", content: json({ type: "object" }) }, ...problemResponses([403]) } },
-      },
-      ...ledgerPaths(options.ledgerUrl ?? "http://127.0.0.1:42069"),
+        "/api/mcp": {
+          post: {
+            summary: "Agent tools over MCP (JSON-RPC 2.0, stateless): tools/list, tools/call; api_key as an argument or Authorization: Bearer",
+            security: [{ apiKey: [] }, {}],
+            requestBody: { required: true, content: json(ref("JsonRpc")) },
+            responses: {
+              "200": { description: "JSON-RPC response; a refused tool call has result.isError and the error in content[0].text", content: json(ref("JsonRpc")) },
+              ...problemResponses([403, 413]),
+            },
+          },
+          get: { summary: "Not served (stateless: no session stream)", responses: { "405": { description: "Method not allowed" } } },
+          delete: { summary: "Not served (stateless: no session to end)", responses: { "405": { description: "Method not allowed" } } },
+        },
+        "/api/a2a": {
+          post: {
+            summary: "Agent tools as A2A skills (JSON-RPC: SendMessage with A2A-Version 1.0, or message/send for 0.3)",
+            security: [{ apiKey: [] }, {}],
+            requestBody: { required: true, content: json(ref("JsonRpc")) },
+            responses: { "200": { description: "JSON-RPC response with a message whose data part holds the result", content: json(ref("JsonRpc")) }, ...problemResponses([403, 413]) },
+          },
+        },
+        "/.well-known/agent-card.json": { get: { summary: "The A2A Agent Card", responses: { "200": { description: "Agent Card", content: json({ type: "object" }) } } } },
+      }),
+      ...tagged("Operators", {
+        "/ops/orders": {
+          get: {
+            summary: "Operators: every order with its money fields (no codes, no secrets), paged",
+            ...ops,
+            parameters: [
+              { name: "limit", in: "query", required: false, schema: { type: "integer", minimum: 1, maximum: 500 } },
+              { name: "after", in: "query", required: false, schema: { type: "string" } },
+            ],
+            responses: { "200": { description: "A page of orders", content: json({ type: "object" }) }, ...problemResponses([403]) },
+          },
+        },
+        "/ops/orphans": {
+          get: { summary: "Operators: payments no order accounts for", ...ops, responses: { "200": { description: "Orphan pulls and x402 payments", content: json({ type: "object" }) }, ...problemResponses([403]) } },
+        },
+        "/metrics": {
+          get: {
+            summary: "Operators: Prometheus metrics (orders, vend latency, refunds, stuck and held orders, ledger lag, gas, treasury, upstreams)",
+            ...operator,
+            responses: { "200": { description: "Prometheus text format", content: { "text/plain": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) },
+          },
+        },
+        "/console": { get: { summary: "Operators: the console overview (treasury and audit, chains, health, volume, orders, attention)", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/orders": { get: { summary: "Operators: orders by status and rail, paged", ...operator, parameters: [{ name: "status", in: "query", required: false, schema: { type: "string" } }, { name: "rail", in: "query", required: false, schema: { type: "string", enum: ["x402", "pull"] } }, { name: "before", in: "query", required: false, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/orders/{requestId}": { get: { summary: "Operators: one order's path (payment, vend, refund)", ...operator, parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/money": { get: { summary: "Operators: refunds, orphan payments and what was done", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/wallets": { get: { summary: "Operators: wallets with allowances and periodic limits", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/schedules": { get: { summary: "Operators: schedules and their last runs", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+      }),
+      ...tagged("Health", {
+        "/healthz": { get: { summary: "Liveness", responses: { "200": { description: "Up", content: json({ type: "object" }) } } } },
+        "/readyz": { get: { summary: "Readiness (the database answers)", responses: { "200": { description: "Ready", content: json({ type: "object" }) } } } },
+      }),
+      ...tagged("Ledger", ledgerPaths(options.ledgerUrl ?? "http://127.0.0.1:42069")),
     },
   };
 }

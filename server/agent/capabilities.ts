@@ -5,7 +5,6 @@
  */
 import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
-import { z } from "zod";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS } from "../errors.ts";
@@ -13,7 +12,7 @@ import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../p
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
 import type { AgentHub } from "./hub.ts";
 import type { Link } from "./links.ts";
-import type { ToolDefinition } from "./tools.ts";
+import { toolInputSchema, type ToolDefinition } from "./tools.ts";
 
 const usd = (micro: bigint) => formatUnits(micro, 6);
 const WEEK_SECONDS = 7n * 86_400n;
@@ -182,7 +181,7 @@ export async function describeCapabilities(hub: AgentHub, tools: ToolDefinition[
       description: t.description,
       needs_api_key: t.authenticated,
       needs_pin: t.paying,
-      arguments: z.toJSONSchema(z.object(t.input), { io: "input", unrepresentable: "any" }),
+      arguments: toolInputSchema(t),
     })),
     errors: Object.fromEntries(Object.entries(ERRORS).map(([code, e]) => [code, { status: e.status, title: e.title }])),
   };

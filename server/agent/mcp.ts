@@ -4,14 +4,20 @@
  * both JSON and SSE; a client that sends none (the interface's curl sample) gets one
  * supplied, since it will receive JSON either way. Tool failures come back as MCP tool
  * errors (`isError`) carrying the service's error code, never as transport errors.
+ *
+ * tools/list and tools/call are the service's own handlers on the SDK's protocol `Server`
+ * (the SDK's "advanced use" class) rather than McpServer's: McpServer turns zod into
+ * draft-07 JSON Schema, where MCP 2025-11-25 makes 2020-12 the tools' dialect (agent/tools.ts
+ * `toolInputSchema`), and it advertises `tools.listChanged: true`, a notification this
+ * stateless server, whose list never changes, never sends. It says `listChanged: false`.
  */
 import { type Log } from "../log.ts";
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
-import { CallToolRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type ListToolsResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
-import { bearerApiKey, runTool, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
+import { bearerApiKey, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
 export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: Log): Promise<CallToolResult> {
@@ -37,23 +43,26 @@ export function mcpHandler(options: {
   /** The service's public base URL, else the request's origin. */
   baseUrl?: string;
 }) {
+  // The list never changes while the service runs: built once, schemas and all.
+  const listed: ListToolsResult = {
+    tools: options.tools.map((tool) => ({
+      name: tool.name,
+      title: tool.title,
+      description: tool.description,
+      inputSchema: toolInputSchema(tool),
+      annotations: { readOnlyHint: !tool.paying && tool.name !== "cancel_schedule", openWorldHint: true },
+    })),
+  };
+  const byName = new Map(options.tools.map((t) => [t.name, t]));
   return async (request: Request): Promise<Response> => {
     // The api_key may come as Authorization: Bearer instead of in every call's arguments.
     const bearer = bearerApiKey(request.headers.get("authorization"));
     const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };
-    const server = new McpServer({ name: options.name, version: options.version }, { capabilities: { tools: {} } });
-    for (const tool of options.tools) {
-      server.registerTool(
-        tool.name,
-        { title: tool.title, description: tool.description, inputSchema: tool.input, annotations: { readOnlyHint: !tool.paying && tool.name !== "cancel_schedule", openWorldHint: true } },
-        (args: Record<string, unknown>) => callTool(tool, args, ctx, options.log),
-      );
-    }
+    const server = new Server({ name: options.name, version: options.version }, { capabilities: { tools: { listChanged: false } } });
+    server.setRequestHandler(ListToolsRequestSchema, () => listed);
     // Arguments are checked here, as A2A checks them, so a bad call is the catalogue's
-    // VALIDATION_FAILED with its issues rather than the SDK's own untyped message. The tools
-    // stay registered above for tools/list and their JSON schemas.
-    const byName = new Map(options.tools.map((t) => [t.name, t]));
-    server.server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
+    // VALIDATION_FAILED with its issues rather than the SDK's own untyped message.
+    server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
       const tool = byName.get(request.params.name);
       if (!tool) {
         const error = problemBody("VALIDATION_FAILED", `unknown tool "${request.params.name}"; tools/list names them`);

@@ -263,6 +263,19 @@ export function agentTools(batchMax: number): ToolDefinition[] {
   ];
 }
 
+/** The JSON Schema dialect of the tools' argument schemas: MCP's default since 2025-11-25 (SEP-1613). */
+export const TOOL_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
+
+/**
+ * A tool's arguments as JSON Schema 2020-12, declared by `$schema`: what MCP's tools/list
+ * (agent/mcp.ts) and describe_capabilities show. Explicit rather than left to the default, so
+ * a client speaking an older protocol revision (which named no dialect) is not left to guess.
+ */
+export function toolInputSchema(tool: Pick<ToolDefinition, "input">): { $schema: string; type: "object"; [key: string]: unknown } {
+  const schema = z.toJSONSchema(z.object(tool.input), { target: "draft-2020-12", io: "input", unrepresentable: "any" });
+  return { ...schema, $schema: TOOL_SCHEMA_DIALECT, type: "object" };
+}
+
 /**
  * Runs a tool on already-validated arguments: the key (when the tool needs one), then the
  * PIN (paying tools), then the handler.

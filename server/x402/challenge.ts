@@ -14,7 +14,14 @@ import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import type { QuoteContext } from "../pricing/quote.ts";
 import type { PaymentRequest } from "../schemas.ts";
 
-export const PAYMENT_REQUIRED_ERROR = "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT";
+/**
+ * The challenge's human text, per protocol version: it names the header the retry carries
+ * the payment in, which x402 v2 renamed (v1: X-PAYMENT; v2: PAYMENT-SIGNATURE).
+ */
+export const PAYMENT_REQUIRED_ERROR = {
+  v1: "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT",
+  v2: "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in PAYMENT-SIGNATURE",
+} as const;
 
 export interface Option {
   chain: ChainKey;
@@ -106,7 +113,7 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
   const resource = { url: ctx.resourceUrl, description, mimeType: "application/json" };
   const v1Body = {
     x402Version: 1,
-    error: PAYMENT_REQUIRED_ERROR,
+    error: PAYMENT_REQUIRED_ERROR.v1,
     accepts: reqs.map(({ amount, ...r }, i) => ({
       ...r,
       ...(v1NetworkNames ? { network: chainInfo(options[i]!.chain).x402V1Network ?? chainInfo(options[i]!.chain).caip2 } : {}),
@@ -117,7 +124,7 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
   };
   const v2: PaymentRequired = {
     x402Version: 2,
-    error: PAYMENT_REQUIRED_ERROR,
+    error: PAYMENT_REQUIRED_ERROR.v2,
     resource,
     accepts: reqs.map(({ description: _d, ...r }) => r),
   };

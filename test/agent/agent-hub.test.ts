@@ -213,9 +213,17 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       for (const t of tools) {
         expect(t.description!.length).toBeGreaterThan(40);
         expect(t.inputSchema.type).toBe("object");
+        // MCP 2025-11-25's dialect for tool schemas (SEP-1613), declared; never draft-07's keywords.
+        expect(t.inputSchema.$schema, t.name).toBe("https://json-schema.org/draft/2020-12/schema");
+        expect(JSON.stringify(t.inputSchema), t.name).not.toMatch(/draft-07|"definitions"/);
       }
       const pay = tools.find((t) => t.name === "pay_bill")!;
       expect(pay.inputSchema.required).toEqual(expect.arrayContaining(["api_key", "pin", "serviceID", "billersCode", "nairaAmount"]));
+    });
+
+    it("advertises tools without list-change notifications (a stateless server's list never changes)", () => {
+      // The initialize result's capabilities, as the official client received them.
+      expect(mcp.client.getServerCapabilities()).toEqual({ tools: { listChanged: false } });
     });
 
     it("answers the interface's plain curl sample (no Accept header) with the balance at result.content[0].text", async () => {
@@ -243,6 +251,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(JSON.stringify(data.setup)).toContain("BillPay Agent Action: POST:/api/agent/link: ");
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
       expect((data.tools as unknown[]).length).toBe(12);
+      for (const t of data.tools as Array<{ arguments: { $schema: string } }>) expect(t.arguments.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
       expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });

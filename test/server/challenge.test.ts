@@ -109,6 +109,10 @@ describe("x402 route: the 402 challenge", () => {
     expect(v2.accepts).toEqual([
       expect.objectContaining({ scheme: "exact", network: "eip155:42220", amount: "1001000", asset: usdc.address }),
     ]);
+    // Each form names the header its protocol version retries in: v1 X-PAYMENT, v2 PAYMENT-SIGNATURE.
+    expect(body.error).toMatch(/retry with it in X-PAYMENT$/);
+    expect(v2.error).toMatch(/retry with it in PAYMENT-SIGNATURE$/);
+    expect(v2.error).not.toContain("X-PAYMENT");
   });
 
   it("is accepted by the official x402 client, which signs exactly the quoted amount to BillPay", async () => {

@@ -5,25 +5,44 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
 import { openDb, type Db } from "../../server/db.ts";
+import { DOCS_ROUTES } from "../../server/docs.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { buildFlow } from "../../server/services.ts";
+import { listen } from "../support/http-server.ts";
 import { startTestChains } from "../support/stack.ts";
 
 /** Hono's `/a/:b` as OpenAPI's `/a/{b}`. */
 const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)/g, "{$1}");
+/** Served, but not operations of the API: the reference itself and static assets. */
+const notAnOperation = (path: string) => (DOCS_ROUTES as readonly string[]).includes(path) || path.startsWith("/docs") || path.includes("/assets/");
+const HTTP_METHODS = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"]);
+
+interface Doc {
+  paths: Record<string, Record<string, unknown>>;
+  servers?: Array<{ url: string; description?: string }>;
+  tags?: Array<{ name: string; description?: string }>;
+  [k: string]: unknown;
+}
 
 describe("the OpenAPI document", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;
   let db: Db;
   let app: Hono;
-  let doc: { paths: Record<string, Record<string, unknown>>; [k: string]: unknown };
+  let publicApp: Hono;
+  let doc: Doc;
+
+  const appWith = (env: Record<string, string>) => {
+    const config = loadConfig({ LOG_REQUESTS: "0", ...env });
+    return createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: buildFlow(config, stack.deployments, db) });
+  };
+  const fetchDoc = async (target: Hono, headers: Record<string, string> = {}) => (await (await target.request("/openapi.json", { headers })).json()) as Doc;
 
   beforeAll(async () => {
     stack = await startTestChains();
     db = await openDb({ pgliteDir: undefined });
-    const config = loadConfig({ LOG_REQUESTS: "0" });
-    app = createApp({ config, db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: buildFlow(config, stack.deployments, db) });
-    doc = (await (await app.request("/openapi.json")).json()) as typeof doc;
+    app = appWith({});
+    publicApp = appWith({ PUBLIC_URL: "https://pay.example.com" });
+    doc = await fetchDoc(app);
   });
   afterAll(async () => {
     await db?.close();
@@ -44,7 +63,7 @@ describe("the OpenAPI document", () => {
 
   it("covers every route the service serves, and the ledger's", async () => {
     const served = app.routes
-      .filter((r) => r.method !== "ALL" && r.method !== "OPTIONS" && !r.path.includes("*"))
+      .filter((r) => r.method !== "ALL" && r.method !== "OPTIONS" && !r.path.includes("*") && !notAnOperation(r.path))
       .map((r) => `${r.method.toLowerCase()} ${openApiPath(r.path)}`);
     const documented = new Set(Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).map((method) => `${method} ${path}`)));
     expect([...new Set(served)].filter((r) => !documented.has(r))).toEqual([]);
@@ -54,16 +73,87 @@ describe("the OpenAPI document", () => {
     expect(ledgerRoutes.filter((r) => !documented.has(r))).toEqual([]);
   });
 
-  it("serves its reference UI at /docs from the service itself", async () => {
+  it("leaves out the reference's own routes and static assets: they are served, not operations", () => {
+    for (const path of DOCS_ROUTES) expect(app.routes.some((r) => r.path === path && r.method === "GET"), path).toBe(true);
+    expect(Object.keys(doc.paths).filter(notAnOperation)).toEqual([]);
+  });
+
+  it("groups every operation under a tag the document declares, with a description", () => {
+    const declared = (doc.tags ?? []).map((t) => t.name);
+    expect(declared).toEqual(expect.arrayContaining(["x402", "Orders", "Biller", "Agent hub", "Operators", "Health", "Ledger"]));
+    expect(new Set(declared).size).toBe(declared.length);
+    for (const tag of doc.tags ?? []) expect(tag.description?.length ?? 0, tag.name).toBeGreaterThan(20);
+    const used = new Set<string>();
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        if (!HTTP_METHODS.has(method)) continue;
+        const tags = (operation as { tags?: string[] }).tags ?? [];
+        expect(tags.length, `${method} ${path}`).toBeGreaterThan(0);
+        for (const tag of tags) {
+          expect(declared, `${method} ${path}`).toContain(tag);
+          used.add(tag);
+        }
+      }
+    }
+    expect([...used].sort()).toEqual([...declared].sort()); // no empty group either
+    expect((doc.paths["/api/pay/x402"]!.post as { tags: string[] }).tags).toEqual(["x402"]);
+    expect((doc.paths["/api/mcp"]!.post as { tags: string[] }).tags).toEqual(["Agent hub"]);
+    expect((doc.paths["/metrics"]!.get as { tags: string[] }).tags).toEqual(["Operators"]);
+  });
+
+  it("names its server: PUBLIC_URL when set, whatever Host the request names", async () => {
+    for (const host of [undefined, "localhost:8080", "evil.example"]) {
+      const served = await fetchDoc(publicApp, host ? { host } : {});
+      expect(served.servers, host).toEqual([expect.objectContaining({ url: "https://pay.example.com" })]);
+    }
+    // The ledger's routes keep their own server (the ledger process's).
+    const ledger = (await fetchDoc(publicApp)).paths["/status"] as { servers: Array<{ url: string }> };
+    expect(ledger.servers).toEqual([expect.objectContaining({ url: loadConfig({}).LEDGER_URL })]);
+  });
+
+  it("without PUBLIC_URL names the origin the request used, only for an allowed host; else a relative server", async () => {
+    expect(doc.servers).toEqual([expect.objectContaining({ url: "http://localhost" })]);
+    expect((await fetchDoc(app, { host: "127.0.0.1:8080" })).servers).toEqual([expect.objectContaining({ url: "http://127.0.0.1:8080" })]);
+    expect((await fetchDoc(app, { host: "[::1]:8080" })).servers).toEqual([expect.objectContaining({ url: "http://[::1]:8080" })]);
+    // A forged Host is never written into the document.
+    for (const host of ["evil.example", "evil.example:8080", "localhost@evil.example", "localhost.evil.example", "localhost/evil"]) {
+      expect((await fetchDoc(app, { host })).servers, host).toEqual([expect.objectContaining({ url: "/" })]);
+    }
+    // Over a real socket, as a browser on the same machine fetches it.
+    const server = await listen(app.fetch);
+    try {
+      const res = await fetch(`${server.url}/openapi.json`);
+      expect(res.headers.get("vary")).toContain("Host");
+      expect(((await res.json()) as Doc).servers).toEqual([expect.objectContaining({ url: server.url })]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("serves its reference UI at /docs from the service itself, with Scalar's online features switched off", async () => {
     const page = await app.request("/docs");
     expect(page.status).toBe(200);
     const html = await page.text();
     expect(html).toContain('src="/docs/scalar.js"');
-    expect(html).toContain('url: "/openapi.json"');
     expect(html).not.toMatch(/https?:\/\//); // nothing fetched from elsewhere
+    const configuration = JSON.parse(/Scalar\.createApiReference\("#app", (\{.*\})\);/.exec(html)![1]!) as Record<string, unknown>;
+    expect(configuration).toEqual({
+      url: "/openapi.json",
+      withDefaultFonts: false,
+      hideClientButton: true, // "Open API Client" (client.scalar.com)
+      showDeveloperTools: "never", // Configure, Share, Deploy
+      agent: { disabled: true }, // Ask AI
+      mcp: { disabled: true }, // Generate MCP, Connect MCP (VS Code, Cursor)
+      telemetry: false,
+    });
     const script = await app.request("/docs/scalar.js");
     expect(script.status).toBe(200);
     expect(script.headers.get("content-type")).toContain("javascript");
-    expect((await script.text()).length).toBeGreaterThan(1_000_000);
+    const bundle = await script.text();
+    expect(bundle.length).toBeGreaterThan(1_000_000);
+    // The options set are ones this bundle knows (a renamed option would be silently ignored).
+    for (const option of ["hideClientButton", "showDeveloperTools", "withDefaultFonts", "telemetry"]) expect(bundle, option).toContain(`${option}:`);
+    expect(bundle).toContain("mcp?.disabled");
+    expect(bundle).toContain("agent?.disabled");
   });
 });
