@@ -39,8 +39,14 @@ export function createFacilitator(account: Account, chains: FacilitatorChain[], 
       transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS }),
       pollingInterval: 200,
     }).extend(publicActions);
+    // Pipelined, as a hosted facilitator settles: transactions are signed and broadcast one
+    // at a time per chain (each reads the next nonce from the node's pending count, which
+    // holds the one broadcast before it), and their receipts are awaited side by side. A
+    // send that fails before broadcast took no nonce, so none is ever skipped.
+    const broadcasting = pLimit(1);
+    const writeContract: typeof client.writeContract = (args) => broadcasting(() => client.writeContract(args));
     const signer = toFacilitatorEvmSigner(
-      { ...client, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
+      { ...client, writeContract, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
       // A receipt not seen in time is answered `settlement_pending` with the broadcast hash.
       { confirmationTimeoutMs: options.confirmationTimeoutMs ?? CONFIRMATION_TIMEOUT_MS },
     );
@@ -111,17 +117,24 @@ export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMe
     return c.json(await facilitator.verify(parsed.payload, parsed.requirements));
   });
 
-  // One signer per chain: its settlements go one at a time, so concurrent payers (from
-  // several service instances, too) never race for a nonce.
-  const settling = new Map<string, ReturnType<typeof pLimit>>();
+  // Settlements run side by side (their broadcasts are ordered per chain in the signer). The
+  // same authorization asked for twice while the first is in flight (a client retrying, two
+  // service instances) joins the first: one transaction, one answer for both.
+  const inFlight = new Map<string, Promise<unknown>>();
   app.post("/settle", async (c) => {
     const refused = refusal(c.req.header("x-api-key"));
     if (refused) return refused;
     const parsed = await parse(c.req.raw);
     if ("error" in parsed) return problem(400, parsed.error!);
-    const network = parsed.requirements.network;
-    if (!settling.has(network)) settling.set(network, pLimit(1));
-    return c.json(await settling.get(network)!(() => facilitator.settle(parsed.payload, parsed.requirements)));
+    const authorization = (parsed.payload.payload as { authorization?: { from?: string; nonce?: string } }).authorization;
+    if (!authorization?.from || !authorization.nonce) return c.json(await facilitator.settle(parsed.payload, parsed.requirements));
+    const key = `${parsed.requirements.network}:${parsed.requirements.asset}:${authorization.from}:${authorization.nonce}`.toLowerCase();
+    let settled = inFlight.get(key);
+    if (!settled) {
+      settled = facilitator.settle(parsed.payload, parsed.requirements).finally(() => inFlight.delete(key));
+      inFlight.set(key, settled);
+    }
+    return c.json((await settled) as object);
   });
 
   app.onError((err) => problem(500, err.message));

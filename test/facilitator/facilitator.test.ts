@@ -46,7 +46,7 @@ describe("local x402 facilitator over the standard HTTP API", () => {
     };
   }
 
-  async function pay(chain: ChainKey, symbol: "USDC" | "USD₮", amount: bigint) {
+  async function pay(chain: ChainKey, symbol: "USDC" | "USD₮", amount: bigint, from = payer) {
     const accepts = requirements(chain, symbol, amount);
     const paymentRequired: PaymentRequired = {
       x402Version: 2,
@@ -54,7 +54,7 @@ describe("local x402 facilitator over the standard HTTP API", () => {
       resource: { url: "http://127.0.0.1/test", description: "test", mimeType: "application/json" },
       accepts: [accepts],
     };
-    const payload = await x402ClientFor(payer, stack.deployments).createPaymentPayload(paymentRequired);
+    const payload = await x402ClientFor(from, stack.deployments).createPaymentPayload(paymentRequired);
     return { payload, accepts };
   }
 
@@ -79,6 +79,35 @@ describe("local x402 facilitator over the standard HTTP API", () => {
 
     const again = await client.verify(payload, accepts).catch((e: { response?: unknown }) => e.response);
     expect(again).toMatchObject({ isValid: false });
+  });
+
+  it("pipelines a burst at one block a second, as a hosted facilitator does: twelve payers settle within a couple of blocks, each once; the same authorization asked twice at once is one transaction", async () => {
+    const celo = chainActors(stack.deployments, "CELO");
+    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+    const payers = Array.from({ length: 12 }, (_, i) => hardhatAccount(7 + i));
+    const amount = parseUnits("1", 6);
+    const payments = await Promise.all(payers.map((p) => pay("CELO", "USDC", amount, p)));
+    const before = await celo.balanceOf("USDC", celo.billPay);
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [1000]);
+    try {
+      const first = await celo.publicClient.getBlockNumber();
+      const results = await Promise.all([
+        ...payments.map((p) => client.settle(p.payload, p.accepts)),
+        client.settle(payments[0]!.payload, payments[0]!.accepts), // the same authorization, at the same time
+      ]);
+      for (const r of results) expect(r).toMatchObject({ success: true, network: "eip155:42220" });
+      expect(results[12]!.transaction).toBe(results[0]!.transaction);
+      const hashes = new Set(results.map((r) => r.transaction));
+      expect(hashes.size).toBe(12);
+      const blocks = await Promise.all([...hashes].map(async (hash) => (await celo.publicClient.getTransactionReceipt({ hash: hash as `0x${string}` })).blockNumber));
+      // One at a time, twelve settlements would take twelve blocks.
+      expect(Math.max(...blocks.map(Number)) - Number(first)).toBeLessThanOrEqual(3);
+      expect(await celo.balanceOf("USDC", celo.billPay)).toBe(before + 12n * amount);
+    } finally {
+      await rpc("evm_setIntervalMining", [0]);
+      await rpc("evm_setAutomine", [true]);
+    }
   });
 
   it("refuses a payment whose requirements were tampered with: amount, payTo, asset", async () => {
