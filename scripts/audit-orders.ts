@@ -5,11 +5,15 @@
  *   - every ledger payment has an order, or an orphan record, that served, refunded or holds
  *     it for review; a payment under an order written off (PAYMENT_FAILED) is a discrepancy;
  *   - orders waiting for an operator (NEEDS_REVIEW, and orphan x402 payments) and orders
- *     unfinished for longer than `stuckAfterSeconds` are listed, not counted as discrepancies.
+ *     unfinished for longer than `stuckAfterSeconds` are listed, not counted as discrepancies;
+ *   - what operators decided (server/orders/review.ts: an order refunded, served or closed
+ *     from review, an orphan payment closed) is listed as resolved, with who, when and why,
+ *     not as open: a resolved order is then checked as any order in its new state is.
  * The orders come from the service's operators' route (server/ops.ts).
  */
 import { chainInfo } from "../lib/chains.ts";
 import type { OpsOrder } from "../server/ops.ts";
+import type { ReviewRecord } from "../server/orders/review.ts";
 
 const TIMEOUT_MS = 30_000;
 
@@ -30,12 +34,16 @@ const field = (row: OrphanRow, name: string) => row[name] ?? null;
 export interface ServiceRecords {
   orders: OpsOrder[];
   orphans: { pulls: OrphanRow[]; payments: OrphanRow[] };
+  /** Operators' review actions (absent from a service older than them). */
+  reviews?: ReviewRecord[];
 }
 
 export interface OrdersAudit {
   ordersChecked: number;
   /** Held for an operator: NEEDS_REVIEW orders and orphan x402 payments. */
   review: string[];
+  /** Decided by an operator: orders resolved from review, orphan payments closed (who, when, why). */
+  resolved: string[];
   /** Unfinished for longer than the limit. */
   stuck: string[];
   discrepancies: string[];
@@ -58,7 +66,13 @@ export async function readServiceRecords(url: string, token?: string): Promise<S
     orders.push(...page.orders);
     after = page.next;
   } while (after);
-  return { orders, orphans: await get("/ops/orphans") };
+  const orphans = await get<ServiceRecords["orphans"]>("/ops/orphans");
+  // A service older than review actions has no such route: nothing was decided there.
+  const reviews = await get<{ actions: ReviewRecord[] }>("/ops/reviews").then((r) => r.actions, (err: Error) => {
+    if (/ 404 /.test(err.message)) return undefined;
+    throw err;
+  });
+  return { orders, orphans, ...(reviews ? { reviews } : {}) };
 }
 
 const lower = (s: string | null | undefined) => (s ?? "").toLowerCase();
@@ -67,7 +81,14 @@ const pullKey = (chainId: number, orderId: string | null | undefined) => `${chai
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
 
 export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], refunds: LedgerMoney[], nowMs: number, stuckAfterSeconds: number): OrdersAudit {
-  const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], stuck: [], discrepancies: [] };
+  const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], resolved: [], stuck: [], discrepancies: [] };
+  // Each order's and orphan payment's last decision that was taken (not refused, not cut short).
+  const decided = new Map<string, ReviewRecord>();
+  for (const r of records.reviews ?? []) {
+    if (r.outcome === "REFUSED" || r.outcome === "PENDING") continue;
+    decided.set(r.request_id ?? `orphan:${lower(r.orphan_key)}`, r);
+  }
+  const decision = (r: ReviewRecord) => `${r.action} by ${r.operator} at ${r.created_at} (${r.reason}): ${r.outcome}${r.detail ? `, ${r.detail}` : ""}`;
   const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.token, m.payer, m.authorizationNonce)}`);
   const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
   const refundedByKey = new Map<string, bigint>();
@@ -102,6 +123,8 @@ export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], re
         out.review.push(`${what}: ${o.failure_reason ?? "held for review"}`);
         break;
     }
+    const last = decided.get(o.request_id);
+    if (last && o.status !== "NEEDS_REVIEW") out.resolved.push(`${what}: ${decision(last)}`);
     if (UNFINISHED.has(o.status)) {
       // A refusal is unfinished until its authorization expires: counted from then.
       const since = o.status === "REFUSED" && o.auth_valid_before ? Number(o.auth_valid_before) * 1000 : Date.parse(o.created_at);
@@ -118,7 +141,13 @@ export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], re
   for (const o of records.orphans.payments) {
     const key = `auth:${authKey(chainInfo(o.chain ?? "").chainId, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
     accounted.add(key);
-    out.review.push(`x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order: ${o.status}`);
+    const about = `x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order`;
+    if (o.status === "NEEDS_REVIEW") {
+      out.review.push(`${about}: ${o.status}`);
+      continue;
+    }
+    const last = decided.get(`orphan:${[o.chain, o.token_address, o.payer, o.auth_nonce].map(lower).join(":")}`);
+    out.resolved.push(`${about}: ${o.status}${last ? `, ${decision(last)}` : ""}`);
   }
   for (const p of payments) {
     if (!accounted.has(keyOf(p))) out.discrepancies.push(`payment ${p.id} (${p.rail}, ${p.amount} from ${p.payer}) has no order or orphan record`);

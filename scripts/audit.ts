@@ -7,7 +7,7 @@
  *      payer's allowance history in chain order, with what refunded pulls gave back;
  *   4. the service's orders against the ledger (scripts/audit-orders.ts): served orders
  *      paid exactly, refunds within payments, every payment accounted for; orders held for
- *      review and stuck ones listed.
+ *      review and stuck ones listed, and what operators resolved from review.
  * It first waits until the ledger has indexed each chain up to the head seen at start.
  * Prints a table (or, with --json, the same report as JSON) and exits non-zero on any
  * discrepancy. Reads the ledger by SQL over HTTP and the service's orders from its /ops
@@ -277,6 +277,7 @@ export function formatAudit(report: AuditReport): string {
   if (report.orders) {
     out.push(`orders reconciled with the ledger: ${report.orders.ordersChecked}`);
     if (report.orders.review.length) out.push(`held for review: ${report.orders.review.length}`, ...report.orders.review.map((r) => `  - ${r}`));
+    if (report.orders.resolved.length) out.push(`resolved by operators: ${report.orders.resolved.length}`, ...report.orders.resolved.map((r) => `  - ${r}`));
     if (report.orders.stuck.length) out.push(`stuck: ${report.orders.stuck.length}`, ...report.orders.stuck.map((r) => `  - ${r}`));
   } else {
     out.push("orders: not reconciled (--ledger-only)");

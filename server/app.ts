@@ -18,6 +18,7 @@ import { chainInfo } from "../lib/chains.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
+import { ReviewRecords, type ReviewDeps } from "./orders/review.ts";
 import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
 import { mountOps, opsRecords } from "./ops.ts";
 import { clientAddress, clientAddressMiddleware } from "./limits.ts";
@@ -197,7 +198,9 @@ export function createApp(deps: AppDeps): Hono {
   mountBillerWebhook(app, { flow: deps.flow, limits, token: config.BILLER_WEBHOOK_TOKEN });
 
   const orphans = new Orphans(deps.db);
-  mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, orders: deps.flow.orders, orphans });
+  // Operators' decisions on what is held for review (orders/review.ts), from the console and /ops.
+  const review: ReviewDeps = { ...deps.flow, reviews: new ReviewRecords(deps.db), db: deps.db };
+  mountOps(app, { token: config.OPS_TOKEN, public: config.PUBLIC_URL !== undefined, publicUrl: config.PUBLIC_URL, orders: deps.flow.orders, orphans, review });
   const operatorState = new OperatorState({
     db: deps.db,
     deployments: deps.deployments,
@@ -219,7 +222,9 @@ export function createApp(deps: AppDeps): Hono {
     token: config.OPS_TOKEN,
     isPublic: config.PUBLIC_URL !== undefined,
     callbacks,
-    records: () => opsRecords(deps.flow.orders, orphans),
+    records: () => opsRecords(deps.flow.orders, orphans, review.reviews),
+    review,
+    publicUrl: config.PUBLIC_URL,
   });
 
   // International airtime and data, step by step to a payable bill: the same answers as list_international_options.

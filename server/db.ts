@@ -285,6 +285,32 @@ const MIGRATIONS: string[] = [
      heartbeat_at timestamptz NOT NULL DEFAULT now(),
      started_at   timestamptz NOT NULL DEFAULT now()
    );`,
+  // Operators' decisions on what is held for them (orders/review.ts): an order in NEEDS_REVIEW
+  // refunded, served or closed, an x402 payment no order accounts for closed. Who, when, why,
+  // what it moved and what came of it; refusals too. No foreign key: the record outlives an
+  // order purged as unpaid. A refund's amount is what the ledger showed under the order's key,
+  // and it is the only figure an order whose payment is not exactly its own is refunded by.
+  `CREATE TABLE review_action (
+     id            bigserial   PRIMARY KEY,
+     request_id    text,
+     orphan_key    text,
+     action        text        NOT NULL,
+     operator      text        NOT NULL,
+     reason        text        NOT NULL,
+     amount        numeric(78),
+     tx_hash       text,
+     outcome       text        NOT NULL,
+     detail        text,
+     status_before text,
+     status_after  text,
+     created_at    timestamptz NOT NULL DEFAULT now(),
+     updated_at    timestamptz NOT NULL DEFAULT now(),
+     CHECK ((request_id IS NULL) <> (orphan_key IS NULL))
+   );
+   CREATE INDEX review_action_order ON review_action (request_id, id) WHERE request_id IS NOT NULL;
+   CREATE INDEX review_action_orphan ON review_action (orphan_key, id) WHERE orphan_key IS NOT NULL;
+   -- A transaction that refunded one orphan payment by hand closes no other.
+   CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash)) WHERE orphan_key IS NOT NULL AND outcome = 'DONE' AND tx_hash IS NOT NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -360,6 +360,46 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         "/ops/orphans": {
           get: { summary: "Operators: payments no order accounts for", ...ops, responses: { "200": { description: "Orphan pulls and x402 payments", content: json({ type: "object" }) }, ...problemResponses([403]) } },
         },
+        "/ops/reviews": {
+          get: { summary: "Operators: every review action (who, when, why, outcome), for the audit", ...ops, responses: { "200": { description: "The actions, oldest first", content: json({ type: "object" }) }, ...problemResponses([403]) } },
+        },
+        "/ops/review": {
+          get: { summary: "Operators: what waits for review (NEEDS_REVIEW orders, x402 payments without an order)", ...ops, responses: { "200": { description: "Orders and payments held for an operator", content: json({ type: "object" }) }, ...problemResponses([403]) } },
+        },
+        "/ops/review/orders/{requestId}": {
+          get: {
+            summary: "Operators: an order held for review, what the ledger shows under its key, what each decision would meet, the actions taken",
+            ...ops,
+            parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }],
+            responses: { "200": { description: "The order and its review", content: json({ type: "object" }) }, ...problemResponses([403, 404]) },
+          },
+          post: {
+            summary: "Operators: refund, serve or close a NEEDS_REVIEW order, as the ledger allows (JSON with an X-Operator header; recorded with who and why)",
+            ...ops,
+            parameters: [
+              { name: "requestId", in: "path", required: true, schema: { type: "string" } },
+              { name: "X-Operator", in: "header", required: true, schema: { type: "string" }, description: "Who decides (recorded)" },
+            ],
+            requestBody: { required: true, content: json({ type: "object", required: ["action", "reason"], properties: { action: { type: "string", enum: ["refund", "serve", "close"] }, reason: { type: "string", maxLength: 500 } } }) },
+            responses: { "200": { description: "The decision was taken (its action record and the order)", content: json({ type: "object" }) }, ...problemResponses([400, 403, 404, 409, 415]) },
+          },
+        },
+        "/ops/review/orphans": {
+          post: {
+            summary: "Operators: close an x402 payment without an order, as refunded by hand (the transaction checked on chain) or kept",
+            ...ops,
+            parameters: [{ name: "X-Operator", in: "header", required: true, schema: { type: "string" }, description: "Who decides (recorded)" }],
+            requestBody: {
+              required: true,
+              content: json({
+                type: "object",
+                required: ["chain", "token_address", "payer", "auth_nonce", "reason"],
+                properties: { chain: { type: "string" }, token_address: { type: "string" }, payer: { type: "string" }, auth_nonce: { type: "string" }, reason: { type: "string", maxLength: 500 }, refund_tx_hash: { type: "string" } },
+              }),
+            },
+            responses: { "200": { description: "The payment was closed (its action record)", content: json({ type: "object" }) }, ...problemResponses([400, 403, 404, 409, 415]) },
+          },
+        },
         "/metrics": {
           get: {
             summary: "Operators: Prometheus metrics (orders, vend latency, refunds, stuck and held orders, ledger lag, gas, treasury, upstreams)",
@@ -370,6 +410,30 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         "/console": { get: { summary: "Operators: the console overview (treasury and audit, chains, health, volume, orders, attention)", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
         "/console/orders": { get: { summary: "Operators: orders by status and rail, paged", ...operator, parameters: [{ name: "status", in: "query", required: false, schema: { type: "string" } }, { name: "rail", in: "query", required: false, schema: { type: "string", enum: ["x402", "pull"] } }, { name: "before", in: "query", required: false, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
         "/console/orders/{requestId}": { get: { summary: "Operators: one order's path (payment, vend, refund)", ...operator, parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }], responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
+        "/console/orders/{requestId}/review": {
+          post: {
+            summary: "Operators: the order page's decision form (refund, serve or close a NEEDS_REVIEW order): the form's token and a reason; never from another site",
+            ...operator,
+            parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }],
+            requestBody: { required: true, content: { "application/x-www-form-urlencoded": { schema: { type: "object", required: ["csrf", "action", "reason"], properties: { csrf: { type: "string" }, action: { type: "string", enum: ["refund", "serve", "close"] }, reason: { type: "string" } } } } } },
+            responses: { "303": { description: "Recorded: back to the order's page, with the outcome" }, "400": { description: "No reason, or no such action: nothing recorded", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403, 404]) },
+          },
+        },
+        "/console/orphans/{chain}/{token}/{payer}/{nonce}": {
+          get: {
+            summary: "Operators: an x402 payment without an order, its review and the actions taken",
+            ...operator,
+            parameters: ["chain", "token", "payer", "nonce"].map((name) => ({ name, in: "path", required: true, schema: { type: "string" } })),
+            responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) },
+          },
+          post: {
+            summary: "Operators: close an x402 payment without an order from its page (the form's token, a reason, and the hand refund's transaction when there is one)",
+            ...operator,
+            parameters: ["chain", "token", "payer", "nonce"].map((name) => ({ name, in: "path", required: true, schema: { type: "string" } })),
+            requestBody: { required: true, content: { "application/x-www-form-urlencoded": { schema: { type: "object", required: ["csrf", "action", "reason"], properties: { csrf: { type: "string" }, action: { type: "string", enum: ["close"] }, reason: { type: "string" }, refund_tx_hash: { type: "string" } } } } } },
+            responses: { "303": { description: "Recorded: back to the payment's page, with the outcome" }, "400": { description: "No reason: nothing recorded", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403, 404]) },
+          },
+        },
         "/console/money": { get: { summary: "Operators: refunds, orphan payments and what was done", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
         "/console/wallets": { get: { summary: "Operators: wallets with allowances and periodic limits", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
         "/console/schedules": { get: { summary: "Operators: schedules and their last runs", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },

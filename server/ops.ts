@@ -1,13 +1,23 @@
 /**
  * The operators' routes, read by `npm run audit` to reconcile the service's orders with the
- * ledger: every order (a page at a time) and every orphan record, with their money fields and
- * never a purchased code or secret. Guarded as every operators' surface is (operator/auth.ts).
+ * ledger: every order (a page at a time), every orphan record and every operator's review
+ * action, with their money fields and never a purchased code or secret. And the review
+ * routes `npm run review` acts through (orders/review.ts): what waits for an operator, and
+ * their decisions on it. Guarded as every operators' surface is (operator/auth.ts); a
+ * decision is a POST of JSON with an X-Operator header, never from another site (operator/csrf.ts).
  */
-import type { Hono } from "hono";
-import { requireOperator } from "./operator/auth.ts";
+import type { Context, Hono, MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { z } from "zod";
+import { problemResponse, validationFailed } from "./errors.ts";
+import { jsonBody } from "./http-body.ts";
+import { operatorIdentity, requireOperator } from "./operator/auth.ts";
+import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
+import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewResult } from "./orders/review.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
 import type { ServiceRecords } from "../scripts/audit-orders.ts";
+import { errorText } from "./log-safety.ts";
 
 const MAX_PAGE = 500;
 
@@ -34,8 +44,8 @@ export function opsOrder(o: Order) {
 }
 export type OpsOrder = ReturnType<typeof opsOrder>;
 
-/** Every order and orphan record as the /ops routes serve them, read in this process (the console's audit). */
-export async function opsRecords(orders: OrderStore, orphans: Orphans): Promise<ServiceRecords> {
+/** Every order, orphan record and review action as the /ops routes serve them, read in this process (the console's audit). */
+export async function opsRecords(orders: OrderStore, orphans: Orphans, reviews?: ReviewDeps["reviews"]): Promise<ServiceRecords> {
   const all: ReturnType<typeof opsOrder>[] = [];
   for (let after: string | undefined; ; ) {
     const page = await orders.page(MAX_PAGE, after);
@@ -43,12 +53,87 @@ export async function opsRecords(orders: OrderStore, orphans: Orphans): Promise<
     if (page.length < MAX_PAGE) break;
     after = page[page.length - 1]!.requestId;
   }
-  // Through JSON, as the routes send them: the audit reads exactly what /ops/orders and /ops/orphans serve.
-  return JSON.parse(JSON.stringify({ orders: all, orphans: await orphans.all() })) as ServiceRecords;
+  // Through JSON, as the routes send them: the audit reads exactly what /ops/orders, /ops/orphans and /ops/reviews serve.
+  return JSON.parse(JSON.stringify({ orders: all, orphans: await orphans.all(), ...(reviews ? { reviews: await reviews.all() } : {}) })) as ServiceRecords;
 }
 
-export function mountOps(app: Hono, deps: { token?: string; public: boolean; orders: OrderStore; orphans: Orphans }): void {
+const orderDecision = z.object({ action: z.enum(REVIEW_ACTIONS), reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON) }).strict();
+const orphanDecision = z
+  .object({
+    chain: z.string(),
+    token_address: z.string(),
+    payer: z.string(),
+    auth_nonce: z.string(),
+    reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON),
+    refund_tx_hash: z.string().regex(/^0x[0-9a-fA-F]{64}$/, "a 0x-prefixed 32-byte transaction hash").optional(),
+  })
+  .strict();
+
+/** A decision's answer: 200 when it was taken (done, under way, or tried and back in review), 409 when refused with nothing moved. */
+function decided(c: Context, result: ReviewResult) {
+  const body = { action: result.record, ...(result.order ? { order: opsOrder(result.order) } : {}) };
+  if (result.record.outcome === "REFUSED") return problemResponse("REVIEW_REFUSED", result.record.detail ?? "refused", body);
+  return c.json(body, 200, { "cache-control": "no-store" });
+}
+
+export function mountOps(app: Hono, deps: { token?: string; public: boolean; publicUrl?: string; orders: OrderStore; orphans: Orphans; review: ReviewDeps }): void {
   app.use("/ops/*", requireOperator(deps.token, deps.public));
+
+  /** A decision comes from a script: JSON, an X-Operator header, and nothing that says another site sent it. */
+  const fromScript: MiddlewareHandler = async (c, next) => {
+    const why = crossSite(c, deps.publicUrl);
+    if (why) return problemResponse("OPS_CROSS_SITE", why);
+    if (!(c.req.header("content-type") ?? "").toLowerCase().startsWith("application/json")) return problemResponse("UNSUPPORTED_MEDIA_TYPE", "a decision is sent as application/json");
+    if (!c.req.header("x-operator")) return problemResponse("OPS_OPERATOR_NAME", "send the operator's name in the X-Operator header");
+    await next();
+  };
+  const small = bodyLimit({ maxSize: 8_192, onError: () => problemResponse("BODY_TOO_LARGE", "a decision's body is at most 8192 bytes") });
+  const operator = (c: Context) => operatorIdentity(c, deps.token);
+
+  app.get("/ops/reviews", async (c) => c.json({ actions: await deps.review.reviews.all() }, 200, { "cache-control": "no-store" }));
+
+  // What waits for an operator: orders held for review and x402 payments no order accounts for.
+  app.get("/ops/review", async (c) => {
+    const ids = await deps.review.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE status = 'NEEDS_REVIEW' ORDER BY updated_at LIMIT 500`);
+    const orders = (await Promise.all(ids.map((r) => deps.orders.get(r.request_id)))).filter((o): o is Order => !!o);
+    const orphans = (await deps.orphans.all()).payments.filter((p) => p.status === "NEEDS_REVIEW");
+    return c.json({ orders: orders.map(opsOrder), orphans }, 200, { "cache-control": "no-store" });
+  });
+
+  app.get("/ops/review/orders/:requestId", async (c) => {
+    const order = await deps.orders.get(c.req.param("requestId"));
+    if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${c.req.param("requestId")}`);
+    const actions = await deps.review.reviews.forOrder(order.requestId);
+    try {
+      const view = await ledgerUnderKey(deps.review, order);
+      return c.json({ order: opsOrder(order), ledger: { payment: view.payment, refunds: view.refunds }, refused: whyNot(order, view), actions }, 200, { "cache-control": "no-store" });
+    } catch (err) {
+      return c.json({ order: opsOrder(order), ledger: { error: errorText(err) }, actions }, 200, { "cache-control": "no-store" });
+    }
+  });
+
+  app.post("/ops/review/orders/:requestId", fromScript, small, async (c) => {
+    const name = operator(c);
+    if (!name) return problemResponse("OPS_OPERATOR_NAME", "send the operator's name in the X-Operator header");
+    const body = await jsonBody(c);
+    if (body instanceof Response) return body;
+    const parsed = orderDecision.safeParse(body);
+    if (!parsed.success) throw validationFailed(parsed.error);
+    return decided(c, await resolveOrder(deps.review, { requestId: c.req.param("requestId"), ...parsed.data, operator: name }));
+  });
+
+  app.post("/ops/review/orphans", fromScript, small, async (c) => {
+    const name = operator(c);
+    if (!name) return problemResponse("OPS_OPERATOR_NAME", "send the operator's name in the X-Operator header");
+    const body = await jsonBody(c);
+    if (body instanceof Response) return body;
+    const parsed = orphanDecision.safeParse(body);
+    if (!parsed.success) throw validationFailed(parsed.error);
+    if (!validOrphanKey(parsed.data)) return problemResponse("VALIDATION_FAILED", "chain, token_address, payer and auth_nonce must name an x402 payment (addresses and a 32-byte nonce)");
+    const { refund_tx_hash, ...key } = parsed.data;
+    return decided(c, await resolveOrphanPayment(deps.review, { ...key, operator: name, refundTxHash: refund_tx_hash }));
+  });
+
   app.get("/ops/orders", async (c) => {
     const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 200) || 200, 1), MAX_PAGE);
     const after = c.req.query("after");

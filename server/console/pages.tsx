@@ -3,12 +3,13 @@
  * The operator console's pages, rendered on the server with hono/jsx. Each panel can be
  * fetched alone (?panel=<name>) so htmx refreshes it in place without a full reload.
  * Amounts are raw token units shown with 6 decimals; nothing here shows a purchased code or
- * a secret.
+ * a secret. The review forms POST (never GET) with the form's token (operator/csrf.ts).
  */
 import type { Child, FC } from "hono/jsx";
 import { formatUnits } from "viem";
 import type { AuditReport } from "../../scripts/audit.ts";
 import type { ChainStatus, Health, OrderRow } from "../operator/state.ts";
+import type { ReviewRecord } from "../orders/review.ts";
 
 export const units = (v: bigint | string | null | undefined) => (v === null || v === undefined ? "–" : formatUnits(BigInt(v), 6));
 const short = (s: string | null | undefined, n = 10) => (s ? (s.length > n + 6 ? `${s.slice(0, n)}…${s.slice(-4)}` : s) : "–");
@@ -22,7 +23,8 @@ section{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.8rem
 h2{font-size:1rem;margin:.1rem 0 .6rem}table{border-collapse:collapse;width:100%;font-size:.85rem}
 th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #eef0f3}th{color:#5b6577;font-weight:600}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#137333}.bad{color:#b3261e;font-weight:600}.muted{color:#7a8394}
-form{display:flex;gap:.5rem;margin-bottom:.6rem}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1rem}
+form{display:flex;gap:.5rem;margin-bottom:.6rem}form.review{flex-direction:column;align-items:flex-start}
+form.review label{display:flex;flex-direction:column;gap:.2rem}.choice{margin:.2rem 0}tr.latest{background:#fff8e1}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1rem}
 `;
 
 export const Layout: FC<{ title: string; children?: Child }> = ({ title, children }) => (
@@ -205,4 +207,59 @@ export const KeyValue: FC<{ rows: Array<[string, Child]> }> = ({ rows }) => (
   <table>
     <tbody>{rows.map(([k, v]) => <tr><th>{k}</th><td>{v}</td></tr>)}</tbody>
   </table>
+);
+
+/** An operator's actions on an order or payment held for review, oldest first (orders/review.ts). */
+export const ReviewActionsTable: FC<{ actions: ReviewRecord[]; highlight?: string }> = ({ actions, highlight }) =>
+  actions.length === 0 ? (
+    <p class="muted" id="review-actions-none">No operator has acted on it.</p>
+  ) : (
+    <table id="review-actions">
+      <thead><tr><th>When</th><th>Who</th><th>Action</th><th>Why</th><th class="n">Amount</th><th>Outcome</th><th>Detail</th><th>Transaction</th></tr></thead>
+      <tbody>
+        {actions.map((a) => (
+          <tr data-review-id={a.id} data-action={a.action} data-outcome={a.outcome} class={a.id === highlight ? "latest" : ""}>
+            <td class="muted">{a.created_at.slice(0, 19)}</td>
+            <td data-field="operator">{a.operator}</td>
+            <td>{a.action}</td>
+            <td data-field="reason">{a.reason}</td>
+            <td class="n">{a.amount ? units(a.amount) : "–"}</td>
+            <td class={a.outcome === "REFUSED" || a.outcome === "FAILED" ? "bad" : a.outcome === "DONE" ? "ok" : ""} data-field="outcome">{a.outcome}</td>
+            <td data-field="detail">{a.detail ?? ""}</td>
+            <td><code>{short(a.tx_hash, 14)}</code></td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+
+/** The result of the action just taken, above its order or payment. */
+export const ReviewResult: FC<{ action: ReviewRecord | undefined }> = ({ action }) =>
+  action ? (
+    <p id="review-result" data-outcome={action.outcome} class={action.outcome === "REFUSED" || action.outcome === "FAILED" ? "bad" : "ok"}>
+      {action.action} by {action.operator}: {action.outcome}. {action.detail ?? ""}
+    </p>
+  ) : null;
+
+/**
+ * The decision form: POST only, with the form's token (operator/csrf.ts) and a reason.
+ * `buttons`: each action with its label and, when what the ledger shows now would refuse it, why.
+ */
+export const ReviewForm: FC<{ action: string; token: string; buttons: Array<{ value: string; label: string; refused: string | null }>; extra?: Child }> = ({ action, token, buttons, extra }) => (
+  <form method="post" action={action} id="review-form" class="review">
+    <input type="hidden" name="csrf" value={token} />
+    <label>
+      Reason (required, kept with your name)
+      <textarea name="reason" required maxlength={500} rows={2} cols={60}></textarea>
+    </label>
+    {extra}
+    <div>
+      {buttons.map((b) => (
+        <div class="choice">
+          <button type="submit" name="action" value={b.value} id={`review-${b.value}`}>{b.label}</button>{" "}
+          <span class={b.refused ? "muted" : "ok"} data-refused={b.value}>{b.refused ? `would be refused: ${b.refused}` : "allowed by what the ledger shows now"}</span>
+        </div>
+      ))}
+    </div>
+  </form>
 );

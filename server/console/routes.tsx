@@ -1,24 +1,31 @@
 /** @jsxImportSource hono/jsx */
 /**
- * The operator console at /console: read-only, behind the operators' guard (operator/auth.ts),
- * pages rendered on the server, panels refreshed in place by htmx (served from node_modules,
- * no CDN). The treasury panel carries the audit's verdict: `npm run audit`'s own check, run
- * here at most every AUDIT_CACHE_MS.
+ * The operator console at /console, behind the operators' guard (operator/auth.ts), pages
+ * rendered on the server, panels refreshed in place by htmx (served from node_modules, no
+ * CDN). The treasury panel carries the audit's verdict: `npm run audit`'s own check, run here
+ * at most every AUDIT_CACHE_MS. It reads, except for one thing: an order held for review, or
+ * an x402 payment no order accounts for, can be decided from its page (orders/review.ts), by
+ * a POST carrying the form's token and a reason, never from another site (operator/csrf.ts).
+ * Every GET only reads.
  */
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import type { Context, Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { z } from "zod";
 import { runAudit, type AuditReport } from "../../scripts/audit.ts";
 import type { ServiceRecords } from "../../scripts/audit-orders.ts";
 import type { Deployments } from "../../lib/deployments.ts";
-import { validationFailed } from "../errors.ts";
+import { problemResponse, validationFailed } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
-import { requireOperator } from "../operator/auth.ts";
+import { operatorIdentity, presented, requireOperator } from "../operator/auth.ts";
+import { crossSite, FormTokens } from "../operator/csrf.ts";
+import { errorText } from "../log-safety.ts";
+import { ledgerUnderKey, MAX_REASON, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
 import { txLink, type OperatorState } from "../operator/state.ts";
 import type { Callbacks } from "../callbacks.ts";
 import type { Child } from "hono/jsx";
-import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, TreasuryTable, units, VolumeChart } from "./pages.tsx";
+import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, ReviewActionsTable, ReviewForm, ReviewResult, TreasuryTable, units, VolumeChart } from "./pages.tsx";
 
 const AUDIT_CACHE_MS = 15_000;
 const AUDIT_TIMEOUT_MS = 20_000;
@@ -37,6 +44,10 @@ export interface ConsoleDeps {
   /** The service's orders and orphans for the audit, read in this process: never fetched from a URL a request named. */
   records: () => Promise<ServiceRecords>;
   callbacks: Pick<Callbacks, "status">;
+  /** Operators' decisions on what is held for review. */
+  review: ReviewDeps;
+  /** Where clients reach the service (an Origin naming it is this site's own). */
+  publicUrl?: string;
 }
 
 export function mountConsole(app: Hono, deps: ConsoleDeps): void {
@@ -150,6 +161,59 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     );
   });
 
+  const forms = new FormTokens(deps.token);
+  /** The credential a form's token is bound to: the token presented, or "local" without one. */
+  const credential = (c: Context) => presented(c) ?? "local";
+  const orderScope = (requestId: string) => `order:${requestId}`;
+  const orphanScope = (key: string) => `orphan:${key.toLowerCase()}`;
+
+  /**
+   * What a decision must pass before it is looked at: a POST from this site (no Sec-Fetch-Site
+   * or Origin saying otherwise), a form of at most 8 KiB, the operator's name, and the form's
+   * token for this credential, name and scope. Answers the form's fields, or the refusal.
+   */
+  const decisionForm = async (c: Context, scope: string): Promise<{ fields: Record<string, string>; operator: string } | Response> => {
+    const why = crossSite(c, deps.publicUrl);
+    if (why) return problemResponse("OPS_CROSS_SITE", why);
+    const type = (c.req.header("content-type") ?? "").toLowerCase();
+    if (!type.startsWith("application/x-www-form-urlencoded") && !type.startsWith("multipart/form-data")) return problemResponse("UNSUPPORTED_MEDIA_TYPE", "a decision is the console's form");
+    const operator = operatorIdentity(c, deps.token);
+    if (!operator) return problemResponse("OPS_OPERATOR_NAME", "give your name as the basic-auth user name: every decision is recorded with it");
+    const body = await c.req.parseBody();
+    const fields = Object.fromEntries(Object.entries(body).filter((e): e is [string, string] => typeof e[1] === "string"));
+    if (!forms.check(fields.csrf, credential(c), operator, scope)) return problemResponse("OPS_CROSS_SITE", "the form's token is missing, stale, or not this operator's: reload the page and decide again");
+    return { fields, operator };
+  };
+
+  /** A decision the console cannot take as sent (no reason, no such action): nothing recorded, nothing moved. */
+  const badDecision = (c: Context, back: string, why: string) =>
+    c.html(
+      <Layout title="Decision not taken">
+        <section>
+          <h2>Nothing was done</h2>
+          <p class="bad" id="review-error">{why}</p>
+          <p><a href={back}>Back</a></p>
+        </section>
+      </Layout>,
+      400,
+    );
+
+  const small = bodyLimit({ maxSize: 8_192, onError: () => problemResponse("BODY_TOO_LARGE", "a decision's form is at most 8192 bytes") });
+
+  app.post("/console/orders/:requestId/review", small, async (c) => {
+    const requestId = c.req.param("requestId");
+    const form = await decisionForm(c, orderScope(requestId));
+    if (form instanceof Response) return form;
+    const back = `/console/orders/${encodeURIComponent(requestId)}`;
+    const action = REVIEW_ACTIONS.find((a) => a === form.fields.action);
+    const reason = (form.fields.reason ?? "").trim();
+    if (!action) return badDecision(c, back, `the action must be one of ${REVIEW_ACTIONS.join(", ")}`);
+    if (!reason) return badDecision(c, back, "a reason is required: it is kept with your name");
+    if (reason.length > MAX_REASON) return badDecision(c, back, `the reason is at most ${MAX_REASON} characters`);
+    const result = await resolveOrder(deps.review, { requestId, action, reason, operator: form.operator });
+    return c.redirect(`${back}?review=${result.record.id}#review`, 303);
+  });
+
   app.get("/console/orders/:requestId", async (c) => {
     const order = await deps.state.order(c.req.param("requestId"));
     if (!order) return c.html(<Layout title="Order"><section><h2>No such order</h2></section></Layout>, 404);
@@ -180,8 +244,133 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
             ]}
           />
         </section>
+        {await reviewSection(c, order.request_id)}
       </Layout>,
     );
+  });
+
+  /** The order's review: what the ledger shows under its key, the decision form while it is held, and every action taken on it. */
+  const reviewSection = async (c: Context, requestId: string) => {
+    const full = await deps.review.orders.get(requestId);
+    if (!full) return null;
+    const actions = await deps.review.reviews.forOrder(requestId);
+    if (full.status !== "NEEDS_REVIEW" && actions.length === 0) return null;
+    const justTaken = actions.find((a) => a.id === c.req.query("review"));
+    let ledger: Child;
+    let refused: ReturnType<typeof whyNot> | null = null;
+    let paidShown = "";
+    try {
+      const view = await ledgerUnderKey(deps.review, full);
+      refused = whyNot(full, view);
+      if (view.payment) paidShown = ` (${units(view.payment.amount)} ${full.token})`;
+      ledger = view.payment ? (
+        <span data-field="ledger-paid" data-units={view.payment.amount}>
+          {units(view.payment.amount)} {full.token} paid by {view.payment.payer} in <code>{view.payment.txHash}</code>
+          {view.refunded > 0n ? `; ${units(view.refunded)} refunded` : "; nothing refunded"}
+        </span>
+      ) : (
+        <span data-field="ledger-paid" data-units="">no payment under the order's key</span>
+      );
+    } catch (err) {
+      ledger = <span class="bad">the ledger could not be read: {errorText(err)}</span>;
+    }
+    const operator = operatorIdentity(c, deps.token);
+    return (
+      <section id="review">
+        <h2>Review</h2>
+        <ReviewResult action={justTaken} />
+        <KeyValue rows={[["Held because", full.status === "NEEDS_REVIEW" ? full.failureReason ?? "–" : `no longer held (${full.status})`], ["The ledger under its key", ledger]]} />
+        {full.status !== "NEEDS_REVIEW" ? null : !operator ? (
+          <p class="bad">Give your name as the basic-auth user name to decide: every decision is recorded with it.</p>
+        ) : (
+          <ReviewForm
+            action={`/console/orders/${encodeURIComponent(requestId)}/review`}
+            token={forms.issue(credential(c), operator, orderScope(requestId))}
+            buttons={[
+              { value: "refund", label: `Refund what the ledger shows paid${paidShown}`, refused: refused ? refused.refund : "the ledger could not be read" },
+              { value: "serve", label: "Serve (vend the bill)", refused: refused ? refused.serve : "the ledger could not be read" },
+              { value: "close", label: "Close: no money moves", refused: refused ? refused.close : "the ledger could not be read" },
+            ]}
+          />
+        )}
+        <h2>Actions taken</h2>
+        <ReviewActionsTable actions={actions} highlight={justTaken?.id} />
+      </section>
+    );
+  };
+
+  const orphanParams = (c: Context) => ({ chain: c.req.param("chain")!, token_address: c.req.param("token")!, payer: c.req.param("payer")!, auth_nonce: c.req.param("nonce")! });
+  const orphanPath = (k: { chain: string; token_address: string; payer: string; auth_nonce: string }) => `/console/orphans/${k.chain}/${k.token_address}/${k.payer}/${k.auth_nonce}`;
+
+  app.get("/console/orphans/:chain/:token/:payer/:nonce", async (c) => {
+    const params = orphanParams(c);
+    const row = validOrphanKey(params) ? await orphanPayment(deps.review.db, params) : undefined;
+    if (!row) return c.html(<Layout title="Payment"><section><h2>No such x402 payment without an order</h2></section></Layout>, 404);
+    const key = orphanKey(row);
+    const actions = await deps.review.reviews.forOrphan(key);
+    const justTaken = actions.find((a) => a.id === c.req.query("review"));
+    const operator = operatorIdentity(c, deps.token);
+    return c.html(
+      <Layout title="x402 payment without an order">
+        <section id="orphan">
+          <h2>x402 payment without an order</h2>
+          <KeyValue
+            rows={[
+              ["State", <strong data-field="status">{row.status}</strong>],
+              ["Chain", row.chain],
+              ["Token", <code>{row.token_address}</code>],
+              ["Payer", row.payer],
+              ["Nonce", <code>{row.auth_nonce}</code>],
+              ["Amount", units(row.amount)],
+              ["Payment", <code>{row.tx_hash}</code>],
+            ]}
+          />
+        </section>
+        <section id="review">
+          <h2>Review</h2>
+          <ReviewResult action={justTaken} />
+          <p class="muted">
+            The service never held this payer's signed authorization, so it cannot refund the payment itself. Close it as refunded by hand (give the transaction: it must
+            send exactly {units(row.amount)} of this token to the payer, after the payment; it is checked on chain), or as kept, saying why.
+          </p>
+          {row.status !== "NEEDS_REVIEW" ? null : !operator ? (
+            <p class="bad">Give your name as the basic-auth user name to decide: every decision is recorded with it.</p>
+          ) : (
+            <ReviewForm
+              action={orphanPath(row)}
+              token={forms.issue(credential(c), operator, orphanScope(key))}
+              buttons={[{ value: "close", label: "Close", refused: null }]}
+              extra={
+                <label>
+                  Refund transaction (when refunded by hand)
+                  <input name="refund_tx_hash" pattern="0x[0-9a-fA-F]{64}" size={70} />
+                </label>
+              }
+            />
+          )}
+          <h2>Actions taken</h2>
+          <ReviewActionsTable actions={actions} highlight={justTaken?.id} />
+        </section>
+      </Layout>,
+    );
+  });
+
+  app.post("/console/orphans/:chain/:token/:payer/:nonce", small, async (c) => {
+    const params = orphanParams(c);
+    if (!validOrphanKey(params)) return problemResponse("NOT_FOUND", "no x402 payment without an order under that key");
+    const row = await orphanPayment(deps.review.db, params);
+    if (!row) return problemResponse("NOT_FOUND", "no x402 payment without an order under that key");
+    const form = await decisionForm(c, orphanScope(orphanKey(row)));
+    if (form instanceof Response) return form;
+    const back = orphanPath(row);
+    const reason = (form.fields.reason ?? "").trim();
+    const tx = (form.fields.refund_tx_hash ?? "").trim();
+    if (form.fields.action !== "close") return badDecision(c, back, "the only action on a payment without an order is close");
+    if (!reason) return badDecision(c, back, "a reason is required: it is kept with your name");
+    if (reason.length > MAX_REASON) return badDecision(c, back, `the reason is at most ${MAX_REASON} characters`);
+    if (tx && !/^0x[0-9a-fA-F]{64}$/.test(tx)) return badDecision(c, back, "the refund transaction must be a 0x-prefixed 32-byte hash");
+    const result = await resolveOrphanPayment(deps.review, { ...row, reason, operator: form.operator, refundTxHash: tx || undefined });
+    return c.redirect(`${back}?review=${result.record.id}#review`, 303);
   });
 
   app.get("/console/money", (c) =>
@@ -238,8 +427,15 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
             </table>
             <h2>x402 payments (held for an operator)</h2>
             <table id="orphan-payments">
-              <thead><tr><th>Chain</th><th>Payer</th><th>Nonce</th><th class="n">Amount</th><th>State</th><th>Transaction</th></tr></thead>
-              <tbody>{o.payments.map((p) => <tr><td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td></tr>)}</tbody>
+              <thead><tr><th>Chain</th><th>Payer</th><th>Nonce</th><th class="n">Amount</th><th>State</th><th>Transaction</th><th></th></tr></thead>
+              <tbody>
+                {o.payments.map((p) => (
+                  <tr data-status={p.status}>
+                    <td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td>
+                    <td><a href={`/console/orphans/${p.chain}/${p.token_address}/${p.payer}/${p.auth_nonce}`}>{p.status === "NEEDS_REVIEW" ? "Decide" : "Record"}</a></td>
+                  </tr>
+                ))}
+              </tbody>
             </table>
           </Panel>
         );

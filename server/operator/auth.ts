@@ -11,7 +11,8 @@ import type { Context, MiddlewareHandler } from "hono";
 import { problemResponse } from "../errors.ts";
 
 
-function presented(c: Context): string | null {
+/** The token the caller presented (bearer, or basic auth's password), if any. */
+export function presented(c: Context): string | null {
   const header = c.req.header("authorization") ?? "";
   const bearer = /^Bearer\s+(\S+)$/i.exec(header)?.[1];
   if (bearer) return bearer;
@@ -47,4 +48,25 @@ export function requireOperator(token: string | undefined, isPublic: boolean): M
     res.headers.set("www-authenticate", 'Basic realm="BillPay operators", charset="UTF-8"');
     return res;
   };
+}
+
+/**
+ * Who is acting, for the record of an operator's action: with OPS_TOKEN, the name given with
+ * it (the basic-auth user name a browser sends, or a script's X-Operator header); without
+ * one, "local" (only this machine is let in), with the name a script gave beside it. Null
+ * when a token is configured and no usable name came with it.
+ */
+export function operatorIdentity(c: Context, token: string | undefined): string | null {
+  const given = (basicUser(c) || c.req.header("x-operator") || "").trim();
+  const usable = /^[\p{L}\p{N}._@ -]{1,64}$/u.test(given) ? given : "";
+  if (!token) return usable ? `local (${usable})` : "local";
+  return usable || null;
+}
+
+function basicUser(c: Context): string {
+  const basic = /^Basic\s+([A-Za-z0-9+/=]+)$/i.exec(c.req.header("authorization") ?? "")?.[1];
+  if (!basic) return "";
+  const decoded = Buffer.from(basic, "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  return colon === -1 ? "" : decoded.slice(0, colon);
 }

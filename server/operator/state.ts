@@ -109,7 +109,7 @@ export class OperatorState {
       `SELECT chain, order_id, payer, amount::text AS amount, pull_tx_hash, status, refund_tx_hash, created_at::text AS created_at FROM orphan_pull ORDER BY created_at DESC LIMIT 100`,
     );
     const payments = await this.deps.db.query<Record<string, string | null>>(
-      `SELECT chain, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
+      `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
     );
     return { pulls, payments };
   }

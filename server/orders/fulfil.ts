@@ -273,8 +273,11 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
 /**
  * Refunds the payer on chain: REFUNDING first (so a crash is retried), REFUNDED once the
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
- * refund never exceeds what the chain shows was paid. A pulled order is refunded by its
- * order id, an x402 one with the payer's own authorization; BillPay refunds each once.
+ * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
+ * an order held for review whose payment is of another amount is refunded, when an operator
+ * decides so, by exactly what the ledger shows paid under its key; refundAmount.) A pulled
+ * order is refunded by its order id, an x402 one with the payer's own authorization;
+ * BillPay refunds each once.
  * A refund the budget cannot take now, or that would take the payer past its share of it,
  * waits (refundWait) instead of being sent; one that has waited past the deadline goes to
  * an operator.
@@ -288,19 +291,19 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
   try {
     const paid = await ledgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
-    const mismatch = paymentMismatch(refunding, paid);
-    if (mismatch) {
-      deps.log.error("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch });
-      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `refund held: ${mismatch}` });
+    const amount = await refundAmount(deps, refunding, paid);
+    if (typeof amount === "string") {
+      deps.log.error("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch: amount });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `refund held: ${amount}` });
     }
-    const wait = await refundWait(deps, refunding);
+    const wait = await refundWait(deps, refunding, amount);
     if (wait) return deferRefund(deps, refunding, wait);
-    const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding) : await refundX402(deps, refunding);
+    const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding, amount) : await refundX402(deps, refunding, amount);
     deps.refundBudgets.forget(chain, refunding.tokenAddress);
     const txHash = "txHash" in outcome ? outcome.txHash : undefined;
-    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: refunding.amount.toString(), txHash, reason });
+    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: amount.toString(), txHash, reason });
     deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
-    deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(refunding.amount));
+    deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
     if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
   } catch (err) {
@@ -320,8 +323,22 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
   }
 }
 
-/** Why and how long a refund must wait before it is sent, or undefined when it can go now. */
-export async function refundWait(deps: FlowDeps, o: Order): Promise<{ seconds: number; why: string } | undefined> {
+/**
+ * What the order's refund sends: its amount when the ledger's payment is exactly the order's
+ * (paymentMismatch). Otherwise only a refund an operator approved from review, and only while
+ * the ledger's payment is exactly what they approved, by the order's payer in its token
+ * (orders/review.ts); else why not (the mismatch), and nothing is sent.
+ */
+export async function refundAmount(deps: FlowDeps, o: Order, paid: LedgerPayment): Promise<bigint | string> {
+  const mismatch = paymentMismatch(o, paid);
+  if (!mismatch) return o.amount;
+  const approved = await deps.orders.approvedRefund(o.requestId);
+  if (approved !== null && approved > 0n && paymentMismatch({ ...o, amount: approved }, paid) === null) return approved;
+  return mismatch;
+}
+
+/** Why and how long a refund of `amount` (the order's, unless an operator approved another) must wait before it is sent, or undefined when it can go now. */
+export async function refundWait(deps: FlowDeps, o: Order, amount: bigint = o.amount): Promise<{ seconds: number; why: string } | undefined> {
   const chain = o.chain as ChainKey;
   const budget = await deps.refundBudgets.read(chain, o.tokenAddress);
   if (budget.limit > 0n && budget.period > 0n) {
@@ -330,19 +347,19 @@ export async function refundWait(deps: FlowDeps, o: Order): Promise<{ seconds: n
     // had none in the period (else it could never go).
     const share = (budget.limit * BigInt(deps.refundPayerSharePercent)) / 100n;
     const before = await deps.orders.refundedTo(o.payer, chain, o.tokenAddress, Number(budget.period));
-    if (before.total > 0n && before.total + o.amount > share && before.oldest) {
+    if (before.total > 0n && before.total + amount > share && before.oldest) {
       const seconds = Math.max(1, Math.ceil((before.oldest.getTime() + Number(budget.period) * 1000 - Date.now()) / 1000));
       return { seconds, why: `the payer was refunded ${before.total} units of ${o.token} in the last ${budget.period} s; its share of the budget is ${share}` };
     }
   }
-  if (o.amount <= budget.available) return undefined;
-  if (budget.limit === 0n || budget.period === 0n || o.amount > budget.limit) {
+  if (amount <= budget.available) return undefined;
+  if (budget.limit === 0n || budget.period === 0n || amount > budget.limit) {
     // Never refillable to this amount: only the admin can change that. Checked hourly.
-    return { seconds: 3600, why: `BillPay's ${o.token} refund budget (limit ${budget.limit}) cannot hold ${o.amount}` };
+    return { seconds: 3600, why: `BillPay's ${o.token} refund budget (limit ${budget.limit}) cannot hold ${amount}` };
   }
   // The budget refills continuously at limit per period: wait until it holds this refund.
-  const seconds = Number(((o.amount - budget.available) * budget.period + budget.limit - 1n) / budget.limit) + 1;
-  return { seconds, why: `BillPay's ${o.token} refund budget has ${budget.available} of ${budget.limit} available; this refund needs ${o.amount}` };
+  const seconds = Number(((amount - budget.available) * budget.period + budget.limit - 1n) / budget.limit) + 1;
+  return { seconds, why: `BillPay's ${o.token} refund budget has ${budget.available} of ${budget.limit} available; this refund needs ${amount}` };
 }
 
 /**
@@ -375,11 +392,11 @@ const REFUND_NEVER = new Set([
   "OrderExists",
 ]);
 
-function refundPull(deps: FlowDeps, o: Order) {
-  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount: o.amount });
+function refundPull(deps: FlowDeps, o: Order, amount: bigint) {
+  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount });
 }
 
-function refundX402(deps: FlowDeps, refunding: Order) {
+function refundX402(deps: FlowDeps, refunding: Order, amount: bigint) {
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
   return deps.operator.refundAuthorization({
@@ -395,7 +412,7 @@ function refundX402(deps: FlowDeps, refunding: Order) {
         nonce: a.nonce as Hex,
       },
       signature: stored.signature,
-      amount: refunding.amount,
+      amount,
     });
 }
 

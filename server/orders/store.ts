@@ -539,6 +539,21 @@ export class OrderStore {
     return { total: BigInt(row?.total ?? 0), oldest: row?.oldest ? new Date(row.oldest) : null };
   }
 
+  /**
+   * The refund an operator approved for this order from review (orders/review.ts), if any:
+   * the amount the ledger showed paid under the order's key when they approved it. The refund
+   * path still sends it only while the ledger shows exactly that payment.
+   */
+  async approvedRefund(requestId: string): Promise<bigint | null> {
+    const [row] = await this.db.query<{ amount: string }>(
+      `SELECT amount::text AS amount FROM review_action
+       WHERE request_id = $1 AND action = 'refund' AND amount IS NOT NULL AND outcome <> 'REFUSED'
+       ORDER BY id DESC LIMIT 1`,
+      [requestId],
+    );
+    return row ? BigInt(row.amount) : null;
+  }
+
   /** How many of `payer`'s bills failed the biller's number check over the last `seconds`. */
   async failedVerifications(payer: string, seconds: number): Promise<number> {
     const [row] = await this.db.query<{ n: number }>(

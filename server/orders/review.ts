@@ -1,0 +1,405 @@
+/**
+ * An operator's decisions on what the service holds for them, from the console or
+ * `npm run review`. Nothing here trusts the operator's word about money: every action is
+ * checked against what the ledger shows under the payment's own key (an x402 order's
+ * (chain, token, payer, nonce), a pull's order id), read when the action is taken, and
+ * anything it does not allow is refused with nothing moved.
+ *
+ * A NEEDS_REVIEW order can be
+ *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
+ *     its token; exactly what the ledger shows paid is refunded (never the order's own amount
+ *     when that differs, never anything when the ledger shows nothing), through the usual
+ *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
+ *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
+ *     x402 refund at most the signed authorization's value). NEEDS_REVIEW -> REFUNDING ->
+ *     REFUNDED. The amount approved is kept with the action (review_action.amount): it is
+ *     the only figure the refund path sends for an order whose payment is not exactly its
+ *     own, and only while the ledger still shows exactly that. When the ledger already shows
+ *     the key refunded in full, the order is marked REFUNDED with that refund, and nothing is sent.
+ *   - served: only when the ledger shows a payment of exactly the order's amount, payer and
+ *     token (`paymentMismatch` is null), confirmed as deep as any payment must be, and not
+ *     refunded; NEEDS_REVIEW -> PAID, then vended by `fulfil` (a vend that fails is refunded
+ *     as usual, and one the biller holds again comes back to review).
+ *   - closed: no money moves. Only when the ledger, caught up to the chain's head, shows no
+ *     payment under the key: NEEDS_REVIEW -> PAYMENT_FAILED (final, "not charged"). Should a
+ *     payment land under the key later, the ledger pass refunds it, as for any written-off
+ *     order. With a payment shown, closing is refused: that money must be refunded or served.
+ * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
+ * the service, which never held the payer's signed authorization (refundAuthorization needs
+ * it). It can only be closed, with a reason: as refunded by hand, when the operator gives the
+ * transaction, checked on chain to have succeeded after the payment and to carry a transfer
+ * of exactly the payment's amount of its token to its payer (one transaction closes one
+ * payment) -> REFUNDED; or as kept, with the reason saying why -> RESOLVED. Either way
+ * nothing is sent by the service.
+ *
+ * Every action is recorded in review_action with who (the operator's name, or "local"), when,
+ * why (a reason is required) and what came of it, refusals included.
+ */
+import { decodeEventLog, erc20Abi, isAddress, isHash, type Hex } from "viem";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor } from "../../lib/deployments.ts";
+import type { Db } from "../db.ts";
+import { ServiceError } from "../errors.ts";
+import { paymentMismatch, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import { errorText } from "../log-safety.ts";
+import type { StoredPayment } from "../x402/payment.ts";
+import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
+import { deepEnough } from "./payment-watch.ts";
+import type { Order } from "./store.ts";
+
+export const REVIEW_ACTIONS = ["refund", "serve", "close"] as const;
+export type ReviewAction = (typeof REVIEW_ACTIONS)[number] | "close-orphan";
+
+/**
+ * What came of an action: DONE (it took effect, final as decided), ACCEPTED (the order moved
+ * as decided and the worker finishes it: a refund waiting for the budget, a bill the biller
+ * is still working on), FAILED (it was tried and the order came back to review: BillPay
+ * refused the refund, the biller held the bill again), REFUSED (nothing moved).
+ */
+export type ReviewOutcome = "PENDING" | "DONE" | "ACCEPTED" | "FAILED" | "REFUSED";
+
+export interface ReviewRecord {
+  id: string;
+  request_id: string | null;
+  orphan_key: string | null;
+  action: ReviewAction;
+  operator: string;
+  reason: string;
+  amount: string | null;
+  tx_hash: string | null;
+  outcome: ReviewOutcome;
+  detail: string | null;
+  status_before: string | null;
+  status_after: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+const RECORD_COLUMNS = `id::text AS id, request_id, orphan_key, action, operator, reason, amount::text AS amount, tx_hash, outcome, detail,
+  status_before, status_after, created_at::text AS created_at, updated_at::text AS updated_at`;
+
+/** The longest reason kept. */
+export const MAX_REASON = 500;
+
+/** review_action: every operator's action and what came of it. */
+export class ReviewRecords {
+  constructor(private readonly db: Db) {}
+
+  async start(r: { requestId?: string; orphanKey?: string; action: ReviewAction; operator: string; reason: string; amount?: bigint; txHash?: string; statusBefore?: string }): Promise<string> {
+    const [row] = await this.db.query<{ id: string }>(
+      `INSERT INTO review_action (request_id, orphan_key, action, operator, reason, amount, tx_hash, outcome, status_before)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8) RETURNING id::text AS id`,
+      [r.requestId ?? null, r.orphanKey ?? null, r.action, r.operator, r.reason, r.amount?.toString() ?? null, r.txHash ?? null, r.statusBefore ?? null],
+    );
+    return row!.id;
+  }
+
+  async finish(id: string, outcome: Exclude<ReviewOutcome, "PENDING">, detail: string, statusAfter?: string | null, txHash?: string | null): Promise<ReviewRecord> {
+    const [row] = await this.db.query<ReviewRecord>(
+      `UPDATE review_action SET outcome = $2, detail = $3, status_after = $4, tx_hash = COALESCE($5, tx_hash), updated_at = now()
+       WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+      [id, outcome, detail, statusAfter ?? null, txHash ?? null],
+    );
+    return row!;
+  }
+
+  forOrder(requestId: string): Promise<ReviewRecord[]> {
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE request_id = $1 ORDER BY id`, [requestId]);
+  }
+
+  forOrphan(key: string): Promise<ReviewRecord[]> {
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE orphan_key = $1 ORDER BY id`, [key]);
+  }
+
+  get(id: string): Promise<ReviewRecord | undefined> {
+    if (!/^\d{1,18}$/.test(id)) return Promise.resolve(undefined);
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE id = $1`, [id]).then((r) => r[0]);
+  }
+
+  /** Every action, oldest first (for the audit: few, one per operator's decision). */
+  all(): Promise<ReviewRecord[]> {
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action ORDER BY id`);
+  }
+}
+
+export type ReviewDeps = FlowDeps & { reviews: ReviewRecords; db: Db };
+
+/** What the ledger shows under an order's key: its payment, if any, and the refunds of it. */
+export interface LedgerView {
+  payment: LedgerPayment | null;
+  refunds: LedgerRefund[];
+  refunded: bigint;
+}
+
+export async function ledgerUnderKey(deps: FlowDeps, o: Order): Promise<LedgerView> {
+  const shown =
+    o.rail === "pull"
+      ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find((p) => p.chainId === chainInfo(o.chain).chainId) ?? null, refunds: r.refunds }))
+      : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!);
+  const refunds = shown.refunds.filter((r) => r.chainId === chainInfo(o.chain).chainId);
+  return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };
+}
+
+/** The order's key, as an operator reads it. */
+export function keyText(o: Order): string {
+  return o.rail === "pull" ? `pull ${o.onchainOrderId} on ${o.chain}` : `x402 (${o.chain}, ${o.tokenAddress}, ${o.payer}, nonce ${o.authNonce})`;
+}
+
+/**
+ * Whether each action would be taken on the order as the ledger shows it now: null when it
+ * would, else why not. (The actions check again, from a fresh read, when taken; a close also
+ * waits for the ledger to reach the chain's head first.)
+ */
+export function whyNot(o: Order, view: LedgerView): Record<(typeof REVIEW_ACTIONS)[number], string | null> {
+  if (o.status !== "NEEDS_REVIEW") {
+    const why = `the order is ${o.status}, not NEEDS_REVIEW: only an order held for review is decided by an operator`;
+    return { refund: why, serve: why, close: why };
+  }
+  const p = view.payment;
+  const shown = p ? `the ledger shows ${p.amount} paid under the order's key (transaction ${p.txHash})` : "";
+  let refundWhy: string | null = null;
+  if (!p) refundWhy = `the ledger shows no payment under the order's key (${keyText(o)}): there is nothing to refund; close it instead`;
+  else if (BigInt(p.amount) <= 0n) refundWhy = `${shown}: nothing to refund`;
+  else if (paymentMismatch({ ...o, amount: BigInt(p.amount) }, p)) refundWhy = `${paymentMismatch({ ...o, amount: BigInt(p.amount) }, p)}: the refund would go to whoever paid, which is not the order's payer or token; not done from here`;
+  else if (view.refunded > 0n && view.refunded < BigInt(p.amount)) refundWhy = `the ledger shows ${view.refunded} of the ${p.amount} paid refunded already; BillPay refunds a key once, so the rest cannot be refunded through it`;
+  else if (o.rail === "x402" && view.refunded === 0n && BigInt(p.amount) > BigInt((o.payment as unknown as StoredPayment).authorization.value)) {
+    refundWhy = `${shown}, more than the payer's signed authorization the service holds (${(o.payment as unknown as StoredPayment).authorization.value}): BillPay refunds an x402 payment by at most that authorization's value`;
+  }
+  let serveWhy: string | null = null;
+  if (!p) serveWhy = `the ledger shows no payment under the order's key (${keyText(o)}): nothing was paid to serve`;
+  else if (paymentMismatch(o, p)) serveWhy = `${paymentMismatch(o, p)}: only a payment of exactly the order's amount, payer and token is served`;
+  else if (view.refunded > 0n) serveWhy = `the ledger shows ${view.refunded} refunded under the order's key: the payment went back`;
+  const closeWhy = p ? `${shown}: closing would keep the payer's money for nothing; refund it or serve it` : null;
+  return { refund: refundWhy, serve: serveWhy, close: closeWhy };
+}
+
+export interface ReviewResult {
+  record: ReviewRecord;
+  order?: Order;
+}
+
+/** Refused with nothing moved: the action is recorded as REFUSED with why. */
+class Refused extends Error {}
+
+/**
+ * Waits (up to `waitMs`) until the ledger has indexed the chain's head as read now: only then
+ * is "the ledger shows no payment" believed. False if it does not get there in time.
+ */
+async function ledgerAtHead(deps: FlowDeps, chain: ChainKey, waitMs = 15_000): Promise<boolean> {
+  const d = deps.deployments.chains[chain];
+  if (!d) throw new Refused(`the service has no deployment on ${chain}`);
+  const head = await publicClientFor(chain, rpcUrlFor(chain, d)).getBlockNumber();
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId).catch(() => null);
+    if (indexed !== null && indexed >= head) return true;
+    if (Date.now() >= deadline) return false;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Refunds, serves or closes a NEEDS_REVIEW order, as `operator` decided for `reason`. */
+export async function resolveOrder(deps: ReviewDeps, input: { requestId: string; action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string }): Promise<ReviewResult> {
+  const order = await deps.orders.get(input.requestId);
+  if (!order) throw new ServiceError("ORDER_NOT_FOUND", `no order ${input.requestId}`);
+  const id = await deps.reviews.start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, statusBefore: order.status });
+  const line = { requestId: order.requestId, action: input.action, operator: input.operator };
+  try {
+    const result = await act(deps, order, input, id);
+    deps.log.warn("an operator decided an order held for review", { ...line, outcome: result.record.outcome, status: result.record.status_after });
+    return result;
+  } catch (err) {
+    const now = (await deps.orders.get(order.requestId)) ?? order;
+    if (!(err instanceof Refused) && now.status !== order.status) {
+      // It moved (PAID, REFUNDING) before the error: the worker finishes it from there.
+      deps.log.error("an operator's action on an order failed after the order moved; the worker finishes it", { ...line, status: now.status, error: errorText(err) });
+      return { record: await deps.reviews.finish(id, "ACCEPTED", `the order moved to ${now.status}, then: ${errorText(err)}; the worker finishes it`, now.status), order: now };
+    }
+    const detail = err instanceof Refused ? err.message : `nothing was moved: ${errorText(err)}`;
+    deps.log.warn("an operator's action on an order was refused", { ...line, why: detail });
+    return { record: await deps.reviews.finish(id, "REFUSED", detail, now.status), order: now };
+  }
+}
+
+async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string }, id: string): Promise<ReviewResult> {
+  const chain = order.chain as ChainKey;
+  if (input.action === "close") {
+    if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n }).close!);
+    // "No payment" is believed only of a ledger that has indexed the chain as it is now.
+    if (!(await ledgerAtHead(deps, chain))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: whether a payment landed under the order's key cannot be told; try again shortly`);
+  }
+  const view = await ledgerUnderKey(deps, order).catch((err: unknown) => {
+    throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
+  });
+  const why = whyNot(order, view)[input.action];
+  if (why) throw new Refused(why);
+  const by = `${input.operator}: ${input.reason}`;
+  // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order
+  // is final, so the claim is always granted; it only keeps the worker off the next state).
+  const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds);
+  try {
+    switch (input.action) {
+      case "close": {
+        const closed = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAYMENT_FAILED", {
+          failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
+        });
+        if (!closed) throw new Refused("the order moved on meanwhile; nothing was done");
+        return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass", closed.status), order: closed };
+      }
+      case "serve": {
+        const p = view.payment!;
+        if (!(await deepEnough(deps, order.chain, p))) throw new Refused(`the payment (block ${p.blockNumber}) is not yet as deep as ${deps.confirmations[chain] ?? 0} confirmations; try again shortly`);
+        const paid = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { txHash: p.txHash, failureReason: `served by an operator (${by})` });
+        if (!paid) throw new Refused("the order moved on meanwhile; nothing was done");
+        await deps.watches.record(paid, p);
+        const after = await fulfil(deps, paid);
+        const outcome = after.status === "SUCCESS" || after.status === "REFUNDED" ? "DONE" : after.status === "NEEDS_REVIEW" ? "FAILED" : "ACCEPTED";
+        const detail =
+          after.status === "SUCCESS"
+            ? "served: the bill was delivered"
+            : after.status === "NEEDS_REVIEW"
+              ? `the bill was held for review again: ${after.failureReason ?? ""}`
+              : after.status === "REFUNDING" || after.status === "REFUNDED"
+                ? `the vend failed and the payment is refunded as usual (${after.status}): ${after.failureReason ?? ""}`
+                : `paid; the biller is still working on it (${after.status}): the worker finishes it`;
+        return { record: await deps.reviews.finish(id, outcome, detail, after.status, after.refundTxHash), order: after };
+      }
+      case "refund": {
+        const p = view.payment!;
+        const paid = BigInt(p.amount);
+        if (view.refunded >= paid) {
+          // The money went back already (by hand, or a refund the order never heard of): nothing is sent.
+          const last = view.refunds[view.refunds.length - 1]!;
+          const done = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
+            failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`,
+            refundTxHash: last.txHash,
+          });
+          if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
+          return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
+        }
+        // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
+        await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
+        const reason = `refunded by an operator (${by})`;
+        const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason });
+        if (!refunding) throw new Refused("the order moved on meanwhile; nothing was done");
+        const after = await refund(deps, refunding, reason, ["REFUNDING"]);
+        if (after.status === "REFUNDED") {
+          return { record: await deps.reviews.finish(id, "DONE", `refunded ${paid} (what the ledger shows paid under the order's key)`, after.status, after.refundTxHash), order: after };
+        }
+        if (after.status === "NEEDS_REVIEW") return { record: await deps.reviews.finish(id, "FAILED", `the refund came back to review: ${after.failureReason ?? ""}`, after.status), order: after };
+        return { record: await deps.reviews.finish(id, "ACCEPTED", `the refund of ${paid} is under way (${after.status}); the worker sends it: ${after.failureReason ?? ""}`, after.status), order: after };
+      }
+      default:
+        throw new Refused(`unknown action ${String(input.action)}`);
+    }
+  } finally {
+    if (claimed) await deps.orders.release(order.requestId, claimed.leaseToken);
+  }
+}
+
+/** An orphan x402 payment's key as one text (lower case). */
+export function orphanKey(o: { chain: string; token_address: string; payer: string; auth_nonce: string }): string {
+  return [o.chain.toUpperCase(), o.token_address, o.payer, o.auth_nonce].map((v, i) => (i === 0 ? v : v.toLowerCase())).join(":");
+}
+
+export interface OrphanPayment {
+  chain: string;
+  token_address: string;
+  payer: string;
+  auth_nonce: string;
+  amount: string;
+  tx_hash: string;
+  status: string;
+  created_at: string;
+}
+
+export async function orphanPayment(db: Db, key: { chain: string; token_address: string; payer: string; auth_nonce: string }): Promise<OrphanPayment | undefined> {
+  const [row] = await db.query<OrphanPayment>(
+    `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment
+     WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`,
+    [key.chain.toUpperCase(), key.token_address.toLowerCase(), key.payer.toLowerCase(), key.auth_nonce.toLowerCase()],
+  );
+  return row;
+}
+
+/**
+ * Closes an x402 payment no order accounts for: as refunded by hand (`refundTxHash`, checked
+ * on chain) or as kept, for `reason`. Nothing is sent.
+ */
+export async function resolveOrphanPayment(
+  deps: ReviewDeps,
+  input: { chain: string; token_address: string; payer: string; auth_nonce: string; reason: string; operator: string; refundTxHash?: string },
+): Promise<ReviewResult> {
+  const row = await orphanPayment(deps.db, input);
+  if (!row) throw new ServiceError("NOT_FOUND", "no x402 payment without an order under that key");
+  const key = orphanKey(row);
+  const id = await deps.reviews.start({ orphanKey: key, action: "close-orphan", operator: input.operator, reason: input.reason, amount: BigInt(row.amount), txHash: input.refundTxHash?.toLowerCase(), statusBefore: row.status });
+  try {
+    if (row.status !== "NEEDS_REVIEW") throw new Refused(`this payment is ${row.status} already`);
+    const claimed = await deps.db.query(`SELECT 1 FROM bill_order WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce]);
+    if (claimed.length > 0) throw new Refused("an order of the service holds this payment: it is decided on the order, not here");
+    let to = "RESOLVED";
+    let detail = `closed as kept in BillPay's treasury (${input.reason}); nothing was sent`;
+    if (input.refundTxHash) {
+      await checkHandRefund(deps, row, input.refundTxHash as Hex);
+      to = "REFUNDED";
+      detail = `closed as refunded by hand: transaction ${input.refundTxHash} sent ${row.amount} of ${row.token_address} to ${row.payer} (checked on chain)`;
+    }
+    const moved = await deps.db.query(
+      `UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status = 'NEEDS_REVIEW' RETURNING status`,
+      [row.chain, row.token_address, row.payer, row.auth_nonce, to],
+    );
+    if (moved.length === 0) throw new Refused("the payment was resolved meanwhile; nothing was done");
+    let record: ReviewRecord;
+    try {
+      record = await deps.reviews.finish(id, "DONE", detail, to);
+    } catch (err) {
+      // The same transaction closed another payment first (the unique index): undone.
+      await deps.db.query(`UPDATE orphan_payment SET status = 'NEEDS_REVIEW' WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce]);
+      throw new Refused(`transaction ${input.refundTxHash} already closed another payment as refunded by hand (${errorText(err).split("\n")[0]})`);
+    }
+    deps.log.warn("an operator closed an x402 payment without an order", { chain: row.chain, txHash: row.tx_hash, operator: input.operator, status: to });
+    return { record };
+  } catch (err) {
+    const detail = err instanceof Refused ? err.message : `nothing was done: ${errorText(err)}`;
+    return { record: await deps.reviews.finish(id, "REFUSED", detail, row.status) };
+  }
+}
+
+/** The hand refund's transaction: succeeded, after the payment, with a transfer of exactly the payment's amount of its token to its payer. */
+async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
+  if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
+  const chain = row.chain as ChainKey;
+  const d = deps.deployments.chains[chain];
+  if (!d) throw new Refused(`the service has no deployment on ${chain}`);
+  const client = publicClientFor(chain, rpcUrlFor(chain, d));
+  const receipt = await client.getTransactionReceipt({ hash: txHash }).catch(() => null);
+  if (!receipt) throw new Refused(`${chain} has no mined transaction ${txHash}`);
+  if (receipt.status !== "success") throw new Refused(`transaction ${txHash} reverted on ${chain}`);
+  const payment = await client.getTransactionReceipt({ hash: row.tx_hash as Hex }).catch(() => null);
+  if (payment && receipt.blockNumber < payment.blockNumber) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+  const transfers = receipt.logs.flatMap((l) => {
+    if (l.address.toLowerCase() !== row.token_address.toLowerCase()) return [];
+    try {
+      const e = decodeEventLog({ abi: erc20Abi, data: l.data, topics: l.topics });
+      return e.eventName === "Transfer" ? [e.args] : [];
+    } catch {
+      return [];
+    }
+  });
+  const exact = transfers.some((t) => t.to.toLowerCase() === row.payer.toLowerCase() && t.value === BigInt(row.amount));
+  if (!exact) {
+    throw new Refused(`transaction ${txHash} carries no transfer of exactly ${row.amount} of ${row.token_address} to ${row.payer}${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} to ${t.to}`).join(", ")})` : ""}`);
+  }
+}
+
+/** What an operator's name may be: letters, digits and . _ @ - and spaces, at most 64. */
+export function validOperatorName(name: string): boolean {
+  return /^[\p{L}\p{N}._@ -]{1,64}$/u.test(name) && name.trim().length > 0;
+}
+
+/** A key of an orphan payment, checked: addresses and a 32-byte nonce. */
+export function validOrphanKey(k: { chain: string; token_address: string; payer: string; auth_nonce: string }): boolean {
+  return /^[A-Za-z]{2,16}$/.test(k.chain) && isAddress(k.token_address, { strict: false }) && isAddress(k.payer, { strict: false }) && /^0x[0-9a-fA-F]{64}$/.test(k.auth_nonce);
+}

@@ -1,0 +1,399 @@
+/**
+ * An operator acting on what the console shows, against the real local stack (chains, Ponder
+ * ledger, facilitator, biller sandbox), in Debian's chromium through playwright-core:
+ *   - an x402 payment landed under an order's nonce with another amount (NEEDS_REVIEW) is
+ *     refunded from the console: exactly what the ledger shows paid goes back to the payer on
+ *     chain, the order is REFUNDED, the action is recorded with who, when and why, and the
+ *     audit lists it as resolved, not as open;
+ *   - the refusals: serve and close with a mismatched payment present, refund with no ledger
+ *     payment, a missing reason, a cross-site POST (from another site's page, without the
+ *     form's token, with another Origin, with another form's token), a GET;
+ *   - `npm run review` (scripts/review.ts): refund and close from the command line;
+ *   - a served order held for review after a reorganisation-style loss is served again from
+ *     the console without a second pay to the biller;
+ *   - an x402 payment no order accounts for is closed as refunded by hand, the transaction
+ *     checked on chain (a wrong one refused).
+ * Screenshots are kept in test-artifacts/console-review-form.png (the decision form) and
+ * console-review.png (the order refunded, with its recorded action).
+ */
+import { mkdir } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
+import type { PaymentRequirements } from "@x402/core/types";
+import { wrapFetchWithPayment } from "@x402/fetch";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { billPayAbi } from "../../lib/abis.ts";
+import { randomNonce } from "../../lib/eip3009.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAudit } from "../../scripts/audit.ts";
+import { runReview } from "../../scripts/review.ts";
+import { FormTokens } from "../../server/operator/csrf.ts";
+import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
+import type { ReviewRecord } from "../../server/orders/review.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+const TOKEN = "review-test-token-0123456789";
+type Body = Record<string, unknown>;
+
+describe("an operator resolves what waits for review, from the console and the command line", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+  let browser: Browser;
+  let alice: BrowserContext;
+  const mismatched = hardhatAccount(15);
+  const second = hardhatAccount(16);
+  const cancelling = hardhatAccount(17);
+  const served = hardhatAccount(18);
+  const outsider = hardhatAccount(19);
+  const waiting = hardhatAccount(11);
+  let evil: Server;
+  let evilUrl: string;
+  let evilPage = "";
+
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const ledgerAtHead = async () => waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+
+  async function required(body: Body): Promise<{ accepted: PaymentRequirements; resource: { url: string; description: string; mimeType: string } }> {
+    const res = await post(body);
+    expect(res.status).toBe(402);
+    const r = decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!);
+    return { accepted: r.accepts[0]!, resource: r.resource as { url: string; description: string; mimeType: string } };
+  }
+  function header(auth: SignedAuthorization, req: Awaited<ReturnType<typeof required>>) {
+    const a = { from: auth.from, to: auth.to, value: auth.value.toString(), validAfter: auth.validAfter.toString(), validBefore: auth.validBefore.toString(), nonce: auth.nonce };
+    return { "PAYMENT-SIGNATURE": encodePaymentSignatureHeader({ x402Version: 2, resource: req.resource, accepted: req.accepted, payload: { authorization: a, signature: auth.signature } }) };
+  }
+  const orderOf = (auth: SignedAuthorization) => service.flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), auth.from, auth.nonce);
+  async function workerPasses() {
+    await ledgerAtHead();
+    await workOnce(service.flow);
+    await reconcileAuthorizationPayments(service.flow);
+    await closeExpiredRefusals(service.flow);
+  }
+  async function passesUntil(auth: SignedAuthorization, status: string) {
+    await expect
+      .poll(
+        async () => {
+          await workerPasses();
+          return (await orderOf(auth))?.status;
+        },
+        { timeout: 30_000, interval: 300 },
+      )
+      .toBe(status);
+  }
+
+  /** An x402 order whose nonce carried a payment of `landed` instead of its price: held for review. */
+  async function mismatchedOrder(payer: typeof mismatched, landed: bigint) {
+    const body = x402Bill(payer.address);
+    const req = await required(body);
+    const nonce = randomNonce();
+    const full = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { nonce });
+    const small = await celo.signAuthorization(payer, "USDC", landed, celo.billPay, { nonce });
+    await celo.submitAuthorization("USDC", small);
+    await ledgerAtHead();
+    const res = await post(body, header(full, req));
+    expect(((await res.json()) as Body).status).not.toBe("SUCCESS");
+    await passesUntil(full, "NEEDS_REVIEW");
+    const order = (await orderOf(full))!;
+    expect(order.failureReason).toContain(`shows ${landed} paid under this key`);
+    return order;
+  }
+
+  const actions = (requestId: string) => service.db.query<ReviewRecord>(`SELECT id::text AS id, action, operator, reason, outcome, detail, amount::text AS amount FROM review_action WHERE request_id = $1 ORDER BY id`, [requestId]);
+  const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url, token: TOKEN } });
+
+  /** The order's page, as `context`'s operator sees it. */
+  async function orderPage(context: BrowserContext, requestId: string): Promise<Page> {
+    const page = await context.newPage();
+    const res = await page.goto(`${url}/console/orders/${requestId}`);
+    expect(res?.status()).toBe(200);
+    return page;
+  }
+  /** Decides from the order's page: fills the reason, clicks the action's button, lands on the page again. */
+  async function decide(page: Page, action: string, reason: string) {
+    await page.fill('#review-form textarea[name="reason"]', reason);
+    await Promise.all([page.waitForURL(/\?review=\d+/), page.click(`#review-${action}`)]);
+    return page.locator("#review-result");
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack({ OPS_TOKEN: TOKEN, LEDGER_WAIT_MS: "2000" });
+    service = paying.service;
+    url = service.urls.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? "/usr/bin/chromium", args: ["--no-sandbox"] });
+    // The basic-auth user name is the operator's name: every decision is recorded with it.
+    alice = await browser.newContext({ httpCredentials: { username: "alice", password: TOKEN }, viewport: { width: 1400, height: 1600 } });
+    // Another site, which the operator's browser visits while it holds the console's credentials.
+    evil = createServer((_req, res) => res.writeHead(200, { "content-type": "text/html" }).end(evilPage));
+    await new Promise<void>((r) => evil.listen(0, "127.0.0.2", r));
+    evilUrl = `http://127.0.0.2:${(evil.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    evil?.close();
+    await browser?.close();
+    await paying?.close();
+  });
+
+  it("refunds, from the console, exactly what the ledger shows paid under a NEEDS_REVIEW order's key; records who, when and why; the audit lists it as resolved", async () => {
+    const order = await mismatchedOrder(mismatched, 400_000n);
+    const payerBefore = await usdc(mismatched.address);
+    const treasuryBefore = await usdc(celo.billPay);
+    expect((await audit()).orders!.review.some((r) => r.includes(order.requestId))).toBe(true);
+
+    // From the overview's "waiting for review" list to the order.
+    const page = await alice.newPage();
+    await page.goto(`${url}/console`);
+    await page.locator(`#review tr[data-request-id="${order.requestId}"] a`).click();
+    expect(await page.locator('#order [data-field="status"]').textContent()).toBe("NEEDS_REVIEW");
+    // What the ledger shows under the key, and what each action would meet.
+    expect(await page.locator('#review [data-field="ledger-paid"]').getAttribute("data-units")).toBe("400000");
+    expect(await page.locator('[data-refused="refund"]').textContent()).toContain("allowed");
+    expect(await page.locator('[data-refused="serve"]').textContent()).toContain("would be refused");
+    expect(await page.locator('[data-refused="close"]').textContent()).toContain("would be refused");
+
+    await mkdir("test-artifacts", { recursive: true });
+    await page.screenshot({ path: "test-artifacts/console-review-form.png", fullPage: true });
+    const result = await decide(page, "refund", "the payer's wallet landed 0.4 USDC under the bill's nonce; giving it back");
+    expect(await result.getAttribute("data-outcome")).toBe("DONE");
+    expect(await page.locator('#order [data-field="status"]').textContent()).toBe("REFUNDED");
+    const row = page.locator("#review-actions tbody tr").last();
+    expect(await row.getAttribute("data-action")).toBe("refund");
+    expect(await row.locator('[data-field="operator"]').textContent()).toBe("alice");
+    expect(await row.locator('[data-field="reason"]').textContent()).toContain("giving it back");
+    expect(await row.locator('[data-field="outcome"]').textContent()).toBe("DONE");
+    await page.screenshot({ path: "test-artifacts/console-review.png", fullPage: true });
+
+    // The chain: exactly what landed went back to the payer, never the order's own amount.
+    expect(await usdc(mismatched.address)).toBe(payerBefore + 400_000n);
+    expect(await usdc(celo.billPay)).toBe(treasuryBefore - 400_000n);
+    const after = (await service.flow.orders.get(order.requestId))!;
+    expect(after).toMatchObject({ status: "REFUNDED" });
+    expect(after.refundTxHash).toMatch(/^0x[0-9a-f]{64}$/);
+    const recorded = await actions(order.requestId);
+    expect(recorded).toEqual([expect.objectContaining({ action: "refund", operator: "alice", outcome: "DONE", amount: "400000" })]);
+    await ledgerAtHead();
+    const onLedger = (await (await fetch(`${paying.ledger.url}/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${mismatched.address}/${order.authNonce}`)).json()) as { refunds: Array<{ amount: string }> };
+    expect(onLedger.refunds.map((r) => r.amount)).toEqual(["400000"]);
+
+    // The audit: resolved, not open, and no discrepancy.
+    const report = await audit();
+    expect(report.discrepancies).toEqual([]);
+    expect(report.orders!.review.some((r) => r.includes(order.requestId))).toBe(false);
+    expect(report.orders!.resolved.find((r) => r.includes(order.requestId))).toMatch(/REFUNDED.*refund by alice .*giving it back.*DONE/);
+    await page.close();
+  });
+
+  it("refuses what the ledger does not allow, a missing reason and every cross-site POST, with nothing moved; then `npm run review` refunds it", async () => {
+    const order = await mismatchedOrder(second, 250_000n);
+    const payerBefore = await usdc(second.address);
+    const page = await orderPage(alice, order.requestId);
+
+    // Serve with a mismatched payment, close with a payment present: refused and recorded.
+    expect(await (await decide(page, "serve", "try to vend it anyway")).getAttribute("data-outcome")).toBe("REFUSED");
+    expect(await page.locator("#review-result").textContent()).toContain("only a payment of exactly the order's amount");
+    expect(await (await decide(page, "close", "try to close it")).getAttribute("data-outcome")).toBe("REFUSED");
+    expect(await page.locator("#review-result").textContent()).toContain("refund it or serve it");
+    expect(await page.locator('#order [data-field="status"]').textContent()).toBe("NEEDS_REVIEW");
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["serve:REFUSED:alice", "close:REFUSED:alice"]);
+
+    // The form's token, as the page has it, and a POST the way the form sends it.
+    const csrf = (await page.locator('#review-form input[name="csrf"]').getAttribute("value"))!;
+    const authorization = `Basic ${Buffer.from(`alice:${TOKEN}`).toString("base64")}`;
+    const send = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
+      fetch(`${url}${path}`, { method: "POST", redirect: "manual", headers: { authorization, "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(fields).toString() });
+    const reviewPath = `/console/orders/${order.requestId}/review`;
+
+    // A missing (or blank) reason: nothing recorded, nothing moved.
+    for (const reason of ["", "   "]) {
+      const res = await send(reviewPath, { csrf, action: "refund", reason });
+      expect(res.status).toBe(400);
+      expect(await res.text()).toContain("a reason is required");
+    }
+    // Without the form's token, with a made-up one, with another order's, or from another origin.
+    const elsewhere = (await service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE request_id <> $1 LIMIT 1`, [order.requestId]))[0]!.request_id;
+    // A genuine token (the key is derived from OPS_TOKEN, as every instance derives it), but for another order's form.
+    const otherToken = new FormTokens(TOKEN).issue(TOKEN, "alice", `order:${elsewhere}`);
+    const refusals: Array<[Record<string, string>, Record<string, string>]> = [
+      [{ action: "refund", reason: "forged" }, {}],
+      [{ csrf: `${Math.floor(Date.now() / 1000)}.${"A".repeat(43)}`, action: "refund", reason: "forged" }, {}],
+      [{ csrf, action: "refund", reason: "forged" }, { origin: "http://evil.example" }],
+      [{ csrf, action: "refund", reason: "forged" }, { "sec-fetch-site": "cross-site" }],
+      // Bob's name with Alice's form token: bound to who it was issued to.
+      [{ csrf, action: "refund", reason: "forged" }, { authorization: `Basic ${Buffer.from(`bob:${TOKEN}`).toString("base64")}` }],
+      [{ csrf: otherToken, action: "refund", reason: "forged" }, {}],
+    ];
+    for (const [fields, headers] of refusals) {
+      const res = await send(reviewPath, fields, headers);
+      expect(res.status, JSON.stringify({ fields, headers })).toBe(403);
+      expect(await res.json()).toMatchObject({ code: "OPS_CROSS_SITE" });
+    }
+    // A GET never changes anything: there is no such route.
+    expect((await fetch(`${url}${reviewPath}?action=refund&reason=x&csrf=${csrf}`, { headers: { authorization } })).status).toBe(404);
+    // Another site's page makes the operator's browser (holding the console's credentials) POST the form.
+    evilPage = `<form id="f" method="post" action="${url}${reviewPath}"><input name="action" value="refund"><input name="reason" value="forged"></form><script>document.getElementById("f").submit()</script>`;
+    const attacked = await alice.newPage();
+    const [answer] = await Promise.all([attacked.waitForResponse((r) => r.url().endsWith(reviewPath) && r.status() !== 401), attacked.goto(evilUrl)]);
+    expect(answer.status()).toBe(403);
+    expect(await answer.json()).toMatchObject({ code: "OPS_CROSS_SITE" });
+    await attacked.close();
+
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+    expect((await actions(order.requestId)).length).toBe(2);
+    expect(await usdc(second.address)).toBe(payerBefore);
+
+    // The command line: the same decision, recorded under the name it gives.
+    const shown = await runReview(["show", order.requestId], { url, token: TOKEN, operator: "bob" });
+    expect(shown.lines.join("\n")).toMatch(/ledger under its key: 250000 paid/);
+    const noReason = runReview(["refund", order.requestId], { url, token: TOKEN, operator: "bob" });
+    await expect(noReason).rejects.toThrow(/needs --reason/);
+    const refunded = await runReview(["refund", order.requestId, "--reason", "support ticket 42: refund what landed"], { url, token: TOKEN, operator: "bob" });
+    expect(refunded.ok, refunded.lines.join("\n")).toBe(true);
+    expect(refunded.lines[0]).toMatch(/^taken: #\d+ .* refund by bob \(support ticket 42: refund what landed\): DONE -> REFUNDED, amount 250000/);
+    expect(await usdc(second.address)).toBe(payerBefore + 250_000n);
+    await page.close();
+  });
+
+  it("refuses to refund or serve an order the ledger shows no payment for, and closes it with no money moved", async () => {
+    // The payer burns the authorization's nonce before the service settles it: nothing reaches BillPay.
+    const body = x402Bill(cancelling.address);
+    const req = await required(body);
+    const full = await celo.signAuthorization(cancelling, "USDC", BigInt(req.accepted.amount));
+    await celo.cancelAuthorization(cancelling, "USDC", full.nonce);
+    await post(body, header(full, req));
+    await passesUntil(full, "NEEDS_REVIEW");
+    const order = (await orderOf(full))!;
+    const before = await usdc(cancelling.address);
+
+    const page = await orderPage(alice, order.requestId);
+    expect(await page.locator('#review [data-field="ledger-paid"]').textContent()).toContain("no payment");
+    expect(await (await decide(page, "refund", "give it back")).getAttribute("data-outcome")).toBe("REFUSED");
+    expect(await page.locator("#review-result").textContent()).toContain("the ledger shows no payment under the order's key");
+    const serve = await runReview(["serve", order.requestId, "--reason", "vend it"], { url, token: TOKEN, operator: "bob" });
+    expect(serve.ok).toBe(false);
+    expect(serve.lines[0]).toMatch(/not taken: .*serve by bob .*REFUSED/);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+
+    const closed = await runReview(["close", order.requestId, "--reason", "the payer cancelled the authorization; nothing was paid"], { url, token: TOKEN, operator: "bob" });
+    expect(closed.ok, closed.lines.join("\n")).toBe(true);
+    const after = (await service.flow.orders.get(order.requestId))!;
+    expect(after.status).toBe("PAYMENT_FAILED");
+    expect(after.failureReason).toContain("closed by an operator (bob: the payer cancelled the authorization");
+    expect(await usdc(cancelling.address)).toBe(before);
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["refund:REFUSED:alice", "serve:REFUSED:bob", "close:DONE:bob"]);
+    // The payer sees a bill that was not charged.
+    expect(await (await fetch(`${url}/api/orders/${order.requestId}`)).json()).toMatchObject({ status: "FAILED_VENDING", charged: false });
+    await page.close();
+  });
+
+  it("serves again an order held for review whose exact payment the ledger shows, without a second pay to the biller", async () => {
+    const res = await wrapFetchWithPayment(fetch, x402ClientFor(served, paying.chains.deployments))(`${url}/api/pay/x402`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(x402Bill(served.address)),
+    });
+    const paid = (await res.json()) as { request_id: string; status: string };
+    expect(paid.status).toBe("SUCCESS");
+    // As the reorganisation watch does when a served order's payment could not be collected again in time.
+    await service.flow.orders.transition(paid.request_id, ["SUCCESS"], "NEEDS_REVIEW", { failureReason: "its payment was reorganised off the chain (as a test sets it)" });
+    const before = await usdc(served.address);
+
+    const page = await orderPage(alice, paid.request_id);
+    expect(await page.locator('[data-refused="serve"]').textContent()).toContain("allowed");
+    expect(await page.locator('[data-refused="close"]').textContent()).toContain("would be refused");
+    expect(await (await decide(page, "serve", "the payment is back on chain; the bill was delivered")).getAttribute("data-outcome")).toBe("DONE");
+    expect(await page.locator('#order [data-field="status"]').textContent()).toBe("SUCCESS");
+    expect(await page.locator('#order [data-field="biller-request-id"]').count()).toBe(1);
+    expect(await usdc(served.address)).toBe(before);
+    await page.close();
+  });
+
+  it("a refund the budget makes wait is accepted, and the worker finishes it with the amount the operator approved", async () => {
+    const order = await mismatchedOrder(waiting, 200_000n);
+    const before = await usdc(waiting.address);
+    const [limit, period] = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "refundBudget", args: [celo.tokenAddress("USDC")] });
+    await celo.setRefundBudget("USDC", 100_000n, 86_400n);
+    service.flow.refundBudgets.forget("CELO", celo.tokenAddress("USDC"));
+    try {
+      const accepted = await runReview(["refund", order.requestId, "--reason", "refund what landed"], { url, token: TOKEN, operator: "bob" });
+      expect(accepted.ok, accepted.lines.join("\n")).toBe(true);
+      expect(accepted.lines[0]).toMatch(/ACCEPTED -> REFUNDING/);
+      expect(await usdc(waiting.address)).toBe(before);
+    } finally {
+      await celo.setRefundBudget("USDC", limit, period);
+      service.flow.refundBudgets.forget("CELO", celo.tokenAddress("USDC"));
+    }
+    // Once the budget has refilled (a limit set again keeps what was available, and refills at
+    // limit per period) and its wait is over, the worker sends what the operator approved, not
+    // the order's amount, and does not send it back to review.
+    await expect
+      .poll(async () => {
+        service.flow.refundBudgets.forget("CELO", celo.tokenAddress("USDC"));
+        await service.db.query(`UPDATE bill_order SET not_before = NULL WHERE request_id = $1`, [order.requestId]);
+        await workOnce(service.flow);
+        return (await service.flow.orders.get(order.requestId))!.status;
+      }, { timeout: 20_000, interval: 500 })
+      .toBe("REFUNDED");
+    expect(await usdc(waiting.address)).toBe(before + 200_000n);
+  });
+
+  it("closes an x402 payment no order accounts for as refunded by hand, only with a transaction that refunded it; the audit lists it as resolved", async () => {
+    const { nonce, receipt } = await celo.payByAuthorization(outsider, "USDC", 300_000n);
+    await ledgerAtHead();
+    await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), (await audit()).orders!.review.filter((r) => r.includes("has no order")).length), { timeout: 20_000 }).toBe(1);
+
+    const page = await alice.newPage();
+    await page.goto(`${url}/console/money`);
+    await page.locator('#orphan-payments tr[data-status="NEEDS_REVIEW"] a', { hasText: "Decide" }).click();
+    expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("NEEDS_REVIEW");
+
+    // The payment's own transaction refunds nothing: refused.
+    await page.fill('#review-form input[name="refund_tx_hash"]', receipt.transactionHash);
+    expect(await (await decide(page, "close", "refunded by hand")).getAttribute("data-outcome")).toBe("REFUSED");
+    expect(await page.locator("#review-result").textContent()).toContain(`no transfer of exactly 300000`);
+    // The admin sends it back from the treasury; that transaction closes it.
+    const refundTx = (await celo.withdraw("USDC", outsider.address, 300_000n)).transactionHash;
+    await page.fill('#review-form input[name="refund_tx_hash"]', refundTx);
+    expect(await (await decide(page, "close", "sent to a shop's wallet by mistake; refunded by hand from the treasury")).getAttribute("data-outcome")).toBe("DONE");
+    expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDED");
+    await page.close();
+
+    // The same transaction cannot close another payment.
+    await celo.payByAuthorization(outsider, "USDC", 300_000n);
+    await ledgerAtHead();
+    await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), (await service.db.query(`SELECT 1 FROM orphan_payment WHERE status = 'NEEDS_REVIEW'`)).length), { timeout: 20_000 }).toBe(1);
+    const [open] = await service.db.query<{ auth_nonce: string }>(`SELECT auth_nonce FROM orphan_payment WHERE status = 'NEEDS_REVIEW'`);
+    const args = ["close-orphan", "--chain", "CELO", "--token", celo.tokenAddress("USDC"), "--payer", outsider.address, "--nonce", open!.auth_nonce];
+    const reused = await runReview([...args, "--reason", "refunded by hand", "--refund-tx", refundTx], { url, token: TOKEN, operator: "carol" });
+    expect(reused.ok).toBe(false);
+    expect(reused.lines[0]).toMatch(/REFUSED/);
+    // Kept, saying why: nothing is sent.
+    const kept = await runReview([...args, "--reason", "the payer's test payment; agreed by email to keep it as credit"], { url, token: TOKEN, operator: "carol" });
+    expect(kept.ok, kept.lines.join("\n")).toBe(true);
+    expect(nonce).not.toBe(open!.auth_nonce);
+
+    const report = await audit();
+    expect(report.discrepancies).toEqual([]);
+    // Nothing is left open: every order and payment held for review was decided.
+    expect(report.orders!.review).toEqual([]);
+    expect(report.orders!.resolved.filter((r) => r.includes("has no order"))).toEqual([
+      expect.stringMatching(/REFUNDED, close-orphan by alice .*refunded by hand from the treasury.*DONE/),
+      expect.stringMatching(/RESOLVED, close-orphan by carol .*keep it as credit.*DONE/),
+    ]);
+    expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(5);
+  });
+});
