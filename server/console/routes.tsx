@@ -16,6 +16,8 @@ import { z } from "zod";
 import { runAudit, type AuditReport } from "../../scripts/audit.ts";
 import type { ServiceRecords } from "../../scripts/audit-orders.ts";
 import type { Deployments } from "../../lib/deployments.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { orderRef } from "../log.ts";
 import { problemResponse, validationFailed } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
 import { operatorIdentity, presented, requireOperator } from "../operator/auth.ts";
@@ -50,7 +52,19 @@ export interface ConsoleDeps {
   publicUrl?: string;
 }
 
+/** Chains and tokens by their names, as every page shows them: ids and addresses only where nothing names them. */
+function namesFor(deployments: Deployments) {
+  const chains = Object.entries(deployments.chains) as Array<[ChainKey, NonNullable<Deployments["chains"][ChainKey]>]>;
+  const byId = (chainId: number) => chains.find(([, d]) => d.chainId === Number(chainId));
+  return {
+    chain: (chainId: number) => byId(chainId)?.[0] ?? String(chainId),
+    token: (chainId: number, address: string) =>
+      byId(chainId)?.[1].tokens.find((t) => t.address.toLowerCase() === address.toLowerCase())?.symbol ?? short(address, 8),
+  };
+}
+
 export function mountConsole(app: Hono, deps: ConsoleDeps): void {
+  const names = namesFor(deps.deployments);
   const guard = requireOperator(deps.token, deps.isPublic);
   app.use("/console", guard);
   app.use("/console/*", guard);
@@ -217,6 +231,8 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
   app.get("/console/orders/:requestId", async (c) => {
     const order = await deps.state.order(c.req.param("requestId"));
     if (!order) return c.html(<Layout title="Order"><section><h2>No such order</h2></section></Layout>, 404);
+    // Found by the logs' reference: the page lives at its request id.
+    if (order.request_id !== c.req.param("requestId")) return c.redirect(`/console/orders/${encodeURIComponent(order.request_id)}`, 303);
     const callback = await deps.callbacks.status(order.request_id);
     const attempts = await deps.state.billerAttempts(order.request_id);
     const link = (hash: string | null) => {
@@ -230,6 +246,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <KeyValue
             rows={[
               ["Status", <strong data-field="status">{order.status}</strong>],
+              ["Log reference", <code data-field="log-ref">{orderRef(order.request_id)}</code>],
               ["Rail", order.rail],
               ["Product", order.service_id ?? "–"],
               ["Payer", order.payer],
@@ -378,14 +395,15 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
       refunds: async () => (
         <Panel id="refunds-panel" title="Latest refunds (ledger)" src="/console/money?panel=refunds">
           <table id="refunds">
-            <thead><tr><th>When</th><th>Chain</th><th>Rail</th><th>Order id</th><th>Payer</th><th class="n">Amount</th><th>Transaction</th></tr></thead>
+            <thead><tr><th>When</th><th>Chain</th><th>Token</th><th>Rail</th><th>Order</th><th>Payer</th><th class="n">Amount</th><th>Transaction</th></tr></thead>
             <tbody>
               {(await deps.state.refunds()).map((r) => (
                 <tr>
                   <td class="muted">{new Date(Number(r.timestamp) * 1000).toISOString().slice(0, 19)}</td>
-                  <td>{r.chainId}</td>
+                  <td>{names.chain(r.chainId)}</td>
+                  <td title={r.token}>{names.token(r.chainId, r.token)}</td>
                   <td>{r.rail}</td>
-                  <td><code>{r.orderId.slice(0, 12)}…</code></td>
+                  <td>{r.requestId ? <a href={`/console/orders/${r.requestId}`}><code>{r.requestId}</code></a> : <code title={r.orderId}>{r.orderId.slice(0, 12)}… (no order)</code>}</td>
                   <td>{r.payer}</td>
                   <td class="n">{units(r.amount)}</td>
                   <td><code>{r.txHash.slice(0, 14)}…</code></td>
@@ -455,8 +473,8 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
               {wallets.map((w) => (
                 <tr>
                   <td>{w.payer}</td>
-                  <td>{w.chainId}</td>
-                  <td><code>{short(w.token, 8)}</code></td>
+                  <td>{names.chain(w.chainId)}</td>
+                  <td title={w.token}>{names.token(w.chainId, w.token)}</td>
                   <td class="n">{units(w.allowanceSet)}</td>
                   <td class="n">{units(w.spendingAllowance)}</td>
                   <td class="n">{w.limitPeriod === 0n ? "none" : `${units(w.limitPerPeriod)} per ${w.limitPeriod} s (${units(w.limitPerPeriod - w.periodSpent)})`}</td>

@@ -119,8 +119,13 @@ export class OperatorState {
     return new PaymentWatches(this.deps.db, this.deps.deployments).losses();
   }
 
-  async order(requestId: string): Promise<OrderRow | undefined> {
-    return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE request_id = $1`, [requestId]))[0];
+  /** An order by its request id, or by the `ord_…` reference the logs name it by (server/log.ts orderRef). */
+  async order(id: string): Promise<OrderRow | undefined> {
+    if (/^ord_[0-9a-f]{16}$/.test(id)) {
+      // The logs never carry the request id (it proves the payer); their reference is its hash.
+      return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE 'ord_' || left(encode(sha256(convert_to(request_id, 'UTF8')), 'hex'), 16) = $1`, [id]))[0];
+    }
+    return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE request_id = $1`, [id]))[0];
   }
 
   /** The request ids an order's pays were sent to the biller under, first first (what the biller's support knows it by). */
@@ -262,11 +267,21 @@ export class OperatorState {
     const key = (chainId: number, payer: string, token: string) => `${chainId}:${payer.toLowerCase()}:${token.toLowerCase()}`;
     const lastSet = new Map<string, bigint>();
     for (const s of sets) if (!lastSet.has(key(s.chainId, s.payer, s.token))) lastSet.set(key(s.chainId, s.payer, s.token), s.amount);
-    return accounts.map((a) => ({ ...a, allowanceSet: lastSet.get(key(a.chainId, a.payer, a.token)) ?? null }));
+    // Only wallets that set an allowance: an x402 payer has an account (its payments) but none.
+    return accounts
+      .map((a) => ({ ...a, allowanceSet: lastSet.get(key(a.chainId, a.payer, a.token)) ?? null }))
+      .filter((a) => a.allowanceSet !== null);
   }
 
+  /** The latest refunds from the ledger, each with the service's order it refunded (by BillPay's order id), if any. */
   async refunds(limit = 50) {
-    return withTimeout(this.ledgerSql.db.select().from(schema.refund).orderBy(desc(schema.refund.timestamp)).limit(limit), "ledger refunds");
+    const refunds = await withTimeout(this.ledgerSql.db.select().from(schema.refund).orderBy(desc(schema.refund.timestamp)).limit(limit), "ledger refunds");
+    const ids = refunds.map((r) => r.orderId.toLowerCase());
+    const orders = ids.length
+      ? await this.deps.db.query<{ onchain_order_id: string; request_id: string }>(`SELECT onchain_order_id, request_id FROM bill_order WHERE onchain_order_id = ANY($1::text[])`, [ids])
+      : [];
+    const byId = new Map(orders.map((o) => [o.onchain_order_id.toLowerCase(), o.request_id]));
+    return refunds.map((r) => ({ ...r, requestId: byId.get(r.orderId.toLowerCase()) ?? null }));
   }
 
   /** Paid and refunded volume per hour over the last `hours`, per token (raw units), from the ledger. */

@@ -5,6 +5,7 @@
  * order figures the orders made, and a wrong token must be refused. A screenshot is kept in
  * test-artifacts/console.png after each run.
  */
+import { orderRef } from "../../server/log.ts";
 import { mkdir, readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -127,10 +128,22 @@ describe("operator console and metrics", () => {
     expect(await page.locator("#order").textContent()).toMatch(/3\. Refund0x[0-9a-f]{64}/);
     // The request id the biller knows the pay by, for its support.
     expect(await page.locator('#order [data-field="biller-request-id"]').first().textContent()).toMatch(/^\d{12}[0-9a-f]{20}$/);
-    // The agent's wallet: the allowance it set, what is left (the refund gave it back), paid and refunded.
+    // The reference the logs name the order by is on its page, and finds it.
+    const requestId = (await page.locator("#order h2").textContent())!.replace("Order ", "");
+    const ref = (await page.locator('#order [data-field="log-ref"]').textContent())!;
+    expect(ref).toBe(orderRef(requestId));
+    await page.goto(`${url}/console/orders/${ref}`);
+    expect(page.url()).toBe(`${url}/console/orders/${requestId}`);
+    // The agent's wallet: the allowance it set, what is left (the refund gave it back), paid and
+    // refunded, by chain and token name; the x402 payer set no allowance and is not listed.
     await page.goto(`${url}/console/wallets`);
     const wallet = page.locator("#wallets tbody tr", { hasText: hardhatAccount(10).address.toLowerCase() });
-    expect(await wallet.locator("td").allTextContents()).toEqual(expect.arrayContaining(["10", "1.001"]));
+    expect(await wallet.locator("td").allTextContents()).toEqual(expect.arrayContaining(["CELO", "USDC", "10", "1.001"]));
+    expect(await page.locator("#wallets tbody tr", { hasText: hardhatAccount(9).address.toLowerCase() }).count()).toBe(0);
+    // Refunds by name too, each leading to its order.
+    await page.goto(`${url}/console/money`);
+    const refundRow = page.locator("#refunds tbody tr").first();
+    expect(await refundRow.locator("td").allTextContents()).toEqual(expect.arrayContaining(["CELO", "USDC", "pull", requestId]));
     await context.close();
   });
 
