@@ -249,3 +249,15 @@ export class LedgerClient {
     return (await this.get<{ accounts: LedgerAccount[] }>(`/ledger/wallets/${wallet.toLowerCase()}?limit=1`)).accounts;
   }
 }
+
+/** Waits until the ledger has indexed `chainId` up to at least `block`. */
+export async function waitForLedgerBlock(url: string, chainId: number, block: bigint, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const ledger = new LedgerClient(url);
+  for (;;) {
+    const indexed = await ledger.indexedBlock(chainId);
+    if (indexed !== null && indexed >= block) return;
+    if (Date.now() > deadline) throw new Error(`ledger did not reach block ${block} of chain ${chainId} in ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

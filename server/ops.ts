@@ -16,7 +16,7 @@ import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
 import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewResult } from "./orders/review.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
-import type { ServiceRecords } from "../scripts/audit-orders.ts";
+import type { ServiceRecords } from "./audit/orders.ts";
 import { errorText } from "./log-safety.ts";
 
 const MAX_PAGE = 500;

@@ -7,7 +7,7 @@
  */
 import type { Child, FC } from "hono/jsx";
 import { formatUnits } from "viem";
-import type { AuditReport } from "../../scripts/audit.ts";
+import type { AuditReport } from "../audit/ledger.ts";
 import type { ChainStatus, Health, OrderRow } from "../operator/state.ts";
 import type { ReviewRecord } from "../orders/review.ts";
 

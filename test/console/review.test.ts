@@ -29,7 +29,7 @@ import { billPayAbi } from "../../lib/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../scripts/audit.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { runReview } from "../../scripts/review.ts";
 import { FormTokens } from "../../server/operator/csrf.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";

@@ -5,7 +5,7 @@ import { encodeAbiParameters, keccak256, maxUint256, parseUnits, toBytes, toHex,
 import { billPayAbi } from "../../lib/abis.ts";
 import { chainInfo } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { runAudit } from "../../scripts/audit.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { startLedger, waitForLedgerBlock, type Ledger, type LedgerOptions } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { runScript } from "../support/processes.ts";

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../scripts/audit.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";

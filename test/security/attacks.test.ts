@@ -12,7 +12,7 @@ import { keccak256, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
-import { runAudit } from "../../scripts/audit.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";

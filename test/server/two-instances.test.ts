@@ -15,7 +15,7 @@ import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAdmin } from "../../scripts/admin.ts";
-import { runAudit } from "../../scripts/audit.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import { startServiceStack, type ServiceStack } from "../../stack/service-stack.ts";
 import { workOnce } from "../../server/orders/worker.ts";

@@ -11,9 +11,9 @@
  *     not as open: a resolved order is then checked as any order in its new state is.
  * The orders come from the service's operators' route (server/ops.ts).
  */
-import { chainInfo } from "../lib/chains.ts";
-import type { OpsOrder } from "../server/ops.ts";
-import type { ReviewRecord } from "../server/orders/review.ts";
+import { chainInfo } from "../../lib/chains.ts";
+import type { OpsOrder } from "../ops.ts";
+import type { ReviewRecord } from "../orders/review.ts";
 
 const TIMEOUT_MS = 30_000;
 
