@@ -11,6 +11,10 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
     chain: viemChain(chain, rpcUrl),
     transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }),
     pollingInterval: POLLING_INTERVAL_MS,
+    // viem caches the block number for cacheTime (the polling interval by default): a head
+    // read right after a transaction then names a block before it, and "the ledger has
+    // indexed the head" would be believed of a ledger that has not reached the transaction.
+    cacheTime: 0,
   });
 }
 
@@ -50,6 +54,7 @@ export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
       chain: viemChain(chain, rpcUrl),
       transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false }),
       pollingInterval: POLLING_INTERVAL_MS,
+      cacheTime: 0, // as publicClientFor: every head read is the node's head now
     });
     shared.set(key, client);
   }

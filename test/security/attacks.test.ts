@@ -91,8 +91,8 @@ describe("attacks on the money paths", () => {
   }
 
   /**
-   * Runs the worker's passes until the order reaches `status`: the ledger reports a block
-   * indexed a moment before its events can be read, and the next pass picks them up.
+   * Runs the worker's passes until the order reaches `status`: a payment lands, the ledger
+   * indexes it, and a later pass acts on it, each at its own pace.
    */
   async function passesUntil(auth: SignedAuthorization, status: string) {
     await expect
@@ -315,8 +315,8 @@ describe("attacks on the money paths", () => {
     const req = await required(body);
     const auth = await celo.signAuthorization(victim, "USDC", BigInt(req.accepted.amount), celo.billPay, { validBefore: now() + 600n });
     await celo.submitAuthorization("USDC", auth); // the payer's own relayer was faster
-    // The ledger pass sees a payment with no order yet (polled: the ledger reports a block a
-    // moment before its events can be read).
+    // The ledger pass sees a payment with no order yet (polled: the ledger indexes it, and the
+    // worker's pass reads it, each at its own pace).
     const orphanNonces = async () => ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
     await expect
       .poll(async () => (await workerPasses(), await orphanNonces()), { timeout: 15_000, interval: 200 })
