@@ -88,22 +88,13 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         uint64 pulledAt;
     }
 
-    /// @notice A token's refund budget: a bucket of `limit` that refills at `limit` per
-    ///         `period` seconds. Refunds draw on it and revert beyond what it holds, so over
-    ///         any span of T seconds at most `limit + limit * T / period` can be refunded.
-    struct RefundBudget {
-        uint96 limit;
-        uint32 period;
-        uint96 available;
-        uint32 updatedAt;
-    }
-
-    /// @notice A token's pull budget, the same bucket as the refund budget: `limit` at once,
-    ///         refilled at `limit` per `period` seconds. Every pull, by any payer, draws on it
-    ///         and reverts beyond what it holds, so over any span of T seconds the operator can
-    ///         pull at most `limit + limit * T / period` of the token in all. A refund does not
-    ///         refill it (else a pull and its refund could be looped to pull without bound).
-    struct PullBudget {
+    /// @notice A token's budget, for refunds or for pulls: a bucket of `limit` that refills
+    ///         at `limit` per `period` seconds. What draws on it reverts beyond what it holds,
+    ///         so over any span of T seconds at most `limit + limit * T / period` goes.
+    ///         Refunds draw on the refund budget; every pull, by any payer, on the pull budget,
+    ///         which a refund does not refill (else a pull and its refund could be looped to
+    ///         pull without bound).
+    struct Budget {
         uint96 limit;
         uint32 period;
         uint96 available;
@@ -141,8 +132,8 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
 
     mapping(bytes32 orderId => Order) private _orders;
     mapping(address payer => mapping(address token => SpendingLimit)) private _spendingLimits;
-    mapping(address token => RefundBudget) private _refundBudgets;
-    mapping(address token => PullBudget) private _pullBudgets;
+    mapping(address token => Budget) private _refundBudgets;
+    mapping(address token => Budget) private _pullBudgets;
 
     /// @notice A payer set the most the operator may pull from it in `token` from now on.
     event SpendingAllowanceSet(address indexed payer, address indexed token, uint256 amount);
@@ -385,13 +376,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     ///         stops refunds in that token.
     function setRefundBudget(address token, uint256 limit, uint256 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
         if (period == 0 || period > type(uint32).max) revert InvalidRefundPeriod(period);
-        RefundBudget storage b = _refundBudgets[token];
-        uint96 newLimit = SafeCast.toUint96(limit);
-        uint256 available = b.period == 0 ? newLimit : Math.min(_availableRefundBudget(b), newLimit);
-        b.limit = newLimit;
-        b.period = uint32(period);
-        b.available = uint96(available);
-        b.updatedAt = uint32(block.timestamp);
+        _setBudget(_refundBudgets[token], limit, period);
         emit RefundBudgetSet(token, limit, period);
     }
 
@@ -402,13 +387,7 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     ///         token.
     function setPullBudget(address token, uint256 limit, uint256 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
         if (period == 0 || period > type(uint32).max) revert InvalidPullPeriod(period);
-        PullBudget storage b = _pullBudgets[token];
-        uint96 newLimit = SafeCast.toUint96(limit);
-        uint256 available = b.period == 0 ? newLimit : Math.min(_availablePullBudget(b), newLimit);
-        b.limit = newLimit;
-        b.period = uint32(period);
-        b.available = uint96(available);
-        b.updatedAt = uint32(block.timestamp);
+        _setBudget(_pullBudgets[token], limit, period);
         emit PullBudgetSet(token, limit, period);
     }
 
@@ -445,14 +424,14 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
 
     /// @notice A token's refund budget, and how much of it can be refunded right now.
     function refundBudget(address token) external view returns (uint256 limit, uint256 period, uint256 available) {
-        RefundBudget storage b = _refundBudgets[token];
-        return (b.limit, b.period, _availableRefundBudget(b));
+        Budget storage b = _refundBudgets[token];
+        return (b.limit, b.period, _available(b));
     }
 
     /// @notice A token's pull budget, and how much of it can be pulled right now.
     function pullBudget(address token) external view returns (uint256 limit, uint256 period, uint256 available) {
-        PullBudget storage b = _pullBudgets[token];
-        return (b.limit, b.period, _availablePullBudget(b));
+        Budget storage b = _pullBudgets[token];
+        return (b.limit, b.period, _available(b));
     }
 
     // -------------------------------------------------------------- internal
@@ -510,32 +489,40 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         emit SpendingLimitUsed(payer, token, l.start + index * period, spent);
     }
 
-    function _availableRefundBudget(RefundBudget storage b) private view returns (uint256) {
+    /// @dev A budget never set holds nothing; set, it starts full, and a new limit keeps what
+    ///      is available now, capped at the limit.
+    function _setBudget(Budget storage b, uint256 limit, uint256 period) private {
+        uint96 newLimit = SafeCast.toUint96(limit);
+        uint256 available = b.period == 0 ? newLimit : Math.min(_available(b), newLimit);
+        b.limit = newLimit;
+        b.period = uint32(period);
+        b.available = uint96(available);
+        b.updatedAt = uint32(block.timestamp);
+    }
+
+    function _available(Budget storage b) private view returns (uint256) {
         if (b.period == 0) return 0;
         uint256 refill = (block.timestamp - b.updatedAt) * b.limit / b.period;
         return Math.min(uint256(b.available) + refill, b.limit);
+    }
+
+    /// @dev Takes `amount` from the bucket, or answers what it holds (taking nothing) when it cannot.
+    function _take(Budget storage b, uint256 amount) private returns (bool taken, uint256 available) {
+        available = _available(b);
+        if (amount > available) return (false, available);
+        b.available = uint96(available - amount);
+        b.updatedAt = uint32(block.timestamp);
+        return (true, available);
     }
 
     function _spendRefundBudget(address token, uint256 amount) private {
-        RefundBudget storage b = _refundBudgets[token];
-        uint256 available = _availableRefundBudget(b);
-        if (amount > available) revert RefundBudgetExceeded(token, amount, available);
-        b.available = uint96(available - amount);
-        b.updatedAt = uint32(block.timestamp);
-    }
-
-    function _availablePullBudget(PullBudget storage b) private view returns (uint256) {
-        if (b.period == 0) return 0;
-        uint256 refill = (block.timestamp - b.updatedAt) * b.limit / b.period;
-        return Math.min(uint256(b.available) + refill, b.limit);
+        (bool taken, uint256 available) = _take(_refundBudgets[token], amount);
+        if (!taken) revert RefundBudgetExceeded(token, amount, available);
     }
 
     function _spendPullBudget(address token, uint256 amount) private {
-        PullBudget storage b = _pullBudgets[token];
-        uint256 available = _availablePullBudget(b);
-        if (amount > available) revert PullBudgetExceeded(token, amount, available);
-        b.available = uint96(available - amount);
-        b.updatedAt = uint32(block.timestamp);
+        (bool taken, uint256 available) = _take(_pullBudgets[token], amount);
+        if (!taken) revert PullBudgetExceeded(token, amount, available);
     }
 
     function _setTokenAccepted(address token, bool accepted) private {

@@ -28,11 +28,9 @@
  */
 import type { PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
-import { authorizationOnChain } from "../chain/authorization-state.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
 import { paymentKey, type LedgerPayment } from "../ledger-client.ts";
@@ -333,14 +331,7 @@ async function settleAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boole
 /** A pull: the operator pulls again under the same order id (BillPay takes an order id once). */
 async function pullAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boolean> {
   const chain = o.chain as ChainKey;
-  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
-  const onChain = await client.readContract({
-    address: deps.deployments.chains[chain]!.billPay.address as Hex,
-    abi: billPayAbi,
-    functionName: "orderOf",
-    args: [o.onchainOrderId as Hex],
-  });
-  if (onChain.payer !== "0x0000000000000000000000000000000000000000") {
+  if (await pullOnChain(deps, o)) {
     await deps.watches.attempted(o.requestId, null, "BillPay holds the pull again; waiting for the ledger");
     return false;
   }

@@ -6,13 +6,13 @@
  * failed-but-not-refunded (REFUNDING) orders are the worker's usual work (orders/worker.ts).
  */
 import type { Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
+import { pullOnChain } from "../chain/payment-state.ts";
 import { deepEnough } from "./payment-watch.ts";
 
 /** PULLING -> PAID when the ledger's pull is exactly the order's; NEEDS_REVIEW (nothing vended or sent) when not. */
@@ -34,16 +34,10 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
     if (paid.status === "PAID") await fulfil(deps, paid);
     return;
   }
+  // Pulled, but the ledger has not caught up: a later pass decides from the ledger.
+  if (await pullOnChain(deps, o)) return;
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
-  const onChain = await client.readContract({
-    address: deps.deployments.chains[chain]!.billPay.address as Hex,
-    abi: billPayAbi,
-    functionName: "orderOf",
-    args: [o.onchainOrderId as Hex],
-  });
-  // Pulled, but the ledger has not caught up: a later pass decides from the ledger.
-  if (onChain.payer !== "0x0000000000000000000000000000000000000000") return;
   // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
   // a reverted receipt means nothing moved; no receipt yet means it may still land: wait
   // while the order is young. Should it land after the write-off, the orphan pass refunds it.

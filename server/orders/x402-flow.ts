@@ -23,7 +23,7 @@ import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/pa
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
-import { authorizationOnChain } from "../chain/authorization-state.ts";
+import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 
 

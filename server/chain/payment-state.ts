@@ -1,0 +1,42 @@
+/**
+ * A payment's key as the chain holds it now, read from the service's own node: for x402,
+ * whether the authorization's EIP-3009 nonce is consumed (by this payment or otherwise), at
+ * which block, and that block's time (an authorization is judged expired by the chain's
+ * clock, not ours); for a pull, whether BillPay holds the order id.
+ */
+import type { Hex } from "viem";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+
+export async function authorizationOnChain(
+  deps: { deployments: Deployments },
+  o: { chain: string; tokenAddress: string; payer: string; authNonce: string | null },
+): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
+  const chain = o.chain as ChainKey;
+  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const block = await client.getBlock({ blockTag: "latest" });
+  const used = await client.readContract({
+    address: o.tokenAddress as Hex,
+    abi: eip3009TokenAbi,
+    functionName: "authorizationState",
+    args: [o.payer as Hex, o.authNonce! as Hex],
+    blockNumber: block.number,
+  });
+  return { used, block: block.number, timestamp: block.timestamp };
+}
+
+
+/** Whether BillPay holds a pull under `onchainOrderId` now (orderOf names a payer). */
+export async function pullOnChain(deps: { deployments: Deployments }, o: { chain: string; onchainOrderId: string }): Promise<boolean> {
+  const chain = o.chain as ChainKey;
+  const d = deps.deployments.chains[chain]!;
+  const onChain = await publicClientFor(chain, rpcUrlFor(chain, d)).readContract({
+    address: d.billPay.address as Hex,
+    abi: billPayAbi,
+    functionName: "orderOf",
+    args: [o.onchainOrderId as Hex],
+  });
+  return onChain.payer !== "0x0000000000000000000000000000000000000000";
+}
