@@ -119,7 +119,9 @@ export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMe
 
   // Settlements run side by side (their broadcasts are ordered per chain in the signer). The
   // same authorization asked for twice while the first is in flight (a client retrying, two
-  // service instances) joins the first: one transaction, one answer for both.
+  // service instances) joins the first: one transaction, one answer for both. The x402
+  // facilitator spec (specs/x402-specification-v2.md, /settle) does not say how a duplicate
+  // is answered; the safe reading is never a second transaction for one authorization.
   const inFlight = new Map<string, Promise<unknown>>();
   app.post("/settle", async (c) => {
     const refused = refusal(c.req.header("x-api-key"));
