@@ -7,7 +7,7 @@
  */
 import { createConfig } from "ponder";
 import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
-import { isLocalRpcUrl } from "./lib/chain-client.ts";
+import { isLocalRpcUrl, webSocketUrlFor } from "./lib/chain-client.ts";
 import type { ChainKey } from "./lib/chains.ts";
 import { activeNetwork } from "./lib/networks.ts";
 import { deployedChains, readDeploymentsSync, requireChain, rpcUrlsFor } from "./lib/deployments.ts";
@@ -31,8 +31,8 @@ function chain(key: ChainKey) {
   const localNode = activeNetwork().local && listed.every(isLocalRpcUrl);
   const rpc = localNode ? listed.flatMap((u) => Array<string>(LOCAL_RPC_LANES).fill(u)) : listed;
   // New blocks arrive over a WebSocket newHeads subscription where there is one (polling is
-  // Ponder's fallback): `<CHAIN>_WS_URL`, or a local node's own, which serves WebSocket on its port.
-  const ws = process.env[`${key}_WS_URL`] ?? (localNode ? rpc[0]!.replace(/^http/, "ws") : undefined);
+  // Ponder's fallback): `<CHAIN>_WS_URL`, or a local node's own; `<CHAIN>_WS_URL=none` polls.
+  const ws = webSocketUrlFor(key, listed[0]!);
   return {
     id: d.chainId,
     rpc: rpc.length === 1 ? rpc[0]! : rpc,

@@ -1,6 +1,7 @@
 /** viem public clients for a chain at an RPC URL: one place for timeouts and polling. */
 import { createPublicClient, http, type PublicClient } from "viem";
 import { viemChain, type ChainKey } from "./chains.ts";
+import { activeNetwork } from "./networks.ts";
 
 export const RPC_TIMEOUT_MS = 10_000;
 /** viem polls every 4 s by default; local chains answer in milliseconds. */
@@ -59,6 +60,18 @@ export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
     shared.set(key, client);
   }
   return client;
+}
+
+/**
+ * Where a chain's node announces new blocks over WebSocket: `<CHAIN>_WS_URL`, else a local
+ * node's own port (a Hardhat node serves WebSocket beside HTTP); none for a remote node
+ * without one set, or when `<CHAIN>_WS_URL=none` (readers then poll).
+ */
+export function webSocketUrlFor(chain: ChainKey, rpcUrl: string): string | undefined {
+  const set = process.env[`${chain}_WS_URL`];
+  if (set === "none") return undefined;
+  // A real network reached through a proxy on loopback is not a local node.
+  return set || (activeNetwork().local && isLocalRpcUrl(rpcUrl) ? rpcUrl.replace(/^http/, "ws") : undefined);
 }
 
 /** Whether an RPC URL is a node on this machine (a local, resettable chain). */

@@ -61,6 +61,14 @@ export function isAuthorizationPayment(key: { chainId: number; token: string; pa
     p.rail === "authorization" && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
 }
 
+/** Picks an order's payment under its unique key: a pull by (chain, BillPay order id), x402 by (chain, token, payer, nonce). */
+export function isPaymentOf(o: { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null }): (p: LedgerPayment) => boolean {
+  const chainId = chainInfo(o.chain).chainId;
+  if (o.rail !== "pull") return isAuthorizationPayment({ chainId, token: o.tokenAddress, payer: o.payer, nonce: o.authNonce! });
+  const id = o.onchainOrderId.toLowerCase();
+  return (p) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
+}
+
 /**
  * A payment's unique key on the chain, as the ledger keys it: a pull by (chain, BillPay order
  * id), an x402 payment by (chain, token, payer, authorization nonce).

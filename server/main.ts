@@ -64,6 +64,7 @@ function shutdown(why: string, code: number) {
   server.close(async () => {
     await worker.stop();
     flow.ledger.close();
+    flow.heads.close();
     await flow.keyLeases.release().catch(() => {}); // gives back only what this instance still holds
     await db.close();
     process.exit(code);

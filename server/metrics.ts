@@ -46,6 +46,12 @@ export class Metrics {
     labelNames: ["chain", "rail"],
     registers: [this.registry],
   });
+  readonly paymentConfirmations = new Counter({
+    name: "billpay_payment_confirmations_total",
+    help: "Payments counted as paid, by what showed them first: the service's own node's receipt, or the ledger",
+    labelNames: ["chain", "rail", "source"],
+    registers: [this.registry],
+  });
   readonly lostPaymentOutcomes = new Counter({
     name: "billpay_lost_payment_outcomes_total",
     help: "What became of lost payments: recollected, review (an operator decides), void (the order was being refunded)",

@@ -13,6 +13,7 @@ import { VtpassClient } from "./biller/vtpass/client.ts";
 import { BillerAttempts } from "./orders/attempts.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import { KeyLeases } from "./chain/key-lease.ts";
+import { ChainHeads } from "./chain/heads.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { Callbacks } from "./callbacks.ts";
@@ -58,6 +59,7 @@ export function buildFlow(
     observe: (operation, seconds, ok) => metrics.observeUpstream("biller", operation, seconds, ok),
   });
   const keyLeases = new KeyLeases(db, log());
+  const heads = new ChainHeads(deployments);
   const orders = new OrderStore(db, keyLeases.instance);
   return {
     orders,
@@ -70,7 +72,8 @@ export function buildFlow(
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
     customerChecks: new CustomerChecks(biller, config.VERIFY_CACHE_MS, (payer) => orders.failedVerifications(payer, config.VERIFY_UPFRONT_WINDOW_SECONDS), config.VERIFY_UPFRONT_AFTER_FAILURES),
     refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS, config.REFUND_PRESSURE_PERCENT),
-    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }),
+    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }, heads),
+    heads,
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
     unknownRequestGraceMs: config.BILLER_UNKNOWN_GRACE_MS,

@@ -91,6 +91,7 @@ export async function startServiceStack(options: {
     const rates = rateSourceFor(config, db, log());
     const flow = buildFlow(config, deployments, db, options.keys);
     closers.push(async () => flow.ledger.close());
+    closers.push(async () => flow.heads.close());
     await claimKeys(flow); // another live instance on these keys: refused, naming the key
     closers.push(() => flow.keyLeases.release());
     const hub = buildHub(config, deployments, db, flow, rates);

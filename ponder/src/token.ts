@@ -1,38 +1,26 @@
 /**
  * Token transfers into and out of BillPay: each moves the treasury's totals and balance.
  * An inbound transfer is an x402 payment only when it is the transfer of an EIP-3009
- * authorization: the same token logged AuthorizationUsed by the sender immediately before
- * it (EIP-3009 tokens mark the nonce used, then transfer, in one call). Anything else,
- * such as a plain transfer after an unrelated authorization in the same transaction, is
- * "other" inflow, never a payment. BillPay never sees x402 payments, so they are recorded
+ * authorization, by the one predicate in lib/payment-logs.ts that the service's receipt
+ * check shares; anything else is "other" inflow, never a payment. BillPay never sees x402 payments, so they are recorded
  * here. Pulls, refunds and withdrawals are booked from BillPay's own events (billpay.ts),
  * not from transfers. And approvals of BillPay, for the payer's token allowance.
  */
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
-import { toEventSelector, type Hex } from "viem";
+import { type Hex } from "viem";
+import { authorizationNonceOf, mayCarryAuthorization } from "../../lib/payment-logs.ts";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
-const AUTHORIZATION_USED = toEventSelector("AuthorizationUsed(address,bytes32)");
-
 const sameAddress = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
-const topicAddress = (topic: Hex | undefined) => (topic ? `0x${topic.slice(26)}` : "");
 
 type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 
-/** The nonce of the AuthorizationUsed by `from` that the same token logged just before this transfer, if any. */
+/** The payment's nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
 async function authorizationNonceFor({ event, context }: TransferEvent): Promise<Hex | null> {
-  const token = event.log.address;
-  const { from } = event.args;
   const receipt = await context.client.getTransactionReceipt({ hash: event.transaction.hash });
-  const before = receipt.logs.find((l) => l.logIndex === event.log.logIndex - 1);
-  const isItsAuthorization =
-    before !== undefined &&
-    sameAddress(before.address, token) &&
-    before.topics[0] === AUTHORIZATION_USED &&
-    sameAddress(topicAddress(before.topics[1]), from);
-  return isItsAuthorization ? before.topics[2]! : null;
+  return authorizationNonceOf(receipt.logs, { token: event.log.address, from: event.args.from, logIndex: event.log.logIndex });
 }
 
 async function onTransfer(args: TransferEvent) {
@@ -47,10 +35,8 @@ async function onTransfer(args: TransferEvent) {
   const id = logId(chainId, tx, event.log.logIndex);
   const timestamp = event.block.timestamp;
 
-  // BillPay never calls transferWithAuthorization, so a transaction sent to BillPay (a pull)
-  // carries no x402 payment: no receipt to fetch.
-  const sentToBillPay = event.transaction.to !== null && sameAddress(event.transaction.to, billPay);
-  const nonce = inbound && !sentToBillPay ? await authorizationNonceFor(args) : null;
+  // A transaction sent to BillPay (a pull) carries no x402 payment: no receipt to fetch.
+  const nonce = inbound && mayCarryAuthorization(event.transaction.to, billPay) ? await authorizationNonceFor(args) : null;
   if (nonce) {
     await context.db.insert(payment).values({
       id,

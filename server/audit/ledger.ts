@@ -55,17 +55,26 @@ export interface AuditReport {
 
 const lower = (s: string) => s.toLowerCase();
 
-export async function runAudit(options: {
+interface AuditOptions {
   ledgerUrl: string;
   deployments: Deployments;
   /** The service whose orders are reconciled (its /ops routes, or its records read in-process); omitted: the ledger only. */
   service?: { url: string; token?: string } | { records: () => Promise<ServiceRecords> };
   /** An order unfinished for longer than this is listed as stuck. */
   stuckAfterSeconds?: number;
-}): Promise<AuditReport> {
+}
+
+export async function runAudit(options: AuditOptions): Promise<AuditReport> {
   const { deployments } = options;
   const ledger = createClient(`${options.ledgerUrl}/sql`, { schema });
   const discrepancies: string[] = [];
+
+  // The orders served so far, read before the heads: each one's payment is in a block the
+  // ledger is about to catch up to. An order served after this (on its own receipt) may not be.
+  const servedBefore = await readRecords(options.service).then(
+    (r) => r && new Set(r.orders.filter((o) => o.status === "SUCCESS").map((o) => o.request_id)),
+    () => undefined, // reported below, where the records are read again
+  );
 
   // Catch up first: balances compared mid-indexing would differ for no fault.
   const heads = new Map<ChainKey, bigint>();
@@ -236,8 +245,8 @@ export async function runAudit(options: {
   let orders: OrdersAudit | null = null;
   if (options.service) {
     try {
-      const records = "records" in options.service ? await options.service.records() : await readServiceRecords(options.service.url, options.service.token);
-      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600);
+      const records = (await readRecords(options.service))!;
+      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600, servedBefore);
       discrepancies.push(...orders.discrepancies);
     } catch (err) {
       discrepancies.push(`the service's orders${"url" in options.service ? ` at ${options.service.url}` : ""} could not be read: ${(err as Error).message}`);
@@ -245,6 +254,11 @@ export async function runAudit(options: {
   }
 
   return { treasury, refundsChecked: refunds.length, pullsChecked: pulls.length, orders, discrepancies };
+}
+
+function readRecords(service: AuditOptions["service"]): Promise<ServiceRecords | undefined> {
+  if (!service) return Promise.resolve(undefined);
+  return "records" in service ? service.records() : readServiceRecords(service.url, service.token);
 }
 
 /** Token amounts for people: every token the service settles has 6 decimals (lib/networks.ts); --json keeps raw units. */
@@ -274,6 +288,7 @@ export function formatAudit(report: AuditReport): string {
     if (report.orders.review.length) out.push(`held for review: ${report.orders.review.length}`, ...report.orders.review.map((r) => `  - ${r}`));
     if (report.orders.resolved.length) out.push(`resolved by operators: ${report.orders.resolved.length}`, ...report.orders.resolved.map((r) => `  - ${r}`));
     if (report.orders.stuck.length) out.push(`stuck: ${report.orders.stuck.length}`, ...report.orders.stuck.map((r) => `  - ${r}`));
+    if (report.orders.awaitingLedger.length) out.push(`served since the audit began, not in the ledger yet: ${report.orders.awaitingLedger.length}`, ...report.orders.awaitingLedger.map((r) => `  - ${r}`));
   } else {
     out.push("orders: not reconciled (--ledger-only)");
   }

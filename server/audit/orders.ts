@@ -46,6 +46,11 @@ export interface OrdersAudit {
   resolved: string[];
   /** Unfinished for longer than the limit. */
   stuck: string[];
+  /**
+   * Served on their payment's receipt while the audit ran, and not in the ledger it read
+   * yet (server/chain/receipt-payment.ts). Not a discrepancy: the next audit finds them.
+   */
+  awaitingLedger: string[];
   discrepancies: string[];
 }
 
@@ -80,8 +85,20 @@ const authKey = (chainId: number, token: string, payer: string, nonce: string | 
 const pullKey = (chainId: number, orderId: string | null | undefined) => `${chainId}:${lower(orderId)}`;
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
 
-export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], refunds: LedgerMoney[], nowMs: number, stuckAfterSeconds: number): OrdersAudit {
-  const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], resolved: [], stuck: [], discrepancies: [] };
+/**
+ * `servedBefore`: the orders already served before the ledger was caught up to the chain's
+ * head; each must show in it. One served since may not yet (awaitingLedger). Without it, every
+ * served order must.
+ */
+export function auditOrders(
+  records: ServiceRecords,
+  payments: LedgerMoney[],
+  refunds: LedgerMoney[],
+  nowMs: number,
+  stuckAfterSeconds: number,
+  servedBefore?: ReadonlySet<string>,
+): OrdersAudit {
+  const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], resolved: [], stuck: [], awaitingLedger: [], discrepancies: [] };
   // Each order's and orphan payment's last decision that was taken (not refused, not cut short).
   const decided = new Map<string, ReviewRecord>();
   for (const r of records.reviews ?? []) {
@@ -108,7 +125,8 @@ export function auditOrders(records: ServiceRecords, payments: LedgerMoney[], re
     if (!paid && refunded > 0n) out.discrepancies.push(`${what}: refunded ${refunded} without a payment`);
     switch (o.status) {
       case "SUCCESS":
-        if (!exact) out.discrepancies.push(`${what} was served, but the ledger shows ${paid ? `a payment of ${paid.amount} by ${paid.payer}` : "no payment"}`);
+        if (!paid && servedBefore && !servedBefore.has(o.request_id)) out.awaitingLedger.push(`${what} was served on its receipt while the audit ran`);
+        else if (!exact) out.discrepancies.push(`${what} was served, but the ledger shows ${paid ? `a payment of ${paid.amount} by ${paid.payer}` : "no payment"}`);
         if (refunded > 0n) out.discrepancies.push(`${what} was served and also refunded ${refunded}`);
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;

@@ -27,6 +27,7 @@ import {
   type Transport,
   type WalletClient,
 } from "viem";
+import type { ChainHeads } from "./heads.ts";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { POLLING_INTERVAL_MS, RPC_TIMEOUT_MS, sharedClientFor } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
@@ -113,7 +114,18 @@ export class ChainOperator {
     private readonly deployments: Deployments,
     private readonly keys: HotKeys,
     private readonly replacement: ReplacementPolicy = DEFAULT_REPLACEMENT,
+    /** New blocks: a receipt is looked for again as each arrives (server/chain/heads.ts). */
+    private readonly heads?: ChainHeads,
   ) {}
+
+  private nextBlock(chain: ChainKey): NextBlock {
+    const heads = this.heads;
+    if (!heads) return () => ({ seen: 0n, wait: () => new Promise((r) => setTimeout(r, POLLING_INTERVAL_MS)) });
+    return () => {
+      const seen = heads.latest(chain);
+      return { seen, wait: () => heads.after(chain, seen, POLLING_INTERVAL_MS) };
+    };
+  }
 
   /** The hot keys' addresses (their gas is watched). */
   get addresses() {
@@ -330,7 +342,7 @@ export class ChainOperator {
     let receipt: TransactionReceipt | null = null;
     for (let replacements = 0; ; replacements++) {
       const last = replacements >= this.replacement.maxReplacements;
-      receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs);
+      receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
       current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
       const serialized = await wallet.signTransaction(current);
@@ -356,16 +368,20 @@ export class ChainOperator {
 /** Learns that the transaction it knew as `previous` is now `next` (a replacement, or the one that was mined). */
 export type Replaced = (previous: Hex, next: Hex) => Promise<void>;
 
-/** The receipt of whichever of `hashes` is mined first, or null after `timeoutMs`. */
-async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: Hex[], timeoutMs: number): Promise<TransactionReceipt | null> {
+/** What a receipt wait sleeps on between looks: until the next block, at most a polling interval. */
+type NextBlock = () => { seen: bigint; wait: () => Promise<void> };
+
+/** The receipt of whichever of `hashes` is mined first, or null after `timeoutMs`: looked for again as each block arrives. */
+async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: Hex[], timeoutMs: number, nextBlock: NextBlock): Promise<TransactionReceipt | null> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    const block = nextBlock(); // taken before the look, so a block mined during it is not waited for
     for (const hash of hashes) {
       const receipt = await client.getTransactionReceipt({ hash }).catch(() => null);
       if (receipt) return receipt;
     }
     if (Date.now() >= deadline) return null;
-    await new Promise((r) => setTimeout(r, POLLING_INTERVAL_MS));
+    await block.wait();
   }
 }
 

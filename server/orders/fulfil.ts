@@ -21,8 +21,9 @@ import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
+import type { ChainHeads } from "../chain/heads.ts";
 import { errorText } from "../log-safety.ts";
-import { paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
@@ -52,6 +53,8 @@ export interface FlowDeps {
   operator: ChainOperator;
   /** BillPay's refund budget per token, read from the chain (orders/refund-budget.ts). */
   refundBudgets: RefundBudgets;
+  /** New blocks from the service's own node: receipt and depth waits wake on them (chain/heads.ts). */
+  heads: ChainHeads;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;
   /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
@@ -271,6 +274,15 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
 }
 
 /**
+ * The ledger's record of the order's payment, waited for (up to the ledger wait) when it is
+ * not there yet: a payment confirmed from its receipt (chain/receipt-payment.ts) may reach
+ * the ledger a moment after a bill that failed at once, and its refund waits for the ledger.
+ */
+async function awaitLedgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+  return deps.ledger.awaitPayment(isPaymentOf(o), () => ledgerPaymentFor(deps, o), deps.ledgerWaitMs, () => {});
+}
+
+/**
  * Refunds the payer on chain: REFUNDING first (so a crash is retried), REFUNDED once the
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
@@ -289,7 +301,7 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
   if (!refunding) return (await deps.orders.get(order.requestId)) ?? order;
   const chain = refunding.chain as ChainKey;
   try {
-    const paid = await ledgerPaymentFor(deps, refunding);
+    const paid = await awaitLedgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
     const amount = await refundAmount(deps, refunding, paid);
     if (typeof amount === "string") {

@@ -8,16 +8,17 @@
 import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
-import { chainInfo, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import { ContractRefused } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
-import type { LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { FINISHED, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
 import { awaitConfirmations } from "./payment-watch.ts";
+import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { newOrderIds, type Order, type PullGuard } from "./store.ts";
 
 
@@ -135,9 +136,10 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   };
   // A replacement is the same pull at a higher fee, under the same nonce: no new authority, so no guard.
   const onReplaced = (previous: Hex, next: Hex) => deps.orders.replaceTxHash(ids, previous, next);
+  let mined: Hex;
   try {
-    if (items.length === 1) await deps.operator.pull(chain, items[0]!, onSigned, onReplaced);
-    else await deps.operator.pullBatch(chain, items, onSigned, onReplaced);
+    if (items.length === 1) mined = await deps.operator.pull(chain, items[0]!, onSigned, onReplaced);
+    else mined = await deps.operator.pullBatch(chain, items, onSigned, onReplaced);
   } catch (err) {
     if (err instanceof PullWithdrawn) {
       // Nothing was sent. Either the guard failed (these orders are still waiting: write them
@@ -156,6 +158,21 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
     const code = REFUSALS[err.errorName] ?? "PULL_REFUSED";
     throw new ServiceError(code, `${reason}; nothing was charged`, { request_ids: ids });
   }
+  // The operator's own transaction, from the service's own node: each order's pull in it, by
+  // the ledger's predicate (chain/receipt-payment.ts). What it does not show, the ledger decides.
+  const shown = await paymentsFromReceipt(deps, chain, mined, deps.ledgerWaitMs).catch((err: unknown) => {
+    deps.log.warn("could not read the pull's receipt; waiting for the ledger", { requestIds: ids, error: errorText(err) });
+    return null;
+  });
+  if (shown) {
+    const fromReceipt = await Promise.all(
+      orders.map(async (o) => {
+        const pull = shown.find(isPaymentOf(o));
+        return pull ? pulledFromLedger(deps, o, pull, "receipt") : undefined;
+      }),
+    );
+    if (fromReceipt.every((o) => o !== undefined)) return fromReceipt as Order[];
+  }
   // One transaction: once the ledger shows its first pull, it shows them all.
   const first = await awaitLedgerPull(deps, orders[0]!);
   const rest = await Promise.all(orders.slice(1).map((o) => awaitLedgerPull(deps, o, first.status === "PAID" ? 0 : undefined)));
@@ -164,9 +181,7 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
 
 /** PULLING -> PAID once the ledger shows the pull (exactly the order's, else NEEDS_REVIEW); unchanged if it does not within the wait. */
 export async function awaitLedgerPull(deps: FlowDeps, order: Order, waitMs = deps.ledgerWaitMs): Promise<Order> {
-  const chainId = chainInfo(order.chain).chainId;
-  const id = order.onchainOrderId.toLowerCase();
-  const ours = (p: LedgerPayment) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
+  const ours = isPaymentOf(order);
   const read = async () => (await deps.ledger.order(order.onchainOrderId)).payments.find(ours);
   const shown = await deps.ledger.awaitPayment(
     ours,

@@ -15,16 +15,22 @@ import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
 import { deepEnough } from "./payment-watch.ts";
 
-/** PULLING -> PAID when the ledger's pull is exactly the order's; NEEDS_REVIEW (nothing vended or sent) when not. */
-export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPayment): Promise<Order> {
+/**
+ * PULLING -> PAID when the chain's pull is exactly the order's; NEEDS_REVIEW (nothing vended
+ * or sent) when not. `source`: what showed it, the ledger (held to the confirmation depth
+ * here) or the node's receipt (held to it when read: chain/receipt-payment.ts).
+ */
+export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPayment, source: "ledger" | "receipt" = "ledger"): Promise<Order> {
   const mismatch = paymentMismatch(o, pull);
   if (mismatch) {
     deps.log.warn("pull does not match its order; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["PULLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: pull.txHash });
   }
-  if (!(await deepEnough(deps, o.chain, pull))) return o; // not confirmed yet: a later read decides
+  if (source === "ledger" && !(await deepEnough(deps, o.chain, pull))) return o; // not confirmed yet: a later read decides
   await deps.watches.record(o, pull);
-  return move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash });
+  const paid = await move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash });
+  if (paid.status === "PAID") deps.metrics.paymentConfirmations.inc({ chain: o.chain, rail: "pull", source });
+  return paid;
 }
 
 export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> {

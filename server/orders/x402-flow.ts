@@ -16,7 +16,7 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
-import { isAuthorizationPayment, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
@@ -25,6 +25,7 @@ import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
+import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 
 
 /** The ledger's payment under the order's key, if any. */
@@ -32,16 +33,22 @@ async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment 
   return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!)).payment;
 }
 
-/** SETTLING -> PAID when the ledger's payment is exactly the order's; NEEDS_REVIEW when it is not. */
-async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
+/**
+ * SETTLING -> PAID when the chain's payment under the order's key is exactly the order's;
+ * NEEDS_REVIEW when it is not. `source`: what showed it, the ledger (held to the confirmation
+ * depth here) or the node's receipt (held to it when it was read: chain/receipt-payment.ts).
+ */
+async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPayment, source: "ledger" | "receipt" = "ledger"): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
     deps.log.warn("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
     return move(deps, o, ["SETTLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
-  if (!(await deepEnough(deps, o.chain, payment))) return o; // not confirmed yet: a later read decides
+  if (source === "ledger" && !(await deepEnough(deps, o.chain, payment))) return o; // not confirmed yet: a later read decides
   await deps.watches.record(o, payment);
-  return move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
+  const paid = await move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
+  if (paid.status === "PAID") deps.metrics.paymentConfirmations.inc({ chain: o.chain, rail: "x402", source });
+  return paid;
 }
 
 /**
@@ -206,10 +213,10 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     // The hash is kept on the order; the ledger decides, as for any settlement.
     deps.log.info("facilitator reports the settlement pending; waiting for the chain", { requestId: order.requestId, txHash: result.transaction || null });
     const pending = result.transaction ? await move(deps, order, ["SETTLING"], "SETTLING", { txHash: result.transaction }) : order;
-    return awaitLedgerPayment(deps, pending);
+    return awaitPayment(deps, pending, result.transaction);
   }
   if (!result.success) return refused(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
-  return awaitLedgerPayment(deps, order);
+  return awaitPayment(deps, order, result.transaction);
 }
 
 /** Thrown after an order is REFUSED because the facilitator refused the service (401, 402, 429): the payer's answer. */
@@ -256,7 +263,7 @@ async function refusedService(
 async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
   const onChain = await authorizationOnChain(deps, order).catch(() => undefined);
   if (!onChain) return order; // the chain could not be read: the worker decides later
-  if (onChain.used) return awaitLedgerPayment(deps, order);
+  if (onChain.used) return awaitPayment(deps, order, order.txHash ?? undefined);
   // A settlement reported pending earlier is still in flight: it may land until the
   // authorization expires (the worker closes it then), so it is not refused.
   if (order.txHash) {
@@ -266,14 +273,34 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
   return refuse(deps, order, reason);
 }
 
+/**
+ * The settlement's own receipt first: the facilitator's hash leads to it, the service's own
+ * node holds it, and the ledger's predicate finds the order's payment in it or nothing
+ * (chain/receipt-payment.ts). A hash that leads nowhere of ours (another transaction, one
+ * that reverted, none at all) proves nothing, and the ledger decides as before.
+ */
+async function awaitPayment(deps: FlowDeps, order: Order, txHash: string | undefined): Promise<Order> {
+  const ours = isPaymentOf(order);
+  const deadline = Date.now() + deps.ledgerWaitMs;
+  if (txHash && /^0x[0-9a-fA-F]{64}$/.test(txHash)) {
+    const shown = await paymentsFromReceipt(deps, order.chain as ChainKey, txHash as Hex, deps.ledgerWaitMs).catch((err: unknown) => {
+      deps.log.warn("could not read the settlement's receipt; waiting for the ledger", { requestId: order.requestId, error: errorText(err) });
+      return null;
+    });
+    const payment = shown?.find(ours);
+    if (payment) return settledFromLedger(deps, order, payment, "receipt");
+  }
+  // One wait in all: what the receipt's wait used is not waited again.
+  return awaitLedgerPayment(deps, order, ours, Math.max(0, deadline - Date.now()));
+}
+
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
-async function awaitLedgerPayment(deps: FlowDeps, order: Order): Promise<Order> {
-  const ours = isAuthorizationPayment({ chainId: chainInfo(order.chain).chainId, token: order.tokenAddress, payer: order.payer, nonce: order.authNonce! });
+async function awaitLedgerPayment(deps: FlowDeps, order: Order, ours: (p: LedgerPayment) => boolean, waitMs = deps.ledgerWaitMs): Promise<Order> {
   const read = () => ledgerPaymentOf(deps, order);
   const shown = await deps.ledger.awaitPayment(
     ours,
     read,
-    deps.ledgerWaitMs,
+    waitMs,
     (err) => deps.log.warn("ledger unreachable while waiting for an x402 payment", { requestId: order.requestId, error: errorText(err) }),
   );
   const payment = shown && (await awaitConfirmations(deps, order.chain, shown, read, deps.ledgerWaitMs));

@@ -3,7 +3,8 @@
  * Ponder ledger, facilitator, biller sandbox). Each case takes an `evm_snapshot` before a
  * payment, pays and is served, then `evm_revert`s the chain and mines past the payment's
  * height, so the ledger drops the payment it had confirmed, as a real reorganisation does.
- * The service must notice, say so, and collect the money again under the same key (the
+ * Payments are served on their own receipt, so the answer can come before the ledger held the
+ * payment at all. The service must notice, say so, and collect the money again under the same key (the
  * payer's authorization; the same order id), or send the order to an operator, never
  * charging twice; a refunded bill whose payment went is closed as never paid.
  */
@@ -114,6 +115,8 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const [payerBefore, billPayBefore] = [await usdc(payer.address), await usdc(celo.billPay)];
     const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })));
     expect(paid).toMatchObject({ status: "SUCCESS" });
+    // Served on its settlement's receipt (the answer may come before the ledger has it at all).
+    expect(await metric('billpay_payment_confirmations_total{chain="CELO",rail="x402",source="receipt"}')).toBe(1);
     const requestId = paid.request_id;
     const lostTx = (await orderOf(requestId)).txHash;
     expect(await usdc(payer.address)).toBe(payerBefore); // the chain no longer holds the payment
@@ -148,6 +151,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       const before = await usdc(wallet);
       const paid = await reorganisedAway(() => agent.pay());
       expect(paid).toMatchObject({ status: "SUCCESS" });
+      expect(await metric('billpay_payment_confirmations_total{chain="CELO",rail="pull",source="receipt"}')).toBe(1);
       expect(await usdc(wallet)).toBe(before);
       await mine();
 
@@ -200,7 +204,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before);
   });
 
-  it("with a confirmation depth, a bill is vended only once the ledger has indexed that many blocks on top of its payment", async () => {
+  it("with a confirmation depth, a bill is vended only once the chain has that many blocks on top of its payment", async () => {
     const payer = hardhatAccount(10);
     service.flow.confirmations.CELO = 2;
     try {
@@ -216,6 +220,28 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       expect(await answer).toMatchObject({ status: "SUCCESS", request_id: waiting!.request_id });
     } finally {
       service.flow.confirmations.CELO = 0;
+    }
+  });
+
+  it("with a confirmation depth, a settlement whose block is replaced before that depth is never served on its receipt", async () => {
+    const payer = hardhatAccount(12);
+    service.flow.confirmations.CELO = 2;
+    const wait = service.flow.ledgerWaitMs;
+    service.flow.ledgerWaitMs = 3_000;
+    try {
+      const before = await usdc(payer.address);
+      const snapshot = await rpc("evm_snapshot");
+      const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
+      await expect.poll(() => usdc(payer.address), { timeout: 10_000 }).toBeLessThan(before);
+      await rpc("evm_revert", [snapshot]); // the block holding the settlement is gone
+      await mine(3);
+      const answered = await answer;
+      expect(answered.status).toBe("TIMEOUT");
+      expect(await service.flow.attempts.of(answered.request_id as string)).toEqual([]);
+      expect(await usdc(payer.address)).toBe(before);
+    } finally {
+      service.flow.confirmations.CELO = 0;
+      service.flow.ledgerWaitMs = wait;
     }
   });
 

@@ -1,0 +1,81 @@
+/**
+ * Which logs of a transaction are a payment into BillPay, and under which unique key. This is
+ * the one predicate: the ledger books payments by it (ponder/src/token.ts, ponder/src/billpay.ts),
+ * and the service confirms a payment from its own node's receipt by it
+ * (server/chain/receipt-payment.ts). Had the two been written apart, a receipt could confirm
+ * what the ledger would never book.
+ *
+ *   - A pull: BillPay's own `Pulled` event, keyed by BillPay's order id.
+ *   - An x402 payment: a token Transfer into BillPay that is the transfer of an EIP-3009
+ *     authorization, keyed by (token, payer, nonce). EIP-3009 tokens mark the nonce used and
+ *     then transfer in one call, so the same token logged `AuthorizationUsed` by the sender
+ *     immediately before it. Anything else (a plain transfer after an unrelated authorization
+ *     in the same transaction, say) is other inflow, never a payment.
+ */
+import { decodeEventLog, toEventSelector, type Hex } from "viem";
+import { billPayAbi } from "./abis.ts";
+
+export const AUTHORIZATION_USED = toEventSelector("AuthorizationUsed(address,bytes32)");
+const TRANSFER = toEventSelector("Transfer(address,address,uint256)");
+const PULLED = toEventSelector(billPayAbi.find((e) => e.type === "event" && e.name === "Pulled")! as Parameters<typeof toEventSelector>[0]);
+
+export interface RawLog {
+  address: string;
+  topics: readonly Hex[];
+  data: Hex;
+  logIndex: number;
+}
+
+const sameAddress = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+const topicAddress = (topic: Hex | undefined) => (topic ? `0x${topic.slice(26)}` : "");
+
+/**
+ * BillPay never calls transferWithAuthorization, so a transaction sent to BillPay (a pull, a
+ * refund) carries no x402 payment. Inbound transfers of any other transaction may.
+ */
+export function mayCarryAuthorization(txTo: string | null, billPay: string): boolean {
+  return txTo === null || !sameAddress(txTo, billPay);
+}
+
+/** The nonce of the AuthorizationUsed by `from` that `token` logged just before the transfer at `logIndex`, if any. */
+export function authorizationNonceOf(logs: readonly RawLog[], transfer: { token: string; from: string; logIndex: number }): Hex | null {
+  const before = logs.find((l) => l.logIndex === transfer.logIndex - 1);
+  const isItsAuthorization =
+    before !== undefined &&
+    sameAddress(before.address, transfer.token) &&
+    before.topics[0] === AUTHORIZATION_USED &&
+    sameAddress(topicAddress(before.topics[1]), transfer.from);
+  return isItsAuthorization ? before.topics[2]! : null;
+}
+
+export interface ChainPayment {
+  rail: "pull" | "authorization";
+  /** A pull's BillPay order id. */
+  orderId: Hex | null;
+  /** An x402 payment's EIP-3009 nonce. */
+  authorizationNonce: Hex | null;
+  payer: Hex;
+  token: Hex;
+  amount: bigint;
+  logIndex: number;
+}
+
+/** Every payment into BillPay a transaction's logs show, as the ledger would book them. */
+export function paymentsInLogs(tx: { to: string | null; logs: readonly RawLog[] }, billPay: string): ChainPayment[] {
+  const payments: ChainPayment[] = [];
+  for (const log of tx.logs) {
+    if (sameAddress(log.address, billPay) && log.topics[0] === PULLED) {
+      const { args } = decodeEventLog({ abi: billPayAbi, eventName: "Pulled", topics: log.topics as [Hex, ...Hex[]], data: log.data });
+      payments.push({ rail: "pull", orderId: args.orderId, authorizationNonce: null, payer: args.payer, token: args.token, amount: args.amount, logIndex: log.logIndex });
+      continue;
+    }
+    if (log.topics[0] !== TRANSFER || log.topics.length !== 3) continue;
+    const from = topicAddress(log.topics[1]) as Hex;
+    const to = topicAddress(log.topics[2]);
+    if (!sameAddress(to, billPay) || sameAddress(from, billPay) || !mayCarryAuthorization(tx.to, billPay)) continue;
+    const nonce = authorizationNonceOf(tx.logs, { token: log.address, from, logIndex: log.logIndex });
+    if (!nonce) continue;
+    payments.push({ rail: "authorization", orderId: null, authorizationNonce: nonce, payer: from, token: log.address as Hex, amount: BigInt(log.data), logIndex: log.logIndex });
+  }
+  return payments;
+}

@@ -1,0 +1,131 @@
+/**
+ * New blocks, as the service's own node announces them. Whoever waits on the chain (a
+ * transaction's receipt, a payment's confirmation depth) waits for "the next block" and is
+ * woken when it arrives, instead of sleeping a polling interval and answering up to an
+ * interval late.
+ *
+ * Over WebSocket (eth_subscribe newHeads) where the node offers it: `<CHAIN>_WS_URL`, or a
+ * local Hardhat node's own port (lib/chain-client.ts webSocketUrlFor). Otherwise the head is
+ * polled every HEAD_POLL_MS, and only while someone waits: a few requests a second per
+ * chain while a payment is in flight, none when idle.
+ */
+import { publicClientFor, webSocketUrlFor } from "../../lib/chain-client.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+
+/** How often the head is read while someone waits, where there is no WebSocket. */
+export const HEAD_POLL_MS = 50;
+
+interface Watch {
+  chain: ChainKey;
+  latest: bigint;
+  waiters: Set<() => void>;
+  stop?: () => void;
+  polling?: boolean;
+}
+
+export class ChainHeads {
+  private readonly watches = new Map<ChainKey, Watch>();
+  private closed = false;
+
+  constructor(private readonly deployments: Deployments) {}
+
+  /** The newest block this instance has heard of (0 before the first). */
+  latest(chain: ChainKey): bigint {
+    return this.watch(chain).latest;
+  }
+
+  /**
+   * Resolves once a block after `seen` has been announced, or after `timeoutMs`: the caller
+   * then looks again at what it waits for either way. A block announced before the call
+   * (after `seen`) resolves at once, so no block is missed between a look and the wait.
+   */
+  after(chain: ChainKey, seen: bigint, timeoutMs: number): Promise<void> {
+    const w = this.watch(chain);
+    if (w.latest > seen || this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        w.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      w.waiters.add(done);
+      if (!w.stop && !w.polling) void this.poll(chain, w);
+    });
+  }
+
+  /** Closes the subscriptions (shutdown); waiters are released. */
+  close(): void {
+    this.closed = true;
+    for (const w of this.watches.values()) {
+      w.stop?.();
+      for (const wake of [...w.waiters]) wake();
+    }
+    this.watches.clear();
+  }
+
+  private watch(chain: ChainKey): Watch {
+    let w = this.watches.get(chain);
+    if (w) return w;
+    w = { chain, latest: 0n, waiters: new Set() };
+    this.watches.set(chain, w);
+    const d = this.deployments.chains[chain];
+    const ws = d && webSocketUrlFor(chain, rpcUrlFor(chain, d));
+    if (ws && !this.closed) this.subscribe(w, ws);
+    return w;
+  }
+
+  /**
+   * newHeads over the node's WebSocket (a plain JSON-RPC subscription: viem shares one socket
+   * per URL across the process, which one instance could not close without closing another's).
+   * A socket that fails or closes leaves the chain to polling, as if it had none.
+   */
+  private subscribe(w: Watch, url: string): void {
+    const socket = new WebSocket(url);
+    const fallBack = () => {
+      w.stop = undefined;
+      if (w.waiters.size > 0 && !w.polling) void this.poll(w.chain, w);
+    };
+    w.stop = () => {
+      socket.onclose = null;
+      socket.close();
+    };
+    socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
+    socket.onmessage = (event) => {
+      try {
+        const msg = JSON.parse(String(event.data)) as { method?: string; params?: { result?: { number?: string } } };
+        const number = msg.method === "eth_subscription" ? msg.params?.result?.number : undefined;
+        if (number) this.announce(w, BigInt(number));
+      } catch {
+        // not a head: ignored
+      }
+    };
+    socket.onerror = () => socket.close();
+    socket.onclose = fallBack;
+  }
+
+  private announce(w: Watch, n: bigint): void {
+    if (n <= w.latest) return;
+    w.latest = n;
+    for (const wake of [...w.waiters]) wake();
+  }
+
+  /** Reads the head every HEAD_POLL_MS while anyone waits (no WebSocket for this chain). */
+  private async poll(chain: ChainKey, w: Watch): Promise<void> {
+    const d = this.deployments.chains[chain];
+    if (w.polling) return;
+    if (!d) return;
+    w.polling = true;
+    const client = publicClientFor(chain, rpcUrlFor(chain, d));
+    try {
+      while (w.waiters.size > 0 && !this.closed) {
+        const n = await client.getBlockNumber().catch(() => undefined);
+        if (n !== undefined) this.announce(w, n);
+        if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, HEAD_POLL_MS));
+      }
+    } finally {
+      w.polling = false;
+    }
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The receipt path (server/chain/receipt-payment.ts): a payment counted from the service's own
+ * node's receipt the moment its block exists, by the ledger's own predicate
+ * (lib/payment-logs.ts). Attacked as a stranger would, against the real local stack: the
+ * receipt of another transaction, of another token, of another amount, of a reverted
+ * transaction, of a transfer that is not an authorization's; and a facilitator that answers
+ * "settled" with a hash that is not the payment. None of them vends or charges. What the
+ * receipt shows is what the ledger then books, row for row. A payment reorganised away after
+ * the answer is test/ledger/reorg.test.ts's.
+ */
+import { x402HTTPClient } from "@x402/core/http";
+import type { FacilitatorClient } from "@x402/core/server";
+import { createWalletClient, encodeFunctionData, http, type Account, type Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { viemChain } from "../../lib/chains.ts";
+import { randomNonce } from "../../lib/eip3009.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { paymentsFromReceipt } from "../../server/chain/receipt-payment.ts";
+import { isPaymentOf, paymentMismatch } from "../../server/ledger-client.ts";
+import { onChainOrderId } from "../../server/orders/store.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
+
+describe("a payment confirmed from its receipt", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  /** The order key a receipt is matched against, for x402 (chain, token, payer, nonce). */
+  const x402Key = (payer: Hex, nonce: Hex, symbol: "USDC" | "USD₮" = "USDC", amount = USDC(1)) => ({
+    chain: "CELO",
+    rail: "x402",
+    onchainOrderId: `0x${"0".repeat(64)}`,
+    tokenAddress: celo.tokenAddress(symbol),
+    payer,
+    authNonce: nonce,
+    amount,
+  });
+  const fromReceipt = (hash: Hex) => paymentsFromReceipt(service.flow, "CELO", hash, 2_000);
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const metric = async (name: string) =>
+    (await (await fetch(`${url}/metrics`)).text())
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+
+  /** Pays a bill with the official x402 client; answers the service's JSON. */
+  async function pay(payer: Account, body: Body): Promise<Body> {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
+  }
+
+  /** What the biller sandbox did with each of the order's pay attempts. */
+  async function delivered(requestId: unknown): Promise<string[]> {
+    const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
+    const attempts = await service.flow.attempts.of(requestId as string);
+    return Promise.all(attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as Body).status as string));
+  }
+
+  /** The facilitator replaced, for one case, by one that answers `settle` itself. */
+  async function withFacilitator<T>(settle: FacilitatorClient["settle"], act: () => Promise<T>): Promise<T> {
+    const real = service.flow.facilitators.CELO!;
+    const wait = service.flow.ledgerWaitMs;
+    service.flow.facilitators.CELO = { ...real, verify: real.verify.bind(real), getSupported: real.getSupported.bind(real), settle };
+    service.flow.ledgerWaitMs = 1_500; // the ledger will not show it either: do not wait the default 15 s
+    try {
+      return await act();
+    } finally {
+      service.flow.facilitators.CELO = real;
+      service.flow.ledgerWaitMs = wait;
+    }
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  it("finds exactly what the ledger books: the same row, under the same key, of the same amount", async () => {
+    const payer = hardhatAccount(6);
+    const { receipt, nonce } = await celo.payByAuthorization(payer, "USDC", USDC(1.25));
+    const shown = await fromReceipt(receipt.transactionHash);
+    const ours = shown!.find(isPaymentOf(x402Key(payer.address, nonce)));
+    expect(ours).toMatchObject({ rail: "authorization", amount: "1250000", txHash: receipt.transactionHash, blockNumber: String(receipt.blockNumber) });
+    expect(paymentMismatch(x402Key(payer.address, nonce, "USDC", USDC(1.25)), ours!)).toBeNull();
+
+    const booked = await service.flow.ledger.awaitPayment(isPaymentOf(x402Key(payer.address, nonce)), async () => (await service.flow.ledger.authorization("CELO", celo.tokenAddress("USDC"), payer.address, nonce)).payment, 10_000, () => {});
+    expect(booked).toMatchObject(ours!); // the ledger's row carries a few more columns
+  });
+
+  it("finds nothing of an order in another payer's transaction, or in another token's payment under the same nonce", async () => {
+    const [a, b] = [hardhatAccount(6), hardhatAccount(7)];
+    const paidByB = await celo.payByAuthorization(b, "USDC", USDC(1));
+    expect((await fromReceipt(paidByB.receipt.transactionHash))!.find(isPaymentOf(x402Key(a.address, paidByB.nonce)))).toBeUndefined();
+
+    // EIP-3009 nonces are per token: the same payer and nonce in USD₮ is not the USDC order's payment.
+    const nonce = randomNonce();
+    const auth = await celo.signAuthorization(a, "USD₮", USDC(1), celo.billPay, { nonce });
+    const inTether = await celo.submitAuthorization("USD₮", auth);
+    const shown = (await fromReceipt(inTether.transactionHash))!;
+    expect(shown).toHaveLength(1);
+    expect(shown.find(isPaymentOf(x402Key(a.address, nonce, "USDC")))).toBeUndefined();
+    expect(shown.find(isPaymentOf(x402Key(a.address, nonce, "USD₮")))).toBeDefined();
+  });
+
+  it("holds another amount under the order's key to the order: a mismatch, never a payment of the order", async () => {
+    const payer = hardhatAccount(6);
+    const { receipt, nonce } = await celo.payByAuthorization(payer, "USDC", USDC(0.5));
+    const order = x402Key(payer.address, nonce, "USDC", USDC(2));
+    const found = (await fromReceipt(receipt.transactionHash))!.find(isPaymentOf(order))!;
+    expect(paymentMismatch(order, found)).toBe(`the chain shows 500000 paid under this key; the order is for 2000000`);
+  });
+
+  it("finds nothing in a reverted transaction, or in a plain transfer that follows an unrelated authorization", async () => {
+    const payer = hardhatAccount(6);
+    // A transferWithAuthorization whose signature is someone else's, mined and reverted. (An
+    // automining Hardhat node refuses a reverting transaction at send; a mined block takes it.)
+    const auth = await celo.signAuthorization(hardhatAccount(7), "USDC", USDC(1));
+    const wallet = createWalletClient({ account: payer, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+    await rpc("evm_setAutomine", [false]);
+    let hash: Hex;
+    try {
+      hash = await wallet.sendTransaction({
+        to: celo.tokenAddress("USDC"),
+        gas: 200_000n,
+        data: encodeFunctionData({ abi: eip3009TokenAbi, functionName: "transferWithAuthorization", args: [payer.address, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature] }),
+      });
+      await rpc("evm_mine");
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+    }
+    const reverted = await celo.publicClient.waitForTransactionReceipt({ hash });
+    expect(reverted.status).toBe("reverted");
+    expect(await fromReceipt(hash)).toBeNull();
+
+    // The payer's authorization pays someone else; a plain transfer into BillPay follows it.
+    const elsewhere = await celo.signAuthorization(payer, "USDC", USDC(0.1), hardhatAccount(8).address);
+    const mixed = await celo.authorizationThenTransfer(payer, "USDC", elsewhere, USDC(1));
+    expect(await fromReceipt(mixed.transactionHash)).toEqual([]);
+  });
+
+  it("finds a pull by its order id only", async () => {
+    const payer = hardhatAccount(9);
+    await celo.approveAndAllow(payer, "USDC", USDC(10));
+    const [mine, other] = [onChainOrderId("ord_receipt_mine"), onChainOrderId("ord_receipt_other")];
+    const receipt = await celo.pull(mine, payer.address, "USDC", USDC(1));
+    const shown = (await fromReceipt(receipt.transactionHash))!;
+    const pullKey = (id: Hex) => ({ ...x402Key(payer.address, randomNonce()), rail: "pull", onchainOrderId: id });
+    expect(shown.find(isPaymentOf(pullKey(mine)))).toMatchObject({ rail: "pull", amount: "1000000" });
+    expect(shown.find(isPaymentOf(pullKey(other)))).toBeUndefined();
+  });
+
+  it("a facilitator that answers 'settled' with another transaction's hash, or one no chain holds, vends nothing and charges nothing", async () => {
+    const stranger = hardhatAccount(7);
+    const someoneElses = (await celo.payByAuthorization(stranger, "USDC", USDC(5))).receipt.transactionHash;
+    // A payer each: the first order's authorization is still valid, and once the real
+    // facilitator is back, the worker may settle it for real while the second case runs.
+    for (const [n, hash] of [someoneElses, `0x${"ab".repeat(32)}`].entries()) {
+      const payer = hardhatAccount(15 + n);
+      const [payerBefore, billPayBefore] = [await usdc(payer.address), await usdc(celo.billPay)];
+      const lies = async () => ({ success: true, transaction: hash, network: "eip155:42220" as const, payer: payer.address });
+      const answer = await withFacilitator(lies, () => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1000 + n })));
+      expect(answer.status).not.toBe("SUCCESS");
+      expect(await delivered(answer.request_id)).toEqual([]);
+      expect((await service.flow.orders.get(answer.request_id as string))!.status).toBe("SETTLING");
+      expect(await usdc(payer.address)).toBe(payerBefore);
+      expect(await usdc(celo.billPay)).toBe(billPayBefore);
+    }
+  });
+
+  it("a real settlement is confirmed from its receipt, and served", async () => {
+    const before = await metric('billpay_payment_confirmations_total{chain="CELO",rail="x402",source="receipt"}');
+    const payer = hardhatAccount(8);
+    const answer = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1200 }));
+    expect(answer).toMatchObject({ status: "SUCCESS" });
+    expect(await metric('billpay_payment_confirmations_total{chain="CELO",rail="x402",source="receipt"}')).toBe(before + 1);
+  });
+});
