@@ -6,14 +6,14 @@ import { Metrics } from "./metrics.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import { log } from "./log.ts";
 import { HTTPFacilitatorClient } from "@x402/core/server";
-import type { Deployments } from "../lib/deployments.ts";
+import { rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
 import { Catalogue } from "./biller/catalogue/catalogue.ts";
 import { VtpassClient } from "./biller/vtpass/client.ts";
 import { BillerAttempts } from "./orders/attempts.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import { KeyLeases } from "./chain/key-lease.ts";
-import { ChainHeads } from "./chain/heads.ts";
+import { ChainHeads } from "../lib/chain-heads.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { Callbacks } from "./callbacks.ts";
@@ -59,7 +59,10 @@ export function buildFlow(
     observe: (operation, seconds, ok) => metrics.observeUpstream("biller", operation, seconds, ok),
   });
   const keyLeases = new KeyLeases(db, log());
-  const heads = new ChainHeads(deployments);
+  const heads = new ChainHeads((chain) => {
+    const d = deployments.chains[chain];
+    return d && rpcUrlFor(chain, d);
+  });
   const orders = new OrderStore(db, keyLeases.instance);
   return {
     orders,

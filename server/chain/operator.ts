@@ -27,7 +27,7 @@ import {
   type Transport,
   type WalletClient,
 } from "viem";
-import type { ChainHeads } from "./heads.ts";
+import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { POLLING_INTERVAL_MS, RPC_TIMEOUT_MS, sharedClientFor } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
@@ -114,7 +114,7 @@ export class ChainOperator {
     private readonly deployments: Deployments,
     private readonly keys: HotKeys,
     private readonly replacement: ReplacementPolicy = DEFAULT_REPLACEMENT,
-    /** New blocks: a receipt is looked for again as each arrives (server/chain/heads.ts). */
+    /** New blocks: a receipt is looked for again as each arrives (lib/chain-heads.ts). */
     private readonly heads?: ChainHeads,
   ) {}
 

@@ -24,7 +24,7 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { paymentsInLogs } from "../../lib/payment-logs.ts";
 import { logId } from "../../ponder/src/ids.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
-import type { ChainHeads } from "./heads.ts";
+import type { ChainHeads } from "../../lib/chain-heads.ts";
 
 /** How long a receipt wait sleeps at most before looking again, when no block wakes it. */
 const LOOK_AGAIN_MS = 200;

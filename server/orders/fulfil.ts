@@ -21,7 +21,7 @@ import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
-import type { ChainHeads } from "../chain/heads.ts";
+import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
@@ -53,7 +53,7 @@ export interface FlowDeps {
   operator: ChainOperator;
   /** BillPay's refund budget per token, read from the chain (orders/refund-budget.ts). */
   refundBudgets: RefundBudgets;
-  /** New blocks from the service's own node: receipt and depth waits wake on them (chain/heads.ts). */
+  /** New blocks from the service's own node: receipt and depth waits wake on them (lib/chain-heads.ts). */
   heads: ChainHeads;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;

@@ -17,8 +17,9 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
 import pLimit from "p-limit";
-import { createWalletClient, http, publicActions, type Account } from "viem";
+import { createWalletClient, http, publicActions, WaitForTransactionReceiptTimeoutError, type Account, type Hex, type TransactionReceipt } from "viem";
 import { RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
+import { ChainHeads } from "../../lib/chain-heads.ts";
 import { sameSecret } from "../../lib/same-secret.ts";
 import { chainInfo, viemChain, type ChainKey } from "../../lib/chains.ts";
 
@@ -30,8 +31,25 @@ export interface FacilitatorChain {
   rpcUrl: string;
 }
 
+/** How often the head is read while a settlement waits for its receipt. */
+const HEAD_POLL_MS = 20;
+
+/** The transaction's receipt, looked for again as each new block arrives; throws after `timeoutMs`, as viem's wait does. */
+async function receiptAsBlocksArrive(client: { getTransactionReceipt(args: { hash: Hex }): Promise<TransactionReceipt> }, heads: ChainHeads, chain: ChainKey, hash: Hex, timeoutMs: number): Promise<TransactionReceipt> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const seen = heads.latest(chain);
+    const receipt = await client.getTransactionReceipt({ hash }).catch(() => null);
+    if (receipt) return receipt;
+    if (Date.now() >= deadline) throw new WaitForTransactionReceiptTimeoutError({ hash });
+    await heads.after(chain, seen, Math.min(1_000, deadline - Date.now()));
+  }
+}
+
 export function createFacilitator(account: Account, chains: FacilitatorChain[], options: { confirmationTimeoutMs?: number } = {}): x402Facilitator {
   const facilitator = new x402Facilitator();
+  const rpcUrls = new Map(chains.map((c) => [c.chain, c.rpcUrl]));
+  const heads = new ChainHeads((chain) => rpcUrls.get(chain), { webSocket: false, pollMs: HEAD_POLL_MS });
   for (const { chain, rpcUrl } of chains) {
     const client = createWalletClient({
       account,
@@ -45,8 +63,12 @@ export function createFacilitator(account: Account, chains: FacilitatorChain[], 
     // send that fails before broadcast took no nonce, so none is ever skipped.
     const broadcasting = pLimit(1);
     const writeContract: typeof client.writeContract = (args) => broadcasting(() => client.writeContract(args));
+    // A receipt is looked for as each block arrives, not on a 200 ms poll: a hosted
+    // facilitator answers soon after the block, and so does this one. The head is polled
+    // only while a settlement waits (no socket to close: this facilitator has no shutdown).
+    const waitForTransactionReceipt = (args: { hash: Hex; timeout?: number }) => receiptAsBlocksArrive(client, heads, chain, args.hash, args.timeout ?? CONFIRMATION_TIMEOUT_MS);
     const signer = toFacilitatorEvmSigner(
-      { ...client, writeContract, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
+      { ...client, writeContract, waitForTransactionReceipt, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],
       // A receipt not seen in time is answered `settlement_pending` with the broadcast hash.
       { confirmationTimeoutMs: options.confirmationTimeoutMs ?? CONFIRMATION_TIMEOUT_MS },
     );

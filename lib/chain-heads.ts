@@ -9,12 +9,17 @@
  * polled every HEAD_POLL_MS, and only while someone waits: a few requests a second per
  * chain while a payment is in flight, none when idle.
  */
-import { publicClientFor, webSocketUrlFor } from "../../lib/chain-client.ts";
-import type { ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { publicClientFor, webSocketUrlFor } from "./chain-client.ts";
+import type { ChainKey } from "./chains.ts";
 
 /** How often the head is read while someone waits, where there is no WebSocket. */
 export const HEAD_POLL_MS = 50;
+
+export interface HeadsOptions {
+  /** Subscribe where the chain's node offers a WebSocket (else poll while waiting). Default true. */
+  webSocket?: boolean;
+  pollMs?: number;
+}
 
 interface Watch {
   chain: ChainKey;
@@ -28,7 +33,11 @@ export class ChainHeads {
   private readonly watches = new Map<ChainKey, Watch>();
   private closed = false;
 
-  constructor(private readonly deployments: Deployments) {}
+  /** `rpcUrlOf`: the chain's node, or undefined for a chain this process does not reach. */
+  constructor(
+    private readonly rpcUrlOf: (chain: ChainKey) => string | undefined,
+    private readonly options: HeadsOptions = {},
+  ) {}
 
   /** The newest block this instance has heard of (0 before the first). */
   latest(chain: ChainKey): bigint {
@@ -70,8 +79,8 @@ export class ChainHeads {
     if (w) return w;
     w = { chain, latest: 0n, waiters: new Set() };
     this.watches.set(chain, w);
-    const d = this.deployments.chains[chain];
-    const ws = d && webSocketUrlFor(chain, rpcUrlFor(chain, d));
+    const rpcUrl = this.rpcUrlOf(chain);
+    const ws = rpcUrl && this.options.webSocket !== false ? webSocketUrlFor(chain, rpcUrl) : undefined;
     if (ws && !this.closed) this.subscribe(w, ws);
     return w;
   }
@@ -113,16 +122,15 @@ export class ChainHeads {
 
   /** Reads the head every HEAD_POLL_MS while anyone waits (no WebSocket for this chain). */
   private async poll(chain: ChainKey, w: Watch): Promise<void> {
-    const d = this.deployments.chains[chain];
-    if (w.polling) return;
-    if (!d) return;
+    const rpcUrl = this.rpcUrlOf(chain);
+    if (w.polling || !rpcUrl) return;
     w.polling = true;
-    const client = publicClientFor(chain, rpcUrlFor(chain, d));
+    const client = publicClientFor(chain, rpcUrl);
     try {
       while (w.waiters.size > 0 && !this.closed) {
         const n = await client.getBlockNumber().catch(() => undefined);
         if (n !== undefined) this.announce(w, n);
-        if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, HEAD_POLL_MS));
+        if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, this.options.pollMs ?? HEAD_POLL_MS));
       }
     } finally {
       w.polling = false;
