@@ -26,6 +26,10 @@ export const ERRORS = {
   BILL_ABOVE_REFUND_LIMIT: { status: 422, title: "The bill costs more than BillPay's refund budget in that token could ever refund" },
   PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
+  // Idempotent x402 (server/x402/payment-id.ts): the payment-identifier extension or Idempotency-Key
+  PAYMENT_ID_INVALID: { status: 400, title: "The payment id (payment-identifier or Idempotency-Key) is malformed, or the two differ" },
+  PAYMENT_ID_REUSED: { status: 409, title: "This payment id already paid for a different bill" },
+  PAYMENT_ID_IN_FLIGHT: { status: 409, title: "The first request under this payment id is still being processed; ask again shortly" },
   // The chain's facilitator refused the service itself (server/x402/facilitator-answer.ts): nothing was settled
   FACILITATOR_UNAUTHORIZED: { status: 503, title: "The facilitator refused the service's credentials; nothing was charged" },
   FACILITATOR_OUT_OF_CREDITS: { status: 503, title: "The facilitator has no settlement credits left for the service; nothing was charged" },

@@ -269,15 +269,21 @@ export class OrderStore {
    * Takes the once-only lock on the payment and creates the order in SETTLING. When the
    * payment was seen before, returns that order instead (`created: false`).
    */
-  async lockPayment(o: NewOrder, leaseSeconds: number): Promise<{ order: Order; created: boolean }> {
+  /**
+   * `idempotencyKey`: the client's id for the payment (x402/payment-id.ts), unique per payer
+   * with the pull orders' keys. When another order holds it (a concurrent request under the
+   * same id), nothing is created and that order is returned (`created: false`).
+   */
+  async lockPayment(o: NewOrder & { idempotencyKey?: string | null }, leaseSeconds: number): Promise<{ order: Order; created: boolean }> {
     // The request that creates the order holds its lease while it works on it: the worker
     // only takes orders whose lease has run out (their request died or gave up).
+    // Two unique keys can refuse it, (chain, token, payer, nonce) and (payer, idempotency key): either returns the order that holds it.
     const inserted = await this.db.query<Row>(
       `INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
                                auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
-                               auth_valid_before, secret_hash)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17)
-       ON CONFLICT (chain, token_address, payer, auth_nonce) DO NOTHING
+                               auth_valid_before, secret_hash, idempotency_key)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17, $18)
+       ON CONFLICT DO NOTHING
        RETURNING ${COLUMNS}`,
       [
         ...billParams(o),
@@ -289,10 +295,15 @@ export class OrderStore {
         this.leaseToken(),
         o.authValidBefore!.toString(),
         o.secretHash,
+        o.idempotencyKey ?? null,
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
-    return { order: (await this.findByPayment(o.chain, o.tokenAddress, o.payer, o.authNonce!))!, created: false };
+    const byPayment = await this.findByPayment(o.chain, o.tokenAddress, o.payer, o.authNonce!);
+    if (byPayment) return { order: byPayment, created: false };
+    const [byKey] = o.idempotencyKey ? await this.findByIdempotencyKeys(o.payer, [o.idempotencyKey]) : [];
+    if (byKey) return { order: byKey, created: false };
+    throw new Error("the order could not be created and no order holds its keys"); // a key deleted in between: the caller retries
   }
 
   /**

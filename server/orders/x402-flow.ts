@@ -26,6 +26,7 @@ import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
+import { earlierUnderId } from "../x402/payment-id.ts";
 
 
 /** The ledger's payment under the order's key, if any. */
@@ -128,6 +129,8 @@ export async function startX402Order(
     payment: DecodedPayment;
     requirements: PaymentRequirements;
     resourceUrl: string;
+    /** The client's id for the payment, as stored (x402/payment-id.ts storedKey). */
+    idempotencyKey?: string;
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
@@ -147,11 +150,16 @@ export async function startX402Order(
       payment: storedPayment(input.payment, input.requirements, input.resourceUrl) as unknown as Record<string, unknown>,
       requirements: input.requirements as unknown as Record<string, unknown>,
       secretHash: secret.hash,
+      idempotencyKey: input.idempotencyKey ?? null,
     },
     deps.leaseSeconds,
   );
-  // A concurrent copy created it first: answered like any replay.
-  if (!created) return { order: replayOf(order, input.payment, input.bodyHash), replay: true };
+  if (!created) {
+    // A concurrent copy created it first: answered like any replay. Or a concurrent request
+    // under the same payment id (another authorization): answered as the id's first order.
+    const samePaymentKey = order.authNonce?.toLowerCase() === input.payment.authorization.nonce.toLowerCase() && order.tokenAddress.toLowerCase() === input.tokenAddress.toLowerCase();
+    return { order: samePaymentKey ? replayOf(order, input.payment, input.bodyHash) : earlierUnderId(order, input.bodyHash), replay: true };
+  }
   let last = order;
   try {
     last = await settle(deps, order, { fresh: true });

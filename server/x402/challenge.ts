@@ -6,6 +6,7 @@
  * asks: an x402 v1-style JSON body (`x402Version: 1`, `accepts[]` with CAIP-2 networks)
  * and the x402 v2 `PAYMENT-REQUIRED` header.
  */
+import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from "@x402/extensions/payment-identifier";
 import type { PaymentRequired } from "@x402/core/types";
 import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -127,6 +128,8 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
     error: PAYMENT_REQUIRED_ERROR.v2,
     resource,
     accepts: reqs.map(({ description: _d, ...r }) => r),
+    // Optional: a client may name its payment so a retry pays once (x402/payment-id.ts).
+    extensions: { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) },
   };
   return { v1Body, v2Header: encodeHeader(v2) };
 }

@@ -29,6 +29,10 @@ import { orderProof, type ProofDeps } from "../orders/proof.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { buildChallenge, probeChallenge, requirement, resolveOption, type ChallengeContext } from "./challenge.ts";
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, decodePayment, PaymentRejected, type DecodedPayment, type PaymentHeader } from "./payment.ts";
+import { earlierUnderId, paymentIdOf, storedKey } from "./payment-id.ts";
+
+/** Said beside the first order's answer when a request repeats its payment id. */
+const PAYMENT_NOT_USED = { payment_not_used: "this payment id already paid for this bill; this authorization was not used, and the first order's result is returned" };
 
 /** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
 const BILL_DESCRIPTION = "Bill payment";
@@ -76,7 +80,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     payment && (await deps.flow.orders.findByPayment(chain, tokenAddress, payment.authorization.from, payment.authorization.nonce));
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true) => {
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
       // The order's fields beside the problem's own (its status stays the HTTP status, 402).
@@ -95,7 +99,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
     }
     // The paying response is the payer's: the code, and (the first time) the order's secret.
     // A replay shows the code only with a proof: a settled payment is public on chain.
-    return c.json({ ...orderResult(order, { showCode }), ...(secret ? { order_secret: secret } : {}) }, 200, headers);
+    return c.json({ ...orderResult(order, { showCode }), ...(secret ? { order_secret: secret } : {}), ...note }, 200, headers);
   };
 
   const challengeContext = (c: Context): ChallengeContext => ({
@@ -124,7 +128,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const preflight = cors({
     origin: "*",
     allowMethods: ["GET", "POST", "OPTIONS"],
-    allowHeaders: ["Content-Type", "Authorization", "X-Wallet-Signature", "X-Wallet-Timestamp", ...PAYMENT_HEADERS],
+    allowHeaders: ["Content-Type", "Authorization", "X-Wallet-Signature", "X-Wallet-Timestamp", "Idempotency-Key", ...PAYMENT_HEADERS],
     exposeHeaders: EXPOSED_HEADERS,
     maxAge: 600,
   });
@@ -277,6 +281,14 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         return rejected(err.code, err.detail, presented);
       }
 
+      // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
+      // order's answer for the same bill, and this payment is not used (x402/payment-id.ts).
+      const paymentId = paymentIdOf(payment, c.req.header("idempotency-key"));
+      if (paymentId) {
+        const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
+        if (earlier) return orderResponse(c, earlierUnderId(earlier, hash), header, extraHeaders, undefined, true, PAYMENT_NOT_USED);
+      }
+
       // The same bill from the same payer while its earlier payment is still settling (a
       // facilitator that gave no answer, say): the new payment is not used, and the payer is
       // pointed at the first order, so signing again after a timeout never charges twice.
@@ -304,6 +316,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         payment,
         requirements,
         resourceUrl: ctx.resourceUrl,
+        ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
       });
       if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(c, payment);
       const showCode = replay ? await orderProof((name) => c.req.header(name), order, deps.proof) : true;
