@@ -21,9 +21,14 @@ export interface HeadsOptions {
   pollMs?: number;
 }
 
+/** Heads whose time is kept, so a payment's block time needs no request of its own. */
+const KEPT_HEADS = 64;
+
 interface Watch {
   chain: ChainKey;
   latest: bigint;
+  /** Recent heads by hash (WebSocket only: newHeads carries each header). */
+  times: Map<string, bigint>;
   waiters: Set<() => void>;
   stop?: () => void;
   polling?: boolean;
@@ -64,6 +69,11 @@ export class ChainHeads {
     });
   }
 
+  /** The time of block `hash` when it arrived as a head of `chain` lately; undefined otherwise (ask the node). */
+  timeOf(chain: ChainKey, hash: string): bigint | undefined {
+    return this.watches.get(chain)?.times.get(hash.toLowerCase());
+  }
+
   /** Closes the subscriptions (shutdown); waiters are released. */
   close(): void {
     this.closed = true;
@@ -77,7 +87,7 @@ export class ChainHeads {
   private watch(chain: ChainKey): Watch {
     let w = this.watches.get(chain);
     if (w) return w;
-    w = { chain, latest: 0n, waiters: new Set() };
+    w = { chain, latest: 0n, times: new Map(), waiters: new Set() };
     this.watches.set(chain, w);
     const rpcUrl = this.rpcUrlOf(chain);
     const ws = rpcUrl && this.options.webSocket !== false ? webSocketUrlFor(chain, rpcUrl) : undefined;
@@ -103,9 +113,14 @@ export class ChainHeads {
     socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
     socket.onmessage = (event) => {
       try {
-        const msg = JSON.parse(String(event.data)) as { method?: string; params?: { result?: { number?: string } } };
-        const number = msg.method === "eth_subscription" ? msg.params?.result?.number : undefined;
-        if (number) this.announce(w, BigInt(number));
+        const msg = JSON.parse(String(event.data)) as { method?: string; params?: { result?: { number?: string; hash?: string; timestamp?: string } } };
+        const head = msg.method === "eth_subscription" ? msg.params?.result : undefined;
+        if (!head?.number) return;
+        if (head.hash && head.timestamp) {
+          w.times.set(head.hash.toLowerCase(), BigInt(head.timestamp));
+          if (w.times.size > KEPT_HEADS) w.times.delete(w.times.keys().next().value!);
+        }
+        this.announce(w, BigInt(head.number));
       } catch {
         // not a head: ignored
       }

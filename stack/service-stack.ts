@@ -3,6 +3,7 @@
  * sandbox and the service itself (with its database and order flow), for chains already
  * deployed. Used by `npm start`, the end-to-end tests and the x402 benchmark.
  */
+import { ChainHeads } from "../lib/chain-heads.ts";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { deployedChains, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
@@ -69,7 +70,10 @@ export async function startServiceStack(options: {
       facilitator = { url: options.shared.facilitator };
       biller = { url: options.shared.biller };
     } else {
-      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains, options.facilitator), options.facilitator?.metering).fetch, options.ports?.facilitator);
+      const rpcUrls = new Map(chains.map((c) => [c.chain, c.rpcUrl]));
+      const facilitatorHeads = new ChainHeads((chain) => rpcUrls.get(chain));
+      closers.push(async () => facilitatorHeads.close());
+      const ownFacilitator = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains, { ...options.facilitator, heads: facilitatorHeads }), options.facilitator?.metering).fetch, options.ports?.facilitator);
       closers.push(ownFacilitator.close);
       const keys = { apiKey: base.BILLER_API_KEY, secretKey: base.BILLER_SECRET_KEY, publicKey: base.BILLER_PUBLIC_KEY };
       // The sandbox calls this service's webhook, as VTpass calls the URL a merchant registers.

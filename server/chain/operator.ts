@@ -36,6 +36,8 @@ import { onChainOrderId } from "../orders/store.ts";
 import type { Authorization } from "../x402/payment.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
+/** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
+const KEPT_RECEIPTS = 256;
 
 
 export interface ReplacementPolicy {
@@ -109,6 +111,8 @@ export class ChainOperator {
   private wallets = new Map<string, WalletClient<Transport, Chain, Account>>();
   /** Per chain, the pulls waiting for the operator key's current send to finish. */
   private gathering = new Map<ChainKey, GatheredPull[]>();
+  /** The latest receipts this key's transactions were mined with, by hash, as its own node gave them. */
+  private receipts = new Map<string, TransactionReceipt>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -125,6 +129,11 @@ export class ChainOperator {
       const seen = heads.latest(chain);
       return { seen, wait: () => heads.after(chain, seen, POLLING_INTERVAL_MS) };
     };
+  }
+
+  /** The receipt a transaction of these keys was just mined with (read from the service's own node), if still kept. */
+  minedReceipt(hash: string): TransactionReceipt | undefined {
+    return this.receipts.get(hash.toLowerCase());
   }
 
   /** The hot keys' addresses (their gas is watched). */
@@ -358,6 +367,8 @@ export class ChainOperator {
     }
     if (!receipt) throw new Error(`transaction ${hash} (and ${hashes.length - 1} replacement(s)) not mined in time`);
     const mined = receipt.transactionHash;
+    this.receipts.set(mined.toLowerCase(), receipt);
+    if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);

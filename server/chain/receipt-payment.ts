@@ -41,12 +41,13 @@ export interface ReceiptDeps {
  * node holds its receipt at the chain's confirmation depth; null when it holds none within
  * `waitMs`, the transaction failed, or its block was replaced meanwhile.
  */
-export async function paymentsFromReceipt(deps: ReceiptDeps, chain: ChainKey, txHash: Hex, waitMs: number): Promise<LedgerPayment[] | null> {
+export async function paymentsFromReceipt(deps: ReceiptDeps, chain: ChainKey, txHash: Hex, waitMs: number, known?: TransactionReceipt): Promise<LedgerPayment[] | null> {
   const d = deps.deployments.chains[chain];
   if (!d) return null;
   const client = sharedClientFor(chain, rpcUrlFor(chain, d));
   const deadline = Date.now() + waitMs;
-  const receipt = await untilDeadline(deps, chain, deadline, () => client.getTransactionReceipt({ hash: txHash }).catch(() => null));
+  // `known`: the receipt the service's own node just gave for its own transaction (a pull).
+  const receipt = known?.transactionHash === txHash ? known : await untilDeadline(deps, chain, deadline, () => client.getTransactionReceipt({ hash: txHash }).catch(() => null));
   if (!receipt || receipt.status !== "success") return null;
 
   const depth = BigInt(deps.confirmations[chain] ?? 0);
@@ -57,9 +58,10 @@ export async function paymentsFromReceipt(deps: ReceiptDeps, chain: ChainKey, tx
     const again = await client.getTransactionReceipt({ hash: txHash }).catch(() => null);
     if (!again || again.blockHash !== receipt.blockHash || again.status !== "success") return null;
   }
-  const block = await client.getBlock({ blockHash: receipt.blockHash }).catch(() => null);
-  if (!block) return null; // replaced between the reads
-  return inLedgerShape(chainInfo(chain).chainId, d.billPay.address, receipt, block.timestamp);
+  // The block's time, from its head as the node announced it (keyed by hash), else asked.
+  const timestamp = deps.heads.timeOf(chain, receipt.blockHash) ?? (await client.getBlock({ blockHash: receipt.blockHash }).catch(() => null))?.timestamp;
+  if (timestamp === undefined) return null; // replaced between the reads
+  return inLedgerShape(chainInfo(chain).chainId, d.billPay.address, receipt, timestamp);
 }
 
 function inLedgerShape(chainId: number, billPay: string, receipt: TransactionReceipt, timestamp: bigint): LedgerPayment[] {

@@ -160,7 +160,7 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   }
   // The operator's own transaction, from the service's own node: each order's pull in it, by
   // the ledger's predicate (chain/receipt-payment.ts). What it does not show, the ledger decides.
-  const shown = await paymentsFromReceipt(deps, chain, mined, deps.ledgerWaitMs).catch((err: unknown) => {
+  const shown = await paymentsFromReceipt(deps, chain, mined, deps.ledgerWaitMs, deps.operator.minedReceipt(mined)).catch((err: unknown) => {
     deps.log.warn("could not read the pull's receipt; waiting for the ledger", { requestIds: ids, error: errorText(err) });
     return null;
   });

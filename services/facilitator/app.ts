@@ -46,10 +46,15 @@ async function receiptAsBlocksArrive(client: { getTransactionReceipt(args: { has
   }
 }
 
-export function createFacilitator(account: Account, chains: FacilitatorChain[], options: { confirmationTimeoutMs?: number } = {}): x402Facilitator {
+/**
+ * `heads`: new blocks as the caller's own ChainHeads hears them (newHeads over the node's
+ * WebSocket), which the caller closes. Without it the head is polled while a settlement waits,
+ * and nothing is left open.
+ */
+export function createFacilitator(account: Account, chains: FacilitatorChain[], options: { confirmationTimeoutMs?: number; heads?: ChainHeads } = {}): x402Facilitator {
   const facilitator = new x402Facilitator();
   const rpcUrls = new Map(chains.map((c) => [c.chain, c.rpcUrl]));
-  const heads = new ChainHeads((chain) => rpcUrls.get(chain), { webSocket: false, pollMs: HEAD_POLL_MS });
+  const heads = options.heads ?? new ChainHeads((chain) => rpcUrls.get(chain), { webSocket: false, pollMs: HEAD_POLL_MS });
   for (const { chain, rpcUrl } of chains) {
     const client = createWalletClient({
       account,
@@ -64,8 +69,7 @@ export function createFacilitator(account: Account, chains: FacilitatorChain[], 
     const broadcasting = pLimit(1);
     const writeContract: typeof client.writeContract = (args) => broadcasting(() => client.writeContract(args));
     // A receipt is looked for as each block arrives, not on a 200 ms poll: a hosted
-    // facilitator answers soon after the block, and so does this one. The head is polled
-    // only while a settlement waits (no socket to close: this facilitator has no shutdown).
+    // facilitator answers soon after the block, and so does this one.
     const waitForTransactionReceipt = (args: { hash: Hex; timeout?: number }) => receiptAsBlocksArrive(client, heads, chain, args.hash, args.timeout ?? CONFIRMATION_TIMEOUT_MS);
     const signer = toFacilitatorEvmSigner(
       { ...client, writeContract, waitForTransactionReceipt, address: account.address } as unknown as Parameters<typeof toFacilitatorEvmSigner>[0],

@@ -9,6 +9,7 @@ import { serve } from "@hono/node-server";
 import { deployedChains, deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../../lib/deployments.ts";
 import { facilitatorAccount } from "../../lib/local-accounts.ts";
 import { createFacilitator, facilitatorApp } from "./app.ts";
+import { ChainHeads } from "../../lib/chain-heads.ts";
 
 const port = localPort("facilitator");
 const deployments = await readDeployments(deploymentsPath());
@@ -18,6 +19,9 @@ const requiredKey = process.env.FACILITATOR_REQUIRE_API_KEY;
 const metering = requiredKey
   ? { apiKey: requiredKey, credits: optionalCount("FACILITATOR_CREDITS"), settlesPerMinute: optionalCount("FACILITATOR_SETTLES_PER_MINUTE") }
   : undefined;
-const server = serve({ fetch: facilitatorApp(createFacilitator(facilitatorAccount(), chains), metering).fetch, port, hostname: "127.0.0.1" });
+// New blocks by the local nodes' WebSocket: the process's exit closes it.
+const rpcUrls = new Map(chains.map((c) => [c.chain, c.rpcUrl]));
+const heads = new ChainHeads((chain) => rpcUrls.get(chain));
+const server = serve({ fetch: facilitatorApp(createFacilitator(facilitatorAccount(), chains, { heads }), metering).fetch, port, hostname: "127.0.0.1" });
 console.log(`facilitator listening on http://127.0.0.1:${port}`);
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => server.close(() => process.exit(0)));

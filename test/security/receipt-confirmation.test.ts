@@ -6,7 +6,8 @@
  * transaction, of a transfer that is not an authorization's; and a facilitator that answers
  * "settled" with a hash that is not the payment. None of them vends or charges. What the
  * receipt shows is what the ledger then books, row for row. A payment reorganised away after
- * the answer is test/ledger/reorg.test.ts's.
+ * the answer is test/ledger/reorg.test.ts's; a block replaced before the confirmation depth is
+ * this file's last case.
  */
 import { x402HTTPClient } from "@x402/core/http";
 import type { FacilitatorClient } from "@x402/core/server";
@@ -36,6 +37,7 @@ describe("a payment confirmed from its receipt", () => {
   let url: string;
 
   const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never }) as Promise<unknown>;
   /** The order key a receipt is matched against, for x402 (chain, token, payer, nonce). */
   const x402Key = (payer: Hex, nonce: Hex, symbol: "USDC" | "USD₮" = "USDC", amount = USDC(1)) => ({
     chain: "CELO",
@@ -136,7 +138,6 @@ describe("a payment confirmed from its receipt", () => {
     // automining Hardhat node refuses a reverting transaction at send; a mined block takes it.)
     const auth = await celo.signAuthorization(hardhatAccount(7), "USDC", USDC(1));
     const wallet = createWalletClient({ account: payer, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
-    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
     await rpc("evm_setAutomine", [false]);
     let hash: Hex;
     try {
@@ -194,5 +195,28 @@ describe("a payment confirmed from its receipt", () => {
     const answer = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1200 }));
     expect(answer).toMatchObject({ status: "SUCCESS" });
     expect(await metric('billpay_payment_confirmations_total{chain="CELO",rail="x402",source="receipt"}')).toBe(before + 1);
+  });
+
+  // Last: the ledger follows the chain back, and this file asks nothing of it after.
+  it("with a confirmation depth, a settlement whose block is replaced before that depth is never served on its receipt", async () => {
+    const payer = hardhatAccount(13);
+    service.flow.confirmations.CELO = 2;
+    const wait = service.flow.ledgerWaitMs;
+    service.flow.ledgerWaitMs = 3_000;
+    try {
+      const before = await usdc(payer.address);
+      const snapshot = await rpc("evm_snapshot");
+      const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
+      await expect.poll(() => usdc(payer.address), { timeout: 10_000 }).toBeLessThan(before);
+      await rpc("evm_revert", [snapshot]); // the block holding the settlement is gone
+      await rpc("hardhat_mine", ["0x3"]);
+      const answered = await answer;
+      expect(answered.status).toBe("TIMEOUT");
+      expect(await service.flow.attempts.of(answered.request_id as string)).toEqual([]);
+      expect(await usdc(payer.address)).toBe(before);
+    } finally {
+      service.flow.confirmations.CELO = 0;
+      service.flow.ledgerWaitMs = wait;
+    }
   });
 });
