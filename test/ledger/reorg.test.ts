@@ -3,8 +3,7 @@
  * Ponder ledger, facilitator, biller sandbox). Each case takes an `evm_snapshot` before a
  * payment, pays and is served, then `evm_revert`s the chain and mines past the payment's
  * height, so the ledger drops the payment it had confirmed, as a real reorganisation does.
- * Payments are served on their own receipt, so the answer can come before the ledger held the
- * payment at all. The service must notice, say so, and collect the money again under the same key (the
+ * Payments are served on their own receipt, before the ledger holds them. The service must notice, say so, and collect the money again under the same key (the
  * payer's authorization; the same order id), or send the order to an operator, never
  * charging twice; a refunded bill whose payment went is closed as never paid.
  */
@@ -15,6 +14,7 @@ import { mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
+import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
@@ -47,10 +47,16 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
   }
 
-  /** Does `act` on a chain that is then reorganised: everything `act` put on chain is gone, and the chain has moved past it. */
+  /**
+   * Does `act` on a chain that is then reorganised: everything `act` put on chain is gone, and
+   * the chain has moved past it. The ledger is let see the blocks first, as a reorganisation
+   * comes after a block has spread: Ponder 0.16 asks for the logs of a head it was told of by
+   * its hash, and one reverted before that ask is asked for again and again, stalling the ledger.
+   */
   async function reorganisedAway<T>(act: () => Promise<T>): Promise<T> {
     const snapshot = await rpc("evm_snapshot");
     const result = await act();
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
     await rpc("evm_revert", [snapshot]);
     return result;
   }
