@@ -286,7 +286,12 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       const paymentId = paymentIdOf(payment, c.req.header("idempotency-key"));
       if (paymentId) {
         const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
-        if (earlier) return orderResponse(c, earlierUnderId(earlier, hash), header, extraHeaders, undefined, true, PAYMENT_NOT_USED);
+        if (earlier) {
+          // Nothing settles on this call: it is counted as any paid call that settled nothing,
+          // so retrying an id costs the payer its budget, not the service a signature check each.
+          await countUnsettled(c, payment);
+          return orderResponse(c, earlierUnderId(earlier, hash), header, extraHeaders, undefined, true, PAYMENT_NOT_USED);
+        }
       }
 
       // The same bill from the same payer while its earlier payment is still settling (a

@@ -173,6 +173,17 @@ describe("x402 with a payment id: a retry pays once", () => {
     expect(before - (await usdc(payer.address))).toBe((await service.flow.orders.get(order!.request_id))!.amount);
   });
 
+  it("retrying an id settles nothing, so each retry counts against the payer's unsettled budget: past it, 429 before the payment is checked", async () => {
+    const payer = hardhatAccount(12);
+    const id = generatePaymentId();
+    expect((await pay(payer, bill(payer), { id })).json).toMatchObject({ status: "SUCCESS" });
+    const budget = service.config.RATE_LIMIT_UNSETTLED_PAYER.points;
+    for (let i = 0; i < budget; i++) expect((await pay(payer, bill(payer), { id })).status).toBe(200);
+    const past = await pay(payer, bill(payer), { id });
+    expect(past.status).toBe(429);
+    expect(await ordersOf(payer)).toHaveLength(1);
+  });
+
   it("an id is the payer's own: another payer naming it pays for its own bill; the audit is clean", async () => {
     const [owner, stranger] = [hardhatAccount(10), hardhatAccount(11)];
     const id = generatePaymentId();
