@@ -21,6 +21,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { deliveredBy } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
@@ -76,12 +77,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     return (await service.flow.watches.losses()).find((l) => l.request_id === requestId)!;
   }
 
-  /** What the biller sandbox did with each of the order's pay attempts. */
-  async function delivered(requestId: unknown): Promise<string[]> {
-    const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
-    const attempts = await service.flow.attempts.of(requestId as string);
-    return Promise.all(attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as Body).status as string));
-  }
+  const delivered = (requestId: unknown) => deliveredBy(service, requestId);
 
   const metric = async (name: string) =>
     (await (await fetch(`${url}/metrics`)).text())

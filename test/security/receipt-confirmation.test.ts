@@ -25,6 +25,7 @@ import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { deliveredBy } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
@@ -66,12 +67,7 @@ describe("a payment confirmed from its receipt", () => {
     return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
   }
 
-  /** What the biller sandbox did with each of the order's pay attempts. */
-  async function delivered(requestId: unknown): Promise<string[]> {
-    const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
-    const attempts = await service.flow.attempts.of(requestId as string);
-    return Promise.all(attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as Body).status as string));
-  }
+  const delivered = (requestId: unknown) => deliveredBy(service, requestId);
 
   /** The facilitator replaced, for one case, by one that answers `settle` itself. */
   async function withFacilitator<T>(settle: FacilitatorClient["settle"], act: () => Promise<T>): Promise<T> {

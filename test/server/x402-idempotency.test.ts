@@ -18,6 +18,7 @@ import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { deliveredBy } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
@@ -52,12 +53,7 @@ describe("x402 with a payment id: a retry pays once", () => {
     return { status: res.status, json: (await res.json()) as Body, headers: res.headers };
   }
 
-  /** What the biller sandbox did with each of the order's pay attempts. */
-  async function delivered(requestId: unknown): Promise<string[]> {
-    const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
-    const attempts = await service.flow.attempts.of(requestId as string);
-    return Promise.all(attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as Body).status as string));
-  }
+  const delivered = (requestId: unknown) => deliveredBy(service, requestId);
   const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
 
   beforeAll(async () => {

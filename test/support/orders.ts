@@ -3,6 +3,7 @@ import { encodePaymentSignatureHeader } from "@x402/core/http";
 import type { PaymentPayload } from "@x402/core/types";
 import type { Hex } from "viem";
 import type { FlowDeps } from "../../server/orders/fulfil.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
 import { hashOrderSecret, newOrderIds, type Order } from "../../server/orders/store.ts";
 import { decodePayment } from "../../server/x402/payment.ts";
 
@@ -41,4 +42,13 @@ export async function lockAsCrashedRequest(
     0,
   );
   return order;
+}
+
+/** What the biller sandbox did with each of an order's pay attempts (its own transaction route), in attempt order. */
+export async function deliveredBy(service: ServiceStack, requestId: unknown): Promise<string[]> {
+  const keys = { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY };
+  const attempts = await service.flow.attempts.of(requestId as string);
+  return Promise.all(
+    attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as { status: string }).status),
+  );
 }
