@@ -30,6 +30,7 @@ import { OperatorState } from "./operator/state.ts";
 import { requestId } from "hono/request-id";
 import { Callbacks } from "./callbacks.ts";
 import { mountX402Routes } from "./x402/route.ts";
+import { x402Payments } from "./x402/pay.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
 import type { AgentHub } from "./agent/hub.ts";
 import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts";
@@ -96,7 +97,8 @@ export function createApp(deps: AppDeps): Hono {
   );
 
   const proofDeps = { links: hub.deps.links, deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
-  mountX402Routes(app, { config, deployments: deps.deployments, flow: deps.flow, versions, limits, billBodyLimit, offers: hub.deps.offers, proof: proofDeps });
+  const payments = x402Payments({ config, deployments: deps.deployments, flow: deps.flow, versions, limits, offers: hub.deps.offers, proof: proofDeps });
+  mountX402Routes(app, { config, payments, billBodyLimit });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);

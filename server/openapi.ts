@@ -112,6 +112,38 @@ const schemas = {
   JsonRpc: { type: "object", description: "JSON-RPC 2.0" },
 };
 
+/**
+ * The REST route's bill and result as self-contained JSON Schemas (no $ref, no dialect of
+ * their own), for the x402 `bazaar` declaration (x402/challenge.ts), which nests them in
+ * its own 2020-12 schema.
+ */
+export const BILL_JSON_SCHEMAS = {
+  request: (({ $schema: _dialect, ...schema }) => schema)(schemas.PaymentRequest) as Record<string, unknown>,
+  result: schemas.PaymentResult as Record<string, unknown>,
+};
+
+/** A bill and its paid result, as examples of the REST route's call (the result's ids are made up). */
+export const BILL_EXAMPLES = {
+  request: {
+    serviceID: "mtn",
+    serviceCategory: "AIRTIME",
+    network: "MTN",
+    billersCode: "08011111111",
+    nairaAmount: 500,
+    token: "USDC",
+    blockchain: "BASE",
+    wallet_address: "0x52908400098527886E0F7030069857D2E4169EE7",
+  },
+  result: {
+    success: true,
+    status: "SUCCESS",
+    purchased_code: null,
+    units: null,
+    request_id: "req_2026010112000123456789abcdef0123",
+    tx_hash: "0x8f2c6a1d9b3e4f5a6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b",
+  },
+};
+
 const paymentHeaders = [
   { name: "PAYMENT-SIGNATURE", in: "header", required: false, schema: { type: "string" }, description: "x402 v2 payment (base64 JSON)" },
   { name: "X-PAYMENT", in: "header", required: false, schema: { type: "string" }, description: "x402 v1 payment (base64 JSON)" },
@@ -222,6 +254,12 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
             },
           },
         },
+        ...Object.fromEntries(
+          ["/.well-known/x402", "/.well-known/x402.json"].map((path) => [
+            path,
+            { get: { summary: "The paid resources (the REST route and the MCP tool pay_bill): how to call them and their payment options (x402/discovery.ts)", responses: { "200": { description: "Discovery manifest", content: json({ type: "object" }) } } } },
+          ]),
+        ),
         "/api/quote": {
           post: {
             summary: "A bill's price before paying it: amount, breakdown and expiry (the same price the 402 shows, honoured for a payment within its lifetime)",

@@ -7,10 +7,12 @@
  * and the x402 v2 `PAYMENT-REQUIRED` header.
  */
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from "@x402/extensions/payment-identifier";
+import { BAZAAR, declareDiscoveryExtension, type BodyDiscoveryExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { PaymentRequired } from "@x402/core/types";
 import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
+import { BILL_EXAMPLES, BILL_JSON_SCHEMAS } from "../openapi.ts";
 import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import type { QuoteContext } from "../pricing/quote.ts";
 import type { PaymentRequest } from "../schemas.ts";
@@ -32,6 +34,13 @@ export interface Option {
   rateVersion?: string;
   /** The signed offer of this price for this bill (pricing/offers.ts), echoed back by x402 v2 payments. */
   offer?: string;
+}
+
+/** A 402 in both of the interface's forms: the v1 body, and v2 as an object and as its header. */
+export interface Challenge {
+  v1Body: Record<string, unknown>;
+  v2: PaymentRequired;
+  v2Header: string;
 }
 
 export interface ChallengeContext extends QuoteContext {
@@ -105,11 +114,49 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
 }
 
 /**
+ * How to call the REST route, as x402's `bazaar` extension declares it in a 402 (spec:
+ * x402-foundation/x402 specs/extensions/bazaar.md), so an agent or a facilitator's catalogue
+ * learns the call from the challenge itself: POST, a JSON bill (and a JSON result). Built
+ * once, with the extension's own helper: it names no origin and no price.
+ *
+ * Two forms, because the v2 challenge travels in a header. Measured on the local stack, a
+ * bill's PAYMENT-REQUIRED (one option) is 1,244 bytes of base64 without the declaration,
+ * 2,200 with the compact form and 7,912 with the full one; the probe's (four options) is
+ * 2,340 without and 9,004 with the full form. A client echoes the extensions in its payment,
+ * so the paid request's header grows as much. Hence a bill's 402, served for every bill, carries
+ * the compact form (the method and an example bill, no schemas), and the probe's 402, which
+ * a client reads to learn the route, the full one: the bill's and the result's JSON Schemas
+ * (openapi.ts) and an example result. (A proxy in front must pass a 9 KB response header.)
+ */
+function billDiscovery(full: boolean): Record<string, DiscoveryExtension> {
+  const declared = declareDiscoveryExtension({
+    bodyType: "json",
+    input: BILL_EXAMPLES.request,
+    ...(full ? { inputSchema: BILL_JSON_SCHEMAS.request, output: { example: BILL_EXAMPLES.result, schema: BILL_JSON_SCHEMAS.result } } : {}),
+  });
+  // x402's own resource server fills the method in per request; this route does not run
+  // through it, and it is paid by POST only.
+  const bazaar = declared[BAZAAR.key] as BodyDiscoveryExtension;
+  return { [BAZAAR.key]: { ...bazaar, info: { ...bazaar.info, input: { ...bazaar.info.input, method: "POST" } } } };
+}
+
+/** The REST route's `bazaar` declarations: `full` for the probe, `compact` for a bill's 402 (see billDiscovery). */
+export const BILL_DISCOVERY = { full: billDiscovery(true), compact: billDiscovery(false) } as const;
+
+/**
  * @param v1NetworkNames the v1 body names networks as legacy x402@1 clients do ("base")
  *   instead of the interface's CAIP-2 ids: those clients refuse a body with CAIP-2 ids, so
  *   they opt in with `?networks=v1`. The v2 header always carries CAIP-2 ids.
+ * @param discovery the `bazaar` declaration the v2 form carries: the REST route's compact one
+ *   unless told (the probe's full one; an MCP tool's, from discovery.ts mcpToolDiscovery).
  */
-export function buildChallenge(ctx: ChallengeContext, options: Option[], description: string, v1NetworkNames = false) {
+export function buildChallenge(
+  ctx: ChallengeContext,
+  options: Option[],
+  description: string,
+  v1NetworkNames = false,
+  discovery: Record<string, DiscoveryExtension> = BILL_DISCOVERY.compact,
+): Challenge {
   const reqs = options.map((o) => requirement(ctx, o, description));
   const resource = { url: ctx.resourceUrl, description, mimeType: "application/json" };
   const v1Body = {
@@ -129,13 +176,16 @@ export function buildChallenge(ctx: ChallengeContext, options: Option[], descrip
     resource,
     accepts: reqs.map(({ description: _d, ...r }) => r),
     // Optional: a client may name its payment so a retry pays once (x402/payment-id.ts).
-    extensions: { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) },
+    extensions: { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false), ...discovery },
   };
-  return { v1Body, v2Header: encodeHeader(v2) };
+  return { v1Body, v2, v2Header: encodeHeader(v2) };
 }
+
+/** What the probe's 402 (and the well-known list, discovery.ts) says of the route. */
+export const PROBE_DESCRIPTION = "Pay a bill: POST the bill to get its exact price (the minimum price is shown)";
 
 /** The probe: every option at the minimum price, for discovery without a bill. */
 export function probeChallenge(ctx: ChallengeContext, v1NetworkNames = false) {
   const options = settleableOptions(ctx.deployments).map((o) => ({ ...o, amount: MIN_PRICE_MICRO_USD }));
-  return buildChallenge(ctx, options, "Pay a bill: POST the bill to get its exact price (the minimum price is shown)", v1NetworkNames);
+  return buildChallenge(ctx, options, PROBE_DESCRIPTION, v1NetworkNames, BILL_DISCOVERY.full);
 }

@@ -89,6 +89,14 @@ export function decodePayment(header: PaymentHeader, value: string): DecodedPaym
   } catch {
     throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} is not base64-encoded JSON`);
   }
+  return readPayment(header, json);
+}
+
+/**
+ * Reads an x402 payment payload already parsed from JSON (an MCP call's
+ * `_meta["x402/payment"]`, say); `header` names the protocol's header it stands for.
+ */
+export function readPayment(header: PaymentHeader, json: unknown): DecodedPayment {
   const v1 = PaymentPayloadV1Schema.safeParse(json);
   const v2 = v1.success ? undefined : PaymentPayloadV2Schema.safeParse(json);
   if (!v1.success && !v2?.success) {

@@ -1,0 +1,294 @@
+/**
+ * Paying one bill with x402, whatever carried the payment: the REST route (x402/route.ts,
+ * a payment header) and the agent tools (agent/x402-tools.ts: MCP `_meta["x402/payment"]`, A2A metadata) all come
+ * here, so the same exact-amount, ledger-bounded rules hold on both: the price is the server's
+ * own (a signed offer or a live rate version), the payer must be the bill's wallet, a payment
+ * seen before answers only to the very same payment for the same bill, a payment id answers
+ * its first order, and the order is settled, confirmed and vended by orders/x402-flow.ts.
+ *
+ * The answer is an outcome, not a response: each transport says it in its own words.
+ */
+import type { PaymentRequired, SettleResponse } from "@x402/core/types";
+import type { DiscoveryExtension } from "@x402/extensions/bazaar";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import type { Config } from "../config.ts";
+import { ServiceError } from "../errors.ts";
+import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
+import type { FlowDeps } from "../orders/fulfil.ts";
+import type { Order } from "../orders/store.ts";
+import { replayOf, startX402Order } from "../orders/x402-flow.ts";
+import type { PriceOffers } from "../pricing/offers.ts";
+import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
+import type { RateVersions } from "../pricing/rate-versions.ts";
+import { orderProof, type ProofDeps } from "../orders/proof.ts";
+import type { PaymentRequest } from "../schemas.ts";
+import { buildChallenge, requirement, resolveOption, type Challenge, type ChallengeContext, type Option } from "./challenge.ts";
+import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, PaymentRejected, type DecodedPayment, type PaymentProblem } from "./payment.ts";
+import { earlierUnderId, paymentIdOf, storedKey } from "./payment-id.ts";
+
+/** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
+export const BILL_DESCRIPTION = "Bill payment";
+
+/** Said beside the first order's answer when a request repeats its payment id. */
+const PAYMENT_NOT_USED = { payment_not_used: "this payment id already paid for this bill; this authorization was not used, and the first order's result is returned" };
+const STILL_SETTLING = {
+  payment_not_used: "an earlier payment for this same bill is still settling; this authorization was not used. Follow request_id, and pay again only if that order fails",
+};
+
+/** How many recently priced bills an instance remembers, so repeats are not counted as new. */
+const NEW_BILL_MEMORY = 10_000;
+
+export interface X402PayDeps {
+  config: Config;
+  deployments: Deployments;
+  flow: FlowDeps;
+  /** The rate versions prices are made under, shared with the agent hub. */
+  versions: RateVersions;
+  limits: Limits;
+  /** Signs the price each 402 shows, so a payment is honoured at exactly the price its challenge showed. */
+  offers: PriceOffers;
+  /** What proves a replaying caller is the payer (orders/proof.ts). */
+  proof: ProofDeps;
+}
+
+/** One paid (or unpaid) request for one bill, as a transport read it. */
+export interface PayRequest {
+  bill: PaymentRequest;
+  /** The resource the payment is for, as the challenge names it. */
+  resourceUrl: string;
+  /** Whether the caller presented a payment at all (a malformed one still counts). */
+  presentedPayment: boolean;
+  /** Decodes the presented payment; throws PaymentRejected when it is malformed. */
+  decode?: () => DecodedPayment;
+  /** The Idempotency-Key beside the payment, if the transport has one. */
+  idempotencyKey?: string;
+  /** The caller's network address, for the per-address budgets. */
+  client: string;
+  /** A request header by name, for the payer's proof on a replay (orders/proof.ts). */
+  header: (name: string) => string | undefined;
+  /** The v1 body names networks as legacy x402@1 clients do (`?networks=v1`). */
+  v1NetworkNames?: boolean;
+}
+
+export type PayOutcome =
+  /** Pay this: no payment was presented, or the one presented does not fit (`rejected` says why). Nothing was locked. */
+  | { kind: "challenge"; challenge: Challenge; warning?: string; rejected?: { code: PaymentProblem; detail: string } }
+  /** The order this payment made or already had; `note` says when this payment was not used. */
+  | { kind: "order"; order: Order; challenge?: Challenge; warning?: string; secret?: string; showCode: boolean; note?: Record<string, string> }
+  /** The same bill's earlier payment is still settling: this payment was not used. */
+  | { kind: "settling"; order: Order; warning?: string; note: Record<string, string> };
+
+export interface X402Payments {
+  deps: X402PayDeps;
+  /** The challenge context for a resource. */
+  context(resourceUrl: string): ChallengeContext;
+  /** The bill's chain and token; UNSUPPORTED_CHAIN when this environment has no deployment for the chain. */
+  deployedOption(bill: Pick<PaymentRequest, "blockchain" | "token">): ReturnType<typeof resolveOption>;
+  /** Counts a bill this instance has not priced lately against the caller's budget of new bills. */
+  countNewBill(client: string, hash: string): Promise<void>;
+  pay(request: PayRequest): Promise<PayOutcome>;
+  /** One challenge for the same bill in several chains and tokens; `discovery` is the bazaar declaration it carries (the REST route's by default). */
+  challengeFor(bills: PaymentRequest[], resourceUrl: string, client: string, discovery?: Record<string, DiscoveryExtension>): Promise<Challenge>;
+}
+
+export function x402Payments(deps: X402PayDeps): X402Payments {
+  const { config, versions, limits } = deps;
+  const seenBills = new RecentKeys(NEW_BILL_MEMORY);
+
+  const context = (resourceUrl: string): ChallengeContext => ({
+    deployments: deps.deployments,
+    catalogue: deps.flow.catalogue,
+    versions,
+    ttlSeconds: config.QUOTE_TTL_SECONDS,
+    refundBudgets: deps.flow.refundBudgets,
+    customerChecks: deps.flow.customerChecks,
+    resourceUrl,
+  });
+
+  const deployedOption = (bill: Pick<PaymentRequest, "blockchain" | "token">) => {
+    const option = resolveOption(bill);
+    if (!deps.deployments.chains[option.chain]) throw new ServiceError("UNSUPPORTED_CHAIN", `${option.chain} has no deployment in this environment`);
+    return option;
+  };
+
+  /**
+   * New bills are counted per caller (repeats of a bill this instance priced lately are not).
+   * Nothing is stored for a bill, so this bounds only the work a caller can ask of this
+   * instance: kept in memory, it costs no write either.
+   */
+  const countNewBill = async (client: string, hash: string) => {
+    if (seenBills.add(hash)) await limits.take("challengeAddress", client);
+  };
+
+  /**
+   * Paid calls that settled nothing cost the service a signature check, maybe a facilitator
+   * call, and cost the caller nothing: counted per payer and per client address, and past
+   * either budget (RATE_LIMIT_UNSETTLED_*) a paid call is refused before its payment is checked.
+   */
+  const unsettledKeys = (client: string, payment: DecodedPayment | undefined) =>
+    [["unsettledAddress", client], ...(payment ? [["unsettledPayer", payment.authorization.from.toLowerCase()]] : [])] as Array<[LimitName, string]>;
+  const checkUnsettled = async (client: string, payment: DecodedPayment | undefined) => {
+    for (const [name, key] of unsettledKeys(client, payment)) await limits.check(name, key);
+  };
+  const countUnsettled = async (client: string, payment: DecodedPayment | undefined) => {
+    for (const [name, key] of unsettledKeys(client, payment)) await limits.count(name, key);
+  };
+
+  /** The bill's price now, and the option the challenge shows for it, with the signed offer of that price. */
+  async function price(bill: PaymentRequest, ctx: ChallengeContext, option: ReturnType<typeof resolveOption>, bodyHash: string) {
+    const { hash, quote, vend } = await quoteBill(bill, ctx, option, bodyHash);
+    const offer = deps.offers.sign({ billHash: bodyHash, chain: option.chain, token: option.token, amount: quote.amount }, quote.version.id, Math.floor(quote.expiresAt.getTime() / 1000));
+    const priced: Option = { chain: option.chain, token: option.token, amount: quote.amount, rateVersion: quote.version.id, offer };
+    return { hash, quote, vend, priced };
+  }
+
+  /**
+   * One challenge offering the same bill in several chains and tokens (each `bills[i]` names
+   * its own), each priced and offered as a bill's 402 is; counted as one new bill.
+   */
+  async function challengeFor(bills: PaymentRequest[], resourceUrl: string, client: string, discovery?: Record<string, DiscoveryExtension>): Promise<Challenge> {
+    const ctx = context(resourceUrl);
+    const options: Option[] = [];
+    for (const bill of bills) {
+      const option = deployedOption(bill);
+      const bodyHash = billHash(bill, option);
+      if (options.length === 0) await countNewBill(client, bodyHash);
+      options.push((await price(bill, ctx, option, bodyHash)).priced);
+    }
+    return buildChallenge(ctx, options, BILL_DESCRIPTION, false, discovery);
+  }
+
+  async function pay(request: PayRequest): Promise<PayOutcome> {
+    const { bill, client } = request;
+    const option = deployedOption(bill);
+    const warning = option.warning;
+    const ctx = context(request.resourceUrl);
+    const d = deps.deployments.chains[option.chain]!;
+    const token = d.tokens.find((t) => t.symbol === option.token)!;
+    const bodyHash = billHash(bill, option);
+
+    let presented: DecodedPayment | undefined;
+    try {
+      presented = request.presentedPayment ? request.decode?.() : undefined;
+    } catch (err) {
+      if (!(err instanceof PaymentRejected)) throw err; // a malformed payment is answered with the challenge below
+    }
+    // A payment seen before gets its order's result, whatever its quote or clock says now,
+    // but only the very payment stored, signature included, for the same bill (replayOf).
+    const seen = presented && (await deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce));
+    if (seen) {
+      let replayed: Order;
+      try {
+        replayed = replayOf(seen, presented!, bodyHash);
+      } catch (err) {
+        // A payment copied from the chain with guessed bills: each wrong guess counts.
+        await limits.take("challengeAddress", client);
+        throw err;
+      }
+      return { kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof) };
+    }
+
+    // Calls carrying a payment are not counted as new bills (it may be settling), but a
+    // caller or payer whose payments keep failing to settle is held off before more work.
+    if (!presented) await countNewBill(client, bodyHash);
+    if (request.presentedPayment) await checkUnsettled(client, presented);
+    const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash);
+    const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);
+    if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
+
+    // A payment that does not fit this bill's price, or is not the payer's signature, is
+    // answered like no payment: the challenge, plus the reason. Nothing is locked or settled.
+    // Its amount must be the price shown now; or the price its own challenge showed, under
+    // the version the signed offer it echoes names, until that offer expires (so a price
+    // shown is honoured however the rate moves, and no other); or, for a payment that echoes
+    // no offer (x402 v1), what a version live within PRICE_GRACE_SECONDS gave. Always
+    // recomputed from the server's own versions.
+    let payment: DecodedPayment;
+    let quote = shown;
+    try {
+      if (!presented) request.decode?.(); // throws the malformed payment's reason
+      if (!presented) throw new PaymentRejected("INVALID_PAYMENT_HEADER", "no payment could be read");
+      payment = presented;
+      const offered = payment.authorization.value;
+      if (offered !== shown.amount) {
+        const skew = Number(CLOCK_SKEW_SECONDS);
+        const terms = { billHash: bodyHash, chain: option.chain, token: option.token, amount: offered };
+        const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
+        quote =
+          (offeredVersion
+            ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
+            : await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)) ?? shown;
+      }
+      checkPayment(payment, {
+        chain: option.chain,
+        asset: token.address,
+        payTo: d.billPay.address,
+        amount: quote.amount,
+        wallet: bill.wallet_address,
+        maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
+        nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+      });
+      await checkSignature(
+        payment,
+        { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
+        publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
+      );
+    } catch (err) {
+      if (!(err instanceof PaymentRejected)) throw err;
+      await countUnsettled(client, presented);
+      return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: err.detail } };
+    }
+
+    // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
+    // order's answer for the same bill, and this payment is not used (x402/payment-id.ts).
+    const paymentId = paymentIdOf(payment, request.idempotencyKey);
+    if (paymentId) {
+      const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
+      if (earlier) {
+        // Nothing settles on this call: it is counted as any paid call that settled nothing,
+        // so retrying an id costs the payer its budget, not the service a signature check each.
+        await countUnsettled(client, payment);
+        return { kind: "order", order: earlierUnderId(earlier, hash), challenge, warning, showCode: true, note: PAYMENT_NOT_USED };
+      }
+    }
+
+    // The same bill from the same payer while its earlier payment is still settling (a
+    // facilitator that gave no answer, say): the new payment is not used, and the payer is
+    // pointed at the first order, so signing again after a timeout never charges twice.
+    const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
+    if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
+
+    const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
+    const { order, secret, replay } = await startX402Order(deps.flow, {
+      bill,
+      vend,
+      bodyHash: hash,
+      chain: option.chain,
+      token: option.token,
+      tokenAddress: token.address,
+      amount: quote.amount,
+      payment,
+      requirements,
+      resourceUrl: ctx.resourceUrl,
+      ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
+    });
+    if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(client, payment);
+    const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
+    return { kind: "order", order, challenge, warning, secret, showCode };
+  }
+
+  return { deps, context, deployedOption, countNewBill, pay, challengeFor };
+}
+
+/** What a settled order's payment-response says (x402 SettleResponse); none while its settlement is only reported pending. */
+export function settlementOf(order: Order): SettleResponse | undefined {
+  if (!order.txHash || order.status === "SETTLING") return undefined;
+  return { success: true, transaction: order.txHash, network: chainInfo(order.chain as ChainKey).caip2, payer: order.payer };
+}
+
+/** The v2 PaymentRequired a challenge carries, as transports other than HTTP headers send it. */
+export function paymentRequiredOf(challenge: Challenge, error?: string): PaymentRequired {
+  return error === undefined ? challenge.v2 : { ...challenge.v2, error };
+}
