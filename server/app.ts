@@ -30,12 +30,15 @@ import { OperatorState } from "./operator/state.ts";
 import { requestId } from "hono/request-id";
 import { Callbacks } from "./callbacks.ts";
 import { mountX402Routes } from "./x402/route.ts";
+import { mountDiscovery } from "./x402/discovery.ts";
 import { x402Payments } from "./x402/pay.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
+import { a2aX402 } from "./agent/a2a-x402.ts";
 import type { AgentHub } from "./agent/hub.ts";
 import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts";
 import { linkWallet, readWalletHeaders } from "./agent/link.ts";
 import { mcpHandler } from "./agent/mcp.ts";
+import { x402ToolPayments } from "./agent/x402-tools.ts";
 import { agentTools } from "./agent/tools.ts";
 import { bodyLimitFast, jsonBody } from "./http-body.ts";
 import { customerQuestionSchema } from "./schemas.ts";
@@ -99,6 +102,7 @@ export function createApp(deps: AppDeps): Hono {
   const proofDeps = { links: hub.deps.links, deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
   const payments = x402Payments({ config, deployments: deps.deployments, flow: deps.flow, versions, limits, offers: hub.deps.offers, proof: proofDeps });
   mountX402Routes(app, { config, payments, billBodyLimit });
+  mountDiscovery(app, { config, payments });
 
   // The agent routes answer only the hosts configured, against DNS rebinding (the SDKs leave it to the app).
   const allowedHosts = new Set([...config.ALLOWED_HOSTS, ...(config.PUBLIC_URL ? [new URL(config.PUBLIC_URL).hostname.toLowerCase()] : [])]);
@@ -175,7 +179,9 @@ export function createApp(deps: AppDeps): Hono {
     return c.json(linked, 200, { "cache-control": "no-store" });
   });
 
-  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: log(), baseUrl: config.PUBLIC_URL });
+  // pay_bill paid per call with x402, over MCP and A2A alike.
+  const x402Tools = x402ToolPayments(payments);
+  const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: log(), baseUrl: config.PUBLIC_URL, x402: x402Tools });
   // Every MCP and A2A request is counted per client address before its body is read.
   const agentAddressLimit = async (c: Context, next: () => Promise<void>) => {
     if (c.req.method === "POST") await limits.take("agentAddress", clientAddress(c));
@@ -183,13 +189,14 @@ export function createApp(deps: AppDeps): Hono {
   };
   app.use("/api/mcp", agentAddressLimit);
   app.use("/api/a2a", agentAddressLimit);
-  app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw));
+  app.post("/api/mcp", agentBodyLimit, (c) => mcp(c.req.raw, { client: clientAddress(c), header: (name) => c.req.header(name) }));
   // Stateless: no session to resume (GET) or end (DELETE).
   app.on(["GET", "DELETE"], "/api/mcp", () => new Response(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Method not allowed: POST JSON-RPC to /api/mcp" } }), { status: 405, headers: { "content-type": "application/json", allow: "POST" } }));
 
   app.use("/api/a2a", agentBodyLimit);
   mountA2a(app, {
-    card: (baseUrl) => agentCard({ name: config.SERVICE_NAME, version: "1.0.0", baseUrl, tools }),
+    card: (baseUrl) => agentCard({ name: config.SERVICE_NAME, version: "1.0.0", baseUrl, tools, payPerCall: true }),
+    x402: a2aX402(x402Tools),
     tools,
     ctx: toolContext,
     log: log(),

@@ -25,7 +25,10 @@ import {
 } from "@a2a-js/sdk/server";
 import type { Hono } from "hono";
 import { z } from "zod";
-import { problemBody, validationFailed } from "../errors.ts";
+import { problemBody, type ServiceError, validationFailed } from "../errors.ts";
+import { clientAddress } from "../limits.ts";
+import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
+import { X402_PAYABLE_TOOLS, type McpCallContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
 import { bearerApiKey, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
@@ -63,7 +66,15 @@ class ToolExecutor implements AgentExecutor {
     private readonly tools: ToolDefinition[],
     private readonly ctx: ToolContext,
     private readonly log: Log,
+    /** pay_bill paid per call with x402 (agent/a2a-x402.ts); without it every paying skill needs an api_key. */
+    private readonly x402?: A2aX402,
   ) {}
+
+  /** What the payment rules need of the caller: its address (for budgets) and its headers (for a replay's proof). */
+  private callContext(request: RequestContext): McpCallContext {
+    const headers = (request.context.state.get("headers") as Record<string, string> | undefined) ?? {};
+    return { client: String(request.context.state.get("client") ?? "unknown"), header: (name) => headers[name.toLowerCase()] };
+  }
 
   async execute(request: RequestContext, bus: ExecutionEventBus): Promise<void> {
     const reply = (parts: Part[]) => {
@@ -81,6 +92,8 @@ class ToolExecutor implements AgentExecutor {
       );
       bus.finished();
     };
+    // A payment submitted (or declined) on a task this service priced: no skill call needed (a2a-x402).
+    if (this.x402 && pricedCallOf(request) && x402StatusOf(request.userMessage)) return this.x402.submit(request, bus, this.callContext(request));
     const call = readCall(request.userMessage);
     const name = call?.skill ?? call?.tool ?? call?.name;
     const tool = this.tools.find((t) => t.name === name);
@@ -93,7 +106,16 @@ class ToolExecutor implements AgentExecutor {
     }
     // The api_key may come as Authorization: Bearer (kept in the call's context by the route).
     const bearer = request.context.state.get("bearer") as string | undefined;
-    const parsed = z.object(tool.input).safeParse(withBearer((call.arguments ?? {}) as Record<string, unknown>, bearer));
+    const args = withBearer((call.arguments ?? {}) as Record<string, unknown>, bearer);
+    if (this.x402 && X402_PAYABLE_TOOLS.has(tool.name) && args.api_key === undefined) {
+      // No api_key: paid per call with x402, the call priced as an input-required task.
+      return this.x402.request(request, bus, tool.name, args, this.callContext(request), (err) => {
+        const e = err as ServiceError;
+        const error = problemBody(e.code, e.detail, e.extra);
+        reply([textPart(error.detail), dataPart({ error })]);
+      });
+    }
+    const parsed = z.object(tool.input).safeParse(args);
     if (!parsed.success) {
       const refusal = validationFailed(parsed.error, "(arguments)");
       const error = problemBody(refusal.code, refusal.detail, refusal.extra);
@@ -109,7 +131,7 @@ class ToolExecutor implements AgentExecutor {
   }
 }
 
-export function agentCard(options: { name: string; version: string; baseUrl: string; tools: ToolDefinition[] }): AgentCard {
+export function agentCard(options: { name: string; version: string; baseUrl: string; tools: ToolDefinition[]; payPerCall?: boolean }): AgentCard {
   const url = `${options.baseUrl}/api/a2a`;
   return {
     name: options.name,
@@ -120,7 +142,15 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
     provider: { organization: options.name, url: options.baseUrl },
     version: options.version,
     documentationUrl: `${options.baseUrl}/openapi.json`,
-    capabilities: { streaming: false, pushNotifications: false, extensions: [], extendedAgentCard: false },
+    capabilities: {
+      streaming: false,
+      pushNotifications: false,
+      // Declared, not required: pay_bill with an api_key and PIN needs no x402 (agent/a2a-x402.ts).
+      extensions: options.payPerCall
+        ? [{ uri: A2A_X402_EXTENSION, description: `${[...X402_PAYABLE_TOOLS].join(", ")} without an api_key is paid per call with x402 (an input-required task, then payment-submitted).`, required: false, params: undefined }]
+        : [],
+      extendedAgentCard: false,
+    },
     securitySchemes: {},
     securityRequirements: [],
     defaultInputModes: ["application/json", "text/plain"],
@@ -141,9 +171,9 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
 
 export function mountA2a(
   app: Hono,
-  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string },
+  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string; x402?: A2aX402 },
 ): void {
-  const executor = new ToolExecutor(options.tools, options.ctx, options.log);
+  const executor = new ToolExecutor(options.tools, options.ctx, options.log, options.x402);
   // The card names the public URL; built on first use when it comes from the request.
   const handlers = new Map<string, { v1: JsonRpcTransportHandler; legacy: LegacyJsonRpcTransportHandler; card: AgentCard }>();
   const forBase = (baseUrl: string) => {
@@ -186,6 +216,8 @@ export function mountA2a(
       });
       context.state.set("bearer", bearerApiKey(c.req.header("authorization")));
       context.state.set("baseUrl", baseOf(c.req.url));
+      context.state.set("client", clientAddress(c));
+      context.state.set("headers", Object.fromEntries(c.req.raw.headers));
       validateVersion(context.requestedVersion ?? A2A_LEGACY_PROTOCOL_VERSION, h.card, "JSONRPC");
       const out = await (legacy ? h.legacy : h.v1).handle(body as Record<string, unknown>, context);
       if (out && typeof (out as AsyncGenerator)[Symbol.asyncIterator] === "function") {

@@ -17,6 +17,7 @@ import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type ListToolsResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
+import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type McpCallContext, type X402ToolPayments } from "./x402-tools.ts";
 import { bearerApiKey, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
@@ -34,6 +35,12 @@ export async function callTool(tool: ToolDefinition, args: Record<string, unknow
   }
 }
 
+/** A tool's answer that is an error with the catalogue's code. */
+function toolError(code: Parameters<typeof problemBody>[0], detail: string, extra?: Record<string, unknown>): CallToolResult {
+  const error = problemBody(code, detail, extra);
+  return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+}
+
 export function mcpHandler(options: {
   name: string;
   version: string;
@@ -42,19 +49,22 @@ export function mcpHandler(options: {
   log: Log;
   /** The service's public base URL, else the request's origin. */
   baseUrl?: string;
+  /** Pays the x402-payable tools per call (agent/x402-tools.ts); without it every tool needs an api_key. */
+  x402?: X402ToolPayments;
 }) {
+  const payable = (tool: ToolDefinition) => options.x402 !== undefined && X402_PAYABLE_TOOLS.has(tool.name);
   // The list never changes while the service runs: built once, schemas and all.
   const listed: ListToolsResult = {
     tools: options.tools.map((tool) => ({
       name: tool.name,
       title: tool.title,
-      description: tool.description,
-      inputSchema: toolInputSchema(tool),
+      description: payable(tool) ? x402PayableDescription(tool) : tool.description,
+      inputSchema: payable(tool) ? x402PayableSchema(tool) : toolInputSchema(tool),
       annotations: { readOnlyHint: !tool.paying && tool.name !== "cancel_schedule", openWorldHint: true },
     })),
   };
   const byName = new Map(options.tools.map((t) => [t.name, t]));
-  return async (request: Request): Promise<Response> => {
+  return async (request: Request, call: McpCallContext = { client: "unknown", header: (name) => request.headers.get(name) ?? undefined }): Promise<Response> => {
     // The api_key may come as Authorization: Bearer instead of in every call's arguments.
     const bearer = bearerApiKey(request.headers.get("authorization"));
     const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };
@@ -64,15 +74,23 @@ export function mcpHandler(options: {
     // VALIDATION_FAILED with its issues rather than the SDK's own untyped message.
     server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
       const tool = byName.get(request.params.name);
-      if (!tool) {
-        const error = problemBody("VALIDATION_FAILED", `unknown tool "${request.params.name}"; tools/list names them`);
-        return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+      if (!tool) return toolError("VALIDATION_FAILED", `unknown tool "${request.params.name}"; tools/list names them`);
+      const args = withBearer(request.params.arguments ?? {}, bearer);
+      // An x402 payment travels in _meta (x402's MCP transport); with no api_key, a payable tool is paid that way.
+      const payment = (request.params._meta as Record<string, unknown> | undefined)?.[X402_PAYMENT_META];
+      if (payable(tool) && args.api_key === undefined) return toolResultOf(await options.x402!.call(tool.name, args, payment, call));
+      if (payment !== undefined) {
+        return toolError(
+          "VALIDATION_FAILED",
+          payable(tool)
+            ? "pay with an api_key and PIN, or with an x402 payment in _meta, not both: leave out the api_key (and the Authorization header) to pay with x402"
+            : `${tool.name} is not paid with x402 over MCP; only ${[...X402_PAYABLE_TOOLS].join(", ")} is (one bill, one payment)`,
+        );
       }
-      const parsed = z.object(tool.input).safeParse(withBearer(request.params.arguments ?? {}, bearer));
+      const parsed = z.object(tool.input).safeParse(args);
       if (!parsed.success) {
         const refusal = validationFailed(parsed.error, "(arguments)");
-        const error = problemBody(refusal.code, refusal.detail, refusal.extra);
-        return { isError: true, content: [{ type: "text", text: JSON.stringify({ error }) }], structuredContent: { error } };
+        return toolError(refusal.code, refusal.detail, refusal.extra);
       }
       return callTool(tool, parsed.data, ctx, options.log);
     });

@@ -77,6 +77,13 @@ describe("npm start with every port moved", () => {
     expect(audit.out).toMatch(/^CELO\s+USDC\s+1\.\d+\s/m);
   });
 
+  it("an agent holding a wallet pays over MCP with x402, no link, with the example (npm run agent:x402-example)", async () => {
+    const paid = await runScript("scripts/agent-x402-example.ts", [], env);
+    expect(paid.code, paid.out).toBe(0);
+    expect(paid.out).toMatch(/"status": "SUCCESS"/);
+    expect(paid.out).toMatch(/"success": true/);
+  });
+
   it("stops on a signal with everything it started, and reports no failure of its own ledger", async () => {
     const exit = new Promise<number | null>((r) => stack.child.once("exit", (code) => r(code)));
     await stack.stop();

@@ -1,0 +1,250 @@
+/**
+ * pay_bill paid per call with x402 inside MCP (server/agent/x402-tools.ts), against the real
+ * local stack, with the official MCP client and the official x402 client: an unpaid call
+ * answers the PaymentRequired as x402's MCP transport has it; a paid call settles, vends and
+ * answers with the settlement in `_meta`; and a stranger's tries (replayed, underpaid, forged,
+ * wrong chain, wrong token, an empty wallet, a v1 payload, a payment with an api_key, a batch)
+ * change nothing or charge exactly once. A failed vend is refunded on chain. Each case ends on
+ * balances; the suite ends on the audit.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { PaymentRequiredV2Schema } from "@x402/core/schemas";
+import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
+import { BAZAAR, extractDiscoveryInfoFromExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import type { Account, Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { linkAgent } from "../../lib/agent-client.ts";
+import { callToolPaid } from "../../lib/mcp-x402-client.ts";
+import { chainInfo } from "../../lib/chains.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { airtimeBill } from "../support/bills.ts";
+import { deliveredBy } from "../support/orders.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+
+describe("pay_bill over MCP, paid per call with x402", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let mcp: Client;
+
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const bill = (extra: Body = {}) => airtimeBill({ billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1500, ...extra });
+  const call = async (args: Body, payment?: unknown, name = "pay_bill") =>
+    (await mcp.callTool({ name, arguments: args, ...(payment === undefined ? {} : { _meta: { "x402/payment": payment } }) }, undefined, { timeout: 120_000 })) as CallToolResult;
+  /** The PaymentRequired in a tool result, as the transport's page tells a client to read it. */
+  const requiredOf = (result: CallToolResult): PaymentRequired => {
+    expect(result.isError).toBe(true);
+    const text = (result.content as Array<{ text: string }>)[0]!.text;
+    expect(JSON.parse(text)).toEqual(result.structuredContent);
+    return PaymentRequiredV2Schema.parse(result.structuredContent) as unknown as PaymentRequired;
+  };
+  /** Signs one of the accepts (the first that `pick` allows) with the official client. */
+  const sign = async (payer: Account, required: PaymentRequired, pick: (a: PaymentRequired["accepts"][number]) => boolean = () => true): Promise<PaymentPayload> =>
+    x402ClientFor(payer, paying.chains.deployments).createPaymentPayload({ ...required, accepts: required.accepts.filter(pick) });
+  const onCelo = (a: PaymentRequired["accepts"][number]) => a.network === chainInfo("CELO").caip2 && a.asset.toLowerCase() === celo.tokenAddress("USDC").toLowerCase();
+  const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    mcp = new Client({ name: "x402-mcp-test", version: "1.0.0" });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${service.urls.service}/api/mcp`)));
+  });
+  afterAll(async () => {
+    await mcp?.close();
+    await paying?.close();
+  });
+
+  it("tools/list: pay_bill needs no api_key or PIN, and says how to pay with x402", async () => {
+    const { tools } = await mcp.listTools();
+    const payBill = tools.find((t) => t.name === "pay_bill")!;
+    expect(payBill.inputSchema.required).not.toContain("api_key");
+    expect(payBill.inputSchema.required).not.toContain("pin");
+    expect(payBill.inputSchema.required).toEqual(expect.arrayContaining(["serviceID", "billersCode", "nairaAmount"]));
+    expect(payBill.description).toContain('_meta["x402/payment"]');
+    // A tool that is not paid with x402 still needs its key.
+    expect(tools.find((t) => t.name === "check_balance")!.inputSchema.required).toContain("api_key");
+  });
+
+  it("an unpaid call answers the PaymentRequired (structured and as text), offering every chain and token that settles, and charges nothing", async () => {
+    const payer = hardhatAccount(5);
+    const before = await usdc(payer.address);
+    const required = requiredOf(await call(bill()));
+    expect(required.x402Version).toBe(2);
+    expect(required.resource.url).toBe("mcp://tool/pay_bill");
+    // It declares the tool for catalogues as x402's bazaar has an MCP tool: its name and its tools/list schema.
+    const { tools } = await mcp.listTools();
+    const info = extractDiscoveryInfoFromExtension(required.extensions![BAZAAR.key] as DiscoveryExtension);
+    expect(info.input).toMatchObject({ type: "mcp", toolName: "pay_bill", inputSchema: tools.find((t) => t.name === "pay_bill")!.inputSchema });
+    const offered = required.accepts.map((a) => `${a.network} ${a.asset.toLowerCase()}`);
+    for (const [chain, d] of Object.entries(paying.chains.deployments.chains)) {
+      for (const t of d!.tokens.filter((t) => t.eip712Version !== null)) expect(offered).toContain(`${chainInfo(chain).caip2} ${t.address.toLowerCase()}`);
+    }
+    // Each pays BillPay on its own chain.
+    const billPayOn = (network: string) => Object.entries(paying.chains.deployments.chains).find(([chain]) => chainInfo(chain).caip2 === network)![1]!.billPay.address.toLowerCase();
+    for (const a of required.accepts) expect(a.payTo.toLowerCase()).toBe(billPayOn(a.network));
+    // Naming the chain and token offers that one only.
+    const named = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
+    expect(named.accepts).toHaveLength(1);
+    expect(named.accepts[0]!.asset.toLowerCase()).toBe(celo.tokenAddress("USDC").toLowerCase());
+    expect(await usdc(payer.address)).toBe(before);
+  });
+
+  it("a paid call settles, vends and answers with the settlement in _meta; the same payment again is the same order, charged once", async () => {
+    const payer = hardhatAccount(5);
+    const before = await usdc(payer.address);
+    const required = requiredOf(await call(bill()));
+    const payment = await sign(payer, required, onCelo);
+    const paid = await call(bill(), payment);
+    expect(paid.isError).toBeFalsy();
+    const result = paid.structuredContent as Body;
+    expect(result).toMatchObject({ status: "SUCCESS", success: true });
+    const settlement = (paid._meta as Body)["x402/payment-response"] as Body;
+    expect(settlement).toMatchObject({ success: true, network: chainInfo("CELO").caip2, transaction: result.tx_hash });
+    expect(String(settlement.payer).toLowerCase()).toBe(payer.address.toLowerCase());
+    const order = (await service.flow.orders.get(result.request_id as string))!;
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(order.amount).toBe(BigInt(payment.accepted.amount));
+
+    // Replayed: the very same payment is answered with its order; nothing moves again.
+    const again = await call(bill(), payment);
+    expect(again.structuredContent).toMatchObject({ status: "SUCCESS", request_id: result.request_id });
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(await deliveredBy(service, result.request_id)).toEqual(["delivered"]);
+    // ...and the same payment for another bill is refused, charging nothing.
+    const reused = await call(bill({ nairaAmount: 1600 }), payment);
+    expect(reused.isError).toBe(true);
+    expect(JSON.stringify(reused.structuredContent)).toContain("PAYMENT_ALREADY_USED");
+    expect(await ordersOf(payer)).toHaveLength(1);
+  });
+
+  it("an agent's pay-per-call loop (lib/mcp-x402-client.ts, as the example runs it) pays a bill that names only the bill", async () => {
+    const payer = hardhatAccount(11);
+    const before = await usdc(payer.address);
+    const { result, required, settlement } = await callToolPaid(mcp, x402ClientFor(payer, paying.chains.deployments), "pay_bill", bill());
+    expect(required?.accepts.length).toBeGreaterThan(1);
+    expect(result.structuredContent).toMatchObject({ status: "SUCCESS" });
+    expect(settlement).toMatchObject({ success: true });
+    const order = (await service.flow.orders.get((result.structuredContent as Body).request_id as string))!;
+    // The client chose the first option it can pay; the payment's own `accepted` told the service which.
+    expect(settlement!.network).toBe(required!.accepts[0]!.network);
+    expect(order.tokenAddress.toLowerCase()).toBe(required!.accepts[0]!.asset.toLowerCase());
+    if (order.chain === "CELO" && order.token === "USDC") expect(before - (await usdc(payer.address))).toBe(order.amount);
+  });
+
+  it("the same payment sent twice at once makes one order and one charge", async () => {
+    const payer = hardhatAccount(10);
+    const before = await usdc(payer.address);
+    const payment = await sign(payer, requiredOf(await call(bill())), onCelo);
+    const answers = await Promise.all([call(bill(), payment), call(bill(), payment)]);
+    const ids = new Set(answers.map((a) => (a.structuredContent as Body).request_id));
+    expect(ids.size).toBe(1);
+    expect(await ordersOf(payer)).toHaveLength(1);
+    const order = (await service.flow.orders.get([...ids][0] as string))!;
+    await expect.poll(async () => (await service.flow.orders.get(order.requestId))!.status, { timeout: 30_000 }).toBe("SUCCESS");
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(await deliveredBy(service, order.requestId)).toEqual(["delivered"]);
+  });
+
+  it("a bill the biller fails is refunded on chain, in full", async () => {
+    const payer = hardhatAccount(6);
+    const before = await usdc(payer.address);
+    const failing = bill({ billersCode: "08099999999" });
+    const payment = await sign(payer, requiredOf(await call(failing)), onCelo);
+    const paid = await call(failing, payment);
+    expect(paid.isError).toBeFalsy();
+    const result = paid.structuredContent as Body;
+    expect(result.status).toBe("FAILED_VENDING");
+    expect((paid._meta as Body)["x402/payment-response"]).toMatchObject({ success: true });
+    await expect.poll(async () => (await service.flow.orders.get(result.request_id as string))!.status, { timeout: 30_000 }).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(before);
+  });
+
+  it("underpaid, forged, wrong chain and wrong token payments answer the PaymentRequired again with the reason, and lock or charge nothing", async () => {
+    const payer = hardhatAccount(7);
+    const victim = hardhatAccount(8);
+    const before = [await usdc(payer.address), await usdc(victim.address)];
+    const required = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
+    const accepted = required.accepts[0]!;
+
+    const underpaid = await sign(payer, { ...required, accepts: [{ ...accepted, amount: (BigInt(accepted.amount) - 1n).toString() }] });
+    const cases: Array<[string, Body, unknown]> = [
+      ["AMOUNT_MISMATCH", bill(), underpaid],
+      // Signed by the payer, for a bill naming the victim's wallet.
+      ["PAYER_MISMATCH", bill({ wallet_address: victim.address }), await sign(payer, required)],
+      // A signature that is not the signer's.
+      ["SIGNATURE_INVALID", bill(), { ...(await sign(payer, required)), payload: { ...(await sign(payer, required)).payload, signature: (await sign(victim, required)).payload.signature } }],
+      // Paid on CELO for a bill that names BASE.
+      ["PAYMENT_NETWORK_MISMATCH", bill({ chain: "BASE", token: "USDC" }), await sign(payer, required)],
+      // Paid in USDC for a bill that names USD₮.
+      ["PAYMENT_ASSET_MISMATCH", bill({ chain: "CELO", token: "USDT" }), await sign(payer, required)],
+      // Late: an authorization that lapses before it could settle.
+      ["AUTHORIZATION_EXPIRES_TOO_SOON", bill(), await sign(payer, { ...required, accepts: [{ ...accepted, maxTimeoutSeconds: 5 }] })],
+      // x402 v1's payload shape: the MCP transport carries version 2 only.
+      ["INVALID_PAYMENT_HEADER", bill(), { x402Version: 1, scheme: "exact", network: "celo", payload: (await sign(payer, required)).payload }],
+      ["INVALID_PAYMENT_HEADER", bill(), "not a payment"],
+    ];
+    for (const [code, args, payment] of cases) {
+      const answer = await call(args, payment);
+      const body = answer.structuredContent as Body;
+      expect(answer.isError, code).toBe(true);
+      expect(body.code, code).toBe(code);
+      // The PaymentRequired again, so the client can pay properly.
+      expect(PaymentRequiredV2Schema.safeParse(body).success, code).toBe(true);
+      expect(String(body.error).length).toBeGreaterThan(0);
+    }
+    expect([await usdc(payer.address), await usdc(victim.address)]).toEqual(before);
+    expect(await ordersOf(payer)).toHaveLength(0);
+    expect(await ordersOf(victim)).toHaveLength(0);
+  });
+
+  it("a payment from a wallet that cannot cover it is refused by the facilitator: PAYMENT_NOT_SETTLED with the PaymentRequired, nothing charged", async () => {
+    const empty = privateKeyToAccount(generatePrivateKey());
+    const required = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
+    const answer = await call(bill(), await sign(empty, required));
+    const body = answer.structuredContent as Body;
+    expect(answer.isError).toBe(true);
+    expect(body.code).toBe("PAYMENT_NOT_SETTLED");
+    expect(PaymentRequiredV2Schema.safeParse(body).success).toBe(true);
+    expect(body.request_id).toBeTruthy();
+    expect(await usdc(empty.address)).toBe(0n);
+    expect(await deliveredBy(service, body.request_id)).toEqual([]);
+  });
+
+  it("a payment beside an api_key, or on a tool x402 does not pay, is refused as VALIDATION_FAILED and charges nothing", async () => {
+    const payer = hardhatAccount(9);
+    const apiKey = await linkAgent(service.urls.service, payer, { pin: "2468" });
+    const before = await usdc(payer.address);
+    const payment = await sign(payer, requiredOf(await call(bill())), onCelo);
+    for (const [name, args] of [
+      ["pay_bill", { ...bill(), api_key: apiKey, pin: "2468" }],
+      ["pay_bill_batch", { api_key: apiKey, pin: "2468", bills: [bill()] }],
+      ["check_balance", { api_key: apiKey }],
+    ] as Array<[string, Body]>) {
+      const answer = await call(args, payment, name);
+      expect(answer.isError, name).toBe(true);
+      expect((answer.structuredContent as { error: Body }).error.code, name).toBe("VALIDATION_FAILED");
+    }
+    // A bill that is not valid is refused before any price is made.
+    const invalid = await call(bill({ nairaAmount: -5 }));
+    expect((invalid.structuredContent as { error: Body }).error.code).toBe("VALIDATION_FAILED");
+    expect(await usdc(payer.address)).toBe(before);
+    expect(await ordersOf(payer)).toHaveLength(0);
+  });
+
+  it("the audit agrees with every order the MCP payments made", async () => {
+    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url: service.urls.service } });
+    expect(audit.discrepancies).toEqual([]);
+  });
+});
