@@ -100,7 +100,7 @@ export function createApp(deps: AppDeps): Hono {
   );
 
   const proofDeps = { links: hub.deps.links, deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
-  const payments = x402Payments({ config, deployments: deps.deployments, flow: deps.flow, versions, limits, offers: hub.deps.offers, proof: proofDeps });
+  const payments = x402Payments({ config, deployments: deps.deployments, flow: deps.flow, versions, limits, offers: hub.deps.offers, proof: proofDeps, receipts: hub.deps.receipts });
   mountX402Routes(app, { config, payments, billBodyLimit });
   mountDiscovery(app, { config, payments });
 
@@ -263,8 +263,13 @@ export function createApp(deps: AppDeps): Hono {
     // Anyone holding the id sees where the order stands; the purchased code needs proof (orders/proof.ts).
     const showCode = await orderProof((name) => c.req.header(name), order, proofDeps);
     const callback = await callbacks.status(order.requestId);
-    return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}) }, 200, { "cache-control": "no-store" });
+    // Signed afresh, so a refunded order's receipt names the refund (orders/receipts.ts).
+    const receipt = order.status === "SETTLING" ? undefined : await hub.deps.receipts.billReceipt(order);
+    return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}), ...(receipt ? { receipt } : {}) }, 200, { "cache-control": "no-store" });
   });
+
+  // The key receipts are signed with, and how to check one offline.
+  app.get("/api/receipts/signer", (c) => c.json(hub.deps.receipts.published(), 200, { "cache-control": "public, max-age=300", "access-control-allow-origin": "*" }));
 
   return app;
 }

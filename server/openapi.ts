@@ -57,6 +57,12 @@ const schemas = {
         properties: { status: { type: "string", enum: ["PENDING", "REFUNDED"] }, tx_hash: { type: ["string", "null"] }, reason: { type: ["string", "null"] } },
       },
       review: { type: "object", properties: { reason: { type: ["string", "null"] }, detail: { type: "string" } } },
+      receipt: {
+        type: "object",
+        description: "Once the payment is settled: the bill's receipt, EIP-712, signed by the key GET /api/receipts/signer publishes (order, bill hash, payer, network, token, amount, transaction, outcome, refund transaction)",
+        required: ["format", "primaryType", "signer", "payload", "signature"],
+        properties: { format: { const: "eip712" }, primaryType: { const: "Receipt" }, signer: { type: "string" }, payload: { type: "object" }, signature: { type: "string" } },
+      },
     },
   },
   PaymentChallenge: {
@@ -269,6 +275,12 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         },
       }),
       ...tagged("Orders", {
+        "/api/receipts/signer": {
+          get: {
+            summary: "The key paid bills' receipts are signed with, and their EIP-712 domains and types, to check a receipt offline (orders/receipts.ts)",
+            responses: { "200": { description: "The signer and the receipts' typed-data definitions", content: json({ type: "object" }) } },
+          },
+        },
         "/api/orders/{requestId}": {
           get: {
             summary: "Where an order stands (either rail); the purchased code only with proof",

@@ -31,6 +31,7 @@ import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
 import { PinHasher } from "./agent/credentials.ts";
 import { pinPepper } from "./agent/pin-pepper.ts";
+import { Receipts } from "./orders/receipts.ts";
 import { PriceOffers } from "./pricing/offers.ts";
 import { ScheduleStore } from "./agent/schedules.ts";
 
@@ -141,6 +142,7 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     limits: new Limits(config, db),
     gates: buildGates(config),
     offers: new PriceOffers(pepper),
+    receipts: new Receipts(pepper),
   });
 }
 

@@ -21,6 +21,7 @@ import { RateVersions } from "../pricing/rate-versions.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
+import type { Receipts } from "../orders/receipts.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import type { Category } from "../pricing/price.ts";
 import { customerView, type CustomerQuestion } from "../biller/customer-check.ts";
@@ -47,6 +48,8 @@ export interface HubDeps {
   gates: Gates;
   /** Signs the prices the x402 route shows (pricing/offers.ts). */
   offers: PriceOffers;
+  /** Signs paid bills' receipts (orders/receipts.ts). */
+  receipts: Receipts;
 }
 
 /**

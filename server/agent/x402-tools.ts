@@ -184,8 +184,13 @@ export function x402ToolPayments(payments: X402Payments) {
           const reason = { code: "PAYMENT_NOT_SETTLED" as const, detail: order.failureReason ?? "the payment did not settle; sign a new one" };
           return { kind: "not-settled", reason, fields, ...(outcome.challenge ? { challenge: outcome.challenge } : {}) };
         }
-        const settlement = settlementOf(order);
-        const body = { ...orderResult(order, { showCode: outcome.showCode }), ...(outcome.secret ? { order_secret: outcome.secret } : {}), ...outcome.note };
+        const settlement = settlementOf(order, outcome.receipts);
+        const body = {
+          ...orderResult(order, { showCode: outcome.showCode }),
+          ...(outcome.secret ? { order_secret: outcome.secret } : {}),
+          ...outcome.note,
+          ...(outcome.receipts ? { receipt: outcome.receipts.bill } : {}),
+        };
         return { kind: "done", body, ...(settlement ? { settlement } : {}) };
       }
     }

@@ -10,6 +10,8 @@
  */
 import type { PaymentRequired, SettleResponse } from "@x402/core/types";
 import type { DiscoveryExtension } from "@x402/extensions/bazaar";
+import type { EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
+import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts } from "../orders/receipts.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
@@ -51,6 +53,14 @@ export interface X402PayDeps {
   offers: PriceOffers;
   /** What proves a replaying caller is the payer (orders/proof.ts). */
   proof: ProofDeps;
+  /** Signs a paid bill's receipts (orders/receipts.ts). */
+  receipts: Receipts;
+}
+
+/** A settled order's signed receipts: the bill's own, and x402's (offer-receipt). */
+export interface OrderReceipts {
+  bill: BillReceipt;
+  x402: EIP712SignedReceipt;
 }
 
 /** One paid (or unpaid) request for one bill, as a transport read it. */
@@ -76,7 +86,7 @@ export type PayOutcome =
   /** Pay this: no payment was presented, or the one presented does not fit (`rejected` says why). Nothing was locked. */
   | { kind: "challenge"; challenge: Challenge; warning?: string; rejected?: { code: PaymentProblem; detail: string } }
   /** The order this payment made or already had; `note` says when this payment was not used. */
-  | { kind: "order"; order: Order; challenge?: Challenge; warning?: string; secret?: string; showCode: boolean; note?: Record<string, string> }
+  | { kind: "order"; order: Order; challenge?: Challenge; warning?: string; secret?: string; showCode: boolean; note?: Record<string, string>; receipts?: OrderReceipts }
   /** The same bill's earlier payment is still settling: this payment was not used. */
   | { kind: "settling"; order: Order; warning?: string; note: Record<string, string> };
 
@@ -160,6 +170,14 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     return buildChallenge(ctx, options, BILL_DESCRIPTION, false, discovery);
   }
 
+  /** The order's answer, with its signed receipts once its payment is settled. */
+  async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string): Promise<PayOutcome> {
+    const { order } = outcome;
+    if (!settlementOf(order) || order.status === "PAYMENT_FAILED" || order.status === "REFUSED") return outcome;
+    const [bill, x402] = await Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]);
+    return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
+  }
+
   async function pay(request: PayRequest): Promise<PayOutcome> {
     const { bill, client } = request;
     const option = deployedOption(bill);
@@ -187,7 +205,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         await limits.take("challengeAddress", client);
         throw err;
       }
-      return { kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof) };
+      return answered({ kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof) }, request.resourceUrl);
     }
 
     // Calls carrying a payment are not counted as new bills (it may be settling), but a
@@ -250,7 +268,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         // Nothing settles on this call: it is counted as any paid call that settled nothing,
         // so retrying an id costs the payer its budget, not the service a signature check each.
         await countUnsettled(client, payment);
-        return { kind: "order", order: earlierUnderId(earlier, hash), challenge, warning, showCode: true, note: PAYMENT_NOT_USED };
+        return answered({ kind: "order", order: earlierUnderId(earlier, hash), challenge, warning, showCode: true, note: PAYMENT_NOT_USED }, request.resourceUrl);
       }
     }
 
@@ -276,16 +294,26 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     });
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(client, payment);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
-    return { kind: "order", order, challenge, warning, secret, showCode };
+    return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl);
   }
 
   return { deps, context, deployedOption, countNewBill, pay, challengeFor };
 }
 
-/** What a settled order's payment-response says (x402 SettleResponse); none while its settlement is only reported pending. */
-export function settlementOf(order: Order): SettleResponse | undefined {
+/**
+ * What a settled order's payment-response says (x402 SettleResponse), with x402's signed
+ * receipt where the offer-receipt extension's client helper reads it; none while its
+ * settlement is only reported pending.
+ */
+export function settlementOf(order: Order, receipts?: OrderReceipts): SettleResponse | undefined {
   if (!order.txHash || order.status === "SETTLING") return undefined;
-  return { success: true, transaction: order.txHash, network: chainInfo(order.chain as ChainKey).caip2, payer: order.payer };
+  return {
+    success: true,
+    transaction: order.txHash,
+    network: chainInfo(order.chain as ChainKey).caip2,
+    payer: order.payer,
+    ...(receipts ? { extensions: { [OFFER_RECEIPT_KEY]: { info: { receipt: receipts.x402 } } } } : {}),
+  };
 }
 
 /** The v2 PaymentRequired a challenge carries, as transports other than HTTP headers send it. */

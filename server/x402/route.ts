@@ -21,7 +21,7 @@ import { billHash, quoteBill } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import { paymentRequestSchema } from "../schemas.ts";
 import { probeChallenge } from "./challenge.ts";
-import { settlementOf, type X402Payments } from "./pay.ts";
+import { settlementOf, type OrderReceipts, type X402Payments } from "./pay.ts";
 import { decodePayment, type PaymentHeader } from "./payment.ts";
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
@@ -54,7 +54,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const payments = deps.payments;
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>) => {
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>, receipts?: OrderReceipts) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
       // The order's fields beside the problem's own (its status stays the HTTP status, 402).
@@ -62,11 +62,11 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", fields);
     }
     const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
-    const settlement = settlementOf(order);
+    const settlement = settlementOf(order, receipts);
     if (settlement) headers[header === "X-PAYMENT" ? "X-PAYMENT-RESPONSE" : "PAYMENT-RESPONSE"] = encodePaymentResponseHeader(settlement);
     // The paying response is the payer's: the code, and (the first time) the order's secret.
     // A replay shows the code only with a proof: a settled payment is public on chain.
-    return c.json({ ...orderResult(order, { showCode }), ...(secret ? { order_secret: secret } : {}), ...note }, 200, headers);
+    return c.json({ ...orderResult(order, { showCode }), ...(secret ? { order_secret: secret } : {}), ...note, ...(receipts ? { receipt: receipts.bill } : {}) }, 200, headers);
   };
 
   const resourceUrl = (c: Context) => `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`;
@@ -145,7 +145,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         case "settling":
           return c.json({ ...orderResult(outcome.order, { showCode: false }), ...outcome.note }, 200, { "cache-control": "no-store" });
         case "order":
-          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note);
+          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note, outcome.receipts);
       }
     },
   );

@@ -1,0 +1,134 @@
+/**
+ * Signed receipts (server/orders/receipts.ts) against the real local stack: a bill paid over
+ * REST or MCP carries the bill's receipt and x402's own (offer-receipt, read with the
+ * extension's client helpers); each is checked offline against the signer the service
+ * publishes, and names exactly the order, amount, transaction and outcome; a tampered receipt
+ * fails; a refunded order's receipt names the refund.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { x402HTTPClient } from "@x402/core/http";
+import { extractReceiptFromResponse, verifyReceiptSignatureEIP712, type EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
+import { verifyTypedData, type Account, type Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { chainInfo } from "../../lib/chains.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { callToolPaid } from "../../lib/mcp-x402-client.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { Receipts, type BillReceipt } from "../../server/orders/receipts.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { airtimeBill, x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+interface Published {
+  signer: Hex;
+  bill_receipt: { domain: { name: string; version: string }; types: Record<string, Array<{ name: string; type: string }>> };
+}
+
+describe("signed receipts: checked offline against the published signer", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let url: string;
+  let published: Published;
+
+  /** Whether a bill receipt is the published signer's signature over exactly its payload. */
+  const verifies = (r: BillReceipt) =>
+    verifyTypedData({
+      address: published.signer,
+      domain: published.bill_receipt.domain,
+      types: published.bill_receipt.types,
+      primaryType: "Receipt",
+      message: { ...r.payload, amount: BigInt(r.payload.amount), issuedAt: BigInt(r.payload.issuedAt) },
+      signature: r.signature,
+    });
+
+  /** Pays `body` on the REST route with the official client. */
+  async function payRest(payer: Account, body: Body) {
+    const post = (headers: Record<string, string> = {}) => fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    const challenged = await post();
+    const http = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await http.createPaymentPayload(http.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    return post(http.encodePaymentSignatureHeader(payload));
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    service = paying.service;
+    url = service.urls.service;
+    published = (await (await fetch(`${url}/api/receipts/signer`)).json()) as Published;
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  it("publishes one signer, the same for every instance on the same secret, and another for another secret", () => {
+    expect(published.signer).toMatch(/^0x[0-9a-fA-F]{40}$/);
+    expect(new Receipts(Buffer.from("one secret")).signer).toBe(new Receipts(Buffer.from("one secret")).signer);
+    expect(new Receipts(Buffer.from("one secret")).signer).not.toBe(new Receipts(Buffer.from("another")).signer);
+  });
+
+  it("a REST payment's answer carries the bill's receipt and x402's; both verify, name the order exactly, and a tampered one does not", async () => {
+    const payer = hardhatAccount(5);
+    const res = await payRest(payer, x402Bill(payer.address));
+    expect(res.status).toBe(200);
+    const x402 = extractReceiptFromResponse(res) as EIP712SignedReceipt;
+    const body = (await res.json()) as Body & { receipt: BillReceipt };
+    const order = (await service.flow.orders.get(body.request_id as string))!;
+
+    expect(await verifies(body.receipt)).toBe(true);
+    expect(body.receipt.payload).toMatchObject({
+      requestId: order.requestId,
+      billHash: order.bodyHash,
+      serviceID: "mtn",
+      payer: order.payer,
+      network: chainInfo("CELO").caip2,
+      token: order.tokenAddress,
+      amount: order.amount.toString(),
+      transaction: body.tx_hash,
+      outcome: "SUCCESS",
+      refundTransaction: "",
+    });
+    for (const forged of [{ amount: (order.amount - 1n).toString() }, { outcome: "REFUNDED" }, { requestId: "req_000000000000aaaaaaaaaaaaaaaaaaaa" }]) {
+      expect(await verifies({ ...body.receipt, payload: { ...body.receipt.payload, ...forged } })).toBe(false);
+    }
+
+    // x402's receipt, with the extension's own helpers.
+    expect(x402.format).toBe("eip712");
+    const checked = await verifyReceiptSignatureEIP712(x402);
+    expect(checked.signer.toLowerCase()).toBe(published.signer.toLowerCase());
+    expect(checked.payload).toMatchObject({ transaction: body.tx_hash, network: chainInfo("CELO").caip2, resourceUrl: `${url}/api/pay/x402` });
+    expect(String(checked.payload.payer).toLowerCase()).toBe(payer.address.toLowerCase());
+  });
+
+  it("a refunded order's receipt, read from the order route, names the refund's transaction", async () => {
+    const payer = hardhatAccount(6);
+    const res = await payRest(payer, x402Bill(payer.address, { billersCode: "08099999999" }));
+    const body = (await res.json()) as Body;
+    expect(body.status).toBe("FAILED_VENDING");
+    await expect.poll(async () => (await service.flow.orders.get(body.request_id as string))!.status, { timeout: 30_000 }).toBe("REFUNDED");
+    const order = (await service.flow.orders.get(body.request_id as string))!;
+    const read = (await (await fetch(`${url}/api/orders/${order.requestId}`)).json()) as Body & { receipt: BillReceipt };
+    expect(read.receipt.payload).toMatchObject({ outcome: "REFUNDED", refundTransaction: order.refundTxHash, transaction: order.txHash, amount: order.amount.toString() });
+    expect(order.refundTxHash).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(await verifies(read.receipt)).toBe(true);
+  });
+
+  it("a bill paid over MCP carries both receipts too: in the result, and in the settlement's _meta", async () => {
+    const mcp = new Client({ name: "receipts-test", version: "1.0.0" });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${url}/api/mcp`)));
+    try {
+      const payer = hardhatAccount(7);
+      const { result, settlement } = await callToolPaid(mcp, x402ClientFor(payer, paying.chains.deployments), "pay_bill", airtimeBill({ chain: "CELO", token: "USDC" }));
+      const body = result.structuredContent as Body & { receipt: BillReceipt };
+      expect(await verifies(body.receipt)).toBe(true);
+      expect(body.receipt.payload).toMatchObject({ requestId: body.request_id, transaction: body.tx_hash, outcome: "SUCCESS" });
+      const x402 = (settlement!.extensions as Record<string, { info: { receipt: EIP712SignedReceipt } }>)["offer-receipt"]!.info.receipt;
+      const checked = await verifyReceiptSignatureEIP712(x402);
+      expect(checked.signer.toLowerCase()).toBe(published.signer.toLowerCase());
+      expect(checked.payload).toMatchObject({ transaction: body.tx_hash, resourceUrl: "mcp://tool/pay_bill" });
+    } finally {
+      await mcp.close();
+    }
+  });
+});
