@@ -15,7 +15,6 @@ import {
   AgentEvent,
   DefaultRequestHandler,
   defaultServerCallContextBuilder,
-  InMemoryTaskStore,
   JsonRpcTransportHandler,
   UnauthenticatedUser,
   validateVersion,
@@ -27,6 +26,7 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { problemBody, type ServiceError, validationFailed } from "../errors.ts";
 import { clientAddress } from "../limits.ts";
+import { BoundedTaskStore } from "./a2a-tasks.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
 import { X402_PAYABLE_TOOLS, type McpCallContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
@@ -174,13 +174,15 @@ export function mountA2a(
   options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string; x402?: A2aX402 },
 ): void {
   const executor = new ToolExecutor(options.tools, options.ctx, options.log, options.x402);
+  // One store for every base URL's handler: a task priced under one is paid under the same.
+  const tasks = new BoundedTaskStore();
   // The card names the public URL; built on first use when it comes from the request.
   const handlers = new Map<string, { v1: JsonRpcTransportHandler; legacy: LegacyJsonRpcTransportHandler; card: AgentCard }>();
   const forBase = (baseUrl: string) => {
     let h = handlers.get(baseUrl);
     if (!h) {
       const card = options.card(baseUrl);
-      const requestHandler = new DefaultRequestHandler(card, new InMemoryTaskStore(), executor);
+      const requestHandler = new DefaultRequestHandler(card, tasks, executor);
       h = { v1: new JsonRpcTransportHandler(requestHandler), legacy: new LegacyJsonRpcTransportHandler(requestHandler), card };
       if (handlers.size < 8) handlers.set(baseUrl, h);
     }
