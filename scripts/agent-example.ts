@@ -3,8 +3,10 @@
  * describe_capabilities tells it, as Hardhat account #4: read the capabilities, approve
  * BillPay and set a spending allowance on chain, link the wallet, then over MCP check the
  * balance, pay a bill, pay a batch and schedule a bill, and over A2A pay one more.
+ * The api_key is printed whole, or with --key-file <path> written there (mode 0600) instead.
  */
 import { randomUUID } from "node:crypto";
+import { parseArgs } from "node:util";
 import { Role } from "@a2a-js/sdk";
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { createWalletClient, http, parseUnits, type Hex } from "viem";
@@ -15,7 +17,9 @@ import { viemChain } from "../lib/chains.ts";
 import { deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { localUrl } from "../lib/local-ports.ts";
+import { writeKeyFile } from "./agent-link.ts";
 
+const { values: flags } = parseArgs({ options: { "key-file": { type: "string" } } });
 const serviceUrl = process.env.SERVICE_URL ?? localUrl("service");
 const wallet = hardhatAccount(4);
 const mcp = await mcpAgent(serviceUrl);
@@ -40,7 +44,8 @@ await chain.waitForTransactionReceipt({
 
 // 3. Link once: a personal_sign over the link message; the api_key comes back once.
 const apiKey = await linkAgent(serviceUrl, wallet, { pin: "2468", chain: "CELO", token: "USDC" });
-console.log(`\nlinked ${wallet.address}; api_key ${apiKey.slice(0, 8)}…`);
+const keyFile = flags["key-file"] ? await writeKeyFile(flags["key-file"], apiKey) : null;
+console.log(`\nlinked ${wallet.address}; api_key ${keyFile ? `written to ${keyFile}` : apiKey}`);
 
 // 4. Tools over MCP.
 const bill = { serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 500 };

@@ -11,7 +11,7 @@ import type { AgentBill, AgentHub } from "./hub.ts";
 import type { Link } from "./links.ts";
 import { ServiceError } from "../errors.ts";
 import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts";
-import { describeCapabilities } from "./capabilities.ts";
+import { capabilityDetail, describeCapabilities } from "./capabilities.ts";
 
 const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
 const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when linking").describe("The PIN set when linking (4 to 6 digits)");
@@ -71,13 +71,15 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       name: "describe_capabilities",
       title: "Describe capabilities",
       description:
-        "Everything needed to use this service: bill categories, chains, tokens and contract addresses, fees and limits, " +
-        "how to link a wallet and set its on-chain allowance (exact calls), and every tool with its arguments. Needs no api_key.",
-      input: { api_key: apiKey.optional() },
+        "What an agent needs to start, in a few KB: the ways to pay (per call by x402, or from a linked wallet's allowance), " +
+        "bill categories and products, chains, tokens and contract addresses, fees and limits, how to link a wallet and set its " +
+        "on-chain allowance, and every tool by name. Needs no api_key. detail adds the long form of sections: \"full\", or a " +
+        "list of tools (arguments as JSON Schema), errors (the whole catalogue), products, setup.",
+      input: { api_key: apiKey.optional(), detail: capabilityDetail.optional() },
       paying: false,
       authenticated: false,
-      examples: ['{"skill":"describe_capabilities","arguments":{}}'],
-      run: async (_args, link, ctx) => describeCapabilities(ctx.hub, ctx.tools, { baseUrl: ctx.baseUrl, link }),
+      examples: ['{"skill":"describe_capabilities","arguments":{}}', '{"skill":"describe_capabilities","arguments":{"detail":["tools","errors"]}}'],
+      run: async (args, link, ctx) => describeCapabilities(ctx.hub, ctx.tools, { baseUrl: ctx.baseUrl, link, detail: args.detail }),
     }),
     define({
       name: "check_balance",

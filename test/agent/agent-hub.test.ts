@@ -218,7 +218,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         expect(JSON.stringify(t.inputSchema), t.name).not.toMatch(/draft-07|"definitions"/);
       }
       const pay = tools.find((t) => t.name === "pay_bill")!;
-      expect(pay.inputSchema.required).toEqual(expect.arrayContaining(["api_key", "pin", "serviceID", "billersCode", "nairaAmount"]));
+      // The api_key and PIN are optional for pay_bill: without them it is paid per call with x402 (test/agent/mcp-x402.test.ts).
+      expect(pay.inputSchema.required).toEqual(expect.arrayContaining(["serviceID", "billersCode", "nairaAmount"]));
+      expect(pay.inputSchema.properties).toHaveProperty("api_key");
+      expect(pay.inputSchema.properties).toHaveProperty("pin");
     });
 
     it("advertises tools without list-change notifications (a stateless server's list never changes)", () => {
@@ -251,9 +254,12 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(JSON.stringify(data.setup)).toContain("BillPay Agent Action: POST:/api/agent/link: ");
       expect(data.limits).toMatchObject({ batch_max_bills: 5 });
       expect((data.tools as unknown[]).length).toBe(12);
-      for (const t of data.tools as Array<{ arguments: { $schema: string } }>) expect(t.arguments.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
       expect(data.pricing).toMatchObject({ facilitator_fee_usd: "0.001", minimum_price_usd: "0.05" });
-      expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
+      // The compact answer names the products; detail gives their names and limits, and every tool's arguments.
+      expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining(["mtn"]), CABLE: expect.arrayContaining(["dstv"]) });
+      const full = (await mcp.call("describe_capabilities", { detail: "full" })).data;
+      for (const t of full.tools as Array<{ arguments: { $schema: string } }>) expect(t.arguments.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
+      expect(full.products).toMatchObject({ AIRTIME: expect.arrayContaining([{ serviceID: "mtn", name: expect.any(String), min_naira: 50, max_naira: 50000 }]), CABLE: expect.arrayContaining([expect.objectContaining({ serviceID: "dstv" })]) });
     });
 
     it("list_plans and list_international_options come from the biller; bad input is a tool error", async () => {
