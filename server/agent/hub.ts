@@ -134,7 +134,7 @@ export class AgentHub {
     if (!idempotencyKey && !options.allowDuplicate && !options.scheduleId) {
       // An agent retrying blindly: the same bill within the window answers with the first order.
       const { key, earlier } = await this.duplicateKey(link.wallet, priced.bodyHash);
-      if (earlier) return { ...this.result(earlier), replayed: true };
+      if (earlier) return { ...(await this.paidResult(earlier)), replayed: true };
       idempotencyKey = key;
     }
     const { orders, replay } = await startPullOrders(this.deps.flow, {
@@ -146,7 +146,7 @@ export class AgentHub {
       scheduleId: options.scheduleId,
       guard: pullGuard(link, options.scheduleId),
     });
-    return { ...this.result(orders[0]!), ...(replay ? { replayed: true } : {}) };
+    return { ...(await this.paidResult(orders[0]!)), ...(replay ? { replayed: true } : {}) };
   }
 
   /**
@@ -177,7 +177,7 @@ export class AgentHub {
       idempotencyKey: options.idempotencyKey,
       guard: pullGuard(link),
     });
-    const results = orders.map((o) => this.result(o));
+    const results = await Promise.all(orders.map((o) => this.paidResult(o)));
     return {
       batch_id: orders[0]!.batchId,
       chain: option.chain,
@@ -189,6 +189,12 @@ export class AgentHub {
       results,
       ...(replay ? { replayed: true } : {}),
     };
+  }
+
+  /** A paying tool's answer for one order: its result and, once pulled, the bill's signed receipt (orders/receipts.ts). */
+  private async paidResult(o: Order) {
+    const receipt = await this.deps.receipts.billReceipt(o);
+    return { ...this.result(o), ...(receipt ? { receipt } : {}) };
   }
 
   /** The REST route's result shape, plus what an agent wants to see of the charge. */

@@ -1,6 +1,6 @@
 /**
  * Signed receipts (server/orders/receipts.ts) against the real local stack: a bill paid over
- * REST or MCP carries the bill's receipt and x402's own (offer-receipt, read with the
+ * REST, MCP or from an agent's allowance carries the bill's receipt and x402's own (offer-receipt, read with the
  * extension's client helpers); each is checked offline against the signer the service
  * publishes, and names exactly the order, amount, transaction and outcome; a tampered receipt
  * fails; a refunded order's receipt names the refund.
@@ -11,12 +11,14 @@ import { x402HTTPClient } from "@x402/core/http";
 import { extractReceiptFromResponse, verifyReceiptSignatureEIP712, type EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
 import { verifyTypedData, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { chainInfo } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { callToolPaid } from "../../lib/mcp-x402-client.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { Receipts, type BillReceipt } from "../../server/orders/receipts.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
+import { chainActors } from "../support/actors.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { startPayingStack } from "../support/stack.ts";
 
@@ -112,6 +114,23 @@ describe("signed receipts: checked offline against the published signer", () => 
     expect(read.receipt.payload).toMatchObject({ outcome: "REFUNDED", refundTransaction: order.refundTxHash, transaction: order.txHash, amount: order.amount.toString() });
     expect(order.refundTxHash).toMatch(/^0x[0-9a-f]{64}$/);
     expect(await verifies(read.receipt)).toBe(true);
+  });
+
+  it("an agent's pay_bill from its allowance carries the bill's receipt, naming the pull's transaction", async () => {
+    const payer = hardhatAccount(8);
+    await chainActors(paying.chains.deployments, "CELO").approveAndAllow(payer, "USDC", 50n * 10n ** 6n);
+    const apiKey = await linkAgent(url, payer, { pin: "2468" });
+    const agent = await mcpAgent(url);
+    try {
+      const { isError, data } = await agent.call("pay_bill", { api_key: apiKey, pin: "2468", ...airtimeBill() });
+      expect(isError).toBe(false);
+      const receipt = data.receipt as BillReceipt;
+      const order = (await service.flow.orders.get(data.request_id as string))!;
+      expect(await verifies(receipt)).toBe(true);
+      expect(receipt.payload).toMatchObject({ requestId: order.requestId, transaction: order.txHash, amount: order.amount.toString(), outcome: "SUCCESS" });
+    } finally {
+      await agent.close();
+    }
   });
 
   it("a bill paid over MCP carries both receipts too: in the result, and in the settlement's _meta", async () => {
