@@ -13,6 +13,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { PaymentRequiredV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { BAZAAR, extractDiscoveryInfoFromExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
+import { appendPaymentIdentifierToExtensions, generatePaymentId } from "@x402/extensions/payment-identifier";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import type { Account, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -141,6 +142,25 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect(settlement!.network).toBe(required!.accepts[0]!.network);
     expect(order.tokenAddress.toLowerCase()).toBe(required!.accepts[0]!.asset.toLowerCase());
     if (order.chain === "CELO" && order.token === "USDC") expect(before - (await usdc(payer.address))).toBe(order.amount);
+  });
+
+  it("a client that signs again under the same payment id (payment-identifier) pays once: the second call answers the first order", async () => {
+    const payer = hardhatAccount(12);
+    const before = await usdc(payer.address);
+    const id = generatePaymentId();
+    const signUnder = async () => {
+      const required = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
+      appendPaymentIdentifierToExtensions((required.extensions ??= {}), id);
+      return sign(payer, required);
+    };
+    const first = await call(bill({ chain: "CELO", token: "USDC" }), await signUnder());
+    expect(first.structuredContent).toMatchObject({ status: "SUCCESS" });
+    const again = await call(bill({ chain: "CELO", token: "USDC" }), await signUnder());
+    expect(again.structuredContent).toMatchObject({ status: "SUCCESS", request_id: (first.structuredContent as Body).request_id });
+    expect((again.structuredContent as Body).payment_not_used).toMatch(/not used/);
+    const order = (await service.flow.orders.get((first.structuredContent as Body).request_id as string))!;
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(await ordersOf(payer)).toHaveLength(1);
   });
 
   it("the same payment sent twice at once makes one order and one charge", async () => {
