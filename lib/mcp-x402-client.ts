@@ -12,6 +12,7 @@ import type { x402Client } from "@x402/core/client";
 import { PaymentRequiredV2Schema } from "@x402/core/schemas";
 import type { PaymentRequired, SettleResponse } from "@x402/core/types";
 
+/** x402's MCP metadata keys (specs/transports-v2/mcp.md), for the client here and the server (server/agent/x402-tools.ts). */
 export const PAYMENT_META = "x402/payment";
 export const PAYMENT_RESPONSE_META = "x402/payment-response";
 

@@ -31,7 +31,7 @@ import { randomUUID } from "node:crypto";
 import { Role, TaskState, type Artifact, type Message, type Part } from "@a2a-js/sdk";
 import { AgentEvent, type ExecutionEventBus, type RequestContext } from "@a2a-js/sdk/server";
 import { paymentRequiredOf } from "../x402/pay.ts";
-import type { McpCallContext, ToolPayment, X402ToolPayments } from "./x402-tools.ts";
+import type { CallerContext, ToolPayment, X402ToolPayments } from "./x402-tools.ts";
 
 /** The extension's URI, which declares and activates it. */
 export const A2A_X402_EXTENSION = "https://github.com/google-agentic-commerce/a2a-x402/blob/main/spec/v0.2";
@@ -118,7 +118,7 @@ export function a2aX402(tools: X402ToolPayments) {
   }
 
   /** Step 1: the call, priced; or, refused before any price, the service's error as a plain answer. */
-  async function request(requestContext: RequestContext, bus: ExecutionEventBus, tool: string, args: Record<string, unknown>, ctx: McpCallContext, refuse: (error: unknown) => void) {
+  async function request(requestContext: RequestContext, bus: ExecutionEventBus, tool: string, args: Record<string, unknown>, ctx: CallerContext, refuse: (error: unknown) => void) {
     const outcome = await tools.call(tool, args, undefined, ctx);
     if (outcome.kind === "refused") return refuse(outcome.error);
     if (outcome.kind !== "required") throw new Error(`an unpaid ${tool} call came to ${outcome.kind}`);
@@ -133,7 +133,7 @@ export function a2aX402(tools: X402ToolPayments) {
   }
 
   /** Step 3: a submission (or a rejection) on a task this service priced. */
-  async function submit(requestContext: RequestContext, bus: ExecutionEventBus, ctx: McpCallContext) {
+  async function submit(requestContext: RequestContext, bus: ExecutionEventBus, ctx: CallerContext) {
     const call = pricedCallOf(requestContext)!;
     const metadata = requestContext.userMessage.metadata ?? {};
     if (x402StatusOf(requestContext.userMessage) === "payment-rejected") {

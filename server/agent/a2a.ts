@@ -28,7 +28,7 @@ import { problemBody, type ServiceError, validationFailed } from "../errors.ts";
 import { clientAddress } from "../limits.ts";
 import { BoundedTaskStore } from "./a2a-tasks.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
-import { X402_PAYABLE_TOOLS, type McpCallContext } from "./x402-tools.ts";
+import { X402_PAYABLE_TOOLS, type CallerContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
 import { bearerApiKey, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
@@ -71,7 +71,7 @@ class ToolExecutor implements AgentExecutor {
   ) {}
 
   /** What the payment rules need of the caller: its address (for budgets) and its headers (for a replay's proof). */
-  private callContext(request: RequestContext): McpCallContext {
+  private callContext(request: RequestContext): CallerContext {
     const headers = (request.context.state.get("headers") as Record<string, string> | undefined) ?? {};
     return { client: String(request.context.state.get("client") ?? "unknown"), header: (name) => headers[name.toLowerCase()] };
   }
@@ -93,7 +93,8 @@ class ToolExecutor implements AgentExecutor {
       bus.finished();
     };
     // A payment submitted (or declined) on a task this service priced: no skill call needed (a2a-x402).
-    if (this.x402 && pricedCallOf(request) && x402StatusOf(request.userMessage)) return this.x402.submit(request, bus, this.callContext(request));
+    const status = x402StatusOf(request.userMessage);
+    if (this.x402 && pricedCallOf(request) && (status === "payment-submitted" || status === "payment-rejected")) return this.x402.submit(request, bus, this.callContext(request));
     const call = readCall(request.userMessage);
     const name = call?.skill ?? call?.tool ?? call?.name;
     const tool = this.tools.find((t) => t.name === name);

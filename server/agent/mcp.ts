@@ -17,7 +17,7 @@ import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type ListToolsResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
-import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type McpCallContext, type X402ToolPayments } from "./x402-tools.ts";
+import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type CallerContext, type X402ToolPayments } from "./x402-tools.ts";
 import { bearerApiKey, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
@@ -64,7 +64,7 @@ export function mcpHandler(options: {
     })),
   };
   const byName = new Map(options.tools.map((t) => [t.name, t]));
-  return async (request: Request, call: McpCallContext = { client: "unknown", header: (name) => request.headers.get(name) ?? undefined }): Promise<Response> => {
+  return async (request: Request, call: CallerContext = { client: "unknown", header: (name) => request.headers.get(name) ?? undefined }): Promise<Response> => {
     // The api_key may come as Authorization: Bearer instead of in every call's arguments.
     const bearer = bearerApiKey(request.headers.get("authorization"));
     const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };

@@ -38,11 +38,11 @@ import { settleableOptions, type Challenge } from "../x402/challenge.ts";
 import { paymentRequiredOf, settlementOf, type PayOutcome, type X402Payments } from "../x402/pay.ts";
 import { PaymentRejected, readPayment, type DecodedPayment } from "../x402/payment.ts";
 import { mcpToolDiscovery } from "../x402/discovery.ts";
+import { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
 import { agentTools, toolInputSchema, type ToolDefinition } from "./tools.ts";
 
-/** Where the payment and its settlement travel in an MCP message (the page's metadata keys). */
-export const X402_PAYMENT_META = "x402/payment";
-export const X402_PAYMENT_RESPONSE_META = "x402/payment-response";
+/** Where the payment and its settlement travel in an MCP message (the page's metadata keys; one place, lib/mcp-x402-client.ts). */
+export { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
 
 /** The tools x402 can pay for over MCP. */
 export const X402_PAYABLE_TOOLS = new Set(["pay_bill"]);
@@ -85,7 +85,7 @@ export const x402PayableDescription = (tool: ToolDefinition) =>
   `The result carries the settlement in _meta["${X402_PAYMENT_RESPONSE_META}"].`;
 
 /** What the transport knows of the call besides its arguments. */
-export interface McpCallContext {
+export interface CallerContext {
   /** The caller's network address, for the per-address budgets. */
   client: string;
   /** The HTTP request's headers, for the payer's proof on a replay. */
@@ -197,7 +197,7 @@ export function x402ToolPayments(payments: X402Payments) {
   }
 
   /** A call of an x402-payable tool with no api_key: unpaid (the challenge) or paid (`_meta["x402/payment"]`). */
-  async function call(tool: string, rawArgs: Record<string, unknown>, paymentMeta: unknown, ctx: McpCallContext): Promise<ToolPayment> {
+  async function call(tool: string, rawArgs: Record<string, unknown>, paymentMeta: unknown, ctx: CallerContext): Promise<ToolPayment> {
     try {
       const parsed = x402BillArguments.safeParse(rawArgs);
       if (!parsed.success) throw validationFailed(parsed.error, "(arguments)");

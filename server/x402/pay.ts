@@ -1,10 +1,11 @@
 /**
- * Paying one bill with x402, whatever carried the payment: the REST route (x402/route.ts,
- * a payment header) and the agent tools (agent/x402-tools.ts: MCP `_meta["x402/payment"]`, A2A metadata) all come
- * here, so the same exact-amount, ledger-bounded rules hold on both: the price is the server's
- * own (a signed offer or a live rate version), the payer must be the bill's wallet, a payment
- * seen before answers only to the very same payment for the same bill, a payment id answers
- * its first order, and the order is settled, confirmed and vended by orders/x402-flow.ts.
+ * Paying one bill with x402, whatever carried the payment: the REST route (x402/route.ts, a
+ * payment header) and the agent tools (agent/x402-tools.ts: MCP's `_meta["x402/payment"]`,
+ * A2A's task metadata) all come here, so the same exact-amount, ledger-bounded rules hold on
+ * each: the price is the server's own (a signed offer or a live rate version), the payer must
+ * be the bill's wallet, a payment seen before answers only to the very same payment for the
+ * same bill, a payment id answers its first order, and the order is settled, confirmed and
+ * vended by orders/x402-flow.ts.
  *
  * The answer is an outcome, not a response: each transport says it in its own words.
  */
