@@ -86,8 +86,9 @@ const celoTokens: TokenInfo[] = [
 ];
 const baseTokens: TokenInfo[] = [
   { symbol: "USDC", name: "USD Coin", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" },
-  // Bridged Tether on Base has no transferWithAuthorization: x402 cannot settle it, and the hub does not pull it.
-  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, settlesX402: false, acceptedForPulls: false, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
+  // Bridged Tether on Base has no transferWithAuthorization, so x402's EIP-3009 transfer cannot
+  // settle it; the hub's pull is a plain transferFrom within the wallet's allowance, so it can.
+  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, settlesX402: false, acceptedForPulls: true, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
 ];
 /** Celo's hosted x402 facilitators, keyed per merchant (celo-org/docs, build/agents/x402). */
 const CELO_FACILITATOR = {

@@ -113,7 +113,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         [headers, { ...body, channel: "SMS" }, 400, "VALIDATION_FAILED"],
         [headers, { ...body, wallet_address: hardhatAccount(4).address }, 400, "WALLET_MISMATCH"],
         [headers, { ...body, approved_chain: "SOLANA" }, 422, "UNSUPPORTED_CHAIN"],
-        [headers, { ...body, approved_chain: "BASE", approved_token: "USDT" }, 422, "TOKEN_NOT_PULLABLE"],
+        [headers, { ...body, approved_chain: "BASE", approved_token: "USA₮" }, 422, "TOKEN_NOT_PULLABLE"], // USA₮ is Celo's only
       ];
       for (const [h, b, status, code] of cases) expect(await link(h, b), code).toMatchObject({ status, body: { code } });
       // None of those spent the signature: it still links.
@@ -310,7 +310,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         [{ pin: a.pin, ...airtime("08011111111"), serviceCategory: "GROCERIES" }, undefined],
         [{ pin: "12", ...airtime("08011111111") }, undefined],
         [{ pin: a.pin, ...airtime("08011111111"), chain: "SOLANA" }, "UNSUPPORTED_CHAIN"],
-        [{ pin: a.pin, ...airtime("08011111111"), chain: "BASE", token: "USDT" }, "TOKEN_NOT_PULLABLE"],
+        [{ pin: a.pin, ...airtime("08011111111"), chain: "BASE", token: "USA₮" }, "TOKEN_NOT_PULLABLE"],
         [{ pin: a.pin, ...airtime("08011111111", 4650) }, "SPENDING_ALLOWANCE_INSUFFICIENT"], // 3 USD against 2
         [{ pin: a.pin, ...airtime("08011111111"), token: "USDT" }, "SPENDING_ALLOWANCE_INSUFFICIENT"], // no USD₮ allowance
       ];

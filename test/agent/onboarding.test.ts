@@ -17,6 +17,7 @@ import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { mcpAgent } from "../../lib/agent-client.ts";
 import { HARDHAT_MNEMONIC } from "../../lib/local-accounts.ts";
 import { readInputs, UsageError } from "../../scripts/agent-link.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
 import { ERRORS } from "../../server/errors.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { runScript } from "../support/processes.ts";
@@ -201,6 +202,29 @@ describe("onboarding an agent developer", () => {
       expect((await mcp.call("check_balance", { api_key: apiKey })).isError).toBe(false);
     });
 
+    it("links a wallet for USD₮ on BASE, which has no transferWithAuthorization: the hub pulls it with transferFrom, and refunds it", async () => {
+      const me = wallet(14);
+      const base = chainActors(paying.chains.deployments, "BASE");
+      const usdt = base.tokenAddress("USD₮");
+      const run = await linkScript(["--allowance", "10", "--chain", "BASE", "--token", "USDT"], { AGENT_PRIVATE_KEY: me.privateKey, AGENT_PIN: "2468" });
+      expect(run.code, run.out).toBe(0);
+      const apiKey = sections(run.out).get("api_key")!;
+      const before = await base.balanceOf("USD₮", me.address);
+
+      const paid = await mcp.call("pay_bill", { api_key: apiKey, pin: "2468", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 1550 });
+      expect(paid.data, JSON.stringify(paid.data)).toMatchObject({ status: "SUCCESS", chain: "BASE", token: "USD₮" });
+      const order = (await paying.service.flow.orders.get(paid.data.request_id as string))!;
+      expect(order.tokenAddress.toLowerCase()).toBe(usdt.toLowerCase());
+      expect(await base.balanceOf("USD₮", me.address)).toBe(before - order.amount);
+
+      const failed = await mcp.call("pay_bill", { api_key: apiKey, pin: "2468", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08099999999", nairaAmount: 1550 });
+      expect(failed.data).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+      expect(await base.balanceOf("USD₮", me.address)).toBe(before - order.amount);
+      // The ledger books both pulls and the refund in USD₮ on BASE, and agrees with the chain.
+      const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+      expect(audit.discrepancies).toEqual([]);
+    });
+
     it("refuses bad input with a clear message and a non-zero exit, and sends nothing", async () => {
       const me = wallet(13);
       const key = { AGENT_PRIVATE_KEY: me.privateKey, AGENT_PIN: "1357" };
@@ -209,7 +233,7 @@ describe("onboarding an agent developer", () => {
         [["--allowance", "5"], { AGENT_PRIVATE_KEY: undefined, AGENT_PIN: "1357" }, /no wallet key: set AGENT_PRIVATE_KEY, or give --private-key-file <path> or --keystore <name>/],
         [["--allowance", "5", "--pin", "1357"], key, /--pin is refused: a PIN in the arguments is readable by every user of this machine/],
         [["--allowance", "5", "--chain", "SOLANA"], key, /--chain SOLANA: the service pays on CELO, BASE/],
-        [["--allowance", "5", "--chain", "BASE", "--token", "USDT"], key, /--token USDT: the agent hub pulls USDC on BASE/],
+        [["--allowance", "5", "--chain", "BASE", "--token", "USA₮"], key, /--token USA₮: the agent hub pulls USDC, USD₮ on BASE/],
       ];
       const runs = await Promise.all(cases.map(([args, env]) => linkScript(args, env)));
       runs.forEach((run, i) => {
