@@ -221,7 +221,9 @@ export function x402ToolPayments(payments: X402Payments) {
         payment = undefined;
       }
       if (!payment) {
-        // Nothing to read the chain or the payer from: the challenge again, with why.
+        // Nothing to read the chain or the payer from: the challenge again, with why, counted
+        // against the caller's unsettled budget as a malformed payment header is on REST.
+        await payments.unreadPayment(ctx.client);
         const bills = optionsFor(args).map((o) => billFor(args, o.chain, o.token, args.wallet_address ?? ZERO_ADDRESS));
         return { kind: "required", challenge: await payments.challengeFor(bills, resourceUrl, ctx.client, discoveryOf(tool)), ...(malformed ? { reason: malformed } : {}) };
       }
@@ -229,6 +231,7 @@ export function x402ToolPayments(payments: X402Payments) {
       const chain = args.chain ?? accepted.chain;
       const token = args.token ?? accepted.token;
       if (!chain || !token) {
+        await payments.unreadPayment(ctx.client);
         const bills = optionsFor(args).map((o) => billFor(args, o.chain, o.token, args.wallet_address ?? payment.authorization.from));
         return {
           kind: "required",

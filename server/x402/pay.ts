@@ -102,6 +102,11 @@ export interface X402Payments {
   pay(request: PayRequest): Promise<PayOutcome>;
   /** One challenge for the same bill in several chains and tokens; `discovery` is the bazaar declaration it carries (the REST route's by default). */
   challengeFor(bills: PaymentRequest[], resourceUrl: string, client: string, discovery?: Record<string, DiscoveryExtension>): Promise<Challenge>;
+  /**
+   * A payment that could not even be read (no payer to name): held off past the caller's
+   * unsettled budget, then counted against it, as a malformed payment header is by `pay`.
+   */
+  unreadPayment(client: string): Promise<void>;
 }
 
 export function x402Payments(deps: X402PayDeps): X402Payments {
@@ -298,7 +303,12 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl);
   }
 
-  return { deps, context, deployedOption, countNewBill, pay, challengeFor };
+  const unreadPayment = async (client: string) => {
+    await checkUnsettled(client, undefined);
+    await countUnsettled(client, undefined);
+  };
+
+  return { deps, context, deployedOption, countNewBill, pay, challengeFor, unreadPayment };
 }
 
 /**

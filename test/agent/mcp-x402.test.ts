@@ -31,6 +31,8 @@ import { deliveredBy } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
+/** Paid calls that may settle nothing from one address (every call here comes from 127.0.0.1). */
+const UNSETTLED_BUDGET = 30;
 
 describe("pay_bill over MCP, paid per call with x402", () => {
   let paying: Awaited<ReturnType<typeof startPayingStack>>;
@@ -56,7 +58,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStack({ RATE_LIMIT_UNSETTLED_ADDRESS: `${UNSETTLED_BUDGET}/600` });
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     mcp = new Client({ name: "x402-mcp-test", version: "1.0.0" });
@@ -261,6 +263,19 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect((invalid.structuredContent as { error: Body }).error.code).toBe("VALIDATION_FAILED");
     expect(await usdc(payer.address)).toBe(before);
     expect(await ordersOf(payer)).toHaveLength(0);
+  });
+
+  it("a stranger sending payments that cannot be read pays with his budget: past it, RATE_LIMITED before any price is made", async () => {
+    const answers: string[] = [];
+    for (let i = 0; i < UNSETTLED_BUDGET + 1; i++) {
+      const answer = await call(bill(), { x402Version: 2, garbage: i });
+      answers.push(String((answer.structuredContent as Body).code ?? ((answer.structuredContent as { error?: Body }).error?.code)));
+      if (answers.at(-1) === "RATE_LIMITED") break;
+    }
+    expect(answers.at(-1)).toBe("RATE_LIMITED");
+    // Every answer before it was the payment's own refusal; the earlier suites' refusals used the rest of the budget.
+    expect(new Set(answers.slice(0, -1))).toEqual(new Set(["INVALID_PAYMENT_HEADER"]));
+    expect(answers.length).toBeLessThanOrEqual(UNSETTLED_BUDGET + 1);
   });
 
   it("the audit agrees with every order the MCP payments made", async () => {

@@ -25,19 +25,11 @@ import { buildFlow } from "../../server/services.ts";
 import { mcpToolDiscovery } from "../../server/x402/discovery.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { listen } from "../support/http-server.ts";
+import { x402Bill } from "../support/bills.ts";
 import { startTestChains } from "../support/stack.ts";
 
 const payer = hardhatAccount(8);
-const bill = {
-  serviceID: "mtn",
-  serviceCategory: "AIRTIME",
-  network: "MTN",
-  billersCode: "08011111111",
-  nairaAmount: 1550,
-  token: "USDC",
-  blockchain: "CELO",
-  wallet_address: payer.address,
-};
+const bill = x402Bill(payer.address);
 
 interface ManifestItem {
   resource: { url: string; description?: string; mimeType?: string };
