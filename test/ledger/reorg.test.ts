@@ -214,13 +214,23 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
       // Settled (one block), but nothing on top of it: the order waits, nothing is vended.
       await expect.poll(() => usdc(payer.address), { timeout: 10_000 }).toBeLessThan(before);
+      // Hold the chain still while the order waits: the local chains also mine an idle block a
+      // second (hardhat.config.ts), and any leftover transaction would be a block on top too.
+      await rpc("evm_setIntervalMining", [0]);
+      await rpc("evm_setAutomine", [false]);
+      // The head from the node itself (viem's getBlockNumber answers from a few seconds' cache).
+      const head = () => rpc("eth_blockNumber");
+      const settledAt = await head();
       await new Promise((r) => setTimeout(r, 1_000));
+      expect(await head()).toBe(settledAt);
       const [waiting] = await service.db.query<{ request_id: string; status: string }>(`SELECT request_id, status FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
       expect(waiting!.status).toBe("SETTLING");
       expect(await service.flow.attempts.of(waiting!.request_id)).toEqual([]);
       await mine(2);
       expect(await answer).toMatchObject({ status: "SUCCESS", request_id: waiting!.request_id });
     } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1_000]);
       service.flow.confirmations.CELO = 0;
     }
   });
