@@ -10,6 +10,7 @@ import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {MessageHashUtils} from "@openzeppelin/contracts/utils/cryptography/MessageHashUtils.sol";
 import {SignatureChecker} from "@openzeppelin/contracts/utils/cryptography/SignatureChecker.sol";
+import {ISignatureTransfer} from "@uniswap/v4-periphery/lib/permit2/src/interfaces/ISignatureTransfer.sol";
 
 /// @dev The EIP-3009 views BillPay needs to check an x402 payment before refunding it.
 interface IEIP3009 {
@@ -21,9 +22,11 @@ interface IEIP3009 {
 /// @title BillPay
 /// @notice The bill-payment service's treasury on one chain. Every inbound payment lands here:
 ///         agent-hub payments are pulled by the operator from a payer's own spending allowance,
-///         and x402 payments arrive as EIP-3009 transfers naming this contract as `payTo`.
+///         and x402 payments arrive as EIP-3009 transfers naming this contract as `payTo`, or
+///         (for tokens without EIP-3009) as Permit2 witness transfers through the x402 exact
+///         Permit2 proxy naming this contract as the witness's `to`.
 ///         Refunds of failed bills leave from here, and only to the original payer.
-/// @dev    Money leaves this contract in exactly three ways, and the chain bounds each:
+/// @dev    Money leaves this contract in exactly four ways, and the chain bounds each:
 ///         - `refund`: a pulled order back to its payer; at most what was pulled, once per
 ///           order; REFUNDER_ROLE; within the token's refund budget; stopped by pause. It
 ///           gives back the spending allowance the pull used, unless the payer has set a
@@ -36,6 +39,17 @@ interface IEIP3009 {
 ///           token moved it without calling here. The service checks that against the
 ///           ledger before it refunds, and `npm run audit` checks every refund afterwards.
 ///           The budget is what bounds a leaked refunder key on chain.
+///         - `refundPermit2`: an x402 order paid through Permit2 back to its payer; at most the
+///           amount of a PermitWitnessTransferFrom the payer signed to the canonical x402
+///           exact proxy with this contract as the witness's `to`, whose Permit2 nonce is
+///           used, once per (payer, nonce) and per order id; REFUNDER_ROLE; within the
+///           refund budget; stopped by pause. As for `refundAuthorization`, the chain cannot
+///           tell whether the nonce was used by that payment to this contract or by another
+///           permit of the payer's under the same nonce (to another spender, or for a smaller
+///           amount), or invalidated by the payer (invalidateUnorderedNonces), nor how much
+///           arrived: Permit2 moved the funds without calling here. The service refunds only
+///           what the ledger shows arrived under the nonce, `npm run audit` checks every
+///           refund afterwards, and the budget bounds a leaked refunder key meanwhile.
 ///         - `withdraw`: DEFAULT_ADMIN_ROLE only (a multisig in production).
 ///         Money enters by `pull`/`pullBatch` only from a payer that set a spending allowance,
 ///         within it and its own periodic limit, and within the token's pull budget.
@@ -57,6 +71,19 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
     );
 
+    /// @notice Uniswap's Permit2: the same address on every EVM chain.
+    address public constant PERMIT2 = 0x000000000022D473030F116dDEE9F6B43aC78BA3;
+    /// @notice The x402 exact Permit2 proxy, the spender an x402 payer names in its Permit2
+    ///         signature: the same address on every EVM chain (CREATE2).
+    address public constant X402_EXACT_PERMIT2_PROXY = 0x402085c248EeA27D92E8b30b2C58ed07f9E20001;
+
+    bytes32 private constant TOKEN_PERMISSIONS_TYPEHASH = keccak256("TokenPermissions(address token,uint256 amount)");
+    bytes32 private constant PERMIT2_WITNESS_TYPEHASH = keccak256("Witness(address to,uint256 validAfter)");
+    bytes32 private constant PERMIT_WITNESS_TRANSFER_FROM_TYPEHASH = keccak256(
+        "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)"
+        "TokenPermissions(address token,uint256 amount)Witness(address to,uint256 validAfter)"
+    );
+
     /// @notice An EIP-3009 TransferWithAuthorization as the payer signed it (the x402 payload).
     struct Authorization {
         address from;
@@ -65,6 +92,21 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         uint256 validAfter;
         uint256 validBefore;
         bytes32 nonce;
+        bytes signature;
+    }
+
+    /// @notice An x402 Permit2 payment as the payer signed it (the x402 `permit2` payload):
+    ///         the PermitWitnessTransferFrom's permitted token and amount, nonce and deadline,
+    ///         its witness {to, validAfter}, the payer (`owner`) and its signature. The spender
+    ///         is always X402_EXACT_PERMIT2_PROXY.
+    struct Permit2Payment {
+        address token;
+        uint256 amount;
+        uint256 nonce;
+        uint256 deadline;
+        address owner;
+        address to;
+        uint256 validAfter;
         bytes signature;
     }
 
@@ -126,6 +168,10 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     /// @notice keccak256(abi.encode(token, payer, nonce)) => an x402 payment already refunded.
     mapping(bytes32 authorizationKey => bool refunded) public authorizationRefunded;
 
+    /// @notice keccak256(abi.encode(owner, nonce)) => an x402 Permit2 payment already refunded.
+    ///         Permit2 nonces are per owner across all tokens, so the token is not in the key.
+    mapping(bytes32 permit2Key => bool refunded) public permit2Refunded;
+
     /// @notice payer => token => the block in which the payer last set its spending allowance.
     ///         A refund restores the allowance only of a pull made in a later block.
     mapping(address payer => mapping(address token => uint256 blockNumber)) public spendingAllowanceSetAt;
@@ -156,6 +202,11 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     event Refunded(
         bytes32 indexed orderId, address indexed payer, address indexed token, uint256 amount, bytes32 authorizationNonce
     );
+    /// @notice A refund of an x402 payment made through Permit2 to its payer (`owner` of the
+    ///         permit): `nonce` is the refunded payment's Permit2 nonce.
+    event Permit2Refunded(
+        bytes32 indexed orderId, address indexed payer, address indexed token, uint256 amount, uint256 nonce
+    );
     /// @notice A refunded pull gave back the spending allowance it used: `amount` was added,
     ///         leaving `allowanceLeft`.
     event SpendingAllowanceRestored(
@@ -184,6 +235,10 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
     error NotAnAuthorizationToken(address token);
     error AuthorizationNotToThisContract(address to);
     error InvalidAuthorizationSignature();
+    error Permit2AlreadyRefunded(address owner, uint256 nonce);
+    error Permit2NonceNotUsed(address owner, uint256 nonce);
+    error InvalidPermit2Signature();
+    error Permit2Missing();
     error ZeroNonce();
     error InvalidRefundPeriod(uint256 period);
     error InvalidSpendingPeriod(uint256 period);
@@ -353,6 +408,50 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
         _orders[orderId] = Order({payer: payer, paid: 0, token: token, refunded: true, pulledAt: 0});
         _spendRefundBudget(token, amount);
         emit Refunded(orderId, payer, token, amount, auth.nonce);
+        IERC20(token).safeTransfer(payer, amount);
+    }
+
+    /// @notice Refund an order paid by x402 through Permit2 to its payer: the payer's signed
+    ///         PermitWitnessTransferFrom (the x402 `permit2` payload) is presented, and at most
+    ///         its amount goes back.
+    /// @dev    What the chain enforces here: REFUNDER_ROLE; not paused; that `p` is a
+    ///         PermitWitnessTransferFrom signed by `p.owner` (an EOA, or an ERC-1271 wallet)
+    ///         under Permit2's own domain (its DOMAIN_SEPARATOR()), with the x402 exact proxy as
+    ///         spender and the witness {to, validAfter}, naming this contract as `to`; that its
+    ///         nonce is used in Permit2 (the bit is set in nonceBitmap); `amount` <= `p.amount`;
+    ///         one refund per (owner, nonce) (Permit2 nonces are per owner across all tokens)
+    ///         and per order id; `p.token`'s refund budget; the money goes only to the payer.
+    ///         What the chain cannot enforce: that the nonce was used by this payment to this
+    ///         contract rather than by another permit the payer signed under the same nonce
+    ///         (to another spender, or for a smaller amount) or invalidated with
+    ///         invalidateUnorderedNonces, nor the amount that arrived, because Permit2 moved the
+    ///         funds without calling BillPay. A refunder key could sign such a permit from its
+    ///         own wallet and spend its nonce elsewhere. So the service refunds only what the
+    ///         ledger shows arrived under the nonce (the token's Transfer payer -> BillPay
+    ///         immediately followed by the proxy's Settled), `npm run audit` matches every
+    ///         refund to such a payment, and the refund budget caps what a leaked refunder
+    ///         key can take meanwhile.
+    function refundPermit2(bytes32 orderId, Permit2Payment calldata p, uint256 amount)
+        external
+        onlyRole(REFUNDER_ROLE)
+        whenNotPaused
+        nonReentrant
+    {
+        address payer = p.owner;
+        if (payer == address(0)) revert ZeroAddress();
+        if (amount == 0) revert ZeroAmount();
+        if (p.to != address(this)) revert AuthorizationNotToThisContract(p.to);
+        if (amount > p.amount) revert RefundExceedsPayment(orderId, amount, p.amount);
+        if (_orders[orderId].payer != address(0)) revert OrderExists(orderId);
+        bytes32 key = keccak256(abi.encode(payer, p.nonce));
+        if (permit2Refunded[key]) revert Permit2AlreadyRefunded(payer, p.nonce);
+        _requirePermit2SignedAndUsed(p);
+
+        permit2Refunded[key] = true;
+        address token = p.token;
+        _orders[orderId] = Order({payer: payer, paid: 0, token: token, refunded: true, pulledAt: 0});
+        _spendRefundBudget(token, amount);
+        emit Permit2Refunded(orderId, payer, token, amount, p.nonce);
         IERC20(token).safeTransfer(payer, amount);
     }
 
@@ -560,5 +659,36 @@ contract BillPay is AccessControl, Pausable, ReentrancyGuardTransient {
             revert InvalidAuthorizationSignature();
         }
         if (!used) revert AuthorizationNotUsed(token, auth.from, auth.nonce);
+    }
+
+    /// @dev `p` is signed by its owner to the x402 exact proxy under Permit2's domain, and its
+    ///      nonce is used in Permit2. Reverts Permit2Missing where no Permit2 is deployed.
+    function _requirePermit2SignedAndUsed(Permit2Payment calldata p) private view {
+        if (PERMIT2.code.length == 0) revert Permit2Missing();
+        bytes32 domainSeparator;
+        uint256 bitmap;
+        try ISignatureTransfer(PERMIT2).DOMAIN_SEPARATOR() returns (bytes32 separator) {
+            domainSeparator = separator;
+        } catch {
+            revert Permit2Missing();
+        }
+        try ISignatureTransfer(PERMIT2).nonceBitmap(p.owner, p.nonce >> 8) returns (uint256 word) {
+            bitmap = word;
+        } catch {
+            revert Permit2Missing();
+        }
+        bytes32 structHash = keccak256(
+            abi.encode(
+                PERMIT_WITNESS_TRANSFER_FROM_TYPEHASH,
+                keccak256(abi.encode(TOKEN_PERMISSIONS_TYPEHASH, p.token, p.amount)),
+                X402_EXACT_PERMIT2_PROXY,
+                p.nonce,
+                p.deadline,
+                keccak256(abi.encode(PERMIT2_WITNESS_TYPEHASH, p.to, p.validAfter))
+            )
+        );
+        bytes32 digest = MessageHashUtils.toTypedDataHash(domainSeparator, structHash);
+        if (!SignatureChecker.isValidSignatureNow(p.owner, digest, p.signature)) revert InvalidPermit2Signature();
+        if ((bitmap >> (p.nonce & 0xff)) & 1 == 0) revert Permit2NonceNotUsed(p.owner, p.nonce);
     }
 }

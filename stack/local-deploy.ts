@@ -1,7 +1,8 @@
 /**
  * Idempotent deployment of the local stack onto one chain: local tokens shaped like the
  * real ones, BillPay with its roles, accept-list and refund and pull budgets, Multicall3 at its
- * canonical address, and 10,000 of every token for each funded payer account.
+ * canonical address, Permit2 and the x402 exact Permit2 proxy at theirs (lib/permit2-code.ts),
+ * and 10,000 of every token for each funded payer account.
  */
 import {
   getAddress,
@@ -20,6 +21,7 @@ import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { chainInfo, MULTICALL3_ADDRESS, viemChain, type ChainKey } from "../lib/chains.ts";
 import { pullBudgetFromEnv, refundBudgetFromEnv, type ChainDeployment, type TokenDeployment } from "../lib/deployments.ts";
 import { deployerAccount, operatorAccount, facilitatorAccount, payerAccounts, refunderAccount } from "../lib/local-accounts.ts";
+import { placePermit2Contracts } from "../lib/permit2-code.ts";
 
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
 const GAS_FUNDING = parseUnits("1000", 18);
@@ -106,6 +108,11 @@ export async function ensureLocalDeployment(
     throw new Error(`${rpcUrl} serves chain id ${chainId}, expected ${chain.chainId} for ${chainKey}`);
   }
   const genesis = await client.getBlock({ blockNumber: 0n });
+  // Uniswap's Permit2 and the x402 exact proxy at their canonical addresses (hardhat_setCode,
+  // as Multicall3 below), for x402 payments with assetTransferMethod "permit2". Placed before
+  // the reuse check, so a running node deployed by an older checkout gets them too; it sends
+  // no transaction. Why Uniswap's bytes sign under this chain's id: lib/permit2-code.ts.
+  await placePermit2Contracts(client);
   if (existing && (await stillDeployed(client, existing, genesis.hash))) {
     return { deployment: { ...existing, rpcUrl }, reused: true };
   }
