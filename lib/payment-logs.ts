@@ -11,9 +11,18 @@
  *     then transfer in one call, so the same token logged `AuthorizationUsed` by the sender
  *     immediately before it. Anything else (a plain transfer after an unrelated authorization
  *     in the same transaction, say) is other inflow, never a payment.
+ *   - An x402 Permit2 payment (lib/permit2.ts): a token Transfer into BillPay made by a
+ *     transaction sent to the canonical x402 exact proxy whose calldata is its `settle` (or
+ *     `settleWithPermit`) of exactly this transfer (token, owner, payee BillPay, amount), and
+ *     which the proxy logged `Settled()` for immediately after it. Keyed by (token, payer,
+ *     Permit2 nonce) under its own rail: Permit2 spends each (owner, nonce) once. The proxy
+ *     reached any other way (a batch, a contract) is other inflow: its calldata is not the
+ *     transaction's, and the ledger reads no call traces. That reading is the safe one: such a
+ *     payment is never served or refunded by the service, and the audit shows it as inflow.
  */
 import { decodeEventLog, toEventSelector, type Hex } from "viem";
 import { billPayAbi } from "./abis.ts";
+import { permit2NonceKey, PROXY_SETTLED, proxySettlementIn, X402_EXACT_PROXY } from "./permit2.ts";
 
 export const AUTHORIZATION_USED = toEventSelector("AuthorizationUsed(address,bytes32)");
 const TRANSFER = toEventSelector("Transfer(address,address,uint256)");
@@ -48,11 +57,32 @@ export function authorizationNonceOf(logs: readonly RawLog[], transfer: { token:
   return isItsAuthorization ? before.topics[2]! : null;
 }
 
+/**
+ * The Permit2 nonce (as lib/permit2.ts keys it) of the x402 proxy settlement that made the
+ * transfer at `logIndex`, if it is one: see the file's comment.
+ */
+export function permit2NonceOf(
+  tx: { to: string | null; input?: Hex },
+  logs: readonly RawLog[],
+  transfer: { token: string; from: string; to: string; value: bigint; logIndex: number },
+): Hex | null {
+  if (tx.to === null || !sameAddress(tx.to, X402_EXACT_PROXY)) return null;
+  const after = logs.find((l) => l.logIndex === transfer.logIndex + 1);
+  if (!after || !sameAddress(after.address, X402_EXACT_PROXY) || !PROXY_SETTLED.includes(after.topics[0]!)) return null;
+  const s = proxySettlementIn(tx.input);
+  const itsSettlement =
+    s !== null && sameAddress(s.token, transfer.token) && sameAddress(s.owner, transfer.from) && sameAddress(s.to, transfer.to) && s.amount === transfer.value;
+  return itsSettlement ? permit2NonceKey(s.nonce) : null;
+}
+
+/** How a payment reached BillPay: pulled by BillPay, an EIP-3009 authorization, or a Permit2 permit through x402's proxy. */
+export type PaymentRail = "pull" | "authorization" | "permit2";
+
 export interface ChainPayment {
-  rail: "pull" | "authorization";
+  rail: PaymentRail;
   /** A pull's BillPay order id. */
   orderId: Hex | null;
-  /** An x402 payment's EIP-3009 nonce. */
+  /** An x402 payment's EIP-3009 nonce, or its Permit2 nonce (rail permit2). */
   authorizationNonce: Hex | null;
   payer: Hex;
   token: Hex;
@@ -60,8 +90,11 @@ export interface ChainPayment {
   logIndex: number;
 }
 
-/** Every payment into BillPay a transaction's logs show, as the ledger would book them. */
-export function paymentsInLogs(tx: { to: string | null; logs: readonly RawLog[] }, billPay: string): ChainPayment[] {
+/**
+ * Every payment into BillPay a transaction's logs show, as the ledger would book them. `input`,
+ * the transaction's calldata, is needed only for a transaction sent to the x402 proxy.
+ */
+export function paymentsInLogs(tx: { to: string | null; input?: Hex; logs: readonly RawLog[] }, billPay: string): ChainPayment[] {
   const payments: ChainPayment[] = [];
   for (const log of tx.logs) {
     if (sameAddress(log.address, billPay) && log.topics[0] === PULLED) {
@@ -73,9 +106,11 @@ export function paymentsInLogs(tx: { to: string | null; logs: readonly RawLog[] 
     const from = topicAddress(log.topics[1]) as Hex;
     const to = topicAddress(log.topics[2]);
     if (!sameAddress(to, billPay) || sameAddress(from, billPay) || !mayCarryAuthorization(tx.to, billPay)) continue;
+    const amount = BigInt(log.data);
     const nonce = authorizationNonceOf(tx.logs, { token: log.address, from, logIndex: log.logIndex });
-    if (!nonce) continue;
-    payments.push({ rail: "authorization", orderId: null, authorizationNonce: nonce, payer: from, token: log.address as Hex, amount: BigInt(log.data), logIndex: log.logIndex });
+    const permit2Nonce = nonce ? null : permit2NonceOf(tx, tx.logs, { token: log.address, from, to, value: amount, logIndex: log.logIndex });
+    if (!nonce && !permit2Nonce) continue;
+    payments.push({ rail: nonce ? "authorization" : "permit2", orderId: null, authorizationNonce: (nonce ?? permit2Nonce)!, payer: from, token: log.address as Hex, amount, logIndex: log.logIndex });
   }
   return payments;
 }

@@ -5,9 +5,10 @@
  */
 import { index, onchainEnum, onchainTable, primaryKey, uniqueIndex } from "ponder";
 
-export const rail = onchainEnum("rail", ["pull", "authorization"]);
+/** How a payment reached BillPay: pulled, an EIP-3009 authorization (x402), or a Permit2 permit through x402's exact proxy. */
+export const rail = onchainEnum("rail", ["pull", "authorization", "permit2"]);
 
-/** Every inbound payment: an agent-hub pull or an x402 EIP-3009 transfer into BillPay. */
+/** Every inbound payment: an agent-hub pull, or an x402 payment into BillPay (EIP-3009 or Permit2). */
 export const payment = onchainTable(
   "payment",
   (t) => ({
@@ -16,7 +17,7 @@ export const payment = onchainTable(
     rail: rail().notNull(),
     /** BillPay order id (pulls); null for x402 payments, which BillPay never sees. */
     orderId: t.hex(),
-    /** EIP-3009 nonce (x402 payments); null for pulls. */
+    /** The signed payment's nonce (x402): EIP-3009's, or Permit2's as 32 bytes (rail permit2); null for pulls. */
     authorizationNonce: t.hex(),
     payer: t.hex().notNull(),
     token: t.hex().notNull(),
@@ -32,7 +33,8 @@ export const payment = onchainTable(
     byPayer: index().on(p.payer, p.timestamp),
     byTime: index().on(p.timestamp, p.chainId, p.blockNumber, p.logIndex),
     byOrder: index().on(p.chainId, p.orderId),
-    byAuthorization: uniqueIndex().on(p.chainId, p.token, p.payer, p.authorizationNonce),
+    // EIP-3009 and Permit2 nonces are separate spaces: the rail is part of the key.
+    byAuthorization: uniqueIndex().on(p.chainId, p.rail, p.token, p.payer, p.authorizationNonce),
   }),
 );
 
@@ -44,7 +46,7 @@ export const refund = onchainTable(
     chainId: t.integer().notNull(),
     rail: rail().notNull(),
     orderId: t.hex().notNull(),
-    /** The refunded x402 payment's nonce; null for a refund of a pull. */
+    /** The refunded x402 payment's nonce (EIP-3009's, or Permit2's: rail permit2); null for a refund of a pull. */
     authorizationNonce: t.hex(),
     payer: t.hex().notNull(),
     token: t.hex().notNull(),
@@ -83,7 +85,7 @@ export const treasuryTransfer = onchainTable(
     to: t.hex().notNull(),
     amount: t.bigint().notNull(),
     inbound: t.boolean().notNull(),
-    /** Set when this inbound transfer is an x402 payment (EIP-3009 nonce). */
+    /** Set when this inbound transfer is an x402 payment (its EIP-3009 or Permit2 nonce). */
     authorizationNonce: t.hex(),
     txHash: t.hex().notNull(),
     blockNumber: t.bigint().notNull(),
@@ -162,6 +164,7 @@ export const treasury = onchainTable(
     chainId: t.integer().notNull(),
     token: t.hex().notNull(),
     pullInflow: t.bigint().notNull(),
+    /** x402 payments: EIP-3009 and Permit2 alike (the payment table tells them apart by rail). */
     authorizationInflow: t.bigint().notNull(),
     totalInflow: t.bigint().notNull(),
     refunds: t.bigint().notNull(),

@@ -12,13 +12,22 @@
 import { createClient, desc } from "@ponder/client";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
 import * as schema from "../ponder/ponder.schema.ts";
+import type { PaymentRail } from "../lib/payment-logs.ts";
+
+/** The rails of x402 payments: EIP-3009's, and Permit2's through x402's exact proxy. */
+export type SignedRail = Exclude<PaymentRail, "pull">;
+
+/** The ledger rail an x402 order's payment arrives on: Permit2's when its stored payment says so (x402/payment.ts), else EIP-3009's. */
+export function x402RailOf(o: { payment?: unknown }): SignedRail {
+  return (o.payment as { method?: string } | null | undefined)?.method === "permit2" ? "permit2" : "authorization";
+}
 
 const LEDGER_TIMEOUT_MS = 5_000;
 
 export interface LedgerPayment {
   id: string;
   chainId: number;
-  rail: "pull" | "authorization";
+  rail: PaymentRail;
   orderId: string | null;
   authorizationNonce: string | null;
   payer: string;
@@ -32,6 +41,7 @@ export interface LedgerPayment {
 export interface LedgerRefund {
   id: string;
   chainId: number;
+  rail: PaymentRail;
   orderId: string;
   /** Set on the refund of an x402 payment: its EIP-3009 nonce. */
   authorizationNonce?: string | null;
@@ -54,29 +64,30 @@ export function paymentMismatch(order: { payer: string; tokenAddress: string; am
   return null;
 }
 
-/** Picks the x402 payment under its unique key: (chain, token, payer, authorization nonce). */
-export function isAuthorizationPayment(key: { chainId: number; token: string; payer: string; nonce: string }): (p: LedgerPayment) => boolean {
+/** Picks the x402 payment under its unique key: (chain, rail, token, payer, nonce); the rail is EIP-3009's unless named. */
+export function isAuthorizationPayment(key: { chainId: number; rail?: SignedRail; token: string; payer: string; nonce: string }): (p: LedgerPayment) => boolean {
   const [token, payer, nonce] = [key.token, key.payer, key.nonce].map((v) => v.toLowerCase());
+  const rail = key.rail ?? "authorization";
   return (p) =>
-    p.rail === "authorization" && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
+    p.rail === rail && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
 }
 
-/** Picks an order's payment under its unique key: a pull by (chain, BillPay order id), x402 by (chain, token, payer, nonce). */
-export function isPaymentOf(o: { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null }): (p: LedgerPayment) => boolean {
+/** Picks an order's payment under its unique key: a pull by (chain, BillPay order id), x402 by (chain, rail, token, payer, nonce). */
+export function isPaymentOf(o: { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown }): (p: LedgerPayment) => boolean {
   const chainId = chainInfo(o.chain).chainId;
-  if (o.rail !== "pull") return isAuthorizationPayment({ chainId, token: o.tokenAddress, payer: o.payer, nonce: o.authNonce! });
+  if (o.rail !== "pull") return isAuthorizationPayment({ chainId, rail: x402RailOf(o), token: o.tokenAddress, payer: o.payer, nonce: o.authNonce! });
   const id = o.onchainOrderId.toLowerCase();
   return (p) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
 }
 
 /**
  * A payment's unique key on the chain, as the ledger keys it: a pull by (chain, BillPay order
- * id), an x402 payment by (chain, token, payer, authorization nonce).
+ * id), an x402 payment by (chain, rail, token, payer, nonce).
  */
 export function paymentKey(p: Pick<LedgerPayment, "chainId" | "rail" | "orderId" | "token" | "payer" | "authorizationNonce">): string {
   return p.rail === "pull"
     ? `${p.chainId}:pull:${p.orderId!.toLowerCase()}`
-    : `${p.chainId}:authorization:${p.token.toLowerCase()}:${p.payer.toLowerCase()}:${p.authorizationNonce!.toLowerCase()}`;
+    : `${p.chainId}:${p.rail}:${p.token.toLowerCase()}:${p.payer.toLowerCase()}:${p.authorizationNonce!.toLowerCase()}`;
 }
 
 export interface LedgerAccount {
@@ -214,9 +225,9 @@ export class LedgerClient {
     return this.get(`/ledger/orders/${onchainOrderId}`);
   }
 
-  /** An x402 payment by (chain, token, payer, nonce), and its refunds. */
-  authorization(chain: ChainKey, token: string, payer: string, nonce: string): Promise<{ payment: LedgerPayment | null; refunds: LedgerRefund[] }> {
-    return this.get(`/ledger/authorizations/${chainInfo(chain).chainId}/${token}/${payer}/${nonce}`);
+  /** An x402 payment by (chain, token, payer, nonce) on its rail (EIP-3009's unless named), and its refunds. */
+  authorization(chain: ChainKey, token: string, payer: string, nonce: string, rail: SignedRail = "authorization"): Promise<{ payment: LedgerPayment | null; refunds: LedgerRefund[] }> {
+    return this.get(`/ledger/authorizations/${chainInfo(chain).chainId}/${token}/${payer}/${nonce}${rail === "permit2" ? "?rail=permit2" : ""}`);
   }
 
   /** One payer's payments and refunds under these order ids and nonces (at most 100 of each), in one call. */

@@ -13,6 +13,7 @@ import {
 } from "ponder:schema";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
+import { permit2NonceKey } from "../../lib/permit2.ts";
 
 const ZERO_NONCE = `0x${"0".repeat(64)}`;
 
@@ -91,32 +92,46 @@ ponder.on("BillPay:Pulled", async ({ event, context }) => {
   }));
 });
 
-ponder.on("BillPay:Refunded", async ({ event, context }) => {
+/** One refund out of BillPay, whichever way the payment it returns had arrived. */
+async function bookRefund(
+  { event, context }: { event: { transaction: { hash: `0x${string}` }; log: { logIndex: number }; block: { number: bigint; timestamp: bigint } }; context: { chain: { id: number }; db: Parameters<typeof updateAccount>[0] } },
+  r: { rail: "pull" | "authorization" | "permit2"; orderId: `0x${string}`; nonce: `0x${string}` | null; payer: `0x${string}`; token: `0x${string}`; amount: bigint },
+) {
   const chainId = context.chain.id;
-  const { orderId, payer, token, amount, authorizationNonce } = event.args;
-  const byAuthorization = authorizationNonce !== ZERO_NONCE;
   await context.db.insert(refund).values({
     id: logId(chainId, event.transaction.hash, event.log.logIndex),
     chainId,
-    rail: byAuthorization ? "authorization" : "pull",
-    orderId,
-    authorizationNonce: byAuthorization ? authorizationNonce : null,
-    payer,
-    token,
-    amount,
+    rail: r.rail,
+    orderId: r.orderId,
+    authorizationNonce: r.nonce,
+    payer: r.payer,
+    token: r.token,
+    amount: r.amount,
     txHash: event.transaction.hash,
     blockNumber: event.block.number,
     logIndex: event.log.logIndex,
     timestamp: event.block.timestamp,
   });
-  await updateAccount(context.db, { chainId, token, payer }, event.block.timestamp, (row) => ({
-    totalRefunded: row.totalRefunded + amount,
-    net: row.net - amount,
+  await updateAccount(context.db, { chainId, token: r.token, payer: r.payer }, event.block.timestamp, (row) => ({
+    totalRefunded: row.totalRefunded + r.amount,
+    net: row.net - r.amount,
     refundCount: row.refundCount + 1,
   }));
-  await updateTreasury(context.db, { chainId, token }, event.block.timestamp, (row) => ({
-    refunds: row.refunds + amount,
+  await updateTreasury(context.db, { chainId, token: r.token }, event.block.timestamp, (row) => ({
+    refunds: row.refunds + r.amount,
   }));
+}
+
+ponder.on("BillPay:Refunded", async (args) => {
+  const { orderId, payer, token, amount, authorizationNonce } = args.event.args;
+  const byAuthorization = authorizationNonce !== ZERO_NONCE;
+  await bookRefund(args, { rail: byAuthorization ? "authorization" : "pull", orderId, nonce: byAuthorization ? authorizationNonce : null, payer, token, amount });
+});
+
+// The refund of an x402 payment made through Permit2, keyed by its Permit2 nonce.
+ponder.on("BillPay:Permit2Refunded", async (args) => {
+  const { orderId, payer, token, amount, nonce } = args.event.args;
+  await bookRefund(args, { rail: "permit2", orderId, nonce: permit2NonceKey(nonce), payer, token, amount });
 });
 
 // A refunded pull gave back the allowance it used (unless the payer set a new figure since).

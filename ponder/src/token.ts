@@ -1,15 +1,15 @@
 /**
  * Token transfers into and out of BillPay: each moves the treasury's totals and balance.
  * An inbound transfer is an x402 payment only when it is the transfer of an EIP-3009
- * authorization, by the one predicate in lib/payment-logs.ts that the service's receipt
- * check shares; anything else is "other" inflow, never a payment. BillPay never sees x402 payments, so they are recorded
+ * authorization or of an x402 Permit2 settlement, by the one predicate in lib/payment-logs.ts
+ * that the service's receipt check shares; anything else is "other" inflow, never a payment. BillPay never sees x402 payments, so they are recorded
  * here. Pulls, refunds and withdrawals are booked from BillPay's own events (billpay.ts),
  * not from transfers. And approvals of BillPay, for the payer's token allowance.
  */
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
 import { type Hex } from "viem";
-import { authorizationNonceOf, mayCarryAuthorization } from "../../lib/payment-logs.ts";
+import { authorizationNonceOf, mayCarryAuthorization, permit2NonceOf } from "../../lib/payment-logs.ts";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
@@ -17,10 +17,14 @@ const sameAddress = (a: string, b: string) => a.toLowerCase() === b.toLowerCase(
 
 type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 
-/** The payment's nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
-async function authorizationNonceFor({ event, context }: TransferEvent): Promise<Hex | null> {
+/** The payment's rail and nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
+async function signedPaymentOf({ event, context }: TransferEvent): Promise<{ rail: "authorization" | "permit2"; nonce: Hex } | null> {
   const receipt = await context.client.getTransactionReceipt({ hash: event.transaction.hash });
-  return authorizationNonceOf(receipt.logs, { token: event.log.address, from: event.args.from, logIndex: event.log.logIndex });
+  const transfer = { token: event.log.address, from: event.args.from, to: event.args.to, value: event.args.value, logIndex: event.log.logIndex };
+  const nonce = authorizationNonceOf(receipt.logs, transfer);
+  if (nonce) return { rail: "authorization", nonce };
+  const permit2Nonce = permit2NonceOf(event.transaction, receipt.logs, transfer);
+  return permit2Nonce ? { rail: "permit2", nonce: permit2Nonce } : null;
 }
 
 async function onTransfer(args: TransferEvent) {
@@ -36,14 +40,15 @@ async function onTransfer(args: TransferEvent) {
   const timestamp = event.block.timestamp;
 
   // A transaction sent to BillPay (a pull) carries no x402 payment: no receipt to fetch.
-  const nonce = inbound && mayCarryAuthorization(event.transaction.to, billPay) ? await authorizationNonceFor(args) : null;
-  if (nonce) {
+  const signed = inbound && mayCarryAuthorization(event.transaction.to, billPay) ? await signedPaymentOf(args) : null;
+  const nonce = signed?.nonce ?? null;
+  if (signed) {
     await context.db.insert(payment).values({
       id,
       chainId,
-      rail: "authorization",
+      rail: signed.rail,
       orderId: null,
-      authorizationNonce: nonce,
+      authorizationNonce: signed.nonce,
       payer: from,
       token,
       amount: value,

@@ -113,11 +113,17 @@ app.get("/ledger/orders/:orderId", async (c) => {
   return json(c, { orderId, payments, refunds });
 });
 
-/** An x402 payment, known by (chain, token, payer, EIP-3009 nonce), and its refund if any. */
+/**
+ * An x402 payment, known by (chain, token, payer, nonce), and its refund if any: an EIP-3009
+ * nonce, or with `?rail=permit2` a Permit2 nonce (32 bytes of hex), a space of its own.
+ */
+const signedRail = z.object({ rail: z.enum(["authorization", "permit2"]).default("authorization") }).strict();
 app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
   const parsed = z.object({ chainId, token: address, payer: address, nonce: bytes32 }).safeParse(c.req.param());
+  const railQuery = signedRail.safeParse(c.req.query());
   if (!parsed.success) return badRequest(c, parsed.error);
-  const q = parsed.data;
+  if (!railQuery.success) return badRequest(c, railQuery.error);
+  const q = { ...parsed.data, ...railQuery.data };
   const [payments, refunds] = await Promise.all([
     db
       .select()
@@ -125,6 +131,7 @@ app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
       .where(
         and(
           eq(payment.chainId, q.chainId),
+          eq(payment.rail, q.rail),
           eq(payment.token, q.token),
           eq(payment.payer, q.payer),
           eq(payment.authorizationNonce, q.nonce),
@@ -136,6 +143,7 @@ app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
       .where(
         and(
           eq(refund.chainId, q.chainId),
+          eq(refund.rail, q.rail),
           eq(refund.token, q.token),
           eq(refund.payer, q.payer),
           eq(refund.authorizationNonce, q.nonce),
@@ -146,9 +154,9 @@ app.get("/ledger/authorizations/:chainId/:token/:payer/:nonce", async (c) => {
 });
 
 /**
- * One payer's payments and refunds under the given order ids (pulls) and EIP-3009 nonces
- * (x402), at most 100 of each, comma-separated: a page of its history in one call. The
- * caller matches each record to its order by its full key (chain and token too).
+ * One payer's payments and refunds under the given order ids (pulls) and nonces (x402,
+ * EIP-3009 or Permit2), at most 100 of each, comma-separated: a page of its history in one
+ * call. The caller matches each record to its order by its full key (chain, rail and token too).
  */
 const MAX_KEYS = 100;
 const keyList = z
@@ -223,7 +231,7 @@ const paymentsQuery = z
     chainId: chainId.optional(),
     token: address.optional(),
     payer: address.optional(),
-    rail: z.enum(["pull", "authorization"]).optional(),
+    rail: z.enum(["pull", "authorization", "permit2"]).optional(),
     limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100),
     cursor: cursor.optional(),
   })
