@@ -8,7 +8,7 @@ import { defineChain, type Chain } from "viem";
 import { activeNetwork, type ChainInfo, type ChainKey, type TokenInfo, type TokenSymbol } from "./networks.ts";
 
 export type { ChainInfo, ChainKey, TokenInfo, TokenSymbol } from "./networks.ts";
-export { ALL_CHAIN_KEYS } from "./networks.ts";
+export { ALL_CHAIN_KEYS, x402TransferOf, type X402Transfer } from "./networks.ts";
 
 /** The active profile's chains: only those it serves. */
 export const CHAINS: Readonly<Partial<Record<ChainKey, ChainInfo>>> = activeNetwork().chains;

@@ -28,10 +28,8 @@ export interface TokenInfo {
   /** ERC-20 name(), also the EIP-712 domain name where the token has one. */
   name: string;
   decimals: 6;
-  /** EIP-712 domain version for EIP-3009 signatures; null where the token lacks EIP-3009. */
+  /** EIP-712 domain version for EIP-3009 signatures; null where the token lacks EIP-3009 (x402 then pays it through Permit2: x402TransferOf). */
   eip712Version: string | null;
-  /** Whether an x402 `exact` payment (EIP-3009 transferWithAuthorization) can settle in it. */
-  settlesX402: boolean;
   /** Whether the agent hub may pull it through BillPay. */
   acceptedForPulls: boolean;
   /** The token's address on a real network; undefined on `local`, where the deployment places it. */
@@ -80,16 +78,25 @@ export interface NetworkProfile {
 }
 
 const celoTokens: TokenInfo[] = [
-  { symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0xcebA9300f2b948710d2653dD7B07f33A8B32118C" },
-  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: "1", settlesX402: true, acceptedForPulls: true, address: "0x48065fbBE25f71C9282ddf5e1cD6D6A887483D5e" },
-  { symbol: "USA₮", name: "Tether America USD", decimals: 6, eip712Version: "1", settlesX402: true, acceptedForPulls: true, address: "0xD2ab3C9A02DBBAB236BfEC45D1d755DF4267F771" },
+  { symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", acceptedForPulls: true, address: "0xcebA9300f2b948710d2653dD7B07f33A8B32118C" },
+  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: "1", acceptedForPulls: true, address: "0x48065fbBE25f71C9282ddf5e1cD6D6A887483D5e" },
+  { symbol: "USA₮", name: "Tether America USD", decimals: 6, eip712Version: "1", acceptedForPulls: true, address: "0xD2ab3C9A02DBBAB236BfEC45D1d755DF4267F771" },
 ];
 const baseTokens: TokenInfo[] = [
-  { symbol: "USDC", name: "USD Coin", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" },
-  // Bridged Tether on Base has no transferWithAuthorization, so x402's EIP-3009 transfer cannot
-  // settle it; the hub's pull is a plain transferFrom within the wallet's allowance, so it can.
-  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, settlesX402: false, acceptedForPulls: true, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
+  { symbol: "USDC", name: "USD Coin", decimals: 6, eip712Version: "2", acceptedForPulls: true, address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913" },
+  // Bridged Tether on Base has no transferWithAuthorization: x402 pays it through Permit2
+  // (x402TransferOf), and the hub's pull is a plain transferFrom within the wallet's allowance.
+  { symbol: "USD₮", name: "Tether USD", decimals: 6, eip712Version: null, acceptedForPulls: true, address: "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2" },
 ];
+/**
+ * How an x402 `exact` payment moves a token (x402 specs/schemes/exact/scheme_exact_evm.md):
+ * its own EIP-3009 transferWithAuthorization where it has one, else Permit2 through the
+ * canonical x402 exact proxy (lib/permit2.ts), which works for any ERC-20 once the payer
+ * has approved Permit2. One token, one method: the service offers and accepts no other.
+ */
+export type X402Transfer = "eip3009" | "permit2";
+export const x402TransferOf = (token: { eip712Version: string | null }): X402Transfer => (token.eip712Version === null ? "permit2" : "eip3009");
+
 /** Celo's hosted x402 facilitators, keyed per merchant (celo-org/docs, build/agents/x402). */
 const CELO_FACILITATOR = {
   mainnet: { url: "https://api.x402.celo.org", auth: "api-key" },
@@ -136,7 +143,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         pollingIntervalMs: 1000,
         confirmations: 1,
         hardhatNetwork: "celoSepolia",
-        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],
+        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", acceptedForPulls: true, address: "0x01C5C0122039549AD1493B8220cABEdD739BC44E" }],
       }),
     },
   },
@@ -162,7 +169,7 @@ const PROFILES: Record<NetworkName, Omit<NetworkProfile, "name">> = {
         pollingIntervalMs: 1000,
         confirmations: 1,
         hardhatNetwork: "baseSepolia",
-        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", settlesX402: true, acceptedForPulls: true, address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e" }],
+        tokens: [{ symbol: "USDC", name: "USDC", decimals: 6, eip712Version: "2", acceptedForPulls: true, address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e" }],
       }),
     },
   },

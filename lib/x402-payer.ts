@@ -9,11 +9,9 @@ import { ExactEvmScheme } from "@x402/evm/exact/client";
 import type { Account } from "viem";
 import type { Deployments } from "./deployments.ts";
 
-/** Every deployed token that can settle an x402 payment, as the client's spend controls name assets. */
+/** Every deployed token, as the client's spend controls name assets: each settles x402 (by EIP-3009, or Permit2 where it has none). */
 export function localAssets(deployments: Deployments) {
-  return Object.values(deployments.chains).flatMap((d) =>
-    d.tokens.filter((t) => t.eip712Version !== null).map((t) => ({ network: `eip155:${d.chainId}` as const, asset: t.address })),
-  );
+  return Object.values(deployments.chains).flatMap((d) => d.tokens.map((t) => ({ network: `eip155:${d.chainId}` as const, asset: t.address })));
 }
 
 export function x402ClientFor(account: Account, deployments: Deployments): x402Client {

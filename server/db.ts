@@ -285,6 +285,12 @@ const MIGRATIONS: string[] = [
      heartbeat_at timestamptz NOT NULL DEFAULT now(),
      started_at   timestamptz NOT NULL DEFAULT now()
    );`,
+  // x402 payments through Permit2 (lib/permit2.ts): an orphan payment names its rail, since
+  // EIP-3009 and Permit2 nonces are separate spaces. Its key stays (chain, token, payer,
+  // nonce): the service takes each token by one method only, so only a payer paying outside
+  // the service in both ways under one nonce could meet another's row; the audit then lists
+  // the second payment as one with no record.
+  `ALTER TABLE orphan_payment ADD COLUMN rail text NOT NULL DEFAULT 'authorization';`,
   // Operators' decisions on what is held for them (orders/review.ts): an order in NEEDS_REVIEW
   // refunded, served or closed, an x402 payment no order accounts for closed. Who, when, why,
   // what it moved and what came of it; refusals too. No foreign key: the record outlives an

@@ -9,7 +9,7 @@
  * app serves is in it.
  */
 import { z } from "zod";
-import { chainInfo, type ChainKey } from "../lib/chains.ts";
+import { chainInfo, x402TransferOf, type ChainKey } from "../lib/chains.ts";
 import type { Deployments } from "../lib/deployments.ts";
 import { ERRORS } from "./errors.ts";
 import { customerQuestionSchema, internationalOptionsSchema, linkRequestSchema, linkResultSchema, paymentRequestSchema } from "./schemas.ts";
@@ -212,13 +212,12 @@ const ledgerPaths = (ledgerUrl: string) => {
 export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?: string } = {}) {
   const options402 = options.deployments
     ? (Object.keys(options.deployments.chains) as ChainKey[]).flatMap((key) =>
-        chainInfo(key).tokens
-          .filter((t) => t.settlesX402)
-          .map((t) => ({
+        chainInfo(key).tokens.map((t) => ({
             network: chainInfo(key).caip2,
             asset: options.deployments!.chains[key]!.tokens.find((x) => x.symbol === t.symbol)?.address,
             token: t.symbol,
             payTo: options.deployments!.chains[key]!.billPay.address,
+            assetTransferMethod: x402TransferOf(t),
           })),
       )
     : [];
@@ -229,7 +228,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
     "x-x402": {
       versions: [1, 2],
       scheme: "exact",
-      transfer: "EIP-3009 transferWithAuthorization to BillPay, settled through a facilitator",
+      transfer: "EIP-3009 transferWithAuthorization to BillPay, or for a token without it (options[].assetTransferMethod permit2) a Permit2 witness transfer through x402's exact proxy; settled through a facilitator",
       headers: { v1: "X-PAYMENT / X-PAYMENT-RESPONSE", v2: "PAYMENT-SIGNATURE / PAYMENT-REQUIRED / PAYMENT-RESPONSE" },
       options: options402,
     },

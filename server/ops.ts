@@ -18,6 +18,7 @@ import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_
 import type { Order, OrderStore } from "./orders/store.ts";
 import type { ServiceRecords } from "./audit/orders.ts";
 import { errorText } from "./log-safety.ts";
+import { x402RailOf } from "./ledger-client.ts";
 
 const MAX_PAGE = 500;
 
@@ -34,6 +35,8 @@ export function opsOrder(o: Order) {
     amount: o.amount.toString(),
     onchain_order_id: o.onchainOrderId,
     auth_nonce: o.authNonce,
+    // The ledger rail an x402 order's payment arrives on (EIP-3009's or Permit2's); null for a pull.
+    payment_rail: o.rail === "pull" ? null : x402RailOf(o),
     tx_hash: o.txHash,
     refund_tx_hash: o.refundTxHash,
     failure_reason: o.failureReason,

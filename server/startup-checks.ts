@@ -4,8 +4,11 @@
  *   - against each deployed chain: the RPC serves the deployment's chain id; BillPay has code
  *     at its address; each EIP-3009 token's EIP-712 name and version are the ones the 402
  *     advertises, and its DOMAIN_SEPARATOR is the one a payer signing them would compute (a
- *     mismatch makes every x402 payment fail at settlement, after the payer signed); the
- *     operator and refunder keys hold their roles and have gas;
+ *     mismatch makes every x402 payment fail at settlement, after the payer signed); where a
+ *     token is paid through Permit2, Permit2 and x402's exact proxy have code at their
+ *     canonical addresses (the proxy naming that Permit2) and BillPay can refund such a
+ *     payment (a BillPay deployed before refundPermit2 would take payments it cannot
+ *     refund); the operator and refunder keys hold their roles and have gas;
  *   - the deployment is the active network profile's: each chain it serves, on its chain id,
  *     with its tokens;
  *   - on a real network (any profile but `local`): no well-known Hardhat key signs (a missing
@@ -19,7 +22,8 @@
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
 import { billPayAbi } from "../lib/abis.ts";
 import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
-import type { ChainKey } from "../lib/chains.ts";
+import { x402TransferOf, type ChainKey } from "../lib/chains.ts";
+import { PERMIT2, X402_EXACT_PROXY, x402ExactProxyAbi } from "../lib/permit2.ts";
 import { deployedChains, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import type { NetworkProfile } from "../lib/networks.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
@@ -122,6 +126,7 @@ export async function chainFailures(deployments: Deployments, keys: { operator: 
           out.push(`${chain} ${t.symbol}: the token's DOMAIN_SEPARATOR is not the one for the advertised name, version, chain and address: payers' signatures would not verify`);
         }
       }
+      if (d.tokens.some((t) => x402TransferOf(t) === "permit2")) out.push(...(await permit2Failures(chain, client, billPay)));
       for (const [role, address] of Object.entries(keys) as Array<["operator" | "refunder", Address]>) {
         const [holds, gas] = await Promise.all([
           client.readContract({ address: billPay, abi: billPayAbi, functionName: "hasRole", args: [ROLES[role], address] }),
@@ -141,6 +146,23 @@ export async function chainFailures(deployments: Deployments, keys: { operator: 
     } catch (err) {
       out.push(`${chain}: could not be read: ${errorText(err).split("\n")[0]}`);
     }
+  }
+  return out;
+}
+
+/** Why Permit2 payments could not settle or be refunded on this chain, if they could not. */
+async function permit2Failures(chain: ChainKey, client: ReturnType<typeof publicClientFor>, billPay: Address): Promise<string[]> {
+  const out: string[] = [];
+  const [permit2Code, proxyCode] = await Promise.all([client.getCode({ address: PERMIT2 }), client.getCode({ address: X402_EXACT_PROXY })]);
+  if (!permit2Code || permit2Code === "0x") out.push(`${chain}: no Permit2 at ${PERMIT2}: a token without EIP-3009 cannot be paid over x402`);
+  if (!proxyCode || proxyCode === "0x") out.push(`${chain}: no x402 exact proxy at ${X402_EXACT_PROXY}: a token without EIP-3009 cannot be paid over x402`);
+  else {
+    const named = await client.readContract({ address: X402_EXACT_PROXY, abi: x402ExactProxyAbi, functionName: "PERMIT2" }).catch(() => null);
+    if (named?.toLowerCase() !== PERMIT2.toLowerCase()) out.push(`${chain}: the contract at ${X402_EXACT_PROXY} does not name Permit2 ${PERMIT2}: it is not x402's exact proxy`);
+  }
+  const refunds = await client.readContract({ address: billPay, abi: billPayAbi, functionName: "PERMIT2" }).catch(() => null);
+  if (refunds?.toLowerCase() !== PERMIT2.toLowerCase()) {
+    out.push(`${chain}: BillPay at ${billPay} predates Permit2 refunds (it has no refundPermit2): deploy the current BillPay (npm run deploy) before offering a token without EIP-3009`);
   }
   return out;
 }

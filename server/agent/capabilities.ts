@@ -13,7 +13,7 @@ import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
 import { z } from "zod";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
-import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS, type ErrorCode } from "../errors.ts";
 import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
@@ -191,7 +191,7 @@ export async function describeCapabilities(
         address: d.tokens.find((x) => x.symbol === t.symbol)?.address ?? null,
         decimals: t.decimals,
         agent_hub: t.acceptedForPulls,
-        x402: t.settlesX402,
+        x402: x402TransferOf(t),
       })),
     };
   });
@@ -205,7 +205,7 @@ export async function describeCapabilities(
         for: "a wallet that signs; no link, api_key or PIN",
         how:
           "pay_bill without api_key and PIN: the unpaid call answers isError with an x402 PaymentRequired (x402Version 2) in " +
-          'structuredContent; sign one of accepts[] (EIP-3009) and call again with the same arguments and the payment in params._meta["x402/payment"]; ' +
+          'structuredContent; sign one of accepts[] (EIP-3009; Permit2, approved once, where extra.assetTransferMethod is permit2) and call again with the same arguments and the payment in params._meta["x402/payment"]; ' +
           'the result carries _meta["x402/payment-response"] and a signed receipt.',
         a2a: 'the same call as a skill: an input-required task with x402.payment.required; send x402.payment.status "payment-submitted" and x402.payment.payload on the task',
         rest: `POST ${x402Pay}`,

@@ -12,7 +12,7 @@ import { ledgerPeriodLimit, readWalletState, type PeriodLimit } from "../chain/w
 import type { Config } from "../config.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import type { LedgerClient, LedgerPayment, LedgerRefund } from "../ledger-client.ts";
+import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
@@ -394,17 +394,17 @@ export class AgentHub {
 
 /**
  * An order's payment and refunds among a page's ledger records, matched by the order's
- * full key: a pull by its order id on its chain; an x402 payment by (chain, token, nonce)
+ * full key: a pull by its order id on its chain; an x402 payment by (chain, rail, token, nonce)
  * (the records are all the payer's).
  */
 function onchainView(o: Order, records: { payments: LedgerPayment[]; refunds: LedgerRefund[] }) {
   const chainId = chainInfo(o.chain).chainId;
   const lower = (s: string | null | undefined) => s?.toLowerCase();
-  const ours = (r: { chainId: number; token: string; orderId?: string | null; authorizationNonce?: string | null }) =>
+  const ours = (r: { chainId: number; rail?: string; token: string; orderId?: string | null; authorizationNonce?: string | null }) =>
     Number(r.chainId) === chainId &&
     (o.rail === "pull"
       ? lower(r.orderId) === lower(o.onchainOrderId)
-      : o.authNonce !== null && lower(r.token) === lower(o.tokenAddress) && lower(r.authorizationNonce) === lower(o.authNonce));
+      : o.authNonce !== null && r.rail === x402RailOf(o) && lower(r.token) === lower(o.tokenAddress) && lower(r.authorizationNonce) === lower(o.authNonce));
   const payment = records.payments.find(ours);
   return {
     payment: payment ? { tx_hash: payment.txHash, amount: units(BigInt(payment.amount)), block_number: String(payment.blockNumber), timestamp: String(payment.timestamp) } : null,

@@ -163,13 +163,14 @@ export async function runAudit(options: AuditOptions): Promise<AuditReport> {
 
   // 2. Every refund matched to an inbound payment of at least its amount (an x402 refund to
   //    the payment booked under its nonce: an AuthorizationUsed immediately followed by the
-  //    payer's transfer into BillPay, so a cancelled nonce or a plain transfer matches nothing).
+  //    payer's transfer into BillPay, so a cancelled nonce or a plain transfer matches nothing;
+  //    a Permit2 refund to the payment booked under its Permit2 nonce, the proxy's settlement).
   const refundedPerPayment = new Map<string, bigint>();
   for (const r of refunds) {
     const paid = payments.find((p) =>
       r.rail === "pull"
         ? p.rail === "pull" && p.chainId === r.chainId && p.orderId === r.orderId
-        : p.rail === "authorization" &&
+        : p.rail === r.rail &&
           p.chainId === r.chainId &&
           lower(p.token) === lower(r.token) &&
           lower(p.payer) === lower(r.payer) &&

@@ -81,7 +81,9 @@ export async function readServiceRecords(url: string, token?: string): Promise<S
 }
 
 const lower = (s: string | null | undefined) => (s ?? "").toLowerCase();
-const authKey = (chainId: number, token: string, payer: string, nonce: string | null | undefined) => `${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
+/** An x402 payment's key: EIP-3009 and Permit2 nonces are separate spaces, so the rail is part of it (absent: EIP-3009's, as before Permit2). */
+const authKey = (chainId: number, rail: string | null | undefined, token: string, payer: string, nonce: string | null | undefined) =>
+  `${rail ?? "authorization"}:${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
 const pullKey = (chainId: number, orderId: string | null | undefined) => `${chainId}:${lower(orderId)}`;
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
 
@@ -106,7 +108,7 @@ export function auditOrders(
     decided.set(r.request_id ?? `orphan:${lower(r.orphan_key)}`, r);
   }
   const decision = (r: ReviewRecord) => `${r.action} by ${r.operator} at ${r.created_at} (${r.reason}): ${r.outcome}${r.detail ? `, ${r.detail}` : ""}`;
-  const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.token, m.payer, m.authorizationNonce)}`);
+  const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.rail, m.token, m.payer, m.authorizationNonce)}`);
   const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
   const refundedByKey = new Map<string, bigint>();
   for (const r of refunds) refundedByKey.set(keyOf(r), (refundedByKey.get(keyOf(r)) ?? 0n) + r.amount);
@@ -114,7 +116,7 @@ export function auditOrders(
 
   for (const o of records.orders) {
     const chainId = chainInfo(o.chain).chainId;
-    const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.token_address, o.payer, o.auth_nonce)}`;
+    const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.payment_rail, o.token_address, o.payer, o.auth_nonce)}`;
     const paid = paymentByKey.get(key);
     const refunded = refundedByKey.get(key) ?? 0n;
     const what = `order ${o.request_id} (${o.rail}, ${o.status}, ${o.amount})`;
@@ -157,7 +159,7 @@ export function auditOrders(
     else if (!refundedByKey.get(key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked refunded, but the ledger shows no refund`);
   }
   for (const o of records.orphans.payments) {
-    const key = `auth:${authKey(chainInfo(o.chain ?? "").chainId, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
+    const key = `auth:${authKey(chainInfo(o.chain ?? "").chainId, o.rail, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
     accounted.add(key);
     const about = `x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order`;
     if (o.status === "NEEDS_REVIEW") {

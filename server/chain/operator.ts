@@ -34,6 +34,7 @@ import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "../orders/store.ts";
 import type { Authorization } from "../x402/payment.ts";
+import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
 /** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
@@ -51,7 +52,7 @@ const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxRepl
 const bump = (fee: bigint | undefined) => (fee === undefined ? undefined : (fee * 125n + 99n) / 100n);
 /** BillPay's ABI plus the token's errors, so a refusal from inside the token is named too. */
 const abi = [...billPayAbi, ...eip3009TokenAbi.filter((item) => item.type === "error")];
-const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "OrderExists", "AlreadyRefunded"]);
+const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "Permit2AlreadyRefunded", "OrderExists", "AlreadyRefunded"]);
 
 export { onChainOrderId };
 
@@ -76,7 +77,7 @@ export interface PullItem {
   amount: bigint;
 }
 
-type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization"; args: readonly unknown[] };
+type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization" | "refundPermit2"; args: readonly unknown[] };
 
 /**
  * The hot keys, as viem Accounts: a local key (lib/local-accounts.ts, or *_PRIVATE_KEY), or
@@ -268,6 +269,15 @@ export class ChainOperator {
       functionName: "refundAuthorization",
       args: [onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
     });
+  }
+
+  /**
+   * The refund of an x402 payment made through Permit2: BillPay checks the payer's signed
+   * permit (payee BillPay, spender x402's proxy), that Permit2 spent its nonce, and refunds at
+   * most its amount, once per (owner, nonce).
+   */
+  refundPermit2(args: { chain: ChainKey; requestId: string; permit: Permit2Refund; amount: bigint }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [onChainOrderId(args.requestId), args.permit, args.amount] });
   }
 
   private walletFor(key: string, chain: ChainKey, signer: Account, rpcUrl: string): WalletClient<Transport, Chain, Account> {

@@ -1,7 +1,7 @@
 /**
  * A payment's key as the chain holds it now, read from the service's own node: for x402,
- * whether the authorization's EIP-3009 nonce is consumed (by this payment or otherwise), at
- * which block, and that block's time (an authorization is judged expired by the chain's
+ * whether the authorization's nonce is consumed (by this payment or otherwise: EIP-3009's on
+ * the token, or Permit2's, which spends each owner's nonce once across tokens), at which block, and that block's time (an authorization is judged expired by the chain's
  * clock, not ours); for a pull, whether BillPay holds the order id.
  */
 import type { Hex } from "viem";
@@ -9,14 +9,21 @@ import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { nonceBit, PERMIT2, permit2Abi } from "../../lib/permit2.ts";
+import { x402RailOf } from "../ledger-client.ts";
 
 export async function authorizationOnChain(
   deps: { deployments: Deployments },
-  o: { chain: string; tokenAddress: string; payer: string; authNonce: string | null },
+  o: { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown },
 ): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
   const block = await client.getBlock({ blockTag: "latest" });
+  if (x402RailOf(o) === "permit2") {
+    const { word, bit } = nonceBit(BigInt(o.authNonce!));
+    const bitmap = await client.readContract({ address: PERMIT2, abi: permit2Abi, functionName: "nonceBitmap", args: [o.payer as Hex, word], blockNumber: block.number });
+    return { used: ((bitmap >> bit) & 1n) === 1n, block: block.number, timestamp: block.timestamp };
+  }
   const used = await client.readContract({
     address: o.tokenAddress as Hex,
     abi: eip3009TokenAbi,

@@ -23,7 +23,7 @@ import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
-import { isPaymentOf, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
@@ -270,7 +270,7 @@ export async function actOnBillerState(deps: FlowDeps, order: Order): Promise<Or
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
 export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
   if (o.rail === "pull") return (await deps.ledger.order(o.onchainOrderId)).payments[0] ?? null;
-  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!)).payment;
+  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
 }
 
 /**
@@ -288,7 +288,8 @@ async function awaitLedgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPa
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
  * an order held for review whose payment is of another amount is refunded, when an operator
  * decides so, by exactly what the ledger shows paid under its key; refundAmount.) A pulled
- * order is refunded by its order id, an x402 one with the payer's own authorization;
+ * order is refunded by its order id, an x402 one with the payer's own authorization (or its
+ * own Permit2 permit);
  * BillPay refunds each once.
  * A refund the budget cannot take now, or that would take the payer past its share of it,
  * waits (refundWait) instead of being sent; one that has waited past the deadline goes to
@@ -401,6 +402,9 @@ const REFUND_NEVER = new Set([
   "InvalidAuthorizationSignature",
   "ZeroNonce",
   "ZeroAmount",
+  "Permit2NonceNotUsed",
+  "InvalidPermit2Signature",
+  "Permit2Missing",
   "OrderExists",
 ]);
 
@@ -411,6 +415,24 @@ function refundPull(deps: FlowDeps, o: Order, amount: bigint) {
 function refundX402(deps: FlowDeps, refunding: Order, amount: bigint) {
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
+  if (stored.method === "permit2") {
+    // The stored authorization is the permit read into EIP-3009's shape (x402/payment.ts).
+    return deps.operator.refundPermit2({
+      chain: refunding.chain as ChainKey,
+      requestId: refunding.requestId,
+      permit: {
+        token: refunding.tokenAddress as Hex,
+        amount: BigInt(a.value),
+        nonce: BigInt(a.nonce),
+        deadline: BigInt(a.validBefore),
+        owner: a.from as Hex,
+        to: a.to as Hex,
+        validAfter: BigInt(a.validAfter),
+        signature: stored.signature,
+      },
+      amount,
+    });
+  }
   return deps.operator.refundAuthorization({
       chain: refunding.chain as ChainKey,
       requestId: refunding.requestId,

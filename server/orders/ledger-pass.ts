@@ -17,7 +17,7 @@ import { errorText } from "../log-safety.ts";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
-import type { LedgerPayment } from "../ledger-client.ts";
+import { x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 
@@ -45,9 +45,9 @@ export class Orphans {
 
   async recordPayment(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
     const rows = await this.db.query(
-      `INSERT INTO orphan_payment (chain, token_address, payer, auth_nonce, amount, tx_hash, status)
-       VALUES ($1, $2, $3, $4, $5, $6, 'NEEDS_REVIEW') ON CONFLICT DO NOTHING RETURNING chain`,
-      [chain, p.token.toLowerCase(), p.payer.toLowerCase(), p.authorizationNonce!.toLowerCase(), p.amount, p.txHash],
+      `INSERT INTO orphan_payment (chain, token_address, payer, auth_nonce, amount, tx_hash, status, rail)
+       VALUES ($1, $2, $3, $4, $5, $6, 'NEEDS_REVIEW', $7) ON CONFLICT DO NOTHING RETURNING chain`,
+      [chain, p.token.toLowerCase(), p.payer.toLowerCase(), p.authorizationNonce!.toLowerCase(), p.amount, p.txHash, p.rail],
     );
     return rows.length > 0;
   }
@@ -60,7 +60,7 @@ export class Orphans {
       ),
       this.db.query<Record<string, string | null>>(
         // One an order has claimed since (submitted before its order was made) is no orphan.
-        `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status FROM orphan_payment o
+        `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, rail FROM orphan_payment o
          WHERE NOT EXISTS (SELECT 1 FROM bill_order b WHERE b.chain = o.chain AND b.token_address = o.token_address
                              AND b.payer = o.payer AND b.auth_nonce = o.auth_nonce)
          ORDER BY created_at`,
@@ -110,7 +110,7 @@ async function readForward(
   each: (page: LedgerPayment[]) => Promise<LedgerPayment[]>,
 ) {
   const chainId = chainInfo(chain).chainId;
-  const name = `${rail === "pull" ? "pulls" : "authorizations"}:${chainId}`;
+  const name = `${{ pull: "pulls", authorization: "authorizations", permit2: "permit2" }[rail]}:${chainId}`;
   const since = await deps.orphans.position(name);
   let newest = since ?? 0n;
   let hold: bigint | undefined;
@@ -181,10 +181,12 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
 export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Promise<number> {
   let acted = 0;
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
-    await readForward(deps, chain, "authorization", async (payments) => {
+    for (const rail of ["authorization", "permit2"] as const) await readForward(deps, chain, rail, async (payments) => {
       const undecided: LedgerPayment[] = [];
       for (const p of payments) {
-        const order = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
+        // An order is keyed by its nonce; the rail its payment arrives on must be its own too.
+        const found = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
+        const order = found && x402RailOf(found) === p.rail ? found : undefined;
         if (!order) {
           if (await deps.orphans.recordPayment(chain, p)) {
             deps.log.warn("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });

@@ -37,6 +37,7 @@ import { paymentKey, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402/facilitator-answer.ts";
 import type { StoredPayment } from "../x402/payment.ts";
+import type { PaymentRail } from "../../lib/payment-logs.ts";
 import type { FlowDeps } from "./fulfil.ts";
 import type { Order, OrderStatus } from "./store.ts";
 
@@ -53,7 +54,7 @@ export type LossOutcome = "RECOLLECTING" | "RECOLLECTED" | "REVIEW" | "VOID";
 export interface WatchRow {
   request_id: string;
   chain: ChainKey;
-  rail: "pull" | "authorization";
+  rail: PaymentRail;
   payment_key: string;
   block_number: string;
   block_time: string;
@@ -244,7 +245,7 @@ export async function watchPayments(deps: FlowDeps): Promise<number> {
 /** The ledger's payments of the watched rails from the oldest watched block's time, by key. */
 async function paymentsSince(deps: FlowDeps, chainId: number, rows: WatchRow[]): Promise<Map<string, LedgerPayment>> {
   const shown = new Map<string, LedgerPayment>();
-  for (const rail of ["pull", "authorization"] as const) {
+  for (const rail of ["pull", "authorization", "permit2"] as const) {
     const mine = rows.filter((r) => r.rail === rail);
     if (mine.length === 0) continue;
     const from = mine.reduce((min, r) => (BigInt(r.block_time) < min ? BigInt(r.block_time) : min), BigInt(mine[0]!.block_time));

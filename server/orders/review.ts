@@ -41,7 +41,7 @@ import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import { paymentMismatch, x402RailOf, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
@@ -136,14 +136,14 @@ export async function ledgerUnderKey(deps: FlowDeps, o: Order): Promise<LedgerVi
   const shown =
     o.rail === "pull"
       ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find((p) => p.chainId === chainInfo(o.chain).chainId) ?? null, refunds: r.refunds }))
-      : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!);
+      : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
   const refunds = shown.refunds.filter((r) => r.chainId === chainInfo(o.chain).chainId);
   return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };
 }
 
 /** The order's key, as an operator reads it. */
 export function keyText(o: Order): string {
-  return o.rail === "pull" ? `pull ${o.onchainOrderId} on ${o.chain}` : `x402 (${o.chain}, ${o.tokenAddress}, ${o.payer}, nonce ${o.authNonce})`;
+  return o.rail === "pull" ? `pull ${o.onchainOrderId} on ${o.chain}` : `x402 (${o.chain}, ${o.tokenAddress}, ${o.payer}, ${x402RailOf(o) === "permit2" ? "Permit2 nonce" : "nonce"} ${o.authNonce})`;
 }
 
 /**

@@ -16,7 +16,7 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
-import { isPaymentOf, paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
@@ -27,11 +27,15 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { earlierUnderId } from "../x402/payment-id.ts";
+import { permit2Approval } from "../../lib/permit2.ts";
+
+/** @x402/evm's facilitator reason for a payer that has not approved Permit2 (its exact/facilitator errors). */
+const ErrPermit2AllowanceRequired = "permit2_allowance_required";
 
 
 /** The ledger's payment under the order's key, if any. */
 async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
-  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!)).payment;
+  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
 }
 
 /**
@@ -89,6 +93,7 @@ function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, res
   const a = p.authorization;
   return {
     x402Version: p.x402Version,
+    method: p.method,
     payload,
     authorization: {
       from: a.from,
@@ -205,7 +210,9 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
   }
   if (!verified.response.isValid) {
     const { invalidReason, invalidMessage } = verified.response;
-    return refused(deps, order, `facilitator: ${invalidReason ?? "invalid payment"}${invalidMessage ? ` (${invalidMessage})` : ""}`);
+    const after = await refused(deps, order, `facilitator: ${invalidReason ?? "invalid payment"}${invalidMessage ? ` (${invalidMessage})` : ""}`);
+    if (options.fresh && after.status === "REFUSED" && invalidReason === ErrPermit2AllowanceRequired) throw permit2AllowanceRequired(after);
+    return after;
   }
 
   const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
@@ -225,6 +232,21 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
   }
   if (!result.success) return refused(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
   return awaitPayment(deps, order, result.transaction);
+}
+
+/**
+ * The facilitator's PERMIT2_ALLOWANCE_REQUIRED (x402 scheme_exact_evm.md, Permit2 step 2),
+ * after the order is REFUSED (nothing moved): the payer is told what to approve. The
+ * service checks the allowance itself before it asks (x402/pay.ts), so this is the rare
+ * approval withdrawn in between.
+ */
+function permit2AllowanceRequired(o: Order): ServiceError {
+  return new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `the facilitator found no allowance for Permit2 to move ${o.amount} from ${o.payer}; approve it once, then sign a new permit`, {
+    request_id: o.requestId,
+    charged: false,
+    chain: o.chain,
+    approval: permit2Approval(o.tokenAddress as Hex, o.amount, null),
+  });
 }
 
 /** Thrown after an order is REFUSED because the facilitator refused the service (401, 402, 429): the payer's answer. */

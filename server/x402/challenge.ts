@@ -9,7 +9,7 @@
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from "@x402/extensions/payment-identifier";
 import { BAZAAR, declareDiscoveryExtension, type BodyDiscoveryExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { PaymentRequired } from "@x402/core/types";
-import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
+import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, x402TransferOf, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
 import { BILL_EXAMPLES, BILL_JSON_SCHEMAS } from "../openapi.ts";
@@ -22,8 +22,8 @@ import type { PaymentRequest } from "../schemas.ts";
  * the payment in, which x402 v2 renamed (v1: X-PAYMENT; v2: PAYMENT-SIGNATURE).
  */
 export const PAYMENT_REQUIRED_ERROR = {
-  v1: "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in X-PAYMENT",
-  v2: "Payment required: sign an EIP-3009 transferWithAuthorization for one of accepts[] and retry with it in PAYMENT-SIGNATURE",
+  v1: "Payment required: sign one of accepts[] (EIP-3009, or Permit2 where extra.assetTransferMethod says so) and retry with it in X-PAYMENT",
+  v2: "Payment required: sign one of accepts[] (EIP-3009, or Permit2 where extra.assetTransferMethod says so) and retry with it in PAYMENT-SIGNATURE",
 } as const;
 
 export interface Option {
@@ -57,13 +57,9 @@ function encodeHeader(paymentRequired: PaymentRequired): string {
   return Buffer.from(JSON.stringify(paymentRequired), "utf8").toString("base64");
 }
 
-/** Every chain and token pair that settles x402 and is deployed. */
+/** Every deployed chain and token pair: each settles x402, by EIP-3009 or Permit2 (x402TransferOf). */
 export function settleableOptions(deployments: Deployments): Array<{ chain: ChainKey; token: TokenSymbol }> {
-  return Object.values(CHAINS).flatMap((chain) =>
-    deployments.chains[chain.key]
-      ? chain.tokens.filter((t) => t.settlesX402).map((t) => ({ chain: chain.key, token: t.symbol }))
-      : [],
-  );
+  return Object.values(CHAINS).flatMap((chain) => (deployments.chains[chain.key] ? chain.tokens.map((t) => ({ chain: chain.key, token: t.symbol })) : []));
 }
 
 /** The chain and token a bill names, resolving aliases; an unrecognised token falls back to USDC, with a warning. */
@@ -79,12 +75,9 @@ export function resolveOption(req: Pick<PaymentRequest, "blockchain" | "token">)
   const resolved = resolveTokenSymbol(req.token);
   const token = resolved ?? "USDC";
   const info = chain.tokens.find((t) => t.symbol === token);
-  if (!info?.settlesX402) {
-    const settles = chain.tokens.filter((t) => t.settlesX402).map((t) => t.symbol);
-    throw new ServiceError(
-      "TOKEN_NOT_SETTLEABLE",
-      `${token} cannot settle an x402 payment on ${chain.key}${info ? " (it has no transferWithAuthorization there)" : ""}; use ${settles.join(" or ")}`,
-    );
+  if (!info) {
+    const settles = chain.tokens.map((t) => t.symbol);
+    throw new ServiceError("TOKEN_NOT_SETTLEABLE", `${token} cannot settle an x402 payment on ${chain.key}; use ${settles.join(" or ")}`);
   }
   return resolved
     ? { chain: chain.key, token }
@@ -95,6 +88,13 @@ export function resolveOption(req: Pick<PaymentRequest, "blockchain" | "token">)
 export function requirement(ctx: ChallengeContext, option: Option, description: string) {
   const d = ctx.deployments.chains[option.chain]!;
   const token = d.tokens.find((t) => t.symbol === option.token)!;
+  // A token without EIP-3009 is paid through Permit2 (x402 scheme_exact_evm.md): the option
+  // says so, and names no EIP-712 domain (that is only for tokens with EIP-2612, which the
+  // service does not use to sponsor the approval).
+  const signing =
+    x402TransferOf(token) === "permit2"
+      ? { assetTransferMethod: "permit2" as const }
+      : { name: token.name, version: token.eip712Version!, primaryType: "TransferWithAuthorization" };
   return {
     scheme: "exact" as const,
     network: chainInfo(option.chain).caip2,
@@ -104,9 +104,7 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
     amount: option.amount.toString(),
     description,
     extra: {
-      name: token.name,
-      version: token.eip712Version!,
-      primaryType: "TransferWithAuthorization",
+      ...signing,
       ...(option.rateVersion ? { rateVersion: option.rateVersion } : {}),
       ...(option.offer ? { offer: option.offer } : {}),
     },

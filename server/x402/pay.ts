@@ -13,7 +13,9 @@ import type { PaymentRequired, SettleResponse } from "@x402/core/types";
 import type { DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts } from "../orders/receipts.ts";
-import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
+import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
+import type { Hex } from "viem";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
@@ -247,6 +249,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       }
       checkPayment(payment, {
         chain: option.chain,
+        method: x402TransferOf(token),
         asset: token.address,
         payTo: d.billPay.address,
         amount: quote.amount,
@@ -283,6 +286,16 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // pointed at the first order, so signing again after a timeout never charges twice.
     const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
+
+    // A Permit2 payment cannot settle before the payer has approved Permit2 (a one-time
+    // transaction of its own): said now, with the call to make, before any order or facilitator.
+    if (payment.method === "permit2") {
+      const approval = await permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount);
+      if (approval) {
+        await countUnsettled(client, payment);
+        throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
+      }
+    }
 
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     const { order, secret, replay } = await startX402Order(deps.flow, {

@@ -6,6 +6,13 @@
  * token, the nonce not zero, the authorization's validity window bounded (no ten-year
  * authorizations), and the signature the payer's own (checked here for ordinary wallets,
  * so a forged header locks nothing; a contract wallet's is left to the facilitator).
+ *
+ * A token without EIP-3009 is paid through Permit2 (x402 scheme_exact_evm.md, "Permit2";
+ * lib/permit2.ts). Its signed PermitWitnessTransferFrom is read into the same authorization
+ * shape, so every check above holds it the same way: from = the owner, to = the witness's
+ * payee, value = the permitted amount, validAfter = the witness's, validBefore = the deadline,
+ * nonce = the Permit2 nonce as 32 bytes. Beyond those, its token must be the bill's and its
+ * spender the canonical x402 proxy (the only spender that sends to the witness's payee).
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload } from "@x402/core/types";
@@ -14,6 +21,8 @@ import { contractAccepts } from "../../lib/contract-signature.ts";
 import { z } from "zod";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
+import type { X402Transfer } from "../../lib/networks.ts";
+import { PERMIT2_WITNESS_TYPES, permit2Domain, permit2NonceKey, X402_EXACT_PROXY } from "../../lib/permit2.ts";
 
 /** How the payment arrived: protocol v1 in X-PAYMENT, v2 in PAYMENT-SIGNATURE. */
 export type PaymentHeader = "X-PAYMENT" | "PAYMENT-SIGNATURE";
@@ -27,8 +36,18 @@ export interface Authorization {
   nonce: `0x${string}`;
 }
 
+/** What a Permit2 payment signs beyond the authorization shape: the token and the spender. */
+export interface Permit2Terms {
+  token: `0x${string}`;
+  spender: `0x${string}`;
+  nonce: bigint;
+}
+
 export interface DecodedPayment {
   x402Version: 1 | 2;
+  /** How the payment moves the token: EIP-3009, or Permit2 (then `permit2` holds what it signs beyond `authorization`). */
+  method: X402Transfer;
+  permit2?: Permit2Terms;
   header: PaymentHeader;
   scheme: string;
   network: string;
@@ -55,7 +74,9 @@ export type PaymentProblem =
   | "AUTHORIZATION_TOO_LONG"
   | "AUTHORIZATION_NOT_YET_VALID"
   | "AUTHORIZATION_EXPIRES_TOO_SOON"
-  | "SIGNATURE_INVALID";
+  | "SIGNATURE_INVALID"
+  | "PAYMENT_METHOD_MISMATCH"
+  | "PERMIT2_SPENDER_INVALID";
 
 export class PaymentRejected extends Error {
   constructor(
@@ -80,6 +101,47 @@ const exactPayload = z.object({
   }),
 });
 
+const permit2Payload = z.object({
+  signature: z.string().regex(/^0x[0-9a-fA-F]+$/),
+  permit2Authorization: z.object({
+    from: hex(20),
+    permitted: z.object({ token: hex(20), amount: uint }),
+    spender: hex(20),
+    nonce: uint,
+    deadline: uint,
+    witness: z.object({ to: hex(20), validAfter: uint }),
+  }),
+});
+
+/** The signed part of a payload, EIP-3009's or Permit2's, in the one authorization shape (see the file's comment). */
+function signedPart(payload: unknown): Pick<DecodedPayment, "method" | "permit2" | "authorization" | "signature"> | null {
+  const eip3009 = exactPayload.safeParse(payload);
+  if (eip3009.success) {
+    const a = eip3009.data.authorization;
+    return {
+      method: "eip3009",
+      authorization: { from: a.from as `0x${string}`, to: a.to as `0x${string}`, value: a.value, validAfter: a.validAfter, validBefore: a.validBefore, nonce: a.nonce.toLowerCase() as `0x${string}` },
+      signature: eip3009.data.signature as `0x${string}`,
+    };
+  }
+  const permit2 = permit2Payload.safeParse(payload);
+  if (!permit2.success || permit2.data.permit2Authorization.nonce >= 2n ** 256n) return null;
+  const p = permit2.data.permit2Authorization;
+  return {
+    method: "permit2",
+    permit2: { token: p.permitted.token as `0x${string}`, spender: p.spender as `0x${string}`, nonce: p.nonce },
+    authorization: {
+      from: p.from as `0x${string}`,
+      to: p.witness.to as `0x${string}`,
+      value: p.permitted.amount,
+      validAfter: p.witness.validAfter,
+      validBefore: p.deadline,
+      nonce: permit2NonceKey(p.nonce),
+    },
+    signature: permit2.data.signature as `0x${string}`,
+  };
+}
+
 /** Decodes the payment header (base64 JSON); throws PaymentRejected on anything malformed. */
 export function decodePayment(header: PaymentHeader, value: string): DecodedPayment {
   let json: unknown;
@@ -103,24 +165,11 @@ export function readPayment(header: PaymentHeader, json: unknown): DecodedPaymen
     throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} is not an x402 payment payload`);
   }
   const envelope = (v1.success ? v1.data : v2!.data!) as { x402Version: 1 | 2; payload: unknown };
-  const inner = exactPayload.safeParse(envelope.payload);
-  if (!inner.success) {
-    throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} has no EIP-3009 authorization and signature`);
+  const signed = signedPart(envelope.payload);
+  if (!signed) {
+    throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} has neither an EIP-3009 authorization nor a Permit2 authorization, with its signature`);
   }
-  const a = inner.data.authorization;
-  const common = {
-    header,
-    authorization: {
-      from: a.from as `0x${string}`,
-      to: a.to as `0x${string}`,
-      value: a.value,
-      validAfter: a.validAfter,
-      validBefore: a.validBefore,
-      nonce: a.nonce.toLowerCase() as `0x${string}`,
-    },
-    signature: inner.data.signature as `0x${string}`,
-    raw: json as Record<string, unknown>,
-  };
+  const common = { header, ...signed, raw: json as Record<string, unknown> };
   if (v1.success) return { ...common, x402Version: 1, scheme: v1.data.scheme, network: v1.data.network };
   const d = v2!.data!;
   return {
@@ -135,6 +184,8 @@ export function readPayment(header: PaymentHeader, json: unknown): DecodedPaymen
 
 export interface Expected {
   chain: ChainKey;
+  /** How the bill's token is paid (x402TransferOf): a payment by the other method is refused. */
+  method: X402Transfer;
   asset: string;
   payTo: string;
   amount: bigint;
@@ -170,6 +221,15 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
   if (p.accepted && !same(p.accepted.asset, e.asset)) {
     throw new PaymentRejected("PAYMENT_ASSET_MISMATCH", `payment is in ${p.accepted.asset}; the bill's token is ${e.asset}`);
   }
+  if (p.method !== e.method) {
+    throw new PaymentRejected("PAYMENT_METHOD_MISMATCH", `the payment moves the token by ${p.method}; the bill's token is paid by ${e.method} here`);
+  }
+  if (p.permit2 && !same(p.permit2.token, e.asset)) {
+    throw new PaymentRejected("PAYMENT_ASSET_MISMATCH", `the permit is for ${p.permit2.token}; the bill's token is ${e.asset}`);
+  }
+  if (p.permit2 && !same(p.permit2.spender, X402_EXACT_PROXY)) {
+    throw new PaymentRejected("PERMIT2_SPENDER_INVALID", `the permit's spender is ${p.permit2.spender}; it must be the x402 exact proxy ${X402_EXACT_PROXY}`);
+  }
   const a = p.authorization;
   if (!same(a.from, e.wallet)) {
     throw new PaymentRejected("PAYER_MISMATCH", `the authorization is signed by ${a.from}, not wallet_address ${e.wallet}`);
@@ -179,7 +239,7 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
     throw new PaymentRejected("AMOUNT_MISMATCH", `the authorization is for ${a.value}; the bill's price is ${e.amount} (or what a rate version live within the challenge's lifetime priced it at)`);
   }
   // Zero marks a pull's refund on chain: an x402 payment under it could never be refunded.
-  if (a.nonce === ZERO_NONCE) throw new PaymentRejected("NONCE_INVALID", "the nonce must be 32 random bytes, not zero");
+  if (p.method === "eip3009" && a.nonce === ZERO_NONCE) throw new PaymentRejected("NONCE_INVALID", "the nonce must be 32 random bytes, not zero");
   if (a.validBefore <= e.nowSeconds) throw new PaymentRejected("AUTHORIZATION_EXPIRED", `expired at ${a.validBefore}`);
   if (a.validBefore > e.nowSeconds + BigInt(e.maxTimeoutSeconds) + CLOCK_SKEW_SECONDS) {
     throw new PaymentRejected(
@@ -207,26 +267,41 @@ export async function checkSignature(
   token: { name: string; version: string; chainId: number; address: string },
   client: Pick<PublicClient, "getCode" | "call">,
 ): Promise<void> {
-  const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
+  const typed = signedTypedData(p, token);
   let signer: string | undefined;
   try {
-    signer = await recoverTypedDataAddress({
-      domain,
-      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
-      primaryType: "TransferWithAuthorization",
-      message: p.authorization,
-      signature: p.signature,
-    });
+    signer = await recoverTypedDataAddress({ ...typed, signature: p.signature } as Parameters<typeof recoverTypedDataAddress>[0]);
   } catch {
     signer = undefined;
   }
   if (signer && same(signer, p.authorization.from)) return;
   const code = await client.getCode({ address: p.authorization.from });
   if (code && code !== "0x") {
-    const hash = hashTypedData({ domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization", message: { ...p.authorization } });
+    const hash = hashTypedData(typed as Parameters<typeof hashTypedData>[0]);
     if (await contractAccepts(client, p.authorization.from, hash, p.signature)) return;
   }
-  throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this authorization for ${token.name}`);
+  throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this ${p.method === "permit2" ? "Permit2 permit" : "authorization"} for ${token.name}`);
+}
+
+/** What the payer signed: EIP-3009's TransferWithAuthorization under the token's domain, or Permit2's PermitWitnessTransferFrom under Permit2's. */
+function signedTypedData(p: DecodedPayment, token: { name: string; version: string; chainId: number; address: string }) {
+  const a = p.authorization;
+  if (p.method === "permit2") {
+    return {
+      domain: permit2Domain(token.chainId),
+      types: PERMIT2_WITNESS_TYPES,
+      primaryType: "PermitWitnessTransferFrom" as const,
+      message: {
+        permitted: { token: p.permit2!.token, amount: a.value },
+        spender: p.permit2!.spender,
+        nonce: p.permit2!.nonce,
+        deadline: a.validBefore,
+        witness: { to: a.to, validAfter: a.validAfter },
+      },
+    };
+  }
+  const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
+  return { domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization" as const, message: { ...a } };
 }
 
 /** A signature in one spelling (r, s, parity), so a re-encoded copy of the same one compares equal. */
@@ -244,6 +319,7 @@ export function samePayment(stored: StoredPayment, p: DecodedPayment): boolean {
   const a = stored.authorization;
   const b = p.authorization;
   return (
+    (stored.method ?? "eip3009") === p.method &&
     same(a.from, b.from) &&
     same(a.to, b.to) &&
     a.value === b.value.toString() &&
@@ -257,6 +333,8 @@ export function samePayment(stored: StoredPayment, p: DecodedPayment): boolean {
 /** An x402 payment as an order keeps it: the payload for the facilitator, and the signed authorization for a refund. */
 export interface StoredPayment {
   x402Version: 1 | 2;
+  /** Absent on orders stored before Permit2 was accepted: EIP-3009. */
+  method?: X402Transfer;
   payload: PaymentPayload;
   authorization: Record<keyof Authorization, string>;
   signature: Hex;

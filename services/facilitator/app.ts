@@ -1,7 +1,7 @@
 /**
  * A local x402 facilitator over the standard facilitator HTTP API (POST /verify,
  * POST /settle, GET /supported), built on @x402/core's x402Facilitator with @x402/evm's
- * `exact` scheme (EIP-3009), one signer per chain. It stands in for the chains' hosted
+ * `exact` scheme (EIP-3009, and Permit2 through x402's exact proxy), one signer per chain. It stands in for the chains' hosted
  * facilitators; the service reaches either through the same HTTP client.
  *
  * Started with `apiKey` it meters /settle as Celo's hosted facilitator does (celo-org/docs,
@@ -154,9 +154,12 @@ export function facilitatorApp(facilitator: x402Facilitator, metering?: SettleMe
     if (refused) return refused;
     const parsed = await parse(c.req.raw);
     if ("error" in parsed) return problem(400, parsed.error!);
-    const authorization = (parsed.payload.payload as { authorization?: { from?: string; nonce?: string } }).authorization;
+    // One authorization: EIP-3009's (token, from, nonce), or Permit2's (owner, nonce), which Permit2 spends once across tokens.
+    const signed = parsed.payload.payload as { authorization?: { from?: string; nonce?: string }; permit2Authorization?: { from?: string; nonce?: string } };
+    const authorization = signed.authorization ?? signed.permit2Authorization;
     if (!authorization?.from || !authorization.nonce) return c.json(await facilitator.settle(parsed.payload, parsed.requirements));
-    const key = `${parsed.requirements.network}:${parsed.requirements.asset}:${authorization.from}:${authorization.nonce}`.toLowerCase();
+    const scope = signed.authorization ? parsed.requirements.asset : "permit2";
+    const key = `${parsed.requirements.network}:${scope}:${authorization.from}:${authorization.nonce}`.toLowerCase();
     let settled = inFlight.get(key);
     if (!settled) {
       settled = facilitator.settle(parsed.payload, parsed.requirements).finally(() => inFlight.delete(key));

@@ -139,12 +139,16 @@ describe("x402 route: the 402 challenge", () => {
     expect(fallback.headers.get("X-Token-Fallback")).toMatch(/"DAI" is not recognised.*USDC/);
   });
 
-  it("settles on BASE in USDC only, and refuses unknown chains", async () => {
+  it("settles on BASE in USDC by EIP-3009 and USD₮ through Permit2, and refuses tokens and chains it does not carry", async () => {
     const base = await post({ ...bill, blockchain: "base" });
     expect(base.status).toBe(402);
     expect(((await base.json()) as { accepts: Array<{ network: string }> }).accepts[0]!.network).toBe("eip155:8453");
+    const tether = await post({ ...bill, blockchain: "BASE", token: "USDT" });
+    expect(tether.status).toBe(402);
+    const [offer] = decodePaymentRequiredHeader(tether.headers.get("PAYMENT-REQUIRED")!).accepts;
+    expect(offer).toMatchObject({ network: "eip155:8453", extra: { assetTransferMethod: "permit2" } });
+    expect(offer!.extra).not.toHaveProperty("name");
     for (const [change, code] of [
-      [{ blockchain: "BASE", token: "USDT" }, "TOKEN_NOT_SETTLEABLE"],
       [{ blockchain: "BASE", token: "USA₮" }, "TOKEN_NOT_SETTLEABLE"],
       [{ blockchain: "SOLANA" }, "UNSUPPORTED_CHAIN"],
     ] as const) {
@@ -259,9 +263,9 @@ describe("x402 route: the 402 challenge", () => {
     for (const res of probes) {
       expect(res.status).toBe(402);
       const { accepts } = (await res.json()) as { accepts: Array<{ network: string; asset: string; maxAmountRequired: string }> };
-      expect(accepts.map((a) => a.network)).toEqual(["eip155:42220", "eip155:42220", "eip155:42220", "eip155:8453"]);
+      expect(accepts.map((a) => a.network)).toEqual(["eip155:42220", "eip155:42220", "eip155:42220", "eip155:8453", "eip155:8453"]);
       expect(new Set(accepts.map((a) => a.maxAmountRequired))).toEqual(new Set(["50000"]));
-      expect(decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!).accepts).toHaveLength(4);
+      expect(decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!).accepts).toHaveLength(5);
     }
   });
 

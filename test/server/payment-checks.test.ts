@@ -49,6 +49,7 @@ describe("reading and checking an x402 payment", () => {
     v1Header = Buffer.from(JSON.stringify({ ...rest, x402Version: 1, scheme: "exact", network: "eip155:42220" })).toString("base64");
     expected = {
       chain: "CELO",
+      method: "eip3009",
       asset: token,
       payTo: billPay,
       amount: 1_001_000n,

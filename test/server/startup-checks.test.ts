@@ -19,6 +19,8 @@ import { runScript } from "../support/processes.ts";
 import { freshDatabase, startTestChains } from "../support/stack.ts";
 import { startServiceStack } from "../../stack/service-stack.ts";
 import { chainActors } from "../support/actors.ts";
+import { PERMIT2, X402_EXACT_PROXY } from "../../lib/permit2.ts";
+import { placePermit2Contracts } from "../../lib/permit2-code.ts";
 
 describe("start-up checks", () => {
   let stack: Awaited<ReturnType<typeof startTestChains>>;
@@ -60,6 +62,22 @@ describe("start-up checks", () => {
     expect(await chainFailures(noCode, keys, minGas)).toEqual([`CELO: no contract at BillPay's address ${hardhatAccount(16).address}`]);
     const otherChain = changed((d) => (d.rpcUrl = stack.deployments.chains.BASE!.rpcUrl));
     expect(await chainFailures(otherChain, keys, minGas)).toEqual(["CELO: the RPC serves chain 8453, the deployment is on 42220"]);
+  });
+
+  it("refuse a chain paying a token through Permit2 without Permit2 or x402's exact proxy in place", async () => {
+    const base = stack.deployments.chains.BASE!;
+    const onlyBase = { ...structuredClone(stack.deployments), chains: { BASE: base } } as Deployments;
+    const client = chainActors(stack.deployments, "BASE").publicClient;
+    for (const address of [PERMIT2, X402_EXACT_PROXY]) await client.request({ method: "hardhat_setCode" as never, params: [address, "0x"] as never });
+    try {
+      expect(await chainFailures(onlyBase, keys, minGas)).toEqual([
+        `BASE: no Permit2 at ${PERMIT2}: a token without EIP-3009 cannot be paid over x402`,
+        `BASE: no x402 exact proxy at ${X402_EXACT_PROXY}: a token without EIP-3009 cannot be paid over x402`,
+      ]);
+    } finally {
+      await placePermit2Contracts(client);
+    }
+    expect(await chainFailures(onlyBase, keys, minGas)).toEqual([]);
   });
 
   it("refuse hot keys without their role or without gas", async () => {

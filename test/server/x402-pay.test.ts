@@ -255,7 +255,7 @@ describe("x402 route: paying a bill end to end", () => {
     const paymentFrom = async (from: Hex): Promise<DecodedPayment> => {
       const authorization = { from, to: celo.billPay, value: 1_001_000n, validAfter: 0n, validBefore: BigInt(Math.floor(Date.now() / 1000) + 600), nonce: randomNonce() };
       const signature = await owner.signTypedData!({ domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization", message: authorization });
-      return { x402Version: 2, header: "PAYMENT-SIGNATURE", scheme: "exact", network: "eip155:42220", authorization, signature, raw: {} };
+      return { x402Version: 2, method: "eip3009", header: "PAYMENT-SIGNATURE", scheme: "exact", network: "eip155:42220", authorization, signature, raw: {} };
     };
     // Every eth_call the check makes is seen, with the gas it was given.
     const gasGiven: Array<bigint | undefined> = [];
