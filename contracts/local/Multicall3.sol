@@ -46,6 +46,18 @@ contract Multicall3 {
         }
     }
 
+    /// @notice Every call, with its success and return data; a failed call reverts the whole
+    ///         only when `requireSuccess`. The x402 facilitator (its exact scheme) reads through it (its
+    ///         Permit2 checks: the payer's balance and allowance, the proxy's PERMIT2).
+    function tryAggregate(bool requireSuccess, Call[] calldata calls) external payable returns (Result[] memory results) {
+        results = new Result[](calls.length);
+        for (uint256 i = 0; i < calls.length; ++i) {
+            (bool ok, bytes memory data) = calls[i].target.call(calls[i].callData);
+            if (!ok && requireSuccess) revert CallFailed(i);
+            results[i] = Result(ok, data);
+        }
+    }
+
     function getBlockNumber() external view returns (uint256) {
         return block.number;
     }
