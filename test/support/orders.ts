@@ -13,7 +13,7 @@ import { decodePayment } from "../../server/x402/payment.ts";
  */
 export async function lockAsCrashedRequest(
   flow: FlowDeps,
-  input: { body: Record<string, unknown>; payload: PaymentPayload; payer: Hex; tokenAddress: string; tag: string },
+  input: { body: Record<string, unknown>; payload: PaymentPayload; payer: Hex; tokenAddress: string; tag: string; chain?: "CELO" | "BASE"; token?: string },
 ): Promise<Order> {
   const payment = decodePayment("PAYMENT-SIGNATURE", encodePaymentSignatureHeader(input.payload));
   const a = payment.authorization;
@@ -23,8 +23,8 @@ export async function lockAsCrashedRequest(
       vend: null,
       bodyHash: input.tag,
       bill: input.body,
-      chain: "CELO",
-      token: "USDC",
+      chain: input.chain ?? "CELO",
+      token: input.token ?? "USDC",
       tokenAddress: input.tokenAddress,
       payer: input.payer,
       amount: BigInt(input.payload.accepted.amount),
@@ -33,6 +33,7 @@ export async function lockAsCrashedRequest(
       secretHash: hashOrderSecret(`ors_${input.tag}`),
       payment: {
         x402Version: 2,
+        method: payment.method,
         payload: input.payload,
         authorization: { ...a, value: String(a.value), validAfter: String(a.validAfter), validBefore: String(a.validBefore) },
         signature: payment.signature,

@@ -1,0 +1,284 @@
+/**
+ * x402 through Permit2, end to end on the local stack: USD₮ on Base has no EIP-3009, so its
+ * 402 asks for a Permit2 permit (x402 scheme_exact_evm.md), the official x402 client signs it,
+ * the facilitator settles it through x402's exact proxy, the ledger books it under its own
+ * key, and a failed bill is refunded by BillPay.refundPermit2. Every attack a stranger with a
+ * wallet could try ends on the balances and the audit.
+ */
+import { x402HTTPClient } from "@x402/core/http";
+import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
+import { decodePaymentResponseHeader } from "@x402/core/http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createWalletClient, encodeFunctionData, http, maxUint256, type Account, type Hex } from "viem";
+import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { viemChain } from "../../lib/chains.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
+import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { startPayingStack } from "../support/stack.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
+import { settle } from "../../server/orders/x402-flow.ts";
+import { ServiceError } from "../../server/errors.ts";
+
+type LedgerView = { payment: Record<string, unknown> | null; refunds: Array<Record<string, unknown>> };
+const ledgerView = async (url: string) => (await (await fetch(url)).json()) as LedgerView;
+type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; refund?: { status: string; tx_hash: string | null } };
+type Permit2Payload = { signature: Hex; permit2Authorization: { from: Hex; permitted: { token: Hex; amount: string }; spender: Hex; nonce: string; deadline: string; witness: { to: Hex; validAfter: string } } };
+
+describe("x402 through Permit2: USD₮ on Base", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let url: string;
+  let base: ChainActors;
+  let usdt: Hex;
+  const payer = hardhatAccount(16);
+  const stranger = hardhatAccount(17);
+
+  const bill = (billersCode: string, who: Account = payer) => ({
+    serviceID: "mtn",
+    serviceCategory: "AIRTIME",
+    network: "MTN",
+    billersCode,
+    nairaAmount: 1550,
+    token: "USDT",
+    blockchain: "BASE",
+    wallet_address: who.address,
+  });
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const balance = (who: Hex) => base.balanceOf("USD₮", who);
+  const approvePermit2 = async (who: Account, amount: bigint) => {
+    const wallet = createWalletClient({ account: who, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+    await base.mined(await wallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "approve", args: [PERMIT2, amount] }));
+  };
+
+  /** The bill's 402 and the official client's payment for it. */
+  async function challengeAndPayment(body: unknown, who: Account = payer) {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(who, paying.chains.deployments));
+    const required = client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()) as PaymentRequired;
+    const payload = await client.createPaymentPayload(required);
+    return { required, payload, headers: client.encodePaymentSignatureHeader(payload), client };
+  }
+
+  /** A permit the test signs itself from the client's, with some terms changed, as a tampering payer would. */
+  async function tampered(payload: PaymentPayload, change: Partial<Permit2Payload["permit2Authorization"]>, signer: Account = payer) {
+    const p = { ...(payload.payload as Permit2Payload).permit2Authorization, ...change };
+    const signature = await signer.signTypedData!({
+      domain: permit2Domain(8453),
+      types: PERMIT2_WITNESS_TYPES,
+      primaryType: "PermitWitnessTransferFrom",
+      message: {
+        permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) },
+        spender: p.spender,
+        nonce: BigInt(p.nonce),
+        deadline: BigInt(p.deadline),
+        witness: { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
+      },
+    });
+    const changed = { ...payload, payload: { signature, permit2Authorization: p } } as PaymentPayload;
+    return new x402HTTPClient(x402ClientFor(signer, paying.chains.deployments)).encodePaymentSignatureHeader(changed);
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack();
+    url = paying.service.urls.service;
+    base = chainActors(paying.chains.deployments, "BASE");
+    usdt = base.tokenAddress("USD₮");
+  });
+  afterAll(() => paying?.close());
+
+  it("the local chain carries Permit2 and x402's exact proxy at their canonical addresses", async () => {
+    expect(await base.publicClient.getCode({ address: PERMIT2 })).toMatch(/^0x[0-9a-f]{200,}/);
+    const permit2 = await base.publicClient.readContract({ address: X402_EXACT_PROXY, abi: x402ExactProxyAbi, functionName: "PERMIT2" });
+    expect(permit2.toLowerCase()).toBe(PERMIT2.toLowerCase());
+  });
+
+  it("a bill in USD₮ on Base is offered through Permit2; without the payer's approval it is refused with what to approve, and nothing moves", async () => {
+    const { required, headers } = await challengeAndPayment(bill("08011111111"));
+    expect(required.accepts).toHaveLength(1);
+    expect(required.accepts[0]).toMatchObject({ network: "eip155:8453", asset: usdt, extra: { assetTransferMethod: "permit2" } });
+    expect(required.accepts[0]!.extra).not.toHaveProperty("primaryType");
+
+    const before = await balance(payer.address);
+    const res = await post(bill("08011111111"), headers);
+    expect(res.status).toBe(412);
+    const problem = (await res.json()) as { code: string; approval: { token: string; spender: string; at_least: string; calldata: Hex } };
+    expect(problem.code).toBe("PERMIT2_ALLOWANCE_REQUIRED");
+    expect(problem.approval).toMatchObject({ token: usdt, spender: PERMIT2, at_least: required.accepts[0]!.amount, current_allowance: "0" });
+    expect(problem.approval.calldata).toBe(encodeFunctionData({ abi: eip3009TokenAbi, functionName: "approve", args: [PERMIT2, BigInt(required.accepts[0]!.amount)] }));
+    expect(await balance(payer.address)).toBe(before);
+  });
+
+  it("the facilitator's permit2_allowance_required (an approval withdrawn after the service's own check) refuses the order and tells the payer what to approve", async () => {
+    const unapproved = hardhatAccount(19);
+    const before = await balance(unapproved.address);
+    const { payload } = await challengeAndPayment(bill("08066666666", unapproved), unapproved);
+    // As a request that passed the service's allowance check and then met the facilitator.
+    const order = await lockAsCrashedRequest(paying.service.flow, { body: bill("08066666666", unapproved), payload, payer: unapproved.address, tokenAddress: usdt, tag: "permit2-no-allowance", chain: "BASE", token: "USD₮" });
+    const thrown = await settle(paying.service.flow, order, { fresh: true }).catch((err: unknown) => err as ServiceError);
+    expect(thrown).toBeInstanceOf(ServiceError);
+    expect((thrown as ServiceError).code).toBe("PERMIT2_ALLOWANCE_REQUIRED");
+    const extra = (thrown as ServiceError).extra as { charged: boolean; chain: string; approval: { token: string; spender: string; at_least: string } };
+    expect(extra, JSON.stringify(extra)).toMatchObject({ charged: false, chain: "BASE", approval: { spender: PERMIT2, at_least: payload.accepted.amount } });
+    expect(extra.approval.token.toLowerCase()).toBe(usdt.toLowerCase());
+    expect((await paying.service.flow.orders.get(order.requestId))!.status).toBe("REFUSED");
+    expect(await balance(unapproved.address)).toBe(before);
+  });
+
+  it("once approved, the official client's permit pays the bill: settled through the proxy, booked by the ledger under its Permit2 nonce", async () => {
+    await approvePermit2(payer, maxUint256);
+    const before = await balance(payer.address);
+    const treasuryBefore = await balance(base.billPay);
+    const { payload, headers } = await challengeAndPayment(bill("08011111111"));
+    const res = await post(bill("08011111111"), headers);
+    const result = (await res.json()) as Result;
+    expect(res.status, JSON.stringify(result)).toBe(200);
+    expect(result).toMatchObject({ success: true, status: "SUCCESS" });
+    const amount = BigInt(payload.accepted.amount);
+    expect(await balance(payer.address)).toBe(before - amount);
+    expect(await balance(base.billPay)).toBe(treasuryBefore + amount);
+    expect(decodePaymentResponseHeader(res.headers.get("PAYMENT-RESPONSE")!)).toMatchObject({ success: true, transaction: result.tx_hash, network: "eip155:8453" });
+    const receipt = await base.publicClient.getTransactionReceipt({ hash: result.tx_hash as Hex });
+    expect(receipt.to?.toLowerCase()).toBe(X402_EXACT_PROXY.toLowerCase());
+
+    const nonce = `0x${BigInt((payload.payload as Permit2Payload).permit2Authorization.nonce).toString(16).padStart(64, "0")}`;
+    await waitForLedgerBlock(paying.ledger.url, 8453, receipt.blockNumber);
+    const asPermit2 = await ledgerView(`${paying.ledger.url}/ledger/authorizations/8453/${usdt}/${payer.address}/${nonce}?rail=permit2`);
+    expect(asPermit2.payment).toMatchObject({ rail: "permit2", amount: amount.toString(), txHash: result.tx_hash });
+    // Its own key: not an EIP-3009 payment under the same nonce.
+    expect((await ledgerView(`${paying.ledger.url}/ledger/authorizations/8453/${usdt}/${payer.address}/${nonce}`)).payment).toBeNull();
+
+    // Replayed as is: the same order, paid once. Concurrent copies too.
+    const replays = await Promise.all([post(bill("08011111111"), headers), post(bill("08011111111"), headers)]);
+    for (const r of replays) expect(((await r.json()) as Result).request_id).toBe(result.request_id);
+    // Reused for another bill: refused.
+    const reused = await post(bill("08022222222"), headers);
+    expect(reused.status).toBe(409);
+    expect(((await reused.json()) as { code: string }).code).toBe("PAYMENT_ALREADY_USED");
+    expect(await balance(payer.address)).toBe(before - amount);
+  });
+
+  it("refunds a failed bill on chain through BillPay.refundPermit2: the payer is whole, the ledger shows the refund on the Permit2 rail", async () => {
+    const before = await balance(payer.address);
+    const { headers, payload } = await challengeAndPayment(bill("08099999999"));
+    const result = (await (await post(bill("08099999999"), headers)).json()) as Result;
+    expect(result).toMatchObject({ success: false, status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+    expect(await balance(payer.address)).toBe(before);
+    const nonce = `0x${BigInt((payload.payload as Permit2Payload).permit2Authorization.nonce).toString(16).padStart(64, "0")}`;
+    const refundReceipt = await base.publicClient.getTransactionReceipt({ hash: result.refund!.tx_hash as Hex });
+    await waitForLedgerBlock(paying.ledger.url, 8453, refundReceipt.blockNumber);
+    const seen = await ledgerView(`${paying.ledger.url}/ledger/authorizations/8453/${usdt}/${payer.address}/${nonce}?rail=permit2`);
+    expect(seen.refunds).toEqual([expect.objectContaining({ rail: "permit2", txHash: result.refund!.tx_hash, amount: payload.accepted.amount })]);
+  });
+
+  it("refuses forged, mismatched and redirected permits before anything is stored or settled", async () => {
+    const before = await balance(payer.address);
+    const { payload } = await challengeAndPayment(bill("08033333333"));
+    const amount = BigInt(payload.accepted.amount);
+    const other = `0x${"ab".repeat(20)}` as Hex;
+    const cases: Array<[string, Promise<Record<string, string>>]> = [
+      ["AMOUNT_MISMATCH", tampered(payload, { permitted: { token: usdt, amount: (amount - 1n).toString() } })],
+      ["PAYEE_MISMATCH", tampered(payload, { witness: { to: stranger.address, validAfter: "0" } })],
+      ["PERMIT2_SPENDER_INVALID", tampered(payload, { spender: other })],
+      ["PAYMENT_ASSET_MISMATCH", tampered(payload, { permitted: { token: base.tokenAddress("USDC"), amount: amount.toString() } })],
+      ["SIGNATURE_INVALID", tampered(payload, {}, stranger).then((h) => h)],
+    ];
+    for (const [code, headers] of cases) {
+      const res = await post(bill("08033333333"), await headers);
+      expect(res.status, code).toBe(402);
+      expect(((await res.json()) as { code: string }).code, code).toBe(code);
+    }
+    // The same permit on the wrong chain, and an EIP-3009 payment for this Permit2 token.
+    const celoPayload = { ...payload, accepted: { ...payload.accepted, network: "eip155:42220" } } as PaymentPayload;
+    const wrongChain = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(celoPayload));
+    expect(((await wrongChain.json()) as { code: string }).code).toBe("PAYMENT_NETWORK_MISMATCH");
+    const eip3009 = { ...payload, payload: { signature: "0x" + "11".repeat(65), authorization: { from: payer.address, to: base.billPay, value: amount.toString(), validAfter: "0", validBefore: String(Math.floor(Date.now() / 1000) + 300), nonce: "0x" + "22".repeat(32) } } } as PaymentPayload;
+    const wrongMethod = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(eip3009));
+    expect(((await wrongMethod.json()) as { code: string }).code).toBe("PAYMENT_METHOD_MISMATCH");
+    expect(await balance(payer.address)).toBe(before);
+  });
+
+  it("a permit the facilitator refuses (the payer cannot cover it) is not charged; landed later by anyone, it is refunded", async () => {
+    const late = hardhatAccount(18);
+    await approvePermit2(late, maxUint256);
+    const start = await balance(late.address);
+    const { payload, headers } = await challengeAndPayment(bill("08055555555", late), late);
+    const amount = BigInt(payload.accepted.amount);
+    // All but less than the price moves away: the facilitator's simulation of the settlement fails.
+    const lateWallet = createWalletClient({ account: late, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+    await base.mined(await lateWallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "transfer", args: [stranger.address, start - amount + 1n] }));
+    const refused = await post(bill("08055555555", late), headers);
+    const refusedBody = (await refused.json()) as Result & { code: string; charged: boolean; reason: string; late_payment: string };
+    expect(refused.status, JSON.stringify(refusedBody)).toBe(402);
+    expect(refusedBody).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false });
+    // @x402/evm's facilitator diagnoses the failed simulation: the payer's balance.
+    expect(refusedBody.reason).toBe("facilitator: permit2_insufficient_balance");
+    expect(refusedBody.late_payment).toMatch(/refunded/);
+    expect(await balance(late.address)).toBe(amount - 1n);
+    const order = (await paying.service.flow.orders.get(refusedBody.request_id))!;
+    expect(order.status).toBe("REFUSED");
+
+    // The funds come back, and anyone holding the signed permit lands it before its deadline.
+    const strangerWallet = createWalletClient({ account: stranger, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+    await base.mined(await strangerWallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "transfer", args: [late.address, start - amount + 1n] }));
+    const p = (payload.payload as Permit2Payload).permit2Authorization;
+    const landed = await base.mined(
+      await strangerWallet.writeContract({
+        address: X402_EXACT_PROXY,
+        abi: x402ExactProxyAbi,
+        functionName: "settle",
+        args: [
+          { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
+          p.from,
+          { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
+          (payload.payload as Permit2Payload).signature,
+        ],
+      }),
+    );
+    expect(await balance(late.address)).toBe(start - amount);
+    await waitForLedgerBlock(paying.ledger.url, 8453, landed.blockNumber);
+    // The ledger pass finds the payment under the refused order's key, and refunds exactly it.
+    await expect
+      .poll(async () => (await reconcileAuthorizationPayments(paying.service.flow), (await paying.service.flow.orders.get(order.requestId))!.status), { timeout: 20_000 })
+      .toBe("REFUNDED");
+    expect(await balance(late.address)).toBe(start);
+  });
+
+  it("a Permit2 payment made to BillPay outside the service is booked, kept for an operator, and the audit agrees with every balance", async () => {
+    // The stranger approves Permit2 and has the proxy settle a permit to BillPay itself: no order, no bill.
+    await approvePermit2(stranger, maxUint256);
+    const { payload } = await challengeAndPayment(bill("08044444444", stranger), stranger);
+    const p = (payload.payload as Permit2Payload).permit2Authorization;
+    const wallet = createWalletClient({ account: stranger, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+    const before = await balance(base.billPay);
+    const hash = await wallet.writeContract({
+      address: X402_EXACT_PROXY,
+      abi: x402ExactProxyAbi,
+      functionName: "settle",
+      args: [
+        { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
+        p.from,
+        { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
+        (payload.payload as Permit2Payload).signature,
+      ],
+    });
+    const receipt = await base.mined(hash);
+    expect(await balance(base.billPay)).toBe(before + BigInt(p.permitted.amount));
+    await waitForLedgerBlock(paying.ledger.url, 8453, receipt.blockNumber);
+
+    // The worker's ledger pass records it for an operator; the audit lists it for review, and finds nothing amiss.
+    const orphans = async () => {
+      await reconcileAuthorizationPayments(paying.service.flow);
+      return (await paying.service.db.query<{ rail: string }>(`SELECT rail FROM orphan_payment WHERE tx_hash = $1`, [hash])).map((r) => r.rail);
+    };
+    await expect.poll(orphans, { timeout: 20_000 }).toEqual(["permit2"]);
+    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    expect(audit.discrepancies).toEqual([]);
+    expect(audit.orders?.review.join("\n")).toContain(hash);
+  });
+});
