@@ -15,11 +15,12 @@ import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { BAZAAR, extractDiscoveryInfoFromExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
 import { appendPaymentIdentifierToExtensions, generatePaymentId } from "@x402/extensions/payment-identifier";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import type { Account, Hex } from "viem";
+import { createWalletClient, erc20Abi, http, maxUint256, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent } from "../../lib/agent-client.ts";
 import { callToolPaid } from "../../lib/mcp-x402-client.ts";
-import { chainInfo } from "../../lib/chains.ts";
+import { chainInfo, viemChain } from "../../lib/chains.ts";
+import { PERMIT2 } from "../../lib/permit2.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
@@ -263,6 +264,33 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect((invalid.structuredContent as { error: Body }).error.code).toBe("VALIDATION_FAILED");
     expect(await usdc(payer.address)).toBe(before);
     expect(await ordersOf(payer)).toHaveLength(0);
+  });
+
+  it("USD₮ on Base is paid through Permit2 over MCP: refused with the approval to make until the payer approves Permit2, then paid once", async () => {
+    const payer = hardhatAccount(13);
+    const base = chainActors(paying.chains.deployments, "BASE");
+    const usdt = base.tokenAddress("USD₮");
+    const before = await base.balanceOf("USD₮", payer.address);
+    const tether = bill({ chain: "BASE", token: "USDT" });
+    const required = requiredOf(await call(tether));
+    expect(required.accepts).toHaveLength(1);
+    expect(required.accepts[0]!.extra).toMatchObject({ assetTransferMethod: "permit2" });
+
+    const unapproved = await call(tether, await sign(payer, required));
+    expect(unapproved.isError).toBe(true);
+    expect(unapproved.structuredContent, JSON.stringify(unapproved.structuredContent)).toMatchObject({ error: { code: "PERMIT2_ALLOWANCE_REQUIRED", approval: { spender: PERMIT2 } } });
+    expect(await base.balanceOf("USD₮", payer.address)).toBe(before);
+
+    const wallet = createWalletClient({ account: payer, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+    await base.mined(await wallet.writeContract({ address: usdt, abi: erc20Abi, functionName: "approve", args: [PERMIT2, maxUint256] }));
+    const payment = await sign(payer, requiredOf(await call(tether)));
+    const paid = await call(tether, payment);
+    expect(paid.structuredContent, JSON.stringify(paid.structuredContent)).toMatchObject({ status: "SUCCESS" });
+    expect((await service.flow.orders.get((paid.structuredContent as Body).request_id as string))!.tokenAddress.toLowerCase()).toBe(usdt.toLowerCase());
+    expect((paid._meta as Body)["x402/payment-response"]).toMatchObject({ success: true, network: chainInfo("BASE").caip2 });
+    expect(await base.balanceOf("USD₮", payer.address)).toBe(before - BigInt(payment.accepted.amount));
+    expect((await call(tether, payment)).structuredContent).toMatchObject({ request_id: (paid.structuredContent as Body).request_id });
+    expect(await base.balanceOf("USD₮", payer.address)).toBe(before - BigInt(payment.accepted.amount));
   });
 
   it("a stranger sending payments that cannot be read pays with his budget: past it, RATE_LIMITED before any price is made", async () => {
