@@ -50,10 +50,9 @@ describe("x402 through Permit2: USD₮ on Base", () => {
   const post = (body: unknown, headers: Record<string, string> = {}) =>
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
   const balance = (who: Hex) => base.balanceOf("USD₮", who);
-  const approvePermit2 = async (who: Account, amount: bigint) => {
-    const wallet = createWalletClient({ account: who, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
-    await base.mined(await wallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "approve", args: [PERMIT2, amount] }));
-  };
+  const walletOf = (who: Account) => createWalletClient({ account: who, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
+  const approvePermit2 = async (who: Account, amount: bigint) =>
+    base.mined(await walletOf(who).writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "approve", args: [PERMIT2, amount] }));
 
   /** The bill's 402 and the official client's payment for it. */
   async function challengeAndPayment(body: unknown, who: Account = payer) {
@@ -64,6 +63,22 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const payload = await client.createPaymentPayload(required);
     return { required, payload, headers: client.encodePaymentSignatureHeader(payload), client };
   }
+
+  /** Anyone holding a signed permit has x402's proxy settle it, outside the service. */
+  const settleAtProxy = (sender: Account, payload: PaymentPayload) => {
+    const { permit2Authorization: p, signature } = payload.payload as Permit2Payload;
+    return walletOf(sender).writeContract({
+      address: X402_EXACT_PROXY,
+      abi: x402ExactProxyAbi,
+      functionName: "settle",
+      args: [
+        { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
+        p.from,
+        { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
+        signature,
+      ],
+    });
+  };
 
   /** A permit the test signs itself from the client's, with some terms changed, as a tampering payer would. */
   async function tampered(payload: PaymentPayload, change: Partial<Permit2Payload["permit2Authorization"]>, signer: Account = payer) {
@@ -210,8 +225,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const { payload, headers } = await challengeAndPayment(bill("08055555555", late), late);
     const amount = BigInt(payload.accepted.amount);
     // All but less than the price moves away: the facilitator's simulation of the settlement fails.
-    const lateWallet = createWalletClient({ account: late, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
-    await base.mined(await lateWallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "transfer", args: [stranger.address, start - amount + 1n] }));
+    await base.transfer(late, "USD₮", stranger.address, start - amount + 1n);
     const refused = await post(bill("08055555555", late), headers);
     const refusedBody = (await refused.json()) as Result & { code: string; charged: boolean; reason: string; late_payment: string };
     expect(refused.status, JSON.stringify(refusedBody)).toBe(402);
@@ -224,22 +238,8 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(order.status).toBe("REFUSED");
 
     // The funds come back, and anyone holding the signed permit lands it before its deadline.
-    const strangerWallet = createWalletClient({ account: stranger, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
-    await base.mined(await strangerWallet.writeContract({ address: usdt, abi: eip3009TokenAbi, functionName: "transfer", args: [late.address, start - amount + 1n] }));
-    const p = (payload.payload as Permit2Payload).permit2Authorization;
-    const landed = await base.mined(
-      await strangerWallet.writeContract({
-        address: X402_EXACT_PROXY,
-        abi: x402ExactProxyAbi,
-        functionName: "settle",
-        args: [
-          { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
-          p.from,
-          { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
-          (payload.payload as Permit2Payload).signature,
-        ],
-      }),
-    );
+    await base.transfer(stranger, "USD₮", late.address, start - amount + 1n);
+    const landed = await base.mined(await settleAtProxy(stranger, payload));
     expect(await balance(late.address)).toBe(start - amount);
     await waitForLedgerBlock(paying.ledger.url, 8453, landed.blockNumber);
     // The ledger pass finds the payment under the refused order's key, and refunds exactly it.
@@ -254,19 +254,8 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     await approvePermit2(stranger, maxUint256);
     const { payload } = await challengeAndPayment(bill("08044444444", stranger), stranger);
     const p = (payload.payload as Permit2Payload).permit2Authorization;
-    const wallet = createWalletClient({ account: stranger, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) });
     const before = await balance(base.billPay);
-    const hash = await wallet.writeContract({
-      address: X402_EXACT_PROXY,
-      abi: x402ExactProxyAbi,
-      functionName: "settle",
-      args: [
-        { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
-        p.from,
-        { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
-        (payload.payload as Permit2Payload).signature,
-      ],
-    });
+    const hash = await settleAtProxy(stranger, payload);
     const receipt = await base.mined(hash);
     expect(await balance(base.billPay)).toBe(before + BigInt(p.permitted.amount));
     await waitForLedgerBlock(paying.ledger.url, 8453, receipt.blockNumber);
