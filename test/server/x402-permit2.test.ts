@@ -9,7 +9,7 @@ import { x402HTTPClient } from "@x402/core/http";
 import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { decodePaymentResponseHeader } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWalletClient, encodeFunctionData, http, maxUint256, type Account, type Hex } from "viem";
+import { createWalletClient, encodeFunctionData, http, maxUint256, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
 import { viemChain } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
@@ -208,6 +208,12 @@ describe("x402 through Permit2: USD₮ on Base", () => {
       expect(res.status, code).toBe(402);
       expect(((await res.json()) as { code: string }).code, code).toBe(code);
     }
+    // The payer's own signature in its compact (EIP-2098) form: Permit2 would take it, but BillPay
+    // (OpenZeppelin's ECDSA, 65 bytes only) could not check it to refund; the service refuses it.
+    const compact = { ...payload, payload: { ...(payload.payload as Permit2Payload), signature: serializeCompactSignature(signatureToCompactSignature(parseSignature((payload.payload as Permit2Payload).signature))) } } as PaymentPayload;
+    const compactRes = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(compact));
+    const compactBody = (await compactRes.json()) as { code: string; error: string };
+    expect(compactBody, JSON.stringify(compactBody).slice(0, 300)).toMatchObject({ code: "SIGNATURE_INVALID" });
     // The same permit on the wrong chain, and an EIP-3009 payment for this Permit2 token.
     const celoPayload = { ...payload, accepted: { ...payload.accepted, network: "eip155:42220" } } as PaymentPayload;
     const wrongChain = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(celoPayload));
