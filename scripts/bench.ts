@@ -30,6 +30,7 @@ const BENCHES: Bench[] = [
   { name: "x402", script: "scripts/bench-x402.ts" },
   { name: "x402-postgresql", script: "scripts/bench-x402.ts", env: { BENCH_POSTGRES: "1", TEST_DATABASE_URL: POSTGRES } },
   { name: "x402-concurrent", script: "scripts/bench-x402.ts", args: ["--concurrent"] },
+  { name: "permit2", script: "scripts/bench-permit2.ts" },
   { name: "agent", script: "scripts/bench-agent.ts" },
   { name: "agent-postgresql", script: "scripts/bench-agent.ts", env: { BENCH_POSTGRES: "1", TEST_DATABASE_URL: POSTGRES } },
   { name: "flood", script: "scripts/bench-flood.ts" },
@@ -78,6 +79,18 @@ async function table(): Promise<Row[]> {
         : missing(path, ">= 1.0x"),
     );
   }
+  const p2 = await read("permit2.json");
+  const p2Path = "paid x402 on Base, Permit2 (USD₮) against EIP-3009 (USDC)";
+  rows.push(
+    p2?.permit2
+      ? {
+          path: p2Path,
+          figure: `${p2.permit2VsEip3009}x (${p2.permit2.billsPerSecond}/s vs ${p2.eip3009.billsPerSecond}/s; settle gas ${p2.permit2.settleGas} vs ${p2.eip3009.settleGas}, refund ${p2.permit2.refundGas} vs ${p2.eip3009.refundGas})`,
+          goal: ">= 0.9x",
+          met: p2.permit2VsEip3009 >= 0.9,
+        }
+      : missing(p2Path, ">= 0.9x"),
+  );
   for (const [file, label] of [["agent.json", "PGlite"], ["agent-postgresql.json", "PostgreSQL"]] as const) {
     const a = await read(file);
     const one = `agent pay_bill, one agent, ${label}`;
