@@ -7,7 +7,9 @@
  * payer's authorization; the same order id), or send the order to an operator, never
  * charging twice; a refunded bill whose payment went is closed as never paid.
  */
-import type { Account, Hex } from "viem";
+import { createWalletClient, erc20Abi, http, maxUint256, type Account, type Hex } from "viem";
+import { viemChain } from "../../lib/chains.ts";
+import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
@@ -54,14 +56,15 @@ describe("a payment reorganised off the chain after its bill was served", () => 
    * comes after a block has spread: Ponder 0.16 asks for the logs of a head it was told of by
    * its hash, and one reverted before that ask is asked for again and again, stalling the ledger.
    */
-  async function reorganisedAway<T>(act: () => Promise<T>): Promise<T> {
-    const snapshot = await rpc("evm_snapshot");
+  async function reorganisedAway<T>(act: () => Promise<T>, on: ChainActors = celo): Promise<T> {
+    const rpcOn = (method: string, params: unknown[] = []) => on.publicClient.request({ method: method as never, params: params as never }) as Promise<unknown>;
+    const snapshot = await rpcOn("evm_snapshot");
     const result = await act();
-    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
-    await rpc("evm_revert", [snapshot]);
+    await waitForLedgerBlock(paying.ledger.url, on.deployment.chainId, await on.publicClient.getBlockNumber());
+    await rpcOn("evm_revert", [snapshot]);
     return result;
   }
-  const mine = (blocks = 4) => rpc("hardhat_mine", [`0x${blocks.toString(16)}`]);
+  const mine = (blocks = 4, on: ChainActors = celo) => on.publicClient.request({ method: "hardhat_mine" as never, params: [`0x${blocks.toString(16)}`] as never });
 
   /** Runs the watch (as the worker does) until the order's lost payment reaches `outcome`. */
   async function watchUntil(requestId: unknown, outcome: LossOutcome) {
@@ -142,6 +145,30 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(panel).toContain(String(requestId));
     expect(panel).toContain("RECOLLECTED");
 
+    const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
+  });
+
+  it("x402 through Permit2 (USD₮ on Base): the payer's still-valid permit is settled again through the proxy; charged once, served once, audited clean", async () => {
+    const payer = hardhatAccount(12);
+    const base = chainActors(paying.chains.deployments, "BASE");
+    const usdt = (who: Hex) => base.balanceOf("USD₮", who);
+    // The one-time approval of Permit2 stays: only the payment is reorganised away.
+    await base.mined(await createWalletClient({ account: payer, chain: viemChain("BASE", base.deployment.rpcUrl), transport: http(base.deployment.rpcUrl) }).writeContract({ address: base.tokenAddress("USD₮"), abi: erc20Abi, functionName: "approve", args: [PERMIT2, maxUint256] }));
+    const [payerBefore, billPayBefore] = [await usdt(payer.address), await usdt(base.billPay)];
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550, blockchain: "BASE", token: "USDT" })), base);
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    const lostTx = (await orderOf(paid.request_id)).txHash;
+    expect(await usdt(payer.address)).toBe(payerBefore);
+    await mine(4, base);
+
+    const loss = await watchUntil(paid.request_id, "RECOLLECTED");
+    expect(loss).toMatchObject({ rail: "permit2", tx_hash: lostTx });
+    const order = await orderOf(paid.request_id);
+    expect(order).toMatchObject({ status: "SUCCESS", txHash: loss.recollect_tx_hash });
+    expect(payerBefore - (await usdt(payer.address))).toBe(order.amount);
+    expect((await usdt(base.billPay)) - billPayBefore).toBe(order.amount);
+    expect(await delivered(paid.request_id)).toEqual(["delivered"]);
     const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
   });
