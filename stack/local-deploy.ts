@@ -73,6 +73,10 @@ async function stillDeployed(client: PublicClient, existing: ChainDeployment, ge
   const addresses = [existing.billPay.address, existing.multicall3, ...existing.tokens.map((t) => t.address)];
   const present = await Promise.all(addresses.map((a) => hasCode(client, a as Address)));
   if (!present.every(Boolean)) return false;
+  // A BillPay built by an older checkout (before refundPermit2, say) is deployed afresh: the
+  // service would refuse to start on it. BillPay has no immutables, so its code is the artifact's.
+  const code = await client.getCode({ address: existing.billPay.address as Address });
+  if (code?.toLowerCase() !== loadArtifact("BillPay.sol", "BillPay").deployedBytecode.toLowerCase()) return false;
   const billPay = existing.billPay.address as Address;
   const holds = async (role: "OPERATOR_ROLE" | "REFUNDER_ROLE", account: Address) =>
     client.readContract({
@@ -108,11 +112,16 @@ export async function ensureLocalDeployment(
     throw new Error(`${rpcUrl} serves chain id ${chainId}, expected ${chain.chainId} for ${chainKey}`);
   }
   const genesis = await client.getBlock({ blockNumber: 0n });
-  // Uniswap's Permit2 and the x402 exact proxy at their canonical addresses (hardhat_setCode,
-  // as Multicall3 below), for x402 payments with assetTransferMethod "permit2". Placed before
-  // the reuse check, so a running node deployed by an older checkout gets them too; it sends
-  // no transaction. Why Uniswap's bytes sign under this chain's id: lib/permit2-code.ts.
+  // Uniswap's Permit2 and the x402 exact proxy at their canonical addresses, and Multicall3 at
+  // its (hardhat_setCode), for x402 payments with assetTransferMethod "permit2" and the
+  // facilitator's reads. Placed before the reuse check, where the code is not already this
+  // checkout's, so a running node deployed by an older checkout gets them too; no transaction
+  // is sent. Why Uniswap's bytes sign under this chain's id: lib/permit2-code.ts.
   await placePermit2Contracts(client);
+  const multicall = loadArtifact("local/Multicall3.sol", "Multicall3").deployedBytecode;
+  if ((await client.getCode({ address: MULTICALL3_ADDRESS }))?.toLowerCase() !== multicall.toLowerCase()) {
+    await client.request({ method: "hardhat_setCode" as never, params: [MULTICALL3_ADDRESS, multicall] as never });
+  }
   if (existing && (await stillDeployed(client, existing, genesis.hash))) {
     return { deployment: { ...existing, rpcUrl }, reused: true };
   }
@@ -134,14 +143,6 @@ export async function ensureLocalDeployment(
     if ((await client.getBalance({ address: who })) === 0n) {
       await client.request({ method: "hardhat_setBalance" as never, params: [who, `0x${GAS_FUNDING.toString(16)}`] as never });
     }
-  }
-
-  if (!(await hasCode(client, MULTICALL3_ADDRESS))) {
-    const multicall = loadArtifact("local/Multicall3.sol", "Multicall3");
-    await client.request({
-      method: "hardhat_setCode" as never,
-      params: [MULTICALL3_ADDRESS, multicall.deployedBytecode] as never,
-    });
   }
 
   // Explicit nonces, receipts awaited once at the end.
