@@ -4,8 +4,8 @@
  * make itself are here: the requirements are rebuilt from the bill's price, the payer must
  * be the bill's wallet, the amount the quoted one, the payee BillPay, the asset the bill's
  * token, the nonce not zero, the authorization's validity window bounded (no ten-year
- * authorizations), and the signature the payer's own (checked here for ordinary wallets,
- * so a forged header locks nothing; a contract wallet's is left to the facilitator).
+ * authorizations), and the signature the payer's own (recovered here for ordinary wallets,
+ * asked of the wallet for contract wallets, ERC-1271, so a forged header locks nothing).
  *
  * A token without EIP-3009 is paid through Permit2 (x402 scheme_exact_evm.md, "Permit2";
  * lib/permit2.ts). Its signed PermitWitnessTransferFrom is read into the same authorization
@@ -16,7 +16,7 @@
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload } from "@x402/core/types";
-import { hashTypedData, parseSignature, recoverTypedDataAddress, type Hex, type PublicClient } from "viem";
+import { hashTypedData, parseSignature, recoverTypedDataAddress, size, type Hex, type PublicClient } from "viem";
 import { contractAccepts } from "../../lib/contract-signature.ts";
 import { z } from "zod";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
@@ -115,6 +115,9 @@ const permit2Payload = z.object({
 
 /** The signed part of a payload, EIP-3009's or Permit2's, in the one authorization shape (see the file's comment). */
 function signedPart(payload: unknown): Pick<DecodedPayment, "method" | "permit2" | "authorization" | "signature"> | null {
+  // One shape or the other: the facilitator settles by which it finds, so a payload with both
+  // could be checked here as one and settled as the other.
+  if (typeof payload === "object" && payload !== null && "authorization" in payload && "permit2Authorization" in payload) return null;
   const eip3009 = exactPayload.safeParse(payload);
   if (eip3009.success) {
     const a = eip3009.data.authorization;
@@ -274,7 +277,12 @@ export async function checkSignature(
   } catch {
     signer = undefined;
   }
-  if (signer && same(signer, p.authorization.from)) return;
+  if (signer && same(signer, p.authorization.from)) {
+    if (!refundableSignature(p.signature)) {
+      throw new PaymentRejected("SIGNATURE_INVALID", "sign with a canonical 65-byte signature (v 27 or 28, low s): BillPay checks this very signature on chain to refund the payment");
+    }
+    return;
+  }
   const code = await client.getCode({ address: p.authorization.from });
   if (code && code !== "0x") {
     const hash = hashTypedData(typed as Parameters<typeof hashTypedData>[0]);
@@ -302,6 +310,21 @@ function signedTypedData(p: DecodedPayment, token: { name: string; version: stri
   }
   const domain = { name: token.name, version: token.version, chainId: token.chainId, verifyingContract: token.address as Hex };
   return { domain, types: TRANSFER_WITH_AUTHORIZATION_TYPES, primaryType: "TransferWithAuthorization" as const, message: { ...a } };
+}
+
+/** Half the secp256k1 order: OpenZeppelin's ECDSA, which BillPay's refunds check signatures with, takes no s above it. */
+const HALF_ORDER = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n;
+
+/**
+ * Whether BillPay could check this ordinary wallet's signature to refund the payment: 65 bytes,
+ * v 27 or 28, s in the lower half. viem recovers more (a high s, v 0 or 1), and Permit2's own
+ * ecrecover settles a high s: such a payment would settle yet leave a failed bill unrefundable.
+ */
+function refundableSignature(signature: Hex): boolean {
+  if (size(signature) !== 65) return false;
+  const v = Number.parseInt(signature.slice(130, 132), 16);
+  const s = BigInt(`0x${signature.slice(66, 130)}`);
+  return (v === 27 || v === 28) && s <= HALF_ORDER;
 }
 
 /** A signature in one spelling (r, s, parity), so a re-encoded copy of the same one compares equal. */

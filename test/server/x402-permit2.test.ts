@@ -24,6 +24,8 @@ import { lockAsCrashedRequest } from "../support/orders.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
 import { ServiceError } from "../../server/errors.ts";
 
+/** The secp256k1 group order: n - s is the other, high-s spelling of a signature. */
+const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
 type LedgerView = { payment: Record<string, unknown> | null; refunds: Array<Record<string, unknown>> };
 const ledgerView = async (url: string) => (await (await fetch(url)).json()) as LedgerView;
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; refund?: { status: string; tx_hash: string | null } };
@@ -214,6 +216,18 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const compactRes = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(compact));
     const compactBody = (await compactRes.json()) as { code: string; error: string };
     expect(compactBody, JSON.stringify(compactBody).slice(0, 300)).toMatchObject({ code: "SIGNATURE_INVALID" });
+    // The same signature malleated (s -> n - s, the other v): Permit2's ecrecover would settle it,
+    // but BillPay could not check it to refund; refused too.
+    const signature = (payload.payload as Permit2Payload).signature;
+    const highS = (SECP256K1_N - BigInt(`0x${signature.slice(66, 130)}`)).toString(16).padStart(64, "0");
+    const flippedV = signature.slice(130) === "1b" ? "1c" : "1b";
+    const malleated = { ...payload, payload: { ...(payload.payload as Permit2Payload), signature: `${signature.slice(0, 66)}${highS}${flippedV}` } } as PaymentPayload;
+    const malleatedRes = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(malleated));
+    expect(((await malleatedRes.json()) as { code: string; error: string })).toMatchObject({ code: "SIGNATURE_INVALID", error: expect.stringContaining("low s") });
+    // Both shapes in one payload: the facilitator could settle the one not checked here.
+    const both = { ...payload, payload: { ...(payload.payload as Permit2Payload), authorization: { from: payer.address, to: base.billPay, value: amount.toString(), validAfter: "0", validBefore: "9999999999", nonce: `0x${"33".repeat(32)}` } } } as PaymentPayload;
+    const bothRes = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(both));
+    expect(((await bothRes.json()) as { code: string }).code).toBe("INVALID_PAYMENT_HEADER");
     // The same permit on the wrong chain, and an EIP-3009 payment for this Permit2 token.
     const celoPayload = { ...payload, accepted: { ...payload.accepted, network: "eip155:42220" } } as PaymentPayload;
     const wrongChain = await post(bill("08033333333"), new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments)).encodePaymentSignatureHeader(celoPayload));
