@@ -30,6 +30,13 @@ interface OrphanPullRow {
 }
 
 /** Payments no order accounts for, and the pass's positions. */
+/**
+ * SQL: order `b` holds orphan payment `o`, under the same key on the same rail (an order's
+ * rail is its stored payment's method: x402/payment.ts; absent, EIP-3009).
+ */
+export const ORDER_HOLDS_ORPHAN = `b.chain = o.chain AND b.token_address = o.token_address AND b.payer = o.payer AND b.auth_nonce = o.auth_nonce
+  AND COALESCE(b.payment->>'method', 'eip3009') = CASE o.rail WHEN 'permit2' THEN 'permit2' ELSE 'eip3009' END`;
+
 export class Orphans {
   constructor(private readonly db: Db) {}
 
@@ -61,8 +68,7 @@ export class Orphans {
       this.db.query<Record<string, string | null>>(
         // One an order has claimed since (submitted before its order was made) is no orphan.
         `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, rail FROM orphan_payment o
-         WHERE NOT EXISTS (SELECT 1 FROM bill_order b WHERE b.chain = o.chain AND b.token_address = o.token_address
-                             AND b.payer = o.payer AND b.auth_nonce = o.auth_nonce)
+         WHERE NOT EXISTS (SELECT 1 FROM bill_order b WHERE ${ORDER_HOLDS_ORPHAN})
          ORDER BY created_at`,
       ),
     ]);

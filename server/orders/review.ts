@@ -46,6 +46,7 @@ import { errorText } from "../log-safety.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
+import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
 import type { Order } from "./store.ts";
 
 export const REVIEW_ACTIONS = ["refund", "serve", "close"] as const;
@@ -337,7 +338,10 @@ export async function resolveOrphanPayment(
   const id = await deps.reviews.start({ orphanKey: key, action: "close-orphan", operator: input.operator, reason: input.reason, amount: BigInt(row.amount), txHash: input.refundTxHash?.toLowerCase(), statusBefore: row.status });
   try {
     if (row.status !== "NEEDS_REVIEW") throw new Refused(`this payment is ${row.status} already`);
-    const claimed = await deps.db.query(`SELECT 1 FROM bill_order WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce]);
+    const claimed = await deps.db.query(
+      `SELECT 1 FROM orphan_payment o JOIN bill_order b ON ${ORDER_HOLDS_ORPHAN} WHERE o.chain = $1 AND o.token_address = $2 AND o.payer = $3 AND o.auth_nonce = $4`,
+      [row.chain, row.token_address, row.payer, row.auth_nonce],
+    );
     if (claimed.length > 0) throw new Refused("an order of the service holds this payment: it is decided on the order, not here");
     let to = "RESOLVED";
     let detail = `closed as kept in BillPay's treasury (${input.reason}); nothing was sent`;

@@ -310,6 +310,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       requirements,
       resourceUrl: ctx.resourceUrl,
       ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
+    }).catch(async (err: unknown) => {
+      // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
+      // doing, so it counts as any paid call that settled nothing.
+      if (err instanceof ServiceError && err.code === "PERMIT2_ALLOWANCE_REQUIRED") await countUnsettled(client, payment);
+      throw err;
     });
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(client, payment);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
