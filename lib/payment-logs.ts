@@ -106,6 +106,7 @@ export function paymentsInLogs(tx: { to: string | null; input?: Hex; logs: reado
     const from = topicAddress(log.topics[1]) as Hex;
     const to = topicAddress(log.topics[2]);
     if (!sameAddress(to, billPay) || sameAddress(from, billPay) || !mayCarryAuthorization(tx.to, billPay)) continue;
+    if (log.data.length !== 66) continue; // a Transfer's value is one word; anything else is not a payment
     const amount = BigInt(log.data);
     const nonce = authorizationNonceOf(tx.logs, { token: log.address, from, logIndex: log.logIndex });
     const permit2Nonce = nonce ? null : permit2NonceOf(tx, tx.logs, { token: log.address, from, to, value: amount, logIndex: log.logIndex });

@@ -9,7 +9,7 @@
  * facilitator and its payers cannot disagree on them.
  */
 import { PERMIT2_ADDRESS, permit2WitnessTypes, x402ExactPermit2ProxyABI, x402ExactPermit2ProxyAddress } from "@x402/evm";
-import { decodeFunctionData, encodeFunctionData, erc20Abi, parseAbi, toEventSelector, toHex, type Hex } from "viem";
+import { decodeFunctionData, encodeFunctionData, erc20Abi, keccak256, parseAbi, toBytes, toEventSelector, toHex, type Hex } from "viem";
 
 /** Permit2's canonical address, the same on every EVM chain. */
 export const PERMIT2 = PERMIT2_ADDRESS as Hex;
@@ -23,6 +23,9 @@ export const permit2Abi = parseAbi([
   "function nonceBitmap(address owner, uint256 wordPosition) view returns (uint256)",
   "function DOMAIN_SEPARATOR() view returns (bytes32)",
 ]);
+
+/** The witness every x402 exact permit signs (the spec's WITNESS_TYPEHASH), which BillPay's refunds hash by too. */
+export const PROXY_WITNESS_TYPEHASH = keccak256(toBytes("Witness(address to,uint256 validAfter)"));
 
 /** The proxy's logs after a settlement's transfer (its ABI's `Settled()`, `SettledWithPermit()`). */
 export const PROXY_SETTLED = [toEventSelector("Settled()"), toEventSelector("SettledWithPermit()")];

@@ -23,7 +23,7 @@ import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, 
 import { billPayAbi } from "../lib/abis.ts";
 import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
 import { x402TransferOf, type ChainKey } from "../lib/chains.ts";
-import { PERMIT2, X402_EXACT_PROXY, x402ExactProxyAbi } from "../lib/permit2.ts";
+import { PERMIT2, PROXY_WITNESS_TYPEHASH, X402_EXACT_PROXY, x402ExactProxyAbi } from "../lib/permit2.ts";
 import { deployedChains, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import type { NetworkProfile } from "../lib/networks.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
@@ -157,12 +157,22 @@ async function permit2Failures(chain: ChainKey, client: ReturnType<typeof public
   if (!permit2Code || permit2Code === "0x") out.push(`${chain}: no Permit2 at ${PERMIT2}: a token without EIP-3009 cannot be paid over x402`);
   if (!proxyCode || proxyCode === "0x") out.push(`${chain}: no x402 exact proxy at ${X402_EXACT_PROXY}: a token without EIP-3009 cannot be paid over x402`);
   else {
-    const named = await client.readContract({ address: X402_EXACT_PROXY, abi: x402ExactProxyAbi, functionName: "PERMIT2" }).catch(() => null);
+    const [named, witness] = await Promise.all([
+      client.readContract({ address: X402_EXACT_PROXY, abi: x402ExactProxyAbi, functionName: "PERMIT2" }).catch(() => null),
+      client.readContract({ address: X402_EXACT_PROXY, abi: x402ExactProxyAbi, functionName: "WITNESS_TYPEHASH" }).catch(() => null),
+    ]);
     if (named?.toLowerCase() !== PERMIT2.toLowerCase()) out.push(`${chain}: the contract at ${X402_EXACT_PROXY} does not name Permit2 ${PERMIT2}: it is not x402's exact proxy`);
+    // BillPay checks a refunded permit against this witness (its own constant): they must agree.
+    else if (witness !== PROXY_WITNESS_TYPEHASH) out.push(`${chain}: x402's exact proxy signs another witness (${witness}) than BillPay refunds by: Permit2 payments could not be refunded`);
   }
-  const refunds = await client.readContract({ address: billPay, abi: billPayAbi, functionName: "PERMIT2" }).catch(() => null);
+  const [refunds, spender] = await Promise.all([
+    client.readContract({ address: billPay, abi: billPayAbi, functionName: "PERMIT2" }).catch(() => null),
+    client.readContract({ address: billPay, abi: billPayAbi, functionName: "X402_EXACT_PERMIT2_PROXY" }).catch(() => null),
+  ]);
   if (refunds?.toLowerCase() !== PERMIT2.toLowerCase()) {
     out.push(`${chain}: BillPay at ${billPay} predates Permit2 refunds (it has no refundPermit2): deploy the current BillPay (npm run deploy) before offering a token without EIP-3009`);
+  } else if (spender?.toLowerCase() !== X402_EXACT_PROXY.toLowerCase()) {
+    out.push(`${chain}: BillPay refunds permits to the proxy ${spender}, but payers sign to ${X402_EXACT_PROXY}: Permit2 payments could not be refunded`);
   }
   return out;
 }
