@@ -22,7 +22,9 @@ import {ISignatureTransfer} from "@uniswap/v4-periphery/lib/permit2/src/interfac
 ///         binds the destination, so the submitter can change neither amount nor payee.
 ///         The whole permitted amount always moves ("exact").
 ///         It has no constructor and no immutables (PERMIT2 is a constant), so its runtime
-///         code works wherever it is placed.
+///         code works wherever it is placed. Where the spec's reference and the deployed
+///         contract may differ (settleWithPermit: the deployed one is said to go on when the
+///         token's permit fails), this follows the spec; the service never calls it.
 contract x402ExactPermit2Proxy is ReentrancyGuardTransient {
     /// @notice Uniswap's Permit2, at its canonical address (the same on every EVM chain).
     ISignatureTransfer public constant PERMIT2 = ISignatureTransfer(0x000000000022D473030F116dDEE9F6B43aC78BA3);
