@@ -22,9 +22,12 @@ import {ISignatureTransfer} from "@uniswap/v4-periphery/lib/permit2/src/interfac
 ///         binds the destination, so the submitter can change neither amount nor payee.
 ///         The whole permitted amount always moves ("exact").
 ///         It has no constructor and no immutables (PERMIT2 is a constant), so its runtime
-///         code works wherever it is placed. Where the spec's reference and the deployed
-///         contract may differ (settleWithPermit: the deployed one is said to go on when the
-///         token's permit fails), this follows the spec; the service never calls it.
+///         code works wherever it is placed. The spec's reference and the x402 project's
+///         published contract (x402BasePermit2Proxy) differ on settleWithPermit: the latter
+///         wants the EIP-2612 value equal to the amount and goes on, logging why, when the
+///         token's permit fails. This follows the spec; the service never calls it. On
+///         settle they agree, and so does the order of logs the ledger reads: the token's
+///         Transfer, then Settled().
 contract x402ExactPermit2Proxy is ReentrancyGuardTransient {
     /// @notice Uniswap's Permit2, at its canonical address (the same on every EVM chain).
     ISignatureTransfer public constant PERMIT2 = ISignatureTransfer(0x000000000022D473030F116dDEE9F6B43aC78BA3);
