@@ -57,6 +57,11 @@ export function authorizationNonceOf(logs: readonly RawLog[], transfer: { token:
   return isItsAuthorization ? before.topics[2]! : null;
 }
 
+/** Whether a transaction was sent to x402's proxy: its payments are then known by its calldata too (permit2NonceOf). */
+export function isProxyCall(txTo: string | null): boolean {
+  return txTo !== null && sameAddress(txTo, X402_EXACT_PROXY);
+}
+
 /**
  * The Permit2 nonce (as lib/permit2.ts keys it) of the x402 proxy settlement that made the
  * transfer at `logIndex`, if it is one: see the file's comment.
@@ -66,7 +71,7 @@ export function permit2NonceOf(
   logs: readonly RawLog[],
   transfer: { token: string; from: string; to: string; value: bigint; logIndex: number },
 ): Hex | null {
-  if (tx.to === null || !sameAddress(tx.to, X402_EXACT_PROXY)) return null;
+  if (!isProxyCall(tx.to)) return null;
   const after = logs.find((l) => l.logIndex === transfer.logIndex + 1);
   if (!after || !sameAddress(after.address, X402_EXACT_PROXY) || !PROXY_SETTLED.includes(after.topics[0]!)) return null;
   const s = proxySettlementIn(tx.input);

@@ -57,14 +57,6 @@ export function x402ExactPermit2ProxyRuntimeCode(): Hex {
   return artifact.deployedBytecode;
 }
 
-/** What placePermit2Contracts puts where. */
-export function permit2Placements(): Array<{ name: string; address: Address; code: Hex }> {
-  return [
-    { name: "Permit2", address: PERMIT2, code: permit2RuntimeCode() },
-    { name: "x402ExactPermit2Proxy", address: X402_EXACT_PROXY, code: x402ExactPermit2ProxyRuntimeCode() },
-  ];
-}
-
 /** The EIP-712 domain separator x402 payers sign Permit2 payments under on `chainId`. */
 export function permit2DomainSeparator(chainId: number): Hex {
   return domainSeparator({ domain: permit2Domain(chainId) });
@@ -78,7 +70,11 @@ export function permit2DomainSeparator(chainId: number): Hex {
  * node refuses hardhat_setCode.
  */
 export async function placePermit2Contracts(client: PublicClient): Promise<void> {
-  for (const { address, code } of permit2Placements()) {
+  const placements: Array<[Address, Hex]> = [
+    [PERMIT2, permit2RuntimeCode()],
+    [X402_EXACT_PROXY, x402ExactPermit2ProxyRuntimeCode()],
+  ];
+  for (const [address, code] of placements) {
     const current = await client.getCode({ address });
     if (current?.toLowerCase() === code.toLowerCase()) continue;
     await client.request({ method: "hardhat_setCode" as never, params: [address, code] as never });

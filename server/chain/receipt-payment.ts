@@ -21,8 +21,7 @@ import type { Hex, TransactionReceipt } from "viem";
 import { sharedClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
-import { paymentsInLogs } from "../../lib/payment-logs.ts";
-import { X402_EXACT_PROXY } from "../../lib/permit2.ts";
+import { isProxyCall, paymentsInLogs } from "../../lib/payment-logs.ts";
 import { logId } from "../../ponder/src/ids.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
@@ -63,11 +62,9 @@ export async function paymentsFromReceipt(deps: ReceiptDeps, chain: ChainKey, tx
   const timestamp = deps.heads.timeOf(chain, receipt.blockHash) ?? (await client.getBlock({ blockHash: receipt.blockHash }).catch(() => null))?.timestamp;
   if (timestamp === undefined) return null; // replaced between the reads
   // A settlement through x402's Permit2 proxy is known by its calldata too (lib/payment-logs.ts).
-  const input = receipt.to && sameAddress(receipt.to, X402_EXACT_PROXY) ? (await client.getTransaction({ hash: txHash }).catch(() => null))?.input : undefined;
+  const input = isProxyCall(receipt.to) ? (await client.getTransaction({ hash: txHash }).catch(() => null))?.input : undefined;
   return inLedgerShape(chainInfo(chain).chainId, d.billPay.address, receipt, timestamp, input);
 }
-
-const sameAddress = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 
 function inLedgerShape(chainId: number, billPay: string, receipt: TransactionReceipt, timestamp: bigint, input: Hex | undefined): LedgerPayment[] {
   return paymentsInLogs({ to: receipt.to, input, logs: receipt.logs }, billPay).map((p) => ({
