@@ -21,7 +21,7 @@
  * word only: the chain, through the transaction it names, is what shows the money moved.
  */
 import { createHmac } from "node:crypto";
-import { createReceiptDomain, createReceiptEIP712, RECEIPT_TYPES as X402_RECEIPT_TYPES, type EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
+import { createReceiptDomain, RECEIPT_TYPES as X402_RECEIPT_TYPES, signReceiptEIP712, type EIP712SignedReceipt, type ReceiptPayload } from "@x402/extensions/offer-receipt";
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import { chainInfo } from "../../lib/chains.ts";
@@ -129,12 +129,25 @@ export class Receipts {
     };
   }
 
-  /** x402's receipt for a settled payment of `resourceUrl`, made with the extension's helper. */
+  /**
+   * x402's receipt for a settled payment of `resourceUrl`, signed with the extension's helper.
+   * It is dated when the service took the payment (the order's creation), not when it is
+   * asked for, so every answer for one order carries the very same receipt: a retry under
+   * the same payment id gets the first answer byte for byte (the extension's own
+   * createReceiptEIP712 stamps the clock, which made a retry's PAYMENT-RESPONSE differ
+   * whenever a second ticked in between).
+   */
   async x402Receipt(order: Order, resourceUrl: string): Promise<EIP712SignedReceipt | undefined> {
     if (!order.txHash) return undefined;
-    return createReceiptEIP712(
-      { resourceUrl, payer: order.payer, network: chainInfo(order.chain).caip2, transaction: order.txHash },
-      (args) => this.account.signTypedData(args as Parameters<PrivateKeyAccount["signTypedData"]>[0]),
-    );
+    const payload: ReceiptPayload = {
+      version: 1,
+      network: chainInfo(order.chain).caip2,
+      resourceUrl,
+      payer: order.payer,
+      issuedAt: Math.floor(order.createdAt.getTime() / 1000),
+      transaction: order.txHash,
+    };
+    const signature = await signReceiptEIP712(payload, (args) => this.account.signTypedData(args as Parameters<PrivateKeyAccount["signTypedData"]>[0]));
+    return { format: "eip712", payload, signature };
   }
 }

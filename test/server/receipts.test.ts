@@ -70,6 +70,17 @@ describe("signed receipts: checked offline against the published signer", () => 
     expect(new Receipts(Buffer.from("one secret")).signer).not.toBe(new Receipts(Buffer.from("another")).signer);
   });
 
+  it("x402's receipt for an order is the same whenever it is asked for (dated when the payment was taken), and it verifies", async () => {
+    const receipts = new Receipts(Buffer.from("one secret"));
+    const order = { txHash: `0x${"ab".repeat(32)}`, chain: "CELO", payer: hardhatAccount(7).address, createdAt: new Date("2026-11-26T07:00:00Z") } as Parameters<Receipts["x402Receipt"]>[0];
+    const first = await receipts.x402Receipt(order, "http://127.0.0.1/api/pay/x402");
+    await new Promise((r) => setTimeout(r, 1100)); // past a second boundary: the clock must not enter it
+    const again = await receipts.x402Receipt(order, "http://127.0.0.1/api/pay/x402");
+    expect(again).toEqual(first);
+    expect(first!.payload).toMatchObject({ version: 1, issuedAt: Math.floor(order.createdAt.getTime() / 1000), network: chainInfo("CELO").caip2, transaction: order.txHash });
+    expect(await verifyReceiptSignatureEIP712(first!)).toMatchObject({ signer: receipts.signer });
+  });
+
   it("a REST payment's answer carries the bill's receipt and x402's; both verify, name the order exactly, and a tampered one does not", async () => {
     const payer = hardhatAccount(5);
     const res = await payRest(payer, x402Bill(payer.address));
