@@ -7,7 +7,10 @@
  * Over WebSocket (eth_subscribe newHeads) where the node offers it: `<CHAIN>_WS_URL`, or a
  * local Hardhat node's own port (lib/chain-client.ts webSocketUrlFor). Otherwise the head is
  * polled every HEAD_POLL_MS, and only while someone waits: a few requests a second per
- * chain while a payment is in flight, none when idle.
+ * chain while a payment is in flight, none when idle. Until the subscription is confirmed
+ * the head is polled too, and a socket not subscribed within WS_SUBSCRIBE_MS is given up
+ * (a node that accepts the connection and never answers must not leave every wait to run
+ * out its time).
  */
 import { publicClientFor, webSocketUrlFor } from "./chain-client.ts";
 import type { ChainKey } from "./chains.ts";
@@ -15,10 +18,15 @@ import type { ChainKey } from "./chains.ts";
 /** How often the head is read while someone waits, where there is no WebSocket. */
 export const HEAD_POLL_MS = 50;
 
+/** How long a WebSocket may take to connect and confirm its subscription before it is given up. */
+export const WS_SUBSCRIBE_MS = 5_000;
+
 export interface HeadsOptions {
   /** Subscribe where the chain's node offers a WebSocket (else poll while waiting). Default true. */
   webSocket?: boolean;
   pollMs?: number;
+  /** WS_SUBSCRIBE_MS unless set. */
+  subscribeTimeoutMs?: number;
 }
 
 /** Heads whose time is kept, so a payment's block time needs no request of its own. */
@@ -31,6 +39,8 @@ interface Watch {
   times: Map<string, bigint>;
   waiters: Set<() => void>;
   stop?: () => void;
+  /** The node has confirmed the newHeads subscription: heads arrive without asking. */
+  subscribed?: boolean;
   polling?: boolean;
 }
 
@@ -65,7 +75,7 @@ export class ChainHeads {
       };
       const timer = setTimeout(done, timeoutMs);
       w.waiters.add(done);
-      if (!w.stop && !w.polling) void this.poll(chain, w);
+      if (!w.subscribed && !w.polling) void this.poll(chain, w);
     });
   }
 
@@ -102,18 +112,28 @@ export class ChainHeads {
    */
   private subscribe(w: Watch, url: string): void {
     const socket = new WebSocket(url);
+    const giveUp = setTimeout(() => socket.close(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
+    giveUp.unref(); // a connect in progress must not keep a finished process alive
     const fallBack = () => {
+      clearTimeout(giveUp);
       w.stop = undefined;
+      w.subscribed = false;
       if (w.waiters.size > 0 && !w.polling) void this.poll(w.chain, w);
     };
     w.stop = () => {
+      clearTimeout(giveUp);
       socket.onclose = null;
       socket.close();
     };
     socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
     socket.onmessage = (event) => {
       try {
-        const msg = JSON.parse(String(event.data)) as { method?: string; params?: { result?: { number?: string; hash?: string; timestamp?: string } } };
+        const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; method?: string; params?: { result?: { number?: string; hash?: string; timestamp?: string } } };
+        if (msg.id === 1 && typeof msg.result === "string") {
+          clearTimeout(giveUp);
+          w.subscribed = true;
+          return;
+        }
         const head = msg.method === "eth_subscription" ? msg.params?.result : undefined;
         if (!head?.number) return;
         if (head.hash && head.timestamp) {
@@ -125,7 +145,9 @@ export class ChainHeads {
         // not a head: ignored
       }
     };
-    socket.onerror = () => socket.close();
+    // An error is always followed by a close event (WHATWG WebSocket), which falls back; closing
+    // here would recurse while the socket is still connecting (close fails it with an error).
+    socket.onerror = () => {};
     socket.onclose = fallBack;
   }
 
@@ -135,14 +157,14 @@ export class ChainHeads {
     for (const wake of [...w.waiters]) wake();
   }
 
-  /** Reads the head every HEAD_POLL_MS while anyone waits (no WebSocket for this chain). */
+  /** Reads the head every HEAD_POLL_MS while anyone waits and no subscription brings heads. */
   private async poll(chain: ChainKey, w: Watch): Promise<void> {
     const rpcUrl = this.rpcUrlOf(chain);
     if (w.polling || !rpcUrl) return;
     w.polling = true;
     const client = publicClientFor(chain, rpcUrl);
     try {
-      while (w.waiters.size > 0 && !this.closed) {
+      while (w.waiters.size > 0 && !this.closed && !w.subscribed) {
         const n = await client.getBlockNumber().catch(() => undefined);
         if (n !== undefined) this.announce(w, n);
         if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, this.options.pollMs ?? HEAD_POLL_MS));
