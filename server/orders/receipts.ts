@@ -12,8 +12,8 @@
  *     plus the product and the naira amount, but no phone, meter or account number, so the
  *     receipt may be shown to whoever holds the order's id), what was paid (payer, network,
  *     token, amount, settlement transaction) and the outcome (the order's status when signed,
- *     and the refund's transaction once refunded). GET /api/orders/{id} signs it afresh, so a
- *     refund carries one too.
+ *     and the refund's transaction once refunded). GET /api/orders/{id} signs it for the order
+ *     as it stands, so a refund carries one too.
  *
  * The key is derived from the PIN pepper (one server secret, already required on every real
  * profile and shared by every instance) under its own label, as the price offers' is: every
@@ -117,7 +117,10 @@ export class Receipts {
       transaction: order.txHash,
       outcome: order.status,
       refundTransaction: order.refundTxHash ?? "",
-      issuedAt: BigInt(Math.floor(Date.now() / 1000)),
+      // Dated when the order reached what the receipt states, not when it is asked for: the
+      // same order in the same state always gets the same receipt (a replay, a retry, a read
+      // of the order route), and a refund, which changes the order, gets a later one.
+      issuedAt: BigInt(Math.floor(order.updatedAt.getTime() / 1000)),
     };
     const signature = await this.account.signTypedData({ domain: RECEIPT_DOMAIN, types: RECEIPT_TYPES, primaryType: "Receipt", message });
     return {

@@ -122,6 +122,8 @@ export interface Order {
   /** SHA-256 of the order's secret (x402 orders). */
   secretHash: string | null;
   createdAt: Date;
+  /** When the order last changed (status, transaction, outcome; a lease is not a change). */
+  updatedAt: Date;
   /** Who holds the order's lease right now (whoever created or claimed it). */
   leaseToken: string | null;
 }
@@ -134,6 +136,7 @@ interface Row {
   schedule_id: string | null;
   idempotency_key: string | null;
   created_at: Date;
+  updated_at: Date;
   lease_token: string | null;
   body_hash: string;
   bill: Record<string, unknown>;
@@ -159,7 +162,7 @@ interface Row {
   secret_hash: string | null;
 }
 
-const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
+const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
   biller_amount, flag, secret_hash`;
 
@@ -172,6 +175,7 @@ function toOrder(r: Row): Order {
     scheduleId: r.schedule_id,
     idempotencyKey: r.idempotency_key,
     createdAt: new Date(r.created_at),
+    updatedAt: new Date(r.updated_at),
     leaseToken: r.lease_token,
     bodyHash: r.body_hash,
     bill: r.bill,
@@ -215,6 +219,7 @@ export type NewOrder = Omit<
   | "scheduleId"
   | "idempotencyKey"
   | "createdAt"
+  | "updatedAt"
   | "leaseToken"
 >;
 

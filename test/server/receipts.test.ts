@@ -70,15 +70,34 @@ describe("signed receipts: checked offline against the published signer", () => 
     expect(new Receipts(Buffer.from("one secret")).signer).not.toBe(new Receipts(Buffer.from("another")).signer);
   });
 
-  it("x402's receipt for an order is the same whenever it is asked for (dated when the payment was taken), and it verifies", async () => {
+  it("an order in one state gets the same receipts whenever they are asked for (dated by the order, not the clock); a refund gets a later bill receipt", async () => {
     const receipts = new Receipts(Buffer.from("one secret"));
-    const order = { txHash: `0x${"ab".repeat(32)}`, chain: "CELO", payer: hardhatAccount(7).address, createdAt: new Date("2026-11-26T07:00:00Z") } as Parameters<Receipts["x402Receipt"]>[0];
-    const first = await receipts.x402Receipt(order, "http://127.0.0.1/api/pay/x402");
-    await new Promise((r) => setTimeout(r, 1100)); // past a second boundary: the clock must not enter it
-    const again = await receipts.x402Receipt(order, "http://127.0.0.1/api/pay/x402");
-    expect(again).toEqual(first);
-    expect(first!.payload).toMatchObject({ version: 1, issuedAt: Math.floor(order.createdAt.getTime() / 1000), network: chainInfo("CELO").caip2, transaction: order.txHash });
-    expect(await verifyReceiptSignatureEIP712(first!)).toMatchObject({ signer: receipts.signer });
+    const order = {
+      requestId: "req_000000000000aaaaaaaaaaaaaaaaaaaa",
+      bodyHash: `0x${"cd".repeat(32)}`,
+      bill: { serviceID: "mtn", nairaAmount: 500 },
+      txHash: `0x${"ab".repeat(32)}`,
+      chain: "CELO",
+      tokenAddress: `0x${"11".repeat(20)}`,
+      amount: 1_000_000n,
+      status: "SUCCESS",
+      refundTxHash: null,
+      payer: hardhatAccount(7).address,
+      createdAt: new Date("2026-11-26T07:00:00Z"),
+      updatedAt: new Date("2026-11-26T07:00:03Z"),
+    } as unknown as Parameters<Receipts["x402Receipt"]>[0];
+    const resource = "http://127.0.0.1/api/pay/x402";
+    const first = { x402: await receipts.x402Receipt(order, resource), bill: await receipts.billReceipt(order) };
+    await new Promise((r) => setTimeout(r, 1100)); // past a second boundary: the clock must not enter them
+    expect({ x402: await receipts.x402Receipt(order, resource), bill: await receipts.billReceipt(order) }).toEqual(first);
+    expect(first.x402!.payload).toMatchObject({ version: 1, issuedAt: Math.floor(order.createdAt.getTime() / 1000), network: chainInfo("CELO").caip2, transaction: order.txHash });
+    expect(await verifyReceiptSignatureEIP712(first.x402!)).toMatchObject({ signer: receipts.signer });
+    expect(first.bill!.payload.issuedAt).toBe(String(Math.floor(order.updatedAt.getTime() / 1000)));
+
+    const refunded = { ...order, status: "REFUNDED" as const, refundTxHash: `0x${"ef".repeat(32)}`, updatedAt: new Date("2026-11-26T07:01:00Z") };
+    const later = await receipts.billReceipt(refunded);
+    expect(later!.payload).toMatchObject({ outcome: "REFUNDED", refundTransaction: refunded.refundTxHash, issuedAt: String(Math.floor(refunded.updatedAt.getTime() / 1000)) });
+    expect(later!.signature).not.toBe(first.bill!.signature);
   });
 
   it("a REST payment's answer carries the bill's receipt and x402's; both verify, name the order exactly, and a tampered one does not", async () => {
