@@ -200,6 +200,9 @@ describe("a payment confirmed from its receipt", () => {
     const wait = service.flow.ledgerWaitMs;
     service.flow.ledgerWaitMs = 3_000;
     try {
+      // No idle blocks meanwhile (the local chains mine one a second, hardhat.config.ts): one
+      // landing between the settlement and the revert would reach the depth on its own.
+      await rpc("evm_setIntervalMining", [0]);
       const before = await usdc(payer.address);
       const snapshot = await rpc("evm_snapshot");
       const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
@@ -211,6 +214,7 @@ describe("a payment confirmed from its receipt", () => {
       expect(await service.flow.attempts.of(answered.request_id as string)).toEqual([]);
       expect(await usdc(payer.address)).toBe(before);
     } finally {
+      await rpc("evm_setIntervalMining", [1_000]);
       service.flow.confirmations.CELO = 0;
       service.flow.ledgerWaitMs = wait;
     }

@@ -89,7 +89,8 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       }).fetch,
     );
     // Loopback receivers are allowed here, as in local development only.
-    paying = await startPayingStack({ CALLBACK_ALLOW_PRIVATE: "1", CALLBACK_BACKOFF_MS: "10" });
+    // A long delivery timeout: the receiver that never answers is held by the test, not cut off mid-check.
+    paying = await startPayingStack({ CALLBACK_ALLOW_PRIVATE: "1", CALLBACK_BACKOFF_MS: "10", CALLBACK_TIMEOUT_MS: "30000" });
     service = paying.service;
   });
   afterAll(async () => {
@@ -208,9 +209,9 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     try {
       await expect.poll(() => hits.some((h) => h.path === "/slow"), { timeout: 5_000 }).toBe(true);
       // /slow still holds its request, yet the fast receiver has its callback and the worker keeps passing.
-      await expect.poll(async () => (await service.flow.callbacks!.status(fast))?.status, { timeout: 2_000 }).toBe("DELIVERED");
+      await expect.poll(async () => (await service.flow.callbacks!.status(fast))?.status, { timeout: 10_000 }).toBe("DELIVERED");
       const before = passes;
-      await expect.poll(() => passes, { timeout: 2_000 }).toBeGreaterThan(before + 2);
+      await expect.poll(() => passes, { timeout: 10_000 }).toBeGreaterThan(before + 2);
       expect(await service.flow.callbacks!.status(slow)).toMatchObject({ status: "PENDING", attempts: 1, last_outcome: null });
     } finally {
       answerSlow();

@@ -184,10 +184,8 @@ describe("two service instances on one PostgreSQL and one ledger", () => {
     expect((await b.flow.orders.get(crashed.requestId))!.status).toBe("SETTLING");
 
     // A restarts with the same configuration: it takes its keys once their heartbeat is silent, and its order at once.
-    const started = Date.now();
     const restarted = await startServiceStack({ deployments: chains.deployments, env, shared });
     try {
-      expect(Date.now() - started).toBeLessThan(10_000);
       await workOnce(restarted.flow);
       expect((await restarted.flow.orders.get(crashed.requestId))!.status).toBe("SUCCESS");
       const [lease] = await a.db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [operator]);

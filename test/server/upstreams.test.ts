@@ -34,7 +34,7 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
 
   beforeAll(async () => {
     paying = await startPayingStack(
-      { BILLER_UNKNOWN_GRACE_MS: "300", RATE_LIMIT_WEBHOOK_ORDER: "6/60" },
+      { BILLER_UNKNOWN_GRACE_MS: "1000", RATE_LIMIT_WEBHOOK_ORDER: "6/60" },
       {
         sandbox: {
           // A pending transaction stays pending until "staff" resolve it (the webhook's case).
@@ -157,7 +157,7 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     // Within the grace nothing new is sent; past it, attempt 2 goes out under a new id.
     await workOnce(flow);
     expect(await attempts(locked.requestId)).toHaveLength(1);
-    await new Promise((r) => setTimeout(r, 400));
+    await new Promise((r) => setTimeout(r, 1_100)); // past the grace (1 s here, set above)
     await expect.poll(async () => (await workOnce(flow), (await order(locked.requestId)).status), { timeout: 10_000, interval: 200 }).toBe("SUCCESS");
     const ids = await attempts(locked.requestId);
     expect(ids.map((a) => a.biller_request_id)).toEqual([lostId, expect.not.stringMatching(lostId)]);
