@@ -365,13 +365,32 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
     return;
   }
   if (indexed !== null && indexed >= onChain.block) {
-    // The nonce is spent and no payment reached BillPay under it: cancelled, or spent on
-    // another authorization with the same nonce. Whatever the facilitator said, nothing is owed.
-    await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", {
-      failureReason: "the authorization's nonce is consumed on chain but no payment reached BillPay under it",
-    });
+    // The nonce is spent and the ledger shows no payment under it. For EIP-3009: cancelled,
+    // or spent on another authorization with the same nonce; nothing is owed. For Permit2 the
+    // ledger cannot tell: see spentPermit2Unbooked.
+    const reason = x402RailOf(o) === "permit2" ? spentPermit2Unbooked(deps, o) : "the authorization's nonce is consumed on chain but no payment reached BillPay under it";
+    await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", { failureReason: reason });
   }
   // Otherwise the ledger is behind: a later pass decides.
+}
+
+/**
+ * A Permit2 order whose nonce is spent with no payment the ledger books under it. The ledger
+ * books a Permit2 payment only from a transaction sent straight to x402's proxy (it reads the
+ * permit from that call, lib/payment-logs.ts); a permit settled through another contract (a
+ * batcher, a smart account) may well have paid BillPay, and the ledger shows that transfer as
+ * an inflow no order accounts for. The payer may also have spent the nonce elsewhere (Permit2's
+ * nonces span every token and spender). The safe reading: the payer may have paid, so the order
+ * is held for an operator, never closed as "not charged", and the operator is alerted.
+ * Returns the reason the order is held with.
+ */
+function spentPermit2Unbooked(deps: FlowDeps, o: Order): string {
+  deps.log.error("a Permit2 nonce was spent with no payment the ledger can attribute to it: held for an operator (it may have been settled through another contract)", {
+    requestId: o.requestId,
+    chain: o.chain,
+    payer: o.payer,
+  });
+  return "the permit's Permit2 nonce is spent on chain, but no settlement sent straight to x402's proxy paid BillPay under it: it may have been settled through another contract (which the ledger cannot attribute; look for the payer's transfer to BillPay among the inflows no order accounts for) or spent by the payer elsewhere";
 }
 
 /**
@@ -391,6 +410,8 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
       const payment = await ledgerPaymentOf(deps, o);
       if (payment) {
         await landedAfterRefusal(deps, o, payment);
+      } else if (onChain.used && x402RailOf(o) === "permit2") {
+        await deps.orders.transition(o.requestId, ["REFUSED"], "NEEDS_REVIEW", { failureReason: `${o.failureReason ?? "refused"}; ${spentPermit2Unbooked(deps, o)}` });
       } else {
         const reason = onChain.used ? "its nonce went to something else; nothing reached BillPay" : "the authorization expired unsettled";
         await deps.orders.transition(o.requestId, ["REFUSED"], "PAYMENT_FAILED", { failureReason: `${o.failureReason ?? "refused"}; ${reason}` });

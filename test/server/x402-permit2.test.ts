@@ -9,9 +9,9 @@ import { x402HTTPClient } from "@x402/core/http";
 import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { decodePaymentResponseHeader } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWalletClient, encodeFunctionData, http, maxUint256, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
+import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/abis.ts";
-import { viemChain } from "../../lib/chains.ts";
+import { MULTICALL3_ADDRESS, viemChain } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
@@ -21,7 +21,7 @@ import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startPayingStack } from "../support/stack.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { settle } from "../../server/orders/x402-flow.ts";
+import { closeExpiredRefusals, settle } from "../../server/orders/x402-flow.ts";
 import { ServiceError } from "../../server/errors.ts";
 
 /** The secp256k1 group order: n - s is the other, high-s spelling of a signature. */
@@ -71,6 +71,21 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const { permit2Authorization: p, signature } = payload.payload as Permit2Payload;
     return walletOf(sender).writeContract({
       address: X402_EXACT_PROXY,
+      abi: x402ExactProxyAbi,
+      functionName: "settle",
+      args: [
+        { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
+        p.from,
+        { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
+        signature,
+      ],
+    });
+  };
+
+  /** The proxy's settle of a signed permit, as calldata. */
+  const settleCall = (payload: PaymentPayload) => {
+    const { permit2Authorization: p, signature } = payload.payload as Permit2Payload;
+    return encodeFunctionData({
       abi: x402ExactProxyAbi,
       functionName: "settle",
       args: [
@@ -289,5 +304,48 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(audit.discrepancies).toEqual([]);
     expect(audit.orders?.review.join("\n")).toContain(hash);
+  });
+
+  it("a refused permit later settled through another contract (a batcher) is held for an operator when it lapses, never closed as not charged; the audit agrees", async () => {
+    const who = hardhatAccount(15);
+    await approvePermit2(who, maxUint256);
+    const start = await balance(who.address);
+    const { payload, headers } = await challengeAndPayment(bill("08066666666", who), who);
+    const amount = BigInt(payload.accepted.amount);
+    await base.transfer(who, "USD₮", stranger.address, start - amount + 1n);
+    const refused = (await (await post(bill("08066666666", who), headers)).json()) as Result & { code: string };
+    expect(refused.code).toBe("PAYMENT_NOT_SETTLED");
+    expect((await paying.service.flow.orders.get(refused.request_id))!.status).toBe("REFUSED");
+
+    // The funds come back, and a stranger lands the permit through Multicall3, not by calling
+    // the proxy itself: BillPay is paid, but the ledger cannot read the permit from the call.
+    await base.transfer(stranger, "USD₮", who.address, start - amount + 1n);
+    const treasury = await balance(base.billPay);
+    const batched = await base.mined(
+      await walletOf(stranger).writeContract({ address: MULTICALL3_ADDRESS, abi: multicall3Abi, functionName: "aggregate3", args: [[{ target: X402_EXACT_PROXY, allowFailure: false, callData: settleCall(payload) }]] }),
+    );
+    expect(await balance(base.billPay)).toBe(treasury + amount);
+    expect(await balance(who.address)).toBe(start - amount);
+    await waitForLedgerBlock(paying.ledger.url, 8453, batched.blockNumber);
+    await reconcileAuthorizationPayments(paying.service.flow);
+    expect((await paying.service.flow.orders.get(refused.request_id))!.status).toBe("REFUSED");
+
+    // The permit lapses (as if its deadline had passed): its nonce is spent, the ledger shows
+    // nothing under it, and the payer may well have paid. Held for an operator, with why.
+    const block = await base.publicClient.getBlock({ blockNumber: batched.blockNumber });
+    // Lapsed by both clocks: the service's (which picks it) and the chain's (which must agree).
+    const lapsed = [block.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
+    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [refused.request_id, lapsed.toString()]);
+    // Closed once the ledger has indexed as far as the chain was read (each pass tries again).
+    const status = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(refused.request_id))!.status);
+    await expect.poll(status, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
+    const held = (await paying.service.flow.orders.get(refused.request_id))!;
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toMatch(/Permit2 nonce is spent.*another contract/);
+    expect(await balance(who.address)).toBe(start - amount); // nothing sent on a guess
+
+    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    expect(audit.discrepancies).toEqual([]);
+    expect(audit.orders?.review.join("\n")).toContain(refused.request_id);
   });
 });
