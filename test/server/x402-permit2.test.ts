@@ -66,22 +66,6 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     return { required, payload, headers: client.encodePaymentSignatureHeader(payload), client };
   }
 
-  /** Anyone holding a signed permit has x402's proxy settle it, outside the service. */
-  const settleAtProxy = (sender: Account, payload: PaymentPayload) => {
-    const { permit2Authorization: p, signature } = payload.payload as Permit2Payload;
-    return walletOf(sender).writeContract({
-      address: X402_EXACT_PROXY,
-      abi: x402ExactProxyAbi,
-      functionName: "settle",
-      args: [
-        { permitted: { token: p.permitted.token, amount: BigInt(p.permitted.amount) }, nonce: BigInt(p.nonce), deadline: BigInt(p.deadline) },
-        p.from,
-        { to: p.witness.to, validAfter: BigInt(p.witness.validAfter) },
-        signature,
-      ],
-    });
-  };
-
   /** The proxy's settle of a signed permit, as calldata. */
   const settleCall = (payload: PaymentPayload) => {
     const { permit2Authorization: p, signature } = payload.payload as Permit2Payload;
@@ -96,6 +80,27 @@ describe("x402 through Permit2: USD₮ on Base", () => {
       ],
     });
   };
+
+  /** Anyone holding a signed permit has x402's proxy settle it, outside the service. */
+  const settleAtProxy = (sender: Account, payload: PaymentPayload) => walletOf(sender).sendTransaction({ to: X402_EXACT_PROXY, data: settleCall(payload) });
+
+  /**
+   * A payer with Permit2 approved signs for `billersCode`, then moves all but less than the
+   * price away: the facilitator's simulation of the settlement fails and the order is REFUSED.
+   * Answers the payment, its amount, the payer's balance before, and the refusal.
+   */
+  async function refusedForBalance(who: Account, billersCode: string) {
+    await approvePermit2(who, maxUint256);
+    const start = await balance(who.address);
+    const { payload, headers } = await challengeAndPayment(bill(billersCode, who), who);
+    const amount = BigInt(payload.accepted.amount);
+    await base.transfer(who, "USD₮", stranger.address, start - amount + 1n);
+    const answer = await post(bill(billersCode, who), headers);
+    const refused = (await answer.json()) as Result & { code: string; charged: boolean; reason: string; late_payment: string };
+    expect(answer.status, JSON.stringify(refused)).toBe(402);
+    expect((await paying.service.flow.orders.get(refused.request_id))!.status).toBe("REFUSED");
+    return { payload, amount, start, refused };
+  }
 
   /** A permit the test signs itself from the client's, with some terms changed, as a tampering payer would. */
   async function tampered(payload: PaymentPayload, change: Partial<Permit2Payload["permit2Authorization"]>, signer: Account = payer) {
@@ -255,22 +260,13 @@ describe("x402 through Permit2: USD₮ on Base", () => {
 
   it("a permit the facilitator refuses (the payer cannot cover it) is not charged; landed later by anyone, it is refunded", async () => {
     const late = hardhatAccount(18);
-    await approvePermit2(late, maxUint256);
-    const start = await balance(late.address);
-    const { payload, headers } = await challengeAndPayment(bill("08055555555", late), late);
-    const amount = BigInt(payload.accepted.amount);
-    // All but less than the price moves away: the facilitator's simulation of the settlement fails.
-    await base.transfer(late, "USD₮", stranger.address, start - amount + 1n);
-    const refused = await post(bill("08055555555", late), headers);
-    const refusedBody = (await refused.json()) as Result & { code: string; charged: boolean; reason: string; late_payment: string };
-    expect(refused.status, JSON.stringify(refusedBody)).toBe(402);
+    const { payload, amount, start, refused: refusedBody } = await refusedForBalance(late, "08055555555");
     expect(refusedBody).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false });
     // @x402/evm's facilitator diagnoses the failed simulation: the payer's balance.
     expect(refusedBody.reason).toBe("facilitator: permit2_insufficient_balance");
     expect(refusedBody.late_payment).toMatch(/refunded/);
     expect(await balance(late.address)).toBe(amount - 1n);
     const order = (await paying.service.flow.orders.get(refusedBody.request_id))!;
-    expect(order.status).toBe("REFUSED");
 
     // The funds come back, and anyone holding the signed permit lands it before its deadline.
     await base.transfer(stranger, "USD₮", late.address, start - amount + 1n);
@@ -308,14 +304,8 @@ describe("x402 through Permit2: USD₮ on Base", () => {
 
   it("a refused permit later settled through another contract (a batcher) is held for an operator when it lapses, never closed as not charged; the audit agrees", async () => {
     const who = hardhatAccount(15);
-    await approvePermit2(who, maxUint256);
-    const start = await balance(who.address);
-    const { payload, headers } = await challengeAndPayment(bill("08066666666", who), who);
-    const amount = BigInt(payload.accepted.amount);
-    await base.transfer(who, "USD₮", stranger.address, start - amount + 1n);
-    const refused = (await (await post(bill("08066666666", who), headers)).json()) as Result & { code: string };
+    const { payload, amount, start, refused } = await refusedForBalance(who, "08066666666");
     expect(refused.code).toBe("PAYMENT_NOT_SETTLED");
-    expect((await paying.service.flow.orders.get(refused.request_id))!.status).toBe("REFUSED");
 
     // The funds come back, and a stranger lands the permit through Multicall3, not by calling
     // the proxy itself: BillPay is paid, but the ledger cannot read the permit from the call.
