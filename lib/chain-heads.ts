@@ -129,9 +129,12 @@ export class ChainHeads {
     socket.onmessage = (event) => {
       try {
         const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; method?: string; params?: { result?: { number?: string; hash?: string; timestamp?: string } } };
-        if (msg.id === 1 && typeof msg.result === "string") {
+        if (msg.id === 1) {
+          if (typeof msg.result !== "string") return socket.close(); // refused: poll instead
           clearTimeout(giveUp);
           w.subscribed = true;
+          // A block mined between the last poll and the subscription is announced by neither.
+          void this.readHead(w);
           return;
         }
         const head = msg.method === "eth_subscription" ? msg.params?.result : undefined;
@@ -157,16 +160,21 @@ export class ChainHeads {
     for (const wake of [...w.waiters]) wake();
   }
 
+  /** Reads the head once and announces it (a failed read is left to the next look). */
+  private async readHead(w: Watch): Promise<void> {
+    const rpcUrl = this.rpcUrlOf(w.chain);
+    if (!rpcUrl) return;
+    const n = await publicClientFor(w.chain, rpcUrl).getBlockNumber().catch(() => undefined);
+    if (n !== undefined) this.announce(w, n);
+  }
+
   /** Reads the head every HEAD_POLL_MS while anyone waits and no subscription brings heads. */
   private async poll(chain: ChainKey, w: Watch): Promise<void> {
-    const rpcUrl = this.rpcUrlOf(chain);
-    if (w.polling || !rpcUrl) return;
+    if (w.polling || !this.rpcUrlOf(chain)) return;
     w.polling = true;
-    const client = publicClientFor(chain, rpcUrl);
     try {
       while (w.waiters.size > 0 && !this.closed && !w.subscribed) {
-        const n = await client.getBlockNumber().catch(() => undefined);
-        if (n !== undefined) this.announce(w, n);
+        await this.readHead(w);
         if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, this.options.pollMs ?? HEAD_POLL_MS));
       }
     } finally {
