@@ -450,6 +450,14 @@ function refundX402(deps: FlowDeps, refunding: Order, amount: bigint) {
     });
 }
 
+/** What becomes of a refused payment landed later anyway (x402-flow.ts closeExpiredRefusals). */
+function latePayment(o: Order): string {
+  const before = new Date(Number(o.authValidBefore) * 1000).toISOString();
+  return x402RailOf(o) === "permit2"
+    ? `if this permit is settled by x402's proxy before ${before}, it is refunded; settled through another contract, it is held for an operator`
+    : `if this authorization is submitted on chain before ${before}, it is refunded`;
+}
+
 /**
  * What the payer sees: the interface's result shape. `purchased_code` only when the caller
  * proved it is the payer (the paying response, or the order route with proof); otherwise
@@ -476,7 +484,7 @@ export function orderResult(o: Order, options: { showCode: boolean } = { showCod
           charged: false,
           reason: o.failureReason,
           ...(o.status === "REFUSED" && o.authValidBefore !== null
-            ? { late_payment: `if this authorization is submitted on chain before ${new Date(Number(o.authValidBefore) * 1000).toISOString()}, it is refunded` }
+            ? { late_payment: latePayment(o) }
             : {}),
         }
       : status === "FAILED_VENDING"

@@ -117,9 +117,9 @@ export class Receipts {
       transaction: order.txHash,
       outcome: order.status,
       refundTransaction: order.refundTxHash ?? "",
-      // Dated when the order reached what the receipt states, not when it is asked for: the
-      // same order in the same state always gets the same receipt (a replay, a retry, a read
-      // of the order route), and a refund, which changes the order, gets a later one.
+      // Dated when the order last changed (updated_at), not when it is asked for: a final
+      // order's answer, its replay and a read of the order route carry the same receipt, and
+      // a refund, which changes the order, gets a later one.
       issuedAt: BigInt(Math.floor(order.updatedAt.getTime() / 1000)),
     };
     const signature = await this.account.signTypedData({ domain: RECEIPT_DOMAIN, types: RECEIPT_TYPES, primaryType: "Receipt", message });

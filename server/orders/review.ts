@@ -21,7 +21,9 @@
  *     refunded; NEEDS_REVIEW -> PAID, then vended by `fulfil` (a vend that fails is refunded
  *     as usual, and one the biller holds again comes back to review).
  *   - closed: no money moves. Only when the ledger, caught up to the chain's head, shows no
- *     payment under the key: NEEDS_REVIEW -> PAYMENT_FAILED (final, "not charged"). Should a
+ *     payment under the key, and for a Permit2 order only while its nonce is unspent (a permit
+ *     settled through another contract pays BillPay unseen by the ledger): NEEDS_REVIEW ->
+ *     PAYMENT_FAILED (final, "not charged"). Should a
  *     payment land under the key later, the ledger pass refunds it, as for any written-off
  *     order. With a payment shown, closing is refused: that money must be refunded or served.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
@@ -43,6 +45,7 @@ import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
 import { paymentMismatch, x402RailOf, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
+import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
@@ -235,6 +238,14 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   });
   const why = whyNot(order, view)[input.action];
   if (why) throw new Refused(why);
+  if (input.action === "close" && x402RailOf(order) === "permit2" && (await authorizationOnChain(deps, order)).used) {
+    // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
+    // nonce spent, the payer may have paid through another contract (x402-flow.ts
+    // spentPermit2Unbooked), and "not charged" would be a guess.
+    throw new Refused(
+      "the order's Permit2 nonce is spent on chain: the payer may have paid BillPay through another contract, which the ledger cannot attribute to the order, so it cannot be closed as not charged; it stays held (look for the payer's transfer among the inflows no order accounts for)",
+    );
+  }
   const by = `${input.operator}: ${input.reason}`;
   // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order
   // is final, so the claim is always granted; it only keeps the worker off the next state).

@@ -22,7 +22,7 @@ import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
-import { newOrderIds, newOrderSecret, type Order } from "./store.ts";
+import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
@@ -367,9 +367,9 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
   if (indexed !== null && indexed >= onChain.block) {
     // The nonce is spent and the ledger shows no payment under it. For EIP-3009: cancelled,
     // or spent on another authorization with the same nonce; nothing is owed. For Permit2 the
-    // ledger cannot tell: see spentPermit2Unbooked.
-    const reason = x402RailOf(o) === "permit2" ? spentPermit2Unbooked(deps, o) : "the authorization's nonce is consumed on chain but no payment reached BillPay under it";
-    await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", { failureReason: reason });
+    // ledger cannot tell: see holdSpentPermit2.
+    if (x402RailOf(o) === "permit2") await holdSpentPermit2(deps, o, ["SETTLING"]);
+    else await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", { failureReason: "the authorization's nonce is consumed on chain but no payment reached BillPay under it" });
   }
   // Otherwise the ledger is behind: a later pass decides.
 }
@@ -381,16 +381,21 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
  * batcher, a smart account) may well have paid BillPay, and the ledger shows that transfer as
  * an inflow no order accounts for. The payer may also have spent the nonce elsewhere (Permit2's
  * nonces span every token and spender). The safe reading: the payer may have paid, so the order
- * is held for an operator, never closed as "not charged", and the operator is alerted.
- * Returns the reason the order is held with.
+ * is held for an operator (who cannot close it as "not charged" either, review.ts), and the
+ * operator is alerted once it is held.
  */
-function spentPermit2Unbooked(deps: FlowDeps, o: Order): string {
-  deps.log.error("a Permit2 nonce was spent with no payment the ledger can attribute to it: held for an operator (it may have been settled through another contract)", {
-    requestId: o.requestId,
-    chain: o.chain,
-    payer: o.payer,
-  });
-  return "the permit's Permit2 nonce is spent on chain, but no settlement sent straight to x402's proxy paid BillPay under it: it may have been settled through another contract (which the ledger cannot attribute; look for the payer's transfer to BillPay among the inflows no order accounts for) or spent by the payer elsewhere";
+const SPENT_PERMIT2_UNBOOKED =
+  "the permit's Permit2 nonce is spent on chain, but no settlement the ledger can attribute paid BillPay under it: it may have been settled through another contract; held for an operator";
+
+async function holdSpentPermit2(deps: FlowDeps, o: Order, from: OrderStatus[], prefix = ""): Promise<void> {
+  const held = await deps.orders.transition(o.requestId, from, "NEEDS_REVIEW", { failureReason: `${prefix}${SPENT_PERMIT2_UNBOOKED}` });
+  if (held) {
+    deps.log.error("a Permit2 nonce was spent with no payment the ledger can attribute: held for an operator; look for the payer's transfer to BillPay among the inflows no order accounts for", {
+      requestId: o.requestId,
+      chain: o.chain,
+      payer: o.payer,
+    });
+  }
 }
 
 /**
@@ -411,7 +416,7 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
       if (payment) {
         await landedAfterRefusal(deps, o, payment);
       } else if (onChain.used && x402RailOf(o) === "permit2") {
-        await deps.orders.transition(o.requestId, ["REFUSED"], "NEEDS_REVIEW", { failureReason: `${o.failureReason ?? "refused"}; ${spentPermit2Unbooked(deps, o)}` });
+        await holdSpentPermit2(deps, o, ["REFUSED"], `${o.failureReason ?? "refused"}; `);
       } else {
         const reason = onChain.used ? "its nonce went to something else; nothing reached BillPay" : "the authorization expired unsettled";
         await deps.orders.transition(o.requestId, ["REFUSED"], "PAYMENT_FAILED", { failureReason: `${o.failureReason ?? "refused"}; ${reason}` });

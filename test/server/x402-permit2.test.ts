@@ -22,6 +22,7 @@ import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startPayingStack } from "../support/stack.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
 import { closeExpiredRefusals, settle } from "../../server/orders/x402-flow.ts";
+import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { ServiceError } from "../../server/errors.ts";
 
 /** The secp256k1 group order: n - s is the other, high-s spelling of a signature. */
@@ -306,6 +307,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const who = hardhatAccount(15);
     const { payload, amount, start, refused } = await refusedForBalance(who, "08066666666");
     expect(refused.code).toBe("PAYMENT_NOT_SETTLED");
+    expect(refused.late_payment).toMatch(/settled through another contract, it is held for an operator/);
 
     // The funds come back, and a stranger lands the permit through Multicall3, not by calling
     // the proxy itself: BillPay is paid, but the ledger cannot read the permit from the call.
@@ -333,6 +335,14 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toMatch(/Permit2 nonce is spent.*another contract/);
     expect(await balance(who.address)).toBe(start - amount); // nothing sent on a guess
+
+    // Nor may an operator close it as not charged: refused, recorded, and still held.
+    const service = paying.service;
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const closing = await resolveOrder(review, { requestId: refused.request_id, action: "close", reason: "the ledger shows nothing", operator: "bob" });
+    expect(closing.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(closing.record.detail).toMatch(/Permit2 nonce is spent on chain.*cannot be closed as not charged/);
+    expect((await service.flow.orders.get(refused.request_id))!.status).toBe("NEEDS_REVIEW");
 
     const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(audit.discrepancies).toEqual([]);
