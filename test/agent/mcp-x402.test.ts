@@ -212,8 +212,9 @@ describe("pay_bill over MCP, paid per call with x402", () => {
       ["PAYMENT_NETWORK_MISMATCH", bill({ chain: "BASE", token: "USDC" }), await sign(payer, required)],
       // Paid in USDC for a bill that names USD₮.
       ["PAYMENT_ASSET_MISMATCH", bill({ chain: "CELO", token: "USDT" }), await sign(payer, required)],
-      // Late: an authorization that lapses before it could settle.
-      ["AUTHORIZATION_EXPIRES_TOO_SOON", bill(), await sign(payer, { ...required, accepts: [{ ...accepted, maxTimeoutSeconds: 5 }] })],
+      // Late: an authorization that lapses before it could settle (under the 30 s the service
+      // needs, yet not expired by the time the calls before it are made).
+      ["AUTHORIZATION_EXPIRES_TOO_SOON", bill(), await sign(payer, { ...required, accepts: [{ ...accepted, maxTimeoutSeconds: 20 }] })],
       // x402 v1's payload shape: the MCP transport carries version 2 only.
       ["INVALID_PAYMENT_HEADER", bill(), { x402Version: 1, scheme: "exact", network: "celo", payload: (await sign(payer, required)).payload }],
       ["INVALID_PAYMENT_HEADER", bill(), "not a payment"],
