@@ -7,7 +7,7 @@
  */
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
-import { createWalletClient, http, keccak256, toBytes, type Account } from "viem";
+import { createWalletClient, http, keccak256, toBytes, type Account, type Hex } from "viem";
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
@@ -285,6 +285,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const amount = BigInt((paid.data.amount as { units: string }).units);
       expect(amount).toBe(1_001_000n); // 1550 NGN at 1550/USD + 0.001 fee
       expect(await usdc(a.account)).toBe(before - amount);
+      // The pull may be served on its receipt before the ledger has indexed its block.
+      const pulled = await celo.publicClient.getTransactionReceipt({ hash: paid.data.tx_hash as Hex });
+      await waitForLedgerBlock(ledger.url, 42220, pulled.blockNumber);
       const order = (await (await fetch(`${ledger.url}/ledger/orders/${keccak256(toBytes(paid.data.request_id as string))}`)).json()) as { payments: unknown[] };
       expect(order.payments[0]).toMatchObject({ rail: "pull", amount: amount.toString() });
 
