@@ -23,9 +23,9 @@
  *   - closed: no money moves. Only when the ledger, caught up to the chain's head, shows no
  *     payment under the key, and for a Permit2 order only while its nonce is unspent (a permit
  *     settled through another contract pays BillPay unseen by the ledger): NEEDS_REVIEW ->
- *     PAYMENT_FAILED (final, "not charged"). Should a
- *     payment land under the key later, the ledger pass refunds it, as for any written-off
- *     order. With a payment shown, closing is refused: that money must be refunded or served.
+ *     PAYMENT_FAILED (final, "not charged"). Should a payment land under the key later, the
+ *     ledger pass refunds it, as for any written-off order. With a payment shown, closing is
+ *     refused: that money must be refunded or served.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
  * the service, which never held the payer's signed authorization (refundAuthorization needs
  * it). It can only be closed, with a reason: as refunded by hand, when the operator gives the
@@ -241,7 +241,7 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   if (input.action === "close" && x402RailOf(order) === "permit2" && (await authorizationOnChain(deps, order)).used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
     // nonce spent, the payer may have paid through another contract (x402-flow.ts
-    // spentPermit2Unbooked), and "not charged" would be a guess.
+    // holdSpentPermit2), and "not charged" would be a guess.
     throw new Refused(
       "the order's Permit2 nonce is spent on chain: the payer may have paid BillPay through another contract, which the ledger cannot attribute to the order, so it cannot be closed as not charged; it stays held (look for the payer's transfer among the inflows no order accounts for)",
     );
