@@ -9,6 +9,7 @@ import { chainInfo, CHAIN_KEYS, type ChainKey } from "../lib/chains.ts";
 import { activeNetwork } from "../lib/networks.ts";
 import { readDeployments, writeDeployments, type Deployments } from "../lib/deployments.ts";
 import { ensureLocalDeployment, holdsDeployment } from "./local-deploy.ts";
+import { keepSubscriptionsAlive } from "./subscription-keeper.ts";
 
 const PROBE_TIMEOUT_MS = 1_000;
 
@@ -78,6 +79,8 @@ export async function startLocalChains(options: LocalChainsOptions): Promise<Loc
         }
         log(`${key}: reusing the node already running at ${url}, with this stack's deployment`);
       } else {
+        // Hardhat expires a WebSocket subscription after five minutes; a real node does not.
+        keepSubscriptionsAlive();
         const server = await network.createServer({ network: chain.hardhatNetwork }, host, port);
         const bound = await server.listen();
         url = `http://${host}:${bound.port}`;

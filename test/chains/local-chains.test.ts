@@ -11,6 +11,7 @@ import { deployerAccount, hardhatAccount, operatorAccount, payerAccounts, refund
 import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
+import { keepSubscriptionsAlive } from "../../stack/subscription-keeper.ts";
 import { tempDir } from "../support/stack.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
@@ -44,6 +45,27 @@ describe("local chains (npm run chains)", () => {
   });
   afterAll(async () => {
     await chains?.close();
+  });
+
+  it("keeps WebSocket subscriptions as a real node does: each live one renewed (Hardhat drops one after five minutes otherwise), one whose socket closed forgotten", async () => {
+    const keeper = keepSubscriptionsAlive(); // the one the chains installed
+    const socket = new WebSocket(chains.rpcUrls.CELO.replace(/^http/, "ws"));
+    const pushed: string[] = [];
+    const id = await new Promise<string>((resolve) => {
+      socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
+      socket.onmessage = (event) => {
+        const msg = JSON.parse(String(event.data)) as { id?: number; result?: string; params?: { result?: { hash?: string } } };
+        if (msg.id === 1) resolve(msg.result!);
+        else if (msg.params?.result?.hash) pushed.push(msg.params.result.hash);
+      };
+    });
+    expect(keeper.live()).toContain(id);
+    // Renewing polls the subscription's filter, which is what resets Hardhat's deadline; the node still has it.
+    expect(await keeper.renewNow()).toBeGreaterThanOrEqual(1);
+    const before = pushed.length;
+    await expect.poll(() => pushed.length, { timeout: 15_000 }).toBeGreaterThan(before); // and it still pushes heads
+    socket.close();
+    await expect.poll(() => keeper.live().includes(id), { timeout: 15_000 }).toBe(false);
   });
 
   it("serves chain ids 42220 and 8453 on 127.0.0.1", async () => {
