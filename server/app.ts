@@ -15,6 +15,7 @@ import { mountDocs } from "./docs.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { internationalOptionsSchema } from "./schemas.ts";
 import { chainInfo } from "../lib/chains.ts";
+import { ledgerHealthy } from "../lib/ledger-watch.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
 import { orderProof } from "./orders/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
@@ -89,9 +90,29 @@ export function createApp(deps: AppDeps): Hono {
   app.notFound((c) => problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}`));
 
   app.get("/healthz", (c) => c.json({ ok: true }));
+  // Ready when the database answers and the ledger keeps up with every chain (server/ledger-health.ts).
   app.get("/readyz", async (c) => {
     await deps.db.query("SELECT 1");
-    return c.json({ ok: true });
+    const health = deps.flow.ledgerHealth;
+    const ledger = health.latest().length > 0 ? health.latest() : await health.check();
+    const ok = ledgerHealthy(ledger);
+    return c.json(
+      {
+        ok,
+        database: "ok",
+        ledger: ledger.map((p) => ({
+          chain: p.chain,
+          state: p.state,
+          head: p.head?.toString() ?? null,
+          indexed: p.indexed?.toString() ?? null,
+          lag_blocks: p.lagBlocks,
+          still_seconds: Math.round(p.stillMs / 1000),
+          ...(p.problem ? { problem: p.problem } : {}),
+        })),
+      },
+      ok ? 200 : 503,
+      { "cache-control": "no-store" },
+    );
   });
   mountDocs(app, { document: openApiDocument({ deployments: deps.deployments, ledgerUrl: config.LEDGER_URL }), config });
 
@@ -222,6 +243,7 @@ export function createApp(deps: AppDeps): Hono {
     },
     keys: deps.flow.operator.addresses,
     stuckAfterSeconds: config.STUCK_AFTER_SECONDS,
+    ledgerHealth: deps.flow.ledgerHealth,
   });
   mountConsole(app, {
     state: operatorState,

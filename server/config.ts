@@ -5,6 +5,7 @@ import { isIP } from "node:net";
 import { parseRpcBatchSize, RPC_BATCH_SIZE_RULE } from "../lib/chain-client.ts";
 import { defaultDeploymentsFile } from "../lib/deployments.ts";
 import { activeNetwork, FACILITATOR_AUTH_MODES, type ChainKey } from "../lib/networks.ts";
+import { ledgerBoundsSettings } from "../lib/ledger-watch.ts";
 import { CATEGORIES, RATE_SCALE } from "./pricing/price.ts";
 import { toScaled } from "./pricing/decimal.ts";
 
@@ -192,6 +193,10 @@ export const configSchema = z.object({
   BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),
   /** How long a pay (pull or x402) waits for the ledger to show its payment before answering TIMEOUT. */
   LEDGER_WAIT_MS: z.coerce.number().int().min(0).default(15_000),
+  /** When the ledger is stalled or behind (lib/ledger-watch.ts): reported in the log, /readyz, the console and the metrics. */
+  ...ledgerBoundsSettings,
+  /** How often the service holds the ledger against each chain's head. */
+  LEDGER_WATCH_INTERVAL_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
   /** Blocks on top of a payment's before its bill is vended; the profile's figure when unset (lib/networks.ts `confirmations`). */
   CONFIRMATIONS_CELO: z.coerce.number().int().min(0).max(64).optional(),
   CONFIRMATIONS_BASE: z.coerce.number().int().min(0).max(64).optional(),

@@ -269,14 +269,38 @@ export class LedgerClient {
   }
 }
 
-/** Waits until the ledger has indexed `chainId` up to at least `block`. */
+/**
+ * The ledger did not reach a block in the time given: it is behind, stalled or away. Whoever
+ * judges from the ledger (the audit) cannot judge yet; the message is one line saying what was
+ * waited for and where the ledger stood.
+ */
+export class LedgerNotCaughtUp extends Error {
+  constructor(
+    readonly chainId: number,
+    readonly block: bigint,
+    readonly indexed: bigint | null,
+    readonly waitedMs: number,
+    readonly readError?: string,
+  ) {
+    const stood = readError ? `could not be read (${readError})` : indexed === null ? "had indexed nothing yet" : `stood at block ${indexed}`;
+    super(`the ledger did not reach block ${block} of chain ${chainId} in ${Math.round(waitedMs / 1000)} s: it ${stood}`);
+  }
+}
+
+/** Waits until the ledger has indexed `chainId` up to at least `block`; LedgerNotCaughtUp when it does not in `timeoutMs`. */
 export async function waitForLedgerBlock(url: string, chainId: number, block: bigint, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   const ledger = new LedgerClient(url);
   for (;;) {
-    const indexed = await ledger.indexedBlock(chainId);
+    let indexed: bigint | null = null;
+    let readError: string | undefined;
+    try {
+      indexed = await ledger.indexedBlock(chainId);
+    } catch (err) {
+      readError = (err as Error).message.split("\n")[0]; // a ledger that is away may come back before the deadline
+    }
     if (indexed !== null && indexed >= block) return;
-    if (Date.now() > deadline) throw new Error(`ledger did not reach block ${block} of chain ${chainId} in ${timeoutMs} ms`);
+    if (Date.now() > deadline) throw new LedgerNotCaughtUp(chainId, block, indexed, timeoutMs, readError);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

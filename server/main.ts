@@ -50,6 +50,7 @@ try {
 }
 const hub = buildHub(config, deployments, db, flow, rates);
 const app = createApp({ config, db, deployments, rates, flow, hub });
+flow.ledgerHealth.start(config.LEDGER_WATCH_INTERVAL_MS);
 const worker = startWorker(flow, config.WORKER_INTERVAL_MS, [() => hub.runDueSchedules(), purgeTask(db, config.LINK_SIGNATURE_WINDOW_SECONDS, config.ORDER_UNPAID_RETENTION_DAYS * 86_400)]);
 
 const server = serve({ fetch: app.fetch, port: config.PORT, hostname: config.HOST }, (info) =>
@@ -64,6 +65,7 @@ function shutdown(why: string, code: number) {
   server.close(async () => {
     await worker.stop();
     flow.ledger.close();
+    flow.ledgerHealth.stop();
     flow.heads.close();
     await flow.keyLeases.release().catch(() => {}); // gives back only what this instance still holds
     await db.close();

@@ -86,6 +86,9 @@ export class Metrics {
   private readonly orphanPayments = this.gauge("billpay_orphan_payments_open", "x402 payments no order accounts for, not yet dealt with", []);
   private readonly ledgerLagBlocks = this.gauge("billpay_ledger_lag_blocks", "Blocks between the chain's head and the ledger's last indexed block", ["chain"]);
   private readonly ledgerLagSeconds = this.gauge("billpay_ledger_lag_seconds", "Seconds between the head block and the ledger's last indexed block", ["chain"]);
+  private readonly ledgerStalled = this.gauge("billpay_ledger_stalled", "1 while the ledger stands still behind a moving chain for longer than LEDGER_STALL_SECONDS", ["chain"]);
+  private readonly ledgerBehind = this.gauge("billpay_ledger_behind", "1 while the ledger is more than LEDGER_MAX_LAG_BLOCKS behind the chain's head", ["chain"]);
+  private readonly ledgerStillSeconds = this.gauge("billpay_ledger_still_seconds", "How long the ledger has stood still behind the chain's head", ["chain"]);
   private readonly gas = this.gauge("billpay_hot_key_gas_wei", "Native balance of the operator and refunder keys", ["chain", "role", "address"]);
   private readonly treasuryOnChain = this.gauge("billpay_treasury_onchain_units", "BillPay's token balance on chain", ["chain", "token"]);
   private readonly treasuryLedger = this.gauge("billpay_treasury_ledger_units", "BillPay's token balance as the ledger indexed it", ["chain", "token"]);
@@ -141,11 +144,16 @@ export class Metrics {
     this.stuck.set(stuck.length);
     this.review.set(review.length);
     this.orphanPayments.set(orphans.payments.filter((p) => p.status !== "REFUNDED" && p.status !== "RESOLVED").length);
-    for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit, this.pullBudgetAvailable, this.pullBudgetLimit]) g.reset();
+    for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.ledgerStalled, this.ledgerBehind, this.ledgerStillSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit, this.pullBudgetAvailable, this.pullBudgetLimit]) g.reset();
     for (const c of chains) {
       errors += c.errors.length;
       if (c.lagBlocks !== null) this.ledgerLagBlocks.set({ chain: c.chain }, c.lagBlocks);
       if (c.lagSeconds !== null) this.ledgerLagSeconds.set({ chain: c.chain }, c.lagSeconds);
+      if (c.ledger) {
+        this.ledgerStalled.set({ chain: c.chain }, c.ledger.state === "stalled" ? 1 : 0);
+        this.ledgerBehind.set({ chain: c.chain }, c.ledger.state === "behind" ? 1 : 0);
+        this.ledgerStillSeconds.set({ chain: c.chain }, Math.round(c.ledger.stillMs / 1000));
+      }
       for (const k of c.keys) if (k.gasWei !== null) this.gas.set({ chain: c.chain, role: k.role, address: k.address }, Number(k.gasWei));
       for (const t of c.tokens) {
         const labels = { chain: c.chain, token: t.symbol };

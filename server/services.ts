@@ -20,6 +20,8 @@ import { Callbacks } from "./callbacks.ts";
 import { RefundBudgets } from "./orders/refund-budget.ts";
 import { CustomerChecks } from "./biller/customer-check.ts";
 import { LedgerClient } from "./ledger-client.ts";
+import { LedgerHealth } from "./ledger-health.ts";
+import { ledgerBounds } from "../lib/ledger-watch.ts";
 import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { OrderStore } from "./orders/store.ts";
@@ -92,6 +94,7 @@ export function buildFlow(
     metrics,
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
+    ledgerHealth: new LedgerHealth({ ledgerUrl: config.LEDGER_URL, deployments, bounds: ledgerBounds(config), log: log() }),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
     confirmations: confirmationsFor(config),
     watches: new PaymentWatches(db, deployments),

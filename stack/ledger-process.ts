@@ -1,6 +1,7 @@
 /**
  * Runs the ledger (Ponder) as a child process (on 127.0.0.1 unless told otherwise) and waits
- * until it has finished its backfill, reporting progress per chain from its /status. A long
+ * until it has finished its backfill and caught up with each chain's head, reporting progress
+ * per chain from its /status. A long
  * backfill is never cut off for taking long: only one that stops advancing for
  * `stallTimeoutMs` is. Used by `npm start`, `npm run ledger`, the tests and the benchmarks.
  */
@@ -10,8 +11,9 @@ import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { createHash } from "node:crypto";
 import pg from "pg";
-import { isLocalRpcUrl } from "../lib/chain-client.ts";
-import { readDeployments, type Deployments } from "../lib/deployments.ts";
+import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
+import { deployedChains, readDeployments, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
+import { readIndexedBlocks } from "../lib/ledger-watch.ts";
 import {
   LEDGER_OPEN_QUERY_API,
   LEDGER_VIEWS_SCHEMA,
@@ -20,7 +22,6 @@ import {
   ledgerSchemaName,
   refuseOlderLedgerDir,
 } from "../lib/ledger-config.ts";
-import { LedgerClient } from "../server/ledger-client.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PONDER_BIN = fileURLToPath(new URL("../node_modules/ponder/dist/esm/bin/ponder.js", import.meta.url));
@@ -93,16 +94,27 @@ async function readProgress(url: string): Promise<Progress | null> {
   }
 }
 
-async function waitReady(url: string, child: ChildProcess, options: LedgerOptions): Promise<void> {
+/**
+ * Waits until the ledger has finished its backfill (Ponder's /ready) and then caught up with
+ * each chain's head as read at that moment: Ponder's backfill ends at the block it holds
+ * final, some thirty blocks under the head, and its realtime sync indexes the rest after
+ * /ready. A ledger handed over before that would be reported behind by whoever watches it.
+ */
+async function waitReady(url: string, child: ChildProcess, options: LedgerOptions, deployments: Deployments): Promise<void> {
   const stallMs = options.stallTimeoutMs ?? STALL_TIMEOUT_MS;
   let deadline = Date.now() + stallMs;
   let lastReport = 0;
   let last = "";
+  let heads: Map<number, bigint> | undefined;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`ledger exited with code ${child.exitCode} before it was ready`);
     try {
       const res = await fetch(`${url}/ready`, { signal: AbortSignal.timeout(1_000) });
-      if (res.ok) return;
+      if (res.ok) {
+        heads ??= await chainHeads(deployments);
+        const indexed = await readIndexedBlocks(url);
+        if ([...heads].every(([chainId, head]) => (indexed.get(chainId) ?? -1n) >= head)) return;
+      }
     } catch {
       // not listening yet
     }
@@ -175,12 +187,19 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   };
 
   try {
-    await waitReady(url, child, options);
+    await waitReady(url, child, options, deployments);
   } catch (err) {
     await stop();
     throw err;
   }
   return { url, schema, process: child, stop };
+}
+
+/** Each deployed chain's head now, by chain id. */
+async function chainHeads(deployments: Deployments): Promise<Map<number, bigint>> {
+  const chains = deployedChains(deployments).map((key) => ({ key, d: requireChain(deployments, key) }));
+  const heads = await Promise.all(chains.map(({ key, d }) => publicClientFor(key, rpcUrlFor(key, d)).getBlockNumber()));
+  return new Map(chains.map(({ d }, i) => [d.chainId, heads[i]!]));
 }
 
 /**

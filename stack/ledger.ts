@@ -1,17 +1,28 @@
-/** `npm run ledger`: only the ledger (Ponder), in the foreground, against chains already running. */
-import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
+/**
+ * `npm run ledger`: only the ledger (Ponder), in the foreground, against chains already
+ * running. Once backfilled it is held against each chain's head (lib/ledger-watch.ts): a
+ * ledger that stands still behind a moving chain for longer than LEDGER_STALL_SECONDS is
+ * stopped and this process exits with LEDGER_STALLED_EXIT (75, "try again"), for its
+ * supervisor (systemd's Restart=on-failure, docs/production.md) to start it again; Ponder
+ * resumes from its checkpoint. Exits with Ponder's own code when Ponder exits.
+ */
+import { deployedChains, deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { localPort } from "../lib/local-ports.ts";
 import { isLoopbackAddress, LEDGER_OPEN_QUERY_API, ledgerQueryApiOpen } from "../lib/ledger-config.ts";
+import { LedgerWatch, ledgerBoundsFromEnv, stateChangeLines } from "../lib/ledger-watch.ts";
 import { ledgerDatabaseFor, startLedger } from "./ledger-process.ts";
+
+/** EX_TEMPFAIL: the ledger stalled; starting it again is the remedy. */
+export const LEDGER_STALLED_EXIT = 75;
 
 const host = process.env.LEDGER_HOST ?? "127.0.0.1";
 const queryApiOpen = ledgerQueryApiOpen();
+const bounds = ledgerBoundsFromEnv(); // a bad value is refused before Ponder starts
+const deployments = await readDeployments(deploymentsPath());
 const ledger = await startLedger({
   deploymentsFile: deploymentsPath(),
   port: localPort("ledger"),
-  databaseUrl: process.env.DATABASE_URL
-    ? await ledgerDatabaseFor(process.env.DATABASE_URL, await readDeployments(deploymentsPath()))
-    : undefined,
+  databaseUrl: process.env.DATABASE_URL ? await ledgerDatabaseFor(process.env.DATABASE_URL, deployments) : undefined,
   logTo: "inherit",
   host,
   // A real chain's backfill may take hours: print where each chain is, and never cut it short while it advances.
@@ -27,5 +38,31 @@ if (!isLoopbackAddress(host) && host !== "localhost") {
       : `other machines get /ledger/* only; SQL over HTTP (/sql/*: the service's push and operator console, npm run audit) and GraphQL answer this machine (${LEDGER_OPEN_QUERY_API}=1 opens them)`,
   );
 }
-for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => void ledger.stop().then(() => process.exit(0)));
-ledger.process.on("exit", (code) => process.exit(code ?? 1));
+let stopping = false;
+const stopWith = (code: number) => {
+  stopping = true;
+  watch.stop();
+  void ledger.stop().then(() => process.exit(code));
+};
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => stopWith(0));
+ledger.process.on("exit", (code) => {
+  if (!stopping) process.exit(code ?? 1);
+});
+
+const watch = new LedgerWatch({
+  ledgerUrl: ledger.url,
+  bounds,
+  chains: deployedChains(deployments).map((chain) => {
+    const d = requireChain(deployments, chain);
+    return { chain, chainId: d.chainId, rpcUrl: rpcUrlFor(chain, d) };
+  }),
+});
+const logChanges = stateChangeLines((line) => console.error(line));
+watch.start(1_000, (progress) => {
+  logChanges(progress);
+  const stalled = progress.find((p) => p.state === "stalled");
+  if (stalled && !stopping) {
+    console.error(`ledger: stopping to be restarted by its supervisor (exit ${LEDGER_STALLED_EXIT}): ${stalled.problem}`);
+    stopWith(LEDGER_STALLED_EXIT);
+  }
+});

@@ -96,6 +96,8 @@ export async function startServiceStack(options: {
     const flow = buildFlow(config, deployments, db, options.keys);
     closers.push(async () => flow.ledger.close());
     closers.push(async () => flow.heads.close());
+    flow.ledgerHealth.start(config.LEDGER_WATCH_INTERVAL_MS);
+    closers.push(async () => flow.ledgerHealth.stop());
     await claimKeys(flow); // another live instance on these keys: refused, naming the key
     closers.push(() => flow.keyLeases.release());
     const hub = buildHub(config, deployments, db, flow, rates);

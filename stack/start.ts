@@ -1,8 +1,9 @@
 /**
  * `npm start`: the whole local stack on its embedded defaults, in the foreground: both
  * chains with the deployment, the ledger (Ponder on PGlite, or PostgreSQL when
- * DATABASE_URL is set), the local x402 facilitator, the biller sandbox, and the service
- * with its background worker. Ctrl-C stops everything this process started.
+ * DATABASE_URL is set; restarted when it exits or stalls), the local x402 facilitator, the
+ * biller sandbox, and the service with its background worker. Ctrl-C stops everything this
+ * process started.
  */
 import { mkdir } from "node:fs/promises";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
@@ -12,7 +13,9 @@ import { loadConfig } from "../server/config.ts";
 import { refuseOlderServiceDir } from "../server/db.ts";
 import { purgeTask } from "../server/storage-purge.ts";
 import { startWorker } from "../server/orders/worker.ts";
-import { ledgerDatabaseFor, startLedger, type Ledger } from "./ledger-process.ts";
+import { ledgerBounds } from "../lib/ledger-watch.ts";
+import { ledgerDatabaseFor } from "./ledger-process.ts";
+import { superviseLedger } from "./ledger-supervisor.ts";
 import { startLocalChains } from "./local-chains.ts";
 import { startServiceStack } from "./service-stack.ts";
 
@@ -40,11 +43,14 @@ try {
   closers.push(() => chains.close());
   const deployments = await readDeployments(deploymentsFile);
 
-  const ledger: Ledger = await startLedger({
+  // Restarted when it exits or stalls behind a moving chain (stack/ledger-supervisor.ts).
+  const ledger = await superviseLedger({
     deploymentsFile,
     port: localPort("ledger"),
     databaseUrl: process.env.DATABASE_URL ? await ledgerDatabaseFor(process.env.DATABASE_URL, deployments) : undefined,
     logTo: ".data/ledger.log",
+    bounds: ledgerBounds(config),
+    log: (line) => console.error(line),
   });
   closers.push(() => ledger.stop());
   const pgliteDir = ledgerPgliteDir();
@@ -77,11 +83,6 @@ try {
   log(`service: ${stack.urls.service}`);
   log("stack ready: pay a bill with `npm run pay:example`; Ctrl-C to stop");
 
-  ledger.process.on("exit", (code) => {
-    if (stopping) return; // Ctrl-C stops it with everything else: nothing to report
-    console.error(`ledger exited (code ${code}); see .data/ledger.log`);
-    void stopAll().then(() => process.exit(1));
-  });
 } catch (err) {
   await stopAll();
   throw err;

@@ -62,6 +62,8 @@ interface AuditOptions {
   service?: { url: string; token?: string } | { records: () => Promise<ServiceRecords> };
   /** An order unfinished for longer than this is listed as stuck. */
   stuckAfterSeconds?: number;
+  /** How long to wait for the ledger to reach each chain's head before the audit cannot judge (LedgerNotCaughtUp); 30 s unless set. */
+  waitMs?: number;
 }
 
 export async function runAudit(options: AuditOptions): Promise<AuditReport> {
@@ -83,7 +85,7 @@ export async function runAudit(options: AuditOptions): Promise<AuditReport> {
     if (!d) continue;
     const head = await publicClientFor(key, rpcUrlFor(key, d)).getBlockNumber();
     heads.set(key, head);
-    await waitForLedgerBlock(options.ledgerUrl, d.chainId, head);
+    await waitForLedgerBlock(options.ledgerUrl, d.chainId, head, options.waitMs);
   }
 
   const [treasuryRows, payments, refunds, allowanceChanges] = await Promise.all([

@@ -96,6 +96,11 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
   </div>
 );
 
+/** A chain's problems, the ledger's first (it stalled, or fell behind its bound), then what could not be read. */
+const ChainProblems: FC<{ problems: string[] }> = ({ problems }) => (
+  <td class={problems.length ? "bad" : "muted"} data-field="problems">{problems.join("; ") || "none"}</td>
+);
+
 export const ChainsTable: FC<{ chains: ChainStatus[] }> = ({ chains }) => (
   <table id="chains">
     <thead><tr><th>Chain</th><th class="n">Head</th><th class="n">Indexed</th><th class="n">Lag (blocks / s)</th><th>Operator gas</th><th>Refunder gas</th><th>Problems</th></tr></thead>
@@ -110,7 +115,7 @@ export const ChainsTable: FC<{ chains: ChainStatus[] }> = ({ chains }) => (
             const k = c.keys.find((x) => x.role === role);
             return <td title={k?.address}>{k?.gasWei === null || !k ? "–" : `${formatUnits(k.gasWei, 18).slice(0, 10)}`}</td>;
           })}
-          <td class={c.errors.length ? "bad" : "muted"}>{c.errors.join("; ") || "none"}</td>
+          <ChainProblems problems={[...(c.ledger?.problem ? [c.ledger.problem] : []), ...c.errors]} />
         </tr>
       ))}
     </tbody>

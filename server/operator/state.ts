@@ -18,6 +18,8 @@ import type { BillerApi } from "../biller/upstream.ts";
 import type { Db } from "../db.ts";
 import { errorText } from "../log-safety.ts";
 import type { RateSource } from "../pricing/rates.ts";
+import type { LedgerHealth } from "../ledger-health.ts";
+import type { ChainProgress } from "../../lib/ledger-watch.ts";
 
 const TIMEOUT_MS = 5_000;
 export const UNFINISHED_STATUSES = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
@@ -41,6 +43,8 @@ export interface ChainStatus {
   indexed: bigint | null;
   lagBlocks: number | null;
   lagSeconds: number | null;
+  /** The ledger's state on this chain at the service's last look (server/ledger-health.ts). */
+  ledger: ChainProgress | null;
   keys: Array<{ role: "operator" | "refunder"; address: string; gasWei: bigint | null }>;
   tokens: TokenStatus[];
   errors: string[];
@@ -73,6 +77,8 @@ export interface OperatorStateDeps {
   keys: { operator: string; refunder: string };
   /** An unfinished order past its lease and older than this is stuck. */
   stuckAfterSeconds: number;
+  /** Whether the ledger keeps up with each chain: a stalled or lagging ledger is a Problem. */
+  ledgerHealth: Pick<LedgerHealth, "latest">;
 }
 
 export class OperatorState {
@@ -181,7 +187,8 @@ export class OperatorState {
     return Promise.all(
       (Object.keys(this.deps.deployments.chains) as ChainKey[]).map(async (chain) => {
         const d = this.deps.deployments.chains[chain]!;
-        const out: ChainStatus = { chain, chainId: d.chainId, head: null, indexed: null, lagBlocks: null, lagSeconds: null, keys: [], tokens: [], errors: [] };
+        const ledger = this.deps.ledgerHealth.latest().find((p) => p.chain === chain) ?? null;
+        const out: ChainStatus = { chain, chainId: d.chainId, head: null, indexed: null, lagBlocks: null, lagSeconds: null, ledger, keys: [], tokens: [], errors: [] };
         const indexed = status ? Object.values(status).find((s) => s.id === d.chainId)?.block ?? null : null;
         if (!status) out.errors.push("the ledger's /status could not be read");
         const client = publicClientFor(chain, rpcUrlFor(chain, d));

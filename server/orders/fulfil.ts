@@ -24,6 +24,7 @@ import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import type { LedgerHealth } from "../ledger-health.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
@@ -57,6 +58,8 @@ export interface FlowDeps {
   heads: ChainHeads;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;
+  /** Whether the ledger keeps up with each chain (server/ledger-health.ts): /readyz, the console, the metrics. */
+  ledgerHealth: LedgerHealth;
   /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
   ledgerWaitMs: number;
   /** Blocks the ledger must have indexed on top of a payment's before its bill is vended, per chain. */
@@ -278,8 +281,16 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
  * not there yet: a payment confirmed from its receipt (chain/receipt-payment.ts) may reach
  * the ledger a moment after a bill that failed at once, and its refund waits for the ledger.
  */
+/**
+ * The order's payment once the ledger shows it, or null after LEDGER_WAIT_MS. A ledger that
+ * could not be read at all in that time is an error naming why (the refund's caller logs it
+ * and the worker retries), not a quiet "no payment yet".
+ */
 async function awaitLedgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
-  return deps.ledger.awaitPayment(isPaymentOf(o), () => ledgerPaymentFor(deps, o), deps.ledgerWaitMs, () => {});
+  let readError: unknown;
+  const paid = await deps.ledger.awaitPayment(isPaymentOf(o), () => ledgerPaymentFor(deps, o), deps.ledgerWaitMs, (err) => (readError = err));
+  if (!paid && readError !== undefined) throw new Error(`the ledger could not be read: ${errorText(readError).split("\n")[0]}`);
+  return paid;
 }
 
 /**

@@ -40,7 +40,8 @@ describe("x402 route: the 402 challenge", () => {
     const defaults = loadConfig({});
     // Bills are checked against the biller's catalogue before they are priced.
     biller = await listen(billerSandboxApp({ apiKey: defaults.BILLER_API_KEY, secretKey: defaults.BILLER_SECRET_KEY, publicKey: defaults.BILLER_PUBLIC_KEY }).fetch);
-    const config = loadConfig({ PUBLIC_URL: "http://billpay.test", LOG_REQUESTS: "0", BILLER_BASE_URL: biller.url });
+    // No ledger runs beside this suite: its URL is a port nothing listens on (readiness says so).
+    const config = loadConfig({ PUBLIC_URL: "http://billpay.test", LOG_REQUESTS: "0", BILLER_BASE_URL: biller.url, LEDGER_URL: "http://127.0.0.1:9" });
     app = createApp({
       config,
       db,
@@ -391,7 +392,16 @@ describe("x402 route: the 402 challenge", () => {
 
   it("serves health, readiness and an OpenAPI 3.1 document built from the schemas", async () => {
     expect((await app.request("/healthz")).status).toBe(200);
-    expect((await app.request("/readyz")).status).toBe(200);
+    // Ready means the database answers and the ledger keeps up: without a ledger, not ready, per chain.
+    const ready = await app.request("/readyz");
+    expect(ready.status).toBe(503);
+    const readiness = (await ready.json()) as { ok: boolean; database: string; ledger: Array<{ chain: string; state: string; problem: string }> };
+    expect(readiness).toMatchObject({ ok: false, database: "ok" });
+    expect(readiness.ledger.map((l) => [l.chain, l.state])).toEqual([
+      ["CELO", "unreadable"],
+      ["BASE", "unreadable"],
+    ]);
+    expect(readiness.ledger[0]!.problem).toMatch(/^the ledger could not be read: /);
     const doc = (await (await app.request("/openapi.json")).json()) as Record<string, any>;
     expect(doc.openapi).toBe("3.1.0");
     expect(doc.info.version).toBe("1.0.0");
