@@ -7,19 +7,37 @@
  * Over WebSocket (eth_subscribe newHeads) where the node offers it: `<CHAIN>_WS_URL`, or a
  * local Hardhat node's own port (lib/chain-client.ts webSocketUrlFor). Otherwise the head is
  * polled every HEAD_POLL_MS, and only while someone waits: a few requests a second per
- * chain while a payment is in flight, none when idle. Until the subscription is confirmed
- * the head is polled too, and a socket not subscribed within WS_SUBSCRIBE_MS is given up
- * (a node that accepts the connection and never answers must not leave every wait to run
- * out its time).
+ * chain while a payment is in flight, none when idle.
+ *
+ * A subscription is never trusted blindly, because nodes drop them silently (the socket
+ * stays open and no error comes: go-ethereum#23845, and Hardhat's five-minute expiry,
+ * stack/subscription-keeper.ts):
+ * - until it is confirmed, and whenever it has pushed nothing for `quietMs` while someone
+ *   waits, the head is polled too, so a wait is woken by the next block either way;
+ * - a poll that finds a block the subscription did not push, twice in a row, makes a new
+ *   subscription;
+ * - a socket not subscribed within WS_SUBSCRIBE_MS is given up, and a closed one is made
+ *   again after a backoff (1 s, doubling to 30 s, back to 1 s once heads arrive).
+ * A block replaced at the same height (a reorganisation of the newest block) is a new head
+ * too: waiters are woken to look again.
  */
+import type { PublicClient } from "viem";
 import { publicClientFor, webSocketUrlFor } from "./chain-client.ts";
 import type { ChainKey } from "./chains.ts";
 
-/** How often the head is read while someone waits, where there is no WebSocket. */
+/** How often the head is read while someone waits and no subscription brings heads. */
 export const HEAD_POLL_MS = 50;
 
 /** How long a WebSocket may take to connect and confirm its subscription before it is given up. */
 export const WS_SUBSCRIBE_MS = 5_000;
+
+/** How long a confirmed subscription may push nothing before waiters poll beside it. */
+export const QUIET_MS = 2_000;
+
+const FIRST_RESUBSCRIBE_MS = 1_000;
+const MAX_RESUBSCRIBE_MS = 30_000;
+/** Polls in a row that find a block the subscription did not push before it is made again. */
+const MISSED_BEFORE_RESUBSCRIBE = 2;
 
 export interface HeadsOptions {
   /** Subscribe where the chain's node offers a WebSocket (else poll while waiting). Default true. */
@@ -27,6 +45,8 @@ export interface HeadsOptions {
   pollMs?: number;
   /** WS_SUBSCRIBE_MS unless set. */
   subscribeTimeoutMs?: number;
+  /** QUIET_MS unless set. */
+  quietMs?: number;
 }
 
 /** Heads whose time is kept, so a payment's block time needs no request of its own. */
@@ -34,14 +54,32 @@ const KEPT_HEADS = 64;
 
 interface Watch {
   chain: ChainKey;
+  /** The chain's node over HTTP (none for a chain this process does not reach). */
+  client?: PublicClient;
   latest: bigint;
-  /** Recent heads by hash (WebSocket only: newHeads carries each header). */
+  /** The newest head's hash, where known: a different one at the same height is a replacement. */
+  latestHash?: string;
+  /** Recent heads by hash. */
   times: Map<string, bigint>;
   waiters: Set<() => void>;
+  wsUrl?: string;
+  /** Closes the current socket without making another. */
   stop?: () => void;
-  /** The node has confirmed the newHeads subscription: heads arrive without asking. */
-  subscribed?: boolean;
+  /** The node has confirmed the newHeads subscription. */
+  subscribed: boolean;
+  /** When the subscription last pushed a head (or was confirmed). */
+  pushedAt: number;
+  /** Polls in a row that found a head the subscription did not push. */
+  missed: number;
+  resubscribeMs: number;
+  resubscribeTimer?: NodeJS.Timeout;
   polling?: boolean;
+}
+
+interface Head {
+  number?: string;
+  hash?: string;
+  timestamp?: string;
 }
 
 export class ChainHeads {
@@ -59,10 +97,16 @@ export class ChainHeads {
     return this.watch(chain).latest;
   }
 
+  /** The newest head's hash, where this instance has heard it (a replacement at the same height changes it). */
+  latestHash(chain: ChainKey): string | undefined {
+    return this.watch(chain).latestHash;
+  }
+
   /**
-   * Resolves once a block after `seen` has been announced, or after `timeoutMs`: the caller
-   * then looks again at what it waits for either way. A block announced before the call
-   * (after `seen`) resolves at once, so no block is missed between a look and the wait.
+   * Resolves once a block after `seen` has been announced (or the newest block was replaced),
+   * or after `timeoutMs`: the caller then looks again at what it waits for either way. A block
+   * announced before the call (after `seen`) resolves at once, so no block is missed between
+   * a look and the wait.
    */
   after(chain: ChainKey, seen: bigint, timeoutMs: number): Promise<void> {
     const w = this.watch(chain);
@@ -75,7 +119,7 @@ export class ChainHeads {
       };
       const timer = setTimeout(done, timeoutMs);
       w.waiters.add(done);
-      if (!w.subscribed && !w.polling) void this.poll(chain, w);
+      if (!w.polling) void this.poll(w);
     });
   }
 
@@ -84,10 +128,16 @@ export class ChainHeads {
     return this.watches.get(chain)?.times.get(hash.toLowerCase());
   }
 
+  /** Whether `chain`'s heads arrive by a confirmed subscription now. */
+  subscribed(chain: ChainKey): boolean {
+    return this.watches.get(chain)?.subscribed ?? false;
+  }
+
   /** Closes the subscriptions (shutdown); waiters are released. */
   close(): void {
     this.closed = true;
     for (const w of this.watches.values()) {
+      clearTimeout(w.resubscribeTimer);
       w.stop?.();
       for (const wake of [...w.waiters]) wake();
     }
@@ -97,53 +147,53 @@ export class ChainHeads {
   private watch(chain: ChainKey): Watch {
     let w = this.watches.get(chain);
     if (w) return w;
-    w = { chain, latest: 0n, times: new Map(), waiters: new Set() };
-    this.watches.set(chain, w);
     const rpcUrl = this.rpcUrlOf(chain);
-    const ws = rpcUrl && this.options.webSocket !== false ? webSocketUrlFor(chain, rpcUrl) : undefined;
-    if (ws && !this.closed) this.subscribe(w, ws);
+    const wsUrl = rpcUrl && this.options.webSocket !== false ? webSocketUrlFor(chain, rpcUrl) : undefined;
+    w = { chain, client: rpcUrl ? publicClientFor(chain, rpcUrl) : undefined, latest: 0n, times: new Map(), waiters: new Set(), wsUrl, subscribed: false, pushedAt: 0, missed: 0, resubscribeMs: FIRST_RESUBSCRIBE_MS };
+    this.watches.set(chain, w);
+    if (wsUrl && !this.closed) this.subscribe(w, wsUrl);
     return w;
+  }
+
+  /** Whether heads are to be read over HTTP now: no confirmed subscription, or one that has gone quiet. */
+  private pollNeeded(w: Watch): boolean {
+    return !w.subscribed || Date.now() - w.pushedAt > (this.options.quietMs ?? QUIET_MS);
   }
 
   /**
    * newHeads over the node's WebSocket (a plain JSON-RPC subscription: viem shares one socket
    * per URL across the process, which one instance could not close without closing another's).
-   * A socket that fails or closes leaves the chain to polling, as if it had none.
+   * A socket that fails or closes leaves the chain to polling, and is made again after a backoff.
    */
   private subscribe(w: Watch, url: string): void {
     const socket = new WebSocket(url);
     const giveUp = setTimeout(() => socket.close(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
     giveUp.unref(); // a connect in progress must not keep a finished process alive
-    const fallBack = () => {
-      clearTimeout(giveUp);
-      w.stop = undefined;
-      w.subscribed = false;
-      if (w.waiters.size > 0 && !w.polling) void this.poll(w.chain, w);
-    };
     w.stop = () => {
       clearTimeout(giveUp);
       socket.onclose = null;
       socket.close();
+      w.subscribed = false;
     };
     socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
     socket.onmessage = (event) => {
       try {
-        const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; method?: string; params?: { result?: { number?: string; hash?: string; timestamp?: string } } };
+        const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; method?: string; params?: { result?: Head } };
         if (msg.id === 1) {
           if (typeof msg.result !== "string") return socket.close(); // refused: poll instead
           clearTimeout(giveUp);
           w.subscribed = true;
+          w.pushedAt = Date.now();
           // A block mined between the last poll and the subscription is announced by neither.
           void this.readHead(w);
           return;
         }
         const head = msg.method === "eth_subscription" ? msg.params?.result : undefined;
         if (!head?.number) return;
-        if (head.hash && head.timestamp) {
-          w.times.set(head.hash.toLowerCase(), BigInt(head.timestamp));
-          if (w.times.size > KEPT_HEADS) w.times.delete(w.times.keys().next().value!);
-        }
-        this.announce(w, BigInt(head.number));
+        w.pushedAt = Date.now();
+        w.missed = 0;
+        w.resubscribeMs = FIRST_RESUBSCRIBE_MS;
+        this.announce(w, head);
       } catch {
         // not a head: ignored
       }
@@ -151,30 +201,70 @@ export class ChainHeads {
     // An error is always followed by a close event (WHATWG WebSocket), which falls back; closing
     // here would recurse while the socket is still connecting (close fails it with an error).
     socket.onerror = () => {};
-    socket.onclose = fallBack;
+    socket.onclose = () => {
+      clearTimeout(giveUp);
+      w.stop = undefined;
+      w.subscribed = false;
+      if (w.waiters.size > 0 && !w.polling) void this.poll(w);
+      this.resubscribeLater(w, url);
+    };
   }
 
-  private announce(w: Watch, n: bigint): void {
-    if (n <= w.latest) return;
+  private resubscribeLater(w: Watch, url: string): void {
+    if (this.closed) return;
+    clearTimeout(w.resubscribeTimer);
+    w.resubscribeTimer = setTimeout(() => {
+      if (!this.closed && !w.stop) this.subscribe(w, url);
+    }, w.resubscribeMs);
+    w.resubscribeTimer.unref();
+    w.resubscribeMs = Math.min(w.resubscribeMs * 2, MAX_RESUBSCRIBE_MS);
+  }
+
+  /** Takes a head in: a higher block, or another block at the newest height, wakes the waiters. Returns whether it was new. */
+  private announce(w: Watch, head: Head): boolean {
+    const n = BigInt(head.number!);
+    const hash = head.hash?.toLowerCase();
+    if (hash && head.timestamp) {
+      w.times.set(hash, BigInt(head.timestamp));
+      if (w.times.size > KEPT_HEADS) w.times.delete(w.times.keys().next().value!);
+    }
+    const replaced = n === w.latest && hash !== undefined && w.latestHash !== undefined && hash !== w.latestHash;
+    if (n < w.latest || (n === w.latest && !replaced)) return false;
     w.latest = n;
+    w.latestHash = hash;
     for (const wake of [...w.waiters]) wake();
+    return true;
   }
 
-  /** Reads the head once and announces it (a failed read is left to the next look). */
-  private async readHead(w: Watch): Promise<void> {
-    const rpcUrl = this.rpcUrlOf(w.chain);
-    if (!rpcUrl) return;
-    const n = await publicClientFor(w.chain, rpcUrl).getBlockNumber().catch(() => undefined);
-    if (n !== undefined) this.announce(w, n);
+  /** Reads the head once and announces it; returns whether it was new (a failed read is left to the next look). */
+  private async readHead(w: Watch): Promise<boolean> {
+    const block = await w.client?.getBlock({ blockTag: "latest" }).catch(() => undefined);
+    if (!block) return false;
+    return this.announce(w, { number: `0x${block.number.toString(16)}`, hash: block.hash ?? undefined, timestamp: `0x${block.timestamp.toString(16)}` });
   }
 
-  /** Reads the head every HEAD_POLL_MS while anyone waits and no subscription brings heads. */
-  private async poll(chain: ChainKey, w: Watch): Promise<void> {
-    if (w.polling || !this.rpcUrlOf(chain)) return;
+  /**
+   * While anyone waits: reads the head every HEAD_POLL_MS whenever no subscription brings
+   * heads, or the one there is has gone quiet. A quiet subscription that misses blocks the
+   * poll finds is made again.
+   */
+  private async poll(w: Watch): Promise<void> {
+    if (w.polling || !w.client) return;
     w.polling = true;
     try {
-      while (w.waiters.size > 0 && !this.closed && !w.subscribed) {
-        await this.readHead(w);
+      while (w.waiters.size > 0 && !this.closed) {
+        if (this.pollNeeded(w)) {
+          const quietSubscription = w.subscribed;
+          const found = await this.readHead(w);
+          if (quietSubscription && found && ++w.missed >= MISSED_BEFORE_RESUBSCRIBE && w.wsUrl) {
+            // Open, confirmed, and silent while the chain moves: make it again.
+            w.missed = 0;
+            w.stop?.();
+            w.stop = undefined;
+            w.resubscribeMs = FIRST_RESUBSCRIBE_MS;
+            this.subscribe(w, w.wsUrl);
+          }
+        }
         if (w.waiters.size > 0) await new Promise((r) => setTimeout(r, this.options.pollMs ?? HEAD_POLL_MS));
       }
     } finally {

@@ -1,15 +1,25 @@
 /**
- * lib/chain-heads.ts against a node whose WebSocket accepts the connection and never answers
- * (a proxy or firewall that swallows the upgrade). The node's HTTP side is a minimal JSON-RPC
- * stand-in answering eth_blockNumber as any node does (a hex quantity), one block more on each
- * read. A wait must still be woken by a new head (read by polling), not left to run out its
- * time, and the silent socket must be given up.
+ * lib/chain-heads.ts, the service's watch on new blocks.
+ *
+ * Against a node whose WebSocket accepts the connection and never answers (a proxy or
+ * firewall that swallows the upgrade): the node's HTTP side is a minimal JSON-RPC stand-in
+ * answering the latest block as any node does, one block more on each read. A wait must still
+ * be woken by a new head (read by polling), not left to run out its time, and the silent
+ * socket must be given up.
+ *
+ * Against a real local node, through a proxy that cuts and mutes its WebSocket: a
+ * subscription that goes quiet is polled beside and made again, a cut one is made again, and
+ * a block replaced at the same height wakes the waiters.
  */
 import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer as createTcpServer, type Server as TcpServer, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { network } from "hardhat";
 import { ChainHeads } from "../../lib/chain-heads.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
+import { until } from "../support/until.ts";
 
 describe("chain heads over a WebSocket that never answers", () => {
   let rpc: Server;
@@ -26,7 +36,13 @@ describe("chain heads over a WebSocket that never answers", () => {
       req.on("data", (c) => (body += c));
       req.on("end", () => {
         const calls = JSON.parse(body) as { id: number; method: string } | Array<{ id: number; method: string }>;
-        const answer = (c: { id: number; method: string }) => ({ jsonrpc: "2.0", id: c.id, result: c.method === "eth_chainId" ? "0xa4ec" : `0x${(head++).toString(16)}` });
+        // eth_getBlockByNumber("latest") answers a block as a node does, the rest a quantity.
+        const block = (n: number) => ({ number: `0x${n.toString(16)}`, hash: `0x${n.toString(16).padStart(64, "0")}`, parentHash: `0x${(n - 1).toString(16).padStart(64, "0")}`, timestamp: `0x${n.toString(16)}`, transactions: [] });
+        const answer = (c: { id: number; method: string }) => ({
+          jsonrpc: "2.0",
+          id: c.id,
+          result: c.method === "eth_chainId" ? "0xa4ec" : c.method === "eth_getBlockByNumber" ? block(head++) : `0x${(head++).toString(16)}`,
+        });
         res.setHeader("content-type", "application/json");
         res.end(JSON.stringify(Array.isArray(calls) ? calls.map(answer) : answer(calls)));
       });
@@ -66,6 +82,84 @@ describe("chain heads over a WebSocket that never answers", () => {
       await expect.poll(() => closed.length, { timeout: 15_000 }).toBe(1);
     } finally {
       heads.close();
+    }
+  });
+});
+
+describe("chain heads from a real local node that goes quiet, drops its socket or replaces its newest block", () => {
+  let node: Awaited<ReturnType<typeof network.createServer>>;
+  let proxy: RpcProxy;
+  let heads: ChainHeads;
+  const saved = process.env.CELO_WS_URL;
+  let rpc: (method: string, params?: unknown[]) => Promise<unknown>;
+
+  beforeAll(async () => {
+    node = await network.createServer({ network: "celoLocal" }, "127.0.0.1", 0);
+    const { port } = await node.listen();
+    const client = publicClientFor("CELO", `http://127.0.0.1:${port}`);
+    rpc = (method, params = []) => client.request({ method: method as never, params: params as never }) as Promise<unknown>;
+    proxy = await startRpcProxy(`http://127.0.0.1:${port}`);
+    process.env.CELO_WS_URL = proxy.wsUrl;
+    heads = new ChainHeads(() => proxy.url, { quietMs: 1_500 });
+    // Subscribed: a wait is woken by a pushed head.
+    await heads.after("CELO", 0n, 30_000);
+    await until(() => heads.subscribed("CELO"), "the subscription");
+  });
+
+  afterAll(async () => {
+    heads?.close();
+    if (saved === undefined) delete process.env.CELO_WS_URL;
+    else process.env.CELO_WS_URL = saved;
+    await proxy?.close();
+    await node?.close();
+  });
+
+  it("a subscription that goes quiet with its socket open: waits are woken by polling, and it is made again", async () => {
+    const before = proxy.subscribes();
+    proxy.mute(true);
+    try {
+      // Several blocks come and go (a block a second); each wait ends on a head, found by polling.
+      for (let i = 0; i < 4; i++) {
+        const seen = heads.latest("CELO");
+        await heads.after("CELO", seen, 120_000); // the test's own time runs out long before this
+        expect(heads.latest("CELO")).toBeGreaterThan(seen);
+      }
+      await expect.poll(() => proxy.subscribes(), { timeout: 30_000 }).toBeGreaterThan(before);
+    } finally {
+      proxy.mute(false);
+    }
+    // Unmuted, the new subscription pushes again.
+    await expect.poll(() => heads.subscribed("CELO"), { timeout: 15_000 }).toBe(true);
+  });
+
+  it("a socket cut by the network is subscribed again", async () => {
+    const before = proxy.subscribes();
+    proxy.cutSockets();
+    await expect.poll(() => proxy.subscribes(), { timeout: 30_000 }).toBeGreaterThan(before);
+    await expect.poll(() => heads.subscribed("CELO"), { timeout: 15_000 }).toBe(true);
+    const seen = heads.latest("CELO");
+    await heads.after("CELO", seen, 120_000);
+    expect(heads.latest("CELO")).toBeGreaterThan(seen);
+  });
+
+  it("the newest block replaced at the same height wakes the waiters", async () => {
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      const snapshot = await rpc("evm_snapshot");
+      await rpc("evm_mine");
+      const first = (await rpc("eth_getBlockByNumber", ["latest", false])) as { number: string; hash: string; timestamp: string };
+      await expect.poll(() => heads.latestHash("CELO"), { timeout: 15_000 }).toBe(first.hash);
+      const seen = heads.latest("CELO");
+      // Waiting on the newest height: only a replacement can wake this (the chain is held still).
+      const woken = heads.after("CELO", seen, 120_000); // the test's own time runs out long before this
+      await rpc("evm_revert", [snapshot]);
+      await rpc("evm_mine", [Number(first.timestamp) + 7]); // the same height, another block
+      await woken;
+      expect(heads.latest("CELO")).toBe(seen);
+      expect(heads.latestHash("CELO")).not.toBe(first.hash);
+      expect(heads.latestHash("CELO")).toBe(((await rpc("eth_getBlockByNumber", ["latest", false])) as { hash: string }).hash);
+    } finally {
+      await rpc("evm_setIntervalMining", [1_000]);
     }
   });
 });
