@@ -81,7 +81,7 @@ for (let b = 0; b < BACKFILL_BATCHES; b++) {
     Array.from({ length: BATCH_SIZE }, () => ({ orderId: nextOrderId(), payer: payer.address, symbol: "USDC" as const, amount: 1n })),
   );
 }
-await celo.publicClient.request({ method: "hardhat_mine" as never, params: ["0x40"] as never });
+await celo.mine(64);
 const logFile = join(stack.dir, "backfill.log");
 const t0 = performance.now();
 const backfillLedger = await startLedger({

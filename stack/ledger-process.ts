@@ -106,6 +106,8 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
   let lastReport = 0;
   let last = "";
   let heads: Map<number, bigint> | undefined;
+  /** Catching up after /ready: each chain's block and when it last moved; a chain behind that stands still stalls it. */
+  const moved = new Map<number, { block: bigint; at: number }>();
   for (;;) {
     if (child.exitCode !== null) throw new Error(`ledger exited with code ${child.exitCode} before it was ready`);
     try {
@@ -113,9 +115,19 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
       if (res.ok) {
         heads ??= await chainHeads(deployments);
         const indexed = await readIndexedBlocks(url);
-        if ([...heads].every(([chainId, head]) => (indexed.get(chainId) ?? -1n) >= head)) return;
+        const behind = [...heads].filter(([chainId, head]) => (indexed.get(chainId) ?? -1n) < head);
+        if (behind.length === 0) return;
+        for (const [chainId, head] of behind) {
+          const block = indexed.get(chainId) ?? -1n;
+          const seen = moved.get(chainId);
+          if (!seen || seen.block !== block) moved.set(chainId, { block, at: Date.now() });
+          else if (Date.now() - seen.at > stallMs) throw new Error(`ledger at ${url} backfilled, then stood at block ${block} of chain ${chainId} for ${stallMs} ms, short of its head ${head}`);
+        }
+        await new Promise((r) => setTimeout(r, 100));
+        continue;
       }
-    } catch {
+    } catch (err) {
+      if ((err as Error).message.startsWith(`ledger at ${url}`)) throw err;
       // not listening yet
     }
     const progress = await readProgress(url);

@@ -158,7 +158,7 @@ describe("the ledger under faults, on the real local chains", () => {
       await rpc("evm_revert", [snapshot]);
       const kept = await transferIn(3_000n); // the same height on the new branch
       expect(kept.blockNumber).toBe(gone.blockNumber);
-      await rpc("hardhat_mine", ["0x3"]);
+      await celo.mine(3);
       proxy.release();
 
       await caughtUpWith(kept.transactionHash);

@@ -64,7 +64,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await rpcOn("evm_revert", [snapshot]);
     return result;
   }
-  const mine = (blocks = 4, on: ChainActors = celo) => on.publicClient.request({ method: "hardhat_mine" as never, params: [`0x${blocks.toString(16)}`] as never });
+  const mine = (blocks = 4, on: ChainActors = celo) => on.mine(blocks);
 
   /** Runs the watch (as the worker does) until the order's lost payment reaches `outcome`. */
   async function watchUntil(requestId: unknown, outcome: LossOutcome) {

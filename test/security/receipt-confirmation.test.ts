@@ -208,7 +208,7 @@ describe("a payment confirmed from its receipt", () => {
       const answer = pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
       await expect.poll(() => usdc(payer.address), { timeout: 10_000 }).toBeLessThan(before);
       await rpc("evm_revert", [snapshot]); // the block holding the settlement is gone
-      await rpc("hardhat_mine", ["0x3"]);
+      await celo.mine(3);
       const answered = await answer;
       expect(answered.status).toBe("TIMEOUT");
       expect(await service.flow.attempts.of(answered.request_id as string)).toEqual([]);

@@ -266,6 +266,16 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     async balanceOf(symbol: TokenSymbol, who: Address) {
       return publicClient.readContract({ address: tokenAddress(symbol), abi: eip3009TokenAbi, functionName: "balanceOf", args: [who] });
     },
+
+    /**
+     * Mines `blocks` empty blocks, one evm_mine each. Not hardhat_mine: Hardhat mines a range of
+     * blocks at once as placeholders whose parentHash is zero, a broken hash chain no real node
+     * makes, which Ponder reads as a reorganisation (beyond its finalized block, one it cannot
+     * recover from: docs/development.md, local chains).
+     */
+    async mine(blocks: number) {
+      for (let i = 0; i < blocks; i++) await publicClient.request({ method: "evm_mine" as never, params: [] as never });
+    },
   };
 }
 
