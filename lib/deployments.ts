@@ -100,19 +100,19 @@ export async function writeDeployments(deployments: Deployments, file = deployme
  * The RPC URLs for a chain: `<CHAIN>_RPC_URL` when set (several, comma-separated, are tried
  * in turn and, in the ledger, share the load), else the deployment's. One rule for every reader.
  */
-export function rpcUrlsFor(chain: ChainKey, deployment: ChainDeployment): string[] {
-  return rpcUrlsFromEnv(chain) ?? [deployment.rpcUrl];
+export function rpcUrlsFor(chain: ChainKey, deployment: ChainDeployment, env: Record<string, string | undefined> = process.env): string[] {
+  return rpcUrlsFromEnv(chain, env) ?? [deployment.rpcUrl];
 }
 
 /** `<CHAIN>_RPC_URL`'s URLs, or undefined when it names none (before a deployment, the deploy reads it too). */
-export function rpcUrlsFromEnv(chain: ChainKey): string[] | undefined {
-  const urls = process.env[`${chain}_RPC_URL`]?.split(",").map((u) => u.trim()).filter(Boolean);
+export function rpcUrlsFromEnv(chain: ChainKey, env: Record<string, string | undefined> = process.env): string[] | undefined {
+  const urls = env[`${chain}_RPC_URL`]?.split(",").map((u) => u.trim()).filter(Boolean);
   return urls && urls.length > 0 ? urls : undefined;
 }
 
-/** The first of them, for a reader that needs one URL. */
-export function rpcUrlFor(chain: ChainKey, deployment: ChainDeployment): string {
-  return rpcUrlsFor(chain, deployment)[0]!;
+/** The first of them, for a reader that needs one URL (`env`: another process's environment, as the ledger's). */
+export function rpcUrlFor(chain: ChainKey, deployment: ChainDeployment, env: Record<string, string | undefined> = process.env): string {
+  return rpcUrlsFor(chain, deployment, env)[0]!;
 }
 
 /** The chains this deployment serves. */

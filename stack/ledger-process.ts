@@ -113,7 +113,15 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
     try {
       const res = await fetch(`${url}/ready`, { signal: AbortSignal.timeout(1_000) });
       if (res.ok) {
-        heads ??= await chainHeads(deployments);
+        heads ??= await chainHeads(deployments, { ...process.env, ...options.env }).catch((err: Error) => {
+          // A head that cannot be read is a failure of its own, not a ledger still starting.
+          if (Date.now() > deadline) throw new Error(`ledger at ${url} backfilled, but the chains' heads could not be read for ${stallMs} ms: ${err.message.split("\n")[0]}`);
+          return undefined;
+        });
+        if (!heads) {
+          await new Promise((r) => setTimeout(r, 200));
+          continue;
+        }
         const indexed = await readIndexedBlocks(url);
         const behind = [...heads].filter(([chainId, head]) => (indexed.get(chainId) ?? -1n) < head);
         if (behind.length === 0) return;
@@ -207,10 +215,10 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   return { url, schema, process: child, stop };
 }
 
-/** Each deployed chain's head now, by chain id. */
-async function chainHeads(deployments: Deployments): Promise<Map<number, bigint>> {
+/** Each deployed chain's head now, by chain id, read where the ledger reads it (its environment's `<CHAIN>_RPC_URL`). */
+async function chainHeads(deployments: Deployments, env: Record<string, string | undefined>): Promise<Map<number, bigint>> {
   const chains = deployedChains(deployments).map((key) => ({ key, d: requireChain(deployments, key) }));
-  const heads = await Promise.all(chains.map(({ key, d }) => publicClientFor(key, rpcUrlFor(key, d)).getBlockNumber()));
+  const heads = await Promise.all(chains.map(({ key, d }) => publicClientFor(key, rpcUrlFor(key, d, env)).getBlockNumber()));
   return new Map(chains.map(({ d }, i) => [d.chainId, heads[i]!]));
 }
 

@@ -52,7 +52,7 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
     bounds: options.bounds,
     chains: deployedChains(deployments).map((chain) => {
       const d = requireChain(deployments, chain);
-      return { chain, chainId: d.chainId, rpcUrl: rpcUrlFor(chain, d) };
+      return { chain, chainId: d.chainId, rpcUrl: rpcUrlFor(chain, d, { ...process.env, ...options.env }) }; // where the ledger reads it
     }),
   });
   let stopping = false;
