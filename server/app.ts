@@ -286,7 +286,7 @@ export function createApp(deps: AppDeps): Hono {
     const showCode = await orderProof((name) => c.req.header(name), order, proofDeps);
     const callback = await callbacks.status(order.requestId);
     // Signed for the order as it stands, so a refunded order's receipt names the refund (orders/receipts.ts).
-    const receipt = order.status === "SETTLING" ? undefined : await hub.deps.receipts.billReceipt(order);
+    const receipt = await hub.deps.receipts.billReceipt(order);
     return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}), ...(receipt ? { receipt } : {}) }, 200, { "cache-control": "no-store" });
   });
 

@@ -152,10 +152,17 @@ export const configSchema = z.object({
   ORDER_LEASE_SECONDS: z.coerce.number().int().min(10).default(300),
   /**
    * The most of a token's refund budget (its limit, as a percentage) one payer's refunds may
-   * take within one budget period; a refund past it waits until the payer's earlier ones age
-   * out, so one payer's failed bills cannot starve everyone else's refunds.
+   * take within one budget period, from the first refund; a refund past it waits until the
+   * payer's earlier ones age out, so one payer's failed bills cannot starve everyone else's
+   * refunds. A bill priced above it is refused (orders/refund-share.ts, refund-budget.ts).
    */
   REFUND_PAYER_SHARE_PERCENT: z.coerce.number().int().min(1).max(100).default(25),
+  /**
+   * What refunds of payments landed after their refusal (the payer's doing) may take of a
+   * token's refund budget together, per period, as a percentage of its limit: the rest is
+   * always there for honest failed vends.
+   */
+  REFUND_LATE_SLICE_PERCENT: z.coerce.number().int().min(1).max(100).default(20),
   /** Orders that moved no money (PAYMENT_FAILED) are deleted this many days after they ended (server/storage-purge.ts). */
   ORDER_UNPAID_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
   /** A paid bill whose number check the biller cannot answer is checked again this often... */

@@ -9,6 +9,8 @@ import { refuseOtherPostgresMajor } from "../lib/pglite-dir.ts";
 
 export interface Db {
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /** Runs `work` in one transaction on one connection: committed when it resolves, rolled back when it throws. */
+  transaction<T>(work: (tx: Pick<Db, "query">) => Promise<T>): Promise<T>;
   close(): Promise<void>;
   /** The PostgreSQL server's pool (absent on PGlite), for libraries that take one. */
   pool?: pg.Pool;
@@ -317,6 +319,41 @@ const MIGRATIONS: string[] = [
    CREATE INDEX review_action_orphan ON review_action (orphan_key, id) WHERE orphan_key IS NOT NULL;
    -- A transaction that refunded one orphan payment by hand closes no other.
    CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash)) WHERE orphan_key IS NOT NULL AND outcome = 'DONE' AND tx_hash IS NOT NULL;`,
+  // Money safety, third round (docs/money.md).
+  // - A refund is cleared against the payer's share of the refund budget, and a late landing's
+  //   against the late slice, when it is let go (orders/refund-share.ts): refund_cleared_at.
+  //   A refund the payer brought on himself (a payment landed after its refusal) is late_refund.
+  // - refused_payment: x402 payments refused though their signature was good (not yet valid, a
+  //   spent nonce, ...), kept (bounded) with the signed authorization so that one landing later
+  //   anyway is refunded on chain by the service, not left for an operator (orders/late-landing.ts).
+  // - biller_attempt.outcome: what a requery of that very attempt said last, so a delivery by an
+  //   earlier attempt is recorded beside the one that served or failed the order.
+  `ALTER TABLE bill_order ADD COLUMN late_refund boolean NOT NULL DEFAULT false;
+   ALTER TABLE bill_order ADD COLUMN refund_cleared_at timestamptz;
+   ALTER TABLE bill_order ADD COLUMN refund_cleared_amount numeric(78);
+   UPDATE bill_order SET refund_cleared_at = updated_at, refund_cleared_amount = amount WHERE status = 'REFUNDED';
+   CREATE INDEX bill_order_refund_cleared ON bill_order (chain, token_address, refund_cleared_at) WHERE refund_cleared_at IS NOT NULL;
+   CREATE TABLE refused_payment (
+     chain         text        NOT NULL,
+     rail          text        NOT NULL,
+     token_address text        NOT NULL,
+     payer         text        NOT NULL,
+     auth_nonce    text        NOT NULL,
+     amount        numeric(78) NOT NULL,
+     valid_before  numeric(78) NOT NULL,
+     token         text        NOT NULL,
+     bill          jsonb       NOT NULL,
+     body_hash     text        NOT NULL,
+     payment       jsonb       NOT NULL,
+     requirements  jsonb       NOT NULL,
+     reason        text        NOT NULL,
+     created_at    timestamptz NOT NULL DEFAULT now(),
+     PRIMARY KEY (chain, rail, token_address, payer, auth_nonce)
+   );
+   CREATE INDEX refused_payment_payer ON refused_payment (payer, valid_before);
+   ALTER TABLE biller_attempt ADD COLUMN outcome text;
+   ALTER TABLE biller_attempt ADD COLUMN outcome_detail jsonb;
+   ALTER TABLE biller_attempt ADD COLUMN outcome_at timestamptz;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
@@ -349,6 +386,20 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     pool.on("error", (err) => console.error(JSON.stringify({ level: "warn", msg: "database connection lost; the pool will reconnect", error: err.message })));
     db = {
       query: async (text, params) => (await pool.query(text, params)).rows,
+      async transaction(work) {
+        const client = await pool.connect();
+        try {
+          await client.query("BEGIN");
+          const result = await work({ query: async (text, params) => (await client.query(text, params)).rows });
+          await client.query("COMMIT");
+          return result;
+        } catch (err) {
+          await client.query("ROLLBACK").catch(() => {});
+          throw err;
+        } finally {
+          client.release();
+        }
+      },
       close: () => pool.end(),
       pool,
     };
@@ -357,7 +408,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
       // Waiting for another instance's migration, or building an index, may take a while.
       await client.query("SET statement_timeout = 0");
       await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
-      await migrate({ query: async (text, params) => (await client.query(text, params)).rows, close: async () => {} });
+      await migrate({ query: async (text, params) => (await client.query(text, params)).rows, transaction: () => Promise.reject(new Error("no transactions while migrating")), close: async () => {} });
     } finally {
       await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]).catch(() => {});
       await client.query("RESET statement_timeout").catch(() => {});
@@ -371,6 +422,8 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
       // PGlite runs one statement list per exec; parameterised queries go through query().
       query: async <T>(text: string, params?: unknown[]) =>
         params && params.length > 0 ? ((await lite.query(text, params)).rows as T[]) : ((await lite.exec(text)).at(-1)?.rows as T[]) ?? [],
+      // PGlite has one connection: its transaction holds it, and other queries wait their turn.
+      transaction: (work) => lite.transaction((tx) => work({ query: async <T>(text: string, params?: unknown[]) => (await tx.query(text, params ?? [])).rows as T[] })),
       close: () => lite.close(),
     };
   }

@@ -58,6 +58,12 @@ export class Metrics {
     labelNames: ["chain", "rail", "outcome"],
     registers: [this.registry],
   });
+  readonly lateDeliveries = new Counter({
+    name: "billpay_biller_late_deliveries_total",
+    help: "Pay attempts the biller delivered that did not settle their order (a second delivery, or one after a refund): the biller was paid twice",
+    labelNames: ["status"],
+    registers: [this.registry],
+  });
   readonly refundFailures = new Counter({ name: "billpay_refund_failures_total", help: "Refund attempts that failed (retried, or held for review)", labelNames: ["chain", "token"], registers: [this.registry] });
   readonly upstreamSeconds = new Histogram({
     name: "billpay_upstream_seconds",

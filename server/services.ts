@@ -24,6 +24,7 @@ import { LedgerHealth } from "./ledger-health.ts";
 import { ledgerBounds } from "../lib/ledger-watch.ts";
 import { buildGates, Limits } from "./limits.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
+import { RefusedPayments } from "./orders/refused-payments.ts";
 import { OrderStore } from "./orders/store.ts";
 import { PaymentWatches } from "./orders/payment-watch.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
@@ -77,8 +78,8 @@ export function buildFlow(
     biller,
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
     customerChecks: new CustomerChecks(biller, config.VERIFY_CACHE_MS, (payer) => orders.failedVerifications(payer, config.VERIFY_UPFRONT_WINDOW_SECONDS), config.VERIFY_UPFRONT_AFTER_FAILURES),
-    refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS, config.REFUND_PRESSURE_PERCENT),
-    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }, heads),
+    refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS, config.REFUND_PRESSURE_PERCENT, config.REFUND_PAYER_SHARE_PERCENT),
+    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }, heads, (address) => keyLeases.confirm(address)),
     heads,
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,
@@ -87,6 +88,7 @@ export function buildFlow(
     defaultPhone: config.BILLER_DEFAULT_PHONE,
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
     refundPayerSharePercent: config.REFUND_PAYER_SHARE_PERCENT,
+    refundLateSlicePercent: config.REFUND_LATE_SLICE_PERCENT,
     verifyRetrySeconds: config.VERIFY_RETRY_SECONDS,
     verifyUnavailableDeadlineSeconds: config.VERIFY_UNAVAILABLE_DEADLINE_SECONDS,
     refundWaitReviewSeconds: config.REFUND_WAIT_REVIEW_SECONDS,
@@ -94,6 +96,7 @@ export function buildFlow(
     metrics,
     deployments,
     ledger: new LedgerClient(config.LEDGER_URL),
+    refused: new RefusedPayments(db),
     ledgerHealth: new LedgerHealth({ ledgerUrl: config.LEDGER_URL, deployments, bounds: ledgerBounds(config), log: log() }),
     ledgerWaitMs: config.LEDGER_WAIT_MS,
     confirmations: confirmationsFor(config),

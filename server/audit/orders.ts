@@ -135,6 +135,8 @@ export function auditOrders(
       case "REFUNDED":
         if (!paid) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
         else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
+        // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
+        if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;
       case "PAYMENT_FAILED":
         if (paid && refunded < paid.amount) out.discrepancies.push(`${what} was written off, but the ledger shows a payment of ${paid.amount} not refunded`);

@@ -6,7 +6,10 @@
  * refuses to start, naming the key and its holder.
  *
  * A holder is live while its heartbeat moves. A starting instance that finds a lease:
- *   - held by a process on this host that no longer exists: dead, taken at once (a restart);
+ *   - held by a process that no longer exists in this very process space: dead, taken at once
+ *     (a restart). The space is the host name and the PID namespace: two containers may
+ *     share a host name, and each sees the other's pid as absent. Where the namespace cannot
+ *     be read, no holder is taken for dead this way;
  *   - otherwise watches it for up to DEAD_AFTER_MS: a heartbeat in that time means a live
  *     holder (refused); none means a dead one (taken).
  * Taking a dead instance's lease also releases the orders it had leased (order leases carry
@@ -14,9 +17,13 @@
  * ORDER_LEASE_SECONDS. A clean stop gives the leases back, so the next start is immediate.
  *
  * An instance that finds on a heartbeat that its lease was taken (it stalled past
- * DEAD_AFTER_MS) is told (`onLost`): it must stop signing, and main.ts exits.
+ * DEAD_AFTER_MS) is told (`onLost`): it must stop signing, and main.ts exits. Signing does not
+ * wait for that exit: every transaction is signed only after `confirm` has renewed the key's
+ * lease in the database (one statement), so an instance that stalled and lost its lease
+ * signs nothing more, not even the requests and worker passes in flight while it shuts down.
  */
 import { randomUUID } from "node:crypto";
+import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import type { Db } from "../db.ts";
 import type { Log } from "../log.ts";
@@ -42,6 +49,13 @@ interface LeaseRow {
   heartbeat_at: Date;
 }
 
+/** This instance's lease on a key was taken by another instance: it must not sign with it. */
+export class KeyLeaseLost extends Error {
+  constructor(readonly address: string) {
+    super(`this instance no longer holds the lease on key ${address} (another instance took it): nothing is signed with it`);
+  }
+}
+
 /** Another live instance holds one of this instance's keys. */
 export class KeyHeld extends Error {
   constructor(
@@ -55,7 +69,20 @@ export class KeyHeld extends Error {
   }
 }
 
-/** Whether process `pid` exists on this host. */
+/**
+ * Where this process's pid means something: the host name and the PID namespace (Linux names it
+ * in /proc/self/ns/pid). Undefined where the namespace cannot be read.
+ */
+function processSpace(): string | undefined {
+  try {
+    return `${hostname()} ${readlinkSync("/proc/self/ns/pid")}`;
+  } catch {
+    return undefined;
+  }
+}
+const PROCESS_SPACE = processSpace();
+
+/** Whether process `pid` exists in this process space. */
 function processExists(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -70,6 +97,8 @@ export class KeyLeases {
   readonly instance = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   private timer?: NodeJS.Timeout;
   private held: LeasedKey[] = [];
+  /** Keys this instance claimed and then lost: never signed with again. */
+  private readonly lost = new Set<string>();
 
   constructor(
     private readonly db: Db,
@@ -114,13 +143,13 @@ export class KeyLeases {
       if (!row) {
         const inserted = await this.db.query(
           `INSERT INTO key_lease (address, role, instance_id, host, pid) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (address) DO NOTHING RETURNING address`,
-          [key.address, key.role, this.instance, hostname(), process.pid],
+          [key.address, key.role, this.instance, PROCESS_SPACE ?? hostname(), process.pid],
         );
         if (inserted.length > 0) return undefined;
         continue; // another instance inserted first: judge it like any holder
       }
       if (row.instance_id === this.instance) return undefined;
-      const gone = row.host === hostname() && row.pid !== process.pid && !processExists(row.pid);
+      const gone = PROCESS_SPACE !== undefined && row.host === PROCESS_SPACE && row.pid !== process.pid && !processExists(row.pid);
       if (!gone && !(await this.staysSilent(row))) {
         throw new KeyHeld(key, { instance: row.instance_id, host: row.host, pid: row.pid });
       }
@@ -128,7 +157,7 @@ export class KeyLeases {
       const taken = await this.db.query(
         `UPDATE key_lease SET role = $2, instance_id = $3, host = $4, pid = $5, heartbeat_at = now(), started_at = now()
          WHERE address = $1 AND instance_id = $6 RETURNING address`,
-        [key.address, key.role, this.instance, hostname(), process.pid, row.instance_id],
+        [key.address, key.role, this.instance, PROCESS_SPACE ?? hostname(), process.pid, row.instance_id],
       );
       if (taken.length > 0) {
         this.log.warn("took over a key whose instance stopped without giving it back", { role: key.role, key: key.address, previous: row.instance_id });
@@ -159,14 +188,34 @@ export class KeyLeases {
         [this.held.map((k) => k.address), this.instance],
       );
       const kept = new Set(rows.map((r) => r.address));
-      const lost = this.held.filter((k) => !kept.has(k.address));
-      if (lost.length > 0) {
-        this.held = this.held.filter((k) => kept.has(k.address));
-        this.log.error("another instance took this instance's key lease; it must stop signing", { keys: lost.map((k) => `${k.role} ${k.address}`) });
-        this.onLost?.(lost);
-      }
+      this.dropLost(this.held.filter((k) => !kept.has(k.address)));
     } catch (err) {
       this.log.warn("could not renew the key lease; retrying", { error: (err as Error).message });
+    }
+  }
+
+  private dropLost(lost: LeasedKey[]): void {
+    if (lost.length === 0) return;
+    for (const k of lost) this.lost.add(k.address);
+    this.held = this.held.filter((k) => !this.lost.has(k.address));
+    this.log.error("another instance took this instance's key lease; it must stop signing", { keys: lost.map((k) => `${k.role} ${k.address}`) });
+    this.onLost?.(lost);
+  }
+
+  /**
+   * Called right before a transaction is signed with `address`: renews the key's lease, or
+   * throws KeyLeaseLost (and tells `onLost`) when another instance holds it now. A key this
+   * instance never leased (a process without leases, as in some tests) passes.
+   */
+  async confirm(address: string): Promise<void> {
+    const key = address.toLowerCase();
+    if (this.lost.has(key)) throw new KeyLeaseLost(key);
+    const held = this.held.find((k) => k.address === key);
+    if (!held) return;
+    const rows = await this.db.query(`UPDATE key_lease SET heartbeat_at = now() WHERE address = $1 AND instance_id = $2 RETURNING address`, [key, this.instance]);
+    if (rows.length === 0) {
+      this.dropLost([held]);
+      throw new KeyLeaseLost(key);
     }
   }
 

@@ -121,6 +121,8 @@ export class ChainOperator {
     private readonly replacement: ReplacementPolicy = DEFAULT_REPLACEMENT,
     /** New blocks: a receipt is looked for again as each arrives (lib/chain-heads.ts). */
     private readonly heads?: ChainHeads,
+    /** Called right before each signature with the signing key: throws when this instance may no longer sign with it (chain/key-lease.ts confirm). */
+    private readonly fence: (address: string) => Promise<void> = async () => {},
   ) {}
 
   private nextBlock(chain: ChainKey): NextBlock {
@@ -344,6 +346,7 @@ export class ChainOperator {
           nonce: nonce.value,
           ...fees.value,
         });
+        await this.fence(signer.address);
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
         await onSigned?.(hash);
@@ -364,6 +367,7 @@ export class ChainOperator {
       receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
       current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
+      await this.fence(signer.address);
       const serialized = await wallet.signTransaction(current);
       const replacement = keccak256(serialized);
       await onReplaced?.(recorded, replacement);

@@ -4,12 +4,17 @@
  * sent: the attempt row is what lets a requery, a webhook or a restarted worker find the
  * order again, by the id the biller knows. An order's attempts are numbered; (order,
  * number) is unique, so one attempt is made once whoever tries. An id is never sent twice.
+ * What the biller last said of each attempt, asked by that attempt's own id, is kept on it
+ * (`outcome`): a delivery by an earlier attempt is seen beside the one that settled the order.
  */
 import type { Db } from "../db.ts";
-import type { PayRequest } from "../biller/upstream.ts";
+import type { PayRequest, VendResult } from "../biller/upstream.ts";
 
 /** The pay an attempt sent, without its id (null for attempts recorded before pays were kept). */
 export type AttemptPay = Omit<PayRequest, "requestId">;
+
+/** What the biller last said of an attempt: delivered, failed, reversed, pending, or no record of it (unknown). */
+export type AttemptOutcome = "delivered" | "failed" | "reversed" | "pending" | "unknown";
 
 export interface BillerAttempt {
   billerRequestId: string;
@@ -17,6 +22,7 @@ export interface BillerAttempt {
   attempt: number;
   pay: AttemptPay | null;
   sentAt: Date;
+  outcome: AttemptOutcome | null;
 }
 
 interface Row {
@@ -25,6 +31,7 @@ interface Row {
   attempt: number;
   pay: AttemptPay | null;
   sent_at: Date;
+  outcome: AttemptOutcome | null;
 }
 
 const toAttempt = (r: Row): BillerAttempt => ({
@@ -33,7 +40,17 @@ const toAttempt = (r: Row): BillerAttempt => ({
   attempt: r.attempt,
   pay: r.pay,
   sentAt: new Date(r.sent_at),
+  outcome: r.outcome,
 });
+
+const ATTEMPT_COLUMNS = "biller_request_id, request_id, attempt, pay, sent_at, outcome";
+
+/** What a biller answer says of the attempt it answers for. */
+export function outcomeOf(result: VendResult): AttemptOutcome {
+  if (result.state === "delivered") return "delivered";
+  if (result.state === "failed") return result.reversed ? "reversed" : "failed";
+  return result.unknownRequest ? "unknown" : "pending";
+}
 
 export class BillerAttempts {
   constructor(private readonly db: Db) {}
@@ -51,7 +68,7 @@ export class BillerAttempts {
   /** The order's latest attempt, if a pay was ever prepared for it. */
   async latest(requestId: string): Promise<BillerAttempt | undefined> {
     const [row] = await this.db.query<Row>(
-      `SELECT biller_request_id, request_id, attempt, pay, sent_at FROM biller_attempt WHERE request_id = $1 ORDER BY attempt DESC LIMIT 1`,
+      `SELECT ${ATTEMPT_COLUMNS} FROM biller_attempt WHERE request_id = $1 ORDER BY attempt DESC LIMIT 1`,
       [requestId],
     );
     return row && toAttempt(row);
@@ -60,16 +77,22 @@ export class BillerAttempts {
   /** Every attempt of an order, first first. */
   async of(requestId: string): Promise<BillerAttempt[]> {
     const rows = await this.db.query<Row>(
-      `SELECT biller_request_id, request_id, attempt, pay, sent_at FROM biller_attempt WHERE request_id = $1 ORDER BY attempt`,
+      `SELECT ${ATTEMPT_COLUMNS} FROM biller_attempt WHERE request_id = $1 ORDER BY attempt`,
       [requestId],
     );
     return rows.map(toAttempt);
   }
 
+  /** Keeps what the biller said of an attempt (asked by its id, or answering its pay). */
+  async recordOutcome(billerRequestId: string, result: VendResult): Promise<void> {
+    const detail = result.state === "delivered" ? { transactionId: result.transactionId, codes: result.codes, units: result.units } : { reason: result.reason };
+    await this.db.query(`UPDATE biller_attempt SET outcome = $2, outcome_detail = $3, outcome_at = now() WHERE biller_request_id = $1`, [billerRequestId, outcomeOf(result), JSON.stringify(detail)]);
+  }
+
   /** The attempt the biller knows by this id (a webhook's pointer). */
   async byBillerRequestId(billerRequestId: string): Promise<BillerAttempt | undefined> {
     const [row] = await this.db.query<Row>(
-      `SELECT biller_request_id, request_id, attempt, pay, sent_at FROM biller_attempt WHERE biller_request_id = $1`,
+      `SELECT ${ATTEMPT_COLUMNS} FROM biller_attempt WHERE biller_request_id = $1`,
       [billerRequestId],
     );
     return row && toAttempt(row);

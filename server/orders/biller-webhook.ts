@@ -4,11 +4,12 @@
  * and `data`, expects `{"response":"success"}`, and sends it again, 5 times in all, until it
  * gets that answer. Two types:
  *   - transaction-update: a pending transaction resolved, or a delivered one reversed; `data`
- *     is requery-shaped. The body is never trusted: its request id only points at an order
- *     (through the attempt sent under it), whose state is then read from a requery and acted
- *     on (orders/fulfil.ts actOnBillerState): a pending order is finished at once, a served
+ *     is requery-shaped. The body is never trusted: its request id only points at an attempt
+ *     and its order, and that very attempt is requeried by its own id and acted on
+ *     (orders/fulfil.ts actOnBillerState): a pending order is finished at once, a served
  *     order the biller reversed is refunded on chain, once, bounded by the ledger's payment
- *     like every refund; a served order the requery shows delivered is left as it is.
+ *     like every refund; a delivery of an attempt that did not settle its order (an earlier
+ *     one, late) is recorded on the order and alerted.
  *   - variations-update: a product's plans changed; they are read afresh for the next bill.
  * VTpass documents no signature for its callbacks, so anyone can POST here; what a stranger
  * can make the service do is one requery per known order, at most RATE_LIMIT_WEBHOOK_ORDER a
@@ -64,7 +65,8 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     const order = await flow.orders.claim(attempt.requestId, flow.leaseSeconds);
     if (!order) return c.json(SUCCESS); // someone is working on it right now, and will finish it
     try {
-      const now = await actOnBillerState(flow, order);
+      // The attempt the webhook names is requeried by its own id (not the order's latest).
+      const now = await actOnBillerState(flow, order, attempt);
       flow.log.info("biller webhook acted on", { requestId: order.requestId, before: order.status, after: now.status });
       return c.json(SUCCESS);
     } catch (err) {

@@ -30,6 +30,8 @@ import type { StoredPayment } from "../x402/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
 import type { RefundBudgets } from "./refund-budget.ts";
+import type { RefundWait } from "./refund-share.ts";
+import type { RefusedPayments } from "./refused-payments.ts";
 import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
@@ -58,6 +60,8 @@ export interface FlowDeps {
   heads: ChainHeads;
   /** Where an order's payment and refund are read from. */
   ledger: LedgerClient;
+  /** Good payments the service refused, kept so that one landing anyway is refunded (orders/late-landing.ts). */
+  refused: RefusedPayments;
   /** Whether the ledger keeps up with each chain (server/ledger-health.ts): /readyz, the console, the metrics. */
   ledgerHealth: LedgerHealth;
   /** How long a pay waits for the ledger to show its payment (pull or x402) before answering TIMEOUT. */
@@ -84,6 +88,8 @@ export interface FlowDeps {
   verifyRetrySeconds: number;
   /** One payer's most of a token's refund budget per period, as a percentage of its limit. */
   refundPayerSharePercent: number;
+  /** What refunds of late landings may take together per period, as a percentage of the limit (orders/refund-share.ts). */
+  refundLateSlicePercent: number;
   /** How long a refund waits for the budget before it goes to an operator. */
   refundWaitReviewSeconds: number;
   /** Vend latency, refunds and upstream calls, for /metrics. */
@@ -181,6 +187,7 @@ async function sendAttempt(deps: FlowDeps, order: Order, pay: AttemptPay, n: num
   const id = deps.biller.newRequestId();
   if (!(await deps.attempts.record(order.requestId, n, id, pay))) return { state: "pending", reason: "another worker made this pay attempt" };
   const result = await deps.biller.pay({ ...pay, requestId: id });
+  await deps.attempts.recordOutcome(id, result);
   if (result.state === "failed" && result.requestIdRefused && !idRefusedBefore) {
     deps.log.warn("the biller refused a pay's request id (its date rule); sending it again under a fresh one", { requestId: order.requestId, billerRequestId: id });
     return sendAttempt(deps, order, pay, n + 1, true);
@@ -188,17 +195,47 @@ async function sendAttempt(deps: FlowDeps, order: Order, pay: AttemptPay, n: num
   return result;
 }
 
+/** Asks the biller how one attempt stands, by that attempt's own id, and keeps what it said on it. */
+async function askAttempt(deps: FlowDeps, attempt: BillerAttempt): Promise<VendResult> {
+  const result = await deps.biller.requery(attempt.billerRequestId);
+  await deps.attempts.recordOutcome(attempt.billerRequestId, result);
+  return result;
+}
+
+/**
+ * Before a new attempt goes out, or a failed bill is refunded: every other attempt of the order
+ * is asked again, by its own id. One the biller delivered after all is the order's delivery
+ * (its answer was only late); one the biller still holds pending may yet be delivered, so
+ * nothing new is sent and nothing refunded while it is. Undefined when none did anything.
+ */
+async function otherAttemptsSay(deps: FlowDeps, order: Order, except: string): Promise<VendResult | undefined> {
+  let pending: VendResult | undefined;
+  for (const a of await deps.attempts.of(order.requestId)) {
+    if (a.billerRequestId === except) continue;
+    const result = await askAttempt(deps, a);
+    if (result.state === "delivered") {
+      deps.log.warn("an earlier pay attempt was delivered after all", { requestId: order.requestId, billerRequestId: a.billerRequestId, attempt: a.attempt });
+      return result;
+    }
+    if (result.state === "pending" && !result.unknownRequest) pending ??= result;
+  }
+  return pending;
+}
+
 /**
  * Asks the biller how the order's latest attempt stands, by the id it was sent under. When
  * the biller has no record of it for longer than the grace (it never arrived, or was never
- * sent: a crash between recording and sending), the next attempt goes out under a new id.
+ * sent: a crash between recording and sending), and no earlier attempt was delivered or is
+ * still pending, the next attempt goes out under a new id.
  */
 export async function followUp(deps: FlowDeps, order: Order, last?: BillerAttempt): Promise<Step> {
   const attempt = last ?? (await deps.attempts.latest(order.requestId));
   if (!attempt) return firstPay(deps, order);
-  const result = await deps.biller.requery(attempt.billerRequestId);
+  const result = await askAttempt(deps, attempt);
   if (!(result.state === "pending" && result.unknownRequest)) return result;
   if (Date.now() - attempt.sentAt.getTime() < deps.unknownRequestGraceMs) return result;
+  const earlier = await otherAttemptsSay(deps, order, attempt.billerRequestId);
+  if (earlier) return earlier;
   if (attempt.pay) return sendAttempt(deps, order, attempt.pay, attempt.attempt + 1);
   // An attempt recorded before pays were kept: its pay is prepared again.
   const prepared = await preparePay(deps, order);
@@ -236,8 +273,13 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
         flag,
       });
     }
-    case "failed":
+    case "failed": {
+      // Refunded only when no other attempt of the order was delivered or is still pending.
+      const latest = await deps.attempts.latest(order.requestId);
+      const other = latest && latest.attempt > 1 ? await otherAttemptsSay(deps, order, latest.billerRequestId) : undefined;
+      if (other) return applyVendResult(deps, order, other);
       return refund(deps, order, `biller: ${result.reason}`);
+    }
     default:
       return move(deps, order, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason });
   }
@@ -247,27 +289,76 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
  * What the biller now says of an order it was paid for, acted on: a pending order is
  * finished (served or refunded), and a served one the biller reversed is refunded, once
  * (SUCCESS -> REFUNDING is one transition). A served order the biller still calls delivered,
- * or a final one, is left as it is. Used by the biller's webhook, which only points at the
- * order: what happened is always read from a requery.
+ * or a final one, is left as it is. Used by the worker, and by the biller's webhook, which
+ * only points at an attempt (`named`): that very attempt is requeried by its own id, not the
+ * order's latest; what happened is always read from a requery, never from the webhook's body.
+ * A delivery the biller reports for an attempt that did not settle the order (an earlier one,
+ * late) is recorded on the order, alerted and its codes given to the payer (lateDelivery).
  */
-export async function actOnBillerState(deps: FlowDeps, order: Order): Promise<Order> {
+export async function actOnBillerState(deps: FlowDeps, order: Order, named?: BillerAttempt): Promise<Order> {
+  const attempts = await deps.attempts.of(order.requestId);
+  const latest = attempts.at(-1);
+  const asked = named && named.billerRequestId !== latest?.billerRequestId ? named : undefined;
+  // The attempt that delivered a served order: the one last seen delivered (the latest, for orders older than outcomes).
+  const deliverer = attempts.find((a) => a.outcome === "delivered")?.billerRequestId ?? latest?.billerRequestId;
+  const before = new Map(attempts.map((a) => [a.billerRequestId, a.outcome]));
   switch (order.status) {
     case "PAID":
     case "PENDING": {
+      if (asked) {
+        const said = await askAttempt(deps, asked);
+        if (said.state === "delivered") {
+          deps.log.warn("an earlier pay attempt was delivered after all", { requestId: order.requestId, billerRequestId: asked.billerRequestId, attempt: asked.attempt });
+          return applyVendResult(deps, order, said);
+        }
+      }
       const step = await followUp(deps, order);
       return "order" in step ? step.order : applyVendResult(deps, order, step);
     }
     case "SUCCESS": {
-      const last = await deps.attempts.latest(order.requestId);
-      if (!last) return order;
-      const now = await deps.biller.requery(last.billerRequestId);
+      const target = named ?? latest;
+      if (!target) return order;
+      const now = await askAttempt(deps, target);
+      if (target.billerRequestId !== deliverer) {
+        return now.state === "delivered" && before.get(target.billerRequestId) !== "delivered" ? lateDelivery(deps, order, target, now) : order;
+      }
       if (now.state !== "failed" || !now.reversed) return order;
-      deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: last.billerRequestId });
+      deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: target.billerRequestId });
       return refund(deps, order, `the biller reversed the bill after delivering it (${now.reason})`, ["SUCCESS"]);
+    }
+    case "REFUNDING":
+    case "REFUNDED":
+    case "NEEDS_REVIEW": {
+      if (!named) return order;
+      const now = await askAttempt(deps, named);
+      return now.state === "delivered" && before.get(named.billerRequestId) !== "delivered" ? lateDelivery(deps, order, named, now) : order;
     }
     default:
       return order;
   }
+}
+
+/**
+ * The biller delivered an attempt that did not settle the order: a second delivery beside the
+ * one that served it, or a delivery of a bill already failed and refunded. The biller was paid
+ * for it either way, and the payer holds what it delivered: its codes are added to the order's
+ * (the payer reads them as any code), the order is flagged for operators with what happened,
+ * and it is alerted (an error line and billpay_biller_late_deliveries_total). Money does not
+ * move here: a refund already sent stays sent, and what to ask of the biller is an operator's.
+ */
+async function lateDelivery(deps: FlowDeps, order: Order, attempt: BillerAttempt, result: Extract<VendResult, { state: "delivered" }>): Promise<Order> {
+  const when = order.status === "SUCCESS" ? "beside the attempt that served the order" : `after the order was ${order.status === "NEEDS_REVIEW" ? "held for review" : "failed and refunded"}`;
+  const flag = `the biller delivered pay attempt ${attempt.attempt} (${attempt.billerRequestId}) ${when}: the biller was paid for it too`;
+  const codes = result.codes.map((c) => ({ ...c, label: `${c.label ?? "Code"} (attempt ${attempt.attempt})` }));
+  deps.log.error("the biller delivered an attempt that did not settle the order; recorded on the order for an operator", { requestId: order.requestId, billerRequestId: attempt.billerRequestId, status: order.status });
+  deps.metrics.lateDeliveries.inc({ status: order.status });
+  const merged = [...(order.purchasedCodes ?? []), ...codes];
+  return (
+    (await deps.orders.transition(order.requestId, [order.status], order.status, {
+      flag,
+      ...(codes.length > 0 ? { purchasedCodes: merged, purchasedCode: order.purchasedCode ?? purchasedCodeText(result.codes) ?? undefined } : {}),
+    })) ?? order
+  );
 }
 
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
@@ -362,28 +453,20 @@ export async function refundAmount(deps: FlowDeps, o: Order, paid: LedgerPayment
 }
 
 /** Why and how long a refund of `amount` (the order's, unless an operator approved another) must wait before it is sent, or undefined when it can go now. */
-export async function refundWait(deps: FlowDeps, o: Order, amount: bigint = o.amount): Promise<{ seconds: number; why: string } | undefined> {
+export async function refundWait(deps: FlowDeps, o: Order, amount: bigint = o.amount): Promise<RefundWait> {
   const chain = o.chain as ChainKey;
   const budget = await deps.refundBudgets.read(chain, o.tokenAddress);
-  if (budget.limit > 0n && budget.period > 0n) {
-    // The payer's share: what it was refunded over the last period, plus this, within its
-    // share of the limit. A single refund larger than the share still goes when the payer
-    // had none in the period (else it could never go).
-    const share = (budget.limit * BigInt(deps.refundPayerSharePercent)) / 100n;
-    const before = await deps.orders.refundedTo(o.payer, chain, o.tokenAddress, Number(budget.period));
-    if (before.total > 0n && before.total + amount > share && before.oldest) {
-      const seconds = Math.max(1, Math.ceil((before.oldest.getTime() + Number(budget.period) * 1000 - Date.now()) / 1000));
-      return { seconds, why: `the payer was refunded ${before.total} units of ${o.token} in the last ${budget.period} s; its share of the budget is ${share}` };
-    }
-  }
-  if (amount <= budget.available) return undefined;
   if (budget.limit === 0n || budget.period === 0n || amount > budget.limit) {
     // Never refillable to this amount: only the admin can change that. Checked hourly.
     return { seconds: 3600, why: `BillPay's ${o.token} refund budget (limit ${budget.limit}) cannot hold ${amount}` };
   }
-  // The budget refills continuously at limit per period: wait until it holds this refund.
-  const seconds = Number(((amount - budget.available) * budget.period + budget.limit - 1n) / budget.limit) + 1;
-  return { seconds, why: `BillPay's ${o.token} refund budget has ${budget.available} of ${budget.limit} available; this refund needs ${amount}` };
+  if (amount > budget.available) {
+    // The budget refills continuously at limit per period: wait until it holds this refund.
+    const seconds = Number(((amount - budget.available) * budget.period + budget.limit - 1n) / budget.limit) + 1;
+    return { seconds, why: `BillPay's ${o.token} refund budget has ${budget.available} of ${budget.limit} available; this refund needs ${amount}` };
+  }
+  // The payer's share from the first refund, and the late slice for a late landing (refund-share.ts).
+  return deps.orders.clearRefund(o, amount, budget, { payerPercent: deps.refundPayerSharePercent, latePercent: deps.refundLateSlicePercent });
 }
 
 /**

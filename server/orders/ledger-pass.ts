@@ -6,8 +6,9 @@
  *   - an x402 payment whose order was refused or written off (the payer was told it did not
  *     settle): refunded through its order, or held for review if the amount differs;
  *   - an x402 payment with no order at all (sent to BillPay by hand, not through the
- *     service): recorded in orphan_payment for an operator, never refunded automatically,
- *     because the service holds no signed authorization to refund it with.
+ *     service): recorded in orphan_payment; refunded on chain when it is a good payment the
+ *     service refused and kept (orders/refused-payments.ts: the service holds its signed
+ *     authorization), else left for an operator, since the service could not refund it.
  * Each chain and rail keeps its own position (chains are indexed at their own pace). A
  * payment whose order is still being decided (PULLING, SETTLING) holds the position at its
  * second, so it is read again until its order is final: should the order then be written
@@ -20,6 +21,7 @@ import type { Db } from "../db.ts";
 import { x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
+import { refundLanding } from "./late-landing.ts";
 
 const PAGE = 200;
 
@@ -194,7 +196,11 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
         const found = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
         const order = found && x402RailOf(found) === p.rail ? found : undefined;
         if (!order) {
-          if (await deps.orphans.recordPayment(chain, p)) {
+          const recorded = await deps.orphans.recordPayment(chain, p);
+          const refusal = await deps.refused.find(chain, p.rail, p.token, p.payer, p.authorizationNonce!);
+          if (refusal && (await refundLanding(deps, refusal, p))) {
+            acted++;
+          } else if (recorded) {
             deps.log.warn("an x402 payment reached BillPay with no order; recorded for review", { chain, txHash: p.txHash });
             acted++;
           }
@@ -211,6 +217,11 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
       }
       return undecided;
     });
+  }
+  // Payments recorded as orphans before their refusal was kept (the payer landed one himself,
+  // then offered it): refunded now that the service holds their signature.
+  for (const { record, txHash, amount } of await deps.refused.landedOrphans()) {
+    if (await refundLanding(deps, record, { txHash, amount: amount.toString() })) acted++;
   }
   return acted;
 }

@@ -25,7 +25,7 @@ import { createReceiptDomain, RECEIPT_TYPES as X402_RECEIPT_TYPES, signReceiptEI
 import type { Hex } from "viem";
 import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
 import { chainInfo } from "../../lib/chains.ts";
-import type { Order } from "./store.ts";
+import { paymentConfirmed, type Order } from "./store.ts";
 
 /** Where the extension's client helper (extractReceiptFromResponse) reads a receipt in a settlement. */
 export const OFFER_RECEIPT_KEY = "offer-receipt";
@@ -102,9 +102,9 @@ export class Receipts {
     };
   }
 
-  /** The bill's receipt, once the order's payment is settled (it has a transaction); else none. */
+  /** The bill's receipt, once the chain has shown the order's payment (paymentConfirmed); else none. */
   async billReceipt(order: Order): Promise<BillReceipt | undefined> {
-    if (!order.txHash) return undefined;
+    if (!paymentConfirmed(order)) return undefined;
     const message = {
       requestId: order.requestId,
       billHash: order.bodyHash,
@@ -141,7 +141,7 @@ export class Receipts {
    * whenever a second ticked in between).
    */
   async x402Receipt(order: Order, resourceUrl: string): Promise<EIP712SignedReceipt | undefined> {
-    if (!order.txHash) return undefined;
+    if (!paymentConfirmed(order)) return undefined;
     const payload: ReceiptPayload = {
       version: 1,
       network: chainInfo(order.chain).caip2,

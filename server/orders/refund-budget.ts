@@ -2,8 +2,10 @@
  * BillPay's refund budget, as the chain holds it: per token, up to `limit` refunded at
  * once, refilled at `limit` per `period` seconds (contracts/BillPay.sol). The service reads
  * it for two things:
- *   - a bill priced above `limit` could never be refunded should it fail, so it is refused
- *     before any challenge or pull (BILL_ABOVE_REFUND_LIMIT);
+ *   - a bill priced above one payer's share of `limit` (REFUND_PAYER_SHARE_PERCENT) could not be
+ *     refunded promptly should it fail (every refund counts against its payer's share, from the
+ *     first: orders/refund-share.ts), so it is refused before any challenge or pull
+ *     (BILL_ABOVE_REFUND_LIMIT);
  *   - a refund the budget cannot take now waits its turn (orders/fulfil.ts), instead of
  *     being sent again on every pass.
  * Read through the service's own node and cached briefly: the figure changes only when the
@@ -34,6 +36,8 @@ export class RefundBudgets {
     ttlMs = 30_000,
     /** Below this percentage of its limit a token's budget is under pressure (see underPressure). */
     private readonly pressurePercent = 50,
+    /** One payer's most of the limit per period, as a percentage: the most one bill may cost. */
+    private readonly payerSharePercent = 100,
   ) {
     this.cache = new TtlCache(ttlMs);
   }
@@ -85,18 +89,20 @@ export class RefundBudgets {
   }
 
   /**
-   * Refuses a bill whose price is more than the token's refund budget can ever hold: were it
-   * to fail, its refund could never be sent, and the payer's money would wait on an operator.
+   * Refuses a bill whose price is more than one payer's share of the token's refund budget:
+   * were it to fail, its refund could not go out by the share's rule, and the payer's money
+   * would wait on an operator.
    */
   async assertRefundable(chain: ChainKey, symbol: string, amount: bigint): Promise<void> {
     const token = this.token(chain, symbol);
     if (!token) return; // not deployed here: the bill is refused for that elsewhere
     const { limit } = await this.read(chain, token.address);
-    if (amount <= limit) return;
+    const share = (limit * BigInt(this.payerSharePercent)) / 100n;
+    if (amount <= share) return;
     throw new ServiceError(
       "BILL_ABOVE_REFUND_LIMIT",
-      `this bill costs ${formatUnits(amount, 6)} ${token.symbol}; the most BillPay can refund in ${token.symbol} on ${chain} is ${formatUnits(limit, 6)}, so a failed vend could not be refunded. Split the bill, or pay in another token`,
-      { amount: amount.toString(), refund_limit: limit.toString() },
+      `this bill costs ${formatUnits(amount, 6)} ${token.symbol}; the most BillPay refunds one payer in ${token.symbol} on ${chain} is ${formatUnits(share, 6)}, so a failed vend could not be refunded. Split the bill, or pay in another token`,
+      { amount: amount.toString(), refund_limit: share.toString() },
     );
   }
 }

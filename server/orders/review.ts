@@ -30,8 +30,8 @@
  * the service, which never held the payer's signed authorization (refundAuthorization needs
  * it). It can only be closed, with a reason: as refunded by hand, when the operator gives the
  * transaction, checked on chain to have succeeded after the payment and to carry a transfer
- * of exactly the payment's amount of its token to its payer (one transaction closes one
- * payment) -> REFUNDED; or as kept, with the reason saying why -> RESOLVED. Either way
+ * of exactly the payment's amount of its token to its payer from BillPay or its admin (one
+ * transaction closes one payment) -> REFUNDED; or as kept, with the reason saying why -> RESOLVED. Either way
  * nothing is sent by the service.
  *
  * Every action is recorded in review_action with who (the operator's name, or "local"), when,
@@ -382,7 +382,12 @@ export async function resolveOrphanPayment(
   }
 }
 
-/** The hand refund's transaction: succeeded, after the payment, with a transfer of exactly the payment's amount of its token to its payer. */
+/**
+ * The hand refund's transaction: succeeded, after the payment, with a transfer of exactly the
+ * payment's amount of its token to its payer, from BillPay (the admin's withdrawal to the
+ * payer) or from the admin itself. A transfer from anyone else refunds nothing of BillPay's:
+ * the payer sending the amount to himself from another wallet would otherwise close it.
+ */
 async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
   const chain = row.chain as ChainKey;
@@ -403,9 +408,12 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
       return [];
     }
   });
-  const exact = transfers.some((t) => t.to.toLowerCase() === row.payer.toLowerCase() && t.value === BigInt(row.amount));
+  const senders = new Set([d.billPay.address, d.roles.admin].map((a) => a.toLowerCase()));
+  const exact = transfers.some((t) => senders.has(t.from.toLowerCase()) && t.to.toLowerCase() === row.payer.toLowerCase() && t.value === BigInt(row.amount));
   if (!exact) {
-    throw new Refused(`transaction ${txHash} carries no transfer of exactly ${row.amount} of ${row.token_address} to ${row.payer}${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} to ${t.to}`).join(", ")})` : ""}`);
+    throw new Refused(
+      `transaction ${txHash} carries no transfer of exactly ${row.amount} of ${row.token_address} to ${row.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
+    );
   }
 }
 

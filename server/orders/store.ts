@@ -19,6 +19,8 @@
  * The payer sees SUCCESS, FAILED_VENDING (refunding or refunded; or, with `charged: false`,
  * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
+import { ServiceError } from "../errors.ts";
+import { clearRefund, type RefundShares, type RefundWait } from "./refund-share.ts";
 import { randomBytes, randomUUID } from "node:crypto";
 import DataLoader from "dataloader";
 import { keccak256, toBytes, type Hex } from "viem";
@@ -59,6 +61,19 @@ export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
+
+/**
+ * States an order reaches only once the chain showed its payment, of exactly its amount under
+ * its key (the ledger, or the node's receipt by the ledger's predicate): its transaction is the
+ * payment's. A SETTLING or NEEDS_REVIEW order's may be a facilitator's unconfirmed hash, or a
+ * payment that is not the order's; nothing is signed or answered as settled for it.
+ */
+const PAYMENT_CONFIRMED: ReadonlySet<OrderStatus> = new Set(["PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED"]);
+
+/** Whether the order's transaction is its payment, as the chain showed it (PAYMENT_CONFIRMED). */
+export function paymentConfirmed<T extends Pick<Order, "status" | "txHash">>(o: T): o is T & { txHash: string } {
+  return o.txHash !== null && PAYMENT_CONFIRMED.has(o.status);
+}
 
 /**
  * Wraps an `UPDATE bill_order ... RETURNING *` that moves orders to `finalParam` (a text
@@ -121,6 +136,8 @@ export interface Order {
   flag: string | null;
   /** SHA-256 of the order's secret (x402 orders). */
   secretHash: string | null;
+  /** Its refund is of a payment landed after the service refused it (the payer's doing): it draws on the late slice (orders/refund-share.ts). */
+  lateRefund: boolean;
   createdAt: Date;
   /** When the order last changed (status, transaction, outcome; a lease is not a change). */
   updatedAt: Date;
@@ -160,11 +177,12 @@ interface Row {
   biller_amount: string | null;
   flag: string | null;
   secret_hash: string | null;
+  late_refund: boolean;
 }
 
 const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
-  biller_amount, flag, secret_hash`;
+  biller_amount, flag, secret_hash, late_refund`;
 
 function toOrder(r: Row): Order {
   return {
@@ -199,6 +217,7 @@ function toOrder(r: Row): Order {
     billerAmount: r.biller_amount,
     flag: r.flag,
     secretHash: r.secret_hash,
+    lateRefund: r.late_refund,
   };
 }
 
@@ -221,6 +240,7 @@ export type NewOrder = Omit<
   | "createdAt"
   | "updatedAt"
   | "leaseToken"
+  | "lateRefund"
 >;
 
 export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "payment" | "requirements" | "secretHash"> &
@@ -283,11 +303,23 @@ export class OrderStore {
     // The request that creates the order holds its lease while it works on it: the worker
     // only takes orders whose lease has run out (their request died or gave up).
     // Two unique keys can refuse it, (chain, token, payer, nonce) and (payer, idempotency key): either returns the order that holds it.
+    // A payment that reached BillPay before its order (an orphan record, orders/ledger-pass.ts)
+    // is claimed by it in the same statement while open, so an operator can no longer refund it
+    // by hand (review.ts closes only NEEDS_REVIEW); one an operator already closed (refunded by
+    // hand, or kept) makes no order at all: it pays for nothing.
+    const rail = (o.payment as { method?: string } | null)?.method === "permit2" ? "permit2" : "authorization";
     const inserted = await this.db.query<Row>(
-      `INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
+      `WITH closed AS (
+         SELECT 1 FROM orphan_payment WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status IN ('REFUNDED', 'RESOLVED')
+       ), claimed AS (
+         UPDATE orphan_payment SET status = 'CLAIMED'
+          WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status = 'NEEDS_REVIEW'
+       )
+       INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
                                auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
                                auth_valid_before, secret_hash, idempotency_key)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17, $18)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17, $18
+        WHERE NOT EXISTS (SELECT 1 FROM closed)
        ON CONFLICT DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -301,6 +333,7 @@ export class OrderStore {
         o.authValidBefore!.toString(),
         o.secretHash,
         o.idempotencyKey ?? null,
+        rail,
       ],
     );
     if (inserted[0]) return { order: toOrder(inserted[0]), created: true };
@@ -308,6 +341,11 @@ export class OrderStore {
     if (byPayment) return { order: byPayment, created: false };
     const [byKey] = o.idempotencyKey ? await this.findByIdempotencyKeys(o.payer, [o.idempotencyKey]) : [];
     if (byKey) return { order: byKey, created: false };
+    const [closed] = await this.db.query(
+      `SELECT 1 FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status IN ('REFUNDED', 'RESOLVED')`,
+      [o.chain, o.tokenAddress.toLowerCase(), o.payer.toLowerCase(), o.authNonce!.toLowerCase()],
+    );
+    if (closed) throw new ServiceError("PAYMENT_NONCE_SPENT", "this authorization already reached BillPay on its own, outside any order, and an operator has settled it (refunded by hand, or kept): it pays for no bill", { charged: false });
     throw new Error("the order could not be created and no order holds its keys"); // a key deleted in between: the caller retries
   }
 
@@ -410,6 +448,49 @@ export class OrderStore {
   }
 
   /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */
+  /**
+   * A refused payment that landed anyway (orders/late-landing.ts): made an order in REFUNDING,
+   * a late refund, holding its key. In the same statement its orphan record, when there is one,
+   * is claimed, and only while no operator has closed it: an orphan refunded by hand or kept is
+   * never refunded again, and an operator cannot close one this claims (review.ts moves only
+   * NEEDS_REVIEW). Undefined when an order already holds the key or an operator closed it.
+   */
+  async createLandedRefund(
+    r: { chain: string; rail: string; token: string; tokenAddress: string; payer: string; nonce: string; amount: bigint; validBefore: bigint; bill: Record<string, unknown>; bodyHash: string; payment: Record<string, unknown>; requirements: Record<string, unknown>; reason: string },
+    txHash: string,
+  ): Promise<Order | undefined> {
+    const { requestId } = newOrderIds();
+    const key = [r.chain, r.tokenAddress.toLowerCase(), r.payer.toLowerCase(), r.nonce.toLowerCase(), r.rail];
+    const rows = await this.db.query<Row>(
+      `WITH orphan AS (
+         SELECT status FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5
+       ), claimed AS (
+         UPDATE orphan_payment SET status = 'CLAIMED' WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5 AND status = 'NEEDS_REVIEW' RETURNING 1
+       )
+       INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount, auth_nonce, payment, requirements,
+                               status, rail, onchain_order_id, auth_valid_before, tx_hash, failure_reason, late_refund)
+       SELECT $6, NULL, $7, $8, $1, $9, $2, $3, $10, $4, $11, $12, 'REFUNDING', 'x402', $13, $14, $15, $16, true
+        WHERE EXISTS (SELECT 1 FROM claimed) OR NOT EXISTS (SELECT 1 FROM orphan)
+       ON CONFLICT DO NOTHING
+       RETURNING ${COLUMNS}`,
+      [
+        ...key,
+        requestId,
+        r.bodyHash,
+        JSON.stringify(r.bill),
+        r.token,
+        r.amount.toString(),
+        JSON.stringify(r.payment),
+        JSON.stringify(r.requirements),
+        onChainOrderId(requestId),
+        r.validBefore.toString(),
+        txHash,
+        `the payment landed on chain after the service had refused it (${r.reason})`,
+      ],
+    );
+    return rows[0] && toOrder(rows[0]);
+  }
+
   async findByPayment(chain: string, tokenAddress: string, payer: string, nonce: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `SELECT ${COLUMNS} FROM bill_order WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`,
@@ -544,15 +625,9 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
-  /** What `payer` was refunded in `token` on `chain` over the last `seconds`: the total, and when the oldest of it was. */
-  async refundedTo(payer: string, chain: string, token: string, seconds: number): Promise<{ total: bigint; oldest: Date | null }> {
-    const [row] = await this.db.query<{ total: string | null; oldest: Date | null }>(
-      `SELECT sum(amount)::text AS total, min(updated_at) AS oldest FROM bill_order
-       WHERE payer = $1 AND chain = $2 AND lower(token_address) = lower($3) AND status = 'REFUNDED'
-         AND updated_at > now() - make_interval(secs => $4)`,
-      [payer.toLowerCase(), chain, token, seconds],
-    );
-    return { total: BigInt(row?.total ?? 0), oldest: row?.oldest ? new Date(row.oldest) : null };
+  /** Clears the order's refund of `amount` against its payer's share and the late slice, or says why it waits (orders/refund-share.ts). */
+  clearRefund(o: Order, amount: bigint, budget: { limit: bigint; period: bigint }, shares: RefundShares): Promise<RefundWait> {
+    return clearRefund(this.db, o, amount, budget, shares);
   }
 
   /**
@@ -594,7 +669,7 @@ export class OrderStore {
     requestId: string,
     from: OrderStatus[],
     to: OrderStatus,
-    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag">> = {},
+    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">> = {},
   ): Promise<Order | undefined> {
     // An order that becomes final with a callback_url queues its callback in the same statement.
     const [row] = await this.db.query<Row>(
@@ -604,7 +679,8 @@ export class OrderStore {
            failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
            biller_amount = COALESCE($9, biller_amount),
            flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
-           purchased_codes = COALESCE($11::jsonb, purchased_codes)
+           purchased_codes = COALESCE($11::jsonb, purchased_codes),
+           late_refund = late_refund OR $12::boolean
          WHERE request_id = $1 AND status = ANY($2::text[])
          RETURNING *`,
         "$3",
@@ -621,6 +697,7 @@ export class OrderStore {
         fields.billerAmount ?? null,
         fields.flag ?? null,
         fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
+        fields.lateRefund === true,
       ],
     );
     return row && toOrder(row);

@@ -68,7 +68,8 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
     return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
   const reason = "the payment landed on chain after the service had refused it";
-  const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash });
+  // The payer's doing: its refund draws on the late slice of the budget (orders/refund-share.ts).
+  const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash, lateRefund: true });
   if (!refunding) return (await deps.orders.get(o.requestId)) ?? o;
   deps.log.info("refunding a payment that landed after it was refused", { requestId: o.requestId });
   return refund(deps, refunding, reason);
@@ -79,7 +80,8 @@ function refuse(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
   return move(deps, order, ["SETTLING"], "REFUSED", { failureReason: reason });
 }
 
-function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, resourceUrl: string): StoredPayment {
+/** The payment as an order keeps it: the signed payload the facilitator is given (protocol 2), and its authorization. */
+export function storedPayment(p: DecodedPayment, requirements: PaymentRequirements, resourceUrl: string): StoredPayment {
   // The facilitator speaks protocol 2: a v1 payment is re-wrapped around the same signed payload.
   const payload: PaymentPayload =
     p.x402Version === 2
@@ -365,11 +367,13 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
     return;
   }
   if (indexed !== null && indexed >= onChain.block) {
-    // The nonce is spent and the ledger shows no payment under it. For EIP-3009: cancelled,
-    // or spent on another authorization with the same nonce; nothing is owed. For Permit2 the
-    // ledger cannot tell: see holdSpentPermit2.
+    // The nonce is spent and the ledger, caught up past it, shows no payment under it. For
+    // EIP-3009: cancelled, or spent on another authorization with the same nonce; the ledger
+    // books every EIP-3009 transfer into BillPay, directly or through a contract, so nothing
+    // reached BillPay and nothing is owed: closed as not charged, nothing left for a person.
+    // For Permit2 the ledger cannot tell: see holdSpentPermit2.
     if (x402RailOf(o) === "permit2") await holdSpentPermit2(deps, o, ["SETTLING"]);
-    else await deps.orders.transition(o.requestId, ["SETTLING"], "NEEDS_REVIEW", { failureReason: "the authorization's nonce is consumed on chain but no payment reached BillPay under it" });
+    else await deps.orders.transition(o.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization's nonce was spent on chain (cancelled, or used elsewhere) and no payment reached BillPay under it; nothing was charged" });
   }
   // Otherwise the ledger is behind: a later pass decides.
 }

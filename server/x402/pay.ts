@@ -9,21 +9,24 @@
  *
  * The answer is an outcome, not a response: each transport says it in its own words.
  */
-import type { PaymentRequired, SettleResponse } from "@x402/core/types";
+import type { PaymentRequired, PaymentRequirements, SettleResponse } from "@x402/core/types";
 import type { DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import type { Hex } from "viem";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { rpcUrlFor, type Deployments, type TokenDeployment } from "../../lib/deployments.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
 import { ServiceError } from "../errors.ts";
 import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
 import type { FlowDeps } from "../orders/fulfil.ts";
-import type { Order } from "../orders/store.ts";
-import { replayOf, startX402Order } from "../orders/x402-flow.ts";
+import { paymentConfirmed, type Order } from "../orders/store.ts";
+import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
+import { spentAtIntake } from "../orders/late-landing.ts";
+import type { RefusedPayment } from "../orders/refused-payments.ts";
+import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
@@ -111,6 +114,38 @@ export interface X402Payments {
   unreadPayment(client: string): Promise<void>;
 }
 
+/** Refusals that leave a good payment able to land later: only its time window was wrong. */
+const LANDABLE = new Set<PaymentProblem>(["AUTHORIZATION_NOT_YET_VALID", "AUTHORIZATION_TOO_LONG", "AUTHORIZATION_EXPIRES_TOO_SOON"]);
+
+/** A refused payment as the service keeps it for a late landing (orders/refused-payments.ts). */
+function refusalOf(
+  payment: DecodedPayment,
+  bill: PaymentRequest,
+  option: { chain: ChainKey; token: string },
+  token: { address: string },
+  amount: bigint,
+  bodyHash: string,
+  requirements: PaymentRequirements,
+  resourceUrl: string,
+  reason: string,
+): RefusedPayment {
+  return {
+    chain: option.chain,
+    rail: payment.method === "permit2" ? "permit2" : "authorization",
+    token: option.token,
+    tokenAddress: token.address,
+    payer: payment.authorization.from,
+    nonce: payment.authorization.nonce,
+    amount,
+    validBefore: payment.authorization.validBefore,
+    bill: bill as unknown as Record<string, unknown>,
+    bodyHash,
+    payment: storedPayment(payment, requirements, resourceUrl) as unknown as Record<string, unknown>,
+    requirements: requirements as unknown as Record<string, unknown>,
+    reason,
+  };
+}
+
 export function x402Payments(deps: X402PayDeps): X402Payments {
   const { config, versions, limits } = deps;
   const seenBills = new RecentKeys(NEW_BILL_MEMORY);
@@ -154,6 +189,34 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     for (const [name, key] of unsettledKeys(client, payment)) await limits.count(name, key);
   };
 
+  /**
+   * Keeps a payment refused only for its time window, when its signature is the payer's (so
+   * junk is never kept), within the bounds (orders/refused-payments.ts). Answers what the payer
+   * is told of a landing of it, or undefined when its signature does not hold.
+   */
+  async function keepRefusal(
+    payment: DecodedPayment,
+    bill: PaymentRequest,
+    option: ReturnType<typeof resolveOption>,
+    token: TokenDeployment,
+    quote: { amount: bigint; version: { id: string } },
+    hash: string,
+    ctx: ChallengeContext,
+    code: PaymentProblem,
+  ): Promise<string | undefined> {
+    const d = deps.deployments.chains[option.chain]!;
+    try {
+      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, publicClientFor(option.chain, rpcUrlFor(option.chain, d)));
+    } catch {
+      return undefined;
+    }
+    const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
+    const kept = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), BigInt(Math.floor(Date.now() / 1000)));
+    return kept
+      ? "Should this authorization be submitted anyway, it is refunded to the payer on chain"
+      : "Too many refused payments of this payer are kept already: should this one be submitted anyway, an operator must refund it";
+  }
+
   /** The bill's price now, and the option the challenge shows for it, with the signed offer of that price. */
   async function price(bill: PaymentRequest, ctx: ChallengeContext, option: ReturnType<typeof resolveOption>, bodyHash: string) {
     const { hash, quote, vend } = await quoteBill(bill, ctx, option, bodyHash);
@@ -181,7 +244,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   /** The order's answer, with its signed receipts once its payment is settled. */
   async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string): Promise<PayOutcome> {
     const { order } = outcome;
-    if (!settlementOf(order) || order.status === "PAYMENT_FAILED" || order.status === "REFUSED") return outcome;
+    if (!settlementOf(order)) return outcome;
     const [bill, x402] = await Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]);
     return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
   }
@@ -265,7 +328,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
       await countUnsettled(client, presented);
-      return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: err.detail } };
+      // Refused only for its time window, it may still land (the payer, a relayer, anyone holding
+      // it can submit it): kept, when its signature is the payer's, so a landing is refunded.
+      const kept = LANDABLE.has(err.code) && presented ? await keepRefusal(presented, bill, option, token, quote, hash, ctx, err.code) : undefined;
+      return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: kept === undefined ? err.detail : `${err.detail}. ${kept}` } };
     }
 
     // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
@@ -287,17 +353,28 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
 
-    // A Permit2 payment cannot settle before the payer has approved Permit2 (a one-time
-    // transaction of its own): said now, with the call to make, before any order or facilitator.
-    if (payment.method === "permit2") {
-      const approval = await permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount);
-      if (approval) {
+    // Read from the chain before any order or facilitator, at once: a Permit2 payment cannot
+    // settle before the payer has approved Permit2 (said with the call to make); a nonce the
+    // chain already shows spent pays for a bill only when exactly this payment reached BillPay
+    // with no order and no operator has closed it (orders/late-landing.ts), else it is refused
+    // here, costing the payer his budget of payments that settle nothing. A chain that cannot
+    // be read decides nothing here: the facilitator and the ledger decide, as before.
+    const [approval, onChain] = await Promise.all([
+      payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount) : undefined,
+      authorizationOnChain(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
+    ]);
+    if (approval) {
+      await countUnsettled(client, payment);
+      throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
+    }
+    const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
+    if (onChain?.used) {
+      const refusal = await spentAtIntake(deps.flow, refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, "its nonce was already spent on chain when it was offered"), onChain);
+      if (refusal) {
         await countUnsettled(client, payment);
-        throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
+        throw refusal;
       }
     }
-
-    const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     const { order, secret, replay } = await startX402Order(deps.flow, {
       bill,
       vend,
@@ -332,10 +409,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
 /**
  * What a settled order's payment-response says (x402 SettleResponse), with x402's signed
  * receipt where the offer-receipt extension's client helper reads it; none while its
- * settlement is only reported pending.
+ * settlement is only reported pending, or the order is held for review (paymentConfirmed).
  */
 export function settlementOf(order: Order, receipts?: OrderReceipts): SettleResponse | undefined {
-  if (!order.txHash || order.status === "SETTLING") return undefined;
+  if (!paymentConfirmed(order)) return undefined;
   return {
     success: true,
     transaction: order.txHash,

@@ -251,10 +251,10 @@ export function checkPayment(p: DecodedPayment, e: Expected): void {
     );
   }
   if (a.validAfter >= e.nowSeconds) {
-    throw new PaymentRejected("AUTHORIZATION_NOT_YET_VALID", `the authorization is valid only after ${a.validAfter}; nothing was stored: sign one valid now, and do not submit this one`);
+    throw new PaymentRejected("AUTHORIZATION_NOT_YET_VALID", `the authorization is valid only after ${a.validAfter}: sign one valid now`);
   }
   if (a.validBefore < e.nowSeconds + MIN_REMAINING_SECONDS) {
-    throw new PaymentRejected("AUTHORIZATION_EXPIRES_TOO_SOON", `the authorization expires at ${a.validBefore}, too soon to settle; nothing was stored: sign one valid for longer`);
+    throw new PaymentRejected("AUTHORIZATION_EXPIRES_TOO_SOON", `the authorization expires at ${a.validBefore}, too soon to settle: sign one valid for longer`);
   }
 }
 

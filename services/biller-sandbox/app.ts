@@ -49,7 +49,8 @@
  * Sandbox-only routes (no VTpass counterpart, secret-key authenticated): POST
  * /sandbox/variations/{serviceID}/{code} {variation_amount} reprices a plan;
  * POST /sandbox/transactions/{request_id}/resolve {status: delivered|reversed} and
- * /reverse act as VTpass staff; GET /sandbox/transactions/{request_id} shows what was sent.
+ * /reverse act as VTpass staff (`?notify=0`: no webhook); /hide keeps a pending request out of
+ * requery's sight (015) until resolved; GET /sandbox/transactions/{request_id} shows what was sent.
  */
 import { randomInt } from "node:crypto";
 import { Hono, type Context } from "hono";
@@ -101,6 +102,8 @@ interface Transaction {
   createdAt: Date;
   codes: { token: string; bonus: string; serial: string; pin: string; voucher: string };
   walletCreditId?: string;
+  /** Sandbox-only: not yet recorded where requery looks (015), as a request VTpass has queued but not processed. */
+  hidden?: boolean;
 }
 
 const LAGOS_OFFSET_MS = 60 * 60 * 1000;
@@ -445,7 +448,7 @@ export function billerSandboxApp(options: SandboxOptions) {
   app.post("/api/requery", async (c) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
     const t = transactions.get(String((await body(c)).request_id ?? ""));
-    if (!t) return answer(c, "015", "INVALID REQUEST ID");
+    if (!t || t.hidden) return answer(c, "015", "INVALID REQUEST ID");
     if (t.status === "pending" && ++t.requeries > pendingRequeries) t.status = "delivered";
     return c.json(transactionAnswer(t, "requery"));
   });
@@ -506,15 +509,28 @@ export function billerSandboxApp(options: SandboxOptions) {
     return c.json({ code: "000", content: variation });
   });
 
-  // Sandbox-only: what VTpass staff do to a transaction, each followed by the webhook.
+  // Sandbox-only: what VTpass staff do to a transaction, each followed by the webhook (unless
+  // `?notify=0`: a callback that never arrives, which VTpass's callback page does not rule out).
   const staff = (to: (t: Transaction) => boolean) => async (c: Context) => {
     if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
     const t = transactions.get(c.req.param("requestId") ?? "");
     if (!t) return answer(c, "015", "INVALID REQUEST ID");
     if (!to(t)) return answer(c, "011", "INVALID ARGUMENTS");
-    await sendWebhook(t);
+    t.hidden = false;
+    if (c.req.query("notify") !== "0") await sendWebhook(t);
     return c.json(transactionAnswer(t, "requery"));
   };
+  // Sandbox-only: a pending request VTpass has queued but not yet processed: requery answers
+  // 015 ("invalid request id", the response-codes page's answer for an id it has no record of)
+  // until staff resolve it. No VTpass page documents this; it is the case its requery advice
+  // guards against (a request sent, no answer, no record yet), made reproducible.
+  app.post("/sandbox/transactions/:requestId/hide", (c) => {
+    if (!authorised(c, true)) return answer(c, "087", "INVALID CREDENTIALS");
+    const t = transactions.get(c.req.param("requestId"));
+    if (!t || t.status !== "pending") return answer(c, "011", "INVALID ARGUMENTS");
+    t.hidden = true;
+    return c.json({ code: "000", content: { request_id: t.requestId, hidden: true } });
+  });
   const reverse = (t: Transaction) => {
     t.status = "reversed";
     t.walletCreditId = `${Date.now()}${digits(12)}`;

@@ -181,6 +181,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
           statements++;
           return db.query<T>(text, params);
         },
+        transaction: (work) => db.transaction(work),
         close: () => db.close(),
       };
       const group = new OrderStore(counted);

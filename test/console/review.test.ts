@@ -19,7 +19,7 @@
 import { mkdir } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
+import { decodePaymentRequiredHeader, decodePaymentSignatureHeader, encodePaymentSignatureHeader } from "@x402/core/http";
 import type { PaymentRequirements } from "@x402/core/types";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
@@ -40,6 +40,7 @@ import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 const TOKEN = "review-test-token-0123456789";
@@ -96,17 +97,22 @@ describe("an operator resolves what waits for review, from the console and the c
       .toBe(status);
   }
 
-  /** An x402 order whose nonce carried a payment of `landed` instead of its price: held for review. */
+  /**
+   * An x402 order whose nonce carried a payment of `landed` instead of its price: held for
+   * review. The payer spends the nonce on a smaller authorization while the order is settling
+   * (its request has locked the payment and then died): a race past the intake, which refuses
+   * a nonce already spent before any order exists.
+   */
   async function mismatchedOrder(payer: typeof mismatched, landed: bigint) {
     const body = x402Bill(payer.address);
     const req = await required(body);
     const nonce = randomNonce();
     const full = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { nonce });
     const small = await celo.signAuthorization(payer, "USDC", landed, celo.billPay, { nonce });
+    const payload = decodePaymentSignatureHeader(header(full, req)["PAYMENT-SIGNATURE"]);
+    await lockAsCrashedRequest(service.flow, { body, payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: `mismatched-${nonce}` });
     await celo.submitAuthorization("USDC", small);
     await ledgerAtHead();
-    const res = await post(body, header(full, req));
-    expect(((await res.json()) as Body).status).not.toBe("SUCCESS");
     await passesUntil(full, "NEEDS_REVIEW");
     const order = (await orderOf(full))!;
     expect(order.failureReason).toContain(`shows ${landed} paid under this key`);
@@ -269,13 +275,17 @@ describe("an operator resolves what waits for review, from the console and the c
   });
 
   it("refuses to refund or serve an order the ledger shows no payment for, and closes it with no money moved", async () => {
-    // The payer burns the authorization's nonce before the service settles it: nothing reaches BillPay.
+    // An order held with nothing under its key: the payer burnt the authorization's nonce while
+    // its order was settling. (The service now closes such an EIP-3009 order by itself, and
+    // refuses a spent nonce at intake; an order held so by an earlier release, or a Permit2 one,
+    // is what an operator meets.)
     const body = x402Bill(cancelling.address);
     const req = await required(body);
     const full = await celo.signAuthorization(cancelling, "USDC", BigInt(req.accepted.amount));
+    const payload = decodePaymentSignatureHeader(header(full, req)["PAYMENT-SIGNATURE"]);
+    const locked = await lockAsCrashedRequest(service.flow, { body, payload, payer: cancelling.address, tokenAddress: celo.tokenAddress("USDC"), tag: `cancelled-${full.nonce}` });
     await celo.cancelAuthorization(cancelling, "USDC", full.nonce);
-    await post(body, header(full, req));
-    await passesUntil(full, "NEEDS_REVIEW");
+    await service.flow.orders.transition(locked.requestId, ["SETTLING"], "NEEDS_REVIEW", { failureReason: "the authorization's nonce is consumed on chain but no payment reached BillPay under it" });
     const order = (await orderOf(full))!;
     const before = await usdc(cancelling.address);
 

@@ -115,7 +115,7 @@ describe("attacks on the money paths", () => {
   });
   afterAll(() => paying?.close());
 
-  it("1. a small payment under a full authorization's nonce is held for review: nothing vended, nothing refunded", async () => {
+  it("1. a small payment under a full authorization's nonce: the full one is refused at intake, the small one held for an operator; nothing vended, nothing refunded", async () => {
     for (const [meter, expectVend] of [
       [SANDBOX_NUMBERS.prepaidMeter, "would have vended"],
       ["9999999999999", "would have refunded the full amount"],
@@ -131,12 +131,12 @@ describe("attacks on the money paths", () => {
 
       const res = await post(body, header(full, req));
       const result = (await res.json()) as Body;
-      expect(result.status, expectVend).not.toBe("SUCCESS");
+      expect(res.status, expectVend).toBe(409);
+      expect(result).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false });
+      expect(result.detail).toMatch(/a payment of 1 \(not this authorization's \d+\) already reached BillPay under its nonce/);
       expect(result.purchased_code ?? null).toBeNull();
       await workerPasses();
-      const order = await orderOf(full);
-      expect(order).toMatchObject({ status: "NEEDS_REVIEW", purchasedCode: null, refundTxHash: null });
-      expect(order!.failureReason).toMatch(/shows 1 paid under this key/);
+      expect(await orderOf(full)).toBeUndefined();
       expect(await usdc(attacker.address)).toBe(before);
       const onLedger = (await (await fetch(`${ledger.url}/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${attacker.address}/${nonce}`)).json()) as {
         refunds: unknown[];
@@ -249,9 +249,9 @@ describe("attacks on the money paths", () => {
     }
   });
 
-  it("4. an authorization that cannot settle yet is refused before anything is stored; a refused payment that lands later is refunded exactly once", async () => {
+  it("4. an authorization that cannot settle yet is refused before any order exists; a refused payment that lands later is refunded exactly once", async () => {
     // (a) Not valid yet: any wallet, even an empty one, can sign one, so it is rejected
-    // before anything is stored or any facilitator asked: no order, nothing to work later.
+    // before any order exists or any facilitator is asked: nothing to work later.
     const body = bill(attacker.address, { nairaAmount: 1240 });
     const req = await required(body);
     const early = await celo.signAuthorization(attacker, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 2n, validBefore: now() + 600n });
@@ -260,16 +260,14 @@ describe("attacks on the money paths", () => {
     expect(res.status).toBe(402);
     expect(((await res.json()) as Body).code).toBe("AUTHORIZATION_NOT_YET_VALID");
     expect(await orderOf(early)).toBeUndefined();
-    // Whoever lands it anyway (told not to) meets a payment with no order: recorded for an
-    // operator, never served.
+    // Its signature is the payer's, so the refusal is kept: whoever lands it anyway meets a
+    // payment the service refunds on chain by itself, never serves, and leaves to nobody.
     await new Promise((r) => setTimeout(r, 3_000));
     await celo.submitAuthorization("USDC", early);
     expect(await usdc(attacker.address)).toBe(before - early.value);
-    const orphanNonces = async () => ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
-    await expect
-      .poll(async () => (await workerPasses(), await orphanNonces()), { timeout: 15_000, interval: 200 })
-      .toContain(early.nonce.toLowerCase());
-    expect(await orderOf(early)).toBeUndefined();
+    await passesUntil(early, "REFUNDED");
+    expect((await orderOf(early))!.lateRefund).toBe(true);
+    expect(await usdc(attacker.address)).toBe(before);
     const afterEarly = await usdc(attacker.address);
 
     // (b) A facilitator that answers "failed" while its transaction is still on its way.
@@ -365,12 +363,13 @@ describe("attacks on the money paths", () => {
     const report = await runAudit({ ledgerUrl: ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(report.discrepancies).toEqual([]);
     expect(report.orders!.ordersChecked).toBeGreaterThanOrEqual(6);
-    // The two mismatched payments of attack 1 wait for an operator, and so does the
-    // not-yet-valid authorization of attack 4 that was landed though it had been rejected.
+    // The two small payments of attack 1 wait for an operator (the service holds no signature
+    // for them); the not-yet-valid authorization of attack 4, landed though it had been
+    // refused, was refunded by the service, and no order waits for anyone.
     const orphans = report.orders!.review.filter((r) => r.includes("has no order"));
-    expect(orphans).toHaveLength(1);
-    expect(orphans[0]!.toLowerCase()).toContain(attacker.address.toLowerCase());
-    expect(report.orders!.review.filter((r) => r.includes("NEEDS_REVIEW") && !r.includes("has no order"))).toHaveLength(2);
+    expect(orphans).toHaveLength(2);
+    for (const o of orphans) expect(o.toLowerCase()).toContain(attacker.address.toLowerCase());
+    expect(report.orders!.review.filter((r) => r.includes("NEEDS_REVIEW") && !r.includes("has no order"))).toHaveLength(0);
     // And the bill the biller charged differently from its price (attack 2).
     expect(report.orders!.review.filter((r) => r.includes("the biller charged 120"))).toHaveLength(1);
     expect(report.orders!.stuck).toEqual([]);

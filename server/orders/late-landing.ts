@@ -1,0 +1,74 @@
+/**
+ * A good payment the service refused landed anyway (orders/refused-payments.ts keeps such
+ * refusals): it becomes an order refunded on chain by the service, not an orphan left for an
+ * operator. What bounds it is said there and in docs/money.md.
+ */
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { ServiceError } from "../errors.ts";
+import { waitForLedgerBlock, type LedgerPayment } from "../ledger-client.ts";
+import { errorText } from "../log-safety.ts";
+import { refund, type FlowDeps } from "./fulfil.ts";
+import type { RefusedPayment } from "./refused-payments.ts";
+import type { Order } from "./store.ts";
+
+/**
+ * A kept refusal's payment landed (`payment`: the ledger's, under its key): it becomes an order
+ * refunded on chain. Only for exactly the recorded amount (another amount waits for an
+ * operator as any orphan does), and only while no operator has closed its orphan and no order
+ * holds its key. Answers the order, or undefined when there is nothing to refund.
+ */
+export async function refundLanding(deps: FlowDeps, record: RefusedPayment, payment: Pick<LedgerPayment, "amount" | "txHash">, options: { now?: boolean } = { now: true }): Promise<Order | undefined> {
+  if (BigInt(payment.amount) !== record.amount) return undefined;
+  const order = await deps.orders.createLandedRefund(record, payment.txHash);
+  if (!order) return undefined;
+  deps.log.warn("a payment the service had refused landed on chain; refunding it to the payer", { requestId: order.requestId, chain: record.chain, payer: record.payer, why: record.reason });
+  if (!options.now) return order; // the worker refunds it (an unleased REFUNDING order)
+  try {
+    return await refund(deps, order, order.failureReason ?? "landed after its refusal");
+  } catch (err) {
+    deps.log.error("could not refund a payment landed after its refusal; the worker will retry", { requestId: order.requestId, error: errorText(err) });
+    return order;
+  }
+}
+
+/**
+ * A payment offered whose nonce the chain already shows spent (read before any order exists),
+ * decided from the ledger once it has indexed the block the nonce was read at:
+ *   - exactly this payment reached BillPay under its key, with no order, and no operator has
+ *     closed its orphan record: `undefined`, the payment goes on to its order, which claims the
+ *     orphan in the same statement (store.ts lockPayment) and is served once, as any payment
+ *     settled before the service asked (a fast third party, the payer's own relayer);
+ *   - otherwise it can pay for no bill, and the answer is the error to give: the nonce spent
+ *     with no payment to BillPay (cancelled, used elsewhere), a payment of another amount (held
+ *     for an operator), an orphan an operator already refunded by hand or kept, or a ledger not
+ *     yet caught up. The refusal is kept (bounded: refused-payments.ts), so that a payment
+ *     landing under it after all is refunded to the payer.
+ */
+export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<ServiceError | undefined> {
+  const chainId = chainInfo(record.chain).chainId;
+  const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainId, onChain.block, deps.ledgerWaitMs).then(
+    () => true,
+    () => false,
+  );
+  const shown = caughtUp
+    ? await deps.ledger
+        .authorization(record.chain as ChainKey, record.tokenAddress, record.payer, record.nonce, record.rail)
+        .then((r) => r.payment)
+        .catch(() => undefined)
+    : undefined;
+  if (shown && BigInt(shown.amount) === record.amount) {
+    const orphan = await deps.refused.orphanStatus(record);
+    if (orphan === undefined || orphan === "NEEDS_REVIEW") return undefined;
+  }
+  const kept = await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)));
+  const later = kept ? "; should a payment under it still reach BillPay, it is refunded" : "";
+  const refuse = (detail: string, extra: Record<string, unknown> = {}) => new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra });
+  if (!caughtUp || shown === undefined) {
+    return refuse(`the chain shows this authorization's nonce already spent, and the ledger has not caught up to tell by what: it pays for no bill; sign a new authorization${later}`);
+  }
+  if (shown === null) return refuse(`the chain shows this authorization's nonce already spent, with no payment to BillPay under it (cancelled, or used elsewhere): it pays for no bill${later}`);
+  if (BigInt(shown.amount) !== record.amount) {
+    return refuse(`a payment of ${shown.amount} (not this authorization's ${record.amount}) already reached BillPay under its nonce (transaction ${shown.txHash}), outside any order: it is held for an operator, and this authorization pays for no bill`, { landed_tx: shown.txHash });
+  }
+  return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and an operator has settled it (refunded by hand, or kept): it pays for no bill`, { landed_tx: shown.txHash });
+}

@@ -1,0 +1,417 @@
+/**
+ * Money safety, third round, against the real local stack (Hardhat chain, Ponder ledger,
+ * facilitator, biller sandbox), played the way a stranger with a wallet and a few units plays
+ * it. Each case ends on balances and on what stays open, and the audit ends clean:
+ *   - a payment the payer landed himself, refunded by hand, offered again: pays for nothing;
+ *   - a payment landed by its payer before it was offered: served once, its orphan claimed by
+ *     the order so an operator cannot also refund it by hand;
+ *   - authorizations whose nonce is spent (EIP-3009 cancelled): refused at intake, no order,
+ *     no facilitator call, counted against the payer;
+ *   - an honest payment refused as not yet valid and landed later: refunded with no operator;
+ *     junk is not kept, and what is kept is bounded per payer;
+ *   - recycled stakes (fresh wallets landing refused payments): late refunds take the late
+ *     slice only, and an honest failed bill is refunded at once meanwhile;
+ *   - the biller's webhook for an earlier attempt: requeried by that attempt's own id; a late
+ *     delivery is recorded, alerted and its code given to the payer; never refunded twice;
+ *   - receipts are signed only for a payment the chain confirmed;
+ *   - an orphan closes as refunded by hand only with a transfer from BillPay or its admin.
+ */
+import { decodePaymentRequiredHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
+import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import type { Account, Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomNonce } from "../../lib/eip3009.ts";
+import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runAudit } from "../../server/audit/ledger.ts";
+import { waitForLedgerBlock } from "../../server/ledger-client.ts";
+import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
+import { PER_PAYER } from "../../server/orders/refused-payments.ts";
+import { resolveOrphanPayment, ReviewRecords } from "../../server/orders/review.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
+import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { startPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
+const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's sandbox table)
+
+describe("money safety, third round", () => {
+  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+  const admin = hardhatAccount(0);
+
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  const airtime = (payer: Account, phone: string, nairaAmount: number) => x402Bill(payer.address, { billersCode: phone, nairaAmount });
+  const now = () => BigInt(Math.floor(Date.now() / 1000));
+  const ledgerAtHead = async () => waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+  const orderCount = async () => Number((await service.db.query<{ n: string }>(`SELECT count(*)::text AS n FROM bill_order`))[0]!.n);
+  const metric = async (name: string) =>
+    (await (await fetch(`${url}/metrics`)).text())
+      .split("\n")
+      .filter((l) => l.startsWith(name))
+      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  const keys = () => ({ "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY });
+  const sandbox = async (billerRequestId: string, action: string, body: Body = {}, query = "") => {
+    const res = await fetch(`${service.urls.biller}/sandbox/transactions/${billerRequestId}/${action}${query}`, { method: "POST", headers: { ...keys(), "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect(res.status, await res.clone().text()).toBe(200);
+  };
+  const attemptsOf = (requestId: string) =>
+    service.db.query<{ biller_request_id: string; attempt: number; outcome: string | null }>(`SELECT biller_request_id, attempt, outcome FROM biller_attempt WHERE request_id = $1 ORDER BY attempt`, [requestId]);
+  const orderOf = async (requestId: unknown) => (await service.flow.orders.get(requestId as string))!;
+
+  /** The bill's 402 requirements, as a client reads them. */
+  async function required(body: Body): Promise<{ accepted: PaymentRequirements; resource: { url: string; description: string; mimeType: string } }> {
+    const res = await post(body);
+    expect(res.status).toBe(402);
+    const r = decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!);
+    return { accepted: r.accepts[0]!, resource: r.resource as { url: string; description: string; mimeType: string } };
+  }
+  /** A PAYMENT-SIGNATURE header around a signed authorization (the x402 v2 wire format). */
+  function header(auth: SignedAuthorization, req: Awaited<ReturnType<typeof required>>) {
+    const a = { from: auth.from, to: auth.to, value: auth.value.toString(), validAfter: auth.validAfter.toString(), validBefore: auth.validBefore.toString(), nonce: auth.nonce };
+    return { "PAYMENT-SIGNATURE": encodePaymentSignatureHeader({ x402Version: 2, resource: req.resource, accepted: req.accepted, payload: { authorization: a, signature: auth.signature } }) };
+  }
+  /** The official client's payment for a bill: its header and the authorization inside it. */
+  async function clientPayment(payer: Account, body: Body) {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload: PaymentPayload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const p = payload.payload as { authorization: Record<string, string>; signature: Hex };
+    const auth: SignedAuthorization = {
+      from: p.authorization.from as Hex,
+      to: p.authorization.to as Hex,
+      value: BigInt(p.authorization.value!),
+      validAfter: BigInt(p.authorization.validAfter!),
+      validBefore: BigInt(p.authorization.validBefore!),
+      nonce: p.authorization.nonce as Hex,
+      signature: p.signature,
+    };
+    return { headers: client.encodePaymentSignatureHeader(payload), auth };
+  }
+  /** The worker's passes, as the running service makes them, after the ledger caught up. */
+  async function passes(n = 2) {
+    await ledgerAtHead();
+    for (let i = 0; i < n; i++) {
+      await workOnce(service.flow);
+      await reconcileAuthorizationPayments(service.flow);
+      await closeExpiredRefusals(service.flow);
+    }
+  }
+  const ordersUnder = (auth: SignedAuthorization) => service.flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), auth.from, auth.nonce);
+  const orphanOf = async (auth: SignedAuthorization) =>
+    (await service.db.query<{ status: string }>(`SELECT status FROM orphan_payment WHERE payer = $1 AND auth_nonce = $2`, [auth.from.toLowerCase(), auth.nonce.toLowerCase()]))[0]?.status;
+  /** A wallet of its own, funded with `units` of USDC (and gas) or nothing. */
+  async function freshWallet(units = 0n) {
+    const account = privateKeyToAccount(generatePrivateKey());
+    await celo.publicClient.request({ method: "hardhat_setBalance" as never, params: [account.address, "0x56BC75E2D63100000"] as never });
+    if (units > 0n) await celo.transfer(admin, "USDC", account.address, units);
+    return account;
+  }
+
+  beforeAll(async () => {
+    paying = await startPayingStack(
+      {
+        REFUND_BUDGET_CACHE_MS: "0",
+        REFUND_PAYER_SHARE_PERCENT: "25",
+        REFUND_LATE_SLICE_PERCENT: "20",
+        BILLER_UNKNOWN_GRACE_MS: "0",
+        RATE_LIMIT_UNSETTLED_PAYER: "10/600",
+        LEDGER_WAIT_MS: "4000",
+      },
+      { sandbox: { pendingRequeries: 1_000 } }, // pending until the test resolves it
+    );
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+    // The admin holds USDC to fund fresh wallets (the deployer is not among the funded accounts).
+    await celo.transfer(hardhatAccount(19), "USDC", admin.address, USDC(100));
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  // First: the late slice sums a day of late refunds, and later cases make some.
+  it("recycled stakes: fresh wallets landing refused payments take only the late slice, and an honest failed bill is refunded at once meanwhile", async () => {
+    // 4 USDC a day: a payer's share 1 USDC, the late slice 0.8 USDC.
+    await celo.setRefundBudget("USDC", USDC(4), 86_400n);
+    // A bill above one payer's share is refused before anything is signed.
+    const big = await post(airtime(hardhatAccount(9), SANDBOX_NUMBERS.phone, 1700));
+    expect(big.status).toBe(422);
+    expect(await big.json()).toMatchObject({ code: "BILL_ABOVE_REFUND_LIMIT", refund_limit: USDC(1).toString() });
+
+    // Three fresh wallets sign with no balance (refused: the facilitator cannot settle), then are funded and land it themselves.
+    const stakes: Array<{ wallet: Account; auth: SignedAuthorization }> = [];
+    for (let i = 0; i < 3; i++) {
+      const wallet = await freshWallet();
+      const body = airtime(wallet, SANDBOX_NUMBERS.phone, 1000 + i);
+      const { headers, auth } = await clientPayment(wallet, body);
+      const refused = await post(body, headers);
+      expect(refused.status, await refused.clone().text()).toBe(402);
+      expect((await ordersUnder(auth))!.status).toBe("REFUSED");
+      await celo.transfer(admin, "USDC", wallet.address, auth.value);
+      await celo.submitAuthorization("USDC", auth);
+      stakes.push({ wallet, auth });
+    }
+    await passes();
+    const states = await Promise.all(stakes.map(async (s) => (await ordersUnder(s.auth))!));
+    // The first takes the empty late slice; the others wait, drawing nothing from honest refunds' room.
+    expect(states.map((o) => o.status).sort()).toEqual(["REFUNDED", "REFUNDING", "REFUNDING"]);
+    expect(states.every((o) => o.lateRefund)).toBe(true);
+
+    // An honest payer's failed bill, meanwhile: refunded at once.
+    const honest = hardhatAccount(10);
+    const start = await usdc(honest.address);
+    const { headers } = await clientPayment(honest, airtime(honest, "08099999999", 1001));
+    const paid = (await (await post(airtime(honest, "08099999999", 1001), headers)).json()) as Body;
+    await passes(1);
+    expect((await orderOf(paid.request_id)).status).toBe("REFUNDED");
+    expect(await usdc(honest.address)).toBe(start);
+    await celo.setRefundBudget("USDC", USDC(5_000), 86_400n);
+  });
+
+  it("a payment its payer landed himself, refunded by hand, then offered for a bill: pays for nothing, and nothing is vended", async () => {
+    const payer = hardhatAccount(3);
+    const start = await usdc(payer.address);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1601);
+    const { headers, auth } = await clientPayment(payer, body);
+    await celo.submitAuthorization("USDC", auth); // he lands it himself, with no order
+    await passes();
+    expect(await orphanOf(auth)).toBe("NEEDS_REVIEW");
+    // He asks for it back; the admin returns it from BillPay and the operator closes it.
+    const back = await celo.withdraw("USDC", payer.address, auth.value);
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const closed = await resolveOrphanPayment(review, { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: auth.nonce, reason: "returned on request", operator: "alice", refundTxHash: back.transactionHash });
+    expect(closed.record.outcome).toBe("DONE");
+    expect(await usdc(payer.address)).toBe(start);
+
+    // The same authorization, now with the bill: refused at intake; no order, nothing vended.
+    const orders = await orderCount();
+    const offered = await post(body, headers);
+    expect(offered.status).toBe(409);
+    expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("an operator has settled it") });
+    expect(await orderCount()).toBe(orders);
+    expect(await ordersUnder(auth)).toBeUndefined();
+    await passes();
+    expect(await orphanOf(auth)).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
+  });
+
+  it("a payment landed by its payer before it was offered is served once: its order claims the orphan, so an operator cannot also refund it by hand", async () => {
+    const payer = hardhatAccount(4);
+    const start = await usdc(payer.address);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1602);
+    const { headers, auth } = await clientPayment(payer, body);
+    await celo.submitAuthorization("USDC", auth); // his own relayer was faster than the service
+    await passes();
+    expect(await orphanOf(auth)).toBe("NEEDS_REVIEW");
+    const served = (await (await post(body, headers)).json()) as Body;
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    expect(await orphanOf(auth)).toBe("CLAIMED");
+    // The operator, asked for it back, cannot refund it by hand now: the order holds it.
+    const back = await celo.withdraw("USDC", payer.address, auth.value);
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const refused = await resolveOrphanPayment(review, { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: auth.nonce, reason: "asked back", operator: "alice", refundTxHash: back.transactionHash });
+    expect(refused.record.outcome).toBe("REFUSED");
+    await celo.transfer(payer, "USDC", celo.billPay, auth.value); // (the withdrawal above goes back to the treasury)
+    // Offered again, it is the same order: served once, charged once.
+    const again = (await (await post(body, headers)).json()) as Body;
+    expect(again.request_id).toBe(served.request_id);
+    expect(await usdc(payer.address)).toBe(start - auth.value);
+    expect((await orderOf(served.request_id)).status).toBe("SUCCESS");
+  });
+
+  it("an authorization cancelled on chain is refused at intake: no order, no facilitator call, counted against the payer", async () => {
+    const payer = hardhatAccount(6);
+    const start = await usdc(payer.address);
+    const verifies = await metric('billpay_upstream_seconds_count{upstream="facilitator",operation="verify"');
+    const orders = await orderCount();
+    const codes: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const body = airtime(payer, SANDBOX_NUMBERS.phone, 1610 + i);
+      const req = await required(body);
+      const auth = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { nonce: randomNonce() });
+      await celo.cancelAuthorization(payer, "USDC", auth.nonce);
+      const res = await post(body, header(auth, req));
+      codes.push(res.status);
+      if (res.status === 409) expect(await res.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("with no payment to BillPay under it") });
+    }
+    expect(codes).toEqual(Array(10).fill(409));
+    expect(await orderCount()).toBe(orders);
+    expect(await metric('billpay_upstream_seconds_count{upstream="facilitator",operation="verify"')).toBe(verifies);
+    expect(await usdc(payer.address)).toBe(start);
+    // Each was counted against the payer's budget of payments that settle nothing (10 here): the next is refused before any work.
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1650);
+    const req = await required(body);
+    const next = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay);
+    const limited = await post(body, header(next, req));
+    expect(limited.status).toBe(429);
+    expect(await limited.json()).toMatchObject({ code: "RATE_LIMITED", detail: expect.stringContaining("payments that did not settle from this payer") });
+  });
+
+  it("an honest payment refused as not yet valid, landed later by anyone, is refunded with no operator; junk is not kept, and what is kept is bounded", async () => {
+    const payer = hardhatAccount(7);
+    const start = await usdc(payer.address);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1620);
+    const req = await required(body);
+    const soon = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 3n, validBefore: now() + 300n });
+    const refused = await post(body, header(soon, req));
+    expect(refused.status).toBe(402);
+    const reason = (await refused.json()) as Body;
+    expect(JSON.stringify(reason)).toContain("AUTHORIZATION_NOT_YET_VALID");
+    expect(JSON.stringify(reason)).toContain("it is refunded to the payer on chain");
+    expect(await ordersUnder(soon)).toBeUndefined();
+    // Once valid, a relayer submits it: BillPay is paid, and the service refunds it by itself.
+    await expect.poll(() => now() > soon.validAfter, { timeout: 10_000 }).toBe(true);
+    await new Promise((r) => setTimeout(r, 1_100));
+    await celo.submitAuthorization("USDC", soon);
+    expect(await usdc(payer.address)).toBe(start - soon.value);
+    await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
+    expect((await ordersUnder(soon))!.lateRefund).toBe(true);
+
+    // Junk (a signature that is not the payer's) is refused the same way, and not kept.
+    const junk = await celo.signAuthorization(hardhatAccount(8), "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
+    const junkRes = await post(body, header({ ...junk, from: payer.address }, req));
+    expect(JSON.stringify(await junkRes.json())).not.toContain("refunded to the payer");
+    // One payer's kept refusals are bounded: past PER_PAYER, refused without being kept.
+    const told: boolean[] = [];
+    for (let i = 0; i < PER_PAYER + 1; i++) {
+      const b = airtime(payer, SANDBOX_NUMBERS.phone, 1630 + i);
+      const r = await required(b);
+      const a = await celo.signAuthorization(payer, "USDC", BigInt(r.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
+      told.push(JSON.stringify(await (await post(b, header(a, r))).json()).includes("refunded to the payer on chain"));
+    }
+    // The one above is kept until it expires (landed and refunded or not), so PER_PAYER - 1 more are.
+    expect(told).toEqual([...Array<boolean>(PER_PAYER - 1).fill(true), false, false]);
+    const kept = await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [payer.address.toLowerCase()]);
+    expect(kept.length).toBe(PER_PAYER);
+  });
+
+  it("the biller's webhook for an earlier attempt is requeried by that attempt's own id: a delivery after the refund is recorded, alerted and given to the payer, and nothing is refunded twice", async () => {
+    const payer = hardhatAccount(11);
+    const start = await usdc(payer.address);
+    const body = x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code: "mobile_only", nairaAmount: 1450 });
+    const { headers } = await clientPayment(payer, body);
+    const paid = (await (await post(body, headers)).json()) as Body;
+    const requestId = paid.request_id as string;
+    const [a1] = await attemptsOf(requestId);
+    expect((await orderOf(requestId)).status).toBe("PENDING");
+    // VTpass has queued attempt 1 and has no record of it yet: after the grace, attempt 2 goes out.
+    await sandbox(a1!.biller_request_id, "hide");
+    await workOnce(service.flow);
+    const [, a2] = await attemptsOf(requestId);
+    expect(a2).toBeDefined();
+    // Attempt 2 fails (reversed), and its webhook comes: attempt 1 is asked again (no record), then the order is refunded.
+    await sandbox(a2!.biller_request_id, "resolve", { status: "reversed" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
+    const late = await metric("billpay_biller_late_deliveries_total");
+    // VTpass processes attempt 1 after all and says so: recorded, alerted, the PIN given to the payer.
+    await sandbox(a1!.biller_request_id, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).flag, { timeout: 15_000 }).toMatch(/the biller delivered pay attempt 1 \(.+\) after the order was failed and refunded/);
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("REFUNDED");
+    expect(order.purchasedCodes).toEqual([{ label: "Voucher (attempt 1)", value: expect.stringMatching(/^SHM\d{12}$/) }]);
+    expect(order.purchasedCode).toMatch(/^SHM\d{12}$/);
+    expect(await metric("billpay_biller_late_deliveries_total")).toBe(late + 1);
+    expect((await attemptsOf(requestId)).map((a) => a.outcome)).toEqual(["delivered", "reversed"]);
+    expect(await usdc(payer.address)).toBe(start); // refunded once, nothing more sent
+  });
+
+  it("the biller delivering both attempts is recorded as paid twice; a failed latest attempt is not refunded while an earlier one was delivered", async () => {
+    const payer = hardhatAccount(12);
+    const start = await usdc(payer.address);
+    const body = x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code: "mobile_only", nairaAmount: 1450 });
+    const { headers } = await clientPayment(payer, body);
+    const requestId = ((await (await post(body, headers)).json()) as Body).request_id as string;
+    const price = (await orderOf(requestId)).amount;
+    const [a1] = await attemptsOf(requestId);
+    await sandbox(a1!.biller_request_id, "hide");
+    await workOnce(service.flow);
+    const [, a2] = await attemptsOf(requestId);
+    // Attempt 1 is delivered with no webhook (one that never arrives); then attempt 2 fails:
+    // before refunding, attempt 1 is asked again, by its own id, and found delivered: served.
+    await sandbox(a1!.biller_request_id, "resolve", { status: "delivered" }, "?notify=0");
+    await sandbox(a2!.biller_request_id, "resolve", { status: "reversed" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    expect(await usdc(payer.address)).toBe(start - price);
+
+    // Another bill: attempt 2 serves it, then attempt 1 is delivered too: the biller was paid twice.
+    const body2 = { ...body, variation_code: "full", nairaAmount: 2900 };
+    const { headers: h2 } = await clientPayment(payer, body2);
+    const second = ((await (await post(body2, h2)).json()) as Body).request_id as string;
+    const [b1] = await attemptsOf(second);
+    await sandbox(b1!.biller_request_id, "hide");
+    await workOnce(service.flow);
+    const [, b2] = await attemptsOf(second);
+    await sandbox(b2!.biller_request_id, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(second)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    const late = await metric("billpay_biller_late_deliveries_total");
+    await sandbox(b1!.biller_request_id, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(second)).flag, { timeout: 15_000 }).toMatch(/the biller delivered pay attempt 1 \(.+\) beside the attempt that served the order/);
+    expect((await orderOf(second)).purchasedCodes?.map((c) => c.label)).toEqual(["Voucher", "Voucher (attempt 1)"]);
+    expect(await metric("billpay_biller_late_deliveries_total")).toBe(late + 1);
+    expect(await usdc(payer.address)).toBe(start - price - (await orderOf(second)).amount);
+  });
+
+  it("receipts and a settled answer are given only for a payment the chain confirmed, never for an order held with a facilitator's word", async () => {
+    const payer = hardhatAccount(13);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1640);
+    const { headers } = await clientPayment(payer, body);
+    const served = (await (await post(body, headers)).json()) as Body & { receipt?: unknown };
+    expect(served.status).toBe("SUCCESS");
+    const requestId = served.request_id as string;
+    expect((await (await fetch(`${url}/api/orders/${requestId}`)).json()) as Body).toHaveProperty("receipt");
+    // The same order as one held after a facilitator reported a settlement pending under a hash that never landed.
+    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', tx_hash = $2 WHERE request_id = $1`, [requestId, `0x${"ab".repeat(32)}`]);
+    expect((await (await fetch(`${url}/api/orders/${requestId}`)).json()) as Body).not.toHaveProperty("receipt");
+    const replay = await post(body, headers);
+    expect(replay.headers.get("PAYMENT-RESPONSE")).toBeNull();
+    expect(((await replay.json()) as Body).receipt).toBeUndefined();
+    await service.db.query(`UPDATE bill_order SET status = 'SUCCESS', tx_hash = $2 WHERE request_id = $1`, [requestId, served.tx_hash]);
+  });
+
+  it("an orphan closes as refunded by hand only with a transfer from BillPay or its admin, not one the payer sent himself", async () => {
+    const payer = hardhatAccount(14);
+    const friend = hardhatAccount(15);
+    const { authorization } = await celo.payByAuthorization(payer, "USDC", 250_000n);
+    await passes();
+    expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const key = { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: authorization.nonce, operator: "bob" };
+    // The payer has a friend send him the amount: it is not BillPay's money coming back.
+    const sideways = await celo.transfer(friend, "USDC", payer.address, 250_000n);
+    const refused = await resolveOrphanPayment(review, { ...key, reason: "refunded by hand", refundTxHash: sideways.transactionHash });
+    expect(refused.record.outcome).toBe("REFUSED");
+    expect(refused.record.detail).toContain("from BillPay or its admin");
+    expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
+    // The admin's own transfer counts.
+    await celo.transfer(hardhatAccount(19), "USDC", admin.address, 250_000n);
+    const fromAdmin = await celo.transfer(admin, "USDC", payer.address, 250_000n);
+    expect((await resolveOrphanPayment(review, { ...key, reason: "refunded by hand from the admin's wallet", refundTxHash: fromAdmin.transactionHash })).record.outcome).toBe("DONE");
+  });
+
+  it("the audit is clean after every attack, and lists for a person only what the biller did", async () => {
+    await passes();
+    const report = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    expect(report.discrepancies).toEqual([]);
+    expect(report.orders!.stuck).toEqual([]);
+    // What it lists for a person is the biller's doing, flagged on served or refunded orders:
+    // the two late deliveries (paid twice), and Showmax's fee; no payment and no order waits for one.
+    const review = report.orders!.review;
+    expect(review.every((r) => /^order req_\w+ \(x402, (SUCCESS|REFUNDED), \d+\): /.test(r)), review.join("\n")).toBe(true);
+    expect(review.filter((r) => r.includes("the biller delivered pay attempt 1"))).toHaveLength(2);
+    expect(review.filter((r) => !/the biller delivered pay attempt 1|convenience fee of 100 NGN/.test(r))).toEqual([]);
+  });
+});

@@ -1,0 +1,68 @@
+/**
+ * One key, one instance (server/chain/key-lease.ts), on the service's real database (PGlite):
+ * a holder in another container that happens to share this host's name is not taken for
+ * dead because its pid is absent here; a holder that truly died in this process space is
+ * taken at once; and an instance whose lease was taken signs nothing more.
+ */
+import { readlinkSync } from "node:fs";
+import { hostname } from "node:os";
+import { afterEach, describe, expect, it } from "vitest";
+import { openDb, type Db } from "../../server/db.ts";
+import { KeyHeld, KeyLeaseLost, KeyLeases } from "../../server/chain/key-lease.ts";
+import { silentLog } from "../../server/log.ts";
+
+const KEY = { role: "operator" as const, address: "0x00000000000000000000000000000000000000aa" };
+const ABSENT_PID = 2_147_000_000; // no process has it
+
+describe("key leases", () => {
+  let db: Db;
+  const stops: Array<() => void> = [];
+  afterEach(async () => {
+    for (const stop of stops.splice(0)) stop();
+    await db?.close();
+  });
+
+  /** A lease row as another holder wrote it, heartbeating while `beating` (as a live instance does). */
+  async function holder(host: string, pid: number, beating: boolean) {
+    await db.query(`INSERT INTO key_lease (address, role, instance_id, host, pid) VALUES ($1, 'operator', 'elsewhere:1:abcd', $2, $3)`, [KEY.address, host, pid]);
+    if (beating) {
+      const timer = setInterval(() => void db.query(`UPDATE key_lease SET heartbeat_at = now() WHERE address = $1`, [KEY.address]), 250);
+      stops.push(() => clearInterval(timer));
+    }
+  }
+
+  it("a live holder in another container with this host's name keeps its key, though its pid is absent here", async () => {
+    db = await openDb({});
+    await holder(`${hostname()} pid:[1]`, ABSENT_PID, true);
+    const starting = new KeyLeases(db, silentLog);
+    await expect(starting.claim([KEY])).rejects.toBeInstanceOf(KeyHeld);
+    const [row] = await db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [KEY.address]);
+    expect(row!.instance_id).toBe("elsewhere:1:abcd");
+  });
+
+  it("a holder that died in this very process space is taken at once (a restart)", async () => {
+    db = await openDb({});
+    await holder(`${hostname()} ${readlinkSync("/proc/self/ns/pid")}`, ABSENT_PID, false);
+    const restarted = new KeyLeases(db, silentLog);
+    expect(await restarted.claim([KEY])).toEqual(["elsewhere:1:abcd"]);
+    stops.push(() => restarted.stopHeartbeat());
+    await restarted.confirm(KEY.address); // it signs
+  });
+
+  it("an instance whose lease another took signs nothing more: confirm refuses, at once and after", async () => {
+    db = await openDb({});
+    const first = new KeyLeases(db, silentLog);
+    await first.claim([KEY]);
+    stops.push(() => first.stopHeartbeat());
+    const lost: string[] = [];
+    first.onLost = (keys) => lost.push(...keys.map((k) => k.address));
+    await first.confirm(KEY.address);
+    // Another instance took it (as one does after first stalled past DEAD_AFTER_MS).
+    await db.query(`UPDATE key_lease SET instance_id = 'taker:2:ef01' WHERE address = $1`, [KEY.address]);
+    await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
+    expect(lost).toEqual([KEY.address]);
+    await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
+    const [row] = await db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [KEY.address]);
+    expect(row!.instance_id).toBe("taker:2:ef01");
+  });
+});
