@@ -12,6 +12,7 @@ import type { Db } from "./db.ts";
 import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { mountDocs } from "./docs.ts";
+import { mountLanding } from "./landing.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { internationalOptionsSchema } from "./schemas.ts";
 import { chainInfo } from "../lib/chains.ts";
@@ -87,7 +88,14 @@ export function createApp(deps: AppDeps): Hono {
       "an unexpected error occurred; if a payment was attached, retry with the same payment or GET /api/orders/{request_id} to see where it stands",
     );
   });
-  app.notFound((c) => problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}`));
+  // A path served by other methods says which (and sets Allow), so `GET /api/pay/x402` is not a dead end.
+  app.notFound((c) => {
+    const allowed = methodsServing(app, c.req.path);
+    if (allowed.length === 0) return problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}`);
+    const res = problemResponse("NOT_FOUND", `no route ${c.req.method} ${c.req.path}: it is served by ${allowed.join(", ")} (see /docs)`);
+    res.headers.set("allow", allowed.join(", "));
+    return res;
+  });
 
   app.get("/healthz", (c) => c.json({ ok: true }));
   // Ready when the database answers and the ledger keeps up with every chain (server/ledger-health.ts).
@@ -115,6 +123,7 @@ export function createApp(deps: AppDeps): Hono {
     );
   });
   mountDocs(app, { document: openApiDocument({ deployments: deps.deployments, ledgerUrl: config.LEDGER_URL }), config });
+  mountLanding(app, config.SERVICE_NAME);
 
   const billBodyLimit = bodyLimitFast(config.MAX_BODY_BYTES, () =>
     problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
@@ -294,4 +303,15 @@ export function createApp(deps: AppDeps): Hono {
   app.get("/api/receipts/signer", (c) => c.json(hub.deps.receipts.published(), 200, { "cache-control": "public, max-age=300", "access-control-allow-origin": "*" }));
 
   return app;
+}
+
+/** The methods the app's own routes (not its middleware) serve `path` with. */
+function methodsServing(app: Hono, path: string): string[] {
+  const methods = new Set<string>();
+  for (const route of app.routes) {
+    if (route.method === "ALL" || route.path.includes("*")) continue;
+    const pattern = new RegExp(`^${route.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[A-Za-z_]+/g, "[^/]+")}$`);
+    if (pattern.test(path)) methods.add(route.method);
+  }
+  return [...methods].sort();
 }

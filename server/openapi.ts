@@ -488,8 +488,19 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         "/console/schedules": { get: { summary: "Operators: schedules and their last runs", ...operator, responses: { "200": { description: "HTML", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403]) } } },
       }),
       ...tagged("Health", {
+        "/": {
+          get: {
+            summary: "Where to go from here: the API reference, the paid routes, discovery, MCP, A2A, the console (HTML, or JSON when asked for JSON)",
+            responses: { "200": { description: "Links", content: { "text/html": { schema: { type: "string" } }, "application/json": { schema: { type: "object" } } } } },
+          },
+        },
         "/healthz": { get: { summary: "Liveness", responses: { "200": { description: "Up", content: json({ type: "object" }) } } } },
-        "/readyz": { get: { summary: "Readiness (the database answers)", responses: { "200": { description: "Ready", content: json({ type: "object" }) } } } },
+        "/readyz": {
+          get: {
+            summary: "Readiness: the database answers and the ledger keeps up with every chain (a `ledger` item per chain: state, head, indexed, lag)",
+            responses: { "200": { description: "Ready", content: json({ type: "object" }) }, "503": { description: "Not ready: the ledger is stalled, behind its bound or away (the item says which)", content: json({ type: "object" }) } },
+          },
+        },
       }),
       ...tagged("Ledger", ledgerPaths(options.ledgerUrl ?? "http://127.0.0.1:42069")),
     },

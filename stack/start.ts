@@ -81,7 +81,10 @@ try {
   log(`facilitator: ${stack.urls.facilitator}`);
   log(`biller sandbox: ${stack.urls.biller}`);
   log(`service: ${stack.urls.service}`);
-  log("stack ready: pay a bill with `npm run pay:example`; Ctrl-C to stop");
+  log(
+    `stack ready: the service ${stack.urls.service} (API reference ${stack.urls.service}/docs, operators' console ${stack.urls.service}/console), ` +
+      `the ledger ${ledger.url}; pay a bill with \`npm run pay:example\`; Ctrl-C to stop`,
+  );
 
 } catch (err) {
   await stopAll();

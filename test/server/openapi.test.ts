@@ -130,6 +130,35 @@ describe("the OpenAPI document", () => {
     }
   });
 
+  it("answers GET / with where to go: links a person can follow (HTML) or a program can read (JSON), each one served", async () => {
+    const page = await app.request("/", { headers: { accept: "text/html,application/xhtml+xml" } });
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toContain("text/html");
+    const html = await page.text();
+    for (const path of ["/docs", "/console", "/.well-known/x402", "/.well-known/agent-card.json"]) expect(html).toContain(`href="${path}"`);
+    for (const route of ["POST /api/pay/x402", "POST /api/mcp"]) expect(html).toContain(`<code>${route}</code>`);
+    type Link = { href: string; method: string; what: string };
+    const links = (await (await app.request("/", { headers: { accept: "application/json" } })).json()) as { service: string; links: Record<string, Link> };
+    expect(links.links.api_reference).toEqual({ href: "/docs", method: "GET", what: expect.stringContaining("reference") });
+    const hrefs = [...html.matchAll(/href="([^"]+)"/g)].map((m) => m[1]!);
+    const gets = Object.values(links.links).filter((l) => l.method === "GET");
+    expect(hrefs.sort()).toEqual(gets.map((l) => l.href).sort());
+    // Every link leads somewhere, by the method it names: never a 404 (a paid route answers a bare POST
+    // with a 4xx that says what it wants; the console asks for credentials), never a 5xx.
+    for (const link of Object.values(links.links)) {
+      const res = await app.request(link.href, { method: link.method, ...(link.method === "POST" ? { headers: { "content-type": "application/json", accept: "application/json, text/event-stream" }, body: "{}" } : {}) });
+      expect(res.status, link.href).not.toBe(404);
+      // /readyz may say 503 here: this test runs no ledger, and saying so is its job.
+      if (link.href !== "/readyz") expect(res.status, link.href).toBeLessThan(500);
+    }
+    // Followed with the wrong method, a route says which methods serve it.
+    const wrong = await app.request("/api/quote");
+    expect(wrong.status).toBe(404);
+    expect(wrong.headers.get("allow")).toBe("POST");
+    expect(((await wrong.json()) as { detail: string }).detail).toContain("served by POST");
+    expect((await app.request("/no/such/thing")).headers.get("allow")).toBeNull();
+  });
+
   it("serves its reference UI at /docs from the service itself, with Scalar's online features switched off", async () => {
     const page = await app.request("/docs");
     expect(page.status).toBe(200);
