@@ -49,8 +49,10 @@ export const ERRORS = {
   SIGNATURE_REPLAYED: { status: 409, title: "This signature was used before; sign a new message" },
   TOKEN_NOT_PULLABLE: { status: 422, title: "The token cannot be paid through the agent hub on that chain" },
   // Agent tools (MCP and A2A): the same codes come back in a tool's error result
+  API_KEY_MISSING: { status: 401, title: "The tool needs the wallet's api_key: send Authorization: Bearer <api_key>, or the api_key argument" },
   API_KEY_INVALID: { status: 401, title: "The api_key is unknown" },
   API_KEY_RETIRED: { status: 401, title: "The api_key was retired by a newer link; use the newest key" },
+  PIN_MISSING: { status: 401, title: "A paying tool needs the PIN set when linking, as the pin argument" },
   PIN_INVALID: { status: 401, title: "The PIN is wrong" },
   PIN_LOCKED: { status: 423, title: "Too many wrong PINs: paying is locked for a while" },
   PIN_BUSY: { status: 429, title: "As many PIN checks are under way for this wallet as attempts are left; retry in a moment" },

@@ -30,7 +30,7 @@ import { BoundedTaskStore } from "./a2a-tasks.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
 import { X402_PAYABLE_TOOLS, type CallerContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
-import { bearerApiKey, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
+import { bearerApiKey, missingCredential, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 const callSchema = z.object({
   skill: z.string().optional(),
@@ -115,6 +115,11 @@ class ToolExecutor implements AgentExecutor {
         const error = problemBody(e.code, e.detail, e.extra);
         reply([textPart(error.detail), dataPart({ error })]);
       });
+    }
+    const missing = missingCredential(tool, args, request.context.state.get("authorization") as string | undefined);
+    if (missing) {
+      const error = problemBody(missing.code, missing.detail);
+      return reply([textPart(error.detail), dataPart({ error })]);
     }
     const parsed = z.object(tool.input).safeParse(args);
     if (!parsed.success) {
@@ -218,6 +223,7 @@ export function mountA2a(
         requestedVersion: requested,
       });
       context.state.set("bearer", bearerApiKey(c.req.header("authorization")));
+      context.state.set("authorization", c.req.header("authorization"));
       context.state.set("baseUrl", baseOf(c.req.url));
       context.state.set("client", clientAddress(c));
       context.state.set("headers", Object.fromEntries(c.req.raw.headers));

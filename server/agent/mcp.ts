@@ -18,7 +18,7 @@ import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, typ
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type CallerContext, type X402ToolPayments } from "./x402-tools.ts";
-import { bearerApiKey, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
+import { bearerApiKey, missingCredential, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
 /** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
 export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: Log): Promise<CallToolResult> {
@@ -66,7 +66,8 @@ export function mcpHandler(options: {
   const byName = new Map(options.tools.map((t) => [t.name, t]));
   return async (request: Request, call: CallerContext = { client: "unknown", header: (name) => request.headers.get(name) ?? undefined }): Promise<Response> => {
     // The api_key may come as Authorization: Bearer instead of in every call's arguments.
-    const bearer = bearerApiKey(request.headers.get("authorization"));
+    const authorization = request.headers.get("authorization");
+    const bearer = bearerApiKey(authorization);
     const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };
     const server = new Server({ name: options.name, version: options.version }, { capabilities: { tools: { listChanged: false } } });
     server.setRequestHandler(ListToolsRequestSchema, () => listed);
@@ -87,6 +88,8 @@ export function mcpHandler(options: {
             : `${tool.name} is not paid with x402 over MCP; only ${[...X402_PAYABLE_TOOLS].join(", ")} is (one bill, one payment)`,
         );
       }
+      const missing = missingCredential(tool, args, authorization);
+      if (missing) return toolError(missing.code, missing.detail);
       const parsed = z.object(tool.input).safeParse(args);
       if (!parsed.success) {
         const refusal = validationFailed(parsed.error, "(arguments)");

@@ -44,6 +44,26 @@ export function withBearer(args: Record<string, unknown>, bearer: string | undef
   return bearer && args.api_key === undefined ? { ...args, api_key: bearer } : args;
 }
 
+/**
+ * The refusal for a call that leaves out a credential its tool needs, named with how to send it,
+ * before the arguments are checked (else it reads as a bad argument: "api_key: expected string").
+ * `authorization` is the request's header, so a malformed one is called out rather than ignored.
+ */
+export function missingCredential(tool: ToolDefinition, args: Record<string, unknown>, authorization: string | null | undefined): ServiceError | undefined {
+  if (tool.authenticated && args.api_key === undefined) {
+    const sent = authorization ? " (an Authorization header came, but not as `Bearer bpk_...`)" : "";
+    return new ServiceError(
+      "API_KEY_MISSING",
+      `${tool.name} needs the wallet's api_key${sent}: send the header Authorization: Bearer <api_key>, or the argument api_key. ` +
+        "POST /api/agent/link gives one (describe_capabilities shows the steps).",
+    );
+  }
+  if (tool.paying && args.pin === undefined) {
+    return new ServiceError("PIN_MISSING", `${tool.name} moves money and needs the PIN set when linking: send it as the argument pin (4 to 6 digits)`);
+  }
+  return undefined;
+}
+
 export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
   name: string;
   title: string;

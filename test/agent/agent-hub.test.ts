@@ -544,15 +544,15 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     it("takes the api_key as Authorization: Bearer on MCP and A2A; describe_capabilities gives absolute URLs and set-up calldata that works", async () => {
       const account = hardhatAccount(4);
       const apiKey = await linkAgent(url, account, { pin: "1234", token: "USDC" });
-      const rpc = async (path: string, body: unknown, bearer = apiKey) => {
+      const rpc = async (path: string, body: unknown, bearer: string | null = apiKey) => {
         const res = await fetch(`${url}${path}`, {
           method: "POST",
-          headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${bearer}` },
+          headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...(bearer === null ? {} : { authorization: `Bearer ${bearer}` }) },
           body: JSON.stringify(body),
         });
         return (await res.json()) as Record<string, any>;
       };
-      const mcpCall = async (name: string, args: Record<string, unknown> = {}, bearer?: string) => {
+      const mcpCall = async (name: string, args: Record<string, unknown> = {}, bearer?: string | null) => {
         const answer = await rpc("/api/mcp", { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }, bearer);
         return { isError: answer.result.isError === true, data: JSON.parse(answer.result.content[0].text) as Record<string, any> };
       };
@@ -577,7 +577,22 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(usdcRow.spendable_now.units).toBe("100000000");
       // The argument wins over the header; a bad bearer is the catalogue's refusal.
       expect((await mcpCall("check_balance", { api_key: `bpk_${"C".repeat(43)}` })).data.error.code).toBe("API_KEY_INVALID");
-      expect((await mcpCall("check_balance", {}, "not-a-key")).data.error.code).toBe("VALIDATION_FAILED");
+      // A missing credential is named, with how to send it, not reported as a bad argument.
+      const noKey = (await mcpCall("check_balance", {}, null)).data.error;
+      expect(noKey).toMatchObject({ code: "API_KEY_MISSING", status: 401 });
+      expect(noKey.detail).toContain("Authorization: Bearer <api_key>");
+      expect(noKey.detail).not.toContain("expected string");
+      const badHeader = (await mcpCall("check_balance", {}, "not-a-key")).data.error;
+      expect(badHeader.code).toBe("API_KEY_MISSING");
+      expect(badHeader.detail).toContain("an Authorization header came, but not as `Bearer bpk_...`");
+      const noPin = (await mcpCall("pay_bill", { serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 100 })).data.error;
+      expect(noPin).toMatchObject({ code: "PIN_MISSING", status: 401 });
+      const a2aNoKey = await rpc(
+        "/api/a2a",
+        { jsonrpc: "2.0", id: 3, method: "message/send", params: { message: { kind: "message", messageId: crypto.randomUUID(), role: "user", parts: [{ kind: "data", data: { skill: "check_balance", arguments: {} } }] } } },
+        null,
+      );
+      expect(a2aNoKey.result.parts.find((p: { kind: string }) => p.kind === "data").data.error).toMatchObject({ code: "API_KEY_MISSING" });
 
       const a2a = await rpc("/api/a2a", {
         jsonrpc: "2.0",
