@@ -46,6 +46,8 @@ export async function mcpAgent(serviceUrl: string): Promise<{ client: Client; ca
     client,
     async call(name, args) {
       const result = await client.callTool({ name, arguments: args }, undefined, { timeout: 120_000 });
+      // The structured content is the answer; the text is its JSON, or a summary for a long answer.
+      if (result.structuredContent) return { isError: result.isError === true, data: result.structuredContent as Record<string, unknown> };
       const content = result.content as Array<{ type: string; text?: string }>;
       const text = content[0]?.text ?? "{}";
       let data: Record<string, unknown>;

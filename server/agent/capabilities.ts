@@ -267,7 +267,7 @@ export async function describeCapabilities(
     },
     ...(options.link ? { your_setup: setupCalls(hub, options.link) } : {}),
     transports: {
-      mcp: { url: `${base}/api/mcp`, how: "streamable HTTP, stateless; tools/call answers JSON in result.content[0].text and structuredContent" },
+      mcp: { url: `${base}/api/mcp`, how: "streamable HTTP, stateless; tools/call answers in structuredContent, and its JSON in result.content[0].text (describe_capabilities: a short summary there)" },
       a2a: {
         url: `${base}/api/a2a`,
         agent_card: `${base}/.well-known/agent-card.json`,
@@ -290,4 +290,27 @@ export async function describeCapabilities(
       more: `describe_capabilities with detail "full", or a list of ${CAPABILITY_SECTIONS.join(", ")}; each tool's arguments are also in MCP tools/list and the A2A Agent Card`,
     },
   };
+}
+
+/**
+ * describe_capabilities' MCP text: a few lines a text-only client can act on, pointing at the
+ * structured content for the rest (the answer is several KB; carried twice, it was 19 KB).
+ */
+export function capabilitiesSummary(answer: Record<string, unknown>): string {
+  const a = answer as {
+    service: string;
+    what: string;
+    urls: { x402_pay: string; link: string };
+    chains: Array<{ chain: string; tokens: Array<{ token: string }> }>;
+    tools: Array<{ name: string }>;
+    detail: { shown: string[] };
+  };
+  return [
+    `${a.service}: ${a.what}`,
+    `Pay per call: pay_bill without api_key; the unpaid call answers an x402 PaymentRequired; sign it and call again with params._meta["x402/payment"] (REST: POST ${a.urls.x402_pay}).`,
+    `Or link a wallet once (${a.urls.link}), approve its allowance, then pay with api_key and PIN.`,
+    `Chains: ${a.chains.map((c) => `${c.chain} (${c.tokens.map((t) => t.token).join(", ")})`).join("; ")}.`,
+    `Tools: ${a.tools.map((t) => t.name).join(", ")}.`,
+    `Everything else (addresses, fees, limits, set-up calls, errors${a.detail.shown.length ? `, and the long ${a.detail.shown.join(", ")}` : ""}) is this result's structuredContent; detail "full" adds the long forms.`,
+  ].join("\n");
 }

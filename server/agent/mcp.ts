@@ -20,11 +20,14 @@ import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type CallerContext, type X402ToolPayments } from "./x402-tools.ts";
 import { bearerApiKey, missingCredential, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
 
-/** The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text), structured beside it. */
+/**
+ * The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text),
+ * structured beside it; a tool with its own `text` (describe_capabilities) gives a short summary instead.
+ */
 export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: Log): Promise<CallToolResult> {
   try {
     const result = (await runTool(tool, args, ctx)) as Record<string, unknown>;
-    return { content: [{ type: "text", text: JSON.stringify(result) }], structuredContent: result };
+    return { content: [{ type: "text", text: tool.text ? tool.text(result) : JSON.stringify(result) }], structuredContent: result };
   } catch (err) {
     const error =
       err instanceof ServiceError

@@ -11,7 +11,7 @@ import type { AgentBill, AgentHub } from "./hub.ts";
 import type { Link } from "./links.ts";
 import { ServiceError } from "../errors.ts";
 import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts";
-import { capabilityDetail, describeCapabilities } from "./capabilities.ts";
+import { capabilitiesSummary, capabilityDetail, describeCapabilities } from "./capabilities.ts";
 
 const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
 const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when linking").describe("The PIN set when linking (4 to 6 digits)");
@@ -74,6 +74,11 @@ export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Whether the tool needs a linked wallet's api_key. */
   authenticated: boolean;
   examples: string[];
+  /**
+   * MCP's text content for an answer, when not the answer's JSON (the default, which a client
+   * reading content[0].text relies on). For an answer too long to carry twice on the wire.
+   */
+  text?(result: Record<string, unknown>): string;
   run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
 }
 
@@ -99,6 +104,8 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       paying: false,
       authenticated: false,
       examples: ['{"skill":"describe_capabilities","arguments":{}}', '{"skill":"describe_capabilities","arguments":{"detail":["tools","errors"]}}'],
+      // Short text: the answer itself (several KB) is the structured content, not repeated.
+      text: capabilitiesSummary,
       run: async (args, link, ctx) => describeCapabilities(ctx.hub, ctx.tools, { baseUrl: ctx.baseUrl, link, detail: args.detail }),
     }),
     define({

@@ -90,6 +90,18 @@ describe("onboarding an agent developer", () => {
       expect(errors.all).toContain(`${Object.keys(ERRORS).length} codes`);
       expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining(["mtn"]) });
       expect(data.detail).toMatchObject({ shown: [] });
+
+      // On the wire the answer is carried once: the text is a short summary pointing at the structured content.
+      const raw = await mcp.client.callTool({ name: "describe_capabilities", arguments: {} });
+      const text = (raw.content as Array<{ type: string; text: string }>)[0]!.text;
+      expect(Buffer.byteLength(text)).toBeLessThan(1024);
+      expect(text).toContain("structuredContent");
+      expect(text).toContain(`POST ${url}/api/pay/x402`);
+      for (const t of tools) expect(text, t.name).toContain(t.name);
+      expect(raw.structuredContent).toEqual(data);
+      // Other tools keep their JSON as text, as the interface reads content[0].text.
+      const plans = await mcp.client.callTool({ name: "list_plans", arguments: { serviceID: "mtn-data" } });
+      expect(JSON.parse((plans.content as Array<{ text: string }>)[0]!.text)).toEqual(plans.structuredContent);
     });
 
     it("detail gives each tool's arguments exactly as tools/list shows them, and the whole error catalogue", async () => {
