@@ -11,7 +11,8 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { problemResponse, ServiceError, validationFailed } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
-import { mountDocs } from "./docs.ts";
+import { mountDocs, trustedServiceOrigin } from "./docs.ts";
+import { didWebFor } from "../lib/receipt-verifier.ts";
 import { mountLanding } from "./landing.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { internationalOptionsSchema } from "./schemas.ts";
@@ -300,7 +301,21 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   // The key receipts are signed with, and how to check one offline.
-  app.get("/api/receipts/signer", (c) => c.json(hub.deps.receipts.published(), 200, { "cache-control": "public, max-age=300", "access-control-allow-origin": "*" }));
+  app.get("/api/receipts/signer", (c) => {
+    const origin = trustedServiceOrigin(c.req.raw, config);
+    return c.json(hub.deps.receipts.published(origin ? didWebFor(origin) : undefined), 200, { "cache-control": "public, max-age=300", "access-control-allow-origin": "*", ...(config.PUBLIC_URL ? {} : { vary: "Host" }) });
+  });
+  // did:web: the receipt key, bound to the host a receipt's resourceUrl names (orders/receipts.ts).
+  app.get("/.well-known/did.json", (c) => {
+    const origin = trustedServiceOrigin(c.req.raw, config);
+    if (!origin) return problemResponse("NOT_FOUND", "this service has no DID under that host: ask it at PUBLIC_URL, or at a host in ALLOWED_HOSTS");
+    return c.body(JSON.stringify(hub.deps.receipts.didDocument(didWebFor(origin))), 200, {
+      "content-type": "application/did+json",
+      "cache-control": "public, max-age=300",
+      "access-control-allow-origin": "*",
+      ...(config.PUBLIC_URL ? {} : { vary: "Host" }),
+    });
+  });
 
   return app;
 }

@@ -60,6 +60,9 @@ const rateLimit = (fallback: string) =>
       return { points: Number(m[1]), seconds: Number(m[2]) };
     });
 
+/** x402's receipt formats (orders/receipts.ts). */
+export const X402_RECEIPT_FORMATS = ["eip712", "jws"] as const;
+
 export const configSchema = z.object({
   PORT: port.default(LOCAL_PORTS.service.defaultPort),
   HOST: z.string().default("127.0.0.1"),
@@ -195,6 +198,8 @@ export const configSchema = z.object({
   PIN_PEPPER: z.string().min(32, "PIN_PEPPER must be at least 32 characters (openssl rand -hex 32)").optional(),
   /** Where the local stack keeps the pepper it generates when PIN_PEPPER is unset (local chains only). */
   PIN_PEPPER_FILE: z.string().default(".data/pin-pepper"),
+  /** x402's receipt in a settlement: EIP-712 (what most clients read) or JWS with a did:web kid (verifiable from the kid alone). */
+  X402_RECEIPT_FORMAT: z.enum(X402_RECEIPT_FORMATS).default("eip712"),
   PIN_LOCK_SECONDS: z.coerce.number().int().min(1).default(900),
   /** Bills in one pay_bill_batch (one pullBatch transaction). */
   BATCH_MAX_BILLS: z.coerce.number().int().min(1).max(50).default(20),

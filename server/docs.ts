@@ -69,6 +69,21 @@ export interface DocsOptions {
 /** The document's `servers` for a request that fetched it (see the top of this file). */
 export function documentServers(request: Request, config: DocsOptions["config"]): Array<{ url: string; description: string }> {
   if (config.PUBLIC_URL) return [{ url: config.PUBLIC_URL.replace(/\/+$/, ""), description: "This service (PUBLIC_URL)" }];
+  const origin = requestOrigin(request, config);
+  if (origin) return [{ url: origin, description: "This service, as this request reached it" }];
+  return [{ url: "/", description: "This service (where this document was fetched from)" }];
+}
+
+/**
+ * Where this service is, for a document that names it: PUBLIC_URL's origin when set; else the
+ * origin the request used when its Host is a bare, allowed host[:port] (so a forged Host is never
+ * written into what the service says about itself); else undefined.
+ */
+export function trustedServiceOrigin(request: Request, config: DocsOptions["config"]): string | undefined {
+  return config.PUBLIC_URL ? new URL(config.PUBLIC_URL).origin : requestOrigin(request, config);
+}
+
+function requestOrigin(request: Request, config: DocsOptions["config"]): string | undefined {
   const url = new URL(request.url);
   const host = request.headers.get("host") ?? url.host;
   let origin: URL | undefined;
@@ -80,8 +95,7 @@ export function documentServers(request: Request, config: DocsOptions["config"])
   // A bare host[:port] only (no user info, path, query or fragment smuggled in), and an allowed one.
   const bare = origin && !origin.username && !origin.password && origin.pathname === "/" && !origin.search && !origin.hash;
   const allowed = new Set(config.ALLOWED_HOSTS.map((h) => h.toLowerCase()));
-  if (origin && bare && allowed.has(origin.hostname.toLowerCase())) return [{ url: origin.origin, description: "This service, as this request reached it" }];
-  return [{ url: "/", description: "This service (where this document was fetched from)" }];
+  return origin && bare && allowed.has(origin.hostname.toLowerCase()) ? origin.origin : undefined;
 }
 
 /**

@@ -15,6 +15,7 @@ const ROUTES: Array<{ name: string; path: string; what: string; method?: "POST" 
   { name: "x402_discovery", path: "/.well-known/x402", what: "the paid resources, for x402 clients and catalogues" },
   { name: "mcp", path: "/api/mcp", method: "POST", what: "MCP (streamable HTTP): pay_bill and the agent tools" },
   { name: "agent_card", path: "/.well-known/agent-card.json", what: "the A2A Agent Card" },
+  { name: "receipt_keys", path: "/.well-known/did.json", what: "the key paid bills' receipts are signed with (did:web), to check a receipt anywhere" },
   { name: "link", path: LINK_PATH, what: "link a wallet to the agent hub" },
   { name: "console", path: "/console", what: "the operators' console (operators only)" },
   { name: "health", path: "/healthz", what: "up" },

@@ -274,6 +274,12 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         },
       }),
       ...tagged("Orders", {
+        "/.well-known/did.json": {
+          get: {
+            summary: "The service's did:web document: the receipts' key as a JWK (JWS kid) and as the address EIP-712 signatures recover to, for the host asked at",
+            responses: { "200": { description: "DID document", content: { "application/did+json": { schema: { type: "object" } } } }, ...problemResponses([404]) },
+          },
+        },
         "/api/receipts/signer": {
           get: {
             summary: "The key paid bills' receipts are signed with, and their EIP-712 domains and types, to check a receipt offline (orders/receipts.ts)",

@@ -148,7 +148,7 @@ export function buildHub(config: Config, deployments: Deployments, db: Db, flow:
     limits: new Limits(config, db),
     gates: buildGates(config),
     offers: new PriceOffers(pepper),
-    receipts: new Receipts(pepper),
+    receipts: new Receipts(pepper, config.X402_RECEIPT_FORMAT, config.PUBLIC_URL ? new URL(config.PUBLIC_URL).origin : `http://${config.HOST.includes(":") ? `[${config.HOST}]` : config.HOST}:${config.PORT}`),
   });
 }
 

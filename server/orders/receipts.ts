@@ -21,10 +21,21 @@
  * word only: the chain, through the transaction it names, is what shows the money moved.
  */
 import { createHmac } from "node:crypto";
-import { createReceiptDomain, RECEIPT_TYPES as X402_RECEIPT_TYPES, signReceiptEIP712, type EIP712SignedReceipt, type ReceiptPayload } from "@x402/extensions/offer-receipt";
-import type { Hex } from "viem";
-import { privateKeyToAccount, type PrivateKeyAccount } from "viem/accounts";
+import {
+  createJWS,
+  createReceiptDomain,
+  RECEIPT_TYPES as X402_RECEIPT_TYPES,
+  signReceiptEIP712,
+  type EIP712SignedReceipt,
+  type JWSSignedReceipt,
+  type JWSSigner,
+  type ReceiptPayload,
+} from "@x402/extensions/offer-receipt";
+import { sha256, type Hex } from "viem";
+import { privateKeyToAccount, sign, type PrivateKeyAccount } from "viem/accounts";
 import { chainInfo } from "../../lib/chains.ts";
+import { didDocumentUrl, didWebFor } from "../../lib/receipt-verifier.ts";
+import type { X402_RECEIPT_FORMATS } from "../config.ts";
 import { paymentConfirmed, type Order } from "./store.ts";
 
 /** Where the extension's client helper (extractReceiptFromResponse) reads a receipt in a settlement. */
@@ -71,6 +82,10 @@ export interface BillReceipt {
   signature: Hex;
 }
 
+/** The receipt key's fragments in the DID document: as a JWK, and as the address EIP-712 recovers. */
+const JWS_KEY = "receipts";
+const EIP712_KEY = "receipts-eip712";
+
 /** secp256k1's group order: a private key must be below it (and not zero). */
 const CURVE_ORDER = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
 
@@ -82,23 +97,69 @@ function deriveKey(secret: Buffer): Hex {
   }
 }
 
+/** x402's receipt as the settlement carries it: EIP-712 (the default) or JWS (X402_RECEIPT_FORMAT). */
+export type X402Receipt = EIP712SignedReceipt | JWSSignedReceipt;
+
 export class Receipts {
+  private readonly key: Hex;
   private readonly account: PrivateKeyAccount;
 
-  constructor(secret: Buffer) {
-    this.account = privateKeyToAccount(deriveKey(secret));
+  /**
+   * @param homeOrigin where the service is (PUBLIC_URL, or its own listening address): the DID
+   *   of a JWS receipt whose resource has no host of its own (MCP's `mcp://tool/pay_bill`).
+   */
+  constructor(
+    secret: Buffer,
+    private readonly x402Format: (typeof X402_RECEIPT_FORMATS)[number] = "eip712",
+    private readonly homeOrigin = "http://127.0.0.1",
+  ) {
+    this.key = deriveKey(secret);
+    this.account = privateKeyToAccount(this.key);
   }
 
   get signer(): Hex {
     return this.account.address;
   }
 
-  /** What a verifier needs, as GET /api/receipts/signer publishes it. */
-  published() {
+  /** The signing key's public half as a JWK (secp256k1), for the DID document. */
+  publicJwk(): { kty: "EC"; crv: "secp256k1"; x: string; y: string } {
+    const point = Buffer.from(this.account.publicKey.slice(4), "hex"); // 0x04 || x || y
+    return { kty: "EC", crv: "secp256k1", x: point.subarray(0, 32).toString("base64url"), y: point.subarray(32).toString("base64url") };
+  }
+
+  /** What a verifier needs, as GET /api/receipts/signer publishes it; `did` when the service knows where it is. */
+  published(did?: string) {
     return {
       signer: this.signer,
+      ...(did ? { did, did_document: didDocumentUrl(did), key_ids: { jws: `${did}#${JWS_KEY}`, eip712: `${did}#${EIP712_KEY}` } } : {}),
       bill_receipt: { format: "eip712", domain: RECEIPT_DOMAIN, primaryType: "Receipt", types: RECEIPT_TYPES },
-      x402_receipt: { format: "eip712", domain: createReceiptDomain(), primaryType: "Receipt", types: X402_RECEIPT_TYPES },
+      x402_receipt:
+        this.x402Format === "jws"
+          ? { format: "jws", algorithm: "ES256K", key_id: did ? `${did}#${JWS_KEY}` : `#${JWS_KEY}` }
+          : { format: "eip712", domain: createReceiptDomain(), primaryType: "Receipt", types: X402_RECEIPT_TYPES },
+    };
+  }
+
+  /**
+   * The service's did:web document: the receipt key twice, as a JWK (what a JWS verifier,
+   * @x402/extensions' included, resolves a `kid` to) and as the address an EIP-712 signature
+   * recovers to (`blockchainAccountId`), both asserted by the service's own domain. A verifier
+   * holding only a receipt and its `resourceUrl` fetches https://<that host>/.well-known/did.json
+   * and checks the signer is listed there: the binding the offer-receipt spec (§4.5.1) leaves to
+   * "an external key registry".
+   */
+  didDocument(did: string) {
+    const jws = `${did}#${JWS_KEY}`;
+    const eip712 = `${did}#${EIP712_KEY}`;
+    return {
+      "@context": ["https://www.w3.org/ns/did/v1", "https://w3id.org/security/suites/jws-2020/v1", "https://w3id.org/security/suites/secp256k1recovery-2020/v2"],
+      id: did,
+      verificationMethod: [
+        { id: jws, type: "JsonWebKey2020", controller: did, publicKeyJwk: this.publicJwk() },
+        // eip155:1: the chain id @x402/extensions' receipt domain signs under (createReceiptDomain); the address is the same on every chain.
+        { id: eip712, type: "EcdsaSecp256k1RecoveryMethod2020", controller: did, blockchainAccountId: `eip155:1:${this.signer}` },
+      ],
+      assertionMethod: [jws, eip712],
     };
   }
 
@@ -140,7 +201,7 @@ export class Receipts {
    * createReceiptEIP712 stamps the clock, which made a retry's PAYMENT-RESPONSE differ
    * whenever a second ticked in between).
    */
-  async x402Receipt(order: Order, resourceUrl: string): Promise<EIP712SignedReceipt | undefined> {
+  async x402Receipt(order: Order, resourceUrl: string): Promise<X402Receipt | undefined> {
     if (!paymentConfirmed(order)) return undefined;
     const payload: ReceiptPayload = {
       version: 1,
@@ -150,7 +211,25 @@ export class Receipts {
       issuedAt: Math.floor(order.createdAt.getTime() / 1000),
       transaction: order.txHash,
     };
+    if (this.x402Format === "jws") {
+      // The kid names the resource's own host, so the key is found where the resource is served.
+      const origin = /^https?:\/\//.test(resourceUrl) ? new URL(resourceUrl).origin : this.homeOrigin;
+      return { format: "jws", signature: await createJWS(payload, this.jwsSigner(`${didWebFor(origin)}#${JWS_KEY}`)) };
+    }
     const signature = await signReceiptEIP712(payload, (args) => this.account.signTypedData(args as Parameters<PrivateKeyAccount["signTypedData"]>[0]));
     return { format: "eip712", payload, signature };
+  }
+
+  /** ES256K over the JWS signing input: SHA-256, then r || s (low s, as viem signs). */
+  private jwsSigner(kid: string): JWSSigner {
+    return {
+      kid,
+      format: "jws",
+      algorithm: "ES256K",
+      sign: async (input) => {
+        const signature = await sign({ hash: sha256(input), privateKey: this.key, to: "bytes" });
+        return Buffer.from(signature.subarray(0, 64)).toString("base64url");
+      },
+    };
   }
 }

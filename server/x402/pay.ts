@@ -11,8 +11,7 @@
  */
 import type { PaymentRequired, PaymentRequirements, SettleResponse } from "@x402/core/types";
 import type { DiscoveryExtension } from "@x402/extensions/bazaar";
-import type { EIP712SignedReceipt } from "@x402/extensions/offer-receipt";
-import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts } from "../orders/receipts.ts";
+import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import type { Hex } from "viem";
@@ -66,7 +65,7 @@ export interface X402PayDeps {
 /** A settled order's signed receipts: the bill's own, and x402's (offer-receipt). */
 export interface OrderReceipts {
   bill: BillReceipt;
-  x402: EIP712SignedReceipt;
+  x402: X402Receipt;
 }
 
 /** One paid (or unpaid) request for one bill, as a transport read it. */
