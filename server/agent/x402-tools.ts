@@ -34,10 +34,9 @@ import { CHAINS, chainInfo, resolveTokenSymbol, type ChainKey } from "../../lib/
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { orderResult } from "../orders/fulfil.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
-import { settleableOptions, type Challenge } from "../x402/challenge.ts";
+import { BILL_OUTPUT, mcpToolDiscovery, settleableOptions, type Challenge } from "../x402/challenge.ts";
 import { paymentRequiredOf, settlementOf, type PayOutcome, type X402Payments } from "../x402/pay.ts";
 import { PaymentRejected, readPayment, type DecodedPayment } from "../x402/payment.ts";
-import { mcpToolDiscovery } from "../x402/discovery.ts";
 import { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
 import { agentTools, toolInputSchema, type ToolDefinition } from "./tools.ts";
 
@@ -140,7 +139,7 @@ export function x402ToolPayments(payments: X402Payments) {
     let d = declared.get(name);
     if (!d) {
       const tool = agentTools(payments.deps.config.BATCH_MAX_BILLS).find((t) => t.name === name)!;
-      d = mcpToolDiscovery(name, x402PayableSchema(tool), { description: x402PayableDescription(tool) });
+      d = payableToolDiscovery(tool);
       declared.set(name, d);
     }
     return d;
@@ -259,3 +258,8 @@ export function x402ToolPayments(payments: X402Payments) {
 }
 
 export type X402ToolPayments = ReturnType<typeof x402ToolPayments>;
+
+/** An x402-payable tool's `bazaar` declaration (MCP form): its arguments, and what a paid call returns. */
+export function payableToolDiscovery(tool: ToolDefinition): ReturnType<typeof mcpToolDiscovery> {
+  return mcpToolDiscovery(tool.name, x402PayableSchema(tool), { description: x402PayableDescription(tool), output: BILL_OUTPUT });
+}

@@ -7,12 +7,13 @@
  * and the x402 v2 `PAYMENT-REQUIRED` header.
  */
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from "@x402/extensions/payment-identifier";
-import { BAZAAR, declareDiscoveryExtension, type BodyDiscoveryExtension, type DiscoveryExtension } from "@x402/extensions/bazaar";
+import { BAZAAR, declareDiscoveryExtension, type BodyDiscoveryExtension, type DiscoveryExtension, type McpDiscoveryExtension } from "@x402/extensions/bazaar";
 import type { PaymentRequired } from "@x402/core/types";
 import { chainInfo, CHAINS, chainByKey, resolveTokenSymbol, x402TransferOf, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { ServiceError } from "../errors.ts";
 import { BILL_EXAMPLES, BILL_JSON_SCHEMAS } from "../openapi.ts";
+import { termsSentence, type PaymentTerms } from "./terms.ts";
 import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import type { QuoteContext } from "../pricing/quote.ts";
 import type { PaymentRequest } from "../schemas.ts";
@@ -46,6 +47,8 @@ export interface Challenge {
 export interface ChallengeContext extends QuoteContext {
   deployments: Deployments;
   resourceUrl: string;
+  /** What the payer is promised (x402/terms.ts): in the v2 resource's description and the body's `terms`. */
+  terms: PaymentTerms;
 }
 
 /**
@@ -117,25 +120,54 @@ export function requirement(ctx: ChallengeContext, option: Option, description: 
  * learns the call from the challenge itself: POST, a JSON bill (and a JSON result). Built
  * once, with the extension's own helper: it names no origin and no price.
  *
- * Two forms, because the v2 challenge travels in a header. Measured on the local stack, a
- * bill's PAYMENT-REQUIRED (one option) is 1,244 bytes of base64 without the declaration,
- * 2,200 with the compact form and 7,912 with the full one; the probe's (four options) is
- * 2,340 without and 9,004 with the full form. A client echoes the extensions in its payment,
- * so the paid request's header grows as much. Hence a bill's 402, served for every bill, carries
- * the compact form (the method and an example bill, no schemas), and the probe's 402, which
+ * Two forms, because the v2 challenge travels in a header. Measured (test/server/discovery.test.ts's
+ * app, PUBLIC_URL http://billpay.test): before the output and the terms were added, a bill's
+ * PAYMENT-REQUIRED (one option) was 1,244 bytes of base64 without the declaration, 2,200 with
+ * the compact form and 7,912 with the full one, the probe's (four options) 9,004 with the full
+ * form; with the example result in the compact form and the terms sentence, a bill's is 2,968
+ * and the probe's 10,248. A client echoes the extensions in its payment, so the paid request's
+ * header grows as much. Hence a bill's 402, served for every bill, carries the compact form
+ * (the method, an example bill and an example result, no schemas), and the probe's 402, which
  * a client reads to learn the route, the full one: the bill's and the result's JSON Schemas
- * (openapi.ts) and an example result. (A proxy in front must pass a 9 KB response header.)
+ * (openapi.ts) and an example result. (A proxy in front must pass a 10 KB response header.)
  */
 function billDiscovery(full: boolean): Record<string, DiscoveryExtension> {
   const declared = declareDiscoveryExtension({
     bodyType: "json",
     input: BILL_EXAMPLES.request,
-    ...(full ? { inputSchema: BILL_JSON_SCHEMAS.request, output: { example: BILL_EXAMPLES.result, schema: BILL_JSON_SCHEMAS.result } } : {}),
+    // The compact form keeps what a bill returns (an example result) and leaves the schemas to the probe's.
+    ...(full ? { inputSchema: BILL_JSON_SCHEMAS.request, output: BILL_OUTPUT } : { output: { example: BILL_EXAMPLES.result } }),
   });
   // x402's own resource server fills the method in per request; this route does not run
   // through it, and it is paid by POST only.
   const bazaar = declared[BAZAAR.key] as BodyDiscoveryExtension;
   return { [BAZAAR.key]: { ...bazaar, info: { ...bazaar.info, input: { ...bazaar.info.input, method: "POST" } } } };
+}
+
+/** What a paid bill returns, for catalogues: the REST route's answer and pay_bill's result are the same object. */
+export const BILL_OUTPUT = { example: BILL_EXAMPLES.result, schema: BILL_JSON_SCHEMAS.result };
+
+/** How the service serves MCP: stateless JSON-RPC over POST (agent/mcp.ts). */
+const MCP_TRANSPORT = "streamable-http";
+
+export interface McpToolDiscoveryOptions {
+  /** What the tool does, for a catalogue. */
+  description?: string;
+  /** Example `arguments` of a tools/call. */
+  example?: Record<string, unknown>;
+  /** An example result (and its JSON Schema); without an example the extension declares no output. */
+  output?: { example: unknown; schema?: Record<string, unknown> };
+}
+
+/**
+ * The `extensions` entry an MCP tool's PaymentRequired carries: x402's `bazaar` declaration
+ * in its MCP form (input.type "mcp", the tool's name and its arguments' JSON Schema), made
+ * with the extension's own helper. Spread it into `extensions` beside payment-identifier's.
+ *
+ * @param inputSchema the tool's inputSchema as tools/list shows it (the bazaar spec asks for the same schema)
+ */
+export function mcpToolDiscovery(toolName: string, inputSchema: Record<string, unknown>, options: McpToolDiscoveryOptions = {}): Record<string, McpDiscoveryExtension> {
+  return declareDiscoveryExtension({ toolName, inputSchema, transport: MCP_TRANSPORT, ...options }) as Record<string, McpDiscoveryExtension>;
 }
 
 /** The REST route's `bazaar` declarations: `full` for the probe, `compact` for a bill's 402 (see billDiscovery). */
@@ -146,7 +178,7 @@ export const BILL_DISCOVERY = { full: billDiscovery(true), compact: billDiscover
  *   instead of the interface's CAIP-2 ids: those clients refuse a body with CAIP-2 ids, so
  *   they opt in with `?networks=v1`. The v2 header always carries CAIP-2 ids.
  * @param discovery the `bazaar` declaration the v2 form carries: the REST route's compact one
- *   unless told (the probe's full one; an MCP tool's, from discovery.ts mcpToolDiscovery).
+ *   unless told (the probe's full one; an MCP tool's, from mcpToolDiscovery).
  */
 export function buildChallenge(
   ctx: ChallengeContext,
@@ -156,10 +188,11 @@ export function buildChallenge(
   discovery: Record<string, DiscoveryExtension> = BILL_DISCOVERY.compact,
 ): Challenge {
   const reqs = options.map((o) => requirement(ctx, o, description));
-  const resource = { url: ctx.resourceUrl, description, mimeType: "application/json" };
+  const resource = { url: ctx.resourceUrl, description: `${description}. ${termsSentence(ctx.terms)}`, mimeType: "application/json" };
   const v1Body = {
     x402Version: 1,
     error: PAYMENT_REQUIRED_ERROR.v1,
+    terms: ctx.terms,
     accepts: reqs.map(({ amount, ...r }, i) => ({
       ...r,
       ...(v1NetworkNames ? { network: chainInfo(options[i]!.chain).x402V1Network ?? chainInfo(options[i]!.chain).caip2 } : {}),

@@ -9,43 +9,22 @@
  * and the challenges cannot disagree. `accepts` is the probe's, at the minimum price: the
  * draft calls it advisory, and a bill's own 402 is what a payment must match.
  */
-import { BAZAAR, declareDiscoveryExtension, type DiscoveryExtension, type McpDiscoveryExtension } from "@x402/extensions/bazaar";
+import { BAZAAR, type DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { Hono } from "hono";
 import { cors } from "hono/cors";
 import { agentTools } from "../agent/tools.ts";
-import { x402PayableDescription, x402PayableSchema } from "../agent/x402-tools.ts";
+import { payableToolDiscovery, x402PayableDescription } from "../agent/x402-tools.ts";
 import type { Config } from "../config.ts";
 import { problemResponse } from "../errors.ts";
 import { BILL_DISCOVERY, PROBE_DESCRIPTION, probeChallenge, type ChallengeContext } from "./challenge.ts";
+import { paymentTerms } from "./terms.ts";
 
 export const WELL_KNOWN_PATHS = ["/.well-known/x402", "/.well-known/x402.json"] as const;
 /** The paid MCP tool, and where MCP is served (server/app.ts). */
 const PAID_TOOL = "pay_bill";
 const MCP_PATH = "/api/mcp";
-/** How the service serves MCP: stateless JSON-RPC over POST (agent/mcp.ts). */
-const MCP_TRANSPORT = "streamable-http";
 /** The list changes only with a deployment; a short public cache spares the service repeats. */
 const CACHE_CONTROL = "public, max-age=300";
-
-export interface McpToolDiscoveryOptions {
-  /** What the tool does, for a catalogue. */
-  description?: string;
-  /** Example `arguments` of a tools/call. */
-  example?: Record<string, unknown>;
-  /** An example result (and its JSON Schema); without an example the extension declares no output. */
-  output?: { example: unknown; schema?: Record<string, unknown> };
-}
-
-/**
- * The `extensions` entry an MCP tool's PaymentRequired carries: x402's `bazaar` declaration
- * in its MCP form (input.type "mcp", the tool's name and its arguments' JSON Schema), made
- * with the extension's own helper. Spread it into `extensions` beside payment-identifier's.
- *
- * @param inputSchema the tool's inputSchema as tools/list shows it (the bazaar spec asks for the same schema)
- */
-export function mcpToolDiscovery(toolName: string, inputSchema: Record<string, unknown>, options: McpToolDiscoveryOptions = {}): Record<string, McpDiscoveryExtension> {
-  return declareDiscoveryExtension({ toolName, inputSchema, transport: MCP_TRANSPORT, ...options }) as Record<string, McpDiscoveryExtension>;
-}
 
 /**
  * A `bazaar` declaration as a manifest item's `type`, `input` and `output`, as the draft
@@ -78,7 +57,7 @@ export function mountDiscovery(app: Hono, deps: DiscoveryDeps): void {
   const tool = agentTools(config.BATCH_MAX_BILLS).find((t) => t.name === PAID_TOOL)!;
   const resources = [
     { path: "/api/pay/x402", description: PROBE_DESCRIPTION, ...lifted(BILL_DISCOVERY.full) },
-    { path: MCP_PATH, description: x402PayableDescription(tool), ...lifted(mcpToolDiscovery(tool.name, x402PayableSchema(tool), { description: x402PayableDescription(tool) })) },
+    { path: MCP_PATH, description: x402PayableDescription(tool), ...lifted(payableToolDiscovery(tool)) },
   ];
   const lastUpdated = Math.floor(Date.now() / 1000);
 
@@ -93,6 +72,8 @@ export function mountDiscovery(app: Hono, deps: DiscoveryDeps): void {
       accepts,
       input,
       ...(output ? { output } : {}),
+      // What the payer is promised: how soon it is answered, and the refund when a bill fails.
+      terms: paymentTerms(config, base),
     })),
   });
 

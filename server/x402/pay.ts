@@ -11,6 +11,7 @@
  */
 import type { PaymentRequired, PaymentRequirements, SettleResponse } from "@x402/core/types";
 import type { DiscoveryExtension } from "@x402/extensions/bazaar";
+import { paymentTerms } from "./terms.ts";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
@@ -149,6 +150,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   const { config, versions, limits } = deps;
   const seenBills = new RecentKeys(NEW_BILL_MEMORY);
 
+  const terms = paymentTerms(config);
   const context = (resourceUrl: string): ChallengeContext => ({
     deployments: deps.deployments,
     catalogue: deps.flow.catalogue,
@@ -157,6 +159,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     refundBudgets: deps.flow.refundBudgets,
     customerChecks: deps.flow.customerChecks,
     resourceUrl,
+    terms,
   });
 
   const deployedOption = (bill: Pick<PaymentRequest, "blockchain" | "token">) => {

@@ -83,6 +83,7 @@ describe("x402 route: the 402 challenge", () => {
     expect(body).toEqual({
       x402Version: 1,
       error: expect.stringMatching(/payment required/i),
+      terms: expect.objectContaining({ vend_deadline_seconds: expect.any(Number) }), // x402/terms.ts; asserted in discovery.test.ts
       accepts: [
         {
           scheme: "exact",

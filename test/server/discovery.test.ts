@@ -15,14 +15,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { agentTools, toolInputSchema } from "../../server/agent/tools.ts";
-import { x402PayableDescription, x402PayableSchema } from "../../server/agent/x402-tools.ts";
+import { payableToolDiscovery, x402PayableDescription, x402PayableSchema } from "../../server/agent/x402-tools.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
 import { openDb, type Db } from "../../server/db.ts";
 import { BILL_EXAMPLES, BILL_JSON_SCHEMAS } from "../../server/openapi.ts";
 import { readHttpRate } from "../../server/pricing/rates.ts";
 import { buildFlow } from "../../server/services.ts";
-import { mcpToolDiscovery } from "../../server/x402/discovery.ts";
+import { mcpToolDiscovery } from "../../server/x402/challenge.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { listen } from "../support/http-server.ts";
 import { x402Bill } from "../support/bills.ts";
@@ -125,10 +125,20 @@ describe("x402 discovery: the bazaar declaration in the 402 and the /.well-known
     expect(validateDiscoveryExtension(bazaar)).toEqual({ valid: true });
     expect(bazaar.info.input).toMatchObject({ type: "http", method: "POST", bodyType: "json" });
     expect(accepts(BILL_JSON_SCHEMAS.request, bazaar.info.input.body)).toBe(true);
+    expect(validateDiscoveryExtensionSpec(bazaar as unknown as Record<string, unknown>)).toEqual({ valid: true });
     expect(bodySchema(bazaar)).not.toHaveProperty("properties.serviceID");
-    expect(bazaar.info.output).toBeUndefined();
-    // Every bill's header stays small: about 2.2 KB of base64 here; the full declaration would make it about 8.
+    // What a paid bill returns, as an example (the schemas are the probe's and the list's).
+    expect(bazaar.info.output).toMatchObject({ example: BILL_EXAMPLES.result });
+    expect(accepts(BILL_JSON_SCHEMAS.result, bazaar.info.output!.example)).toBe(true);
+    // Every bill's header stays small: under 3 KB of base64 here; the full declaration would make it about 8.
     expect(res.headers.get("PAYMENT-REQUIRED")!.length).toBeLessThan(3 * 1024);
+    // The promise, before paying: in the resource's description (v2) and as `terms` in the body.
+    expect(required.resource.description).toMatch(/^Bill payment\. Answered within 20 s of settlement .* refunded in full on chain to the paying wallet \(GET \/api\/orders\/\{request_id\}\)\.$/);
+    expect(((await res.clone().json()) as { terms: unknown }).terms).toEqual({
+      vend_deadline_seconds: 20,
+      operator_alert_seconds: 600,
+      refund: { when: expect.stringContaining("cannot vend"), amount: "the whole payment, in the token paid", to: expect.stringContaining("the wallet that paid"), how: expect.any(String), check: "GET /api/orders/{request_id}: refund.status and refund.tx_hash" },
+    });
     expect(await catalogued(res)).toMatchObject({ resourceUrl: "http://billpay.test/api/pay/x402", method: "POST" });
   });
 
@@ -155,6 +165,15 @@ describe("x402 discovery: the bazaar declaration in the 402 and the /.well-known
       expect(accepts(rest.output!.schema!, BILL_EXAMPLES.result)).toBe(true);
       expect(mcp.input).toEqual({ toolName: "pay_bill", inputSchema: x402PayableSchema(payBill), transport: "streamable-http" });
       expect(mcp.resource.description).toBe(x402PayableDescription(payBill));
+      // The tool returns what the route returns: the same example and schema.
+      expect(mcp.output).toEqual(rest.output);
+      // Both promise the same, with where to check an order's refund.
+      for (const item of [rest, mcp]) {
+        expect((item as ManifestItem & { terms: { vend_deadline_seconds: number; refund: { check: string } } }).terms).toMatchObject({
+          vend_deadline_seconds: 20,
+          refund: { check: "GET http://billpay.test/api/orders/{request_id}: refund.status and refund.tx_hash" },
+        });
+      }
     }
   });
 
@@ -184,6 +203,16 @@ describe("x402 discovery: the bazaar declaration in the 402 and the /.well-known
     const bazaar = extensions.bazaar as McpDiscoveryExtension;
     expect(validateDiscoveryExtension(bazaar)).toEqual({ valid: true });
     expect(validateDiscoveryExtensionSpec(bazaar as unknown as Record<string, unknown>)).toEqual({ valid: true });
+    // The one pay_bill's PaymentRequired carries: with what a paid call returns, valid against both validators.
+    const declared = payableToolDiscovery(payBill).bazaar as McpDiscoveryExtension;
+    expect(validateDiscoveryExtension(declared)).toEqual({ valid: true });
+    expect(validateDiscoveryExtensionSpec(declared as unknown as Record<string, unknown>)).toEqual({ valid: true });
+    expect(declared.info.output).toMatchObject({ example: BILL_EXAMPLES.result });
+    expect(declared.schema.properties.output).toBeDefined();
+    expect(accepts(declared.schema.properties.output!.properties!.example as Record<string, unknown>, BILL_EXAMPLES.result)).toBe(true);
+    // A result that is not the declared shape fails the extension's own validation.
+    const wrong = { ...declared, info: { ...declared.info, output: { ...declared.info.output, example: { status: 42 } } } };
+    expect(validateDiscoveryExtension(wrong as McpDiscoveryExtension).valid).toBe(false);
     expect(bazaar.info.input).toMatchObject({ type: "mcp", toolName: "pay_bill", transport: "streamable-http", description: "Pay a bill" });
     // As a facilitator catalogues it from a payment that echoes it: the tuple (url, toolName).
     const probe = paymentRequired(await app.request("/api/pay/x402"));
