@@ -36,6 +36,7 @@ import { mountX402Routes } from "./x402/route.ts";
 import { mountDiscovery } from "./x402/discovery.ts";
 import { x402Payments } from "./x402/pay.ts";
 import { agentCard, mountA2a } from "./agent/a2a.ts";
+import { DbTaskStore } from "./agent/a2a-tasks.ts";
 import { a2aX402 } from "./agent/a2a-x402.ts";
 import type { AgentHub } from "./agent/hub.ts";
 import { LINK_NONCE_PATH, LINK_PATH, LINK_STATEMENT } from "../lib/agent-link.ts";
@@ -232,6 +233,7 @@ export function createApp(deps: AppDeps): Hono {
     ctx: toolContext,
     log: log(),
     baseUrl: config.PUBLIC_URL,
+    tasks: new DbTaskStore(deps.db),
   });
 
   app.use(BILLER_WEBHOOK_PATH, billBodyLimit);

@@ -354,6 +354,17 @@ const MIGRATIONS: string[] = [
    ALTER TABLE biller_attempt ADD COLUMN outcome text;
    ALTER TABLE biller_attempt ADD COLUMN outcome_detail jsonb;
    ALTER TABLE biller_attempt ADD COLUMN outcome_at timestamptz;`,
+  // A2A tasks, so any instance continues a task another started (agent/a2a-tasks.ts).
+  `CREATE SEQUENCE a2a_task_seq;
+   CREATE TABLE a2a_task (
+     id         text        PRIMARY KEY,
+     state      integer     NOT NULL,
+     task       jsonb       NOT NULL,
+     updated_at timestamptz NOT NULL,
+     seq        bigint      NOT NULL DEFAULT nextval('a2a_task_seq')
+   );
+   CREATE INDEX a2a_task_seq_order ON a2a_task (seq);
+   CREATE INDEX a2a_task_updated ON a2a_task (updated_at);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

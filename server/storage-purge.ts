@@ -5,6 +5,7 @@
  *     signed time is outside the window, so a replay is refused as stale without them;
  *   - expired rate-limit counters;
  *   - refusals kept for a late landing (orders/late-landing.ts) a day after their authorization expired;
+ *   - A2A tasks past their lifetime, and beyond the table's capacity (agent/a2a-tasks.ts);
  *   - orders that moved no money (PAYMENT_FAILED: never charged, and only so once the chain
  *     shows their authorization or pull can no longer land) older than ORDER_UNPAID_RETENTION_DAYS,
  *     with their callback deliveries: anyone can make such orders, so they must not pile up.
@@ -12,19 +13,21 @@
  * rate versions (one row per change of rate, not per request: they say what each price was made from).
  */
 import type { Db } from "./db.ts";
+import { DbTaskStore } from "./agent/a2a-tasks.ts";
 import { RefusedPayments } from "./orders/refused-payments.ts";
 
 export async function purgeExpired(
   db: Db,
   linkWindowSeconds: number,
   unpaidOrderSeconds = 30 * 86_400,
-): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number; refusedPayments: number; unpaidOrders: number }> {
+): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number; refusedPayments: number; a2aTasks: number; unpaidOrders: number }> {
   const count = async (sql: string, params: unknown[]) => (await db.query<{ n: number }>(`WITH gone AS (${sql} RETURNING 1) SELECT count(*)::int AS n FROM gone`, params))[0]!.n;
   return {
     linkSignatures: await count(`DELETE FROM link_signature WHERE used_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     linkNonces: await count(`DELETE FROM link_nonce WHERE created_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     rateLimits: await count(`DELETE FROM rate_limit WHERE expire < $1`, [Date.now()]),
     refusedPayments: await new RefusedPayments(db).purge(BigInt(Math.floor(Date.now() / 1000))),
+    a2aTasks: await new DbTaskStore(db).trim(),
     // A thousand a pass; their callback rows go in the same statement (foreign keys are checked at its end).
     unpaidOrders: (
       await db.query<{ n: number }>(

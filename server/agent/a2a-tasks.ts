@@ -1,51 +1,71 @@
 /**
- * Where the A2A route keeps its tasks. Only pay-per-call calls make tasks (agent/a2a-x402.ts:
- * an input-required task holds the bill it priced until the payment comes), and anyone can
- * start one, so the store is bounded: at most `capacity` tasks, the oldest dropped first, and
- * a task is forgotten `ttlMs` after it last changed (far past its price's lifetime). A
- * flood can then cost the service a bounded amount of memory, never all of it; a payment
- * sent on a forgotten task is refused as an unknown task, and nothing is charged.
+ * Where the A2A route keeps its tasks: in the service's database, so any instance continues a
+ * task another started (a pay-per-call task is priced on one call and paid on the next, and a
+ * load balancer need not send both to the same instance).
  *
- * Tasks are never listed: a task holds a bill (a phone, a meter), and every caller here is
+ * Only pay-per-call calls make tasks (agent/a2a-x402.ts: an input-required task holds the bill
+ * it priced until the payment comes), and anyone can start one, so the table is bounded: about
+ * `capacity` tasks (trimmed every `trimEvery` saves and on the worker's purge, the task
+ * changed longest ago first), and a task is forgotten `ttlMs` after it last changed (far past
+ * its price's lifetime). A flood costs a bounded amount of storage; a payment sent on a
+ * forgotten task is refused as an unknown task, and nothing is charged.
+ *
+ * A finished task (completed, failed, canceled, rejected) never goes back: a save that would
+ * turn it into another state is ignored, so two instances racing on one task cannot reopen
+ * it. Tasks are never listed: a task holds a bill (a phone, a meter), and every caller here is
  * unauthenticated, so a task is seen only by whoever holds its id.
  */
-import type { ListTasksResponse, Task } from "@a2a-js/sdk";
+import { Task, TaskState } from "@a2a-js/sdk";
+import type { ListTasksResponse } from "@a2a-js/sdk";
 import type { TaskStore } from "@a2a-js/sdk/server";
+import type { Db } from "../db.ts";
 
-export class BoundedTaskStore implements TaskStore {
-  private readonly tasks = new Map<string, { task: Task; at: number }>();
+export const A2A_TASK_CAPACITY = 10_000;
+export const A2A_TASK_TTL_MS = 60 * 60_000;
+
+const FINISHED = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED];
+
+export class DbTaskStore implements TaskStore {
+  private savesSinceTrim = 0;
 
   constructor(
-    private readonly capacity = 10_000,
-    private readonly ttlMs = 60 * 60_000,
+    private readonly db: Pick<Db, "query">,
+    private readonly capacity = A2A_TASK_CAPACITY,
+    private readonly ttlMs = A2A_TASK_TTL_MS,
     private readonly now: () => number = Date.now,
+    private readonly trimEvery = 100,
   ) {}
 
-  get size(): number {
-    return this.tasks.size;
-  }
-
   async save(task: Task): Promise<void> {
-    // Re-inserted, so the Map's order stays oldest change first.
-    this.tasks.delete(task.id);
-    this.tasks.set(task.id, { task: structuredClone(task), at: this.now() });
-    for (const id of this.tasks.keys()) {
-      if (this.tasks.size <= this.capacity) break;
-      this.tasks.delete(id);
+    const state = task.status?.state ?? TaskState.TASK_STATE_UNSPECIFIED;
+    await this.db.query(
+      `INSERT INTO a2a_task (id, state, task, updated_at) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, task = EXCLUDED.task, updated_at = EXCLUDED.updated_at, seq = nextval('a2a_task_seq')
+       WHERE NOT (a2a_task.state = ANY($5::int[]) AND EXCLUDED.state <> a2a_task.state)`,
+      [task.id, state, JSON.stringify(Task.toJSON(task)), new Date(this.now()), FINISHED],
+    );
+    if (++this.savesSinceTrim >= this.trimEvery) {
+      this.savesSinceTrim = 0;
+      await this.trim();
     }
   }
 
   async load(taskId: string): Promise<Task | undefined> {
-    const entry = this.tasks.get(taskId);
-    if (!entry) return undefined;
-    if (this.now() - entry.at > this.ttlMs) {
-      this.tasks.delete(taskId);
-      return undefined;
-    }
-    return structuredClone(entry.task);
+    const [row] = await this.db.query<{ task: unknown }>(`SELECT task FROM a2a_task WHERE id = $1 AND updated_at > $2`, [taskId, new Date(this.now() - this.ttlMs)]);
+    return row ? Task.fromJSON(typeof row.task === "string" ? JSON.parse(row.task) : row.task) : undefined;
   }
 
   async list(): Promise<ListTasksResponse> {
     return { tasks: [], nextPageToken: "", pageSize: 0, totalSize: 0 };
+  }
+
+  /** Drops tasks past their lifetime, then all but the `capacity` changed last; resolves to how many went. */
+  async trim(): Promise<number> {
+    const expired = await this.db.query(`DELETE FROM a2a_task WHERE updated_at <= $1 RETURNING 1`, [new Date(this.now() - this.ttlMs)]);
+    const over = await this.db.query(
+      `DELETE FROM a2a_task WHERE seq <= (SELECT seq FROM a2a_task ORDER BY seq DESC OFFSET $1 LIMIT 1) RETURNING 1`,
+      [this.capacity],
+    );
+    return expired.length + over.length;
   }
 }

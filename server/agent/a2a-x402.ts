@@ -20,9 +20,9 @@
  *   - The extension is declared `required: false`: pay_bill with an api_key and PIN still
  *     works without it, so a client that does not activate it is not refused.
  *   - The task remembers the bill it priced (`task.metadata`), as the page asks the merchant to
- *     keep the task's state. Tasks live in the instance's memory (the SDK's task store): a
- *     submission that reaches an instance that never saw the task is refused by the SDK as an
- *     unknown task, and nothing is charged; behind several instances, route A2A stickily.
+ *     keep the task's state. Tasks are kept in the service's database (agent/a2a-tasks.ts), so
+ *     the submission may reach any instance; one on a task the store no longer has (past its
+ *     lifetime) is refused by the SDK as an unknown task, and nothing is charged.
  *   - A failure is terminal (`failed`); the page lets the merchant choose. A new task pays anew.
  *   - Error codes: the page's common codes where one says the same thing, the service's own
  *     code otherwise; the service's code is in the answer's data part either way.

@@ -4,7 +4,8 @@
  * (`message/send`, no header). A call is a message with a data part
  * `{"skill": "<tool>", "arguments": {...}}` (or the same JSON as text); the answer is a
  * message with a data part holding the tool's result, or `{"error": {...}}` with the
- * service's error code. Each answer is a direct message: nothing is kept as a task.
+ * service's error code. Each answer is a direct message, except pay_bill paid per call with
+ * x402 (agent/a2a-x402.ts), which is a task kept in the database (agent/a2a-tasks.ts).
  */
 import { type Log } from "../log.ts";
 import { randomUUID } from "node:crypto";
@@ -21,12 +22,12 @@ import {
   type AgentExecutor,
   type ExecutionEventBus,
   type RequestContext,
+  type TaskStore,
 } from "@a2a-js/sdk/server";
 import type { Hono } from "hono";
 import { z } from "zod";
 import { problemBody, type ServiceError, validationFailed } from "../errors.ts";
 import { clientAddress } from "../limits.ts";
-import { BoundedTaskStore } from "./a2a-tasks.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
 import { X402_PAYABLE_TOOLS, type CallerContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
@@ -177,18 +178,21 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
 
 export function mountA2a(
   app: Hono,
-  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string; x402?: A2aX402 },
+  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string; x402?: A2aX402; tasks: TaskStore },
 ): void {
   const executor = new ToolExecutor(options.tools, options.ctx, options.log, options.x402);
-  // One store for every base URL's handler: a task priced under one is paid under the same.
-  const tasks = new BoundedTaskStore();
+  // One store for every base URL's handler and every instance (agent/a2a-tasks.ts): a task priced under one is paid under another.
+  const { tasks } = options;
   // The card names the public URL; built on first use when it comes from the request.
   const handlers = new Map<string, { v1: JsonRpcTransportHandler; legacy: LegacyJsonRpcTransportHandler; card: AgentCard }>();
   const forBase = (baseUrl: string) => {
     let h = handlers.get(baseUrl);
     if (!h) {
       const card = options.card(baseUrl);
-      const requestHandler = new DefaultRequestHandler(card, tasks, executor);
+      // No event bus is kept past a call: the task, in the store, is all a follow-up needs, on
+      // whichever instance it lands (the SDK's default keeps an input-required task's bus in
+      // this instance's memory, one per unpaid task, never freed).
+      const requestHandler = new DefaultRequestHandler(card, tasks, executor, undefined, undefined, undefined, undefined, undefined, { keepBusAliveStates: [] });
       h = { v1: new JsonRpcTransportHandler(requestHandler), legacy: new LegacyJsonRpcTransportHandler(requestHandler), card };
       if (handlers.size < 8) handlers.set(baseUrl, h);
     }

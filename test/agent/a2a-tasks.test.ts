@@ -1,51 +1,105 @@
 /**
- * The A2A task store (server/agent/a2a-tasks.ts): anyone can start a pay-per-call task, so the
- * store holds a bounded number, forgets a task after its lifetime, and lists none (a task
- * holds a bill: it is seen only by whoever holds its id).
+ * The A2A task store (server/agent/a2a-tasks.ts), on the service's database: anyone can start a
+ * pay-per-call task, so the table holds a bounded number, forgets a task after its lifetime,
+ * lists none (a task holds a bill: it is seen only by whoever holds its id), and never reopens
+ * a finished task. Two instances continuing one task are in test/agent/a2a-x402.test.ts.
  */
-import { TaskState, type Task } from "@a2a-js/sdk";
-import { describe, expect, it } from "vitest";
-import { BoundedTaskStore } from "../../server/agent/a2a-tasks.ts";
+import { Role, TaskState, type Task } from "@a2a-js/sdk";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DbTaskStore } from "../../server/agent/a2a-tasks.ts";
+import { openDb, type Db } from "../../server/db.ts";
+import { purgeExpired } from "../../server/storage-purge.ts";
 
 const task = (id: string, state = TaskState.TASK_STATE_INPUT_REQUIRED): Task => ({
   id,
   contextId: "ctx",
-  status: { state, message: undefined, timestamp: undefined },
+  status: {
+    state,
+    message: {
+      messageId: "m1",
+      contextId: "ctx",
+      taskId: id,
+      role: Role.ROLE_AGENT,
+      parts: [{ content: { $case: "data", value: { "x402.payment.status": "payment-required" } }, metadata: undefined, filename: "", mediaType: "application/json" }],
+      metadata: { "x402.payment.status": "payment-required" },
+      extensions: [],
+      referenceTaskIds: [],
+    },
+    timestamp: "2026-11-27T12:00:00.000Z",
+  },
   artifacts: [],
   history: [],
-  metadata: { "billpay.x402.call": { tool: "pay_bill", arguments: { billersCode: "08011111111" } } },
+  metadata: { "billpay.x402.call": { tool: "pay_bill", arguments: { billersCode: "08011111111", nairaAmount: 500 } } },
 });
 
-describe("the A2A task store", () => {
-  it("keeps at most its capacity, dropping the task changed longest ago", async () => {
-    const store = new BoundedTaskStore(3);
+describe("the A2A task store, in the database", () => {
+  let db: Db;
+  beforeAll(async () => {
+    db = await openDb({ pgliteDir: undefined });
+  });
+  afterAll(async () => {
+    await db?.close();
+  });
+  const count = async () => (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM a2a_task`))[0]!.n;
+  const clear = () => db.query(`DELETE FROM a2a_task`);
+
+  it("gives back exactly the task it was given, oneofs, metadata and all; an unknown id is undefined", async () => {
+    await clear();
+    const store = new DbTaskStore(db);
+    const saved = task("round-trip");
+    await store.save(saved);
+    expect(await store.load("round-trip")).toEqual(saved);
+    expect(await store.load("nobody")).toBeUndefined();
+  });
+
+  it("keeps about its capacity, dropping the task changed longest ago", async () => {
+    await clear();
+    const store = new DbTaskStore(db, 3, 60_000, Date.now, 1); // trimmed on every save
     for (const id of ["a", "b", "c"]) await store.save(task(id));
-    await store.save(task("a", TaskState.TASK_STATE_COMPLETED)); // a changed last now
+    await store.save(task("a", TaskState.TASK_STATE_WORKING)); // a changed last now
     await store.save(task("d"));
-    expect(store.size).toBe(3);
+    expect(await count()).toBe(3);
     expect(await store.load("b")).toBeUndefined();
-    expect((await store.load("a"))!.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect((await store.load("a"))!.status!.state).toBe(TaskState.TASK_STATE_WORKING);
     expect(await store.load("c")).toBeDefined();
     expect(await store.load("d")).toBeDefined();
   });
 
-  it("forgets a task its lifetime after it last changed", async () => {
-    let now = 1_000;
-    const store = new BoundedTaskStore(10, 500, () => now);
+  it("forgets a task its lifetime after it last changed, and the purge deletes it", async () => {
+    await clear();
+    let now = Date.now();
+    const store = new DbTaskStore(db, 10, 500, () => now);
     await store.save(task("a"));
-    now += 500;
+    now += 499;
     expect(await store.load("a")).toBeDefined();
-    now += 1;
+    now += 2;
     expect(await store.load("a")).toBeUndefined();
-    expect(store.size).toBe(0);
+    expect(await store.trim()).toBe(1);
+    expect(await count()).toBe(0);
+    // The worker's purge trims with the real lifetime: an hour-old task goes, a fresh one stays.
+    now = Date.now();
+    await new DbTaskStore(db, 10, 3_600_000, () => now - 3_600_001).save(task("old"));
+    await new DbTaskStore(db).save(task("fresh"));
+    expect((await purgeExpired(db, 300)).a2aTasks).toBe(1);
+    expect(await new DbTaskStore(db).load("fresh")).toBeDefined();
   });
 
-  it("hands out copies, and lists nothing", async () => {
-    const store = new BoundedTaskStore();
-    await store.save(task("a"));
-    const loaded = (await store.load("a"))!;
-    loaded.metadata = {};
-    expect((await store.load("a"))!.metadata).toHaveProperty("billpay.x402.call");
+  it("never reopens a finished task: a save turning it into another state is ignored, the same state is kept", async () => {
+    await clear();
+    const store = new DbTaskStore(db);
+    await store.save(task("t"));
+    await store.save(task("t", TaskState.TASK_STATE_COMPLETED));
+    await store.save(task("t", TaskState.TASK_STATE_INPUT_REQUIRED)); // a racing instance, one step behind
+    await store.save(task("t", TaskState.TASK_STATE_FAILED));
+    expect((await store.load("t"))!.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    const withArtifact = { ...task("t", TaskState.TASK_STATE_COMPLETED), artifacts: [{ artifactId: "bill", name: "bill", description: "", parts: [], metadata: undefined, extensions: [] }] };
+    await store.save(withArtifact);
+    expect((await store.load("t"))!.artifacts).toHaveLength(1);
+  });
+
+  it("lists nothing", async () => {
+    const store = new DbTaskStore(db);
+    await store.save(task("listed?"));
     expect(await store.list()).toMatchObject({ tasks: [], totalSize: 0 });
   });
 });

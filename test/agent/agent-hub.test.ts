@@ -554,7 +554,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       };
       const mcpCall = async (name: string, args: Record<string, unknown> = {}, bearer?: string | null) => {
         const answer = await rpc("/api/mcp", { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }, bearer);
-        return { isError: answer.result.isError === true, data: JSON.parse(answer.result.content[0].text) as Record<string, any> };
+        return { isError: answer.result.isError === true, data: answer.result.structuredContent as Record<string, any> };
       };
 
       const described = await mcpCall("describe_capabilities");

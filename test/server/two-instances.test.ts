@@ -3,14 +3,20 @@
  * and refunder keys (granted by `npm run admin`), sharing the facilitator and the biller.
  * Payers pay over both rails through both instances at once, one x402 payment is sent to
  * both instances together, and both workers then run at once: every bill is served or
- * refunded exactly once, and the audit of ledger and orders finds nothing.
+ * refunded exactly once, and the audit of ledger and orders finds nothing. An A2A task priced
+ * on one instance is paid on the other.
  */
+import { Role, TaskState, type Message, type Task } from "@a2a-js/sdk";
+import { ClientFactory, type Client } from "@a2a-js/sdk/client";
 import { x402HTTPClient } from "@x402/core/http";
+import { PaymentRequiredV2Schema } from "@x402/core/schemas";
+import type { PaymentRequired } from "@x402/core/types";
 import { join } from "node:path";
 import { createWalletClient, http, parseEther, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
+import { A2A_X402_EXTENSION } from "../../server/agent/a2a-x402.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
@@ -156,6 +162,44 @@ describe("two service instances on one PostgreSQL and one ledger", () => {
     const report = await runAudit({ ledgerUrl: ledger.url, deployments: chains.deployments, service: { url: b.urls.service } });
     expect(report.discrepancies).toEqual([]);
     expect(report.orders).toMatchObject({ ordersChecked: 9, review: [], stuck: [] });
+  });
+
+  it("an A2A pay-per-call task started on one instance is paid on the other: completed once, charged once, and finished for both", async () => {
+    const payer = hardhatAccount(8);
+    const before = await celo.balanceOf("USDC", payer.address);
+    const [viaA, viaB] = await Promise.all([a, b].map((i) => new ClientFactory().createFromUrl(i.urls.service)));
+    const send = (client: Client, message: Partial<Message>) =>
+      client.sendMessage({
+        tenant: "",
+        message: { messageId: crypto.randomUUID(), contextId: "", taskId: "", role: Role.ROLE_USER, parts: [], metadata: undefined, extensions: [A2A_X402_EXTENSION], referenceTaskIds: [], ...message },
+        configuration: undefined,
+        metadata: undefined,
+      }) as Promise<Task>;
+    const data = (value: unknown) => ({ content: { $case: "data" as const, value }, metadata: undefined, filename: "", mediaType: "application/json" });
+
+    // Priced on A: an input-required task holding the PaymentRequired.
+    const task = await send(viaA!, { parts: [data({ skill: "pay_bill", arguments: airtimeBill({ nairaAmount: 1500 }) })] });
+    expect(task.status!.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const required = PaymentRequiredV2Schema.parse(task.status!.message!.metadata!["x402.payment.required"]) as unknown as PaymentRequired;
+    const onCeloUsdc = required.accepts.filter((o) => o.network === "eip155:42220" && o.asset.toLowerCase() === celo.tokenAddress("USDC").toLowerCase());
+    const payment = await x402ClientFor(payer, chains.deployments).createPaymentPayload({ ...required, accepts: onCeloUsdc });
+
+    // Paid on B, which never saw the call.
+    const submit = (client: Client) =>
+      send(client, { taskId: task.id, contextId: task.contextId, parts: [data({})], metadata: { "x402.payment.status": "payment-submitted", "x402.payment.payload": payment } });
+    const done = await submit(viaB!);
+    expect(done.id).toBe(task.id);
+    expect(done.status!.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    const result = done.artifacts[0]!.parts[0]!.content!.value as { status: string; request_id: string };
+    expect(result.status).toBe("SUCCESS");
+    const order = (await a.flow.orders.get(result.request_id))!;
+    expect(before - (await celo.balanceOf("USDC", payer.address))).toBe(order.amount);
+
+    // Finished for both instances: the same payment again, on either, takes nothing more.
+    for (const client of [viaA!, viaB!]) await expect(submit(client)).rejects.toThrow();
+    expect(before - (await celo.balanceOf("USDC", payer.address))).toBe(order.amount);
+    const [stored] = await a.db.query<{ state: number }>(`SELECT state FROM a2a_task WHERE id = $1`, [task.id]);
+    expect(stored!.state).toBe(TaskState.TASK_STATE_COMPLETED);
   });
 
   it("one key, one instance: a second instance on A's keys refuses to start and names the key; after A dies holding an order, its restart resumes it at once", async () => {
