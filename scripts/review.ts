@@ -55,10 +55,10 @@ export interface ReviewCliResult {
   body: unknown;
 }
 
-type ActionRecord = { id: string; action: string; operator: string; reason: string; outcome: string; detail: string | null; amount: string | null; tx_hash: string | null; created_at: string; status_after: string | null };
+type ActionRecord = { id: string; action: string; operator: string; reason: string; outcome: string; detail: string | null; amount: string | null; amount_text?: string | null; tx_hash: string | null; created_at: string; status_after: string | null };
 
 const actionLine = (a: ActionRecord) =>
-  `#${a.id} ${a.created_at.slice(0, 19)} ${a.action} by ${a.operator} (${a.reason}): ${a.outcome}${a.status_after ? ` -> ${a.status_after}` : ""}${a.amount ? `, amount ${a.amount}` : ""}${a.tx_hash ? `, tx ${a.tx_hash}` : ""}${a.detail ? `\n    ${a.detail}` : ""}`;
+  `#${a.id} ${a.created_at.slice(0, 19)} ${a.action} by ${a.operator} (${a.reason}): ${a.outcome}${a.status_after ? ` -> ${a.status_after}` : ""}${a.amount ? `, amount ${a.amount_text ?? `${a.amount} raw units`}` : ""}${a.tx_hash ? `, tx ${a.tx_hash}` : ""}${a.detail ? `\n    ${a.detail}` : ""}`;
 
 export async function runReview(argv: string[], env: { url: string; token?: string; operator?: string }): Promise<ReviewCliResult> {
   const { command, positional, options, json } = parseArgs(argv);
@@ -96,9 +96,11 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
         ? [JSON.stringify(r.body, null, 2)]
         : [
             `orders held for review: ${orders.length}`,
-            ...orders.map((o) => `  ${o.request_id} ${o.rail} ${o.chain} ${o.token} ${o.amount} from ${o.payer}: ${o.failure_reason ?? ""}`),
+            ...(orders.length === 0 ? ["  none"] : orders.map((o) => `  ${o.request_id} ${o.rail} ${o.amount_text} from ${o.payer}: ${o.failure_reason ?? ""}`)),
             `x402 payments without an order: ${orphans.length}`,
-            ...orphans.map((p) => `  --chain ${p.chain} --token ${p.token_address} --payer ${p.payer} --nonce ${p.auth_nonce}: ${p.amount} in ${p.tx_hash}`),
+            ...(orphans.length === 0
+              ? ["  none"]
+              : orphans.map((p) => `  ${p.amount_text} from ${p.payer} in ${p.tx_hash}\n    close-orphan --chain ${p.chain} --token ${p.token_address} --payer ${p.payer} --nonce ${p.auth_nonce}`)),
           ];
       return { lines, ok: true, body: r.body };
     }
@@ -110,17 +112,17 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
       if (json) return { lines: [JSON.stringify(r.body, null, 2)], ok: true, body: r.body };
       const b = r.body as {
         order: Record<string, string | null>;
-        ledger: { payment?: { amount: string; payer: string; txHash: string } | null; refunds?: Array<{ amount: string; txHash: string }>; error?: string };
+        ledger: { payment?: { amount_text: string; payer: string; txHash: string } | null; refunds?: Array<{ amount_text: string; txHash: string }>; error?: string };
         refused?: Record<string, string | null>;
         actions: ActionRecord[];
       };
       const o = b.order;
       const lines = [
-        `${o.request_id}: ${o.status} (${o.rail}, ${o.amount} ${o.token} on ${o.chain} from ${o.payer})`,
+        `${o.request_id}: ${o.status} (${o.rail}, ${o.amount_text} from ${o.payer})`,
         `held because: ${o.failure_reason ?? "–"}`,
         b.ledger.error
           ? `ledger: could not be read: ${b.ledger.error}`
-          : `ledger under its key: ${b.ledger.payment ? `${b.ledger.payment.amount} paid by ${b.ledger.payment.payer} in ${b.ledger.payment.txHash}` : "no payment"}; refunds: ${b.ledger.refunds?.length ? b.ledger.refunds.map((x) => `${x.amount} in ${x.txHash}`).join(", ") : "none"}`,
+          : `ledger under its key: ${b.ledger.payment ? `${b.ledger.payment.amount_text} paid by ${b.ledger.payment.payer} in ${b.ledger.payment.txHash}` : "no payment"}; refunds: ${b.ledger.refunds?.length ? b.ledger.refunds.map((x) => `${x.amount_text} in ${x.txHash}`).join(", ") : "none"}`,
         ...(b.refused ? Object.entries(b.refused).map(([action, why]) => `  ${action}: ${why ? `refused, ${why}` : "allowed"}`) : []),
         `actions: ${b.actions.length}`,
         ...b.actions.map((a) => `  ${actionLine(a)}`),

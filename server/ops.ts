@@ -14,11 +14,12 @@ import { jsonBody } from "./http-body.ts";
 import { operatorIdentity, requireOperator } from "./operator/auth.ts";
 import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
-import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewResult } from "./orders/review.ts";
+import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewRecord, type ReviewResult } from "./orders/review.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
 import type { ServiceRecords } from "./audit/orders.ts";
 import { errorText } from "./log-safety.ts";
 import { x402RailOf } from "./ledger-client.ts";
+import { amountIn, describeAmount, tokenAt } from "../lib/token-amounts.ts";
 
 const MAX_PAGE = 500;
 
@@ -33,6 +34,7 @@ export function opsOrder(o: Order) {
     token_address: o.tokenAddress,
     payer: o.payer,
     amount: o.amount.toString(),
+    amount_text: amountIn(o.chain, o.token, o.amount),
     onchain_order_id: o.onchainOrderId,
     auth_nonce: o.authNonce,
     // The ledger rail an x402 order's payment arrives on (EIP-3009's or Permit2's); null for a pull.
@@ -73,8 +75,13 @@ const orphanDecision = z
   .strict();
 
 /** A decision's answer: 200 when it was taken (done, under way, or tried and back in review), 409 when refused with nothing moved. */
-function decided(c: Context, result: ReviewResult) {
-  const body = { action: result.record, ...(result.order ? { order: opsOrder(result.order) } : {}) };
+/** An operator's action with its amount as an operator reads it, given how to name the amount. */
+function namedAction(record: ReviewRecord, name: (units: string) => string) {
+  return { ...record, amount_text: record.amount ? name(record.amount) : null };
+}
+
+function decided(c: Context, result: ReviewResult, name: (units: string) => string) {
+  const body = { action: namedAction(result.record, name), ...(result.order ? { order: opsOrder(result.order) } : {}) };
   if (result.record.outcome === "REFUSED") return problemResponse("REVIEW_REFUSED", result.record.detail ?? "refused", body);
   return c.json(body, 200, { "cache-control": "no-store" });
 }
@@ -99,17 +106,22 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
   app.get("/ops/review", async (c) => {
     const ids = await deps.review.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE status = 'NEEDS_REVIEW' ORDER BY updated_at LIMIT 500`);
     const orders = (await Promise.all(ids.map((r) => deps.orders.get(r.request_id)))).filter((o): o is Order => !!o);
-    const orphans = (await deps.orphans.all()).payments.filter((p) => p.status === "NEEDS_REVIEW");
+    const orphans = (await deps.orphans.all()).payments
+      .filter((p) => p.status === "NEEDS_REVIEW")
+      .map((p) => ({ ...p, token: tokenAt(deps.review.deployments, String(p.chain), String(p.token_address))?.symbol ?? null, amount_text: describeAmount(deps.review.deployments, String(p.chain), String(p.token_address), String(p.amount)) }));
     return c.json({ orders: orders.map(opsOrder), orphans }, 200, { "cache-control": "no-store" });
   });
 
   app.get("/ops/review/orders/:requestId", async (c) => {
     const order = await deps.orders.get(c.req.param("requestId"));
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${c.req.param("requestId")}`);
-    const actions = await deps.review.reviews.forOrder(order.requestId);
+    const actions = (await deps.review.reviews.forOrder(order.requestId)).map((a) => namedAction(a, (units) => amountIn(order.chain, order.token, units)));
     try {
       const view = await ledgerUnderKey(deps.review, order);
-      return c.json({ order: opsOrder(order), ledger: { payment: view.payment, refunds: view.refunds }, refused: whyNot(order, view), actions }, 200, { "cache-control": "no-store" });
+      // Each amount as an operator reads it, in the token the ledger saw (which may not be the order's).
+      const named = <T extends { chainId: number; token: string; amount: string }>(x: T) => ({ ...x, amount_text: describeAmount(deps.review.deployments, x.chainId, x.token, x.amount) });
+      const ledger = { payment: view.payment && named(view.payment), refunds: view.refunds.map(named) };
+      return c.json({ order: opsOrder(order), ledger, refused: whyNot(order, view), actions }, 200, { "cache-control": "no-store" });
     } catch (err) {
       return c.json({ order: opsOrder(order), ledger: { error: errorText(err) }, actions }, 200, { "cache-control": "no-store" });
     }
@@ -122,7 +134,8 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
     if (body instanceof Response) return body;
     const parsed = orderDecision.safeParse(body);
     if (!parsed.success) throw validationFailed(parsed.error);
-    return decided(c, await resolveOrder(deps.review, { requestId: c.req.param("requestId"), ...parsed.data, operator: name }));
+    const result = await resolveOrder(deps.review, { requestId: c.req.param("requestId"), ...parsed.data, operator: name });
+    return decided(c, result, (units) => (result.order ? amountIn(result.order.chain, result.order.token, units) : units));
   });
 
   app.post("/ops/review/orphans", fromScript, small, async (c) => {
@@ -134,7 +147,8 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
     if (!parsed.success) throw validationFailed(parsed.error);
     if (!validOrphanKey(parsed.data)) return problemResponse("VALIDATION_FAILED", "chain, token_address, payer and auth_nonce must name an x402 payment (addresses and a 32-byte nonce)");
     const { refund_tx_hash, ...key } = parsed.data;
-    return decided(c, await resolveOrphanPayment(deps.review, { ...key, operator: name, refundTxHash: refund_tx_hash }));
+    const result = await resolveOrphanPayment(deps.review, { ...key, operator: name, refundTxHash: refund_tx_hash });
+    return decided(c, result, (units) => describeAmount(deps.review.deployments, key.chain, key.token_address, units));
   });
 
   app.get("/ops/orders", async (c) => {

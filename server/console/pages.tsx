@@ -2,8 +2,8 @@
 /**
  * The operator console's pages, rendered on the server with hono/jsx. Each panel can be
  * fetched alone (?panel=<name>) so htmx refreshes it in place without a full reload.
- * Amounts are raw token units shown with 6 decimals; nothing here shows a purchased code or
- * a secret. The review forms POST (never GET) with the form's token (operator/csrf.ts).
+ * Amounts are shown with their token's decimals, symbol and chain (lib/token-amounts.ts), or in
+ * a table whose row names the token; nothing here shows a purchased code or a secret. The review forms POST (never GET) with the form's token (operator/csrf.ts).
  */
 import type { Child, FC } from "hono/jsx";
 import { formatUnits } from "viem";
@@ -12,6 +12,11 @@ import type { ChainStatus, Health, OrderRow } from "../operator/state.ts";
 import type { ReviewRecord } from "../orders/review.ts";
 
 export const units = (v: bigint | string | null | undefined) => (v === null || v === undefined ? "–" : formatUnits(BigInt(v), 6));
+
+/** A table's rows, or one row saying "none": an empty table must not look unfinished. */
+export function rowsOrNone<T>(items: T[], columns: number, row: (item: T) => Child): Child {
+  return items.length > 0 ? items.map(row) : <tr class="none"><td colspan={columns} class="muted">none</td></tr>;
+}
 const short = (s: string | null | undefined, n = 10) => (s ? (s.length > n + 6 ? `${s.slice(0, n)}…${s.slice(-4)}` : s) : "–");
 
 const CSS = `
@@ -64,8 +69,7 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
         <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th>Match</th><th class="n">Refund budget left</th><th class="n">Pull budget left</th></tr>
       </thead>
       <tbody>
-        {chains.flatMap((c) =>
-          c.tokens.map((t) => (
+        {rowsOrNone(chains.flatMap((c) => c.tokens.map((t) => ({ c, t }))), 7, ({ c, t }) => (
             <tr data-chain={c.chain} data-token={t.symbol}>
               <td>{c.chain}</td>
               <td>{t.symbol}</td>
@@ -75,8 +79,7 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
               <td class="n">{t.refundBudget ? `${units(t.refundBudget.available)} / ${units(t.refundBudget.limit)}` : "–"}</td>
               <td class="n">{t.pullBudget ? `${units(t.pullBudget.available)} / ${units(t.pullBudget.limit)}` : "–"}</td>
             </tr>
-          )),
-        )}
+        ))}
       </tbody>
     </table>
     <p id="audit-verdict">
@@ -105,7 +108,7 @@ export const ChainsTable: FC<{ chains: ChainStatus[] }> = ({ chains }) => (
   <table id="chains">
     <thead><tr><th>Chain</th><th class="n">Head</th><th class="n">Indexed</th><th class="n">Lag (blocks / s)</th><th>Operator gas</th><th>Refunder gas</th><th>Problems</th></tr></thead>
     <tbody>
-      {chains.map((c) => (
+      {rowsOrNone(chains, 7, (c) => (
         <tr data-chain={c.chain}>
           <td>{c.chain} ({c.chainId})</td>
           <td class="n">{c.head?.toString() ?? "–"}</td>
@@ -143,7 +146,7 @@ export const CountsTable: FC<{ counts: Array<{ status: string; rail: string; cou
   <table id="order-counts">
     <thead><tr><th>Status</th><th>Rail</th><th class="n">Orders</th><th class="n">Amount</th></tr></thead>
     <tbody>
-      {counts.map((c) => (
+      {rowsOrNone(counts, 4, (c) => (
         <tr data-status={c.status} data-rail={c.rail}>
           <td><a href={`/console/orders?status=${c.status}&rail=${c.rail}`}>{c.status}</a></td>
           <td>{c.rail}</td>
@@ -159,7 +162,7 @@ export const OrdersTable: FC<{ orders: OrderRow[]; id?: string }> = ({ orders, i
   <table id={id}>
     <thead><tr><th>Created</th><th>Order</th><th>Rail</th><th>Status</th><th>Product</th><th>Chain</th><th class="n">Amount</th><th>Payer</th><th>Note</th></tr></thead>
     <tbody>
-      {orders.map((o) => (
+      {rowsOrNone(orders, 9, (o) => (
         <tr data-request-id={o.request_id} data-status={o.status}>
           <td class="muted">{o.created_at.slice(0, 19)}</td>
           <td><a href={`/console/orders/${o.request_id}`}>{short(o.request_id, 14)}</a></td>
@@ -167,7 +170,7 @@ export const OrdersTable: FC<{ orders: OrderRow[]; id?: string }> = ({ orders, i
           <td class={o.status === "NEEDS_REVIEW" ? "bad" : ""}>{o.status}</td>
           <td>{o.service_id ?? "–"}</td>
           <td>{o.chain} {o.token}</td>
-          <td class="n">{units(o.amount)}</td>
+          <td class="n" data-units={o.amount}>{units(o.amount)} {o.token}</td>
           <td title={o.payer}>{short(o.payer)}</td>
           <td class="muted">{o.flag ?? o.failure_reason ?? ""}</td>
         </tr>
@@ -215,7 +218,7 @@ export const KeyValue: FC<{ rows: Array<[string, Child]> }> = ({ rows }) => (
 );
 
 /** An operator's actions on an order or payment held for review, oldest first (orders/review.ts). */
-export const ReviewActionsTable: FC<{ actions: ReviewRecord[]; highlight?: string }> = ({ actions, highlight }) =>
+export const ReviewActionsTable: FC<{ actions: ReviewRecord[]; highlight?: string; amount: (units: string) => string }> = ({ actions, highlight, amount }) =>
   actions.length === 0 ? (
     <p class="muted" id="review-actions-none">No operator has acted on it.</p>
   ) : (
@@ -228,7 +231,7 @@ export const ReviewActionsTable: FC<{ actions: ReviewRecord[]; highlight?: strin
             <td data-field="operator">{a.operator}</td>
             <td>{a.action}</td>
             <td data-field="reason">{a.reason}</td>
-            <td class="n">{a.amount ? units(a.amount) : "–"}</td>
+            <td class="n" data-field="amount">{a.amount ? amount(a.amount) : "–"}</td>
             <td class={a.outcome === "REFUSED" || a.outcome === "FAILED" ? "bad" : a.outcome === "DONE" ? "ok" : ""} data-field="outcome">{a.outcome}</td>
             <td data-field="detail">{a.detail ?? ""}</td>
             <td><code>{short(a.tx_hash, 14)}</code></td>

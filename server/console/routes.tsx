@@ -17,6 +17,7 @@ import { runAudit, type AuditReport } from "../audit/ledger.ts";
 import type { ServiceRecords } from "../audit/orders.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { ChainKey } from "../../lib/chains.ts";
+import { amountIn, describeAmount, tokenAt } from "../../lib/token-amounts.ts";
 import { orderRef } from "../log.ts";
 import { problemResponse, validationFailed } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
@@ -27,7 +28,7 @@ import { ledgerUnderKey, MAX_REASON, orphanKey, orphanPayment, resolveOrder, res
 import { txLink, type OperatorState } from "../operator/state.ts";
 import type { Callbacks } from "../callbacks.ts";
 import type { Child } from "hono/jsx";
-import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, ReviewActionsTable, ReviewForm, ReviewResult, TreasuryTable, units, VolumeChart } from "./pages.tsx";
+import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, ReviewActionsTable, ReviewForm, ReviewResult, rowsOrNone, TreasuryTable, units, VolumeChart } from "./pages.tsx";
 
 const AUDIT_CACHE_MS = 15_000;
 const AUDIT_TIMEOUT_MS = 20_000;
@@ -60,6 +61,10 @@ function namesFor(deployments: Deployments) {
     chain: (chainId: number) => byId(chainId)?.[0] ?? String(chainId),
     token: (chainId: number, address: string) =>
       byId(chainId)?.[1].tokens.find((t) => t.address.toLowerCase() === address.toLowerCase())?.symbol ?? short(address, 8),
+    /** A token by its chain (key or id) and address: its symbol, else the shortened address. */
+    tokenOf: (chain: string | number, address: string) => tokenAt(deployments, chain, address)?.symbol ?? short(address, 8),
+    /** An amount with its decimals, symbol and chain (lib/token-amounts.ts). */
+    amount: (chain: string | number, address: string, units: bigint | string) => describeAmount(deployments, chain, address, units),
   };
 }
 
@@ -250,7 +255,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
               ["Rail", order.rail],
               ["Product", order.service_id ?? "–"],
               ["Payer", order.payer],
-              ["Amount", `${units(order.amount)} ${order.token} on ${order.chain}`],
+              ["Amount", amountIn(order.chain, order.token, order.amount)],
               ["1. Payment", link(order.tx_hash)],
               ["2. Vend", order.status === "SUCCESS" ? "delivered" : order.failure_reason ?? "not (yet) delivered"],
               ["Biller request ids", attempts.length ? attempts.map((a) => <div><code data-field="biller-request-id">{a.biller_request_id}</code> <span class="muted">attempt {a.attempt}, {a.sent_at}</span></div>) : "none sent"],
@@ -279,11 +284,11 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     try {
       const view = await ledgerUnderKey(deps.review, full);
       refused = whyNot(full, view);
-      if (view.payment) paidShown = ` (${units(view.payment.amount)} ${full.token})`;
+      if (view.payment) paidShown = ` (${names.amount(view.payment.chainId, view.payment.token, view.payment.amount)})`;
       ledger = view.payment ? (
         <span data-field="ledger-paid" data-units={view.payment.amount}>
-          {units(view.payment.amount)} {full.token} paid by {view.payment.payer} in <code>{view.payment.txHash}</code>
-          {view.refunded > 0n ? `; ${units(view.refunded)} refunded` : "; nothing refunded"}
+          {names.amount(view.payment.chainId, view.payment.token, view.payment.amount)} paid by {view.payment.payer} in <code>{view.payment.txHash}</code>
+          {view.refunded > 0n ? `; ${names.amount(view.payment.chainId, view.payment.token, view.refunded)} refunded` : "; nothing refunded"}
         </span>
       ) : (
         <span data-field="ledger-paid" data-units="">no payment under the order's key</span>
@@ -311,7 +316,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           />
         )}
         <h2>Actions taken</h2>
-        <ReviewActionsTable actions={actions} highlight={justTaken?.id} />
+        <ReviewActionsTable actions={actions} highlight={justTaken?.id} amount={(units) => amountIn(full.chain, full.token, units)} />
       </section>
     );
   };
@@ -335,10 +340,10 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
             rows={[
               ["State", <strong data-field="status">{row.status}</strong>],
               ["Chain", row.chain],
-              ["Token", <code>{row.token_address}</code>],
+              ["Token", <span>{names.tokenOf(row.chain, row.token_address)} <code class="muted">{row.token_address}</code></span>],
               ["Payer", row.payer],
               ["Nonce", <code>{row.auth_nonce}</code>],
-              ["Amount", units(row.amount)],
+              ["Amount", <span data-field="amount">{names.amount(row.chain, row.token_address, row.amount)}</span>],
               ["Payment", <code>{row.tx_hash}</code>],
             ]}
           />
@@ -348,7 +353,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <ReviewResult action={justTaken} />
           <p class="muted">
             The service never held this payer's signed authorization, so it cannot refund the payment itself. Close it as refunded by hand (give the transaction: it must
-            send exactly {units(row.amount)} of this token to the payer, after the payment; it is checked on chain), or as kept, saying why.
+            send exactly {names.amount(row.chain, row.token_address, row.amount)} to the payer, after the payment; it is checked on chain), or as kept, saying why.
           </p>
           {row.status !== "NEEDS_REVIEW" ? null : !operator ? (
             <p class="bad">Give your name as the basic-auth user name to decide: every decision is recorded with it.</p>
@@ -366,7 +371,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
             />
           )}
           <h2>Actions taken</h2>
-          <ReviewActionsTable actions={actions} highlight={justTaken?.id} />
+          <ReviewActionsTable actions={actions} highlight={justTaken?.id} amount={(units) => names.amount(row.chain, row.token_address, units)} />
         </section>
       </Layout>,
     );
@@ -397,7 +402,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <table id="refunds">
             <thead><tr><th>When</th><th>Chain</th><th>Token</th><th>Rail</th><th>Order</th><th>Payer</th><th class="n">Amount</th><th>Transaction</th></tr></thead>
             <tbody>
-              {(await deps.state.refunds()).map((r) => (
+              {rowsOrNone(await deps.state.refunds(), 8, (r) => (
                 <tr>
                   <td class="muted">{new Date(Number(r.timestamp) * 1000).toISOString().slice(0, 19)}</td>
                   <td>{names.chain(r.chainId)}</td>
@@ -418,7 +423,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <table id="lost-payments">
             <thead><tr><th>Noticed</th><th>Order</th><th>Chain</th><th>Rail</th><th>Lost transaction</th><th>Outcome</th><th>Collected again by</th><th>Detail</th></tr></thead>
             <tbody>
-              {(await deps.state.losses()).map((l) => (
+              {rowsOrNone(await deps.state.losses(), 8, (l) => (
                 <tr>
                   <td class="muted">{l.lost_at ? new Date(l.lost_at).toISOString().slice(0, 19) : ""}</td>
                   <td><a href={`/console/orders/${l.request_id}`}><code>{l.request_id}</code></a></td>
@@ -441,15 +446,19 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
             <h2>Pulls (refunded by the service)</h2>
             <table id="orphan-pulls">
               <thead><tr><th>Chain</th><th>Order id</th><th>Payer</th><th class="n">Amount</th><th>State</th><th>Refund</th></tr></thead>
-              <tbody>{o.pulls.map((p) => <tr><td>{p.chain}</td><td><code>{short(p.order_id, 12)}</code></td><td>{p.payer}</td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.refund_tx_hash, 12)}</code></td></tr>)}</tbody>
+              <tbody>
+                {rowsOrNone(o.pulls, 6, (p) => (
+                  <tr><td>{p.chain}</td><td><code>{short(p.order_id, 12)}</code></td><td>{p.payer}</td><td class="n">{names.amount(p.chain!, p.token_address!, p.amount!)}</td><td>{p.status}</td><td><code>{short(p.refund_tx_hash, 12)}</code></td></tr>
+                ))}
+              </tbody>
             </table>
             <h2>x402 payments (held for an operator)</h2>
             <table id="orphan-payments">
               <thead><tr><th>Chain</th><th>Payer</th><th>Nonce</th><th class="n">Amount</th><th>State</th><th>Transaction</th><th></th></tr></thead>
               <tbody>
-                {o.payments.map((p) => (
+                {rowsOrNone(o.payments, 7, (p) => (
                   <tr data-status={p.status}>
-                    <td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{units(p.amount)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td>
+                    <td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{names.amount(p.chain!, p.token_address!, p.amount!)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td>
                     <td><a href={`/console/orphans/${p.chain}/${p.token_address}/${p.payer}/${p.auth_nonce}`}>{p.status === "NEEDS_REVIEW" ? "Decide" : "Record"}</a></td>
                   </tr>
                 ))}
@@ -470,7 +479,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <table id="wallets">
             <thead><tr><th>Payer</th><th>Chain</th><th>Token</th><th class="n">Allowance set</th><th class="n">Left</th><th class="n">Period limit (left)</th><th class="n">Paid</th><th class="n">Refunded</th><th class="n">Payments</th></tr></thead>
             <tbody>
-              {wallets.map((w) => (
+              {rowsOrNone(wallets, 9, (w) => (
                 <tr>
                   <td>{w.payer}</td>
                   <td>{names.chain(w.chainId)}</td>
@@ -499,7 +508,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <table id="schedules">
             <thead><tr><th>Schedule</th><th>Wallet</th><th>Status</th><th>When</th><th class="n">Runs</th><th>Next</th><th>Last run</th></tr></thead>
             <tbody>
-              {schedules.map((s) => (
+              {rowsOrNone(schedules, 7, (s) => (
                 <tr>
                   <td><code>{s.id}</code></td>
                   <td>{s.wallet}</td>

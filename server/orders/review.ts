@@ -40,6 +40,7 @@
 import { decodeEventLog, erc20Abi, isAddress, isHash, type Hex } from "viem";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
@@ -155,20 +156,23 @@ export function keyText(o: Order): string {
  * would, else why not. (The actions check again, from a fresh read, when taken; a close also
  * waits for the ledger to reach the chain's head first.)
  */
+/** An amount in the order's own token, as an operator reads it. */
+const inOrderToken = (o: Order, units: bigint | string) => amountIn(o.chain, o.token, units);
+
 export function whyNot(o: Order, view: LedgerView): Record<(typeof REVIEW_ACTIONS)[number], string | null> {
   if (o.status !== "NEEDS_REVIEW") {
     const why = `the order is ${o.status}, not NEEDS_REVIEW: only an order held for review is decided by an operator`;
     return { refund: why, serve: why, close: why };
   }
   const p = view.payment;
-  const shown = p ? `the ledger shows ${p.amount} paid under the order's key (transaction ${p.txHash})` : "";
+  const shown = p ? `the ledger shows ${inOrderToken(o, p.amount)} paid under the order's key (transaction ${p.txHash})` : "";
   let refundWhy: string | null = null;
   if (!p) refundWhy = `the ledger shows no payment under the order's key (${keyText(o)}): there is nothing to refund; close it instead`;
   else if (BigInt(p.amount) <= 0n) refundWhy = `${shown}: nothing to refund`;
   else if (paymentMismatch({ ...o, amount: BigInt(p.amount) }, p)) refundWhy = `${paymentMismatch({ ...o, amount: BigInt(p.amount) }, p)}: the refund would go to whoever paid, which is not the order's payer or token; not done from here`;
-  else if (view.refunded > 0n && view.refunded < BigInt(p.amount)) refundWhy = `the ledger shows ${view.refunded} of the ${p.amount} paid refunded already; BillPay refunds a key once, so the rest cannot be refunded through it`;
+  else if (view.refunded > 0n && view.refunded < BigInt(p.amount)) refundWhy = `the ledger shows ${inOrderToken(o, view.refunded)} of the ${inOrderToken(o, p.amount)} paid refunded already; BillPay refunds a key once, so the rest cannot be refunded through it`;
   else if (o.rail === "x402" && view.refunded === 0n && BigInt(p.amount) > BigInt((o.payment as unknown as StoredPayment).authorization.value)) {
-    refundWhy = `${shown}, more than the payer's signed authorization the service holds (${(o.payment as unknown as StoredPayment).authorization.value}): BillPay refunds an x402 payment by at most that authorization's value`;
+    refundWhy = `${shown}, more than the payer's signed authorization the service holds (${inOrderToken(o, (o.payment as unknown as StoredPayment).authorization.value)}): BillPay refunds an x402 payment by at most that authorization's value`;
   }
   let serveWhy: string | null = null;
   if (!p) serveWhy = `the ledger shows no payment under the order's key (${keyText(o)}): nothing was paid to serve`;
@@ -359,7 +363,7 @@ export async function resolveOrphanPayment(
     if (input.refundTxHash) {
       await checkHandRefund(deps, row, input.refundTxHash as Hex);
       to = "REFUNDED";
-      detail = `closed as refunded by hand: transaction ${input.refundTxHash} sent ${row.amount} of ${row.token_address} to ${row.payer} (checked on chain)`;
+      detail = `closed as refunded by hand: transaction ${input.refundTxHash} sent ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer} (checked on chain)`;
     }
     const moved = await deps.db.query(
       `UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status = 'NEEDS_REVIEW' RETURNING status`,
@@ -412,7 +416,7 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
   const exact = transfers.some((t) => senders.has(t.from.toLowerCase()) && t.to.toLowerCase() === row.payer.toLowerCase() && t.value === BigInt(row.amount));
   if (!exact) {
     throw new Refused(
-      `transaction ${txHash} carries no transfer of exactly ${row.amount} of ${row.token_address} to ${row.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
+      `transaction ${txHash} carries no transfer of exactly ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} raw units from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
     );
   }
 }

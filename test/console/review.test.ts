@@ -264,12 +264,12 @@ describe("an operator resolves what waits for review, from the console and the c
 
     // The command line: the same decision, recorded under the name it gives.
     const shown = await runReview(["show", order.requestId], { url, token: TOKEN, operator: "bob" });
-    expect(shown.lines.join("\n")).toMatch(/ledger under its key: 250000 paid/);
+    expect(shown.lines.join("\n")).toMatch(/ledger under its key: 0\.25 USDC on CELO paid/);
     const noReason = runReview(["refund", order.requestId], { url, token: TOKEN, operator: "bob" });
     await expect(noReason).rejects.toThrow(/needs --reason/);
     const refunded = await runReview(["refund", order.requestId, "--reason", "support ticket 42: refund what landed"], { url, token: TOKEN, operator: "bob" });
     expect(refunded.ok, refunded.lines.join("\n")).toBe(true);
-    expect(refunded.lines[0]).toMatch(/^taken: #\d+ .* refund by bob \(support ticket 42: refund what landed\): DONE -> REFUNDED, amount 250000/);
+    expect(refunded.lines[0]).toMatch(/^taken: #\d+ .* refund by bob \(support ticket 42: refund what landed\): DONE -> REFUNDED, amount 0\.25 USDC on CELO/);
     expect(await usdc(second.address)).toBe(payerBefore + 250_000n);
     await page.close();
   });
@@ -374,12 +374,16 @@ describe("an operator resolves what waits for review, from the console and the c
     // The payment's own transaction refunds nothing: refused.
     await page.fill('#review-form input[name="refund_tx_hash"]', receipt.transactionHash);
     expect(await (await decide(page, "close", "refunded by hand")).getAttribute("data-outcome")).toBe("REFUSED");
-    expect(await page.locator("#review-result").textContent()).toContain(`no transfer of exactly 300000`);
+    // Amounts as an operator reads them: decimals, symbol and chain, never raw units of an address.
+    expect(await page.locator("#review-result").textContent()).toContain("no transfer of exactly 0.3 USDC on CELO to");
+    expect(await page.locator('#orphan [data-field="amount"]').textContent()).toBe("0.3 USDC on CELO");
     // The admin sends it back from the treasury; that transaction closes it.
     const refundTx = (await celo.withdraw("USDC", outsider.address, 300_000n)).transactionHash;
     await page.fill('#review-form input[name="refund_tx_hash"]', refundTx);
     expect(await (await decide(page, "close", "sent to a shop's wallet by mistake; refunded by hand from the treasury")).getAttribute("data-outcome")).toBe("DONE");
     expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDED");
+    expect(await page.locator("#review-result").textContent()).toContain(`sent 0.3 USDC on CELO to ${outsider.address.toLowerCase()}`);
+    expect(await page.locator('#review-actions tr[data-outcome="DONE"] [data-field="amount"]').textContent()).toBe("0.3 USDC on CELO");
     await page.close();
 
     // The same transaction cannot close another payment.
@@ -387,6 +391,10 @@ describe("an operator resolves what waits for review, from the console and the c
     await ledgerAtHead();
     await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), (await service.db.query(`SELECT 1 FROM orphan_payment WHERE status = 'NEEDS_REVIEW'`)).length), { timeout: 20_000 }).toBe(1);
     const [open] = await service.db.query<{ auth_nonce: string }>(`SELECT auth_nonce FROM orphan_payment WHERE status = 'NEEDS_REVIEW'`);
+    // `npm run review -- list` names it the same way, with the command that closes it.
+    const listed = await runReview(["list"], { url, token: TOKEN, operator: "carol" });
+    expect(listed.lines.join("\n")).toContain(`x402 payments without an order: 1\n  0.3 USDC on CELO from ${outsider.address.toLowerCase()}`);
+    expect(listed.lines.join("\n")).toContain(`close-orphan --chain CELO --token ${celo.tokenAddress("USDC").toLowerCase()}`);
     const args = ["close-orphan", "--chain", "CELO", "--token", celo.tokenAddress("USDC"), "--payer", outsider.address, "--nonce", open!.auth_nonce];
     const reused = await runReview([...args, "--reason", "refunded by hand", "--refund-tx", refundTx], { url, token: TOKEN, operator: "carol" });
     expect(reused.ok).toBe(false);
@@ -405,5 +413,11 @@ describe("an operator resolves what waits for review, from the console and the c
       expect.stringMatching(/RESOLVED, close-orphan by carol .*keep it as credit.*DONE/),
     ]);
     expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(5);
+    // Nothing waits: the list says so, and so does the console's empty table.
+    expect((await runReview(["list"], { url, token: TOKEN, operator: "carol" })).lines).toEqual(["orders held for review: 0", "  none", "x402 payments without an order: 0", "  none"]);
+    const empty = await alice.newPage();
+    await empty.goto(`${url}/console/schedules`);
+    expect(await empty.locator("#schedules tbody tr.none td").textContent()).toBe("none");
+    await empty.close();
   });
 });
