@@ -11,6 +11,7 @@
  */
 import { createClient, desc } from "@ponder/client";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
+import { amountIn } from "../lib/token-amounts.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 import type { PaymentRail } from "../lib/payment-logs.ts";
 
@@ -57,10 +58,12 @@ export interface LedgerRefund {
  * token and exactly the order's amount. Anything else is never served or refunded by the
  * service; the order waits for an operator.
  */
-export function paymentMismatch(order: { payer: string; tokenAddress: string; amount: bigint }, p: LedgerPayment): string | null {
+export function paymentMismatch(order: { payer: string; tokenAddress: string; amount: bigint; chain?: string; token?: string }, p: LedgerPayment): string | null {
   if (p.payer.toLowerCase() !== order.payer.toLowerCase()) return `the chain shows a payment by ${p.payer}, not the order's payer`;
   if (p.token.toLowerCase() !== order.tokenAddress.toLowerCase()) return `the chain shows a payment in ${p.token}, not the order's token`;
-  if (BigInt(p.amount) !== order.amount) return `the chain shows ${p.amount} paid under this key; the order is for ${order.amount}`;
+  // Operators read this reason: amounts with decimals and symbol where the order names its token.
+  const amount = (units: bigint | string) => (order.chain && order.token ? amountIn(order.chain, order.token, units) : String(units));
+  if (BigInt(p.amount) !== order.amount) return `the chain shows ${amount(p.amount)} paid under this key; the order is for ${amount(order.amount)}`;
   return null;
 }
 

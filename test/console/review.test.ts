@@ -27,6 +27,7 @@ import type { Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
+import { amountIn } from "../../lib/token-amounts.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
@@ -115,7 +116,7 @@ describe("an operator resolves what waits for review, from the console and the c
     await ledgerAtHead();
     await passesUntil(full, "NEEDS_REVIEW");
     const order = (await orderOf(full))!;
-    expect(order.failureReason).toContain(`shows ${landed} paid under this key`);
+    expect(order.failureReason).toContain(`shows ${amountIn("CELO", "USDC", landed)} paid under this key`);
     return order;
   }
 

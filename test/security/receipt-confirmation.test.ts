@@ -42,6 +42,7 @@ describe("a payment confirmed from its receipt", () => {
   /** The order key a receipt is matched against, for x402 (chain, token, payer, nonce). */
   const x402Key = (payer: Hex, nonce: Hex, symbol: "USDC" | "USD₮" = "USDC", amount = USDC(1)) => ({
     chain: "CELO",
+    token: symbol,
     rail: "x402",
     onchainOrderId: `0x${"0".repeat(64)}`,
     tokenAddress: celo.tokenAddress(symbol),
@@ -125,7 +126,7 @@ describe("a payment confirmed from its receipt", () => {
     const { receipt, nonce } = await celo.payByAuthorization(payer, "USDC", USDC(0.5));
     const order = x402Key(payer.address, nonce, "USDC", USDC(2));
     const found = (await fromReceipt(receipt.transactionHash))!.find(isPaymentOf(order))!;
-    expect(paymentMismatch(order, found)).toBe(`the chain shows 500000 paid under this key; the order is for 2000000`);
+    expect(paymentMismatch(order, found)).toBe(`the chain shows 0.5 USDC on CELO paid under this key; the order is for 2 USDC on CELO`);
   });
 
   it("finds nothing in a reverted transaction, or in a plain transfer that follows an unrelated authorization", async () => {

@@ -84,6 +84,25 @@ describe("npm start with every port moved", () => {
     expect(paid.out).toMatch(/"success": true/);
   });
 
+  it("makes each case an operator handles with npm run case, the way a payer would, and the service does its part", async () => {
+    const made = async (kind: string) => {
+      const run = await runScript("scripts/operator-case.ts", [kind], env);
+      expect(run.code, run.out).toBe(0);
+      return run.out;
+    };
+    expect(await made("failed-vend")).toMatch(/FAILED_VENDING[\s\S]*refunded on chain by the service: 0x[0-9a-f]{64}/);
+    expect(await made("late-landing")).toMatch(/402 PAYMENT_NOT_SETTLED[\s\S]*the service refunded exactly it/);
+    expect(await made("review")).toMatch(/held for an operator: the chain shows 0\.\d+ USDC on CELO paid under this key/);
+    expect(await made("orphan")).toContain("held for an operator (1 such payment(s) now)");
+    // The operator's list shows what the cases left for a person: the held order and the orphan.
+    const listed = await runScript("scripts/review.ts", ["list"], env);
+    expect(listed.code, listed.out).toBe(0);
+    expect(listed.out).toContain("0.3 USDC on CELO");
+    const usage = await runScript("scripts/operator-case.ts", ["nonsense"], env);
+    expect(usage.code).toBe(2);
+    expect(usage.out).toContain("usage: npm run case -- failed-vend|review|orphan|late-landing");
+  });
+
   it("stops on a signal with everything it started, and reports no failure of its own ledger", async () => {
     const exit = new Promise<number | null>((r) => stack.child.once("exit", (code) => r(code)));
     await stack.stop();
