@@ -5,6 +5,7 @@ import hardhatVerify from "@nomicfoundation/hardhat-verify";
 import hardhatViem from "@nomicfoundation/hardhat-viem";
 import { configVariable, defineConfig } from "hardhat/config";
 import { resolveNetwork, type NetworkName } from "./lib/networks.ts";
+import transientWarning from "./contracts/build/transient-warning.ts";
 
 // Compile offline with solc-js (WASM) from the pinned `solc` package: Hardhat would
 // otherwise download a native compiler from a host these machines cannot reach.
@@ -35,7 +36,7 @@ const realNetwork = (name: NetworkName) => ({
 });
 
 export default defineConfig({
-  plugins: [hardhatViem, hardhatKeystore, hardhatVerify, hardhatIgnitionViem],
+  plugins: [hardhatViem, hardhatKeystore, hardhatVerify, hardhatIgnitionViem, transientWarning],
   solidity: {
     version: solcVersion,
     path: solcPath,
