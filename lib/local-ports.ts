@@ -3,8 +3,6 @@
  * the stand-ins run alone, the examples and the audit all read them from here, so moving a
  * port moves it for every one of them, the local chains' included.
  */
-import type { ChainKey } from "./networks.ts";
-
 export const LOCAL_PORTS = {
   service: { variable: "PORT", defaultPort: 8080 },
   ledger: { variable: "LEDGER_PORT", defaultPort: 42069 },
@@ -15,7 +13,6 @@ export const LOCAL_PORTS = {
 } as const satisfies Record<string, { variable: string; defaultPort: number }>;
 
 export type LocalPort = keyof typeof LOCAL_PORTS;
-export type { ChainKey };
 
 /** The port `name` listens on: its variable when set (0 picks a free one), else its default. */
 export function localPort(name: LocalPort, env: Record<string, string | undefined> = process.env): number {

@@ -26,7 +26,7 @@ import { chainByKey, resolveTokenSymbol, viemChain, type ChainKey } from "../lib
 import { deploymentsPath, readDeployments, rpcUrlsFromEnv } from "../lib/deployments.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import { localUrl } from "../lib/local-ports.ts";
-import { PIN_PATTERN } from "../server/agent/credentials.ts";
+import { PIN_PATTERN } from "../server/credentials.ts";
 
 const USAGE = `Usage: npm run agent:link -- --allowance <tokens> [options]
 

@@ -19,11 +19,12 @@ import { internationalOptionsSchema } from "./schemas.ts";
 import { chainInfo } from "../lib/chains.ts";
 import { ledgerHealthy } from "../lib/ledger-watch.ts";
 import { orderResult, type FlowDeps } from "./orders/fulfil.ts";
-import { orderProof } from "./orders/proof.ts";
+import { orderProof } from "./x402/proof.ts";
 import { Orphans } from "./orders/ledger-pass.ts";
 import { ReviewRecords, type ReviewDeps } from "./orders/review.ts";
 import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
-import { mountOps, opsRecords } from "./ops.ts";
+import { opsRecords } from "./audit/orders.ts";
+import { mountOps } from "./ops.ts";
 import { clientAddress, clientAddressMiddleware } from "./limits.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
@@ -212,7 +213,7 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   // pay_bill paid per call with x402, over MCP and A2A alike.
-  const x402Tools = x402ToolPayments(payments);
+  const x402Tools = x402ToolPayments(payments, tools);
   const mcp = mcpHandler({ name: config.SERVICE_NAME, version: "1.0.0", tools, ctx: toolContext, log: log(), baseUrl: config.PUBLIC_URL, x402: x402Tools });
   // Every MCP and A2A request is counted per client address before its body is read.
   const agentAddressLimit = async (c: Context, next: () => Promise<void>) => {
@@ -294,7 +295,7 @@ export function createApp(deps: AppDeps): Hono {
     }
     const order = await deps.flow.orders.get(requestId);
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
-    // Anyone holding the id sees where the order stands; the purchased code needs proof (orders/proof.ts).
+    // Anyone holding the id sees where the order stands; the purchased code needs proof (x402/proof.ts).
     const showCode = await orderProof((name) => c.req.header(name), order, proofDeps);
     const callback = await callbacks.status(order.requestId);
     // Signed for the order as it stands, so a refunded order's receipt names the refund (orders/receipts.ts).

@@ -20,7 +20,7 @@
  */
 import { type Log, silentLog } from "./log.ts";
 import { createHmac } from "node:crypto";
-import { hashApiKey } from "./agent/credentials.ts";
+import { hashApiKey } from "./credentials.ts";
 import type { LookupAddress } from "node:dns";
 import { lookup } from "node:dns/promises";
 import { request as httpRequest } from "node:http";

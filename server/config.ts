@@ -194,7 +194,7 @@ export const configSchema = z.object({
   /** How far a link signature's timestamp may be from now, either way. */
   LINK_SIGNATURE_WINDOW_SECONDS: z.coerce.number().int().min(10).max(3_600).default(300),
   PIN_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(5),
-  /** The server-side secret PINs are hashed under (agent/credentials.ts); required away from the local chains. */
+  /** The server-side secret PINs are hashed under (credentials.ts); required away from the local chains. */
   PIN_PEPPER: z.string().min(32, "PIN_PEPPER must be at least 32 characters (openssl rand -hex 32)").optional(),
   /** Where the local stack keeps the pepper it generates when PIN_PEPPER is unset (local chains only). */
   PIN_PEPPER_FILE: z.string().default(".data/pin-pepper"),

@@ -29,11 +29,11 @@ export const ERRORS = {
   // x402 scheme_exact_evm.md, Permit2: the payer's one-time approval of Permit2 is missing. Nothing was charged.
   PERMIT2_ALLOWANCE_REQUIRED: { status: 412, title: "Approve Permit2 for the token once (approval.calldata from the payer's wallet), then pay again; nothing was charged" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },
-  // Idempotent x402 (server/x402/payment-id.ts): the payment-identifier extension or Idempotency-Key
+  // Idempotent x402 (server/orders/payment-id.ts): the payment-identifier extension or Idempotency-Key
   PAYMENT_ID_INVALID: { status: 400, title: "The payment id (payment-identifier or Idempotency-Key) is malformed, or the two differ" },
   PAYMENT_ID_REUSED: { status: 409, title: "This payment id already paid for a different bill" },
   PAYMENT_ID_IN_FLIGHT: { status: 409, title: "The first request under this payment id is still being processed; ask again shortly" },
-  // The chain's facilitator refused the service itself (server/x402/facilitator-answer.ts): nothing was settled
+  // The chain's facilitator refused the service itself (server/x402-protocol/facilitator-answer.ts): nothing was settled
   FACILITATOR_UNAUTHORIZED: { status: 503, title: "The facilitator refused the service's credentials; nothing was charged" },
   FACILITATOR_OUT_OF_CREDITS: { status: 503, title: "The facilitator has no settlement credits left for the service; nothing was charged" },
   FACILITATOR_UNAVAILABLE: { status: 503, title: "The facilitator could not be reached to verify the payment; nothing was charged, sign a new authorization later" },

@@ -18,7 +18,7 @@ import type { PaymentRail } from "../lib/payment-logs.ts";
 /** The rails of x402 payments: EIP-3009's, and Permit2's through x402's exact proxy. */
 export type SignedRail = Exclude<PaymentRail, "pull">;
 
-/** The ledger rail an x402 order's payment arrives on: Permit2's when its stored payment says so (x402/payment.ts), else EIP-3009's. */
+/** The ledger rail an x402 order's payment arrives on: Permit2's when its stored payment says so (x402-protocol/payment.ts), else EIP-3009's. */
 export function x402RailOf(o: { payment?: unknown }): SignedRail {
   return (o.payment as { method?: string } | null | undefined)?.method === "permit2" ? "permit2" : "authorization";
 }

@@ -8,7 +8,16 @@
  * The alerts built on them are in ops/prometheus/billpay-rules.yml.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import type { OperatorState } from "./operator/state.ts";
+import type { ChainStatus } from "./chain/status.ts";
+
+/** What a scrape reads afresh (server/operator/state.ts's OperatorState provides it). */
+export interface ScrapeSource {
+  orderCounts(): Promise<Array<{ status: string; rail: string; count: number }>>;
+  stuck(limit: number): Promise<readonly unknown[]>;
+  review(limit: number): Promise<readonly unknown[]>;
+  orphans(): Promise<{ payments: ReadonlyArray<Record<string, string | null>> }>;
+  chains(): Promise<ChainStatus[]>;
+}
 
 export class Metrics {
   readonly registry = new Registry();
@@ -136,7 +145,7 @@ export class Metrics {
   }
 
   /** Reads the state gauges afresh, then renders every metric. */
-  async render(state: OperatorState): Promise<string> {
+  async render(state: ScrapeSource): Promise<string> {
     let errors = 0;
     const [counts, stuck, review, orphans, chains] = await Promise.all([
       state.orderCounts(),

@@ -72,7 +72,7 @@ const schemas = {
     properties: {
       x402Version: { const: 1 },
       error: { type: "string" },
-      code: { type: "string", description: "Why a presented payment did not fit (see x402/payment.ts)" },
+      code: { type: "string", description: "Why a presented payment did not fit (see x402-protocol/payment.ts)" },
       accepts: {
         type: "array",
         items: {

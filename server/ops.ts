@@ -16,51 +16,9 @@ import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
 import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewRecord, type ReviewResult } from "./orders/review.ts";
 import type { Order, OrderStore } from "./orders/store.ts";
-import type { ServiceRecords } from "./audit/orders.ts";
+import { MAX_PAGE, opsOrder } from "./audit/order-record.ts";
 import { errorText } from "./log-safety.ts";
-import { x402RailOf } from "./ledger-client.ts";
 import { amountIn, describeAmount, tokenAt } from "../lib/token-amounts.ts";
-
-const MAX_PAGE = 500;
-
-/** An order as the audit sees it: amounts as decimal strings of token units. */
-export function opsOrder(o: Order) {
-  return {
-    request_id: o.requestId,
-    rail: o.rail,
-    status: o.status,
-    chain: o.chain,
-    token: o.token,
-    token_address: o.tokenAddress,
-    payer: o.payer,
-    amount: o.amount.toString(),
-    amount_text: amountIn(o.chain, o.token, o.amount),
-    onchain_order_id: o.onchainOrderId,
-    auth_nonce: o.authNonce,
-    // The ledger rail an x402 order's payment arrives on (EIP-3009's or Permit2's); null for a pull.
-    payment_rail: o.rail === "pull" ? null : x402RailOf(o),
-    tx_hash: o.txHash,
-    refund_tx_hash: o.refundTxHash,
-    failure_reason: o.failureReason,
-    flag: o.flag,
-    auth_valid_before: o.authValidBefore?.toString() ?? null,
-    created_at: o.createdAt.toISOString(),
-  };
-}
-export type OpsOrder = ReturnType<typeof opsOrder>;
-
-/** Every order, orphan record and review action as the /ops routes serve them, read in this process (the console's audit). */
-export async function opsRecords(orders: OrderStore, orphans: Orphans, reviews?: ReviewDeps["reviews"]): Promise<ServiceRecords> {
-  const all: ReturnType<typeof opsOrder>[] = [];
-  for (let after: string | undefined; ; ) {
-    const page = await orders.page(MAX_PAGE, after);
-    all.push(...page.map(opsOrder));
-    if (page.length < MAX_PAGE) break;
-    after = page[page.length - 1]!.requestId;
-  }
-  // Through JSON, as the routes send them: the audit reads exactly what /ops/orders, /ops/orphans and /ops/reviews serve.
-  return JSON.parse(JSON.stringify({ orders: all, orphans: await orphans.all(), ...(reviews ? { reviews: await reviews.all() } : {}) })) as ServiceRecords;
-}
 
 const orderDecision = z.object({ action: z.enum(REVIEW_ACTIONS), reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON) }).strict();
 const orphanDecision = z

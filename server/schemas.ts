@@ -88,6 +88,8 @@ export const paymentRequestSchema = z.object({
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;
+/** A bill as an agent names it: its chain, token and wallet come from its link. */
+export type AgentBill = Omit<PaymentRequest, "token" | "blockchain" | "wallet_address">;
 
 /** The query of list_international_options and GET /api/international: each step narrows the next. */
 /** A number to check with the biller before paying (verify_customer): the bill's own fields for it. */

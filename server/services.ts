@@ -1,6 +1,6 @@
 /** Builds the service's collaborators from its configuration: one place, used by main.ts and the tests. */
 import { activeNetwork } from "../lib/networks.ts";
-import { facilitatorAuth } from "./x402/facilitator-auth.ts";
+import { facilitatorAuth } from "./x402-protocol/facilitator-auth.ts";
 import type { ChainKey } from "../lib/chains.ts";
 import { Metrics } from "./metrics.ts";
 import type { FacilitatorClient } from "@x402/core/server";
@@ -17,7 +17,7 @@ import { ChainHeads } from "../lib/chain-heads.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { Callbacks } from "./callbacks.ts";
-import { RefundBudgets } from "./orders/refund-budget.ts";
+import { RefundBudgets } from "./chain/refund-budget.ts";
 import { CustomerChecks } from "./biller/customer-check.ts";
 import { LedgerClient } from "./ledger-client.ts";
 import { LedgerHealth } from "./ledger-health.ts";
@@ -32,7 +32,7 @@ import type { FlowDeps } from "./orders/fulfil.ts";
 import type { RateSource } from "./pricing/rates.ts";
 import { AgentHub } from "./agent/hub.ts";
 import { LinkStore } from "./agent/links.ts";
-import { PinHasher } from "./agent/credentials.ts";
+import { PinHasher } from "./credentials.ts";
 import { pinPepper } from "./agent/pin-pepper.ts";
 import { Receipts } from "./orders/receipts.ts";
 import { PriceOffers } from "./pricing/offers.ts";

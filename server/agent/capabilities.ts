@@ -19,7 +19,7 @@ import { CATEGORIES, FACILITATOR_FEE_MICRO_USD, MIN_PRICE_MICRO_USD } from "../p
 import { MAX_NAIRA_AMOUNT } from "../schemas.ts";
 import type { AgentHub } from "./hub.ts";
 import type { Link } from "./links.ts";
-import { toolInputSchema, type ToolDefinition } from "./tools.ts";
+import { toolInputSchema, type ToolDefinition } from "./tool-definition.ts";
 import { X402_PAYABLE_TOOLS, x402PayableSchema } from "./x402-tools.ts";
 
 const usd = (micro: bigint) => formatUnits(micro, 6);

@@ -18,7 +18,7 @@ import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import { RateVersions } from "../pricing/rate-versions.ts";
-import type { PaymentRequest } from "../schemas.ts";
+import type { AgentBill, PaymentRequest } from "../schemas.ts";
 import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
 import { quoteView } from "../pricing/quote-view.ts";
 import type { Receipts } from "../orders/receipts.ts";
@@ -31,8 +31,6 @@ import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
 
 /** A bill as an agent names it: the REST bill without the wallet, chain and token (those come from the link or the call). */
-export type AgentBill = Omit<PaymentRequest, "token" | "blockchain" | "wallet_address">;
-
 export interface HubDeps {
   config: Config;
   db: Db;

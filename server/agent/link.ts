@@ -22,7 +22,7 @@ import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { ServiceError, validationFailed } from "../errors.ts";
 import { linkRequestSchema } from "../schemas.ts";
-import { hashApiKey, newApiKey } from "./credentials.ts";
+import { hashApiKey, newApiKey } from "../credentials.ts";
 import { resolvePullOption } from "./hub.ts";
 import type { LinkStore } from "./links.ts";
 

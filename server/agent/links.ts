@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { hashApiKey, sameDigest, type PinHasher } from "./credentials.ts";
+import { hashApiKey, sameDigest, type PinHasher } from "../credentials.ts";
 
 export interface Link {
   wallet: string;

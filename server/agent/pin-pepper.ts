@@ -1,5 +1,5 @@
 /**
- * Where the PIN pepper comes from (agent/credentials.ts says why there is one): PIN_PEPPER,
+ * Where the PIN pepper comes from (credentials.ts says why there is one): PIN_PEPPER,
  * kept outside the database like any other secret. Only on the local network profile may it
  * be missing: then one is generated once and kept in PIN_PEPPER_FILE, so links survive a
  * restart. On any other profile the service refuses to start without it
@@ -10,7 +10,7 @@ import { linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "no
 import { dirname } from "node:path";
 import type { NetworkProfile } from "../../lib/networks.ts";
 import type { Config } from "../config.ts";
-import { MIN_PEPPER_BYTES } from "./credentials.ts";
+import { MIN_PEPPER_BYTES } from "../credentials.ts";
 
 export function pinPepper(config: Pick<Config, "PIN_PEPPER" | "PIN_PEPPER_FILE">, network: Pick<NetworkProfile, "local" | "name">): Buffer {
   if (config.PIN_PEPPER) return Buffer.from(config.PIN_PEPPER, "utf8");

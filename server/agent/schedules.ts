@@ -12,7 +12,7 @@ import { Cron } from "croner";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import type { AgentBill } from "./hub.ts";
+import type { AgentBill } from "../schemas.ts";
 
 export type ScheduleStatus = "ACTIVE" | "COMPLETED" | "CANCELLED";
 

@@ -6,12 +6,16 @@
  */
 import { z } from "zod";
 import { CHAINS } from "../../lib/chains.ts";
-import { API_KEY_PATTERN, PIN_PATTERN } from "./credentials.ts";
-import type { AgentBill, AgentHub } from "./hub.ts";
+import { API_KEY_PATTERN, PIN_PATTERN } from "../credentials.ts";
+import type { AgentHub } from "./hub.ts";
+import type { AgentBill } from "../schemas.ts";
 import type { Link } from "./links.ts";
 import { ServiceError } from "../errors.ts";
 import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts";
 import { capabilitiesSummary, capabilityDetail, describeCapabilities } from "./capabilities.ts";
+import type { ToolContext, ToolDefinition } from "./tool-definition.ts";
+
+export { TOOL_SCHEMA_DIALECT, toolInputSchema, type ToolContext, type ToolDefinition } from "./tool-definition.ts";
 
 const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
 const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when linking").describe("The PIN set when linking (4 to 6 digits)");
@@ -25,14 +29,6 @@ const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wa
 const bill = z.object(billFields);
 /** What a paying tool takes for one bill: the credentials, the bill, and where to pay it. */
 const payingBill = { api_key: apiKey, pin, ...billFields, chain, token };
-
-export interface ToolContext {
-  hub: AgentHub;
-  /** Every tool, for describe_capabilities. */
-  tools: ToolDefinition[];
-  /** Where the caller reached the service (PUBLIC_URL, or the request's origin locally), for absolute URLs. */
-  baseUrl?: string;
-}
 
 /** The api_key sent as `Authorization: Bearer bpk_...` on /api/mcp or /api/a2a, if any. */
 export function bearerApiKey(authorization: string | null | undefined): string | undefined {
@@ -62,24 +58,6 @@ export function missingCredential(tool: ToolDefinition, args: Record<string, unk
     return new ServiceError("PIN_MISSING", `${tool.name} moves money and needs the PIN set when linking: send it as the argument pin (4 to 6 digits)`);
   }
   return undefined;
-}
-
-export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
-  name: string;
-  title: string;
-  description: string;
-  input: S;
-  /** Whether the tool moves money (needs the PIN; locked after too many wrong PINs). */
-  paying: boolean;
-  /** Whether the tool needs a linked wallet's api_key. */
-  authenticated: boolean;
-  examples: string[];
-  /**
-   * MCP's text content for an answer, when not the answer's JSON (the default, which a client
-   * reading content[0].text relies on). For an answer too long to carry twice on the wire.
-   */
-  text?(result: Record<string, unknown>): string;
-  run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
 }
 
 const define = <S extends z.ZodRawShape>(t: ToolDefinition<S>) => t as unknown as ToolDefinition;
@@ -290,19 +268,6 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       run: (args, link, ctx) => ctx.hub.cancelSchedule(link!, args.schedule_id),
     }),
   ];
-}
-
-/** The JSON Schema dialect of the tools' argument schemas: MCP's default since 2025-11-25 (SEP-1613). */
-export const TOOL_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
-
-/**
- * A tool's arguments as JSON Schema 2020-12, declared by `$schema`: what MCP's tools/list
- * (agent/mcp.ts) and describe_capabilities show. Explicit rather than left to the default, so
- * a client speaking an older protocol revision (which named no dialect) is not left to guess.
- */
-export function toolInputSchema(tool: Pick<ToolDefinition, "input">): { $schema: string; type: "object"; [key: string]: unknown } {
-  const schema = z.toJSONSchema(z.object(tool.input), { target: "draft-2020-12", io: "input", unrepresentable: "any" });
-  return { ...schema, $schema: TOOL_SCHEMA_DIALECT, type: "object" };
 }
 
 /**

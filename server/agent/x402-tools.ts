@@ -36,9 +36,9 @@ import { orderResult } from "../orders/fulfil.ts";
 import { paymentRequestSchema, type PaymentRequest } from "../schemas.ts";
 import { BILL_OUTPUT, mcpToolDiscovery, settleableOptions, type Challenge } from "../x402/challenge.ts";
 import { paymentRequiredOf, settlementOf, type PayOutcome, type X402Payments } from "../x402/pay.ts";
-import { PaymentRejected, readPayment, type DecodedPayment } from "../x402/payment.ts";
+import { PaymentRejected, readPayment, type DecodedPayment } from "../x402-protocol/payment.ts";
 import { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
-import { agentTools, toolInputSchema, type ToolDefinition } from "./tools.ts";
+import { toolInputSchema, type ToolDefinition } from "./tool-definition.ts";
 
 /** Where the payment and its settlement travel in an MCP message (the page's metadata keys; one place, lib/mcp-x402-client.ts). */
 export { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
@@ -132,13 +132,13 @@ export function toolResultOf(payment: ToolPayment): CallToolResult {
 }
 
 /** Pays an x402-payable tool per call, for any transport. */
-export function x402ToolPayments(payments: X402Payments) {
+export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDefinition[]) {
   // What a tool's PaymentRequired declares for catalogues (x402's bazaar, MCP form), made once per tool.
   const declared = new Map<string, ReturnType<typeof mcpToolDiscovery>>();
   const discoveryOf = (name: string) => {
     let d = declared.get(name);
     if (!d) {
-      const tool = agentTools(payments.deps.config.BATCH_MAX_BILLS).find((t) => t.name === name)!;
+      const tool = tools.find((t) => t.name === name)!;
       d = payableToolDiscovery(tool);
       declared.set(name, d);
     }

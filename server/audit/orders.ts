@@ -12,8 +12,10 @@
  * The orders come from the service's operators' route (server/ops.ts).
  */
 import { chainInfo } from "../../lib/chains.ts";
-import type { OpsOrder } from "../ops.ts";
-import type { ReviewRecord } from "../orders/review.ts";
+import { MAX_PAGE, opsOrder, type OpsOrder } from "./order-record.ts";
+import type { Orphans } from "../orders/ledger-pass.ts";
+import type { OrderStore } from "../orders/store.ts";
+import type { ReviewDeps, ReviewRecord } from "../orders/review.ts";
 
 const TIMEOUT_MS = 30_000;
 
@@ -175,4 +177,17 @@ export function auditOrders(
     if (!accounted.has(keyOf(p))) out.discrepancies.push(`payment ${p.id} (${p.rail}, ${p.amount} from ${p.payer}) has no order or orphan record`);
   }
   return out;
+}
+
+/** Every order, orphan record and review action as the /ops routes serve them, read in this process (the console's audit). */
+export async function opsRecords(orders: OrderStore, orphans: Orphans, reviews?: ReviewDeps["reviews"]): Promise<ServiceRecords> {
+  const all: ReturnType<typeof opsOrder>[] = [];
+  for (let after: string | undefined; ; ) {
+    const page = await orders.page(MAX_PAGE, after);
+    all.push(...page.map(opsOrder));
+    if (page.length < MAX_PAGE) break;
+    after = page[page.length - 1]!.requestId;
+  }
+  // Through JSON, as the routes send them: the audit reads exactly what /ops/orders, /ops/orphans and /ops/reviews serve.
+  return JSON.parse(JSON.stringify({ orders: all, orphans: await orphans.all(), ...(reviews ? { reviews: await reviews.all() } : {}) })) as ServiceRecords;
 }

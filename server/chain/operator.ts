@@ -32,8 +32,8 @@ import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
 import { POLLING_INTERVAL_MS, RPC_TIMEOUT_MS, sharedClientFor } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
-import { onChainOrderId } from "../orders/store.ts";
-import type { Authorization } from "../x402/payment.ts";
+import { onChainOrderId } from "./order-id.ts";
+import type { Authorization } from "../x402-protocol/payment.ts";
 import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;

@@ -8,7 +8,8 @@
 import type { Child, FC } from "hono/jsx";
 import { formatUnits } from "viem";
 import type { AuditReport } from "../audit/ledger.ts";
-import type { ChainStatus, Health, OrderRow } from "../operator/state.ts";
+import type { ChainStatus } from "../chain/status.ts";
+import type { Health, OrderRow } from "../operator/state.ts";
 import type { ReviewRecord } from "../orders/review.ts";
 
 export const units = (v: bigint | string | null | undefined) => (v === null || v === undefined ? "–" : formatUnits(BigInt(v), 6));

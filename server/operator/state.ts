@@ -19,36 +19,10 @@ import type { Db } from "../db.ts";
 import { errorText } from "../log-safety.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import type { LedgerHealth } from "../ledger-health.ts";
-import type { ChainProgress } from "../../lib/ledger-watch.ts";
+import type { ChainStatus, TokenStatus } from "../chain/status.ts";
 
 const TIMEOUT_MS = 5_000;
 export const UNFINISHED_STATUSES = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
-
-export interface TokenStatus {
-  symbol: string;
-  address: string;
-  onChain: bigint | null;
-  ledger: bigint | null;
-  /** On-chain balance equals the ledger's (null when either could not be read). */
-  matches: boolean | null;
-  refundBudget: { limit: bigint; period: bigint; available: bigint } | null;
-  /** The operator-wide pull budget: what the operator key (or whoever holds it) may still pull. */
-  pullBudget: { limit: bigint; period: bigint; available: bigint } | null;
-}
-
-export interface ChainStatus {
-  chain: ChainKey;
-  chainId: number;
-  head: bigint | null;
-  indexed: bigint | null;
-  lagBlocks: number | null;
-  lagSeconds: number | null;
-  /** The ledger's state on this chain at the service's last look (server/ledger-health.ts). */
-  ledger: ChainProgress | null;
-  keys: Array<{ role: "operator" | "refunder"; address: string; gasWei: bigint | null }>;
-  tokens: TokenStatus[];
-  errors: string[];
-}
 
 export interface Health {
   name: string;

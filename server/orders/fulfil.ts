@@ -26,10 +26,10 @@ import { errorText } from "../log-safety.ts";
 import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { LedgerHealth } from "../ledger-health.ts";
 import type { PaymentRequest } from "../schemas.ts";
-import type { StoredPayment } from "../x402/payment.ts";
+import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
-import type { RefundBudgets } from "./refund-budget.ts";
+import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
 import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
@@ -54,7 +54,7 @@ export interface FlowDeps {
   customerChecks: CustomerChecks;
   /** The hot keys' transactions on BillPay: pulls (operator) and refunds (refunder). */
   operator: ChainOperator;
-  /** BillPay's refund budget per token, read from the chain (orders/refund-budget.ts). */
+  /** BillPay's refund budget per token, read from the chain (chain/refund-budget.ts). */
   refundBudgets: RefundBudgets;
   /** New blocks from the service's own node: receipt and depth waits wake on them (lib/chain-heads.ts). */
   heads: ChainHeads;
@@ -510,7 +510,7 @@ function refundX402(deps: FlowDeps, refunding: Order, amount: bigint) {
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
   if (stored.method === "permit2") {
-    // The stored authorization is the permit read into EIP-3009's shape (x402/payment.ts).
+    // The stored authorization is the permit read into EIP-3009's shape (x402-protocol/payment.ts).
     return deps.operator.refundPermit2({
       chain: refunding.chain as ChainKey,
       requestId: refunding.requestId,

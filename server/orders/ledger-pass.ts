@@ -34,7 +34,7 @@ interface OrphanPullRow {
 /** Payments no order accounts for, and the pass's positions. */
 /**
  * SQL: order `b` holds orphan payment `o`, under the same key on the same rail (an order's
- * rail is its stored payment's method: x402/payment.ts; absent, EIP-3009).
+ * rail is its stored payment's method: x402-protocol/payment.ts; absent, EIP-3009).
  */
 export const ORDER_HOLDS_ORPHAN = `b.chain = o.chain AND b.token_address = o.token_address AND b.payer = o.payer AND b.auth_nonce = o.auth_nonce
   AND COALESCE(b.payment->>'method', 'eip3009') = CASE o.rail WHEN 'permit2' THEN 'permit2' ELSE 'eip3009' END`;

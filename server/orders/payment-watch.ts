@@ -31,15 +31,35 @@ import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
-import { ContractRefused } from "../chain/operator.ts";
+import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { paymentKey, type LedgerPayment } from "../ledger-client.ts";
+import { paymentKey, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
-import { isSettlementPending, settleAnswer } from "../x402/facilitator-answer.ts";
-import type { StoredPayment } from "../x402/payment.ts";
+import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
+import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { PaymentRail } from "../../lib/payment-logs.ts";
-import type { FlowDeps } from "./fulfil.ts";
-import type { Order, OrderStatus } from "./store.ts";
+import type { FacilitatorClient } from "@x402/core/server";
+import type { Log } from "../log.ts";
+import type { Metrics } from "../metrics.ts";
+import type { Order, OrderStatus, OrderStore } from "./store.ts";
+
+/**
+ * What watching payments may touch: the ledger (what it shows), the orders, the hot keys and
+ * the facilitators (to collect a lost payment again), and nothing else of the service.
+ */
+export interface WatchDeps {
+  deployments: Deployments;
+  confirmations: Partial<Record<ChainKey, number>>;
+  facilitators: Partial<Record<ChainKey, FacilitatorClient>>;
+  leaseSeconds: number;
+  ledger: LedgerClient;
+  operator: ChainOperator;
+  orders: OrderStore;
+  watches: PaymentWatches;
+  recollectReviewSeconds: number;
+  metrics: Metrics;
+  log: Log;
+}
 
 /** How deep the ledger follows a reorganisation, in blocks: Ponder's default finality depth. */
 export const REORG_WATCH_BLOCKS = 30n;
@@ -171,7 +191,7 @@ export class PaymentWatches {
  * Whether the ledger has indexed the chain's confirmation depth on top of the payment's
  * block. At depth 0 (the local chains) it is confirmed as soon as the ledger shows it.
  */
-export async function deepEnough(deps: FlowDeps, chain: string, p: LedgerPayment): Promise<boolean> {
+export async function deepEnough(deps: WatchDeps, chain: string, p: LedgerPayment): Promise<boolean> {
   const depth = deps.confirmations[chain as ChainKey] ?? 0;
   if (depth === 0) return true;
   const indexed = await deps.ledger.indexedBlock(p.chainId);
@@ -184,7 +204,7 @@ export async function deepEnough(deps: FlowDeps, chain: string, p: LedgerPayment
  * `waitMs` or was dropped meanwhile; the worker then decides.
  */
 export async function awaitConfirmations(
-  deps: FlowDeps,
+  deps: WatchDeps,
   chain: string,
   p: LedgerPayment,
   read: () => Promise<LedgerPayment | null | undefined>,
@@ -205,7 +225,7 @@ export async function awaitConfirmations(
  * One pass over the watched payments of every chain: closes those past the watch, and acts
  * on those the chain dropped. Returns how many lost payments it acted on.
  */
-export async function watchPayments(deps: FlowDeps): Promise<number> {
+export async function watchPayments(deps: WatchDeps): Promise<number> {
   let acted = 0;
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
     const rows = await deps.watches.open(chain);
@@ -243,7 +263,7 @@ export async function watchPayments(deps: FlowDeps): Promise<number> {
 }
 
 /** The ledger's payments of the watched rails from the oldest watched block's time, by key. */
-async function paymentsSince(deps: FlowDeps, chainId: number, rows: WatchRow[]): Promise<Map<string, LedgerPayment>> {
+async function paymentsSince(deps: WatchDeps, chainId: number, rows: WatchRow[]): Promise<Map<string, LedgerPayment>> {
   const shown = new Map<string, LedgerPayment>();
   for (const rail of ["pull", "authorization", "permit2"] as const) {
     const mine = rows.filter((r) => r.rail === rail);
@@ -263,7 +283,7 @@ const SERVED: OrderStatus[] = ["PAID", "PENDING", "SUCCESS"];
 const REFUNDS: OrderStatus[] = ["REFUNDING", "REFUNDED"];
 
 /** What a lost payment's order needs; true when something was done. */
-async function actOnLoss(deps: FlowDeps, w: WatchRow): Promise<boolean> {
+async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
   if (w.lost_at === null && (await deps.watches.lost(w.request_id))) {
     deps.log.error("a confirmed payment was reorganised off the chain", { requestId: w.request_id, chain: w.chain, rail: w.rail, block: w.block_number, txHash: w.tx_hash });
     deps.metrics.paymentsLost.inc({ chain: w.chain, rail: w.rail });
@@ -294,7 +314,7 @@ async function actOnLoss(deps: FlowDeps, w: WatchRow): Promise<boolean> {
 }
 
 /** The served order goes to an operator: its money could not be collected again. */
-async function review(deps: FlowDeps, o: Order, w: WatchRow, why: string): Promise<boolean> {
+async function review(deps: WatchDeps, o: Order, w: WatchRow, why: string): Promise<boolean> {
   const reason = `its payment was reorganised off the chain after the ledger confirmed it, and could not be collected again: ${why}`;
   deps.log.error("a lost payment could not be collected again; the order waits for an operator", { requestId: o.requestId, chain: o.chain, why });
   await deps.orders.transition(o.requestId, SERVED, "NEEDS_REVIEW", { failureReason: reason });
@@ -304,7 +324,7 @@ async function review(deps: FlowDeps, o: Order, w: WatchRow, why: string): Promi
 }
 
 /** x402: the payer's signed authorization, still held, settled again through the facilitator. */
-async function settleAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boolean> {
+async function settleAgain(deps: WatchDeps, o: Order, w: WatchRow): Promise<boolean> {
   const onChain = await authorizationOnChain(deps, o);
   if (onChain.used) {
     // Spent again already: most likely the same payment back in a block the ledger has not
@@ -330,7 +350,7 @@ async function settleAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boole
 }
 
 /** A pull: the operator pulls again under the same order id (BillPay takes an order id once). */
-async function pullAgain(deps: FlowDeps, o: Order, w: WatchRow): Promise<boolean> {
+async function pullAgain(deps: WatchDeps, o: Order, w: WatchRow): Promise<boolean> {
   const chain = o.chain as ChainKey;
   if (await pullOnChain(deps, o)) {
     await deps.watches.attempted(o.requestId, null, "BillPay holds the pull again; waiting for the ledger");

@@ -41,7 +41,7 @@ export interface RefusedPayment {
   validBefore: bigint;
   bill: Record<string, unknown>;
   bodyHash: string;
-  /** The signed payment, as an order stores it (x402/payment.ts StoredPayment). */
+  /** The signed payment, as an order stores it (x402-protocol/payment.ts StoredPayment). */
   payment: Record<string, unknown>;
   requirements: Record<string, unknown>;
   reason: string;

@@ -47,7 +47,7 @@ import { ServiceError } from "../errors.ts";
 import { paymentMismatch, x402RailOf, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
-import type { StoredPayment } from "../x402/payment.ts";
+import type { StoredPayment } from "../x402-protocol/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";

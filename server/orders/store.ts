@@ -19,12 +19,14 @@
  * The payer sees SUCCESS, FAILED_VENDING (refunding or refunded; or, with `charged: false`,
  * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
+import { assertMove, type OrderStatus } from "./lifecycle.ts";
+import { onChainOrderId } from "../chain/order-id.ts";
 import { ServiceError } from "../errors.ts";
 import { clearRefund, type RefundShares, type RefundWait } from "./refund-share.ts";
 import { randomBytes, randomUUID } from "node:crypto";
 import DataLoader from "dataloader";
-import { keccak256, toBytes, type Hex } from "viem";
-import { hashApiKey } from "../agent/credentials.ts";
+import type { Hex } from "viem";
+import { hashApiKey } from "../credentials.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import type { PurchasedCode } from "../biller/upstream.ts";
 import type { Db } from "../db.ts";
@@ -39,20 +41,9 @@ export function newOrderIds(now = new Date()): { requestId: string } {
   return { requestId: `req_${stamp}${randomBytes(10).toString("hex")}` };
 }
 
-/** BillPay's 32-byte order id for a service request id. */
-export const onChainOrderId = (requestId: string): Hex => keccak256(toBytes(requestId));
 
-export type OrderStatus =
-  | "SETTLING"
-  | "PULLING"
-  | "REFUSED"
-  | "PAYMENT_FAILED"
-  | "NEEDS_REVIEW"
-  | "PAID"
-  | "PENDING"
-  | "SUCCESS"
-  | "REFUNDING"
-  | "REFUNDED";
+/** An order's states and the moves between them are decided in one table (lifecycle.ts). */
+export type { OrderStatus } from "./lifecycle.ts";
 
 /** How a refund's reason starts when the biller's number check said the number is wrong (counted per payer). */
 export const VERIFICATION_FAILED = "verification failed";
@@ -295,7 +286,7 @@ export class OrderStore {
    * payment was seen before, returns that order instead (`created: false`).
    */
   /**
-   * `idempotencyKey`: the client's id for the payment (x402/payment-id.ts), unique per payer
+   * `idempotencyKey`: the client's id for the payment (orders/payment-id.ts), unique per payer
    * with the pull orders' keys. When another order holds it (a concurrent request under the
    * same id), nothing is created and that order is returned (`created: false`).
    */
@@ -570,6 +561,7 @@ export class OrderStore {
 
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
   async writeOffUnsent(requestId: string): Promise<Order | undefined> {
+    assertMove(["PULLING"], "PAYMENT_FAILED");
     const [row] = await this.db.query<Row>(
       queueingCallbacks(
         `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
@@ -671,6 +663,7 @@ export class OrderStore {
     to: OrderStatus,
     fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">> = {},
   ): Promise<Order | undefined> {
+    assertMove(from, to);
     // An order that becomes final with a callback_url queues its callback in the same statement.
     const [row] = await this.db.query<Row>(
       queueingCallbacks(

@@ -19,14 +19,14 @@ import { ServiceError } from "../errors.ts";
 import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
-import { samePayment, type DecodedPayment, type StoredPayment } from "../x402/payment.ts";
-import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402/facilitator-answer.ts";
+import { samePayment, type DecodedPayment, type StoredPayment } from "../x402-protocol/payment.ts";
+import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
-import { earlierUnderId } from "../x402/payment-id.ts";
+import { earlierUnderId } from "./payment-id.ts";
 import { permit2Approval } from "../../lib/permit2.ts";
 
 /** @x402/evm's facilitator reason for a payer that has not approved Permit2 (its exact/facilitator errors). */
@@ -136,7 +136,7 @@ export async function startX402Order(
     payment: DecodedPayment;
     requirements: PaymentRequirements;
     resourceUrl: string;
-    /** The client's id for the payment, as stored (x402/payment-id.ts storedKey). */
+    /** The client's id for the payment, as stored (orders/payment-id.ts storedKey). */
     idempotencyKey?: string;
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {

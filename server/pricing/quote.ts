@@ -12,7 +12,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import { toScaled } from "./decimal.ts";
 import { priceBill, type Category, type PriceBreakdown } from "./price.ts";
 import type { RateVersion, RateVersions } from "./rate-versions.ts";
-import type { RefundBudgets } from "../orders/refund-budget.ts";
+import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { CustomerChecks } from "../biller/customer-check.ts";
 
 export interface QuoteContext {
@@ -21,7 +21,7 @@ export interface QuoteContext {
   catalogue: Catalogue;
   /** The challenge's lifetime: how long a price shown is honoured. */
   ttlSeconds: number;
-  /** A bill its token's refund budget could never refund is refused before it is priced (orders/refund-budget.ts). */
+  /** A bill its token's refund budget could never refund is refused before it is priced (chain/refund-budget.ts). */
   refundBudgets?: RefundBudgets;
   /** A payer whose bills failed the biller's number check has this bill's number checked before it is priced. */
   customerChecks?: CustomerChecks;

@@ -206,7 +206,7 @@ export function buildChallenge(
     error: PAYMENT_REQUIRED_ERROR.v2,
     resource,
     accepts: reqs.map(({ description: _d, ...r }) => r),
-    // Optional: a client may name its payment so a retry pays once (x402/payment-id.ts).
+    // Optional: a client may name its payment so a retry pays once (orders/payment-id.ts).
     extensions: { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false), ...discovery },
   };
   return { v1Body, v2, v2Header: encodeHeader(v2) };

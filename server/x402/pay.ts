@@ -30,11 +30,11 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
-import { orderProof, type ProofDeps } from "../orders/proof.ts";
+import { orderProof, type ProofDeps } from "./proof.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import { buildChallenge, requirement, resolveOption, type Challenge, type ChallengeContext, type Option } from "./challenge.ts";
-import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, PaymentRejected, type DecodedPayment, type PaymentProblem } from "./payment.ts";
-import { earlierUnderId, paymentIdOf, storedKey } from "./payment-id.ts";
+import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, PaymentRejected, type DecodedPayment, type PaymentProblem } from "../x402-protocol/payment.ts";
+import { earlierUnderId, paymentIdOf, storedKey } from "../orders/payment-id.ts";
 
 /** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
 export const BILL_DESCRIPTION = "Bill payment";
@@ -57,7 +57,7 @@ export interface X402PayDeps {
   limits: Limits;
   /** Signs the price each 402 shows, so a payment is honoured at exactly the price its challenge showed. */
   offers: PriceOffers;
-  /** What proves a replaying caller is the payer (orders/proof.ts). */
+  /** What proves a replaying caller is the payer (x402/proof.ts). */
   proof: ProofDeps;
   /** Signs a paid bill's receipts (orders/receipts.ts). */
   receipts: Receipts;
@@ -82,7 +82,7 @@ export interface PayRequest {
   idempotencyKey?: string;
   /** The caller's network address, for the per-address budgets. */
   client: string;
-  /** A request header by name, for the payer's proof on a replay (orders/proof.ts). */
+  /** A request header by name, for the payer's proof on a replay (x402/proof.ts). */
   header: (name: string) => string | undefined;
   /** The v1 body names networks as legacy x402@1 clients do (`?networks=v1`). */
   v1NetworkNames?: boolean;
@@ -337,7 +337,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     }
 
     // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
-    // order's answer for the same bill, and this payment is not used (x402/payment-id.ts).
+    // order's answer for the same bill, and this payment is not used (orders/payment-id.ts).
     const paymentId = paymentIdOf(payment, request.idempotencyKey);
     if (paymentId) {
       const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);

@@ -22,11 +22,11 @@ import { quoteView } from "../pricing/quote-view.ts";
 import { paymentRequestSchema } from "../schemas.ts";
 import { probeChallenge } from "./challenge.ts";
 import { settlementOf, type OrderReceipts, type X402Payments } from "./pay.ts";
-import { decodePayment, type PaymentHeader } from "./payment.ts";
+import { decodePayment, type PaymentHeader } from "../x402-protocol/payment.ts";
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
-// (a 402 for a payment that did not fit carries `code`: see server/x402/payment.ts, plus PAYMENT_NOT_SETTLED)
+// (a 402 for a payment that did not fit carries `code`: see server/x402-protocol/payment.ts, plus PAYMENT_NOT_SETTLED)
 
 /** The fields a bill must have; a JSON object lacking any of them is a probe, not a bill. */
 const REQUIRED_BILL_FIELDS = Object.entries(paymentRequestSchema.shape)

@@ -7,7 +7,7 @@
 import { silentLog } from "../../server/log.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
-import { hashApiKey, newApiKey, PinHasher, scryptPinHash } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey, PinHasher, scryptPinHash } from "../../server/credentials.ts";
 import { LinkStore } from "../../server/agent/links.ts";
 import { ScheduleStore, checkCron, nextDue } from "../../server/agent/schedules.ts";
 import { openDb, type Db } from "../../server/db.ts";

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { PinHasher, scryptPinHash } from "../../server/agent/credentials.ts";
+import { PinHasher, scryptPinHash } from "../../server/credentials.ts";
 import { localPepper } from "../../server/agent/pin-pepper.ts";
 
 describe("PIN hashes under the server's pepper", () => {

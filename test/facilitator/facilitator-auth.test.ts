@@ -8,7 +8,7 @@ import { HTTPFacilitatorClient } from "@x402/core/server";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../server/config.ts";
-import { facilitatorAuth } from "../../server/x402/facilitator-auth.ts";
+import { facilitatorAuth } from "../../server/x402-protocol/facilitator-auth.ts";
 import { listen } from "../support/http-server.ts";
 
 const supported = { kinds: [{ x402Version: 2, scheme: "exact", network: "eip155:42220" }], extensions: [], signers: {} };

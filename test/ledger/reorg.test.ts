@@ -17,7 +17,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
-import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";

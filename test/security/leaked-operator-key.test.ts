@@ -9,7 +9,7 @@ import { keccak256, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
 import { hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
-import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";

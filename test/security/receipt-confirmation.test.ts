@@ -20,7 +20,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { paymentsFromReceipt } from "../../server/chain/receipt-payment.ts";
 import { isPaymentOf, paymentMismatch } from "../../server/ledger-client.ts";
-import { onChainOrderId } from "../../server/orders/store.ts";
+import { onChainOrderId } from "../../server/chain/order-id.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

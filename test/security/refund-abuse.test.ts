@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { createApp } from "../../server/app.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";

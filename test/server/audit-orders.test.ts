@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { auditOrders, type ServiceRecords } from "../../server/audit/orders.ts";
-import type { OpsOrder } from "../../server/ops.ts";
+import type { OpsOrder } from "../../server/audit/order-record.ts";
 
 const PAYER = "0x00000000000000000000000000000000000000aa";
 const TOKEN = "0x00000000000000000000000000000000000000bb";

@@ -3,7 +3,7 @@ import type { PaymentRequired } from "@x402/core/types";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Deployments } from "../../lib/deployments.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { checkPayment, decodePayment, PaymentRejected, type Expected } from "../../server/x402/payment.ts";
+import { checkPayment, decodePayment, PaymentRejected, type Expected } from "../../server/x402-protocol/payment.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 // Addresses only: nothing here touches a chain.

@@ -1,5 +1,5 @@
 /**
- * Idempotent x402 (server/x402/payment-id.ts) against the real local stack, paid with the
+ * Idempotent x402 (server/orders/payment-id.ts) against the real local stack, paid with the
  * official x402 client and the payment-identifier extension's own client helper: a client
  * that signs again under the same id pays once and gets the first order; the same id for
  * another bill is 409; an id still in flight gets its own answer; a malformed id changes

@@ -7,7 +7,7 @@ import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http, type Hex } from "viem";
 import { CONTRACT_SIGNATURE_GAS } from "../../lib/contract-signature.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
-import { checkSignature, PaymentRejected, type DecodedPayment } from "../../server/x402/payment.ts";
+import { checkSignature, PaymentRejected, type DecodedPayment } from "../../server/x402-protocol/payment.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
 import { viemChain } from "../../lib/chains.ts";

@@ -5,7 +5,7 @@ import type { Hex } from "viem";
 import type { FlowDeps } from "../../server/orders/fulfil.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { hashOrderSecret, newOrderIds, type Order } from "../../server/orders/store.ts";
-import { decodePayment } from "../../server/x402/payment.ts";
+import { decodePayment } from "../../server/x402-protocol/payment.ts";
 
 /**
  * What an x402 request does before it settles, then "crashes": the once-only lock on the

@@ -26,8 +26,8 @@
 import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from "@x402/extensions/payment-identifier";
 import type { PaymentPayload } from "@x402/core/types";
 import { ServiceError } from "../errors.ts";
-import type { Order, OrderStatus } from "../orders/store.ts";
-import type { DecodedPayment } from "./payment.ts";
+import type { Order, OrderStatus } from "./store.ts";
+import type { DecodedPayment } from "../x402-protocol/payment.ts";
 
 /** How long a client waits before asking again about an id still being processed. */
 export const IN_FLIGHT_RETRY_SECONDS = 2;

@@ -18,9 +18,9 @@ import { messageSigner } from "../../lib/contract-signature.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
-import { hashApiKey, sameDigest } from "../agent/credentials.ts";
+import { hashApiKey, sameDigest } from "../credentials.ts";
 import type { LinkStore } from "../agent/links.ts";
-import { hashOrderSecret, type Order } from "./store.ts";
+import { hashOrderSecret, type Order } from "../orders/store.ts";
 
 export interface ProofDeps {
   links: LinkStore;

@@ -1,0 +1,43 @@
+/** What an agent tool is, defined once for MCP and A2A: its definition, the context it runs in, its arguments' schema. */
+import { z } from "zod";
+import type { AgentHub } from "./hub.ts";
+import type { Link } from "./links.ts";
+
+export interface ToolContext {
+  hub: AgentHub;
+  /** Every tool, for describe_capabilities. */
+  tools: ToolDefinition[];
+  /** Where the caller reached the service (PUBLIC_URL, or the request's origin locally), for absolute URLs. */
+  baseUrl?: string;
+}
+
+export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
+  name: string;
+  title: string;
+  description: string;
+  input: S;
+  /** Whether the tool moves money (needs the PIN; locked after too many wrong PINs). */
+  paying: boolean;
+  /** Whether the tool needs a linked wallet's api_key. */
+  authenticated: boolean;
+  examples: string[];
+  /**
+   * MCP's text content for an answer, when not the answer's JSON (the default, which a client
+   * reading content[0].text relies on). For an answer too long to carry twice on the wire.
+   */
+  text?(result: Record<string, unknown>): string;
+  run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
+}
+
+/** The JSON Schema dialect of the tools' argument schemas: MCP's default since 2025-11-25 (SEP-1613). */
+export const TOOL_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
+
+/**
+ * A tool's arguments as JSON Schema 2020-12, declared by `$schema`: what MCP's tools/list
+ * (agent/mcp.ts) and describe_capabilities show. Explicit rather than left to the default, so
+ * a client speaking an older protocol revision (which named no dialect) is not left to guess.
+ */
+export function toolInputSchema(tool: Pick<ToolDefinition, "input">): { $schema: string; type: "object"; [key: string]: unknown } {
+  const schema = z.toJSONSchema(z.object(tool.input), { target: "draft-2020-12", io: "input", unrepresentable: "any" });
+  return { ...schema, $schema: TOOL_SCHEMA_DIALECT, type: "object" };
+}

@@ -1,0 +1,29 @@
+/** What the operators' state reports of each chain: the ledger's progress, the hot keys, the treasury. */
+import type { ChainKey } from "../../lib/chains.ts";
+import type { ChainProgress } from "../../lib/ledger-watch.ts";
+
+export interface TokenStatus {
+  symbol: string;
+  address: string;
+  onChain: bigint | null;
+  ledger: bigint | null;
+  /** On-chain balance equals the ledger's (null when either could not be read). */
+  matches: boolean | null;
+  refundBudget: { limit: bigint; period: bigint; available: bigint } | null;
+  /** The operator-wide pull budget: what the operator key (or whoever holds it) may still pull. */
+  pullBudget: { limit: bigint; period: bigint; available: bigint } | null;
+}
+
+export interface ChainStatus {
+  chain: ChainKey;
+  chainId: number;
+  head: bigint | null;
+  indexed: bigint | null;
+  lagBlocks: number | null;
+  lagSeconds: number | null;
+  /** The ledger's state on this chain at the service's last look (server/ledger-health.ts). */
+  ledger: ChainProgress | null;
+  keys: Array<{ role: "operator" | "refunder"; address: string; gasWei: bigint | null }>;
+  tokens: TokenStatus[];
+  errors: string[];
+}

@@ -1,0 +1,90 @@
+/**
+ * An order's life in one table: every state, where an order starts, every move allowed, and
+ * what each move means for the money. The order store refuses any move this table does not
+ * list (`assertMove`), so a stage cannot invent one; docs/architecture.md's state diagram is
+ * generated from it (`stateDiagram`) and a test keeps the two in step.
+ *
+ * A plain typed table rather than a state-machine library (XState and the like): the moves
+ * are made by SQL updates guarded on the current state (`WHERE status = ANY(from)`), since
+ * several instances and the worker race for the same order, and the database is what decides
+ * which of them wins. What is needed here is the list the guard is checked against, not an
+ * interpreter that holds the state in memory.
+ */
+
+export const ORDER_STATUSES = ["SETTLING", "PULLING", "REFUSED", "PAYMENT_FAILED", "NEEDS_REVIEW", "PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED"] as const;
+export type OrderStatus = (typeof ORDER_STATUSES)[number];
+
+/** Where an order is created, and why there. */
+export const ORDER_STARTS: ReadonlyArray<{ at: OrderStatus; why: string }> = [
+  { at: "SETTLING", why: "an x402 payment was offered; its authorization is being settled, nothing is charged yet" },
+  { at: "PULLING", why: "an agent asked to pay from its allowance; the pull is being sent, nothing is charged yet" },
+  { at: "REFUNDING", why: "a payment the service had refused landed later anyway: it is refunded, exactly it" },
+];
+
+export interface Move {
+  from: OrderStatus;
+  to: OrderStatus;
+  /** When the move is made. */
+  when: string;
+  /** What it means for the money. */
+  money: string;
+}
+
+/** Every move an order may make. A move not listed here is refused by the order store. */
+export const ORDER_MOVES: readonly Move[] = [
+  { from: "SETTLING", to: "PAID", when: "the chain shows the order's payment under its key", money: "in: exactly the order's amount, from its payer, in its token" },
+  { from: "SETTLING", to: "REFUSED", when: "the facilitator refused to settle", money: "none charged; should the authorization land later, it is refunded" },
+  { from: "SETTLING", to: "PAYMENT_FAILED", when: "the authorization expired unsettled, or its nonce was spent with no payment to BillPay", money: "none charged" },
+  { from: "SETTLING", to: "NEEDS_REVIEW", when: "the chain shows another payment under the key (amount, payer or token), or a Permit2 nonce spent unseen", money: "held: an operator refunds or serves what landed" },
+  { from: "PULLING", to: "PAID", when: "the ledger shows the pull", money: "in: exactly the order's amount, pulled from the allowance" },
+  { from: "PULLING", to: "PAYMENT_FAILED", when: "no pull was sent, or it did not land", money: "none charged" },
+  { from: "PULLING", to: "NEEDS_REVIEW", when: "the pull shows another amount", money: "held for an operator" },
+  { from: "REFUSED", to: "REFUNDING", when: "the refused authorization landed after all", money: "out: exactly what landed, back to the payer" },
+  { from: "REFUSED", to: "PAYMENT_FAILED", when: "the refused authorization expired, or its nonce was spent elsewhere", money: "none charged" },
+  { from: "REFUSED", to: "NEEDS_REVIEW", when: "another payment landed under the key, or a Permit2 nonce was spent unseen", money: "held for an operator" },
+  { from: "PAYMENT_FAILED", to: "REFUNDING", when: "a payment landed later under the written-off key", money: "out: exactly what landed, back to the payer" },
+  { from: "PAYMENT_FAILED", to: "NEEDS_REVIEW", when: "another payment landed later under the written-off key", money: "held for an operator" },
+  { from: "PAID", to: "PENDING", when: "the biller holds the bill", money: "kept while the biller decides" },
+  { from: "PAID", to: "SUCCESS", when: "the biller delivered", money: "kept: the bill was vended" },
+  { from: "PAID", to: "REFUNDING", when: "the biller failed the bill (or the number check did)", money: "out: the payment, back to the payer" },
+  { from: "PAID", to: "NEEDS_REVIEW", when: "the biller's answer needs a person, or a reorganisation took the payment", money: "held for an operator" },
+  { from: "PENDING", to: "SUCCESS", when: "a requery or the biller's webhook shows it delivered", money: "kept: the bill was vended" },
+  { from: "PENDING", to: "REFUNDING", when: "a requery or the biller's webhook shows it failed", money: "out: the payment, back to the payer" },
+  { from: "PENDING", to: "NEEDS_REVIEW", when: "the biller's answer needs a person, or a reorganisation took the payment", money: "held for an operator" },
+  { from: "SUCCESS", to: "REFUNDING", when: "the biller reversed a delivered bill", money: "out: the payment, back to the payer, once" },
+  { from: "SUCCESS", to: "NEEDS_REVIEW", when: "a reorganisation took the payment of a delivered bill", money: "held: the bill was vended unpaid" },
+  { from: "REFUNDING", to: "REFUNDED", when: "the refund's transaction was sent", money: "out: at most what the ledger shows paid under the key" },
+  { from: "REFUNDING", to: "NEEDS_REVIEW", when: "the refund was held, refused by BillPay, or waited too long for the budget", money: "held: nothing sent" },
+  { from: "REFUNDING", to: "PAYMENT_FAILED", when: "a reorganisation took the payment before its refund", money: "none: there is nothing to refund" },
+  { from: "REFUNDED", to: "PAYMENT_FAILED", when: "a reorganisation took the payment that was refunded", money: "none left to refund; the audit shows the refund" },
+  { from: "NEEDS_REVIEW", to: "PAID", when: "an operator serves it: the ledger shows exactly the order's payment", money: "in, as for any paid order" },
+  { from: "NEEDS_REVIEW", to: "REFUNDING", when: "an operator refunds it", money: "out: exactly what the ledger shows paid under the key" },
+  { from: "NEEDS_REVIEW", to: "REFUNDED", when: "the ledger already shows the key refunded in full", money: "none sent" },
+  { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key", money: "none charged" },
+];
+
+const allowed = new Set(ORDER_MOVES.map((m) => `${m.from}>${m.to}`));
+
+/** Whether an order may move from `from` to `to`. Staying put (updating only its fields) is not a move. */
+export function mayMove(from: OrderStatus, to: OrderStatus): boolean {
+  return from === to || allowed.has(`${from}>${to}`);
+}
+
+export class IllegalMove extends Error {
+  constructor(from: OrderStatus, to: OrderStatus) {
+    super(`an order may not move from ${from} to ${to} (server/orders/lifecycle.ts)`);
+  }
+}
+
+/** Throws unless every state in `from` may move to `to`: a caller asking for an unlisted move is a bug. */
+export function assertMove(from: readonly OrderStatus[], to: OrderStatus): void {
+  for (const f of from) if (!mayMove(f, to)) throw new IllegalMove(f, to);
+}
+
+/** The order's life as a Mermaid state diagram, for docs/architecture.md. */
+export function stateDiagram(): string {
+  const lines = ["stateDiagram-v2"];
+  for (const s of ORDER_STARTS) lines.push(`    [*] --> ${s.at}`);
+  for (const m of ORDER_MOVES) lines.push(`    ${m.from} --> ${m.to}`);
+  return lines.join("\n");
+}
