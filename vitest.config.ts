@@ -4,6 +4,9 @@ export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
+    // Vitest's default on a 2-core machine is one worker; the suites wait on chains and
+    // processes as much as they compute, so two keep both cores busy.
+    maxWorkers: 2,
     // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
     env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,

@@ -13,11 +13,11 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import type { ServiceStack } from "../../stack/service-stack.ts";
-import { hashApiKey, newApiKey } from "../../server/agent/credentials.ts";
+import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { loadConfig } from "../../server/config.ts";
 import { createApp } from "../../server/app.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { openDb } from "../../server/db.ts";
+import { openDb, type Db } from "../../server/db.ts";
 import { Gate, Limits } from "../../server/limits.ts";
 import { purgeExpired } from "../../server/storage-purge.ts";
 import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
@@ -210,8 +210,14 @@ describe("abuse resistance", () => {
   });
 
   it("behind TRUSTED_PROXIES, limits and the operators' locality key on the client the proxy names, not on the proxy", async () => {
-    const serve = async (env: Record<string, string>) =>
-      listen(createApp({ config: loadConfig({ LOG_REQUESTS: "0", RATE_LIMIT_ORDER_ADDRESS: "2/60", ...env }), db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow }).fetch);
+    // Each app counts in a database of its own (in memory): on the stack's PostgreSQL the
+    // counters are shared, and this machine's address has been counted by the suites before.
+    const counters: Db[] = [];
+    const serve = async (env: Record<string, string>) => {
+      const db = await openDb({});
+      counters.push(db);
+      return listen(createApp({ config: loadConfig({ LOG_REQUESTS: "0", RATE_LIMIT_ORDER_ADDRESS: "2/60", ...env }), db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow }).fetch);
+    };
     const order = (base: string, forwardedFor?: string) =>
       fetch(`${base}/api/orders/req_000000000000${"0".repeat(20)}`, { headers: forwardedFor ? { "x-forwarded-for": forwardedFor } : {} }).then((r) => r.status);
     const proxied = await serve({ TRUSTED_PROXIES: "127.0.0.1" });
@@ -230,6 +236,7 @@ describe("abuse resistance", () => {
     } finally {
       await proxied.close();
       await direct.close();
+      for (const db of counters) await db.close();
     }
   });
 
