@@ -7,10 +7,15 @@ export const RPC_TIMEOUT_MS = 10_000;
 /** viem polls every 4 s by default; local chains answer in milliseconds. */
 export const POLLING_INTERVAL_MS = 200;
 
-export function publicClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
+/**
+ * `retries`: how often a request that got no answer is sent again. None by default: the
+ * service decides what to retry. Observers (tests, benchmarks) reading a local node pass some,
+ * as a reused keep-alive socket the node has just closed can reset a request that never reached it.
+ */
+export function publicClientFor(chain: ChainKey, rpcUrl: string, retries = 0): PublicClient {
   return createPublicClient({
     chain: viemChain(chain, rpcUrl),
-    transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }),
+    transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: retries, retryDelay: 100 }),
     pollingInterval: POLLING_INTERVAL_MS,
     // viem caches the block number for cacheTime (the polling interval by default): a head
     // read right after a transaction then names a block before it, and "the ledger has

@@ -26,7 +26,9 @@ export interface SignedAuthorization {
 export function chainActors(deployments: Deployments, chain: ChainKey) {
   const d = deployments.chains[chain];
   if (!d) throw new Error(`no deployment for ${chain}`);
-  const publicClient = publicClientFor(chain, d.rpcUrl);
+  // The tests' own reads of the node are retried: a read that resets on a keep-alive socket the
+  // node closed a moment before says nothing about the service under test.
+  const publicClient = publicClientFor(chain, d.rpcUrl, 2);
   const billPay = d.billPay.address as Address;
   const tokenAddress = (symbol: TokenSymbol) => {
     const t = d.tokens.find((x) => x.symbol === symbol);
