@@ -2,6 +2,8 @@
  * The fast tier, `npm run test:unit`: tests that start no chain, ledger or service process
  * (units, the contracts on Hardhat's in-process chain, the biller's wire client against its
  * fixtures, the database's own rules). A minute or less; `npm test` runs them with the rest.
+ * Left to `npm test`: tests that start no process but wait on real time (the chain heads'
+ * subscription timeouts, the key lease's expiry), about 11 s each.
  */
 import { defineConfig } from "vitest/config";
 import base from "./vitest.config.ts";
@@ -12,14 +14,12 @@ export const UNIT_TESTS = [
   "test/docs/**/*.test.ts",
   "test/agent/a2a-tasks.test.ts",
   "test/agent/credentials.test.ts",
-  "test/chains/chain-heads.test.ts",
   "test/deploy/deploy-roles.test.ts",
   "test/facilitator/facilitator-auth.test.ts",
   "test/ledger/ledger-database.test.ts",
   "test/ledger/ledger-dir.test.ts",
   "test/server/audit-orders.test.ts",
   "test/server/fault-logs.test.ts",
-  "test/server/key-lease.test.ts",
   "test/server/ledger-match.test.ts",
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",
