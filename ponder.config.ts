@@ -6,7 +6,7 @@
  * file, so Ponder finds it from its app folder.)
  */
 import { createConfig } from "ponder";
-import { billPayAbi, eip3009TokenAbi } from "./lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "./lib/generated/abis.ts";
 import { isLocalRpcUrl, webSocketUrlFor } from "./lib/chain-client.ts";
 import type { ChainKey } from "./lib/chains.ts";
 import { activeNetwork } from "./lib/networks.ts";

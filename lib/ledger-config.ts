@@ -108,7 +108,7 @@ export function ledgerSchemaName(deployments: Deployments, root = resolve(".")):
   for (const [key, d] of Object.entries(deployments.chains).sort()) {
     hash.update(`${key}:${d.chainId}:${d.genesisHash}:${d.billPay.address}:${d.billPay.block};`);
   }
-  const sources = [...listFiles(join(root, "ponder")), join(root, "ponder.config.ts"), join(root, "lib/abis.ts")];
+  const sources = [...listFiles(join(root, "ponder")), join(root, "ponder.config.ts"), join(root, "lib/generated/abis.ts")];
   for (const file of sources) hash.update(readFileSync(file));
   return `ledger_${hash.digest("hex").slice(0, 16)}`;
 }

@@ -21,7 +21,7 @@
  *     payment is never served or refunded by the service, and the audit shows it as inflow.
  */
 import { decodeEventLog, toEventSelector, type Hex } from "viem";
-import { billPayAbi } from "./abis.ts";
+import { billPayAbi } from "./generated/abis.ts";
 import { permit2NonceKey, PROXY_SETTLED, proxySettlementIn, X402_EXACT_PROXY } from "./permit2.ts";
 
 export const AUTHORIZATION_USED = toEventSelector("AuthorizationUsed(address,bytes32)");

@@ -19,7 +19,7 @@
  */
 import { createWalletClient, encodeFunctionData, formatUnits, getAddress, http, isAddress, keccak256, parseUnits, toBytes, type Account, type Address, type Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { activeNetwork } from "../lib/networks.ts";
 import { CHAIN_KEYS, viemChain, type ChainKey } from "../lib/chains.ts";

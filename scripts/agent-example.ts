@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { Role } from "@a2a-js/sdk";
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { createWalletClient, http, parseUnits, type Hex } from "viem";
-import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { viemChain } from "../lib/chains.ts";

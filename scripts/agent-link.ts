@@ -19,7 +19,7 @@ import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { createWalletClient, formatUnits, http, parseUnits, type Address, type Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { isLocalRpcUrl, publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";
 import { chainByKey, resolveTokenSymbol, viemChain, type ChainKey } from "../lib/chains.ts";

@@ -13,7 +13,7 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
-import { eip3009TokenAbi } from "../lib/abis.ts";
+import { eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deployerAccount, hardhatAccount } from "../lib/local-accounts.ts";

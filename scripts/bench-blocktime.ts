@@ -28,7 +28,7 @@ import { dirname, join } from "node:path";
 import { decodePaymentResponseHeader } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
-import { eip3009TokenAbi } from "../lib/abis.ts";
+import { eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { viemChain, type ChainKey } from "../lib/chains.ts";
 import { IN_MEMORY } from "../lib/ledger-config.ts";

@@ -9,7 +9,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http, maxUint256, type Hex } from "viem";
-import { eip3009TokenAbi } from "../lib/abis.ts";
+import { eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { viemChain } from "../lib/chains.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { PERMIT2 } from "../lib/permit2.ts";

@@ -1,7 +1,7 @@
 /**
- * Writes lib/abis.ts: the ABIs of BillPay and the EIP-3009 token as `as const` literals,
+ * Writes lib/generated/abis.ts: the ABIs of BillPay and the EIP-3009 token as `as const` literals,
  * so Ponder and viem infer event and function types. Run after changing a contract:
- * `npm run gen:abis`. A test fails when lib/abis.ts no longer matches the artifacts.
+ * `npm run gen:abis`. A test fails when lib/generated/abis.ts no longer matches the artifacts.
  */
 import { writeFile } from "node:fs/promises";
 import { loadArtifact } from "../lib/artifacts.ts";
@@ -20,6 +20,6 @@ export function renderAbis(): string {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  await writeFile(new URL("../lib/abis.ts", import.meta.url), renderAbis());
-  console.log("wrote lib/abis.ts");
+  await writeFile(new URL("../lib/generated/abis.ts", import.meta.url), renderAbis());
+  console.log("wrote lib/generated/abis.ts");
 }

@@ -18,7 +18,7 @@
 import { x402HTTPClient } from "@x402/core/http";
 import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { eip3009TokenAbi } from "../lib/abis.ts";
+import { eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";

@@ -28,7 +28,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
-import { billPayAbi, eip3009TokenAbi } from "../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../lib/agent-client.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../lib/chains.ts";

@@ -20,7 +20,7 @@
  *     refunder are two keys (each role bounds what its leaked key can do).
  */
 import { domainSeparator, erc20Abi, keccak256, parseAbi, toBytes, type Address, type Hex } from "viem";
-import { billPayAbi } from "../lib/abis.ts";
+import { billPayAbi } from "../lib/generated/abis.ts";
 import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
 import { x402TransferOf, type ChainKey } from "../lib/chains.ts";
 import { PERMIT2, PROXY_WITNESS_TYPEHASH, X402_EXACT_PROXY, x402ExactProxyAbi } from "../lib/permit2.ts";

@@ -14,7 +14,7 @@ import {
   type PublicClient,
 } from "viem";
 import { deploy, DeploymentResultType, type EIP1193Provider } from "@nomicfoundation/ignition-core";
-import { billPayAbi } from "../lib/abis.ts";
+import { billPayAbi } from "../lib/generated/abis.ts";
 import { ignitionArtifacts, loadArtifact } from "../lib/artifacts.ts";
 import { billPayModule, type BillPaySpec } from "../ignition/modules/BillPay.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../lib/chain-client.ts";

@@ -11,7 +11,7 @@
  */
 import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
 import { z } from "zod";
-import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { ERRORS, type ErrorCode } from "../errors.ts";

@@ -28,7 +28,7 @@ import {
   type WalletClient,
 } from "viem";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
-import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { POLLING_INTERVAL_MS, RPC_TIMEOUT_MS, sharedClientFor } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";

@@ -12,7 +12,7 @@
  * admin sets it, and a stale read errs on neither side for long.
  */
 import { formatUnits, type Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { sharedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";

@@ -6,7 +6,7 @@
  */
 import { errorText } from "../log-safety.ts";
 import { erc20Abi, parseAbi, type ContractFunctionParameters, type Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { sharedClientFor } from "../../lib/chain-client.ts";
 import { MULTICALL3_ADDRESS, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";

@@ -8,7 +8,7 @@
 import { PaymentWatches } from "../orders/payment-watch.ts";
 import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { explorerTxUrl, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";

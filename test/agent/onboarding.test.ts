@@ -13,7 +13,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { toHex, type Address, type Hex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { mcpAgent } from "../../lib/agent-client.ts";
 import { HARDHAT_MNEMONIC } from "../../lib/local-accounts.ts";
 import { readInputs, UsageError } from "../../scripts/agent-link.ts";

@@ -25,7 +25,7 @@ import { wrapFetchWithPayment } from "@x402/fetch";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import type { Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { amountIn } from "../../lib/token-amounts.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";

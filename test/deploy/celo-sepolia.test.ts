@@ -19,7 +19,7 @@ import { network } from "hardhat";
 import { createPublicClient, createWalletClient, defineChain, http, keccak256, parseEther, toBytes, type Address, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount, type Account } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { MULTICALL3_ADDRESS } from "../../lib/chains.ts";

@@ -2,7 +2,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { encodeAbiParameters, keccak256, maxUint256, parseUnits, toBytes, toHex, type Address, type Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { chainInfo } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../server/audit/ledger.ts";

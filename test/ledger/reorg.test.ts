@@ -188,7 +188,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       const order = await orderOf(paid.request_id);
       expect(order.status).toBe("SUCCESS");
       expect(before - (await usdc(wallet))).toBe(order.amount);
-      const onChain = await celo.publicClient.readContract({ address: celo.billPay, abi: (await import("../../lib/abis.ts")).billPayAbi, functionName: "orderOf", args: [order.onchainOrderId as Hex] });
+      const onChain = await celo.publicClient.readContract({ address: celo.billPay, abi: (await import("../../lib/generated/abis.ts")).billPayAbi, functionName: "orderOf", args: [order.onchainOrderId as Hex] });
       expect(onChain.paid).toBe(order.amount);
       expect(await delivered(paid.request_id)).toEqual(["delivered"]);
       expect(await metric('billpay_payments_lost_total{chain="CELO",rail="pull"}')).toBe(1);

@@ -4,7 +4,7 @@
  * refuse, a bad argument and a missing key on a non-local chain are refused before sending.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { ROLES, runAdmin, UsageError } from "../../scripts/admin.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

@@ -13,7 +13,7 @@ import { x402HTTPClient } from "@x402/core/http";
 import type { FacilitatorClient } from "@x402/core/server";
 import { createWalletClient, encodeFunctionData, http, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { viemChain } from "../../lib/chains.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";

@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { decodeFunctionData, type Address, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { ChainOperator, ContractRefused, onChainOrderId, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

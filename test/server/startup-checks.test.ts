@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createWalletClient, http, keccak256, toBytes, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { viemChain } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { activeNetwork, resolveNetwork } from "../../lib/networks.ts";

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Hex } from "viem";
-import { billPayAbi } from "../../lib/abis.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { ChainOperator, onChainOrderId } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

@@ -10,7 +10,7 @@ import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { decodePaymentResponseHeader } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
-import { eip3009TokenAbi } from "../../lib/abis.ts";
+import { eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { MULTICALL3_ADDRESS, viemChain } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";

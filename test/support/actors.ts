@@ -5,7 +5,7 @@
  */
 import { createWalletClient, http, maxUint256, type Address, type Hash, type Hex } from "viem";
 import type { Account } from "viem/accounts";
-import { billPayAbi, eip3009TokenAbi } from "../../lib/abis.ts";
+import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { publicClientFor, RPC_TIMEOUT_MS } from "../../lib/chain-client.ts";
 import { viemChain, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
