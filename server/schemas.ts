@@ -76,7 +76,7 @@ export const paymentRequestSchema = z.object({
     .describe("International bills: the country (ISO 3166 alpha-2, e.g. GH)"),
   product_type_id: idLike.optional().describe("International bills: the product type (e.g. 1 Mobile Top Up, 4 Mobile Data)"),
   operator_id: idLike.optional().describe("International bills: the operator, from list_international_options"),
-  /** Where the order's final result is POSTed, signed (server/callbacks.ts). */
+  /** Where the order's final result is POSTed, signed (server/orders/callbacks.ts). */
   callback_url: z
     .string()
     .trim()

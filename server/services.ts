@@ -16,7 +16,7 @@ import { KeyLeases } from "./chain/key-lease.ts";
 import { ChainHeads } from "../lib/chain-heads.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
-import { Callbacks } from "./callbacks.ts";
+import { Callbacks } from "./orders/callbacks.ts";
 import { RefundBudgets } from "./chain/refund-budget.ts";
 import { CustomerChecks } from "./biller/customer-check.ts";
 import { LedgerClient } from "./ledger-client.ts";

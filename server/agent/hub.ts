@@ -19,14 +19,14 @@ import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import { RateVersions } from "../pricing/rate-versions.ts";
 import type { AgentBill, PaymentRequest } from "../schemas.ts";
-import { quoteBill, type QuoteContext } from "../pricing/quote.ts";
-import { quoteView } from "../pricing/quote-view.ts";
+import { quoteBill, type QuoteContext } from "../quote/quote.ts";
+import { quoteView } from "../quote/quote-view.ts";
 import type { Receipts } from "../orders/receipts.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import type { Category } from "../pricing/price.ts";
 import { customerView, type CustomerQuestion } from "../biller/customer-check.ts";
 import type { Gates, Limits } from "../limits.ts";
-import { checkCallbackUrl } from "../callbacks.ts";
+import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
 

@@ -26,7 +26,7 @@ import { crossSite, FormTokens } from "../operator/csrf.ts";
 import { errorText } from "../log-safety.ts";
 import { ledgerUnderKey, MAX_REASON, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
 import { txLink, type OperatorState } from "../operator/state.ts";
-import type { Callbacks } from "../callbacks.ts";
+import type { Callbacks } from "../orders/callbacks.ts";
 import type { Child } from "hono/jsx";
 import { ChainsTable, CountsTable, HealthTable, KeyValue, Layout, OrdersTable, Panel, ReviewActionsTable, ReviewForm, ReviewResult, rowsOrNone, TreasuryTable, units, VolumeChart } from "./pages.tsx";
 

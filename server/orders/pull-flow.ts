@@ -24,7 +24,7 @@ import { newOrderIds, type Order, type PullGuard } from "./store.ts";
 
 export interface PullBill {
   bill: PaymentRequest;
-  /** The bill's identity (pricing/quote.ts): a repeat under one idempotency key must be the same bill. */
+  /** The bill's identity (quote/quote.ts): a repeat under one idempotency key must be the same bill. */
   bodyHash: string;
   amount: bigint;
   /** How it vends, as the catalogue resolved it when it was priced. */

@@ -18,7 +18,7 @@ import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
 import { watchPayments } from "./payment-watch.ts";
-import type { Callbacks } from "../callbacks.ts";
+import type { Callbacks } from "./callbacks.ts";
 import type { KeyLeases } from "../chain/key-lease.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 

@@ -1,6 +1,6 @@
 /**
  * The 402 challenge for a bill: one payment option per chain and token that can settle
- * it, priced under the current rate version (pricing/quote.ts), whose id the option carries
+ * it, priced under the current rate version (quote/quote.ts), whose id the option carries
  * in `extra.rateVersion` (for the record: a payment is checked against the server's own
  * versions, never this field). Served two ways at once, as the published interface
  * asks: an x402 v1-style JSON body (`x402Version: 1`, `accepts[]` with CAIP-2 networks)
@@ -15,7 +15,7 @@ import { ServiceError } from "../errors.ts";
 import { BILL_EXAMPLES, BILL_JSON_SCHEMAS } from "../openapi.ts";
 import { termsSentence, type PaymentTerms } from "./terms.ts";
 import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
-import type { QuoteContext } from "../pricing/quote.ts";
+import type { QuoteContext } from "../quote/quote.ts";
 import type { PaymentRequest } from "../schemas.ts";
 
 /**

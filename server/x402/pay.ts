@@ -28,7 +28,7 @@ import { spentAtIntake } from "../orders/late-landing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
-import { acceptedQuote, billHash, quoteBill } from "../pricing/quote.ts";
+import { acceptedQuote, billHash, quoteBill } from "../quote/quote.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
 import { orderProof, type ProofDeps } from "./proof.ts";
 import type { PaymentRequest } from "../schemas.ts";

@@ -19,11 +19,15 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
 import { hashApiKey, sameDigest } from "../credentials.ts";
-import type { LinkStore } from "../agent/links.ts";
 import { hashOrderSecret, type Order } from "../orders/store.ts";
 
+/** The one thing asked of the agent hub's links: whose wallet an api_key opens (agent/links.ts LinkStore). */
+export interface LinkKeys {
+  authenticate(apiKey: string): Promise<{ wallet: string; apiKeyHash?: string | null }>;
+}
+
 export interface ProofDeps {
-  links: LinkStore;
+  links: LinkKeys;
   deployments: Deployments;
   /** How fresh a wallet's signed proof must be. */
   windowSeconds: number;

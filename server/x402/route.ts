@@ -4,21 +4,21 @@
  * the bill at, with the payer's signature; then settled, and the bill vended) and POST
  * /api/quote (the same price before paying). The challenge writes nothing. It is built in
  * challenge.ts, the payment checked in payment.ts and paid in pay.ts (shared with the MCP
- * tool), the price made in pricing/quote.ts, the order run in orders/x402-flow.ts.
+ * tool), the price made in quote/quote.ts, the order run in orders/x402-flow.ts.
  */
 import { encodePaymentResponseHeader } from "@x402/core/http";
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { cors } from "hono/cors";
 import { z } from "zod";
-import { checkCallbackUrl } from "../callbacks.ts";
+import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Config } from "../config.ts";
 import { problemResponse, validationFailed } from "../errors.ts";
 import { parseJsonBody } from "../http-body.ts";
 import { clientAddress } from "../limits.ts";
 import { orderResult } from "../orders/fulfil.ts";
 import type { Order } from "../orders/store.ts";
-import { billHash, quoteBill } from "../pricing/quote.ts";
-import { quoteView } from "../pricing/quote-view.ts";
+import { billHash, quoteBill } from "../quote/quote.ts";
+import { quoteView } from "../quote/quote-view.ts";
 import { paymentRequestSchema } from "../schemas.ts";
 import { probeChallenge } from "./challenge.ts";
 import { settlementOf, type OrderReceipts, type X402Payments } from "./pay.ts";

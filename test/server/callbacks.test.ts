@@ -7,7 +7,7 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
-import { type CallbackOptions, Callbacks, callbackKeyOf, callbackSignature, type Resolve } from "../../server/callbacks.ts";
+import { type CallbackOptions, Callbacks, callbackKeyOf, callbackSignature, type Resolve } from "../../server/orders/callbacks.ts";
 import { loadConfig } from "../../server/config.ts";
 import type { Log } from "../../server/log.ts";
 import { startWorker } from "../../server/orders/worker.ts";

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
 import { loadConfig } from "../../server/config.ts";
-import { priceUnder } from "../../server/pricing/quote.ts";
+import { priceUnder } from "../../server/quote/quote.ts";
 import { RateVersions } from "../../server/pricing/rate-versions.ts";
 import { GuardedRate, withinBand } from "../../server/pricing/rates.ts";
 

@@ -20,7 +20,7 @@ import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
-import { billHash } from "../../server/pricing/quote.ts";
+import { billHash } from "../../server/quote/quote.ts";
 import { paymentRequestSchema } from "../../server/schemas.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";

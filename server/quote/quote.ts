@@ -9,9 +9,9 @@ import { createHash } from "node:crypto";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Catalogue } from "../biller/catalogue/catalogue.ts";
 import type { PaymentRequest } from "../schemas.ts";
-import { toScaled } from "./decimal.ts";
-import { priceBill, type Category, type PriceBreakdown } from "./price.ts";
-import type { RateVersion, RateVersions } from "./rate-versions.ts";
+import { toScaled } from "../pricing/decimal.ts";
+import { priceBill, type Category, type PriceBreakdown } from "../pricing/price.ts";
+import type { RateVersion, RateVersions } from "../pricing/rate-versions.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { CustomerChecks } from "../biller/customer-check.ts";
 

@@ -18,19 +18,19 @@
  * recorded in callback_delivery. The order route shows a coarse outcome only: the raw error
  * (which would map a receiver's network) goes to the log.
  */
-import { type Log, silentLog } from "./log.ts";
+import { type Log, silentLog } from "../log.ts";
 import { createHmac } from "node:crypto";
-import { hashApiKey } from "./credentials.ts";
+import { hashApiKey } from "../credentials.ts";
 import type { LookupAddress } from "node:dns";
 import { lookup } from "node:dns/promises";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { BlockList, isIP } from "node:net";
-import type { Db } from "./db.ts";
-import { ServiceError } from "./errors.ts";
-import { errorText } from "./log-safety.ts";
-import { orderResult } from "./orders/fulfil.ts";
-import type { OrderStore } from "./orders/store.ts";
+import type { Db } from "../db.ts";
+import { ServiceError } from "../errors.ts";
+import { errorText } from "../log-safety.ts";
+import { orderResult } from "./fulfil.ts";
+import type { OrderStore } from "./store.ts";
 
 const PRIVATE = new BlockList();
 for (const [net, prefix] of [

@@ -6,7 +6,7 @@
  */
 import { formatUnits } from "viem";
 import type { PaymentRequest } from "../schemas.ts";
-import { MIN_PRICE_MICRO_USD } from "./price.ts";
+import { MIN_PRICE_MICRO_USD } from "../pricing/price.ts";
 import { priceUnder, type Quote } from "./quote.ts";
 
 const usd = (micro: bigint) => formatUnits(micro, 6);

@@ -12,12 +12,12 @@
 import { BAZAAR, type DiscoveryExtension } from "@x402/extensions/bazaar";
 import type { Hono } from "hono";
 import { cors } from "hono/cors";
-import { agentTools } from "../agent/tools.ts";
-import { payableToolDiscovery, x402PayableDescription } from "../agent/x402-tools.ts";
-import type { Config } from "../config.ts";
-import { problemResponse } from "../errors.ts";
-import { BILL_DISCOVERY, PROBE_DESCRIPTION, probeChallenge, type ChallengeContext } from "./challenge.ts";
-import { paymentTerms } from "./terms.ts";
+import { agentTools } from "./agent/tools.ts";
+import { payableToolDiscovery, x402PayableDescription } from "./agent/x402-tools.ts";
+import type { Config } from "./config.ts";
+import { problemResponse } from "./errors.ts";
+import { BILL_DISCOVERY, PROBE_DESCRIPTION, probeChallenge, type ChallengeContext } from "./x402/challenge.ts";
+import { paymentTerms } from "./x402/terms.ts";
 
 export const WELL_KNOWN_PATHS = ["/.well-known/x402", "/.well-known/x402.json"] as const;
 /** The paid MCP tool, and where MCP is served (server/app.ts). */
