@@ -54,6 +54,21 @@ module.exports = {
       from: { path: ADAPTERS },
       to: { path: `${RAILS}|${ORDER_LIFE}` },
     },
+    {
+      name: "rooms-in-order",
+      severity: "error",
+      comment:
+        "Inside a level the rooms keep one order too, so no two rooms import each other: agent above x402; the operators' views below the rails; " +
+        "audit above orders; quote above chain, chain above the biller, the biller above pricing; x402-protocol and pricing at the bottom.",
+      from: { path: "^server/(x402|operator|orders|chain|biller|pricing|x402-protocol)/" },
+      to: { path: "^server/(agent|console)/" },
+    },
+    { name: "x402-below-agent", severity: "error", from: { path: "^server/x402/" }, to: { path: "^server/(agent|console|operator)/" } },
+    { name: "orders-below-audit", severity: "error", from: { path: "^server/orders/" }, to: { path: "^server/audit/" } },
+    { name: "chain-below-quote", severity: "error", from: { path: "^server/(chain|biller|pricing|x402-protocol)/" }, to: { path: "^server/quote/" } },
+    { name: "biller-below-chain", severity: "error", from: { path: "^server/(biller|pricing|x402-protocol)/" }, to: { path: "^server/chain/" } },
+    { name: "pricing-below-biller", severity: "error", from: { path: "^server/(pricing|x402-protocol)/" }, to: { path: "^server/biller/" } },
+    { name: "protocol-and-pricing-apart", severity: "error", from: { path: "^server/x402-protocol/" }, to: { path: "^server/pricing/" } },
   ],
   options: {
     doNotFollow: { path: "node_modules" },
