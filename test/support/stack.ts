@@ -90,8 +90,9 @@ export async function startPayingStack(env: Record<string, string> = {}, options
   // does (measured: a paying suite's ledger spent half its CPU in PGlite's WASM). The embedded
   // PGlite default is exercised by the suites that start `npm start` and the ledger on it.
   const database = STACK_ON_PGLITE ? undefined : await freshDatabase("stack");
+  let ledger: Awaited<ReturnType<typeof startLedger>> | undefined;
   try {
-    const ledger = await startLedger({
+    ledger = await startLedger({
       deploymentsFile: chains.deploymentsFile,
       ...(database ? { databaseUrl: database.url } : { pgliteDir: IN_MEMORY }),
       logTo: join(chains.dir, "ledger.log"),
@@ -110,18 +111,20 @@ export async function startPayingStack(env: Record<string, string> = {}, options
         ...env,
       },
     });
+    const started = ledger;
     return {
       chains,
-      ledger,
+      ledger: started,
       service,
       async close() {
         await service.close();
-        await ledger.stop();
+        await started.stop();
         await chains.close();
         await database?.drop();
       },
     };
   } catch (err) {
+    await ledger?.stop();
     await chains.close();
     await database?.drop();
     throw err;
