@@ -13,7 +13,7 @@ import { TEST_TMP_ENV } from "./temp-root.ts";
 import pg from "pg";
 
 export const POSTGRES_URL = process.env.TEST_DATABASE_URL ?? "postgresql://postgres@127.0.0.1:5432/test";
-/** STACK_DB=pglite runs the paying stacks on in-memory PGlite instead of PostgreSQL (startPayingStack). */
+/** STACK_DB=pglite runs the paying stacks on in-memory PGlite instead of PostgreSQL (startPayingStack; its `db` option decides for one stack). */
 const STACK_ON_PGLITE = process.env.STACK_DB === "pglite";
 
 /**
@@ -83,13 +83,16 @@ export function uniqueSchema(prefix: string): string {
  * deadline, no worker grace, quiet logs). `env` adds or overrides service settings; `options`
  * the sandbox's and the facilitator's behaviour.
  */
-export async function startPayingStack(env: Record<string, string> = {}, options: Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitator"> = {}) {
+export async function startPayingStack(
+  env: Record<string, string> = {},
+  { db = STACK_ON_PGLITE ? "pglite" : "postgresql", ...options }: Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitator"> & { db?: "pglite" | "postgresql" } = {},
+) {
   const chains = await startTestChains();
   // The ledger and the service on the PostgreSQL server, in a database of this stack's own:
   // PostgreSQL is what production runs, and it costs a fraction of the CPU an in-memory PGlite
   // does (measured: a paying suite's ledger spent half its CPU in PGlite's WASM). The embedded
   // PGlite default is exercised by the suites that start `npm start` and the ledger on it.
-  const database = STACK_ON_PGLITE ? undefined : await freshDatabase("stack");
+  const database = db === "pglite" ? undefined : await freshDatabase("stack");
   let ledger: Awaited<ReturnType<typeof startLedger>> | undefined;
   try {
     ledger = await startLedger({
