@@ -16,13 +16,13 @@
  * service (default: the local port), OPS_TOKEN the operators' token when one is set.
  */
 import { x402HTTPClient } from "@x402/core/http";
-import { createWalletClient, http, parseUnits, type Account, type Hex } from "viem";
+import { createWalletClient, getContract, http, parseUnits, type Account, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { eip3009TokenAbi } from "../lib/generated/abis.ts";
 import { publicClientFor } from "../lib/chain-client.ts";
 import { viemChain } from "../lib/chains.ts";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
-import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../lib/eip3009.ts";
+import { randomNonce, signTransferAuthorization } from "../lib/eip3009.ts";
 import { hardhatAccount } from "../lib/local-accounts.ts";
 import { localUrl } from "../lib/local-ports.ts";
 import { x402ClientFor } from "../lib/x402-payer.ts";
@@ -75,14 +75,9 @@ export async function makeCase(kind: Case, env: { serviceUrl: string; opsToken?:
         args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, a.signature],
       }),
     );
+  const tokenContract = getContract({ address: token, abi: eip3009TokenAbi, client });
   const sign = async (payer: Account, value: bigint, nonce: Hex, validBefore: bigint) => {
-    const message = { from: payer.address, to: billPay, value, validAfter: 0n, validBefore, nonce };
-    const signature = await walletOf(payer).signTypedData({
-      domain: { name: usdc.name, version: usdc.eip712Version!, chainId: d.chainId, verifyingContract: token },
-      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
-      primaryType: "TransferWithAuthorization",
-      message,
-    });
+    const { message, signature } = await signTransferAuthorization(walletOf(payer), tokenContract, { from: payer.address, to: billPay, value, nonce, validBefore });
     return { ...message, signature };
   };
   /** A payment from an empty wallet: the facilitator refuses it and the service says it did not settle. */

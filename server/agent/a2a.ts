@@ -31,7 +31,8 @@ import { clientAddress } from "../limits.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
 import { X402_PAYABLE_TOOLS, type CallerContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
-import { bearerApiKey, missingCredential, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
+import type { ToolContext, ToolDefinition } from "./tool-definition.ts";
+import { bearerApiKey, missingCredential, withBearer } from "./tools.ts";
 
 const callSchema = z.object({
   skill: z.string().optional(),

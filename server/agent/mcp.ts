@@ -18,7 +18,8 @@ import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, typ
 import { z } from "zod";
 import { problemBody, ServiceError, validationFailed } from "../errors.ts";
 import { X402_PAYABLE_TOOLS, X402_PAYMENT_META, toolResultOf, x402PayableDescription, x402PayableSchema, type CallerContext, type X402ToolPayments } from "./x402-tools.ts";
-import { bearerApiKey, missingCredential, runTool, toolInputSchema, withBearer, type ToolContext, type ToolDefinition } from "./tools.ts";
+import { toolInputSchema, type ToolContext, type ToolDefinition } from "./tool-definition.ts";
+import { bearerApiKey, missingCredential, runTool, withBearer } from "./tools.ts";
 
 /**
  * The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text),

@@ -15,8 +15,6 @@ import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts"
 import { capabilitiesSummary, capabilityDetail, describeCapabilities } from "./capabilities.ts";
 import type { ToolContext, ToolDefinition } from "./tool-definition.ts";
 
-export { TOOL_SCHEMA_DIALECT, toolInputSchema, type ToolContext, type ToolDefinition } from "./tool-definition.ts";
-
 const apiKey = z.string().regex(API_KEY_PATTERN, "must be the api_key POST /api/agent/link returned (bpk_...)").describe("The api_key from linking the wallet");
 const pin = z.string().regex(PIN_PATTERN, "must be the 4 to 6 digit PIN set when linking").describe("The PIN set when linking (4 to 6 digits)");
 const chain = z.string().min(1).max(16).optional().describe(`Chain to pay on (${Object.keys(CHAINS).join(" or ")}); default: the chain approved at linking`);

@@ -19,8 +19,7 @@
 import { mkdir } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { decodePaymentRequiredHeader, decodePaymentSignatureHeader, encodePaymentSignatureHeader } from "@x402/core/http";
-import type { PaymentRequirements } from "@x402/core/types";
+import { decodePaymentSignatureHeader } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import type { Hex } from "viem";
@@ -43,6 +42,7 @@ import { chainActors, type ChainActors, type SignedAuthorization } from "../supp
 import { x402Bill } from "../support/bills.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
+import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 const TOKEN = "review-test-token-0123456789";
 type Body = Record<string, unknown>;
@@ -69,16 +69,12 @@ describe("an operator resolves what waits for review, from the console and the c
   const usdc = (who: Hex) => celo.balanceOf("USDC", who);
   const ledgerAtHead = async () => waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
 
-  async function required(body: Body): Promise<{ accepted: PaymentRequirements; resource: { url: string; description: string; mimeType: string } }> {
+  async function required(body: Body): Promise<Required> {
     const res = await post(body);
     expect(res.status).toBe(402);
-    const r = decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!);
-    return { accepted: r.accepts[0]!, resource: r.resource as { url: string; description: string; mimeType: string } };
+    return requirementsOf(res);
   }
-  function header(auth: SignedAuthorization, req: Awaited<ReturnType<typeof required>>) {
-    const a = { from: auth.from, to: auth.to, value: auth.value.toString(), validAfter: auth.validAfter.toString(), validBefore: auth.validBefore.toString(), nonce: auth.nonce };
-    return { "PAYMENT-SIGNATURE": encodePaymentSignatureHeader({ x402Version: 2, resource: req.resource, accepted: req.accepted, payload: { authorization: a, signature: auth.signature } }) };
-  }
+  const header = paymentHeader;
   const orderOf = (auth: SignedAuthorization) => service.flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), auth.from, auth.nonce);
   async function workerPasses() {
     await ledgerAtHead();

@@ -16,8 +16,8 @@
  *   - receipts are signed only for a payment the chain confirmed;
  *   - an orphan closes as refunded by hand only with a transfer from BillPay or its admin.
  */
-import { decodePaymentRequiredHeader, encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
-import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
+import { encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
+import type { PaymentPayload } from "@x402/core/types";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import type { Account, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -36,6 +36,7 @@ import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { startPayingStack } from "../support/stack.ts";
+import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -70,17 +71,13 @@ describe("money safety, third round", () => {
   const orderOf = async (requestId: unknown) => (await service.flow.orders.get(requestId as string))!;
 
   /** The bill's 402 requirements, as a client reads them. */
-  async function required(body: Body): Promise<{ accepted: PaymentRequirements; resource: { url: string; description: string; mimeType: string } }> {
+  async function required(body: Body): Promise<Required> {
     const res = await post(body);
     expect(res.status).toBe(402);
-    const r = decodePaymentRequiredHeader(res.headers.get("PAYMENT-REQUIRED")!);
-    return { accepted: r.accepts[0]!, resource: r.resource as { url: string; description: string; mimeType: string } };
+    return requirementsOf(res);
   }
   /** A PAYMENT-SIGNATURE header around a signed authorization (the x402 v2 wire format). */
-  function header(auth: SignedAuthorization, req: Awaited<ReturnType<typeof required>>) {
-    const a = { from: auth.from, to: auth.to, value: auth.value.toString(), validAfter: auth.validAfter.toString(), validBefore: auth.validBefore.toString(), nonce: auth.nonce };
-    return { "PAYMENT-SIGNATURE": encodePaymentSignatureHeader({ x402Version: 2, resource: req.resource, accepted: req.accepted, payload: { authorization: a, signature: auth.signature } }) };
-  }
+  const header = paymentHeader;
   /** The official client's payment for a bill: its header and the authorization inside it. */
   async function clientPayment(payer: Account, body: Body) {
     const challenged = await post(body);
