@@ -4,7 +4,7 @@
  * the token, or Permit2's, which spends each owner's nonce once across tokens), at which block, and that block's time (an authorization is judged expired by the chain's
  * clock, not ours); for a pull, whether BillPay holds the order id.
  */
-import type { Hex } from "viem";
+import { erc20Abi, type Hex } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
@@ -15,23 +15,26 @@ import { x402RailOf } from "../ledger-client.ts";
 export async function authorizationOnChain(
   deps: { deployments: Deployments },
   o: { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown },
-): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
+  options: { balance?: boolean } = {},
+): Promise<{ used: boolean; block: bigint; timestamp: bigint; balance?: bigint }> {
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
   const block = await client.getBlock({ blockTag: "latest" });
-  if (x402RailOf(o) === "permit2") {
+  const at = { blockNumber: block.number };
+  const nonceUsed = async (): Promise<boolean> => {
+    if (x402RailOf(o) !== "permit2") {
+      return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
+    }
     const { word, bit } = nonceBit(BigInt(o.authNonce!));
-    const bitmap = await client.readContract({ address: PERMIT2, abi: permit2Abi, functionName: "nonceBitmap", args: [o.payer as Hex, word], blockNumber: block.number });
-    return { used: ((bitmap >> bit) & 1n) === 1n, block: block.number, timestamp: block.timestamp };
-  }
-  const used = await client.readContract({
-    address: o.tokenAddress as Hex,
-    abi: eip3009TokenAbi,
-    functionName: "authorizationState",
-    args: [o.payer as Hex, o.authNonce! as Hex],
-    blockNumber: block.number,
-  });
-  return { used, block: block.number, timestamp: block.timestamp };
+    const bitmap = await client.readContract({ address: PERMIT2, abi: permit2Abi, functionName: "nonceBitmap", args: [o.payer as Hex, word], ...at });
+    return ((bitmap >> bit) & 1n) === 1n;
+  };
+  // The payer's balance of the token at the same block, when asked (x402/pay.ts, at intake).
+  const [used, balance] = await Promise.all([
+    nonceUsed(),
+    options.balance ? client.readContract({ address: o.tokenAddress as Hex, abi: erc20Abi, functionName: "balanceOf", args: [o.payer as Hex], ...at }) : undefined,
+  ]);
+  return { used, block: block.number, timestamp: block.timestamp, ...(balance === undefined ? {} : { balance }) };
 }
 
 

@@ -27,7 +27,9 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { earlierUnderId } from "./payment-id.ts";
-import { permit2Approval } from "../../lib/permit2.ts";
+import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { rpcUrlFor } from "../../lib/deployments.ts";
 
 /** @x402/evm's facilitator reason for a payer that has not approved Permit2 (its exact/facilitator errors). */
 const ErrPermit2AllowanceRequired = "permit2_allowance_required";
@@ -138,6 +140,8 @@ export async function startX402Order(
     resourceUrl: string;
     /** The client's id for the payment, as stored (orders/payment-id.ts storedKey). */
     idempotencyKey?: string;
+    /** Ask the facilitator to verify before settling: the intake's read found the payer short, or could not read (settle). */
+    verifyFirst?: boolean;
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
@@ -169,7 +173,7 @@ export async function startX402Order(
   }
   let last = order;
   try {
-    last = await settle(deps, order, { fresh: true });
+    last = await settle(deps, order, { fresh: true, verifyFirst: input.verifyFirst ?? true });
     if (last.status === "PAID") last = await fulfil(deps, last, { fresh: true });
     return { order: last, replay: false, secret: secret.secret };
   } finally {
@@ -179,48 +183,43 @@ export async function startX402Order(
 }
 
 /**
- * Verifies then settles. A refusal ends in REFUSED; a success, or a settlement the
- * facilitator reports pending (broadcast under a hash, not yet confirmed), waits (up to the
- * ledger wait) for the ledger's payment; no answer, or a ledger that has not caught up,
- * leaves the order SETTLING for the worker. A facilitator that refuses the service itself
- * (credentials, credits, rate limit) settled nothing: REFUSED, and the caller is told why
- * (FacilitatorRefusedService).
+ * Settles. The facilitator is asked to verify first only when the service's own read at
+ * intake found the payer short of the amount (`verifyFirst`): its refusal then names the
+ * reason, as it always has, and nothing is broadcast. Otherwise settle alone: the service
+ * has made verify's other checks itself, from the chain, before the order (x402/pay.ts),
+ * and a facilitator verifies inside its settle anyway (docs/money.md, "One call to the
+ * facilitator").
+ *
+ * A refusal ends in REFUSED; a success, or a settlement the facilitator reports pending
+ * (broadcast under a hash, not yet confirmed), waits (up to the ledger wait) for the
+ * ledger's payment; no answer, or a ledger that has not caught up, leaves the order
+ * SETTLING for the worker. A facilitator that refuses the service itself (credentials,
+ * credits, rate limit), or that a fresh request never reached, settled nothing: REFUSED,
+ * and the caller is told why (FacilitatorRefusedService).
  */
-export async function settle(deps: FlowDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
+export async function settle(deps: FlowDeps, order: Order, options: { fresh?: boolean; verifyFirst?: boolean } = {}): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
   if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
 
-  const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
-  if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
-  if (verified.kind === "no-answer") {
-    if (options.fresh) {
-      // Nothing was submitted (verify submits nothing): the payer is told so, plainly, and
-      // this authorization is never settled by the service. If anyone lands it, it is refunded.
-      deps.log.warn("facilitator unreachable at verify; the payment is refused, nothing was submitted", { requestId: order.requestId, error: errorText(verified.error) });
-      const moved = await refuse(deps, order, "the facilitator could not be reached to verify the payment; nothing was submitted");
-      throw new FacilitatorRefusedService("FACILITATOR_UNAVAILABLE", "the facilitator could not be reached, and nothing was charged; sign a new authorization to pay later", {
-        request_id: moved.requestId,
-        charged: false,
-        retry_after_seconds: 30,
-      });
+  if (options.verifyFirst) {
+    const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
+    if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
+    // Verify submits nothing: no answer to it is a plain "not charged".
+    if (verified.kind !== "answered") return unreachable(deps, order, verified.error, options);
+    if (!verified.response.isValid) {
+      const { invalidReason, invalidMessage } = verified.response;
+      return refusedBy(deps, order, invalidReason, invalidMessage, options);
     }
-    // An order whose earlier settle gave no answer may have been submitted: only the chain decides it.
-    deps.log.warn("facilitator verify failed; the worker will retry", { requestId: order.requestId, error: errorText(verified.error) });
-    return order;
-  }
-  if (!verified.response.isValid) {
-    const { invalidReason, invalidMessage } = verified.response;
-    const after = await refused(deps, order, `facilitator: ${invalidReason ?? "invalid payment"}${invalidMessage ? ` (${invalidMessage})` : ""}`);
-    if (options.fresh && after.status === "REFUSED" && invalidReason === ErrPermit2AllowanceRequired) throw permit2AllowanceRequired(after);
-    return after;
   }
 
   const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
   if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
-  if (settled.kind === "no-answer") {
-    // Unclear whether it landed: the worker decides from the chain and the ledger.
+  if (settled.kind === "not-sent" && options.fresh) return unreachable(deps, order, settled.error, options);
+  if (settled.kind === "not-sent" || settled.kind === "no-answer") {
+    // Unclear whether it landed (an earlier settle of this order may have): the worker
+    // decides from the chain and the ledger.
     deps.log.warn("facilitator settle gave no answer; the worker will reconcile", { requestId: order.requestId, error: errorText(settled.error) });
     return order;
   }
@@ -232,8 +231,50 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     const pending = result.transaction ? await move(deps, order, ["SETTLING"], "SETTLING", { txHash: result.transaction }) : order;
     return awaitPayment(deps, pending, result.transaction);
   }
-  if (!result.success) return refused(deps, order, `facilitator: ${result.errorReason ?? "settlement failed"}`);
-  return awaitPayment(deps, order, result.transaction);
+  if (result.success) return awaitPayment(deps, order, result.transaction);
+  return refusedBy(deps, order, result.errorReason ?? "settlement failed", result.errorMessage, options);
+}
+
+/**
+ * The facilitator refused the payment (at verify, or at settle before or after broadcasting):
+ * the chain decides what that means (refused). A fresh Permit2 order refused for want of an
+ * allowance tells the payer what to approve: named so by verify, or found so by reading the
+ * allowance when settle fails (a facilitator's settle need not check it first; @x402/evm's
+ * does not, and answers the failed call).
+ */
+async function refusedBy(deps: FlowDeps, order: Order, reason: string | undefined, message: string | undefined, options: { fresh?: boolean }): Promise<Order> {
+  const after = await refused(deps, order, `facilitator: ${reason ?? "invalid payment"}${message ? ` (${message})` : ""}`);
+  if (options.fresh && after.status === "REFUSED" && x402RailOf(after) === "permit2" && (reason === ErrPermit2AllowanceRequired || (await allowanceShort(deps, after)))) {
+    throw permit2AllowanceRequired(after);
+  }
+  return after;
+}
+
+/** Whether the payer's Permit2 allowance is below the order's amount now (false when it cannot be read). */
+async function allowanceShort(deps: FlowDeps, o: Order): Promise<boolean> {
+  const chain = o.chain as ChainKey;
+  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  return (await permit2ApprovalNeeded(client, o.tokenAddress as Hex, o.payer as Hex, o.amount).catch(() => null)) !== null;
+}
+
+/**
+ * A facilitator the request never reached, or a verify with no answer: nothing was
+ * submitted. For a fresh order the payer is told so, plainly, and this authorization is
+ * never settled by the service (if anyone lands it, it is refunded); the worker's retry of
+ * an older order leaves it to the next pass.
+ */
+async function unreachable(deps: FlowDeps, order: Order, error: unknown, options: { fresh?: boolean }): Promise<Order> {
+  if (!options.fresh) {
+    deps.log.warn("facilitator unreachable; the worker will retry", { requestId: order.requestId, error: errorText(error) });
+    return order;
+  }
+  deps.log.warn("facilitator unreachable; the payment is refused, nothing was submitted", { requestId: order.requestId, error: errorText(error) });
+  const moved = await refuse(deps, order, "the facilitator could not be reached; nothing was submitted");
+  throw new FacilitatorRefusedService("FACILITATOR_UNAVAILABLE", "the facilitator could not be reached, and nothing was charged; sign a new authorization to pay later", {
+    request_id: moved.requestId,
+    charged: false,
+    retry_after_seconds: 30,
+  });
 }
 
 /**

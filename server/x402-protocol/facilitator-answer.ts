@@ -1,6 +1,6 @@
 /**
  * What a facilitator's verify or settle call came to, read from what @x402/core's HTTP
- * client returns or throws. Three kinds, because each asks something different of the order:
+ * client returns or throws. Four kinds, because each asks something different of the order:
  *   - answered: the facilitator spoke about the payment (valid or not, settled or not,
  *     or `settlement_pending` with the hash it broadcast), on a 2xx or a non-2xx with a
  *     verify/settle body (VerifyError / SettleError);
@@ -8,8 +8,10 @@
  *     limit), the answers Celo's hosted facilitator documents for /settle (celo-org/docs,
  *     build/agents/x402, "If a call to /settle fails, the status code tells you why"). It
  *     says nothing about the payment and submitted nothing;
- *   - no answer: a timeout, a connection failure, a 5xx without a settle body. Whether a
- *     settle landed is then unknown, and only the chain can tell.
+ *   - not sent: the request never reached a facilitator (the connection was refused, the
+ *     host not found, the connect timed out): nothing can have been submitted;
+ *   - no answer: a timeout, a connection lost once open, a 5xx without a settle body. Whether
+ *     a settle landed is then unknown, and only the chain can tell.
  * Celo documents those three statuses but not their bodies, so the status alone decides.
  * @x402/core 2.27.0 (pinned) keeps the status on VerifyError/SettleError; for any other body
  * it throws a plain Error whose message starts "Facilitator <op> failed (<status>)", which is
@@ -27,7 +29,20 @@ export const SETTLEMENT_PENDING = "settlement_pending";
 export type FacilitatorAnswer<T> =
   | { kind: "answered"; response: T }
   | { kind: "refused-service"; status: ServiceRefusalStatus; detail: string }
+  | { kind: "not-sent"; error: unknown }
   | { kind: "no-answer"; error: unknown };
+
+/**
+ * Errors (Node's fetch puts them in `cause.code`) raised before a request is written: no
+ * connection was ever open, so the facilitator received nothing. A reset or a timeout once
+ * connected is not among them: the request may have been read and acted on.
+ */
+const NEVER_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+function unanswered(err: unknown): FacilitatorAnswer<never> {
+  const code = (err as { cause?: { code?: unknown } } | undefined)?.cause?.code;
+  return typeof code === "string" && NEVER_CONNECTED.has(code) ? { kind: "not-sent", error: err } : { kind: "no-answer", error: err };
+}
 
 const STATUS_IN_MESSAGE = /^Facilitator (?:verify|settle) failed \((\d{3})\)/;
 
@@ -51,7 +66,7 @@ export async function verifyAnswer(call: () => Promise<VerifyResponse>): Promise
     if (err instanceof VerifyError) {
       return { kind: "answered", response: { isValid: false, invalidReason: err.invalidReason, invalidMessage: err.invalidMessage, payer: err.payer } };
     }
-    return { kind: "no-answer", error: err };
+    return unanswered(err);
   }
 }
 
@@ -79,7 +94,7 @@ export async function settleAnswer(call: () => Promise<SettleResponse>): Promise
     }
     const refused = refusalStatus(statusOf(err));
     if (refused) return { kind: "refused-service", status: refused, detail: (err as Error).message };
-    return { kind: "no-answer", error: err };
+    return unanswered(err);
   }
 }
 

@@ -363,7 +363,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // be read decides nothing here: the facilitator and the ledger decide, as before.
     const [approval, onChain] = await Promise.all([
       payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount) : undefined,
-      authorizationOnChain(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
+      authorizationOnChain(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }, { balance: true }).catch(() => undefined),
     ]);
     if (approval) {
       await countUnsettled(client, payment);
@@ -389,6 +389,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       requirements,
       resourceUrl: ctx.resourceUrl,
       ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
+      // Settle alone when this read shows the payer holding the amount: every other check of
+      // the facilitator's verify was made above. A payer short of it (or a chain that could
+      // not be read) is verified first, so the facilitator refuses it, naming why, and nothing
+      // is broadcast that would revert (docs/money.md, "One call to the facilitator").
+      verifyFirst: onChain?.balance === undefined || onChain.balance < quote.amount,
     }).catch(async (err: unknown) => {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
       // doing, so it counts as any paid call that settled nothing.

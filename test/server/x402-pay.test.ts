@@ -5,6 +5,7 @@ import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { createWalletClient, http, type Hex } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { CONTRACT_SIGNATURE_GAS } from "../../lib/contract-signature.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
 import { checkSignature, PaymentRejected, type DecodedPayment } from "../../server/x402-protocol/payment.ts";
@@ -12,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
 import { viemChain } from "../../lib/chains.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import { freePort, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -269,10 +270,43 @@ describe("x402 route: paying a bill end to end", () => {
     expect(gasGiven).toEqual([CONTRACT_SIGNATURE_GAS, CONTRACT_SIGNATURE_GAS]);
   });
 
+  it("asks the facilitator once: a funded payer's bill only settles; a payer short of the amount is only verified, refused, and charged nothing", async () => {
+    const real = new HTTPFacilitatorClient({ url: facilitatorUrl });
+    const calls: string[] = [];
+    const counting = {
+      verify: (...a: Parameters<typeof real.verify>) => (calls.push("verify"), real.verify(...a)),
+      settle: (...a: Parameters<typeof real.settle>) => (calls.push("settle"), real.settle(...a)),
+      getSupported: real.getSupported.bind(real),
+    };
+    const app = createApp({ config: service.config, db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: { ...flow, facilitators: { CELO: counting, BASE: counting } } });
+    const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+
+    const before = await usdc();
+    const body = bill("08011111111", { nairaAmount: 1113 });
+    const { headers, payload } = await paymentFor(body);
+    expect(((await (await send(body, headers)).json()) as Result).status).toBe("SUCCESS");
+    expect(calls).toEqual(["settle"]);
+    expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+
+    // A wallet holding nothing: the intake's own read sees it short, so the facilitator is
+    // asked to verify and refuses it, naming why; nothing is broadcast.
+    calls.length = 0;
+    const empty = privateKeyToAccount(generatePrivateKey());
+    const poor = bill("08011111111", { nairaAmount: 1114, wallet_address: empty.address });
+    const challenged = await post(poor);
+    const client = new x402HTTPClient(x402ClientFor(empty, stack.deployments));
+    const signed = await client.createPaymentPayload(client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()));
+    const refused = await send(poor, client.encodePaymentSignatureHeader(signed));
+    expect(refused.status).toBe(402);
+    expect(await refused.json()).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false, reason: expect.stringMatching(/^facilitator: \w*insufficient_(funds|balance)/) });
+    expect(calls).toEqual(["verify"]);
+    expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
+  });
+
   it("a facilitator that cannot be reached is a plain 'not charged', never settled later; a second payment for a bill still settling is not used", async () => {
     const body = bill("08011111111", { nairaAmount: 1111 });
     const { headers, payload } = await paymentFor(body);
-    const unreachable = new HTTPFacilitatorClient({ url: "http://127.0.0.1:9" }); // nothing listens there
+    const unreachable = new HTTPFacilitatorClient({ url: `http://127.0.0.1:${await freePort()}` }); // nothing listens there: the connection is refused
     const down = createApp({ config: service.config, db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow: { ...flow, facilitators: { CELO: unreachable, BASE: unreachable } } });
     const before = await usdc();
     const res = await down.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });

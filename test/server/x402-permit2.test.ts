@@ -152,7 +152,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(await balance(payer.address)).toBe(before);
   });
 
-  it("the facilitator's permit2_allowance_required (an approval withdrawn after the service's own check) refuses the order and tells the payer what to approve", async () => {
+  it("an approval withdrawn after the service's own check: the settlement fails, the order is refused, and the payer is told what to approve", async () => {
     const unapproved = hardhatAccount(19);
     const before = await balance(unapproved.address);
     const { payload } = await challengeAndPayment(bill("08066666666", unapproved), unapproved);
