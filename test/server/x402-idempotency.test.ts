@@ -38,13 +38,15 @@ describe("x402 with a payment id: a retry pays once", () => {
    * Signs a fresh authorization for `body` with the official client (a new nonce each time),
    * naming `id` through the extension when given; `headers` go beside it.
    */
-  async function pay(payer: Account, body: Body, options: { id?: string; headers?: Record<string, string> } = {}): Promise<{ status: number; json: Body; headers: Headers }> {
+  async function pay(payer: Account, body: Body, options: { id?: string; headers?: Record<string, string>; echoed?: (extension: { info: { id?: string }; schema?: unknown }) => void } = {}): Promise<{ status: number; json: Body; headers: Headers }> {
     const challenged = await post(body);
     expect(challenged.status).toBe(402);
     const client = x402ClientFor(payer, paying.chains.deployments);
     if (options.id) {
       client.onBeforePaymentCreation(async ({ paymentRequired }) => {
-        appendPaymentIdentifierToExtensions((paymentRequired.extensions ??= {}), options.id);
+        const extensions = appendPaymentIdentifierToExtensions((paymentRequired.extensions ??= {}), options.id);
+        // What the client echoes back, changed by the test.
+        options.echoed?.(extensions["payment-identifier"] as { info: { id?: string }; schema?: unknown });
       });
     }
     const http = new x402HTTPClient(client);
@@ -121,6 +123,19 @@ describe("x402 with a payment id: a retry pays once", () => {
     }
     expect(await usdc(payer.address)).toBe(before);
     expect(await ordersOf(payer)).toHaveLength(1);
+  });
+
+  it("an id is checked by its own pattern, never by compiling the schema a client echoes back: a schema no validator compiles changes nothing; a malformed id is refused", async () => {
+    const payer = hardhatAccount(14);
+    const nonsense = (e: { schema?: unknown }) => void (e.schema = { type: "not-a-json-type", properties: { id: { pattern: "(" } } });
+    const id = generatePaymentId();
+    const first = await pay(payer, bill(payer, 1700), { id, echoed: nonsense });
+    expect(first.json).toMatchObject({ status: "SUCCESS" });
+    const again = await pay(payer, bill(payer, 1700), { id, echoed: nonsense });
+    expect(again.json).toMatchObject({ status: "SUCCESS", request_id: first.json.request_id });
+    const malformed = await pay(payer, bill(payer, 1710), { id: generatePaymentId(), echoed: (e) => (nonsense(e), (e.info.id = "short")) });
+    expect(malformed.status).toBe(400);
+    expect(malformed.json).toMatchObject({ code: "PAYMENT_ID_INVALID" });
   });
 
   it("an id whose first request is still settling: a second, at once, is 409 PAYMENT_ID_IN_FLIGHT with Retry-After; asked again later, the first order", async () => {
