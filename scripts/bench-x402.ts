@@ -29,6 +29,7 @@ import { x402ClientFor } from "../lib/x402-payer.ts";
 import { listen, startServiceStack } from "../stack/service-stack.ts";
 import { runConcurrent } from "./bench-x402-concurrent.ts";
 import { formatPhases, Phases } from "./bench/phases.ts";
+import { formatStages, StageTable } from "./bench/stages.ts";
 import { benchState } from "./bench/state.ts";
 
 if (process.argv.includes("--concurrent")) {
@@ -57,6 +58,8 @@ const service = await startServiceStack({
     LEDGER_URL: ledger.url,
     RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60",
     RATE_LIMIT_ORDER_ADDRESS: "1000000/60",
+    // Each answer says where its time went (server/stage-timing.ts), read into the stage table.
+    SERVER_TIMING: "1",
     ...state.serviceEnv,
   },
 });
@@ -122,15 +125,28 @@ async function challenges(url: string, body: unknown) {
   return { p50Ms: round(percentile(times, 50)), p95Ms: round(percentile(times, 95)), perSecond: Math.round(CHALLENGES / (elapsed / 1000)) };
 }
 
-async function paid(url: string, body: unknown, check: (json: Record<string, unknown>) => boolean) {
-  const payingFetch = wrapFetchWithPayment(fetch, x402ClientFor(payer, stack.deployments));
+async function paid(url: string, body: unknown, check: (json: Record<string, unknown>) => boolean, stages?: StageTable) {
+  // The client's own fetch, timed: each bill makes two requests (the 402, then the paid one).
+  const calls: Array<{ ms: number; serverTiming: string | null }> = [];
+  const timedFetch: typeof fetch = async (input, init) => {
+    const started = performance.now();
+    const res = await fetch(input, init);
+    calls.push({ ms: performance.now() - started, serverTiming: res.headers.get("server-timing") });
+    return res;
+  };
+  const payingFetch = wrapFetchWithPayment(timedFetch, x402ClientFor(payer, stack.deployments));
   const t0 = performance.now();
   for (let i = 0; i < PAID; i++) {
+    calls.length = 0;
+    const started = performance.now();
     const res = await payingFetch(url, init(body));
+    const returned = performance.now();
     const json = (await res.json()) as Record<string, unknown>;
     if (res.status !== 200 || !check(json)) throw new Error(`paid request ${i} failed: ${res.status} ${JSON.stringify(json)}`);
+    stages?.bill(calls, returned - started, performance.now() - returned);
   }
-  return { bills: PAID, perSecond: round(PAID / ((performance.now() - t0) / 1000)) };
+  const elapsedMs = performance.now() - t0;
+  return { bills: PAID, perSecond: round(PAID / (elapsedMs / 1000)), msPerBill: round(elapsedMs / PAID) };
 }
 
 // Warm both paths once (JIT, quote lock, facilitator initialisation).
@@ -157,8 +173,10 @@ phases.time(service.flow.orders, "transition", "order transitions");
 phases.time(service.flow.biller, "pay", "biller pay");
 phases.time(service.flow.attempts, "latest", "pay attempt lookup");
 phases.time(service.flow.attempts, "record", "pay attempt record");
-const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS");
+const stageTable = new StageTable();
+const paidOurs = await paid(`${ours.url}/api/pay/x402`, bill(), (j) => j.status === "SUCCESS", stageTable);
 const profile = phases.report(PAID);
+const stages = stageTable.report(paidOurs.msPerBill);
 
 await ref.close();
 await service.close();
@@ -172,7 +190,7 @@ const report = {
   setup: `one process; local Hardhat chain (automine), local facilitator on @x402/evm, biller sandbox; the service's state and the Ponder ledger's on ${state.postgres ? "PostgreSQL" : "PGlite"}; ours waits for the ledger (new blocks by WebSocket) to show each payment before vending`,
   challenge: { ours: challengeOurs, reference: challengeRef, goalP50Ms: 2, met: challengeOurs.p50Ms < 2 },
   paid: {
-    ours: { ...paidOurs, profile },
+    ours: { ...paidOurs, profile, stages },
     reference: paidRef,
     ratio: round(ratio),
     goalRatio: GOAL_RATIO,
@@ -187,6 +205,7 @@ await writeFile(resultsFile, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`challenge (${CHALLENGES} sequential): ours p50 ${challengeOurs.p50Ms} ms, p95 ${challengeOurs.p95Ms} ms, ${challengeOurs.perSecond}/s; reference p50 ${challengeRef.p50Ms} ms, ${challengeRef.perSecond}/s (goal p50 < 2 ms: ${report.challenge.met ? "met" : "NOT met"})`);
 console.log(`paid (${PAID} sequential bills): ours ${paidOurs.perSecond}/s, reference ${paidRef.perSecond}/s, ratio ${round(ratio)} (goal >= ${GOAL_RATIO}: ${report.paid.met ? "met" : "NOT met"})`);
 console.log(`  the reference held to the ledger (waits for it to show each payment): ${paidHeld.perSecond}/s; ours ${round(heldRatio)}x of it`);
-console.log(`where a paid bill's time goes (ours):\n${formatPhases(profile, "bill")}`);
+console.log(`where a paid bill's time goes (ours), the outward calls:\n${formatPhases(profile, "bill")}`);
+console.log(`and stage by stage, client and server (ms per bill, mean):\n${formatStages(stages)}`);
 console.log(`written to ${resultsFile}`);
 if (!report.challenge.met || !report.paid.met) process.exitCode = 1;

@@ -218,6 +218,8 @@ export const configSchema = z.object({
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
+  /** A Server-Timing header on the x402 route's answers: where each request's time went, stage by stage (server/stage-timing.ts). */
+  SERVER_TIMING: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
   /** Links (each a signature check), per client address and per wallet. */
   RATE_LIMIT_LINK_ADDRESS: rateLimit("30/60"),
   RATE_LIMIT_LINK_WALLET: rateLimit("10/60"),

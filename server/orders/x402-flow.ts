@@ -27,6 +27,7 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { earlierUnderId } from "./payment-id.ts";
+import { stage } from "../stage-timing.ts";
 import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
@@ -145,7 +146,7 @@ export async function startX402Order(
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
-  const { order, created } = await deps.orders.lockPayment(
+  const { order, created } = await stage("lock payment", () => deps.orders.lockPayment(
     {
       ...newOrderIds(),
       bodyHash: input.bodyHash,
@@ -164,7 +165,7 @@ export async function startX402Order(
       idempotencyKey: input.idempotencyKey ?? null,
     },
     deps.leaseSeconds,
-  );
+  ));
   if (!created) {
     // A concurrent copy created it first: answered like any replay. Or a concurrent request
     // under the same payment id (another authorization): answered as the id's first order.
@@ -174,7 +175,7 @@ export async function startX402Order(
   let last = order;
   try {
     last = await settle(deps, order, { fresh: true, verifyFirst: input.verifyFirst ?? true });
-    if (last.status === "PAID") last = await fulfil(deps, last, { fresh: true });
+    if (last.status === "PAID") last = await stage("vend", () => fulfil(deps, last, { fresh: true }));
     return { order: last, replay: false, secret: secret.secret };
   } finally {
     // An unfinished order goes to the worker at once; a finished one needs no release.
@@ -204,7 +205,7 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
   if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
 
   if (options.verifyFirst) {
-    const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
+    const verified = await stage("facilitator verify", () => verifyAnswer(() => facilitator.verify(payload, requirements)));
     if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
     // Verify submits nothing: no answer to it is a plain "not charged".
     if (verified.kind !== "answered") return unreachable(deps, order, verified.error, options);
@@ -214,7 +215,7 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     }
   }
 
-  const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
+  const settled = await stage("facilitator settle", () => settleAnswer(() => facilitator.settle(payload, requirements)));
   if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
   if (settled.kind === "not-sent" && options.fresh) return unreachable(deps, order, settled.error, options);
   if (settled.kind === "not-sent" || settled.kind === "no-answer") {
@@ -231,7 +232,7 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     const pending = result.transaction ? await move(deps, order, ["SETTLING"], "SETTLING", { txHash: result.transaction }) : order;
     return awaitPayment(deps, pending, result.transaction);
   }
-  if (result.success) return awaitPayment(deps, order, result.transaction);
+  if (result.success) return stage("payment confirmed", () => awaitPayment(deps, order, result.transaction));
   return refusedBy(deps, order, result.errorReason ?? "settlement failed", result.errorMessage, options);
 }
 

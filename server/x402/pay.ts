@@ -25,6 +25,7 @@ import type { FlowDeps } from "../orders/fulfil.ts";
 import { paymentConfirmed, type Order } from "../orders/store.ts";
 import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
 import { spentAtIntake } from "../orders/late-landing.ts";
+import { stage } from "../stage-timing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
@@ -247,7 +248,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string): Promise<PayOutcome> {
     const { order } = outcome;
     if (!settlementOf(order)) return outcome;
-    const [bill, x402] = await Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]);
+    const [bill, x402] = await stage("receipts", () => Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]));
     return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
   }
 
@@ -268,7 +269,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     }
     // A payment seen before gets its order's result, whatever its quote or clock says now,
     // but only the very payment stored, signature included, for the same bill (replayOf).
-    const seen = presented && (await deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce));
+    const seen = presented && (await stage("replay lookup", () => deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce)));
     if (seen) {
       let replayed: Order;
       try {
@@ -285,8 +286,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // caller or payer whose payments keep failing to settle is held off before more work.
     if (!presented) await countNewBill(client, bodyHash);
     if (request.presentedPayment) await checkUnsettled(client, presented);
-    const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash);
-    const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);
+    const { hash, quote: shown, vend, priced, challenge } = await stage("price", async () => {
+      const priced = await price(bill, ctx, option, bodyHash);
+      return { ...priced, challenge: buildChallenge(ctx, [priced.priced], BILL_DESCRIPTION, request.v1NetworkNames) };
+    });
     if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
 
     // A payment that does not fit this bill's price, or is not the payer's signature, is
@@ -312,21 +315,24 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
             ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
             : await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)) ?? shown;
       }
-      checkPayment(payment, {
-        chain: option.chain,
-        method: x402TransferOf(token),
-        asset: token.address,
-        payTo: d.billPay.address,
-        amount: quote.amount,
-        wallet: bill.wallet_address,
-        maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
-        nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+      const checked = payment;
+      await stage("payment checks", async () => {
+        checkPayment(checked, {
+          chain: option.chain,
+          method: x402TransferOf(token),
+          asset: token.address,
+          payTo: d.billPay.address,
+          amount: quote.amount,
+          wallet: bill.wallet_address,
+          maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
+          nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
+        });
+        await checkSignature(
+          checked,
+          { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
+          publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
+        );
       });
-      await checkSignature(
-        payment,
-        { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
-        publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
-      );
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
       await countUnsettled(client, presented);
@@ -340,7 +346,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // order's answer for the same bill, and this payment is not used (orders/payment-id.ts).
     const paymentId = paymentIdOf(payment, request.idempotencyKey);
     if (paymentId) {
-      const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
+      const [earlier] = await stage("order lookups", () => deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]));
       if (earlier) {
         // Nothing settles on this call: it is counted as any paid call that settled nothing,
         // so retrying an id costs the payer its budget, not the service a signature check each.
@@ -352,7 +358,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // The same bill from the same payer while its earlier payment is still settling (a
     // facilitator that gave no answer, say): the new payment is not used, and the payer is
     // pointed at the first order, so signing again after a timeout never charges twice.
-    const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
+    const settling = await stage("order lookups", () => deps.flow.orders.settlingForBill(payment.authorization.from, hash));
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
 
     // Read from the chain before any order or facilitator, at once: a Permit2 payment cannot
@@ -361,10 +367,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // with no order and no operator has closed it (orders/late-landing.ts), else it is refused
     // here, costing the payer his budget of payments that settle nothing. A chain that cannot
     // be read decides nothing here: the facilitator and the ledger decide, as before.
-    const [approval, onChain] = await Promise.all([
+    const [approval, onChain] = await stage("chain reads", () => Promise.all([
       payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount) : undefined,
       authorizationOnChain(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }, { balance: true }).catch(() => undefined),
-    ]);
+    ]));
     if (approval) {
       await countUnsettled(client, payment);
       throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });

@@ -23,6 +23,7 @@ import { paymentRequestSchema } from "../schemas.ts";
 import { probeChallenge } from "./challenge.ts";
 import { settlementOf, type OrderReceipts, type X402Payments } from "./pay.ts";
 import { decodePayment, type PaymentHeader } from "../x402-protocol/payment.ts";
+import { withStageClock } from "../stage-timing.ts";
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
@@ -94,8 +95,9 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   });
   app.use("/api/pay/x402", async (c, next) => {
     if (c.req.method === "OPTIONS") return preflight(c, next);
-    await next();
+    const timing = config.SERVER_TIMING ? await withStageClock(next) : (await next(), undefined);
     const headers = c.res.headers;
+    if (timing) headers.set("Server-Timing", timing);
     headers.set("Access-Control-Allow-Origin", "*");
     headers.set("Access-Control-Expose-Headers", EXPOSED_HEADERS.join(","));
     if (!headers.has("X-Request-Id")) headers.set("X-Request-Id", String(c.get("requestId")));

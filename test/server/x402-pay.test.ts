@@ -303,6 +303,22 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
   });
 
+  it("says stage by stage where a paid bill's time went, in Server-Timing, when SERVER_TIMING=1, and says nothing of it otherwise", async () => {
+    const timed = createApp({ config: loadConfig({ WORKER_GRACE_SECONDS: "0", LOG_REQUESTS: "0", SERVER_TIMING: "1" }), db, deployments: stack.deployments, rates: new ConfiguredRate(1_550_000n), flow });
+    const body = bill("08011111111", { nairaAmount: 1115 });
+    const { headers } = await paymentFor(body);
+    const res = await timed.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    expect(((await res.json()) as Result).status).toBe("SUCCESS");
+    const stages = new Map(res.headers.get("server-timing")!.split(", ").map((p) => [p.split(";")[0]!, Number(p.split("dur=")[1])]));
+    for (const name of ["price", "payment checks", "chain reads", "lock payment", "facilitator settle", "payment confirmed", "vend", "receipts", "other", "total"]) expect(stages.get(name), name).toBeGreaterThanOrEqual(0);
+    // The stages do not overlap, so with `other` they add up to the total.
+    const parts = [...stages].filter(([name]) => name !== "total").reduce((sum, [, ms]) => sum + ms, 0);
+    expect(Math.abs(parts - stages.get("total")!)).toBeLessThan(0.1);
+    // The running service leaves it off.
+    const untimed = await paymentFor(bill("08011111111", { nairaAmount: 1116 }));
+    expect((await post(bill("08011111111", { nairaAmount: 1116 }), untimed.headers)).headers.get("server-timing")).toBeNull();
+  });
+
   it("a facilitator that cannot be reached is a plain 'not charged', never settled later; a second payment for a bill still settling is not used", async () => {
     const body = bill("08011111111", { nairaAmount: 1111 });
     const { headers, payload } = await paymentFor(body);
