@@ -12,31 +12,41 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { nonceBit, PERMIT2, permit2Abi } from "../../lib/permit2.ts";
 import { x402RailOf } from "../ledger-client.ts";
 
-export async function authorizationOnChain(
-  deps: { deployments: Deployments },
-  o: { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown },
-  options: { balance?: boolean } = {},
-): Promise<{ used: boolean; block: bigint; timestamp: bigint; balance?: bigint }> {
-  const chain = o.chain as ChainKey;
-  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
-  const block = await client.getBlock({ blockTag: "latest" });
-  const at = { blockNumber: block.number };
-  const nonceUsed = async (): Promise<boolean> => {
-    if (x402RailOf(o) !== "permit2") {
-      return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
-    }
-    const { word, bit } = nonceBit(BigInt(o.authNonce!));
-    const bitmap = await client.readContract({ address: PERMIT2, abi: permit2Abi, functionName: "nonceBitmap", args: [o.payer as Hex, word], ...at });
-    return ((bitmap >> bit) & 1n) === 1n;
-  };
-  // The payer's balance of the token at the same block, when asked (x402/pay.ts, at intake).
-  const [used, balance] = await Promise.all([
-    nonceUsed(),
-    options.balance ? client.readContract({ address: o.tokenAddress as Hex, abi: erc20Abi, functionName: "balanceOf", args: [o.payer as Hex], ...at }) : undefined,
-  ]);
-  return { used, block: block.number, timestamp: block.timestamp, ...(balance === undefined ? {} : { balance }) };
+type PaymentKey = { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
+
+/** Whether the payment's nonce is consumed, read at `at` (a block number, or the latest). */
+async function nonceUsed(client: ReturnType<typeof publicClientFor>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
+  if (x402RailOf(o) !== "permit2") {
+    return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
+  }
+  const { word, bit } = nonceBit(BigInt(o.authNonce!));
+  const bitmap = await client.readContract({ address: PERMIT2, abi: permit2Abi, functionName: "nonceBitmap", args: [o.payer as Hex, word], ...at });
+  return ((bitmap >> bit) & 1n) === 1n;
 }
 
+const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+
+export async function authorizationOnChain(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
+  const client = clientOf(deps, o.chain as ChainKey);
+  const block = await client.getBlock({ blockTag: "latest" });
+  return { used: await nonceUsed(client, o, { blockNumber: block.number }), block: block.number, timestamp: block.timestamp };
+}
+
+/**
+ * A payment offered at intake (x402/pay.ts): its nonce, and the payer's balance of the token,
+ * read side by side at the latest block in one round trip. A nonce seen spent decides
+ * something, so it is read again by authorizationOnChain, at one block with that block's
+ * number; an unspent one and the balance only choose how the payment is settled.
+ */
+export async function paymentAtIntake(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint; balance: bigint }> {
+  const client = clientOf(deps, o.chain as ChainKey);
+  const [block, used, balance] = await Promise.all([
+    client.getBlock({ blockTag: "latest" }),
+    nonceUsed(client, o, {}),
+    client.readContract({ address: o.tokenAddress as Hex, abi: erc20Abi, functionName: "balanceOf", args: [o.payer as Hex] }),
+  ]);
+  return used ? { ...(await authorizationOnChain(deps, o)), balance } : { used, block: block.number, timestamp: block.timestamp, balance };
+}
 
 /** Whether BillPay holds a pull under `onchainOrderId` now (orderOf names a payer). */
 export async function pullOnChain(deps: { deployments: Deployments }, o: { chain: string; onchainOrderId: string }): Promise<boolean> {

@@ -27,7 +27,7 @@ import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts"
 import { spentAtIntake } from "../orders/late-landing.ts";
 import { stage } from "../stage-timing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
-import { authorizationOnChain } from "../chain/payment-state.ts";
+import { paymentAtIntake } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import { acceptedQuote, billHash, quoteBill } from "../quote/quote.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
@@ -252,6 +252,21 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
   }
 
+  /**
+   * The chain's part of a payment, read at once: the Permit2 allowance (for a permit), and
+   * the nonce and the payer's balance (chain/payment-state.ts). Its failure is marked handled
+   * here, as a payment refused meanwhile never awaits it; awaited, it still throws.
+   */
+  function readChain(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
+    const d = deps.deployments.chains[option.chain]!;
+    const read = Promise.all([
+      payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, amount) : undefined,
+      paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
+    ]);
+    read.catch(() => {});
+    return read;
+  }
+
   async function pay(request: PayRequest): Promise<PayOutcome> {
     const { bill, client } = request;
     const option = deployedOption(bill);
@@ -301,6 +316,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // recomputed from the server's own versions.
     let payment: DecodedPayment;
     let quote = shown;
+    let chainRead: ReturnType<typeof readChain> | undefined;
     try {
       if (!presented) request.decode?.(); // throws the malformed payment's reason
       if (!presented) throw new PaymentRejected("INVALID_PAYMENT_HEADER", "no payment could be read");
@@ -327,6 +343,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
           maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
           nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
         });
+        // The chain's part of the payment, read from here on beside the signature check and
+        // the order lookups, and awaited where it decides something (below).
+        chainRead = readChain(checked, option, token, quote.amount);
         await checkSignature(
           checked,
           { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
@@ -361,16 +380,14 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const settling = await stage("order lookups", () => deps.flow.orders.settlingForBill(payment.authorization.from, hash));
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
 
-    // Read from the chain before any order or facilitator, at once: a Permit2 payment cannot
-    // settle before the payer has approved Permit2 (said with the call to make); a nonce the
-    // chain already shows spent pays for a bill only when exactly this payment reached BillPay
-    // with no order and no operator has closed it (orders/late-landing.ts), else it is refused
-    // here, costing the payer his budget of payments that settle nothing. A chain that cannot
-    // be read decides nothing here: the facilitator and the ledger decide, as before.
-    const [approval, onChain] = await stage("chain reads", () => Promise.all([
-      payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, quote.amount) : undefined,
-      authorizationOnChain(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }, { balance: true }).catch(() => undefined),
-    ]));
+    // Read from the chain before any order or facilitator (started with the checks above): a
+    // Permit2 payment cannot settle before the payer has approved Permit2 (said with the call
+    // to make); a nonce the chain already shows spent pays for a bill only when exactly this
+    // payment reached BillPay with no order and no operator has closed it
+    // (orders/late-landing.ts), else it is refused here, costing the payer his budget of
+    // payments that settle nothing. A chain that cannot be read decides nothing here: the
+    // facilitator and the ledger decide, as before.
+    const [approval, onChain] = await stage("chain reads", () => chainRead!);
     if (approval) {
       await countUnsettled(client, payment);
       throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
