@@ -6,7 +6,7 @@
  *              p50/p95 latency and requests/s, for ours and the reference.
  *   paid:      M sequential bills paid with @x402/fetch (402, sign, pay): bills/s for ours
  *              (which also vends through the biller sandbox and records the order) and the
- *              reference (which settles and answers). Goal: ours >= 1.0 x the reference.
+ *              reference (which verifies, settles and answers). Goal: ours >= 1.2 x the reference.
  *              Ours is profiled as it runs: each outward call's median and time per bill.
  *              A third route is the reference held to the money rule's wait: after settling it
  *              also waits until the ledger shows the payment, as ours must before it vends. Ours
@@ -39,7 +39,7 @@ if (process.argv.includes("--concurrent")) {
 
 const CHALLENGES = Number(process.env.BENCH_CHALLENGES ?? 2000);
 const PAID = Number(process.env.BENCH_PAID ?? 60);
-const GOAL_RATIO = 1.0;
+const GOAL_RATIO = 1.2;
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const round = (n: number) => Math.round(n * 100) / 100;

@@ -63,8 +63,13 @@ async function table(): Promise<Row[]> {
   const c = await read("x402-concurrent.json");
   for (const [key, label] of [["pglite", "PGlite"], ["postgresql", "PostgreSQL"]] as const) {
     const path = `402, distinct bills, 32 connections, ${label}`;
-    const goal = ">= 5,000 req/s";
-    rows.push(c?.[key] ? { path, figure: `${c[key].perSecond} req/s (bare Hono ${c.bareHono?.perSecond} req/s)`, goal, met: c[key].perSecond >= 5000 } : missing(path, goal));
+    const goal = ">= 5,000 req/s and >= 0.3x bare Hono";
+    const ofBare = c?.[key] && c.bareHono ? Math.round((100 * c[key].perSecond) / c.bareHono.perSecond) / 100 : undefined;
+    rows.push(
+      c?.[key] && ofBare !== undefined
+        ? { path, figure: `${c[key].perSecond} req/s, ${ofBare}x of bare Hono (${c.bareHono.perSecond} req/s)`, goal, met: c[key].perSecond >= 5000 && ofBare >= 0.3 }
+        : missing(path, goal),
+    );
   }
   for (const [file, label] of [["x402.json", "PGlite"], ["x402-postgresql.json", "PostgreSQL"]] as const) {
     const x = await read(file);
@@ -75,10 +80,10 @@ async function table(): Promise<Row[]> {
             path,
             // Beside it, ours against the reference that also waits for the ledger (the money rule's wait).
             figure: `${x.paid.ratio}x (${x.paid.ours.perSecond}/s vs ${x.paid.reference.perSecond}/s)${x.paid.referenceHeldToLedger ? `; ${x.paid.referenceHeldToLedger.ratio}x of it held to the ledger` : ""}`,
-            goal: ">= 1.0x",
-            met: x.paid.ratio >= 1,
+            goal: ">= 1.2x",
+            met: x.paid.ratio >= 1.2,
           }
-        : missing(path, ">= 1.0x"),
+        : missing(path, ">= 1.2x"),
     );
   }
   const p2 = await read("permit2.json");
@@ -98,7 +103,13 @@ async function table(): Promise<Row[]> {
     const one = `agent pay_bill, one agent, ${label}`;
     const many = `20 agents paying at once, ${label}`;
     rows.push(a?.sequential ? { path: one, figure: `p50 ${a.sequential.p50Ms} ms`, goal: "p50 <= 60 ms", met: a.sequential.p50Ms <= 60 } : missing(one, "p50 <= 60 ms"));
-    rows.push(a?.parallel ? { path: many, figure: `${a.parallel.perSecond} pays/s`, goal: ">= 60 pays/s", met: a.parallel.perSecond >= 60 } : missing(many, ">= 60 pays/s"));
+    const cpu = a?.parallel?.cpu?.msPerCall?.machine as number | undefined; // the whole machine's CPU per pay: service, agents, ledger, chains
+    const manyGoal = ">= 60 pays/s, CPU <= 20 ms per pay";
+    rows.push(
+      a?.parallel
+        ? { path: many, figure: `${a.parallel.perSecond} pays/s${cpu === undefined ? "" : `, CPU ${cpu} ms per pay`}`, goal: manyGoal, met: a.parallel.perSecond >= 60 && cpu !== undefined && cpu <= 20 }
+        : missing(many, manyGoal),
+    );
   }
   for (const [file, label] of [["ledger-pglite.json", "PGlite"], ["ledger-postgresql.json", "PostgreSQL"]] as const) {
     const l = await read(file);
@@ -117,10 +128,12 @@ async function table(): Promise<Row[]> {
   const bt = await read("blocktime.json");
   const timed = bt && !bt.smoke ? bt.profiles : undefined;
   const from = (p: Json) => (p.confirmations > 0 ? ` (from block + ${p.confirmations})` : "");
-  for (const [rail, label] of [["x402", "x402"], ["agent", "agent pay_bill"]] as const) {
-    const path = `${label} after its block, local profile`;
+  // Goals per rail: p50 and p95 after the block that holds the payment.
+  for (const [rail, label, p95] of [["x402", "x402", 40], ["agent", "agent pay_bill", 30]] as const) {
+    const path = `${label} after its block, 1 s blocks, local profile`;
+    const goal = `p50 <= 15 ms, p95 <= ${p95} ms`;
     const s = timed?.local?.[rail]?.afterBlock;
-    rows.push(s ? { path, figure: `p50 ${s.p50Ms} ms, p95 ${s.p95Ms} ms, max ${s.maxMs} ms${from(timed.local)}`, goal: "<= 30 ms p50", met: s.p50Ms <= 30 } : missing(path, "<= 30 ms p50"));
+    rows.push(s ? { path, figure: `p50 ${s.p50Ms} ms, p95 ${s.p95Ms} ms, max ${s.maxMs} ms${from(timed.local)}`, goal, met: s.p50Ms <= 15 && s.p95Ms <= p95 } : missing(path, goal));
   }
   const real = timed?.real;
   const realPath = "x402/agent after its block, real-profile ledger";
