@@ -41,14 +41,13 @@ export async function withStageClock(run: () => Promise<void>): Promise<string> 
   return clock.header();
 }
 
-/** Runs `fn` as the named stage of the current request, if it is being timed; otherwise just runs it. */
-export async function stage<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
+/**
+ * Starts the named stage of the current request, if it is being timed: call what it answers
+ * when the stage is done. (A stage left unended, by a throw say, falls to `other`.)
+ */
+export function startStage(name: string): () => void {
   const clock = current.getStore();
-  if (!clock) return fn();
+  if (!clock) return () => {};
   const started = performance.now();
-  try {
-    return await fn();
-  } finally {
-    clock.add(name, performance.now() - started);
-  }
+  return () => clock.add(name, performance.now() - started);
 }

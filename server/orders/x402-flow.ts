@@ -27,7 +27,7 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { earlierUnderId } from "./payment-id.ts";
-import { stage } from "../stage-timing.ts";
+import { startStage } from "../stage-timing.ts";
 import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
@@ -146,7 +146,8 @@ export async function startX402Order(
   },
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
-  const { order, created } = await stage("lock payment", () => deps.orders.lockPayment(
+  const locking = startStage("lock payment");
+  const { order, created } = await deps.orders.lockPayment(
     {
       ...newOrderIds(),
       bodyHash: input.bodyHash,
@@ -165,7 +166,8 @@ export async function startX402Order(
       idempotencyKey: input.idempotencyKey ?? null,
     },
     deps.leaseSeconds,
-  ));
+  );
+  locking();
   if (!created) {
     // A concurrent copy created it first: answered like any replay. Or a concurrent request
     // under the same payment id (another authorization): answered as the id's first order.
@@ -175,7 +177,11 @@ export async function startX402Order(
   let last = order;
   try {
     last = await settle(deps, order, { fresh: true, verifyFirst: input.verifyFirst ?? true });
-    if (last.status === "PAID") last = await stage("vend", () => fulfil(deps, last, { fresh: true }));
+    if (last.status === "PAID") {
+      const vending = startStage("vend");
+      last = await fulfil(deps, last, { fresh: true });
+      vending();
+    }
     return { order: last, replay: false, secret: secret.secret };
   } finally {
     // An unfinished order goes to the worker at once; a finished one needs no release.
@@ -205,7 +211,9 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
   if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
 
   if (options.verifyFirst) {
-    const verified = await stage("facilitator verify", () => verifyAnswer(() => facilitator.verify(payload, requirements)));
+    const verifying = startStage("facilitator verify");
+    const verified = await verifyAnswer(() => facilitator.verify(payload, requirements));
+    verifying();
     if (verified.kind === "refused-service") return refusedService(deps, order, "verify", verified);
     // Verify submits nothing: no answer to it is a plain "not charged".
     if (verified.kind !== "answered") return unreachable(deps, order, verified.error, options);
@@ -215,7 +223,9 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     }
   }
 
-  const settled = await stage("facilitator settle", () => settleAnswer(() => facilitator.settle(payload, requirements)));
+  const settling = startStage("facilitator settle");
+  const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
+  settling();
   if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
   if (settled.kind === "not-sent" && options.fresh) return unreachable(deps, order, settled.error, options);
   if (settled.kind === "not-sent" || settled.kind === "no-answer") {
@@ -232,7 +242,12 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
     const pending = result.transaction ? await move(deps, order, ["SETTLING"], "SETTLING", { txHash: result.transaction }) : order;
     return awaitPayment(deps, pending, result.transaction);
   }
-  if (result.success) return stage("payment confirmed", () => awaitPayment(deps, order, result.transaction));
+  if (result.success) {
+    const confirming = startStage("payment confirmed");
+    const confirmed = await awaitPayment(deps, order, result.transaction);
+    confirming();
+    return confirmed;
+  }
   return refusedBy(deps, order, result.errorReason ?? "settlement failed", result.errorMessage, options);
 }
 

@@ -25,7 +25,7 @@ import type { FlowDeps } from "../orders/fulfil.ts";
 import { paymentConfirmed, type Order } from "../orders/store.ts";
 import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
 import { spentAtIntake } from "../orders/late-landing.ts";
-import { stage } from "../stage-timing.ts";
+import { startStage } from "../stage-timing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
 import { paymentAtIntake } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
@@ -248,7 +248,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string): Promise<PayOutcome> {
     const { order } = outcome;
     if (!settlementOf(order)) return outcome;
-    const [bill, x402] = await stage("receipts", () => Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]));
+    const signed = startStage("receipts");
+    const [bill, x402] = await Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]);
+    signed();
     return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
   }
 
@@ -284,7 +286,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     }
     // A payment seen before gets its order's result, whatever its quote or clock says now,
     // but only the very payment stored, signature included, for the same bill (replayOf).
-    const seen = presented && (await stage("replay lookup", () => deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce)));
+    const lookedUp = startStage("replay lookup");
+    const seen = presented && (await deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce));
+    lookedUp();
     if (seen) {
       let replayed: Order;
       try {
@@ -301,10 +305,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // caller or payer whose payments keep failing to settle is held off before more work.
     if (!presented) await countNewBill(client, bodyHash);
     if (request.presentedPayment) await checkUnsettled(client, presented);
-    const { hash, quote: shown, vend, priced, challenge } = await stage("price", async () => {
-      const priced = await price(bill, ctx, option, bodyHash);
-      return { ...priced, challenge: buildChallenge(ctx, [priced.priced], BILL_DESCRIPTION, request.v1NetworkNames) };
-    });
+    const pricing = startStage("price");
+    const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash);
+    const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);
+    pricing();
     if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
 
     // A payment that does not fit this bill's price, or is not the payer's signature, is
@@ -331,27 +335,26 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
             ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
             : await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)) ?? shown;
       }
-      const checked = payment;
-      await stage("payment checks", async () => {
-        checkPayment(checked, {
-          chain: option.chain,
-          method: x402TransferOf(token),
-          asset: token.address,
-          payTo: d.billPay.address,
-          amount: quote.amount,
-          wallet: bill.wallet_address,
-          maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
-          nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
-        });
-        // The chain's part of the payment, read from here on beside the signature check and
-        // the order lookups, and awaited where it decides something (below).
-        chainRead = readChain(checked, option, token, quote.amount);
-        await checkSignature(
-          checked,
-          { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
-          publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
-        );
+      const checking = startStage("payment checks");
+      checkPayment(payment, {
+        chain: option.chain,
+        method: x402TransferOf(token),
+        asset: token.address,
+        payTo: d.billPay.address,
+        amount: quote.amount,
+        wallet: bill.wallet_address,
+        maxTimeoutSeconds: config.QUOTE_TTL_SECONDS,
+        nowSeconds: BigInt(Math.floor(Date.now() / 1000)),
       });
+      // The chain's part of the payment, read from here on beside the signature check and
+      // the order lookups, and awaited where it decides something (below).
+      chainRead = readChain(payment, option, token, quote.amount);
+      await checkSignature(
+        payment,
+        { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
+        publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
+      );
+      checking();
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
       await countUnsettled(client, presented);
@@ -365,7 +368,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // order's answer for the same bill, and this payment is not used (orders/payment-id.ts).
     const paymentId = paymentIdOf(payment, request.idempotencyKey);
     if (paymentId) {
-      const [earlier] = await stage("order lookups", () => deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]));
+      const lookingUp = startStage("order lookups");
+      const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
+      lookingUp();
       if (earlier) {
         // Nothing settles on this call: it is counted as any paid call that settled nothing,
         // so retrying an id costs the payer its budget, not the service a signature check each.
@@ -377,7 +382,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // The same bill from the same payer while its earlier payment is still settling (a
     // facilitator that gave no answer, say): the new payment is not used, and the payer is
     // pointed at the first order, so signing again after a timeout never charges twice.
-    const settling = await stage("order lookups", () => deps.flow.orders.settlingForBill(payment.authorization.from, hash));
+    const lookingUp = startStage("order lookups");
+    const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
+    lookingUp();
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
 
     // Read from the chain before any order or facilitator (started with the checks above): a
@@ -387,7 +394,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // (orders/late-landing.ts), else it is refused here, costing the payer his budget of
     // payments that settle nothing. A chain that cannot be read decides nothing here: the
     // facilitator and the ledger decide, as before.
-    const [approval, onChain] = await stage("chain reads", () => chainRead!);
+    const reading = startStage("chain reads");
+    const [approval, onChain] = await chainRead!;
+    reading();
     if (approval) {
       await countUnsettled(client, payment);
       throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
