@@ -35,7 +35,7 @@ import type { RefusedPayments } from "./refused-payments.ts";
 import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
-export async function move(deps: FlowDeps, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
+export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
   return (await deps.orders.transition(order.requestId, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
@@ -97,6 +97,37 @@ export interface FlowDeps {
   log: Log;
 }
 
+/**
+ * What a refund touches, and nothing else: the order store, the ledger it reads the payment
+ * from (and how long it waits for it), BillPay's refund budget and the shares of it, the
+ * refunder's key (`operator`), its log and metrics.
+ */
+export type RefundDeps = Pick<
+  FlowDeps,
+  "orders" | "ledger" | "ledgerWaitMs" | "refundBudgets" | "refundPayerSharePercent" | "refundLateSlicePercent" | "refundWaitReviewSeconds" | "operator" | "metrics" | "log"
+>;
+
+/**
+ * What vending a paid order touches: the biller (its pay, requery and number checks, and the
+ * attempts made of it), the order store, and, for a bill that fails, the refund's own
+ * dependencies. It reads no facilitator and settles nothing.
+ */
+export type VendDeps = RefundDeps &
+  Pick<
+    FlowDeps,
+    | "biller"
+    | "attempts"
+    | "customerChecks"
+    | "vendDeadlineMs"
+    | "requeryIntervalMs"
+    | "unknownRequestGraceMs"
+    | "maxPayAttempts"
+    | "defaultPhone"
+    | "defaultEmail"
+    | "verifyUnavailableDeadlineSeconds"
+    | "verifyRetrySeconds"
+  >;
+
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
 export const FINISHED = new Set<OrderStatus>(FINAL_STATUSES);
 
@@ -115,7 +146,7 @@ type Step = VendResult | { review: string } | { order: Order };
  * sent twice under one id, and a new attempt only once the biller has no record of the last.
  * `fresh`: the request that made the order is vending it, so no attempt can exist yet.
  */
-export async function fulfil(deps: FlowDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
+export async function fulfil(deps: VendDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
   const timer = deps.metrics.vendSeconds.startTimer();
   const last = options.fresh ? undefined : await deps.attempts.latest(order.requestId);
   let step: Step = last ? await followUp(deps, order, last) : await firstPay(deps, order);
@@ -137,7 +168,7 @@ export async function fulfil(deps: FlowDeps, order: Order, options: { fresh?: bo
  * and refunded only if the biller still cannot answer VERIFY_UNAVAILABLE_DEADLINE_SECONDS
  * after the payment.
  */
-async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<CompletedPlan, { refuse: string }> | { order: Order }> {
+async function preparePay(deps: VendDeps, order: Order): Promise<Exclude<CompletedPlan, { refuse: string }> | { order: Order }> {
   const plan = planOf(order);
   let verified;
   if (plan.verify) {
@@ -155,7 +186,7 @@ async function preparePay(deps: FlowDeps, order: Order): Promise<Exclude<Complet
   return completed;
 }
 
-async function verificationUnavailable(deps: FlowDeps, order: Order, error: string): Promise<Order> {
+async function verificationUnavailable(deps: VendDeps, order: Order, error: string): Promise<Order> {
   const waited = Math.floor((Date.now() - order.createdAt.getTime()) / 1000);
   if (waited >= deps.verifyUnavailableDeadlineSeconds) {
     deps.log.error("the biller could not check a paid bill's number until the deadline; refunding", { requestId: order.requestId, waitedSeconds: waited, error });
@@ -168,7 +199,7 @@ async function verificationUnavailable(deps: FlowDeps, order: Order, error: stri
   return (await deps.orders.deferPaid(order.requestId, deps.verifyRetrySeconds, `${VERIFICATION_UNAVAILABLE}: ${error}`)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
-async function firstPay(deps: FlowDeps, order: Order): Promise<Step> {
+async function firstPay(deps: VendDeps, order: Order): Promise<Step> {
   const prepared = await preparePay(deps, order);
   if ("order" in prepared) return prepared;
   if (prepared.flag) await deps.orders.transition(order.requestId, ["PAID", "PENDING"], order.status, { flag: prepared.flag });
@@ -180,7 +211,7 @@ async function firstPay(deps: FlowDeps, order: Order): Promise<Step> {
  * refuses for its date (085: a pay that crossed Lagos midnight) processed nothing, so one
  * more attempt goes out at once under a fresh id; a second refusal is final.
  */
-async function sendAttempt(deps: FlowDeps, order: Order, pay: AttemptPay, n: number, idRefusedBefore = false): Promise<Step> {
+async function sendAttempt(deps: VendDeps, order: Order, pay: AttemptPay, n: number, idRefusedBefore = false): Promise<Step> {
   if (n > deps.maxPayAttempts) {
     return { review: `${deps.maxPayAttempts} pay attempts reached the biller with no record of any; nothing more is sent until an operator decides` };
   }
@@ -196,7 +227,7 @@ async function sendAttempt(deps: FlowDeps, order: Order, pay: AttemptPay, n: num
 }
 
 /** Asks the biller how one attempt stands, by that attempt's own id, and keeps what it said on it. */
-async function askAttempt(deps: FlowDeps, attempt: BillerAttempt): Promise<VendResult> {
+async function askAttempt(deps: VendDeps, attempt: BillerAttempt): Promise<VendResult> {
   const result = await deps.biller.requery(attempt.billerRequestId);
   await deps.attempts.recordOutcome(attempt.billerRequestId, result);
   return result;
@@ -208,7 +239,7 @@ async function askAttempt(deps: FlowDeps, attempt: BillerAttempt): Promise<VendR
  * (its answer was only late); one the biller still holds pending may yet be delivered, so
  * nothing new is sent and nothing refunded while it is. Undefined when none did anything.
  */
-async function otherAttemptsSay(deps: FlowDeps, order: Order, except: string): Promise<VendResult | undefined> {
+async function otherAttemptsSay(deps: VendDeps, order: Order, except: string): Promise<VendResult | undefined> {
   let pending: VendResult | undefined;
   for (const a of await deps.attempts.of(order.requestId)) {
     if (a.billerRequestId === except) continue;
@@ -228,7 +259,7 @@ async function otherAttemptsSay(deps: FlowDeps, order: Order, except: string): P
  * sent: a crash between recording and sending), and no earlier attempt was delivered or is
  * still pending, the next attempt goes out under a new id.
  */
-export async function followUp(deps: FlowDeps, order: Order, last?: BillerAttempt): Promise<Step> {
+export async function followUp(deps: VendDeps, order: Order, last?: BillerAttempt): Promise<Step> {
   const attempt = last ?? (await deps.attempts.latest(order.requestId));
   if (!attempt) return firstPay(deps, order);
   const result = await askAttempt(deps, attempt);
@@ -255,7 +286,7 @@ function chargeFlags(order: Order, charge: BillerCharge): string | undefined {
   return flags.length > 0 ? flags.join("; ") : undefined;
 }
 
-export async function applyVendResult(deps: FlowDeps, order: Order, result: VendResult | { review: string }): Promise<Order> {
+export async function applyVendResult(deps: VendDeps, order: Order, result: VendResult | { review: string }): Promise<Order> {
   if ("review" in result) {
     deps.log.error("bill held for an operator", { requestId: order.requestId, reason: result.review });
     return move(deps, order, ["PAID", "PENDING"], "NEEDS_REVIEW", { failureReason: result.review });
@@ -295,7 +326,7 @@ export async function applyVendResult(deps: FlowDeps, order: Order, result: Vend
  * A delivery the biller reports for an attempt that did not settle the order (an earlier one,
  * late) is recorded on the order, alerted and its codes given to the payer (lateDelivery).
  */
-export async function actOnBillerState(deps: FlowDeps, order: Order, named?: BillerAttempt): Promise<Order> {
+export async function actOnBillerState(deps: VendDeps, order: Order, named?: BillerAttempt): Promise<Order> {
   const attempts = await deps.attempts.of(order.requestId);
   const latest = attempts.at(-1);
   const asked = named && named.billerRequestId !== latest?.billerRequestId ? named : undefined;
@@ -346,7 +377,7 @@ export async function actOnBillerState(deps: FlowDeps, order: Order, named?: Bil
  * and it is alerted (an error line and billpay_biller_late_deliveries_total). Money does not
  * move here: a refund already sent stays sent, and what to ask of the biller is an operator's.
  */
-async function lateDelivery(deps: FlowDeps, order: Order, attempt: BillerAttempt, result: Extract<VendResult, { state: "delivered" }>): Promise<Order> {
+async function lateDelivery(deps: VendDeps, order: Order, attempt: BillerAttempt, result: Extract<VendResult, { state: "delivered" }>): Promise<Order> {
   const when = order.status === "SUCCESS" ? "beside the attempt that served the order" : `after the order was ${order.status === "NEEDS_REVIEW" ? "held for review" : "failed and refunded"}`;
   const flag = `the biller delivered pay attempt ${attempt.attempt} (${attempt.billerRequestId}) ${when}: the biller was paid for it too`;
   const codes = result.codes.map((c) => ({ ...c, label: `${c.label ?? "Code"} (attempt ${attempt.attempt})` }));
@@ -362,7 +393,7 @@ async function lateDelivery(deps: FlowDeps, order: Order, attempt: BillerAttempt
 }
 
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
-export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+export async function ledgerPaymentFor(deps: Pick<FlowDeps, "ledger">, o: Order): Promise<LedgerPayment | null> {
   if (o.rail === "pull") return (await deps.ledger.order(o.onchainOrderId)).payments[0] ?? null;
   return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
 }
@@ -377,7 +408,7 @@ export async function ledgerPaymentFor(deps: FlowDeps, o: Order): Promise<Ledger
  * could not be read at all in that time is an error naming why (the refund's caller logs it
  * and the worker retries), not a quiet "no payment yet".
  */
-async function awaitLedgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWaitMs">, o: Order): Promise<LedgerPayment | null> {
   let readError: unknown;
   const paid = await deps.ledger.awaitPayment(isPaymentOf(o), () => ledgerPaymentFor(deps, o), deps.ledgerWaitMs, (err) => (readError = err));
   if (!paid && readError !== undefined) throw new Error(`the ledger could not be read: ${errorText(readError).split("\n")[0]}`);
@@ -397,7 +428,7 @@ async function awaitLedgerPaymentFor(deps: FlowDeps, o: Order): Promise<LedgerPa
  * waits (refundWait) instead of being sent; one that has waited past the deadline goes to
  * an operator.
  */
-export async function refund(deps: FlowDeps, order: Order, reason: string, from: OrderStatus[] = ["PAID", "PENDING", "REFUNDING"]): Promise<Order> {
+export async function refund(deps: RefundDeps, order: Order, reason: string, from: OrderStatus[] = ["PAID", "PENDING", "REFUNDING"]): Promise<Order> {
   // Only the actor whose transition moves the order refunds it (a served order's reversal
   // moves it from SUCCESS once; the worker retries from REFUNDING).
   const refunding = await deps.orders.transition(order.requestId, from, "REFUNDING", { failureReason: reason });
@@ -444,7 +475,7 @@ export async function refund(deps: FlowDeps, order: Order, reason: string, from:
  * the ledger's payment is exactly what they approved, by the order's payer in its token
  * (orders/review.ts); else why not (the mismatch), and nothing is sent.
  */
-export async function refundAmount(deps: FlowDeps, o: Order, paid: LedgerPayment): Promise<bigint | string> {
+export async function refundAmount(deps: Pick<FlowDeps, "orders">, o: Order, paid: LedgerPayment): Promise<bigint | string> {
   const mismatch = paymentMismatch(o, paid);
   if (!mismatch) return o.amount;
   const approved = await deps.orders.approvedRefund(o.requestId);
@@ -453,7 +484,7 @@ export async function refundAmount(deps: FlowDeps, o: Order, paid: LedgerPayment
 }
 
 /** Why and how long a refund of `amount` (the order's, unless an operator approved another) must wait before it is sent, or undefined when it can go now. */
-export async function refundWait(deps: FlowDeps, o: Order, amount: bigint = o.amount): Promise<RefundWait> {
+export async function refundWait(deps: Pick<FlowDeps, "orders" | "refundBudgets" | "refundPayerSharePercent" | "refundLateSlicePercent">, o: Order, amount: bigint = o.amount): Promise<RefundWait> {
   const chain = o.chain as ChainKey;
   const budget = await deps.refundBudgets.read(chain, o.tokenAddress);
   if (budget.limit === 0n || budget.period === 0n || amount > budget.limit) {
@@ -473,7 +504,7 @@ export async function refundWait(deps: FlowDeps, o: Order, amount: bigint = o.am
  * The refund waits: not tried again for `wait.seconds`, an alert (error log, metric) the
  * first time, and to an operator once it has waited past REFUND_WAIT_REVIEW_SECONDS.
  */
-async function deferRefund(deps: FlowDeps, o: Order, wait: { seconds: number; why: string }): Promise<Order> {
+async function deferRefund(deps: Pick<FlowDeps, "orders" | "refundWaitReviewSeconds" | "metrics" | "log">, o: Order, wait: { seconds: number; why: string }): Promise<Order> {
   const waited = await deps.orders.deferRefund(o.requestId, Math.min(wait.seconds, deps.refundWaitReviewSeconds));
   if (!waited) return (await deps.orders.get(o.requestId)) ?? o;
   deps.metrics.refundsWaiting.inc({ chain: o.chain, token: o.token });
@@ -502,11 +533,11 @@ const REFUND_NEVER = new Set([
   "OrderExists",
 ]);
 
-function refundPull(deps: FlowDeps, o: Order, amount: bigint) {
+function refundPull(deps: Pick<FlowDeps, "operator">, o: Order, amount: bigint) {
   return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount });
 }
 
-function refundX402(deps: FlowDeps, refunding: Order, amount: bigint) {
+function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: bigint) {
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
   if (stored.method === "permit2") {

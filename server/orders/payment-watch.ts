@@ -191,7 +191,7 @@ export class PaymentWatches {
  * Whether the ledger has indexed the chain's confirmation depth on top of the payment's
  * block. At depth 0 (the local chains) it is confirmed as soon as the ledger shows it.
  */
-export async function deepEnough(deps: WatchDeps, chain: string, p: LedgerPayment): Promise<boolean> {
+export async function deepEnough(deps: Pick<WatchDeps, "confirmations" | "ledger">, chain: string, p: LedgerPayment): Promise<boolean> {
   const depth = deps.confirmations[chain as ChainKey] ?? 0;
   if (depth === 0) return true;
   const indexed = await deps.ledger.indexedBlock(p.chainId);
@@ -204,7 +204,7 @@ export async function deepEnough(deps: WatchDeps, chain: string, p: LedgerPaymen
  * `waitMs` or was dropped meanwhile; the worker then decides.
  */
 export async function awaitConfirmations(
-  deps: WatchDeps,
+  deps: Pick<WatchDeps, "confirmations" | "ledger">,
   chain: string,
   p: LedgerPayment,
   read: () => Promise<LedgerPayment | null | undefined>,

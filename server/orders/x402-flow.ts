@@ -32,12 +32,20 @@ import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 
+/**
+ * What settling an x402 order touches, and nothing else: the facilitators; the chain as the
+ * service's own node shows it (deployments, new blocks, confirmation depth); the ledger and
+ * how long a request waits for it; the order store and the watch on confirmed payments; the
+ * log and metrics. It sends nothing from BillPay (no operator or refunder key).
+ */
+export type SettleDeps = Pick<FlowDeps, "facilitators" | "deployments" | "heads" | "confirmations" | "ledger" | "ledgerWaitMs" | "orders" | "watches" | "metrics" | "log">;
+
 /** @x402/evm's facilitator reason for a payer that has not approved Permit2 (its exact/facilitator errors). */
 const ErrPermit2AllowanceRequired = "permit2_allowance_required";
 
 
 /** The ledger's payment under the order's key, if any. */
-async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment | null> {
+async function ledgerPaymentOf(deps: Pick<FlowDeps, "ledger">, o: Order): Promise<LedgerPayment | null> {
   return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
 }
 
@@ -46,7 +54,7 @@ async function ledgerPaymentOf(deps: FlowDeps, o: Order): Promise<LedgerPayment 
  * NEEDS_REVIEW when it is not. `source`: what showed it, the ledger (held to the confirmation
  * depth here) or the node's receipt (held to it when it was read: chain/receipt-payment.ts).
  */
-async function settledFromLedger(deps: FlowDeps, o: Order, payment: LedgerPayment, source: "ledger" | "receipt" = "ledger"): Promise<Order> {
+async function settledFromLedger(deps: SettleDeps, o: Order, payment: LedgerPayment, source: "ledger" | "receipt" = "ledger"): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
     deps.log.warn("x402 payment does not match its order; held for review, nothing sent or vended", { requestId: o.requestId, mismatch });
@@ -79,7 +87,7 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
 }
 
 /** SETTLING -> REFUSED: nothing moved yet, and the worker watches the authorization until it expires. */
-function refuse(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
+function refuse(deps: Pick<FlowDeps, "orders">, order: Order, reason: string): Promise<Order> {
   return move(deps, order, ["SETTLING"], "REFUSED", { failureReason: reason });
 }
 
@@ -204,7 +212,7 @@ export async function startX402Order(
  * credits, rate limit), or that a fresh request never reached, settled nothing: REFUSED,
  * and the caller is told why (FacilitatorRefusedService).
  */
-export async function settle(deps: FlowDeps, order: Order, options: { fresh?: boolean; verifyFirst?: boolean } = {}): Promise<Order> {
+export async function settle(deps: SettleDeps, order: Order, options: { fresh?: boolean; verifyFirst?: boolean } = {}): Promise<Order> {
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
@@ -258,7 +266,7 @@ export async function settle(deps: FlowDeps, order: Order, options: { fresh?: bo
  * allowance when settle fails (a facilitator's settle need not check it first; @x402/evm's
  * does not, and answers the failed call).
  */
-async function refusedBy(deps: FlowDeps, order: Order, reason: string | undefined, message: string | undefined, options: { fresh?: boolean }): Promise<Order> {
+async function refusedBy(deps: SettleDeps, order: Order, reason: string | undefined, message: string | undefined, options: { fresh?: boolean }): Promise<Order> {
   const after = await refused(deps, order, `facilitator: ${reason ?? "invalid payment"}${message ? ` (${message})` : ""}`);
   if (options.fresh && after.status === "REFUSED" && x402RailOf(after) === "permit2" && (reason === ErrPermit2AllowanceRequired || (await allowanceShort(deps, after)))) {
     throw permit2AllowanceRequired(after);
@@ -267,7 +275,7 @@ async function refusedBy(deps: FlowDeps, order: Order, reason: string | undefine
 }
 
 /** Whether the payer's Permit2 allowance is below the order's amount now (false when it cannot be read). */
-async function allowanceShort(deps: FlowDeps, o: Order): Promise<boolean> {
+async function allowanceShort(deps: SettleDeps, o: Order): Promise<boolean> {
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
   return (await permit2ApprovalNeeded(client, o.tokenAddress as Hex, o.payer as Hex, o.amount).catch(() => null)) !== null;
@@ -279,7 +287,7 @@ async function allowanceShort(deps: FlowDeps, o: Order): Promise<boolean> {
  * never settled by the service (if anyone lands it, it is refunded); the worker's retry of
  * an older order leaves it to the next pass.
  */
-async function unreachable(deps: FlowDeps, order: Order, error: unknown, options: { fresh?: boolean }): Promise<Order> {
+async function unreachable(deps: SettleDeps, order: Order, error: unknown, options: { fresh?: boolean }): Promise<Order> {
   if (!options.fresh) {
     deps.log.warn("facilitator unreachable; the worker will retry", { requestId: order.requestId, error: errorText(error) });
     return order;
@@ -318,7 +326,7 @@ export class FacilitatorRefusedService extends ServiceError {}
  * line and a metric: 401 and 402 need them (a key, credits); 429 passes.
  */
 async function refusedService(
-  deps: FlowDeps,
+  deps: Pick<FlowDeps, "orders" | "metrics" | "log">,
   order: Order,
   operation: "verify" | "settle",
   refusal: { status: ServiceRefusalStatus; detail: string },
@@ -349,7 +357,7 @@ async function refusedService(
  * order's payment makes it PAID, anything else NEEDS_REVIEW, and until it shows, SETTLING
  * for the worker. Otherwise nothing has moved: REFUSED.
  */
-async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Order> {
+async function refused(deps: SettleDeps, order: Order, reason: string): Promise<Order> {
   const onChain = await authorizationOnChain(deps, order).catch(() => undefined);
   if (!onChain) return order; // the chain could not be read: the worker decides later
   if (onChain.used) return awaitPayment(deps, order, order.txHash ?? undefined);
@@ -368,7 +376,7 @@ async function refused(deps: FlowDeps, order: Order, reason: string): Promise<Or
  * (chain/receipt-payment.ts). A hash that leads nowhere of ours (another transaction, one
  * that reverted, none at all) proves nothing, and the ledger decides as before.
  */
-async function awaitPayment(deps: FlowDeps, order: Order, txHash: string | undefined): Promise<Order> {
+async function awaitPayment(deps: SettleDeps, order: Order, txHash: string | undefined): Promise<Order> {
   const ours = isPaymentOf(order);
   const deadline = Date.now() + deps.ledgerWaitMs;
   if (txHash && /^0x[0-9a-fA-F]{64}$/.test(txHash)) {
@@ -384,7 +392,7 @@ async function awaitPayment(deps: FlowDeps, order: Order, txHash: string | undef
 }
 
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
-async function awaitLedgerPayment(deps: FlowDeps, order: Order, ours: (p: LedgerPayment) => boolean, waitMs = deps.ledgerWaitMs): Promise<Order> {
+async function awaitLedgerPayment(deps: SettleDeps, order: Order, ours: (p: LedgerPayment) => boolean, waitMs = deps.ledgerWaitMs): Promise<Order> {
   const read = () => ledgerPaymentOf(deps, order);
   const shown = await deps.ledger.awaitPayment(
     ours,
