@@ -74,7 +74,12 @@ const OUT = option("out") ?? "bench-results/blocktime.json";
 // Payer g's bill i fails when (g + i) % 3 == 2: one bill in three, every payer one of its three.
 const BURST = SMOKE ? { payers: 2, agents: 2, billsEach: 1 } : { payers: 20, agents: 20, billsEach: 3 };
 const FAIL_EVERY = 3;
-const GOALS = { local: 30, real: 60, burstBlocks: 3 };
+/** After the block, per profile: p50 for both rails, and on the local profile p95 per rail (issue 41's goals). */
+const GOALS: { local: { p50: number; p95?: { x402: number; agent: number } }; real: { p50: number; p95?: { x402: number; agent: number } }; burstBlocks: number } = {
+  local: { p50: 15, p95: { x402: 40, agent: 30 } },
+  real: { p50: 60 },
+  burstBlocks: 3,
+};
 /** The real profile's ledger: Ponder polling at a real chain's block time, with no WebSocket. */
 const REAL_POLLING_MS = 1000;
 
@@ -489,10 +494,11 @@ if (failure) {
 
 const goals = Object.fromEntries(
   Object.entries(profiles).map(([name, p]) => {
-    const ms = GOALS[name as Profile];
-    const railsMet = p.x402.afterBlock.p50Ms <= ms && p.agent.afterBlock.p50Ms <= ms;
+    const goal = GOALS[name as Profile];
+    const ms = goal.p50;
+    const railsMet = (["x402", "agent"] as const).every((rail) => p[rail].afterBlock.p50Ms <= ms && (goal.p95 === undefined || p[rail].afterBlock.p95Ms <= goal.p95[rail]));
     const burstMet = p.burst.asPlanned && p.burst.blocksAfterLastPayment <= GOALS.burstBlocks;
-    return [name, { afterBlockP50Ms: ms, afterBlockMet: railsMet, burstBlocks: GOALS.burstBlocks, burstMet }];
+    return [name, { afterBlockP50Ms: ms, ...(goal.p95 ? { afterBlockP95Ms: goal.p95 } : {}), afterBlockMet: railsMet, burstBlocks: GOALS.burstBlocks, burstMet }];
   }),
 );
 const report = {
@@ -530,7 +536,8 @@ for (const [name, p] of Object.entries(profiles)) {
 }
 if (!SMOKE) {
   for (const [name, g] of Object.entries(goals)) {
-    console.log(`${name}: after its block p50 <= ${g.afterBlockP50Ms} ms ${g.afterBlockMet ? "met" : "NOT met"}; burst final within ${g.burstBlocks} blocks ${g.burstMet ? "met" : "NOT met"}`);
+    const p95 = "afterBlockP95Ms" in g && g.afterBlockP95Ms ? ` and p95 <= ${g.afterBlockP95Ms.x402} ms (x402), ${g.afterBlockP95Ms.agent} ms (agent)` : "";
+    console.log(`${name}: after its block p50 <= ${g.afterBlockP50Ms} ms${p95} ${g.afterBlockMet ? "met" : "NOT met"}; burst final within ${g.burstBlocks} blocks ${g.burstMet ? "met" : "NOT met"}`);
   }
 }
 console.log(`written to ${OUT}`);
