@@ -1,6 +1,6 @@
 /**
- * One x402 order, settle first: lock the payment once, verify and settle it through the
- * facilitator, count it paid only when the ledger shows a payment of exactly the order's
+ * One x402 order, settle first: lock the payment once, settle it through the facilitator
+ * (verified first only when the intake found the payer short), count it paid only when the ledger shows a payment of exactly the order's
  * amount under its (chain, token, payer, nonce), and only then vend (orders/fulfil.ts); a
  * bill that fails is refunded on chain. The facilitator's word decides nothing about money:
  * its success only starts the wait for the ledger, and its refusal only means "not now".
