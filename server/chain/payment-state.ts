@@ -6,7 +6,7 @@
  */
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { sharedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { nonceBit, PERMIT2, permit2Abi } from "../../lib/permit2.ts";
@@ -15,7 +15,7 @@ import { x402RailOf } from "../ledger-client.ts";
 type PaymentKey = { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
 
 /** Whether the payment's nonce is consumed, read at `at` (a block number, or the latest). */
-async function nonceUsed(client: ReturnType<typeof publicClientFor>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
+async function nonceUsed(client: ReturnType<typeof sharedClientFor>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
   if (x402RailOf(o) !== "permit2") {
     return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
   }
@@ -24,7 +24,8 @@ async function nonceUsed(client: ReturnType<typeof publicClientFor>, o: PaymentK
   return ((bitmap >> bit) & 1n) === 1n;
 }
 
-const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+/** The service's one client for the chain: reads made in the same tick go to the node as one JSON-RPC batch. */
+const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => sharedClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
 
 export async function authorizationOnChain(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
   const client = clientOf(deps, o.chain as ChainKey);
@@ -33,26 +34,32 @@ export async function authorizationOnChain(deps: { deployments: Deployments }, o
 }
 
 /**
- * A payment offered at intake (x402/pay.ts): its nonce, and the payer's balance of the token,
- * read side by side at the latest block in one round trip. A nonce seen spent decides
- * something, so it is read again by authorizationOnChain, at one block with that block's
- * number; an unspent one and the balance only choose how the payment is settled.
+ * A payment offered at intake (x402/pay.ts): whether its nonce is spent, and the payer's
+ * balance of the token, read side by side at the latest block (one JSON-RPC batch). A nonce
+ * seen spent decides something, so it is read again by authorizationOnChain, at one block
+ * whose number the caller then holds the ledger to; an unspent one and the balance only
+ * choose how the payment is settled.
  */
-export async function paymentAtIntake(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint; balance: bigint }> {
+export async function paymentAtIntake(
+  deps: { deployments: Deployments },
+  o: PaymentKey,
+): Promise<{ used: false; balance: bigint } | { used: true; block: bigint; timestamp: bigint; balance: bigint }> {
   const client = clientOf(deps, o.chain as ChainKey);
-  const [block, used, balance] = await Promise.all([
-    client.getBlock({ blockTag: "latest" }),
+  const [used, balance] = await Promise.all([
     nonceUsed(client, o, {}),
     client.readContract({ address: o.tokenAddress as Hex, abi: erc20Abi, functionName: "balanceOf", args: [o.payer as Hex] }),
   ]);
-  return used ? { ...(await authorizationOnChain(deps, o)), balance } : { used, block: block.number, timestamp: block.timestamp, balance };
+  if (!used) return { used, balance };
+  const spent = await authorizationOnChain(deps, o);
+  // Spent a moment ago and unspent now is a block replaced between the reads: as unspent.
+  return spent.used ? { used: true, block: spent.block, timestamp: spent.timestamp, balance } : { used: false, balance };
 }
 
 /** Whether BillPay holds a pull under `onchainOrderId` now (orderOf names a payer). */
 export async function pullOnChain(deps: { deployments: Deployments }, o: { chain: string; onchainOrderId: string }): Promise<boolean> {
   const chain = o.chain as ChainKey;
   const d = deps.deployments.chains[chain]!;
-  const onChain = await publicClientFor(chain, rpcUrlFor(chain, d)).readContract({
+  const onChain = await clientOf(deps, chain).readContract({
     address: d.billPay.address as Hex,
     abi: billPayAbi,
     functionName: "orderOf",

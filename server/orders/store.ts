@@ -41,7 +41,6 @@ export function newOrderIds(now = new Date()): { requestId: string } {
   return { requestId: `req_${stamp}${randomBytes(10).toString("hex")}` };
 }
 
-
 /** An order's states and the moves between them are decided in one table (lifecycle.ts). */
 export type { OrderStatus } from "./lifecycle.ts";
 

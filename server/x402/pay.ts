@@ -17,7 +17,7 @@ import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import type { Hex } from "viem";
 import { rpcUrlFor, type Deployments, type TokenDeployment } from "../../lib/deployments.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { sharedClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
 import { ServiceError } from "../errors.ts";
 import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
@@ -209,7 +209,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   ): Promise<string | undefined> {
     const d = deps.deployments.chains[option.chain]!;
     try {
-      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, publicClientFor(option.chain, rpcUrlFor(option.chain, d)));
+      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, sharedClientFor(option.chain, rpcUrlFor(option.chain, d)));
     } catch {
       return undefined;
     }
@@ -262,7 +262,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   function readChain(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
     const d = deps.deployments.chains[option.chain]!;
     const read = Promise.all([
-      payment.method === "permit2" ? permit2ApprovalNeeded(publicClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, amount) : undefined,
+      payment.method === "permit2" ? permit2ApprovalNeeded(sharedClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, amount) : undefined,
       paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
     ]);
     read.catch(() => {});
@@ -352,7 +352,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       await checkSignature(
         payment,
         { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
-        publicClientFor(option.chain, rpcUrlFor(option.chain, d)),
+        sharedClientFor(option.chain, rpcUrlFor(option.chain, d)),
       );
       checking();
     } catch (err) {
