@@ -79,6 +79,28 @@ export function ledgerQueryApiOpen(env: Record<string, string | undefined> = pro
   throw new Error(`${LEDGER_OPEN_QUERY_API} must be 1 (open to every caller) or 0 (this machine only), not ${JSON.stringify(raw)}`);
 }
 
+/**
+ * How much lower than the processes that start it the ledger runs (LEDGER_NICE, a Unix nice
+ * increment, 0 to 19; default 10, as `nice` itself). The payer's answer waits on the service and the node at the
+ * moment a block arrives, and so does the ledger's indexing of that block: on a machine they
+ * share, a ledger at the same priority takes the cores the answer needs, and the answer no
+ * longer waits for the ledger (the service confirms from its own node, chain/receipt-payment.ts).
+ * A lower priority only orders who runs first when both want the CPU: an idle core still goes
+ * to the ledger, and the watch on its lag (lib/ledger-watch.ts) reports it behind whatever the
+ * cause. Measured in docs/benchmarks.md ("After the block").
+ */
+export const LEDGER_NICE = "LEDGER_NICE";
+export const DEFAULT_LEDGER_NICE = 10;
+
+/** LEDGER_NICE as a number: the default when unset, an error for anything but an integer from 0 to 19. */
+export function ledgerNice(env: Record<string, string | undefined> = process.env): number {
+  const raw = env[LEDGER_NICE];
+  if (raw === undefined || raw === "") return DEFAULT_LEDGER_NICE;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n > 19) throw new Error(`${LEDGER_NICE} must be an integer from 0 (the same priority as the service) to 19 (the lowest), not ${JSON.stringify(raw)}`);
+  return n;
+}
+
 /** Whether a socket's peer address is this machine's loopback: 127.0.0.0/8, ::1, or 127.x mapped into IPv6. */
 export function isLoopbackAddress(address: string | undefined): boolean {
   if (!address) return false;

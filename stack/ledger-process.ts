@@ -6,6 +6,7 @@
  * `stallTimeoutMs` is. Used by `npm start`, `npm run ledger`, the tests and the benchmarks.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { getPriority, setPriority } from "node:os";
 import { createWriteStream } from "node:fs";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
@@ -17,6 +18,7 @@ import { readIndexedBlocks } from "../lib/ledger-watch.ts";
 import {
   LEDGER_OPEN_QUERY_API,
   LEDGER_VIEWS_SCHEMA,
+  ledgerNice,
   ledgerPgliteDir,
   ledgerQueryApiOpen,
   ledgerSchemaName,
@@ -60,6 +62,8 @@ export interface LedgerOptions {
   progressEveryMs?: number;
   /** How long the backfill may stop advancing before the ledger is stopped as stuck. */
   stallTimeoutMs?: number;
+  /** The ledger's nice increment (0 to 19); absent, LEDGER_NICE decides (default 10: lib/ledger-config.ts). */
+  nice?: number;
 }
 
 export interface Ledger {
@@ -155,6 +159,7 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
 }
 
 export async function startLedger(options: LedgerOptions): Promise<Ledger> {
+  const nice = options.nice ?? ledgerNice({ ...process.env, ...options.env }); // a bad LEDGER_NICE is refused before anything starts
   // Before Ponder opens it: PGlite would fail on it with no reason given.
   if (!options.databaseUrl) refuseOlderLedgerDir(options.pgliteDir ?? ledgerPgliteDir());
   const port = options.port || (await freePort());
@@ -183,6 +188,16 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
 
   const inherit = options.logTo === "inherit";
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });
+  // Below the service at once, before Ponder has built or indexed anything (LEDGER_NICE).
+  if (nice > 0 && child.pid !== undefined) {
+    try {
+      setPriority(child.pid, Math.min(19, getPriority() + nice));
+    } catch (err) {
+      // Lowering one's own child's priority needs no privilege; a system that refuses it still
+      // gets a working ledger, only at the service's priority: said, not hidden.
+      console.error(`ledger: could not lower its priority to nice ${nice}: ${(err as Error).message}`);
+    }
+  }
   // A parent that exits without stopping the ledger (process.exit, a crash) takes it along.
   const orphanGuard = () => child.kill("SIGTERM");
   process.once("exit", orphanGuard);

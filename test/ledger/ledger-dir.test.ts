@@ -43,4 +43,9 @@ describe("where the ledger's PGlite lives", () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  it("is not started under a LEDGER_NICE that is not an integer from 0 to 19", async () => {
+    const { startLedger } = await import("../../stack/ledger-process.ts");
+    await expect(startLedger({ deploymentsFile: join(tmpdir(), "none.json"), pgliteDir: "memory://", env: { LEDGER_NICE: "lowest" } })).rejects.toThrow(/LEDGER_NICE must be an integer from 0 .* not "lowest"/);
+  });
 });

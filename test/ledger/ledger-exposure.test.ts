@@ -13,10 +13,10 @@
  * patches/ponder+0.16.10.patch gives the slot back however the request ends.
  */
 import { execFileSync } from "node:child_process";
-import { networkInterfaces } from "node:os";
+import { getPriority, networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { IN_MEMORY, isLoopbackAddress, ledgerQueryApiOpen } from "../../lib/ledger-config.ts";
+import { DEFAULT_LEDGER_NICE, IN_MEMORY, isLoopbackAddress, ledgerNice, ledgerQueryApiOpen } from "../../lib/ledger-config.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { startLedger, type Ledger } from "../../stack/ledger-process.ts";
 import { chainActors } from "../support/actors.ts";
@@ -61,7 +61,7 @@ describe("the ledger's exposure to other machines", () => {
     // Both at once: each indexes the same chains into its own memory.
     [closed, open] = await Promise.all([
       startLedger({ ...common, openQueryApi: false, logTo: join(stack.dir, "ledger-closed.log") }),
-      startLedger({ ...common, openQueryApi: true, logTo: join(stack.dir, "ledger-open.log") }),
+      startLedger({ ...common, openQueryApi: true, nice: 0, logTo: join(stack.dir, "ledger-open.log") }),
     ]);
   });
 
@@ -69,6 +69,15 @@ describe("the ledger's exposure to other machines", () => {
     await Promise.all([closed?.stop(), open?.stop()]);
     await stack?.close();
     if (added) execFileSync("ip", ["addr", "del", `${ADDED_ADDRESS}/32`, "dev", "lo"]);
+  });
+
+  it("runs below the service (LEDGER_NICE, 10 by default), or beside it when told 0, and reads LEDGER_NICE strictly", () => {
+    expect(getPriority(closed.process.pid!)).toBe(Math.min(19, getPriority() + DEFAULT_LEDGER_NICE));
+    expect(getPriority(open.process.pid!)).toBe(getPriority());
+    expect(ledgerNice({})).toBe(10);
+    expect(ledgerNice({ LEDGER_NICE: "0" })).toBe(0);
+    expect(ledgerNice({ LEDGER_NICE: "19" })).toBe(19);
+    for (const bad of ["20", "-1", "1.5", "low", " 5", "0x5"]) expect(() => ledgerNice({ LEDGER_NICE: bad }), bad).toThrow(/LEDGER_NICE must be an integer from 0/);
   });
 
   it("tells loopback peers from others, and reads LEDGER_OPEN_QUERY_API strictly", () => {
