@@ -36,7 +36,7 @@ import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Ord
 
 /** Moves the order on; when another actor moved it first, returns it as it now stands. */
 export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
-  return (await deps.orders.transition(order.requestId, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
+  return (await deps.orders.advance(order, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
 export interface FlowDeps {

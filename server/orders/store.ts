@@ -70,7 +70,7 @@ export function paymentConfirmed<T extends Pick<Order, "status" | "txHash">>(o: 
  * parameter): in the same statement, each order that became final with a callback_url
  * queues its callback; answers the moved rows.
  */
-const queueingCallbacks = (update: string, finalParam: string) => `
+const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS) => `
   WITH moved AS (${update}),
   queued AS (
     INSERT INTO callback_delivery (request_id, url, status)
@@ -78,7 +78,7 @@ const queueingCallbacks = (update: string, finalParam: string) => `
     WHERE ${finalParam} = ANY('{${FINAL_STATUSES.join(",")}}'::text[]) AND bill->>'callback_url' IS NOT NULL
     -- A later final state (a served bill the biller reversed, then refunded) is told again.
     ON CONFLICT (request_id) DO UPDATE SET status = 'PENDING', attempts = 0, next_attempt_at = now(), delivered_at = NULL, last_status = NULL, last_error = NULL)
-  SELECT ${COLUMNS} FROM moved`;
+  SELECT ${columns} FROM moved`;
 
 /** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
 export function newOrderSecret(): { secret: string; hash: string } {
@@ -183,8 +183,6 @@ function toOrder(r: Row): Order {
     scheduleId: r.schedule_id,
     idempotencyKey: r.idempotency_key,
     createdAt: new Date(r.created_at),
-    updatedAt: new Date(r.updated_at),
-    leaseToken: r.lease_token,
     bodyHash: r.body_hash,
     bill: r.bill,
     vend: r.vend,
@@ -197,6 +195,20 @@ function toOrder(r: Row): Order {
     authValidBefore: r.auth_valid_before === null ? null : BigInt(r.auth_valid_before),
     payment: r.payment,
     requirements: r.requirements,
+    secretHash: r.secret_hash,
+    ...changingPart(r),
+  };
+}
+
+/** The columns an order's life changes after it is created: no UPDATE of bill_order writes any other. */
+const CHANGING_COLUMNS = `request_id, lease_token, updated_at, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash, biller_amount, flag, late_refund`;
+
+type ChangingPart = Pick<Order, "leaseToken" | "updatedAt" | "status" | "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">;
+
+function changingPart(r: Pick<Row, "lease_token" | "updated_at" | "status" | "tx_hash" | "purchased_code" | "purchased_codes" | "units" | "failure_reason" | "refund_tx_hash" | "biller_amount" | "flag" | "late_refund">): ChangingPart {
+  return {
+    leaseToken: r.lease_token,
+    updatedAt: new Date(r.updated_at),
     status: r.status,
     txHash: r.tx_hash,
     purchasedCode: r.purchased_code,
@@ -206,9 +218,45 @@ function toOrder(r: Row): Order {
     refundTxHash: r.refund_tx_hash,
     billerAmount: r.biller_amount,
     flag: r.flag,
-    secretHash: r.secret_hash,
     lateRefund: r.late_refund,
   };
+}
+
+type TransitionFields = Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">>;
+
+/**
+ * One order moved on from the states given ($2) to `to` ($3), answering `columns`; an order
+ * that becomes final with a callback_url queues its callback in the same statement (a move to
+ * a state that is not final has none to queue, and is a plain UPDATE).
+ */
+function movingSql(columns: string, to: OrderStatus): string {
+  const update = `UPDATE bill_order SET status = $3, updated_at = now(),
+       tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
+       failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
+       biller_amount = COALESCE($9, biller_amount),
+       flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
+       purchased_codes = COALESCE($11::jsonb, purchased_codes),
+       late_refund = late_refund OR $12::boolean
+     WHERE request_id = $1 AND status = ANY($2::text[])`;
+  return FINAL_STATUSES.includes(to) ? queueingCallbacks(`${update} RETURNING *`, "$3", columns) : `${update} RETURNING ${columns}`;
+}
+
+function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields): unknown[] {
+  assertMove(from, to);
+  return [
+    requestId,
+    from,
+    to,
+    fields.txHash ?? null,
+    fields.purchasedCode ?? null,
+    fields.units ?? null,
+    fields.failureReason ?? null,
+    fields.refundTxHash ?? null,
+    fields.billerAmount ?? null,
+    fields.flag ?? null,
+    fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
+    fields.lateRefund === true,
+  ];
 }
 
 export type NewOrder = Omit<
@@ -656,43 +704,20 @@ export class OrderStore {
   }
 
   /** Moves an order on, only from the states given: a stale actor cannot undo a later step. */
-  async transition(
-    requestId: string,
-    from: OrderStatus[],
-    to: OrderStatus,
-    fields: Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">> = {},
-  ): Promise<Order | undefined> {
-    assertMove(from, to);
-    // An order that becomes final with a callback_url queues its callback in the same statement.
-    const [row] = await this.db.query<Row>(
-      queueingCallbacks(
-        `UPDATE bill_order SET status = $3, updated_at = now(),
-           tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
-           failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
-           biller_amount = COALESCE($9, biller_amount),
-           flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
-           purchased_codes = COALESCE($11::jsonb, purchased_codes),
-           late_refund = late_refund OR $12::boolean
-         WHERE request_id = $1 AND status = ANY($2::text[])
-         RETURNING *`,
-        "$3",
-      ),
-      [
-        requestId,
-        from,
-        to,
-        fields.txHash ?? null,
-        fields.purchasedCode ?? null,
-        fields.units ?? null,
-        fields.failureReason ?? null,
-        fields.refundTxHash ?? null,
-        fields.billerAmount ?? null,
-        fields.flag ?? null,
-        fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
-        fields.lateRefund === true,
-      ],
-    );
+  async transition(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(movingSql(COLUMNS, to), movingParams(requestId, from, to, fields));
     return row && toOrder(row);
+  }
+
+  /**
+   * `transition` for an order the caller holds: the same statement, answering only the
+   * columns an order's life changes (CHANGING_COLUMNS), laid over the caller's copy. What an
+   * order was created with (the bill, its plan, the signed payment and its requirements) is
+   * never written again, so it is not read back and parsed on every step of its life.
+   */
+  async advance(order: Order, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(movingSql(CHANGING_COLUMNS, to), movingParams(order.requestId, from, to, fields));
+    return row && { ...order, ...changingPart(row) };
   }
 
   /** Refused x402 orders whose authorization expired by `nowSeconds`: they can be closed once the chain agrees. */

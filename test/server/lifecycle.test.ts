@@ -103,5 +103,40 @@ describe("an order's life", () => {
       await expect(orders.transition(order.requestId, ["PAID"], "SETTLING")).rejects.toThrow(/from PAID to SETTLING/);
       expect((await orders.get(order.requestId))!.status).toBe("PAID");
     });
+
+    it("advancing an order it holds answers exactly what the store then holds, and a final move still queues its callback", async () => {
+      const { order } = await orders.lockPayment(
+        {
+          ...newOrderIds(),
+          vend: { plan: "airtime" },
+          bodyHash: "h2",
+          bill: { serviceID: "mtn", callback_url: "https://example.com/hook" },
+          chain: "CELO",
+          token: "USDC",
+          tokenAddress: "0x1",
+          payer: "0x3",
+          amount: 7n,
+          authNonce: `0x${"02".repeat(32)}`,
+          authValidBefore: 9n,
+          payment: { signature: "0xsig" },
+          requirements: { amount: "7" },
+          secretHash: "s2",
+        } as never,
+        60,
+      );
+      const paid = await orders.advance(order, ["SETTLING"], "PAID", { txHash: "0xpaid" });
+      expect(paid).toEqual(await orders.get(order.requestId));
+      expect(paid!.status).toBe("PAID");
+      expect(await db.query(`SELECT 1 FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toHaveLength(0);
+
+      // A stale copy moves nothing; a move the table does not list is refused.
+      expect(await orders.advance(order, ["SETTLING"], "PAID")).toBeUndefined();
+      await expect(orders.advance(paid!, ["PAID"], "SETTLING")).rejects.toThrow(IllegalMove);
+
+      const served = await orders.advance(paid!, ["PAID", "PENDING"], "SUCCESS", { purchasedCodes: [{ kind: "token", value: "1234" }] as never, units: "5 kWh", flag: "charged more" });
+      expect(served).toEqual(await orders.get(order.requestId));
+      expect(served).toMatchObject({ status: "SUCCESS", txHash: "0xpaid", units: "5 kWh", flag: "charged more", bill: order.bill, payment: order.payment, amount: 7n });
+      expect(await db.query(`SELECT url FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toEqual([{ url: "https://example.com/hook" }]);
+    });
   });
 });
