@@ -32,11 +32,11 @@ import type { PaymentWatches } from "./payment-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
-import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type Order, type OrderStatus, type OrderStore } from "./store.ts";
+import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type AlongsideWrite, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
-/** Moves the order on; when another actor moved it first, returns it as it now stands. */
-export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}) {
-  return (await deps.orders.advance(order, from, to, fields)) ?? (await deps.orders.get(order.requestId)) ?? order;
+/** Moves the order on (with `alongside` in the same statement); when another actor moved it first, returns it as it now stands. */
+export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}, alongside?: AlongsideWrite) {
+  return (await deps.orders.advance(order, from, to, fields, alongside)) ?? (await deps.orders.get(order.requestId)) ?? order;
 }
 
 export interface FlowDeps {

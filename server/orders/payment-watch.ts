@@ -41,7 +41,7 @@ import type { PaymentRail } from "../../lib/payment-logs.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
-import type { Order, OrderStatus, OrderStore } from "./store.ts";
+import type { AlongsideWrite, Order, OrderStatus, OrderStore } from "./store.ts";
 
 /**
  * What watching payments may touch: the ledger (what it shows), the orders, the hot keys and
@@ -104,13 +104,19 @@ export class PaymentWatches {
 
   /** Watches the payment that makes `o` PAID (again, if it moved to another block). */
   async record(o: Order, p: LedgerPayment): Promise<void> {
-    await this.db.query(
-      `INSERT INTO payment_watch (request_id, chain, deployment, rail, payment_key, block_number, block_time, tx_hash)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    const write = this.recording(o, p);
+    await this.db.query(write.sql(1), write.params);
+  }
+
+  /** `record` as a write that goes with the order's move to PAID, in its statement (OrderStore.advance). */
+  recording(o: Order, p: LedgerPayment): AlongsideWrite {
+    return {
+      sql: (n) => `INSERT INTO payment_watch (request_id, chain, deployment, rail, payment_key, block_number, block_time, tx_hash)
+       VALUES ($${n}, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}, $${n + 5}, $${n + 6}, $${n + 7})
        ON CONFLICT (request_id) DO UPDATE SET block_number = EXCLUDED.block_number, block_time = EXCLUDED.block_time,
          tx_hash = EXCLUDED.tx_hash, final = false, updated_at = now()`,
-      [o.requestId, o.chain, this.deployment(o.chain), p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
-    );
+      params: [o.requestId, o.chain, this.deployment(o.chain), p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
+    };
   }
 
   /** The chain's open watches; those of another deployment of it (a local chain started afresh) are dropped. */

@@ -27,8 +27,8 @@ export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPay
     return move(deps, o, ["PULLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: pull.txHash });
   }
   if (source === "ledger" && !(await deepEnough(deps, o.chain, pull))) return o; // not confirmed yet: a later read decides
-  await deps.watches.record(o, pull);
-  const paid = await move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash });
+  // Watched from the statement that makes it PAID (orders/payment-watch.ts).
+  const paid = await move(deps, o, ["PULLING"], "PAID", { txHash: pull.txHash }, deps.watches.recording(o, pull));
   if (paid.status === "PAID") deps.metrics.paymentConfirmations.inc({ chain: o.chain, rail: "pull", source });
   return paid;
 }

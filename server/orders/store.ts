@@ -68,10 +68,10 @@ export function paymentConfirmed<T extends Pick<Order, "status" | "txHash">>(o: 
 /**
  * Wraps an `UPDATE bill_order ... RETURNING *` that moves orders to `finalParam` (a text
  * parameter): in the same statement, each order that became final with a callback_url
- * queues its callback; answers the moved rows.
+ * queues its callback; answers the moved rows. `before`: other CTEs of the statement.
  */
-const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS) => `
-  WITH moved AS (${update}),
+const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS, before: string[] = []) => `
+  WITH ${[...before, `moved AS (${update})`].join(",\n")},
   queued AS (
     INSERT INTO callback_delivery (request_id, url, status)
     SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
@@ -79,6 +79,17 @@ const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS
     -- A later final state (a served bill the biller reversed, then refunded) is told again.
     ON CONFLICT (request_id) DO UPDATE SET status = 'PENDING', attempts = 0, next_attempt_at = now(), delivered_at = NULL, last_status = NULL, last_error = NULL)
   SELECT ${columns} FROM moved`;
+
+/**
+ * A write that goes with an order's move, in the same statement (orders/payment-watch.ts, the
+ * watch on the payment that makes it PAID): it is made whether or not the move finds the
+ * order in a state it moves from, as it was when it was a statement of its own.
+ */
+export interface AlongsideWrite {
+  /** The statement, its parameters numbered from `$<first>`. */
+  sql(first: number): string;
+  params: unknown[];
+}
 
 /** An x402 order's secret: returned once to the payer, kept only as its SHA-256; it proves the payer to the order route. */
 export function newOrderSecret(): { secret: string; hash: string } {
@@ -229,7 +240,7 @@ type TransitionFields = Partial<Pick<Order, "txHash" | "purchasedCode" | "purcha
  * that becomes final with a callback_url queues its callback in the same statement (a move to
  * a state that is not final has none to queue, and is a plain UPDATE).
  */
-function movingSql(columns: string, to: OrderStatus): string {
+function movingSql(columns: string, to: OrderStatus, alongside?: AlongsideWrite): string {
   const update = `UPDATE bill_order SET status = $3, updated_at = now(),
        tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
        failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
@@ -238,10 +249,15 @@ function movingSql(columns: string, to: OrderStatus): string {
        purchased_codes = COALESCE($11::jsonb, purchased_codes),
        late_refund = late_refund OR $12::boolean
      WHERE request_id = $1 AND status = ANY($2::text[])`;
-  return FINAL_STATUSES.includes(to) ? queueingCallbacks(`${update} RETURNING *`, "$3", columns) : `${update} RETURNING ${columns}`;
+  const before = alongside ? [`alongside AS (${alongside.sql(MOVING_PARAMS + 1)})`] : [];
+  if (FINAL_STATUSES.includes(to)) return queueingCallbacks(`${update} RETURNING *`, "$3", columns, before);
+  return `${before.length > 0 ? `WITH ${before.join(", ")} ` : ""}${update} RETURNING ${columns}`;
 }
 
-function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields): unknown[] {
+/** How many parameters movingSql's own statement takes ($1 to $12). */
+const MOVING_PARAMS = 12;
+
+function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields, alongside?: AlongsideWrite): unknown[] {
   assertMove(from, to);
   return [
     requestId,
@@ -256,6 +272,7 @@ function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, f
     fields.flag ?? null,
     fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
     fields.lateRefund === true,
+    ...(alongside?.params ?? []),
   ];
 }
 
@@ -714,9 +731,10 @@ export class OrderStore {
    * columns an order's life changes (CHANGING_COLUMNS), laid over the caller's copy. What an
    * order was created with (the bill, its plan, the signed payment and its requirements) is
    * never written again, so it is not read back and parsed on every step of its life.
+   * `alongside`: a write made in the same statement (AlongsideWrite).
    */
-  async advance(order: Order, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
-    const [row] = await this.db.query<Row>(movingSql(CHANGING_COLUMNS, to), movingParams(order.requestId, from, to, fields));
+  async advance(order: Order, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}, alongside?: AlongsideWrite): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(movingSql(CHANGING_COLUMNS, to, alongside), movingParams(order.requestId, from, to, fields, alongside));
     return row && { ...order, ...changingPart(row) };
   }
 

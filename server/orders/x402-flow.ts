@@ -61,8 +61,8 @@ async function settledFromLedger(deps: SettleDeps, o: Order, payment: LedgerPaym
     return move(deps, o, ["SETTLING"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
   if (source === "ledger" && !(await deepEnough(deps, o.chain, payment))) return o; // not confirmed yet: a later read decides
-  await deps.watches.record(o, payment);
-  const paid = await move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash });
+  // Watched from the statement that makes it PAID (orders/payment-watch.ts).
+  const paid = await move(deps, o, ["SETTLING"], "PAID", { txHash: payment.txHash }, deps.watches.recording(o, payment));
   if (paid.status === "PAID") deps.metrics.paymentConfirmations.inc({ chain: o.chain, rail: "x402", source });
   return paid;
 }

@@ -6,6 +6,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PaymentWatches } from "../../server/orders/payment-watch.ts";
 import { openDb, type Db } from "../../server/db.ts";
 import { assertMove, IllegalMove, mayMove, ORDER_MOVES, ORDER_STARTS, ORDER_STATUSES, stateDiagram, type OrderStatus } from "../../server/orders/lifecycle.ts";
 import { newOrderIds, OrderStore } from "../../server/orders/store.ts";
@@ -124,8 +125,13 @@ describe("an order's life", () => {
         } as never,
         60,
       );
-      const paid = await orders.advance(order, ["SETTLING"], "PAID", { txHash: "0xpaid" });
+      const watches = new PaymentWatches(db, { chains: { CELO: { genesisHash: "0xgenesis", billPay: { address: "0xbillpay" } } } } as never);
+      const shown = { rail: "authorization", chainId: 42220, authorizationNonce: order.authNonce, payer: "0x3", token: "0x1", amount: "7", txHash: "0xpaid", blockNumber: "41", timestamp: "1700000000" };
+      const watched = async () => db.query<{ block_number: string; tx_hash: string }>(`SELECT block_number::text, tx_hash FROM payment_watch WHERE request_id = $1`, [order.requestId]);
+      // The watch on the payment is written by the statement that makes the order PAID.
+      const paid = await orders.advance(order, ["SETTLING"], "PAID", { txHash: "0xpaid" }, watches.recording(order, shown as never));
       expect(paid).toEqual(await orders.get(order.requestId));
+      expect(await watched()).toEqual([{ block_number: "41", tx_hash: "0xpaid" }]);
       expect(paid!.status).toBe("PAID");
       expect(await db.query(`SELECT 1 FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toHaveLength(0);
 
@@ -133,7 +139,9 @@ describe("an order's life", () => {
       expect(await orders.advance(order, ["SETTLING"], "PAID")).toBeUndefined();
       await expect(orders.advance(paid!, ["PAID"], "SETTLING")).rejects.toThrow(IllegalMove);
 
-      const served = await orders.advance(paid!, ["PAID", "PENDING"], "SUCCESS", { purchasedCodes: [{ kind: "token", value: "1234" }] as never, units: "5 kWh", flag: "charged more" });
+      // A final move with a write alongside: both CTEs, the callback's and the watch's, are made.
+      const served = await orders.advance(paid!, ["PAID", "PENDING"], "SUCCESS", { purchasedCodes: [{ kind: "token", value: "1234" }] as never, units: "5 kWh", flag: "charged more" }, watches.recording(order, { ...shown, blockNumber: "42" } as never));
+      expect(await watched()).toEqual([{ block_number: "42", tx_hash: "0xpaid" }]);
       expect(served).toEqual(await orders.get(order.requestId));
       expect(served).toMatchObject({ status: "SUCCESS", txHash: "0xpaid", units: "5 kWh", flag: "charged more", bill: order.bill, payment: order.payment, amount: 7n });
       expect(await db.query(`SELECT url FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toEqual([{ url: "https://example.com/hook" }]);
