@@ -80,17 +80,17 @@ export function ledgerQueryApiOpen(env: Record<string, string | undefined> = pro
 }
 
 /**
- * How much lower than the processes that start it the ledger runs (LEDGER_NICE, a Unix nice
- * increment, 0 to 19; default 10, as `nice` itself). The payer's answer waits on the service and the node at the
- * moment a block arrives, and so does the ledger's indexing of that block: on a machine they
- * share, a ledger at the same priority takes the cores the answer needs, and the answer no
- * longer waits for the ledger (the service confirms from its own node, chain/receipt-payment.ts).
- * A lower priority only orders who runs first when both want the CPU: an idle core still goes
- * to the ledger, and the watch on its lag (lib/ledger-watch.ts) reports it behind whatever the
- * cause. Measured in docs/benchmarks.md ("After the block").
+ * How much lower than the process that starts it the ledger runs (LEDGER_NICE, a Unix nice
+ * increment, 0 to 19; default 0, the same priority). At a block the payer's answer and the
+ * ledger's indexing want the same cores; a ledger below the service lets the answer go first
+ * (measured in docs/benchmarks.md, "After the block"). It is not the default because a
+ * system of record must keep up when the machine is busy: under sustained load a ledger at
+ * nice 10 fell behind far enough that refunds and reviews, which wait for it, waited (the
+ * test suite's busiest minutes showed it). An operator whose machine has room can set it,
+ * and the watch on the ledger's lag (lib/ledger-watch.ts) reports it behind whatever the cause.
  */
 export const LEDGER_NICE = "LEDGER_NICE";
-export const DEFAULT_LEDGER_NICE = 10;
+export const DEFAULT_LEDGER_NICE = 0;
 
 /** LEDGER_NICE as a number: the default when unset, an error for anything but an integer from 0 to 19. */
 export function ledgerNice(env: Record<string, string | undefined> = process.env): number {

@@ -62,7 +62,7 @@ export interface LedgerOptions {
   progressEveryMs?: number;
   /** How long the backfill may stop advancing before the ledger is stopped as stuck. */
   stallTimeoutMs?: number;
-  /** The ledger's nice increment (0 to 19); absent, LEDGER_NICE decides (default 10: lib/ledger-config.ts). */
+  /** The ledger's nice increment (0 to 19); absent, LEDGER_NICE decides (default 0: lib/ledger-config.ts). */
   nice?: number;
 }
 
@@ -188,7 +188,7 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
 
   const inherit = options.logTo === "inherit";
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });
-  // Below the service at once, before Ponder has built or indexed anything (LEDGER_NICE).
+  // Below the service at once when asked, before Ponder has built or indexed anything (LEDGER_NICE).
   if (nice > 0 && child.pid !== undefined) {
     try {
       setPriority(child.pid, Math.min(19, getPriority() + nice));

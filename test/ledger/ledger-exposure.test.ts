@@ -61,7 +61,7 @@ describe("the ledger's exposure to other machines", () => {
     // Both at once: each indexes the same chains into its own memory.
     [closed, open] = await Promise.all([
       startLedger({ ...common, openQueryApi: false, logTo: join(stack.dir, "ledger-closed.log") }),
-      startLedger({ ...common, openQueryApi: true, nice: 0, logTo: join(stack.dir, "ledger-open.log") }),
+      startLedger({ ...common, openQueryApi: true, nice: 10, logTo: join(stack.dir, "ledger-open.log") }),
     ]);
   });
 
@@ -71,10 +71,10 @@ describe("the ledger's exposure to other machines", () => {
     if (added) execFileSync("ip", ["addr", "del", `${ADDED_ADDRESS}/32`, "dev", "lo"]);
   });
 
-  it("runs below the service (LEDGER_NICE, 10 by default), or beside it when told 0, and reads LEDGER_NICE strictly", () => {
+  it("runs beside the service by default, below it when told (LEDGER_NICE), and reads LEDGER_NICE strictly", () => {
     expect(getPriority(closed.process.pid!)).toBe(Math.min(19, getPriority() + DEFAULT_LEDGER_NICE));
-    expect(getPriority(open.process.pid!)).toBe(getPriority());
-    expect(ledgerNice({})).toBe(10);
+    expect(getPriority(open.process.pid!)).toBe(Math.min(19, getPriority() + 10));
+    expect(ledgerNice({})).toBe(0);
     expect(ledgerNice({ LEDGER_NICE: "0" })).toBe(0);
     expect(ledgerNice({ LEDGER_NICE: "19" })).toBe(19);
     for (const bad of ["20", "-1", "1.5", "low", " 5", "0x5"]) expect(() => ledgerNice({ LEDGER_NICE: bad }), bad).toThrow(/LEDGER_NICE must be an integer from 0/);
