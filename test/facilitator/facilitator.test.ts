@@ -110,6 +110,21 @@ describe("local x402 facilitator over the standard HTTP API", () => {
     }
   });
 
+  it("settle alone verifies first: a payer without the amount (drained after the service read its balance) is refused, and nothing is broadcast", async () => {
+    // The premise of settling in one call (docs/money.md, "One call to the facilitator"):
+    // a payer who empties his wallet between the service's intake read and the settle costs
+    // the facilitator no transaction (its signer's nonce does not move), and settles nothing.
+    const celo = chainActors(stack.deployments, "CELO");
+    const drained = hardhatAccount(17);
+    // One unit more than the wallet holds: as short as a wallet emptied after the read.
+    const amount = (await celo.balanceOf("USDC", drained.address)) + 1n;
+    const { payload, accepts } = await pay("CELO", "USDC", amount, drained);
+    const sent = await celo.publicClient.getTransactionCount({ address: facilitatorAccount().address });
+    const settled = await client.settle(payload, accepts).catch((e: { response?: unknown }) => e.response);
+    expect(settled).toMatchObject({ success: false });
+    expect(await celo.publicClient.getTransactionCount({ address: facilitatorAccount().address })).toBe(sent);
+  });
+
   it("refuses a payment whose requirements were tampered with: amount, payTo, asset", async () => {
     const { payload, accepts } = await pay("BASE", "USDC", parseUnits("2", 6));
     const tampered = [
