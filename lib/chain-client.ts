@@ -1,6 +1,7 @@
 /** viem public clients for a chain at an RPC URL: one place for timeouts and polling. */
 import { createPublicClient, http, type PublicClient } from "viem";
 import { viemChain, type ChainKey } from "./chains.ts";
+import { rpcUrlFor, type Deployments } from "./deployments.ts";
 import { activeNetwork } from "./networks.ts";
 
 export const RPC_TIMEOUT_MS = 10_000;
@@ -65,6 +66,12 @@ export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
     shared.set(key, client);
   }
   return client;
+}
+
+/** The service's one client (sharedClientFor) for a chain of the deployment, at the RPC URL it reaches that chain by; undefined for a chain not deployed. */
+export function deployedClientFor(deployments: Deployments, chain: ChainKey): PublicClient | undefined {
+  const d = deployments.chains[chain];
+  return d && sharedClientFor(chain, rpcUrlFor(chain, d));
 }
 
 /**

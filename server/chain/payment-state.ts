@@ -6,16 +6,16 @@
  */
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
-import { sharedClientFor } from "../../lib/chain-client.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import type { Deployments } from "../../lib/deployments.ts";
 import { nonceBit, PERMIT2, permit2Abi } from "../../lib/permit2.ts";
 import { x402RailOf } from "../ledger-client.ts";
 
 type PaymentKey = { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
 
 /** Whether the payment's nonce is consumed, read at `at` (a block number, or the latest). */
-async function nonceUsed(client: ReturnType<typeof sharedClientFor>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
+async function nonceUsed(client: NonNullable<ReturnType<typeof deployedClientFor>>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
   if (x402RailOf(o) !== "permit2") {
     return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
   }
@@ -25,7 +25,7 @@ async function nonceUsed(client: ReturnType<typeof sharedClientFor>, o: PaymentK
 }
 
 /** The service's one client for the chain: reads made in the same tick go to the node as one JSON-RPC batch. */
-const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => sharedClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => deployedClientFor(deps.deployments, chain)!;
 
 export async function authorizationOnChain(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
   const client = clientOf(deps, o.chain as ChainKey);

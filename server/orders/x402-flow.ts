@@ -29,8 +29,7 @@ import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { earlierUnderId } from "./payment-id.ts";
 import { startStage } from "../stage-timing.ts";
 import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
-import { sharedClientFor } from "../../lib/chain-client.ts";
-import { rpcUrlFor } from "../../lib/deployments.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
 
 /**
  * What settling an x402 order touches, and nothing else: the facilitators; the chain as the
@@ -277,7 +276,7 @@ async function refusedBy(deps: SettleDeps, order: Order, reason: string | undefi
 /** Whether the payer's Permit2 allowance is below the order's amount now (false when it cannot be read). */
 async function allowanceShort(deps: SettleDeps, o: Order): Promise<boolean> {
   const chain = o.chain as ChainKey;
-  const client = sharedClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const client = deployedClientFor(deps.deployments, chain)!;
   return (await permit2ApprovalNeeded(client, o.tokenAddress as Hex, o.payer as Hex, o.amount).catch(() => null)) !== null;
 }
 

@@ -16,8 +16,8 @@ import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } 
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
 import type { Hex } from "viem";
-import { rpcUrlFor, type Deployments, type TokenDeployment } from "../../lib/deployments.ts";
-import { sharedClientFor } from "../../lib/chain-client.ts";
+import type { Deployments, TokenDeployment } from "../../lib/deployments.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
 import { ServiceError } from "../errors.ts";
 import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
@@ -207,9 +207,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     ctx: ChallengeContext,
     code: PaymentProblem,
   ): Promise<string | undefined> {
-    const d = deps.deployments.chains[option.chain]!;
     try {
-      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, sharedClientFor(option.chain, rpcUrlFor(option.chain, d)));
+      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, deployedClientFor(deps.deployments, option.chain)!);
     } catch {
       return undefined;
     }
@@ -260,9 +259,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
    * here, as a payment refused meanwhile never awaits it; awaited, it still throws.
    */
   function readChain(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
-    const d = deps.deployments.chains[option.chain]!;
     const read = Promise.all([
-      payment.method === "permit2" ? permit2ApprovalNeeded(sharedClientFor(option.chain, rpcUrlFor(option.chain, d)), token.address as Hex, payment.authorization.from, amount) : undefined,
+      payment.method === "permit2" ? permit2ApprovalNeeded(deployedClientFor(deps.deployments, option.chain)!, token.address as Hex, payment.authorization.from, amount) : undefined,
       paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
     ]);
     read.catch(() => {});
@@ -352,7 +350,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       await checkSignature(
         payment,
         { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
-        sharedClientFor(option.chain, rpcUrlFor(option.chain, d)),
+        deployedClientFor(deps.deployments, option.chain)!,
       );
       checking();
     } catch (err) {
