@@ -25,6 +25,8 @@ import { placePermit2Contracts } from "../lib/permit2-code.ts";
 
 const FUNDING_PER_TOKEN = parseUnits("10000", 6);
 const GAS_FUNDING = parseUnits("1000", 18);
+/** A mint to a new holder costs about 70,000 gas (OpenZeppelin's ERC-20); room to spare, and 17 payers' mints of three tokens still fit one block. */
+const MINT_GAS = 150_000n;
 
 /**
  * Deploys the BillPay module (ignition/modules/BillPay.ts) through Ignition with an in-memory
@@ -50,6 +52,54 @@ async function deployBillPayLocally(client: PublicClient, spec: BillPaySpec): Pr
     throw new Error(`deploying BillPay failed: ${JSON.stringify(result, (_k, v) => (typeof v === "bigint" ? v.toString() : v))}`);
   }
   return { address: getAddress(result.contracts["BillPay#BillPay"]!.address), block: Number(before) + 1 };
+}
+
+/**
+ * Mints 10,000 of every token in `tokens` to each of `payers` from the deployer (sent with
+ * explicit nonces, awaited together), as the local deployment funds Hardhat's payer accounts.
+ * With `gas`, each also gets 1,000 of the native coin first: the node's genesis funds only
+ * its own well-known accounts, and a key made elsewhere (a test's fresh wallet) holds none.
+ */
+export async function fundPayers(chainKey: ChainKey, rpcUrl: string, tokens: TokenDeployment[], payers: Address[], options: { gas: boolean }): Promise<{ blocks: bigint[] }> {
+  // Reads and balance settings are retried: one that resets on a keep-alive socket the node
+  // closed a moment before is safe to send again. A transaction is sent once.
+  const client = publicClientFor(chainKey, rpcUrl, 2);
+  const deployer = deployerAccount();
+  const wallet = createWalletClient({ account: deployer, chain: viemChain(chainKey, rpcUrl), transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0 }) });
+  if (options.gas) {
+    for (const who of payers) await client.request({ method: "hardhat_setBalance" as never, params: [who, `0x${GAS_FUNDING.toString(16)}`] as never });
+  }
+  const eip3009 = loadArtifact("tokens/EIP3009Token.sol", "EIP3009Token");
+  const plain = loadArtifact("tokens/PlainToken.sol", "PlainToken");
+  // One block for all the mints on an automining node (a block each would move its clock a
+  // second ahead per mint, past the validity windows of payments signed by wall-clock time);
+  // a node mining on an interval is left to it. The gas and fees are set once, not estimated
+  // per mint, so that each send is one request.
+  const automine = (await client.request({ method: "hardhat_getAutomine" as never })) as boolean;
+  const fees = await client.estimateFeesPerGas();
+  const priced = { gas: MINT_GAS, maxFeePerGas: fees.maxFeePerGas * 2n, maxPriorityFeePerGas: fees.maxPriorityFeePerGas };
+  const txs: Hex[] = [];
+  if (automine) await client.request({ method: "evm_setAutomine" as never, params: [false] as never });
+  try {
+    let nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
+    for (const token of tokens) {
+      const abi = token.eip712Version !== null ? eip3009.abi : plain.abi;
+      for (const payer of payers) {
+        txs.push(await wallet.writeContract({ address: token.address as Address, abi, functionName: "mint", args: [payer, FUNDING_PER_TOKEN], nonce: nonce++, ...priced }));
+      }
+    }
+    // Mined until the last is in: a block whose gas runs out leaves the rest for the next.
+    for (let blocks = 0; automine && txs.length > 0 && blocks < txs.length; blocks++) {
+      await client.request({ method: "evm_mine" as never });
+      if (await client.getTransactionReceipt({ hash: txs.at(-1)! }).catch(() => null)) break;
+    }
+  } finally {
+    if (automine) await client.request({ method: "evm_setAutomine" as never, params: [true] as never });
+  }
+  const receipts = await Promise.all(txs.map((hash) => client.waitForTransactionReceipt({ hash })));
+  const failed = receipts.filter((r) => r.status !== "success");
+  if (failed.length > 0) throw new Error(`${failed.length} funding transactions failed on ${chainKey}`);
+  return { blocks: [...new Set(receipts.map((r) => r.blockNumber))] };
 }
 
 export interface DeployResult {
@@ -196,27 +246,7 @@ export async function ensureLocalDeployment(
     pullBudget: { limit: BigInt(pullBudget.limit), periodSeconds: BigInt(pullBudget.periodSeconds) },
   };
   const billPay = await deployBillPayLocally(client, spec);
-  nonce = await client.getTransactionCount({ address: deployer.address, blockTag: "pending" });
-
-  const fundingTxs: Hex[] = [];
-  for (const token of tokens) {
-    const abi = token.eip712Version !== null ? eip3009.abi : plain.abi;
-    for (const payer of payerAccounts()) {
-      fundingTxs.push(
-        await wallet.writeContract({
-          address: token.address as Address,
-          abi,
-          functionName: "mint",
-          args: [payer.address, FUNDING_PER_TOKEN],
-          nonce: nonce++,
-        }),
-      );
-    }
-  }
-
-  const setupReceipts = await Promise.all(fundingTxs.map((hash) => client.waitForTransactionReceipt({ hash })));
-  const failed = setupReceipts.filter((r) => r.status !== "success");
-  if (failed.length > 0) throw new Error(`${failed.length} funding transactions failed on ${chainKey}`);
+  await fundPayers(chainKey, rpcUrl, tokens, payerAccounts().map((a) => a.address), { gas: false });
 
   return {
     reused: false,
