@@ -10,8 +10,8 @@ export default defineConfig({
     // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
     env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,
-    // One temporary root per run, removed at its end (test/support/temp-root.ts).
-    globalSetup: ["./test/support/temp-root.ts"],
+    // One temporary root per run, then the chains and ledgers that suites lease (test/support/shared-chains.ts).
+    globalSetup: ["./test/support/temp-root.ts", "./test/support/shared-chains.ts"],
     reporters: ["default", "./test/support/summary-reporter.ts"],
   },
 });

@@ -24,6 +24,7 @@ export const UNIT_TESTS = [
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",
   "test/server/rates.test.ts",
+  "test/stack/shared-chains.test.ts",
 ];
 
 // Spread, not mergeConfig: mergeConfig would add these to the base include (every test) instead of replacing it.

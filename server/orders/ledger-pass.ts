@@ -106,6 +106,15 @@ export class Orphans {
 
 export type LedgerPassDeps = FlowDeps & { orphans: Orphans };
 
+const CURSOR_PREFIX: Record<LedgerPayment["rail"], string> = { pull: "pulls", authorization: "authorizations", permit2: "permit2" };
+/** Every rail the pass reads forward, each with a position of its own per chain. */
+export const READ_FORWARD_RAILS = Object.keys(CURSOR_PREFIX) as Array<LedgerPayment["rail"]>;
+
+/** The name under which the pass keeps its position in one chain's payments of one rail. */
+export function readerCursor(rail: LedgerPayment["rail"], chainId: number): string {
+  return `${CURSOR_PREFIX[rail]}:${chainId}`;
+}
+
 /**
  * Reads one chain's payments of one rail from the pass's position on. One chain's blocks are
  * indexed in order, so the position only moves forward; its own second is read again
@@ -118,7 +127,7 @@ async function readForward(
   each: (page: LedgerPayment[]) => Promise<LedgerPayment[]>,
 ) {
   const chainId = chainInfo(chain).chainId;
-  const name = `${{ pull: "pulls", authorization: "authorizations", permit2: "permit2" }[rail]}:${chainId}`;
+  const name = readerCursor(rail, chainId);
   const since = await deps.orphans.position(name);
   let newest = since ?? 0n;
   let hold: bigint | undefined;

@@ -12,7 +12,7 @@ import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { keepSubscriptionsAlive } from "../../stack/subscription-keeper.ts";
-import { tempDir } from "../support/stack.ts";
+import { freshAccounts, tempDir } from "../support/stack.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
 
@@ -126,6 +126,37 @@ describe("local chains (npm run chains)", () => {
       }
     }
     expect(payerAccounts()).toHaveLength(17);
+  });
+
+  it("a suite's fresh payers: 17 keys of its own, none Hardhat's nor another suite's, each funded with gas and 10,000 of every token, the mints sharing a block", async () => {
+    const mine = freshAccounts();
+    const theirs = freshAccounts();
+    const indexes = Array.from({ length: 17 }, (_, i) => i + 3);
+    const addresses = indexes.map((i) => mine(i).address);
+    expect(new Set(addresses).size).toBe(17);
+    expect(mine(7)).toBe(mine(7)); // the same wallet each time a suite asks
+    const hardhats = new Set(payerAccounts().map((p) => p.address));
+    for (const a of [...addresses, ...indexes.map((i) => theirs(i).address)]) expect(hardhats.has(a)).toBe(false);
+    expect(indexes.some((i) => theirs(i).address === mine(i).address)).toBe(false);
+    for (const outside of [2, 20, 3.5]) expect(() => mine(outside)).toThrow(/outside 3 to 19/);
+
+    const blocks = await mine.fund(chains.deployments);
+    for (const key of CHAIN_KEYS) {
+      const client = publicClientFor(key, chains.rpcUrls[key]);
+      // The mints share a block, not one a mint (each would move the chain's clock a second
+      // ahead); Celo's one-second interval blocks may cut in once or twice. Automining as before.
+      expect(blocks[key]!.length).toBeGreaterThan(0);
+      expect(blocks[key]!.length).toBeLessThanOrEqual(3);
+      expect(await client.request({ method: "hardhat_getAutomine" as never })).toBe(true);
+      for (const a of [mine(3).address, mine(19).address]) {
+        expect(await client.getBalance({ address: a })).toBe(parseUnits("1000", 18));
+        for (const t of chains.deployments.chains[key]!.tokens) {
+          expect(await client.readContract({ address: t.address as Address, abi: erc20Abi, functionName: "balanceOf", args: [a] })).toBe(parseUnits("10000", 6));
+        }
+      }
+      // Nothing funded for the suite that did not ask.
+      expect(await client.getBalance({ address: theirs(3).address })).toBe(0n);
+    }
   });
 
   it("puts a working Multicall3 at the canonical address", async () => {

@@ -2,7 +2,18 @@
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readDeployments, type Deployments } from "../../lib/deployments.ts";
+import { randomBytes } from "node:crypto";
+import { inject } from "vitest";
+import { concat, keccak256, toHex, type Hex } from "viem";
+import { privateKeyToAccount, type Account } from "viem/accounts";
+import { deployedChains, readDeployments, requireChain, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { FIRST_PAYER_INDEX, LAST_PAYER_INDEX } from "../../lib/local-accounts.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { fundPayers } from "../../stack/local-deploy.ts";
+import type { SharedChainsLease } from "./shared-chains.ts";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { openDb } from "../../server/db.ts";
+import { Orphans, READ_FORWARD_RAILS, readerCursor } from "../../server/orders/ledger-pass.ts";
 import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
@@ -77,6 +88,17 @@ export function uniqueSchema(prefix: string): string {
   return `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
 }
 
+/** The service as the paying suites run it: a short vend deadline, no worker grace, quiet logs. */
+const TEST_SERVICE_ENV = {
+  BILLER_TIMEOUT_MS: "500",
+  VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
+  REQUERY_INTERVAL_MS: "200",
+  WORKER_GRACE_SECONDS: "0",
+  LOG_REQUESTS: "0",
+};
+
+type PayingStackOptions = Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitator"> & { db?: "pglite" | "postgresql" };
+
 /**
  * Everything an end-to-end suite pays against: local chains, a real Ponder ledger on them,
  * and the service with its facilitator and biller sandbox, tuned for tests (a short vend
@@ -85,7 +107,7 @@ export function uniqueSchema(prefix: string): string {
  */
 export async function startPayingStack(
   env: Record<string, string> = {},
-  { db = STACK_ON_PGLITE ? "pglite" : "postgresql", ...options }: Pick<Parameters<typeof startServiceStack>[0], "sandbox" | "facilitator"> & { db?: "pglite" | "postgresql" } = {},
+  { db = STACK_ON_PGLITE ? "pglite" : "postgresql", ...options }: PayingStackOptions = {},
 ) {
   const chains = await startTestChains();
   // The ledger and the service on the PostgreSQL server, in a database of this stack's own:
@@ -103,16 +125,7 @@ export async function startPayingStack(
     const service = await startServiceStack({
       deployments: chains.deployments,
       ...options,
-      env: {
-        BILLER_TIMEOUT_MS: "500",
-        VEND_DEADLINE_MS: "300", // one requery at most: the sandbox answers pending to the first
-        REQUERY_INTERVAL_MS: "200",
-        WORKER_GRACE_SECONDS: "0",
-        LOG_REQUESTS: "0",
-        LEDGER_URL: ledger.url,
-        ...(database ? { SERVER_DATABASE_URL: database.url } : {}),
-        ...env,
-      },
+      env: { ...TEST_SERVICE_ENV, LEDGER_URL: ledger.url, ...(database ? { SERVER_DATABASE_URL: database.url } : {}), ...env },
     });
     const started = ledger;
     return {
@@ -133,3 +146,127 @@ export async function startPayingStack(
     throw err;
   }
 }
+
+/** Payer wallets of one suite's own: index 3 to 19, as Hardhat's funded payers, each a new random key. */
+export interface FreshAccounts {
+  (index: number): Account;
+  /** Gives every one of them gas and 10,000 of every token on each chain, as the local deployment funds its payers; the blocks the mints landed in, per chain. */
+  fund(deployments: Deployments): Promise<Partial<Record<ChainKey, bigint[]>>>;
+}
+
+/**
+ * A suite on shared chains pays from these instead of Hardhat's well-known payers, so that
+ * no balance, allowance, spending limit or link an earlier suite left is its starting point.
+ */
+export function freshAccounts(): FreshAccounts {
+  const seed = toHex(randomBytes(32));
+  const made = new Map<number, Account>();
+  const account = (index: number): Account => {
+    if (!Number.isInteger(index) || index < FIRST_PAYER_INDEX || index > LAST_PAYER_INDEX) throw new Error(`payer index ${index} is outside ${FIRST_PAYER_INDEX} to ${LAST_PAYER_INDEX}`);
+    let a = made.get(index);
+    if (!a) made.set(index, (a = privateKeyToAccount(keccak256(concat([seed, toHex(index, { size: 32 })])) as Hex)));
+    return a;
+  };
+  const indexes = Array.from({ length: LAST_PAYER_INDEX - FIRST_PAYER_INDEX + 1 }, (_, i) => FIRST_PAYER_INDEX + i);
+  return Object.assign(account, {
+    async fund(deployments: Deployments) {
+      const payers = indexes.map((i) => account(i).address);
+      const funded = await Promise.all(
+        deployedChains(deployments).map(async (chain) => {
+          const d = requireChain(deployments, chain);
+          return [chain, (await fundPayers(chain, rpcUrlFor(chain, d), d.tokens, payers, { gas: true })).blocks] as const;
+        }),
+      );
+      return Object.fromEntries(funded);
+    },
+  });
+}
+
+const LEASE_TIMEOUT_MS = 180_000;
+
+/**
+ * A service on shared chains was "deployed" now: the ledger's payments so far are earlier
+ * suites' orders, not this service's orphans. Its pass over the ledger (ledger-pass.ts) starts
+ * past each chain's head block, as a service that had read them all would (a service on a
+ * ledger of its own reads from the start and reports every payment it has no order for).
+ */
+async function startReadingAtHeads(deployments: Deployments, where: { url?: string; pgliteDir?: string }): Promise<void> {
+  const db = await openDb(where);
+  try {
+    const orphans = new Orphans(db);
+    for (const chain of deployedChains(deployments)) {
+      const d = requireChain(deployments, chain);
+      const head = await publicClientFor(chain, rpcUrlFor(chain, d)).getBlock();
+      for (const rail of READ_FORWARD_RAILS) await orphans.advance(readerCursor(rail, d.chainId), head.timestamp + 1n);
+    }
+  } finally {
+    await db.close();
+  }
+}
+
+/**
+ * Chains and a ledger leased for this suite alone (test/support/shared-chains.ts); `close`
+ * gives them back. For suites that change nothing chain-wide: no budget, role, pause, mining
+ * mode, clock or reorganisation, and no wallet of Hardhat's that another suite pays from.
+ */
+export async function leaseSharedChains() {
+  const coordinator = inject("sharedChainsUrl");
+  const res = await fetch(`${coordinator}/lease`, { method: "POST", signal: AbortSignal.timeout(LEASE_TIMEOUT_MS) });
+  if (!res.ok) throw new Error(`no shared chains: ${await res.text()}`);
+  const lease = (await res.json()) as SharedChainsLease;
+  const deployments = await readDeployments(lease.deploymentsFile);
+  return {
+    deployments,
+    deploymentsFile: lease.deploymentsFile,
+    dir: lease.dir,
+    rpcUrls: Object.fromEntries(deployedChains(deployments).map((c) => [c, rpcUrlFor(c, requireChain(deployments, c))])) as Record<ChainKey, string>,
+    ledgerUrl: lease.ledgerUrl,
+    async close(): Promise<void> {
+      const released = await fetch(`${coordinator}/release/${lease.id}`, { method: "POST", signal: AbortSignal.timeout(10_000) });
+      if (!released.ok) throw new Error(`shared chains ${lease.id} were not out on lease`);
+    },
+  };
+}
+
+/**
+ * `startPayingStack` on leased chains and ledger (`leaseSharedChains`), with a service and a
+ * database of its own. For suites that pay from `accounts`, which it funds.
+ */
+export async function startPayingStackOnSharedChains(
+  accounts: FreshAccounts,
+  env: Record<string, string> = {},
+  { db = STACK_ON_PGLITE ? "pglite" : "postgresql", ...options }: PayingStackOptions = {},
+) {
+  const chains = await leaseSharedChains();
+  let database: Awaited<ReturnType<typeof freshDatabase>> | undefined;
+  try {
+    await accounts.fund(chains.deployments);
+    database = db === "pglite" ? undefined : await freshDatabase("stack");
+    const pgliteDir = database ? undefined : join(await tempDir("service"), "db");
+    await startReadingAtHeads(chains.deployments, database ? { url: database.url } : { pgliteDir });
+    const service = await startServiceStack({
+      deployments: chains.deployments,
+      ...options,
+      pgliteDir,
+      env: { ...TEST_SERVICE_ENV, LEDGER_URL: chains.ledgerUrl, ...(database ? { SERVER_DATABASE_URL: database.url } : {}), ...env },
+    });
+    const ownDatabase = database;
+    return {
+      chains,
+      ledger: { url: chains.ledgerUrl },
+      service,
+      async close() {
+        await service.close();
+        await ownDatabase?.drop();
+        await chains.close();
+      },
+    };
+  } catch (err) {
+    await database?.drop();
+    await chains.close();
+    throw err;
+  }
+}
+
+export type SharedPayingStack = Awaited<ReturnType<typeof startPayingStackOnSharedChains>>;
+export type SharedChains = Awaited<ReturnType<typeof leaseSharedChains>>;

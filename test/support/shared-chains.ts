@@ -1,0 +1,129 @@
+/**
+ * Vitest global setup: local chains with a ledger on them, shared by suites one after another.
+ *
+ * Both chains with their deployment and a Ponder ledger take 15 to 30 s to start, most of a
+ * paying suite's time. A suite that changes nothing chain-wide (no budget, role, pause,
+ * mining mode, clock or reorganisation) leases a set no running suite holds, pays from
+ * wallets of its own (test/support/stack.ts `freshAccounts`) and starts its own service on a
+ * database of its own, so what an earlier suite left on the chain is nobody's balance,
+ * allowance or order here. Suites that do change the chain keep a stack of their own
+ * (`startPayingStack`).
+ *
+ * A set is started on first demand, is leased by one suite at a time (never by two at once,
+ * whatever worker asks), and stops when the run ends.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import type { TestProject } from "vitest/node";
+import { startLedger } from "../../stack/ledger-process.ts";
+import { freshDatabase, startChainsProcess } from "./stack.ts";
+
+/** What a suite needs of a leased set. */
+export interface SharedChainsLease {
+  id: number;
+  deploymentsFile: string;
+  dir: string;
+  ledgerUrl: string;
+}
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    sharedChainsUrl: string;
+  }
+}
+
+interface SharedChains extends SharedChainsLease {
+  close(): Promise<void>;
+}
+
+async function startSharedChains(id: number): Promise<SharedChains> {
+  const chains = await startChainsProcess();
+  const database = await freshDatabase("shared");
+  try {
+    const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, databaseUrl: database.url, logTo: join(chains.dir, "ledger.log") });
+    return {
+      id,
+      deploymentsFile: chains.deploymentsFile,
+      dir: chains.dir,
+      ledgerUrl: ledger.url,
+      async close() {
+        await ledger.stop();
+        await chains.close();
+        await database.drop();
+      },
+    };
+  } catch (err) {
+    await chains.close();
+    await database.drop();
+    throw err;
+  }
+}
+
+/**
+ * Sets handed out one suite at a time: a free one if there is one, else a new one started
+ * for this lease. A set whose suite never gives it back (a crashed worker) is never handed
+ * out again; the run starts another.
+ */
+export class LeasePool<T extends { id: number }> {
+  private readonly started: Array<Promise<T>> = [];
+  private readonly free: T[] = [];
+  private readonly leased = new Map<number, T>();
+
+  constructor(private readonly start: (id: number) => Promise<T>) {}
+
+  async lease(): Promise<T> {
+    let set = this.free.pop();
+    if (!set) {
+      const starting = this.start(this.started.length + 1);
+      this.started.push(starting);
+      set = await starting;
+    }
+    this.leased.set(set.id, set);
+    return set;
+  }
+
+  /** False for a set that is not out on lease (never leased, or given back already). */
+  release(id: number): boolean {
+    const set = this.leased.get(id);
+    if (!set) return false;
+    this.leased.delete(id);
+    this.free.push(set);
+    return true;
+  }
+
+  /** Every set that started, leased or not. */
+  async all(): Promise<T[]> {
+    const settled = await Promise.allSettled(this.started);
+    return settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const pool = new LeasePool(startSharedChains);
+  const answer = (res: ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+  };
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const released = /^\/release\/(\d+)$/.exec(req.url ?? "");
+    if (req.method === "POST" && req.url === "/lease") {
+      pool.lease().then(
+        ({ id, deploymentsFile, dir, ledgerUrl }) => answer(res, 200, { id, deploymentsFile, dir, ledgerUrl } satisfies SharedChainsLease),
+        (err: Error) => answer(res, 500, { error: err.message }),
+      );
+    } else if (req.method === "POST" && released) {
+      answer(res, pool.release(Number(released[1])) ? 200 : 404, {});
+    } else {
+      answer(res, 404, {});
+    }
+  });
+  // A lease waits for a set to start: no request timeout of the server's own cuts it short.
+  server.requestTimeout = 0;
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  project.provide("sharedChainsUrl", `http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+
+  return async () => {
+    await new Promise((r) => server.close(r));
+    for (const set of await pool.all()) await set.close();
+  };
+}
