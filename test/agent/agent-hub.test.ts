@@ -13,8 +13,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { createSiweMessage } from "viem/siwe";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
@@ -22,23 +21,24 @@ import { workOnce } from "../../server/orders/worker.ts";
 import { newOrderIds } from "../../server/orders/store.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startPayingStack, type startTestChains } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const USD = 1_000_000n;
 const airtime = (billersCode: string, nairaAmount = 1550) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
 
 describe("agent hub: link once, then pay over MCP and A2A from an on-chain allowance", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  let stack: SharedPayingStack["chains"];
   let service: ServiceStack;
-  let ledger: Ledger;
+  let ledger: SharedPayingStack["ledger"];
   let celo: ChainActors;
   let url: string;
   let mcp: Awaited<ReturnType<typeof mcpAgent>>;
 
   /** A linked agent with an allowance: its wallet, key and a tool caller bound to its key. */
   async function agent(index: number, spending = 100n * USD, pin = "1234") {
-    const account = hardhatAccount(index);
+    const account = accounts(index);
     await celo.approveAndAllow(account, "USDC", spending);
     const apiKey = await linkAgent(url, account, { pin });
     const call = (name: string, args: Record<string, unknown> = {}) => mcp.call(name, { api_key: apiKey, ...args });
@@ -49,7 +49,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
 
   beforeAll(async () => {
     // Rate limits have their own suite (test/security/abuse.test.ts): here they stay out of the way.
-    paying = await startPayingStack({
+    paying = await startPayingStackOnSharedChains(accounts, {
       PIN_MAX_ATTEMPTS: "3",
       PIN_LOCK_SECONDS: "600",
       SCHEDULE_MIN_INTERVAL_SECONDS: "1",
@@ -72,7 +72,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const res = await fetch(`${url}/api/agent/link`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
     };
-    const wallet = hardhatAccount(3);
+    const wallet = accounts(3);
     const body = { wallet_address: wallet.address, channel: "MCP", pin: "4321", approved_chain: "CELO", approved_token: "USDT" };
 
     it("links with a fresh signature, once; a replay, a stale or a foreign signature is refused", async () => {
@@ -91,7 +91,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const future = await linkHeaders(wallet, "BillPay", String(Date.now() + 10 * 60_000));
       expect(await link(future, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_STALE" } });
       // Signed by another key, but claiming the wallet.
-      const foreign = { ...(await linkHeaders(hardhatAccount(4), "BillPay")), "x-wallet-address": wallet.address };
+      const foreign = { ...(await linkHeaders(accounts(4), "BillPay")), "x-wallet-address": wallet.address };
       expect(await link(foreign, body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
       // Signed over another service's name.
       expect(await link(await linkHeaders(wallet, "OtherService"), body)).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
@@ -111,7 +111,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         [headers, { ...body, pin: "12" }, 400, "VALIDATION_FAILED"],
         [headers, { ...body, pin: 1234 }, 400, "VALIDATION_FAILED"],
         [headers, { ...body, channel: "SMS" }, 400, "VALIDATION_FAILED"],
-        [headers, { ...body, wallet_address: hardhatAccount(4).address }, 400, "WALLET_MISMATCH"],
+        [headers, { ...body, wallet_address: accounts(4).address }, 400, "WALLET_MISMATCH"],
         [headers, { ...body, approved_chain: "SOLANA" }, 422, "UNSUPPORTED_CHAIN"],
         [headers, { ...body, approved_chain: "BASE", approved_token: "USA₮" }, 422, "TOKEN_NOT_PULLABLE"], // USA₮ is Celo's only
       ];
@@ -123,13 +123,13 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("a new link retires the old key and cancels its schedules; an unknown key is told apart from a retired one", async () => {
-      const first = await linkAgent(url, hardhatAccount(5));
+      const first = await linkAgent(url, accounts(5));
       const scheduled = await mcp.call("schedule_bill", { api_key: first, pin: "1234", ...airtime("08011111111"), cron: "0 9 1 * *" });
       expect(scheduled.data).toMatchObject({ status: "ACTIVE" });
       const relinked = await fetch(`${url}${LINK_PATH}`, {
         method: "POST",
-        headers: { "content-type": "application/json", ...(await linkHeaders(hardhatAccount(5), "BillPay")) },
-        body: JSON.stringify({ wallet_address: hardhatAccount(5).address, channel: "MCP", pin: "1234", approved_chain: "CELO", approved_token: "USDC" }),
+        headers: { "content-type": "application/json", ...(await linkHeaders(accounts(5), "BillPay")) },
+        body: JSON.stringify({ wallet_address: accounts(5).address, channel: "MCP", pin: "1234", approved_chain: "CELO", approved_token: "USDC" }),
       });
       const { api_key: second, cancelled_schedules } = (await relinked.json()) as { api_key: string; cancelled_schedules: string[] };
       const schedules = (await mcp.call("list_schedules", { api_key: second })).data.schedules as Array<{ status: string; schedule_id: string }>;
@@ -143,7 +143,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("links with Sign-In with Ethereum: this domain, URI, chain and a server nonce, each nonce once", async () => {
-      const account = hardhatAccount(6);
+      const account = accounts(6);
       const issued = (await (await fetch(`${url}${LINK_NONCE_PATH}`)).json()) as { nonce: string; domain: string; uri: string; statement: string; chain_ids: Record<string, number> };
       expect(issued).toMatchObject({ domain: new URL(url).host, uri: `${url}${LINK_PATH}`, chain_ids: { CELO: 42220, BASE: 8453 } });
       const siwe = (fields: Partial<Parameters<typeof createSiweMessage>[0]> = {}) =>
@@ -179,7 +179,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("scopes a contract wallet's key to the chain its signature was checked on", async () => {
-      const owner = hardhatAccount(9);
+      const owner = accounts(9);
       const wallet = await celo.deployOwnedWallet(owner.address); // exists on CELO only
       const timestamp = Date.now().toString();
       const headers = {
@@ -193,7 +193,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const onBase = await mcp.call("pay_bill", { api_key: key, pin: body.pin, ...airtime("08011111111"), chain: "BASE", token: "USDC" });
       expect(errorCode(onBase)).toBe("CHAIN_NOT_LINKED");
       // A signature the contract does not accept links nothing.
-      const forged = { ...headers, "x-wallet-signature": await hardhatAccount(8).signMessage!({ message: linkMessage("BillPay", `${Number(timestamp) + 1}`) }), "x-wallet-timestamp": `${Number(timestamp) + 1}` };
+      const forged = { ...headers, "x-wallet-signature": await accounts(8).signMessage!({ message: linkMessage("BillPay", `${Number(timestamp) + 1}`) }), "x-wallet-timestamp": `${Number(timestamp) + 1}` };
       expect(await link(forged, { ...body, wallet_address: wallet })).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
     });
 
@@ -547,7 +547,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
 
   describe("onboarding", () => {
     it("takes the api_key as Authorization: Bearer on MCP and A2A; describe_capabilities gives absolute URLs and set-up calldata that works", async () => {
-      const account = hardhatAccount(4);
+      const account = accounts(4);
       const apiKey = await linkAgent(url, account, { pin: "1234", token: "USDC" });
       const rpc = async (path: string, body: unknown, bearer: string | null = apiKey) => {
         const res = await fetch(`${url}${path}`, {
@@ -697,7 +697,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     const ledgerAtHead = async () => waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
 
     it("finishes a pull whose request died before vending, exactly once", async () => {
-      const account = hardhatAccount(18);
+      const account = accounts(18);
       await celo.approveAndAllow(account, "USDC", 10n * USD);
       const { flow } = service;
       const order = await pullOrder(account);
@@ -720,7 +720,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {
-      const account = hardhatAccount(18);
+      const account = accounts(18);
       const { flow } = service;
       const before = await usdc(account);
       // Vending failed and the order went REFUNDING, then the process died before the refund.
@@ -750,7 +750,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("refunds, once, a pull the server has no order for", async () => {
-      const account = hardhatAccount(19);
+      const account = accounts(19);
       await celo.approveAndAllow(account, "USDC", 10n * USD);
       const before = await usdc(account);
       const orderId = keccak256(toBytes(`stray-${Date.now()}`));

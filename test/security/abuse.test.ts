@@ -9,7 +9,6 @@ import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { LINK_PATH } from "../../lib/agent-link.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import type { ServiceStack } from "../../stack/service-stack.ts";
@@ -22,13 +21,14 @@ import { Gate, Limits } from "../../server/limits.ts";
 import { purgeExpired } from "../../server/storage-purge.ts";
 import { hashOrderSecret, newOrderIds } from "../../server/orders/store.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { freshDatabase, startPayingStack } from "../support/stack.ts";
+import { freshDatabase, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { listen } from "../support/http-server.ts";
 
 const airtime = (billersCode: string, nairaAmount = 1550) => airtimeBill({ billersCode, nairaAmount });
 
 describe("abuse resistance", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -39,7 +39,7 @@ describe("abuse resistance", () => {
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
 
   beforeAll(async () => {
-    paying = await startPayingStack({
+    paying = await startPayingStackOnSharedChains(accounts, {
       RATE_LIMIT_LINK_ADDRESS: "4/60",
       RATE_LIMIT_LINK_WALLET: "2/60",
       RATE_LIMIT_PAYING_KEY: "2/60",
@@ -63,7 +63,7 @@ describe("abuse resistance", () => {
         headers: { "content-type": "application/json", ...(await linkHeaders(account, "BillPay", String(Date.now() + Math.floor(Math.random() * 1000)))) },
         body: JSON.stringify({ wallet_address: account.address, channel: "MCP", pin: "1234", approved_chain: "CELO", approved_token: "USDC" }),
       });
-    const wallet = hardhatAccount(15);
+    const wallet = accounts(15);
     expect((await link(wallet)).status).toBe(200);
     expect((await link(wallet)).status).toBe(200);
     const third = await link(wallet); // the wallet's budget (2) is spent
@@ -73,13 +73,13 @@ describe("abuse resistance", () => {
     const keys = await service.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM retired_api_key WHERE wallet = $1`, [wallet.address.toLowerCase()]);
     expect(keys[0]!.n).toBe(1); // two links: one key retired, none minted by the refused call
     // The address's budget (4) is spent by a fourth call, whichever wallet it names.
-    expect((await link(hardhatAccount(16))).status).toBe(200);
-    const other = await link(hardhatAccount(17));
+    expect((await link(accounts(16))).status).toBe(200);
+    const other = await link(accounts(17));
     expect(other.status).toBe(429);
   });
 
   it("limits paying calls per api_key, before the PIN's hash, charging nothing", async () => {
-    const account = hardhatAccount(18);
+    const account = accounts(18);
     await celo.approveAndAllow(account, "USDC", 100_000_000n);
     // Links from this address are spent: the service's own link path is exercised above, so
     // this agent is linked in the store directly, as the link route would.
@@ -96,7 +96,7 @@ describe("abuse resistance", () => {
   });
 
   it("limits new bills per address but never a payment, nor a repeat of a quoted bill", async () => {
-    const payer = hardhatAccount(11);
+    const payer = accounts(11);
     const codes: number[] = [];
     for (let i = 0; i < 6; i++) codes.push((await post(bill(payer, "08011111111", 100 + i))).status);
     expect(codes).toEqual([402, 402, 402, 402, 402, 429]);
@@ -123,7 +123,7 @@ describe("abuse resistance", () => {
     // Unpaid bills from fresh addresses' budgets: each answered 402 (or 429 past the limit), none stored.
     const versions = await count("rate_version");
     const orders = await count("bill_order");
-    for (let i = 0; i < 8; i++) expect([402, 429]).toContain((await post(bill(hardhatAccount(13), "08011111111", 300 + i))).status);
+    for (let i = 0; i < 8; i++) expect([402, 429]).toContain((await post(bill(accounts(13), "08011111111", 300 + i))).status);
     expect(await count("rate_version")).toBe(versions);
     expect(await count("bill_order")).toBe(orders);
     await service.db.query(`UPDATE link_signature SET used_at = now() - interval '1 hour'`);
@@ -145,7 +145,7 @@ describe("abuse resistance", () => {
           chain: "CELO",
           token: "USDC",
           tokenAddress: celo.tokenAddress("USDC"),
-          payer: hardhatAccount(19).address,
+          payer: accounts(19).address,
           amount: 1_001_000n,
           authNonce: nonce,
           authValidBefore: 1n,
@@ -200,7 +200,7 @@ describe("abuse resistance", () => {
     expect(statuses).toEqual([200, 200, 200, 429]);
     // Per key: any tool called with the api_key counts (2), whichever address or transport it comes through.
     const byKey = appWith({ RATE_LIMIT_TOOL_KEY: "2/60" });
-    const key = await linkAgentDirect(hardhatAccount(17));
+    const key = await linkAgentDirect(accounts(17));
     const answers = [];
     for (let i = 0; i < 3; i++) answers.push(await (await call(byKey, "/api/mcp", "describe_capabilities", { api_key: key })).json());
     const codes = answers.map((a) => (a as { result: { structuredContent?: { error?: { code?: string } } } }).result.structuredContent?.error?.code ?? "ok");

@@ -11,12 +11,11 @@ import type { Account } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent } from "../../lib/agent-client.ts";
 import { LINK_PATH } from "../../lib/agent-link.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { agentTools } from "../../server/agent/tools.ts";
 import { ERRORS } from "../../server/errors.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
 const CODES = new Set(Object.keys(ERRORS));
@@ -37,14 +36,15 @@ const mutatedBill = (wallet: string) =>
     });
 
 describe("fuzzing the public inputs", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
   let mcp: Awaited<ReturnType<typeof mcpAgent>>;
   let agentKey: string;
-  const payer = hardhatAccount(12);
-  const agent = hardhatAccount(13);
+  const payer = accounts(12);
+  const agent = accounts(13);
   const count = async (sql: string) => (await service.db.query<{ n: number }>(sql))[0]!.n;
   const snapshot = async () => ({
     orders: await count(`SELECT count(*)::int AS n FROM bill_order`),
@@ -66,7 +66,7 @@ describe("fuzzing the public inputs", () => {
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack({
+    paying = await startPayingStackOnSharedChains(accounts, {
       RATE_LIMIT_CHALLENGE_ADDRESS: "1000000/60",
       RATE_LIMIT_ORDER_ADDRESS: "1000000/60",
       RATE_LIMIT_LINK_ADDRESS: "1000000/60",
@@ -149,7 +149,7 @@ describe("fuzzing the public inputs", () => {
 
   it("the link route: any headers and body are a coded 4xx and link nothing", async () => {
     const before = await snapshot();
-    const signed = await linkHeaders(hardhatAccount(14), "BillPay");
+    const signed = await linkHeaders(accounts(14), "BillPay");
     const headerValue = fc.oneof(fc.string({ maxLength: 120 }), hex(0, 140).map((h: string) => `0x${h}`));
     await fc.assert(
       fc.asyncProperty(

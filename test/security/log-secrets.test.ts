@@ -9,18 +9,18 @@ import { PassThrough } from "node:stream";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { createLog, orderRef, setLog } from "../../server/log.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 describe("the log holds no secret", () => {
+  const accounts = freshAccounts();
   const lines: Array<Record<string, unknown>> = [];
   const raw: string[] = [];
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  let paying: SharedPayingStack;
   const secrets: Record<string, string> = {};
 
   beforeAll(async () => {
@@ -32,12 +32,12 @@ describe("the log holds no secret", () => {
       }
     });
     setLog(createLog({ level: "debug", destination: sink }));
-    paying = await startPayingStack({ LOG_REQUESTS: "1" });
+    paying = await startPayingStackOnSharedChains(accounts, { LOG_REQUESTS: "1" });
     const url = paying.service.urls.service;
     const { deployments } = paying.chains;
 
     // An agent links and pays; then a bill that fails and is refunded.
-    const agent = hardhatAccount(7);
+    const agent = accounts(7);
     await chainActors(deployments, "CELO").approveAndAllow(agent, "USDC", 50_000_000n);
     const pin = "739251";
     const apiKey = await linkAgent(url, agent, { pin });
@@ -50,7 +50,7 @@ describe("the log holds no secret", () => {
     await mcp.close();
 
     // An x402 payer buys an electricity token.
-    const payer = hardhatAccount(8);
+    const payer = accounts(8);
     const bill = {
       serviceID: "ikeja-electric",
       serviceCategory: "ELECTRICITY",

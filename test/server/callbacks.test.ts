@@ -3,7 +3,6 @@ import { Hono } from "hono";
 import { airtimeBill } from "../support/bills.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
@@ -16,12 +15,13 @@ import { freePort } from "../../stack/ledger-process.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors } from "../support/actors.ts";
 import { listen } from "../support/http-server.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Received = { signature: string; body: string };
 
 describe("callbacks: a bill's final result POSTed, signed, retried", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let receiver: Awaited<ReturnType<typeof listen>>;
   const received: Received[] = [];
@@ -31,7 +31,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
   /** /slow answers only once this is called. */
   let answerSlow = () => {};
   let slowAnswered = new Promise<void>((r) => (answerSlow = r));
-  const payer = hardhatAccount(11);
+  const payer = accounts(11);
 
   const airtime = airtimeBill;
   const deliverAll = async () => {
@@ -50,7 +50,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
   let agent: { apiKey: string; mcp: Awaited<ReturnType<typeof mcpAgent>> } | undefined;
   const orderWithCallback = async (callback_url: string): Promise<string> => {
     if (!agent) {
-      const account = hardhatAccount(16);
+      const account = accounts(16);
       await chainActors(paying.chains.deployments, "CELO").approveAndAllow(account, "USDC", 100_000_000n);
       agent = { apiKey: await linkAgent(service.urls.service, account), mcp: await mcpAgent(service.urls.service) };
     }
@@ -90,7 +90,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     );
     // Loopback receivers are allowed here, as in local development only.
     // A long delivery timeout: the receiver that never answers is held by the test, not cut off mid-check.
-    paying = await startPayingStack({ CALLBACK_ALLOW_PRIVATE: "1", CALLBACK_BACKOFF_MS: "10", CALLBACK_TIMEOUT_MS: "30000" });
+    paying = await startPayingStackOnSharedChains(accounts, { CALLBACK_ALLOW_PRIVATE: "1", CALLBACK_BACKOFF_MS: "10", CALLBACK_TIMEOUT_MS: "30000" });
     service = paying.service;
   });
   afterAll(async () => {
@@ -122,7 +122,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
 
   it("agent hub and schedules: the result, signed with SHA-256 of the api_key", async () => {
     received.length = 0;
-    const account = hardhatAccount(14);
+    const account = accounts(14);
     await chainActors(paying.chains.deployments, "CELO").approveAndAllow(account, "USDC", 100_000_000n);
     const apiKey = await linkAgent(service.urls.service, account);
     const mcp = await mcpAgent(service.urls.service);
@@ -158,7 +158,7 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
   it("gives up after the last attempt, and refuses private or loopback URLs unless allowed", async () => {
     received.length = 0;
     failNext = 100;
-    const account = hardhatAccount(15);
+    const account = accounts(15);
     await chainActors(paying.chains.deployments, "CELO").approveAndAllow(account, "USDC", 100_000_000n);
     const apiKey = await linkAgent(service.urls.service, account);
     const mcp = await mcpAgent(service.urls.service);

@@ -14,7 +14,6 @@ import { recoverTypedDataAddress, verifyTypedData, type Account, type Hex } from
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { chainInfo } from "../../lib/chains.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { callToolPaid } from "../../lib/mcp-x402-client.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { addressOfJwk, methodFor, verifyX402Receipt, type DidDocument } from "../../lib/receipt-verifier.ts";
@@ -25,7 +24,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors } from "../support/actors.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { runScript } from "../support/processes.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 interface Published {
@@ -34,7 +33,8 @@ interface Published {
 }
 
 describe("signed receipts: checked offline against the published signer", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let url: string;
   let published: Published;
@@ -60,7 +60,7 @@ describe("signed receipts: checked offline against the published signer", () => 
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
     service = paying.service;
     url = service.urls.service;
     published = (await (await fetch(`${url}/api/receipts/signer`)).json()) as Published;
@@ -87,7 +87,7 @@ describe("signed receipts: checked offline against the published signer", () => 
       amount: 1_000_000n,
       status: "SUCCESS",
       refundTxHash: null,
-      payer: hardhatAccount(7).address,
+      payer: accounts(7).address,
       createdAt: new Date("2026-11-26T07:00:00Z"),
       updatedAt: new Date("2026-11-26T07:00:03Z"),
     } as unknown as Parameters<Receipts["x402Receipt"]>[0];
@@ -107,7 +107,7 @@ describe("signed receipts: checked offline against the published signer", () => 
   });
 
   it("a REST payment's answer carries the bill's receipt and x402's; both verify, name the order exactly, and a tampered one does not", async () => {
-    const payer = hardhatAccount(5);
+    const payer = accounts(5);
     const res = await payRest(payer, x402Bill(payer.address));
     expect(res.status).toBe(200);
     const x402 = extractReceiptFromResponse(res) as EIP712SignedReceipt;
@@ -195,7 +195,7 @@ describe("signed receipts: checked offline against the published signer", () => 
     // The service's own key (the same pepper the local service derives it from), signing as JWS.
     const receipts = new Receipts(localPepper(loadConfig({}).PIN_PEPPER_FILE), "jws", url);
     expect(receipts.signer).toBe(published.signer);
-    const payer = hardhatAccount(9);
+    const payer = accounts(9);
     const res = await payRest(payer, x402Bill(payer.address));
     const order = (await service.flow.orders.get(((await res.json()) as Body).request_id as string))!;
     const jws = (await receipts.x402Receipt(order, `${url}/api/pay/x402`)) as JWSSignedReceipt;
@@ -215,7 +215,7 @@ describe("signed receipts: checked offline against the published signer", () => 
   });
 
   it("a refunded order's receipt, read from the order route, names the refund's transaction", async () => {
-    const payer = hardhatAccount(6);
+    const payer = accounts(6);
     const res = await payRest(payer, x402Bill(payer.address, { billersCode: "08099999999" }));
     const body = (await res.json()) as Body;
     expect(body.status).toBe("FAILED_VENDING");
@@ -236,7 +236,7 @@ describe("signed receipts: checked offline against the published signer", () => 
   });
 
   it("an agent's pay_bill from its allowance carries the bill's receipt, naming the pull's transaction", async () => {
-    const payer = hardhatAccount(8);
+    const payer = accounts(8);
     await chainActors(paying.chains.deployments, "CELO").approveAndAllow(payer, "USDC", 50n * 10n ** 6n);
     const apiKey = await linkAgent(url, payer, { pin: "2468" });
     const agent = await mcpAgent(url);
@@ -256,7 +256,7 @@ describe("signed receipts: checked offline against the published signer", () => 
     const mcp = new Client({ name: "receipts-test", version: "1.0.0" });
     await mcp.connect(new StreamableHTTPClientTransport(new URL(`${url}/api/mcp`)));
     try {
-      const payer = hardhatAccount(7);
+      const payer = accounts(7);
       const { result, settlement } = await callToolPaid(mcp, x402ClientFor(payer, paying.chains.deployments), "pay_bill", airtimeBill({ chain: "CELO", token: "USDC" }));
       const body = result.structuredContent as Body & { receipt: BillReceipt };
       expect(await verifies(body.receipt)).toBe(true);

@@ -8,7 +8,6 @@
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -19,21 +18,23 @@ import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; purchased_codes?: unknown; units: string | null; refund?: { status: string; tx_hash: string | null; reason: string } };
 
 describe("real upstreams: the biller as VTpass publishes it", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let celo: ChainActors;
   let url: string;
-  const payer = hardhatAccount(15);
-  const agentWallet = hardhatAccount(16);
+  const payer = accounts(15);
+  const agentWallet = accounts(16);
   // The sandbox's clock: refuseNextId makes the next pay's id "yesterday's" (a pay that crossed Lagos midnight).
   let refuseNextId = false;
 
   beforeAll(async () => {
-    paying = await startPayingStack(
+    paying = await startPayingStackOnSharedChains(
+      accounts,
       { BILLER_UNKNOWN_GRACE_MS: "1000", RATE_LIMIT_WEBHOOK_ORDER: "6/60" },
       {
         sandbox: {

@@ -12,8 +12,7 @@ import { checkSignature, PaymentRejected, type DecodedPayment } from "../../serv
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
 import { viemChain } from "../../lib/chains.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
-import { freePort, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import { freePort, waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -26,22 +25,23 @@ import { paymentRequestSchema } from "../../server/schemas.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { startPayingStack, type startTestChains } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
 
 describe("x402 route: paying a bill end to end", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let paying: SharedPayingStack;
+  let stack: SharedPayingStack["chains"];
   let service: ServiceStack;
   let db: Db;
   let url: string;
   let flow: WorkerDeps;
   let celo: ChainActors;
-  let ledger: Ledger;
+  let ledger: SharedPayingStack["ledger"];
   let facilitatorUrl: string;
-  const payer = hardhatAccount(11);
+  const accounts = freshAccounts();
+  const payer = accounts(11);
 
   const bill = (billersCode: string, extra: Record<string, unknown> = {}) => ({
     serviceID: "mtn",
@@ -68,7 +68,7 @@ describe("x402 route: paying a bill end to end", () => {
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
     ({ chains: stack, ledger, service } = paying);
     celo = chainActors(stack.deployments, "CELO");
     ({ db, flow } = service);
@@ -249,7 +249,7 @@ describe("x402 route: paying a bill end to end", () => {
   });
 
   it("asks a contract wallet whether it signed, within a gas cap: its owner's signature passes, a wallet that burns gas is refused", async () => {
-    const owner = hardhatAccount(9);
+    const owner = accounts(9);
     const [owned, burner] = [await celo.deployOwnedWallet(owner.address), await celo.deployGasBurningWallet()];
     const token = stack.deployments.chains.CELO!.tokens.find((t) => t.symbol === "USDC")!;
     const domain = { name: token.name, version: token.eip712Version!, chainId: 42220, verifyingContract: token.address as Hex };
