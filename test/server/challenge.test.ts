@@ -10,7 +10,7 @@ import { openDb, type Db } from "../../server/db.ts";
 import { readHttpRate } from "../../server/pricing/rates.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { listen } from "../support/http-server.ts";
-import { startTestChains } from "../support/stack.ts";
+import { leaseSharedChains, type SharedChains } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
 const payer = hardhatAccount(8);
@@ -26,7 +26,7 @@ const bill = {
 };
 
 describe("x402 route: the 402 challenge", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let stack: SharedChains;
   let db: Db;
   let app: Hono;
   let rateServer: Awaited<ReturnType<typeof listen>>;
@@ -34,7 +34,7 @@ describe("x402 route: the 402 challenge", () => {
   let rate = "1550";
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
     rateServer = await listen(new Hono().get("/rate", (c) => c.json({ ngnPerUsd: rate })).fetch);
     db = await openDb({ pgliteDir: undefined }); // in-memory PGlite
     const defaults = loadConfig({});

@@ -27,7 +27,7 @@ import { mcpToolDiscovery } from "../../server/x402/challenge.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { listen } from "../support/http-server.ts";
 import { x402Bill } from "../support/bills.ts";
-import { startTestChains } from "../support/stack.ts";
+import { leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
 const payer = hardhatAccount(8);
 const bill = x402Bill(payer.address);
@@ -50,7 +50,7 @@ const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false
 const accepts = (schema: Record<string, unknown>, value: unknown) => ajv.compile(schema)(value);
 
 describe("x402 discovery: the bazaar declaration in the 402 and the /.well-known/x402 list", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let stack: SharedChains;
   let db: Db;
   let app: Hono;
   let localApp: Hono;
@@ -58,7 +58,7 @@ describe("x402 discovery: the bazaar declaration in the 402 and the /.well-known
   let biller: Awaited<ReturnType<typeof listen>>;
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
     rateServer = await listen(new Hono().get("/rate", (c) => c.json({ ngnPerUsd: "1550" })).fetch);
     db = await openDb({ pgliteDir: undefined });
     const defaults = loadConfig({});

@@ -9,7 +9,7 @@ import { DOCS_ROUTES } from "../../server/docs.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { buildFlow } from "../../server/services.ts";
 import { listen } from "../support/http-server.ts";
-import { startTestChains } from "../support/stack.ts";
+import { leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
 /** Hono's `/a/:b` as OpenAPI's `/a/{b}`. */
 const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)/g, "{$1}");
@@ -25,7 +25,7 @@ interface Doc {
 }
 
 describe("the OpenAPI document", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  let stack: SharedChains;
   let db: Db;
   let app: Hono;
   let publicApp: Hono;
@@ -38,7 +38,7 @@ describe("the OpenAPI document", () => {
   const fetchDoc = async (target: Hono, headers: Record<string, string> = {}) => (await (await target.request("/openapi.json", { headers })).json()) as Doc;
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
     db = await openDb({ pgliteDir: undefined });
     app = appWith({});
     publicApp = appWith({ PUBLIC_URL: "https://pay.example.com" });
