@@ -17,21 +17,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startLedger } from "../../stack/ledger-process.ts";
-import { freshDatabase, startChainsProcess } from "./stack.ts";
-
-/** What a suite needs of a leased set. */
-export interface SharedChainsLease {
-  id: number;
-  deploymentsFile: string;
-  dir: string;
-  ledgerUrl: string;
-}
-
-declare module "vitest" {
-  export interface ProvidedContext {
-    sharedChainsUrl: string;
-  }
-}
+import { freshDatabase, startChainsProcess, type SharedChainsLease } from "./stack.ts";
 
 interface SharedChains extends SharedChainsLease {
   close(): Promise<void>;

@@ -10,7 +10,6 @@ import { deployedChains, readDeployments, requireChain, rpcUrlFor, type Deployme
 import { FIRST_PAYER_INDEX, LAST_PAYER_INDEX } from "../../lib/local-accounts.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { fundPayers } from "../../stack/local-deploy.ts";
-import type { SharedChainsLease } from "./shared-chains.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { openDb } from "../../server/db.ts";
 import { Orphans, READ_FORWARD_RAILS, readerCursor } from "../../server/orders/ledger-pass.ts";
@@ -183,6 +182,21 @@ export function freshAccounts(): FreshAccounts {
 }
 
 const LEASE_TIMEOUT_MS = 180_000;
+
+/** What a suite needs of a set of shared chains leased to it (test/support/shared-chains.ts serves them). */
+export interface SharedChainsLease {
+  id: number;
+  deploymentsFile: string;
+  dir: string;
+  ledgerUrl: string;
+}
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    /** Where test/support/shared-chains.ts leases chains and a ledger. */
+    sharedChainsUrl: string;
+  }
+}
 
 /**
  * A service on shared chains was "deployed" now: the ledger's payments so far are earlier
