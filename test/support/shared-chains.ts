@@ -17,7 +17,8 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startLedger } from "../../stack/ledger-process.ts";
-import { freshDatabase, startChainsProcess, type SharedChainsLease } from "./stack.ts";
+import { IN_MEMORY } from "../../lib/ledger-config.ts";
+import { freshDatabase, STACK_ON_PGLITE, startChainsProcess, type SharedChainsLease } from "./stack.ts";
 
 interface SharedChains extends SharedChainsLease {
   close(): Promise<void>;
@@ -25,9 +26,16 @@ interface SharedChains extends SharedChainsLease {
 
 async function startSharedChains(id: number): Promise<SharedChains> {
   const chains = await startChainsProcess();
-  const database = await freshDatabase("shared");
+  let database: Awaited<ReturnType<typeof freshDatabase>> | undefined;
   try {
-    const ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, databaseUrl: database.url, logTo: join(chains.dir, "ledger.log") });
+    // On the PostgreSQL server as a paying stack's ledger is, or in memory with STACK_DB=pglite.
+    database = STACK_ON_PGLITE ? undefined : await freshDatabase("shared");
+    const ledger = await startLedger({
+      deploymentsFile: chains.deploymentsFile,
+      ...(database ? { databaseUrl: database.url } : { pgliteDir: IN_MEMORY }),
+      logTo: join(chains.dir, "ledger.log"),
+    });
+    const ownDatabase = database;
     return {
       id,
       deploymentsFile: chains.deploymentsFile,
@@ -36,12 +44,12 @@ async function startSharedChains(id: number): Promise<SharedChains> {
       async close() {
         await ledger.stop();
         await chains.close();
-        await database.drop();
+        await ownDatabase?.drop();
       },
     };
   } catch (err) {
     await chains.close();
-    await database.drop();
+    await database?.drop();
     throw err;
   }
 }

@@ -24,7 +24,7 @@ import pg from "pg";
 
 export const POSTGRES_URL = process.env.TEST_DATABASE_URL ?? "postgresql://postgres@127.0.0.1:5432/test";
 /** STACK_DB=pglite runs the paying stacks on in-memory PGlite instead of PostgreSQL (startPayingStack; its `db` option decides for one stack). */
-const STACK_ON_PGLITE = process.env.STACK_DB === "pglite";
+export const STACK_ON_PGLITE = process.env.STACK_DB === "pglite";
 
 /**
  * A database of its own on the PostgreSQL server, dropped by `drop()`. Ponder keeps its
@@ -210,7 +210,8 @@ async function startReadingAtHeads(deployments: Deployments, where: { url?: stri
     const orphans = new Orphans(db);
     for (const chain of deployedChains(deployments)) {
       const d = requireChain(deployments, chain);
-      const head = await publicClientFor(chain, rpcUrlFor(chain, d)).getBlock();
+      // Retried, as the tests' own reads are: a keep-alive socket the node closed a moment before resets.
+      const head = await publicClientFor(chain, rpcUrlFor(chain, d), 2).getBlock();
       for (const rail of READ_FORWARD_RAILS) await orphans.advance(readerCursor(rail, d.chainId), head.timestamp + 1n);
     }
   } finally {
