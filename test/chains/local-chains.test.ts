@@ -12,7 +12,8 @@ import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
 import { loadConfig } from "../../server/config.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { keepSubscriptionsAlive } from "../../stack/subscription-keeper.ts";
-import { freshAccounts, tempDir } from "../support/stack.ts";
+import { chainWideState, freshAccounts, tempDir } from "../support/stack.ts";
+import { chainActors } from "../support/actors.ts";
 
 const billPayAbi = loadArtifact("BillPay.sol", "BillPay").abi;
 
@@ -157,6 +158,27 @@ describe("local chains (npm run chains)", () => {
       // Nothing funded for the suite that did not ask.
       expect(await client.getBalance({ address: theirs(3).address })).toBe(0n);
     }
+  });
+
+  it("what a suite on shared chains must give back as it found it: a changed budget, pause or mining mode is seen, and its restoring too", async () => {
+    const lent = await chainWideState(chains.deployments);
+    const celo = chainActors(chains.deployments, "CELO");
+    const d = chains.deployments.chains.CELO!;
+    const celoClient = publicClientFor("CELO", chains.rpcUrls.CELO);
+    await celo.setRefundBudget("USDC", 1n, 60n);
+    expect(await chainWideState(chains.deployments)).not.toBe(lent);
+    await celo.setRefundBudget("USDC", BigInt(d.refundBudget.limit), BigInt(d.refundBudget.periodSeconds));
+    await celo.setPullBudget("USDC", 1n, 60n);
+    expect(await chainWideState(chains.deployments)).not.toBe(lent);
+    await celo.setPullBudget("USDC", BigInt(d.pullBudget!.limit), BigInt(d.pullBudget!.periodSeconds));
+    await celo.pause(true);
+    expect(await chainWideState(chains.deployments)).not.toBe(lent);
+    await celo.pause(false);
+    await celoClient.request({ method: "evm_setAutomine" as never, params: [false] as never });
+    expect(await chainWideState(chains.deployments)).not.toBe(lent);
+    await celoClient.request({ method: "evm_setAutomine" as never, params: [true] as never });
+    // Restored: the same as lent, although the budgets' available amounts and the blocks moved on.
+    expect(await chainWideState(chains.deployments)).toBe(lent);
   });
 
   it("puts a working Multicall3 at the canonical address", async () => {

@@ -11,6 +11,7 @@ import { FIRST_PAYER_INDEX, LAST_PAYER_INDEX } from "../../lib/local-accounts.ts
 import type { ChainKey } from "../../lib/chains.ts";
 import { fundPayers } from "../../stack/local-deploy.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { openDb } from "../../server/db.ts";
 import { Orphans, READ_FORWARD_RAILS, readerCursor } from "../../server/orders/ledger-pass.ts";
 import { IN_MEMORY } from "../../lib/ledger-config.ts";
@@ -220,6 +221,34 @@ async function startReadingAtHeads(deployments: Deployments, where: { url?: stri
 }
 
 /**
+ * What a suite on shared chains must leave as it found it, as one comparable string: each
+ * chain's mining mode and pause, and each token's acceptance and refund and pull budgets
+ * (their limits and periods; what is available moves with every refund and pull).
+ */
+export async function chainWideState(deployments: Deployments): Promise<string> {
+  const state: unknown[] = [];
+  for (const chain of deployedChains(deployments)) {
+    const d = requireChain(deployments, chain);
+    const client = publicClientFor(chain, rpcUrlFor(chain, d), 2);
+    const billPay = { address: d.billPay.address as Hex, abi: billPayAbi } as const;
+    const tokens = await Promise.all(
+      d.tokens.map(async (t) => {
+        const token = t.address as Hex;
+        const [accepted, [refundLimit, refundPeriod], [pullLimit, pullPeriod]] = await Promise.all([
+          client.readContract({ ...billPay, functionName: "isAcceptedToken", args: [token] }),
+          client.readContract({ ...billPay, functionName: "refundBudget", args: [token] }),
+          client.readContract({ ...billPay, functionName: "pullBudget", args: [token] }),
+        ]);
+        return { symbol: t.symbol, accepted, refund: `${refundLimit}/${refundPeriod}`, pull: `${pullLimit}/${pullPeriod}` };
+      }),
+    );
+    const [automine, paused] = await Promise.all([client.request({ method: "hardhat_getAutomine" as never }), client.readContract({ ...billPay, functionName: "paused" })]);
+    state.push({ chain, automine, paused, tokens });
+  }
+  return JSON.stringify(state);
+}
+
+/**
  * Chains and a ledger leased for this suite alone (test/support/shared-chains.ts); `close`
  * gives them back. For suites that change nothing chain-wide: no budget, role, pause, mining
  * mode, clock or reorganisation, and no wallet of Hardhat's that another suite pays from.
@@ -230,13 +259,18 @@ export async function leaseSharedChains() {
   if (!res.ok) throw new Error(`no shared chains: ${await res.text()}`);
   const lease = (await res.json()) as SharedChainsLease;
   const deployments = await readDeployments(lease.deploymentsFile);
+  const lent = await chainWideState(deployments);
   return {
     deployments,
     deploymentsFile: lease.deploymentsFile,
     dir: lease.dir,
     rpcUrls: Object.fromEntries(deployedChains(deployments).map((c) => [c, rpcUrlFor(c, requireChain(deployments, c))])) as Record<ChainKey, string>,
     ledgerUrl: lease.ledgerUrl,
+    /** Gives the set back; a suite that changed it chain-wide fails here, and must start a stack of its own. */
     async close(): Promise<void> {
+      // A set changed chain-wide is not given back: it stays out, and later suites get another.
+      const returned = await chainWideState(deployments);
+      if (returned !== lent) throw new Error(`this suite changed shared chains chain-wide (lent ${lent}, left ${returned}): it must start a stack of its own`);
       const released = await fetch(`${coordinator}/release/${lease.id}`, { method: "POST", signal: AbortSignal.timeout(10_000) });
       if (!released.ok) throw new Error(`shared chains ${lease.id} were not out on lease`);
     },
