@@ -8,21 +8,23 @@ import { randomBytes } from "node:crypto";
 import { decodeFunctionData, type Address, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
-import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { ChainOperator, ContractRefused, onChainOrderId, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startTestChains } from "../support/stack.ts";
+import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
 const requestId = () => `req_20261123${randomBytes(12).toString("hex")}`;
 
 describe("gathered pulls", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  const accounts = freshAccounts();
+  let stack: SharedChains;
   let celo: ChainActors;
   let operator: ChainOperator;
-  const payers = [13, 14, 15, 16, 18].map(hardhatAccount);
+  const payers = [13, 14, 15, 16, 18].map((i) => accounts(i));
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
+    await accounts.fund(stack.deployments);
     celo = chainActors(stack.deployments, "CELO");
     operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() });
     for (const p of payers) await celo.approveAndAllow(p, "USDC", 100_000_000n);
@@ -50,7 +52,7 @@ describe("gathered pulls", () => {
   });
 
   it("fails only the pull whose payer cannot cover it; the others in its group are pulled", async () => {
-    const poor = hardhatAccount(17); // never set an allowance
+    const poor = accounts(17); // never set an allowance
     const blocker = operator.pull("CELO", item(payers[0]!.address));
     await new Promise((r) => setImmediate(r));
     const good = [item(payers[1]!.address), item(payers[2]!.address)];

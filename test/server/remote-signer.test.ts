@@ -4,12 +4,13 @@
  * implementation. Here the operator and refunder are such signers, whose keys live behind an
  * async "signing service" the operator never sees: a pull and its refund go through them.
  */
+import { randomBytes } from "node:crypto";
 import { mnemonicToAccount, privateKeyToAccount, toAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HARDHAT_MNEMONIC, hardhatAccount } from "../../lib/local-accounts.ts";
+import { HARDHAT_MNEMONIC } from "../../lib/local-accounts.ts";
 import { ChainOperator, onChainOrderId } from "../../server/chain/operator.ts";
 import { chainActors } from "../support/actors.ts";
-import { startTestChains } from "../support/stack.ts";
+import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
 /** A signer whose key stays with a "service": every signature is an async call to it, counted. */
 function remoteSigner(privateKey: `0x${string}`) {
@@ -30,9 +31,11 @@ function remoteSigner(privateKey: `0x${string}`) {
 }
 
 describe("remote signers for the hot keys", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  const accounts = freshAccounts();
+  let stack: SharedChains;
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
+    await accounts.fund(stack.deployments);
   });
   afterAll(() => stack?.close());
 
@@ -43,11 +46,12 @@ describe("remote signers for the hot keys", () => {
     const refunder = remoteSigner(keyOf(20));
     const chainOperator = new ChainOperator(stack.deployments, { operator: operator.account, refunder: refunder.account });
     const celo = chainActors(stack.deployments, "CELO");
-    const payer = hardhatAccount(12);
+    const payer = accounts(12);
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
     const before = await celo.balanceOf("USDC", payer.address);
 
-    const requestId = "req_202611230000aaaaaaaaaaaaaaaaaaaa";
+    // BillPay keys every pull by its order id, for good: on shared chains, an id of this run's own.
+    const requestId = `req_20261123${randomBytes(12).toString("hex")}`;
     const pulled = await chainOperator.pull("CELO", { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 2_000_000n });
     expect((await celo.publicClient.getTransaction({ hash: pulled })).from.toLowerCase()).toBe(operator.account.address.toLowerCase());
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before - 2_000_000n);
