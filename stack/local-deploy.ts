@@ -89,9 +89,12 @@ export async function fundPayers(chainKey: ChainKey, rpcUrl: string, tokens: Tok
       }
     }
     // Mined until the last is in: a block whose gas runs out leaves the rest for the next.
-    for (let blocks = 0; automine && txs.length > 0 && blocks < txs.length; blocks++) {
-      await client.request({ method: "evm_mine" as never });
-      if (await client.getTransactionReceipt({ hash: txs.at(-1)! }).catch(() => null)) break;
+    const last = txs.at(-1);
+    if (automine && last) {
+      for (let blocks = 0; blocks < txs.length; blocks++) {
+        await client.request({ method: "evm_mine" as never });
+        if (await client.getTransactionReceipt({ hash: last }).catch(() => null)) break;
+      }
     }
   } finally {
     if (automine) await client.request({ method: "evm_setAutomine" as never, params: [true] as never });

@@ -4,7 +4,7 @@
  * the token, or Permit2's, which spends each owner's nonce once across tokens), at which block, and that block's time (an authorization is judged expired by the chain's
  * clock, not ours); for a pull, whether BillPay holds the order id.
  */
-import { erc20Abi, type Hex } from "viem";
+import { erc20Abi, type Hex, type PublicClient } from "viem";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
@@ -15,7 +15,7 @@ import { x402RailOf } from "../ledger-client.ts";
 type PaymentKey = { chain: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
 
 /** Whether the payment's nonce is consumed, read at `at` (a block number, or the latest). */
-async function nonceUsed(client: NonNullable<ReturnType<typeof deployedClientFor>>, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
+async function nonceUsed(client: PublicClient, o: PaymentKey, at: { blockNumber?: bigint }): Promise<boolean> {
   if (x402RailOf(o) !== "permit2") {
     return client.readContract({ address: o.tokenAddress as Hex, abi: eip3009TokenAbi, functionName: "authorizationState", args: [o.payer as Hex, o.authNonce! as Hex], ...at });
   }

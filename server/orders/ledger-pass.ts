@@ -95,6 +95,15 @@ export class Orphans {
     return row ? BigInt(row.position) : undefined;
   }
 
+  /**
+   * Starts the pass at `timestamp` on every rail of one chain, for a database that comes to a
+   * ledger holding payments that are not its orders (a test's service on chains other suites
+   * paid on); a pass already further on stays where it is.
+   */
+  async startAt(chainId: number, timestamp: bigint): Promise<void> {
+    for (const rail of Object.keys(CURSOR_PREFIX) as Array<LedgerPayment["rail"]>) await this.advance(readerCursor(rail, chainId), timestamp);
+  }
+
   async advance(name: string, timestamp: bigint): Promise<void> {
     await this.db.query(
       `INSERT INTO reconciler_cursor (name, position) VALUES ($1, $2)
@@ -107,11 +116,9 @@ export class Orphans {
 export type LedgerPassDeps = FlowDeps & { orphans: Orphans };
 
 const CURSOR_PREFIX: Record<LedgerPayment["rail"], string> = { pull: "pulls", authorization: "authorizations", permit2: "permit2" };
-/** Every rail the pass reads forward, each with a position of its own per chain. */
-export const READ_FORWARD_RAILS = Object.keys(CURSOR_PREFIX) as Array<LedgerPayment["rail"]>;
 
 /** The name under which the pass keeps its position in one chain's payments of one rail. */
-export function readerCursor(rail: LedgerPayment["rail"], chainId: number): string {
+function readerCursor(rail: LedgerPayment["rail"], chainId: number): string {
   return `${CURSOR_PREFIX[rail]}:${chainId}`;
 }
 

@@ -13,7 +13,7 @@ import { fundPayers } from "../../stack/local-deploy.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { openDb } from "../../server/db.ts";
-import { Orphans, READ_FORWARD_RAILS, readerCursor } from "../../server/orders/ledger-pass.ts";
+import { Orphans } from "../../server/orders/ledger-pass.ts";
 import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
@@ -213,7 +213,7 @@ async function startReadingAtHeads(deployments: Deployments, where: { url?: stri
       const d = requireChain(deployments, chain);
       // Retried, as the tests' own reads are: a keep-alive socket the node closed a moment before resets.
       const head = await publicClientFor(chain, rpcUrlFor(chain, d), 2).getBlock();
-      for (const rail of READ_FORWARD_RAILS) await orphans.advance(readerCursor(rail, d.chainId), head.timestamp + 1n);
+      await orphans.startAt(d.chainId, head.timestamp + 1n);
     }
   } finally {
     await db.close();
@@ -311,8 +311,9 @@ export async function startPayingStackOnSharedChains(
       },
     };
   } catch (err) {
-    await database?.drop();
-    await chains.close();
+    // The error that stopped the start is the one to report; cleaning up after it must not hide it.
+    await database?.drop().catch(() => undefined);
+    await chains.close().catch(() => undefined);
     throw err;
   }
 }
