@@ -8,7 +8,7 @@ describe("shared chains: the lease pool", () => {
     const pool = new LeasePool(async (id) => {
       starts.push(id);
       await new Promise((r) => setTimeout(r, 20)); // a set takes a while to start
-      return { id };
+      return { id, alive: async () => true };
     });
     return { pool, starts };
   };
@@ -47,10 +47,23 @@ describe("shared chains: the lease pool", () => {
         first = false;
         throw new Error("the node did not start");
       }
-      return { id };
+      return { id, alive: async () => true };
     });
     await expect(pool.lease()).rejects.toThrow("the node did not start");
     expect((await pool.lease()).id).toBe(2);
     expect((await pool.all()).map((s) => s.id)).toEqual([2]);
+  });
+
+  it("does not lend a set that died while free: it starts another, and a live one given back is lent again", async () => {
+    const dead = new Set<number>();
+    const pool = new LeasePool(async (id) => ({ id, alive: async () => !dead.has(id) }));
+    const [a, b] = await Promise.all([pool.lease(), pool.lease()]);
+    pool.release(a.id);
+    pool.release(b.id);
+    dead.add(b.id); // its ledger or a node stopped answering
+    expect((await pool.lease()).id).toBe(a.id);
+    const next = await pool.lease();
+    expect(next.id).toBe(3);
+    expect((await pool.all()).map((s) => s.id)).toEqual([1, 2, 3]); // the dead one is still closed at the end
   });
 });

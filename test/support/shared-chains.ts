@@ -17,11 +17,24 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startLedger } from "../../stack/ledger-process.ts";
+import { deployedChains, requireChain, rpcUrlFor } from "../../lib/deployments.ts";
 import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freshDatabase, STACK_ON_PGLITE, startChainsProcess, type SharedChainsLease } from "./stack.ts";
 
 interface SharedChains extends SharedChainsLease {
+  /** Both nodes answer and the ledger is ready: a set whose process died is not lent again. */
+  alive(): Promise<boolean>;
   close(): Promise<void>;
+}
+
+const PROBE_TIMEOUT_MS = 2_000;
+
+async function answers(url: string, init?: RequestInit): Promise<boolean> {
+  try {
+    return (await fetch(url, { ...init, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) })).ok;
+  } catch {
+    return false;
+  }
 }
 
 async function startSharedChains(id: number): Promise<SharedChains> {
@@ -41,6 +54,14 @@ async function startSharedChains(id: number): Promise<SharedChains> {
       deploymentsFile: chains.deploymentsFile,
       dir: chains.dir,
       ledgerUrl: ledger.url,
+      async alive() {
+        const nodes = deployedChains(chains.deployments).map((c) => rpcUrlFor(c, requireChain(chains.deployments, c)));
+        const probes = [
+          answers(`${ledger.url}/ready`),
+          ...nodes.map((url) => answers(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_chainId", params: [] }) })),
+        ];
+        return (await Promise.all(probes)).every(Boolean);
+      },
       async close() {
         await ledger.stop();
         await chains.close();
@@ -55,11 +76,12 @@ async function startSharedChains(id: number): Promise<SharedChains> {
 }
 
 /**
- * Sets handed out one suite at a time: a free one if there is one, else a new one started
- * for this lease. A set whose suite never gives it back (a crashed worker) is never handed
- * out again; the run starts another.
+ * Sets handed out one suite at a time: a free one that is still alive if there is one, else a
+ * new one started for this lease. A set whose suite never gives it back (a crashed worker),
+ * or that died while free, is never handed out again; the run starts another, and closes
+ * every set it started at its end.
  */
-export class LeasePool<T extends { id: number }> {
+export class LeasePool<T extends { id: number; alive(): Promise<boolean> }> {
   private readonly started: Array<Promise<T>> = [];
   private readonly free: T[] = [];
   private readonly leased = new Map<number, T>();
@@ -67,7 +89,12 @@ export class LeasePool<T extends { id: number }> {
   constructor(private readonly start: (id: number) => Promise<T>) {}
 
   async lease(): Promise<T> {
-    let set = this.free.pop();
+    let set: T | undefined;
+    while (!set && this.free.length > 0) {
+      // Off the free list before the probe, so that no other lease takes it meanwhile.
+      const candidate = this.free.pop()!;
+      if (await candidate.alive()) set = candidate;
+    }
     if (!set) {
       const starting = this.start(this.started.length + 1);
       this.started.push(starting);
