@@ -81,7 +81,10 @@ export async function startLocalChains(options: LocalChainsOptions): Promise<Loc
       } else {
         // Hardhat expires a WebSocket subscription after five minutes; a real node does not.
         keepSubscriptionsAlive();
-        const server = await network.createServer({ network: chain.hardhatNetwork }, host, port);
+        // The chain's clock starts now: without initialDate, Hardhat dates every chain a process
+        // makes from the moment it read its configuration, so a chain made later in a long-lived
+        // process (a test worker) would mine blocks minutes behind the wall clock.
+        const server = await network.createServer({ network: chain.hardhatNetwork, override: { initialDate: new Date() } }, host, port);
         const bound = await server.listen();
         url = `http://${host}:${bound.port}`;
         closers.push(() => server.close());
