@@ -18,7 +18,7 @@ import { wrapFetchWithPayment } from "@x402/fetch";
 import { network } from "hardhat";
 import { createPublicClient, createWalletClient, defineChain, http, keccak256, parseEther, toBytes, type Address, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount, type Account } from "viem/accounts";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
@@ -27,6 +27,7 @@ import { readDeployments, type Deployments } from "../../lib/deployments.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { resolveNetwork } from "../../lib/networks.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { runDeploy, UsageError } from "../../scripts/deploy.ts";
 import { billerSandboxApp } from "../../services/biller-sandbox/app.ts";
 import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import { listen } from "../../stack/service-stack.ts";
@@ -96,7 +97,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
 
   beforeAll(async () => {
     dir = await tempDir("celo-sepolia");
-    const node = await network.createServer({ network: "celoSepoliaStandIn" }, "127.0.0.1", 0);
+    const node = await network.createServer({ network: "celoSepoliaStandIn", override: { initialDate: new Date() } }, "127.0.0.1", 0); // on the wall clock, as stack/local-chains.ts
     const { port } = await node.listen();
     closers.push(() => node.close());
     const nodeUrl = `http://127.0.0.1:${port}`;
@@ -140,37 +141,45 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     ETHERSCAN_API_KEY: "",
   });
 
+  /**
+   * `runDeploy` in this process under `env`, for refusals made before any chain is asked: what
+   * it refused with. The command line prints the same message after "deploy: " and exits 2 (the
+   * two refusals below that need the deployer's key run as the command).
+   */
+  async function refusal(argv: string[], env: Record<string, string>): Promise<string> {
+    for (const [name, value] of Object.entries(env)) vi.stubEnv(name, value);
+    try {
+      await runDeploy(argv, () => {});
+    } catch (err) {
+      expect(err).toBeInstanceOf(UsageError);
+      return (err as Error).message;
+    } finally {
+      vi.unstubAllEnvs();
+    }
+    throw new Error(`deploy ${argv.join(" ")} was not refused`);
+  }
+
   it("refuses a test-mnemonic deployer, a public test account in a role, a missing role, overlapping roles and a bad budget", async () => {
+    const refusedOut = ["--out", join(dir, "refused.json")];
+    // The deployer's key is Hardhat's configuration variable, read by the command's own Hardhat: these two run as the operator runs them.
     const testKey = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"; // Hardhat's account #0
-    const withTestKey = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), DEPLOYER_PRIVATE_KEY: testKey });
+    const withTestKey = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, ...refusedOut], { ...deployEnv(), DEPLOYER_PRIVATE_KEY: testKey });
     expect(withTestKey.code).toBe(2);
     expect(withTestKey.out).toContain("is one of Hardhat's public test accounts: use your own key");
-    const testOperator = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), OPERATOR_ADDRESS: hardhatAccount(1).address });
-    expect(testOperator.code).toBe(2);
-    expect(testOperator.out).toContain("OPERATOR_ADDRESS");
-    const noAdmin = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: "" });
-    expect(noAdmin.out).toContain("ADMIN_ADDRESS is not set");
-    // Overlapping roles: the admin as a hot key (the operator, or the deployer's own key), one key as operator and refunder.
-    const adminIsOperator = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.operator).address });
-    expect(adminIsOperator.code).toBe(2);
-    expect(adminIsOperator.out).toContain("deploy: ADMIN_ADDRESS and OPERATOR_ADDRESS are the same account");
-    const adminIsDeployer = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, "--out", join(dir, "refused.json")], { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.deployer).address });
+    const adminIsDeployer = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", `${deploymentId}-refused`, ...refusedOut], { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.deployer).address });
     expect(adminIsDeployer.code).toBe(2);
     expect(adminIsDeployer.out).toContain(`deploy: ADMIN_ADDRESS and the deployer (DEPLOYER_PRIVATE_KEY) are the same account (${privateKeyToAccount(keys.deployer).address})`);
-    const operatorIsRefunder = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), REFUNDER_ADDRESS: privateKeyToAccount(keys.operator).address });
-    expect(operatorIsRefunder.code).toBe(2);
-    expect(operatorIsRefunder.out).toContain("deploy: OPERATOR_ADDRESS and REFUNDER_ADDRESS are the same account");
-    const badPullBudget = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--out", join(dir, "refused.json")], { ...deployEnv(), PULL_BUDGET: "50 USDC" });
-    expect(badPullBudget.code).toBe(2);
-    expect(badPullBudget.out).toContain("deploy: PULL_BUDGET must be a whole number of raw token units");
-    const local = await runScript("scripts/deploy.ts", ["--network", "local"], deployEnv());
-    expect(local.out).toContain("deployed by `npm run chains`");
-    const unknown = await runScript("scripts/deploy.ts", ["--network", "polygon"], deployEnv());
-    expect(unknown.code).toBe(2);
-    expect(unknown.out).toContain('deploy: NETWORK "polygon" is not a profile');
-    const badOption = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--verify-later"], deployEnv());
-    expect(badOption.code).toBe(2);
-    expect(badOption.out).toContain("deploy: Unknown option '--verify-later'");
+
+    const onSepolia = ["--network", "celo-sepolia", ...refusedOut];
+    expect(await refusal(onSepolia, { ...deployEnv(), OPERATOR_ADDRESS: hardhatAccount(1).address })).toContain("OPERATOR_ADDRESS");
+    expect(await refusal(onSepolia, { ...deployEnv(), ADMIN_ADDRESS: "" })).toContain("ADMIN_ADDRESS is not set");
+    // Overlapping roles: the admin as a hot key (the operator here, the deployer's own key above), one key as operator and refunder.
+    expect(await refusal(onSepolia, { ...deployEnv(), ADMIN_ADDRESS: privateKeyToAccount(keys.operator).address })).toContain("ADMIN_ADDRESS and OPERATOR_ADDRESS are the same account");
+    expect(await refusal(onSepolia, { ...deployEnv(), REFUNDER_ADDRESS: privateKeyToAccount(keys.operator).address })).toContain("OPERATOR_ADDRESS and REFUNDER_ADDRESS are the same account");
+    expect(await refusal(onSepolia, { ...deployEnv(), PULL_BUDGET: "50 USDC" })).toContain("PULL_BUDGET must be a whole number of raw token units");
+    expect(await refusal(["--network", "local"], deployEnv())).toContain("deployed by `npm run chains`");
+    expect(await refusal(["--network", "polygon"], deployEnv())).toContain('NETWORK "polygon" is not a profile');
+    expect(await refusal(["--network", "celo-sepolia", "--verify-later"], deployEnv())).toContain("Unknown option '--verify-later'");
     expect(proxy.methods.has("eth_sendTransaction") || proxy.methods.has("eth_sendRawTransaction")).toBe(false);
   }, 120_000);
 
