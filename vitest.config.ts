@@ -7,6 +7,11 @@ export default defineConfig({
     // Vitest's default on a 2-core machine is one worker; the suites wait on chains and
     // processes as much as they compute, so two keep both cores busy.
     maxWorkers: 2,
+    // A worker keeps its modules from one test file to the next instead of loading viem,
+    // Ponder's client, Hardhat and the server afresh for each (a sixth of the run's time went to
+    // that). A file that changes what a module reads once (the environment, the process's log,
+    // the clock) puts it back when it ends, as test/ledger/ledger-dir.test.ts does.
+    isolate: false,
     // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
     env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,

@@ -14,6 +14,9 @@ async function pgliteDirUnder(env: Record<string, string | undefined>) {
 describe("where the ledger's PGlite lives", () => {
   afterEach(() => {
     vi.unstubAllEnvs();
+    // The modules loaded under another profile leave with it: a later test file in this worker
+    // (files share a worker's modules) gets them afresh, under the run's own environment.
+    vi.resetModules();
   });
 
   it("is LEDGER_PGLITE_DIR when set, on any profile: a directory, or memory", async () => {

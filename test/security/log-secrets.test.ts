@@ -10,7 +10,7 @@ import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { createLog, orderRef, setLog } from "../../server/log.ts";
+import { createLog, log, orderRef, setLog, type Log } from "../../server/log.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
@@ -21,6 +21,7 @@ describe("the log holds no secret", () => {
   const lines: Array<Record<string, unknown>> = [];
   const raw: string[] = [];
   let paying: SharedPayingStack;
+  let before: Log | undefined;
   const secrets: Record<string, string> = {};
 
   beforeAll(async () => {
@@ -31,6 +32,7 @@ describe("the log holds no secret", () => {
         lines.push(JSON.parse(line) as Record<string, unknown>);
       }
     });
+    before = log();
     setLog(createLog({ level: "debug", destination: sink }));
     paying = await startPayingStackOnSharedChains(accounts, { LOG_REQUESTS: "1" });
     const url = paying.service.urls.service;
@@ -85,7 +87,7 @@ describe("the log holds no secret", () => {
 
   afterAll(async () => {
     await paying?.close();
-    setLog(createLog({ level: "silent" }));
+    if (before) setLog(before); // the worker's next test file logs as it did before this one
   });
 
   it("logs the run as JSON with real levels, request ids and order references", () => {
