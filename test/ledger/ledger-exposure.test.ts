@@ -17,10 +17,9 @@ import { getPriority, networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_LEDGER_NICE, IN_MEMORY, isLoopbackAddress, ledgerNice, ledgerQueryApiOpen } from "../../lib/ledger-config.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { startLedger, type Ledger } from "../../stack/ledger-process.ts";
 import { chainActors } from "../support/actors.ts";
-import { startTestChains } from "../support/stack.ts";
+import { freshAccounts, leaseSharedChains, tempDir, type SharedChains } from "../support/stack.ts";
 
 /**
  * This machine's first IPv4 address that is not loopback. A machine with none gets one for the
@@ -49,19 +48,24 @@ const postGraphql = (base: string, headers: Record<string, string> = {}) =>
   get(`${base}/graphql`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: GRAPHQL_QUERY });
 
 describe("the ledger's exposure to other machines", () => {
-  let stack: Awaited<ReturnType<typeof startTestChains>>;
+  // The chains are leased (test/support/shared-chains.ts): this suite changes nothing on them
+  // chain-wide, and its two ledgers index them from the deployment on.
+  let stack: SharedChains;
+  const accounts = freshAccounts();
   /** Bound on 0.0.0.0 with the defaults. */
   let closed: Ledger;
   /** Bound on 0.0.0.0 with LEDGER_OPEN_QUERY_API=1. */
   let open: Ledger;
 
   beforeAll(async () => {
-    stack = await startTestChains();
+    stack = await leaseSharedChains();
+    await accounts.fund(stack.deployments);
+    const logs = await tempDir("ledger-exposure");
     const common = { deploymentsFile: stack.deploymentsFile, pgliteDir: IN_MEMORY, host: "0.0.0.0" };
     // Both at once: each indexes the same chains into its own memory.
     [closed, open] = await Promise.all([
-      startLedger({ ...common, openQueryApi: false, logTo: join(stack.dir, "ledger-closed.log") }),
-      startLedger({ ...common, openQueryApi: true, nice: 10, logTo: join(stack.dir, "ledger-open.log") }),
+      startLedger({ ...common, openQueryApi: false, logTo: join(logs, "ledger-closed.log") }),
+      startLedger({ ...common, openQueryApi: true, nice: 10, logTo: join(logs, "ledger-open.log") }),
     ]);
   });
 
@@ -189,7 +193,7 @@ describe("the ledger's exposure to other machines", () => {
       expect(res.status, res.status === 503 ? await res.text() : "").toBe(200);
       expect(res.headers.get("content-type")).toContain("text/event-stream");
       // And it pushes: a transfer into BillPay changes the treasury it watches.
-      const carol = hardhatAccount(5);
+      const carol = accounts(5);
       const celo = chainActors(stack.deployments, "CELO");
       await celo.transfer(carol, "USDC", celo.billPay, 1n);
       const reader = res.body!.getReader();

@@ -5,31 +5,36 @@
  * still wakes, on the polling fallback, and finds nothing it was not shown. (A stream pushes
  * changes, not its first result: the flows read the API when a wake was a poll.)
  */
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { LedgerClient, type LedgerPayment } from "../../server/ledger-client.ts";
 import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { freshDatabase, POSTGRES_URL, startTestChains, uniqueSchema } from "../support/stack.ts";
+import { freshAccounts, freshDatabase, leaseSharedChains, POSTGRES_URL, tempDir, uniqueSchema, type SharedChains } from "../support/stack.ts";
 
 for (const db of ["PGlite", "PostgreSQL"] as const) {
   describe(`ledger pushes on ${db}`, () => {
-    let stack: Awaited<ReturnType<typeof startTestChains>>;
+    // Leased chains (test/support/shared-chains.ts), and a ledger of this suite's own on them.
+    let stack: SharedChains;
     let ledger: Ledger;
     let celo: ChainActors;
     let drop: (() => Promise<void>) | undefined;
-    const payer = hardhatAccount(11);
+    const accounts = freshAccounts();
+    const payer = accounts(11);
+    /** BillPay keys a pull by its order id for good, and the chains outlive this suite: ids of this run's own. */
+    const newOrderId = () => toHex(randomBytes(32));
 
     beforeAll(async () => {
-      stack = await startTestChains();
+      stack = await leaseSharedChains();
+      await accounts.fund(stack.deployments);
       const database = db === "PostgreSQL" ? await freshDatabase("ledger_push", POSTGRES_URL) : undefined;
       drop = database?.drop;
       ledger = await startLedger({
         deploymentsFile: stack.deploymentsFile,
         databaseUrl: database?.url,
-        pgliteDir: join(stack.dir, "pglite"),
+        pgliteDir: join(await tempDir("ledger-push"), "pglite"),
         schema: uniqueSchema("ledger_push"),
         viewsSchema: uniqueSchema("ledger_push_views"),
       });
@@ -49,11 +54,11 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
         // only: pay until the first push arrives, so the stream is known to be open.
         for (let warm = 1n; !client.pushingNow; warm++) {
           expect(warm).toBeLessThan(60n);
-          await celo.pull(toHex(0xbeef00n + warm, { size: 32 }), payer.address, "USDC", 1n);
+          await celo.pull(newOrderId(), payer.address, "USDC", 1n);
           const deadline = Date.now() + 500;
           while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
         }
-        const orderId = toHex(0xfeed01n, { size: 32 });
+        const orderId = newOrderId();
         const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
         expect(client.pushed(ours)).toBeUndefined();
         await celo.pull(orderId, payer.address, "USDC", 1_234_567n);
