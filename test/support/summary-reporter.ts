@@ -10,14 +10,17 @@ export default class SummaryReporter implements Reporter {
     let failed = 0;
     let skipped = 0;
     for (const mod of testModules) {
-      // A file that failed to load has no tests; count it as a failure so it cannot pass silently.
-      if (mod.state() === "failed" && [...mod.children.allTests()].length === 0) failed++;
+      let failedHere = 0;
       for (const test of mod.children.allTests()) {
         const state = test.result().state;
         if (state === "passed") passed++;
-        else if (state === "failed") failed++;
+        else if (state === "failed") failedHere++;
         else skipped++;
       }
+      // A file that failed with none of its tests failing (it failed to load, or a hook such as
+      // an afterAll failed) counts as one failure, so it cannot pass silently.
+      if (mod.state() === "failed" && failedHere === 0) failedHere = 1;
+      failed += failedHere;
     }
     failed += unhandledErrors.length;
     process.stdout.write(`\n${passed} passed, ${failed} failed, ${skipped} skipped\n`);
