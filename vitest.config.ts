@@ -12,6 +12,8 @@ export default defineConfig({
     // that). A file that changes what a module reads once (the environment, the process's log,
     // the clock) puts it back when it ends, as test/ledger/ledger-dir.test.ts does.
     isolate: false,
+    // Fails a file that leaves the environment or the process's log changed for the next one.
+    setupFiles: ["./test/support/process-hygiene.ts"],
     // The service's own log lines stay out of the test output unless asked for (LOG_LEVEL=info).
     env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warn" },
     hookTimeout: 120_000,
