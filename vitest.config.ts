@@ -5,7 +5,8 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
     // Vitest's default on a 2-core machine is one worker; the suites wait on chains and
-    // processes as much as they compute, so two keep both cores busy.
+    // processes as well as compute, so two use both cores (three measured no faster:
+    // docs/development.md, Tests).
     maxWorkers: 2,
     // A worker keeps its modules from one test file to the next instead of loading viem,
     // Ponder's client, Hardhat and the server afresh for each (a sixth of the run's time went to
