@@ -5,16 +5,13 @@
  * This fails the file that leaves them changed, naming what it left, instead of a later file
  * failing for a reason it cannot see.
  */
-import { afterAll, beforeAll } from "vitest";
+import { afterAll } from "vitest";
 import { log } from "../../server/log.ts";
 
-let environment: Record<string, string | undefined> = {};
-let processLog: ReturnType<typeof log> | undefined;
-
-beforeAll(() => {
-  environment = { ...process.env };
-  processLog = log();
-});
+// Taken as this module runs: Vitest runs a setup file afresh before each test file is loaded,
+// so a change the file makes at its top level, outside any hook, is seen too.
+const environment: Record<string, string | undefined> = { ...process.env };
+const processLog = log();
 
 afterAll(() => {
   const names = new Set([...Object.keys(environment), ...Object.keys(process.env)]);
