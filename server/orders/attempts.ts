@@ -8,6 +8,7 @@
  * (`outcome`): a delivery by an earlier attempt is seen beside the one that settled the order.
  */
 import type { Db } from "../db.ts";
+import type { AlongsideWrite } from "./store.ts";
 import type { PayRequest, VendResult } from "../biller/upstream.ts";
 
 /** The pay an attempt sent, without its id (null for attempts recorded before pays were kept). */
@@ -85,8 +86,17 @@ export class BillerAttempts {
 
   /** Keeps what the biller said of an attempt (asked by its id, or answering its pay). */
   async recordOutcome(billerRequestId: string, result: VendResult): Promise<void> {
+    const write = this.recordingOutcome(billerRequestId, result);
+    await this.db.query(write.sql(1), write.params);
+  }
+
+  /** `recordOutcome` as a write that goes with the order's move, in its statement (OrderStore.advance). */
+  recordingOutcome(billerRequestId: string, result: VendResult): AlongsideWrite {
     const detail = result.state === "delivered" ? { transactionId: result.transactionId, codes: result.codes, units: result.units } : { reason: result.reason };
-    await this.db.query(`UPDATE biller_attempt SET outcome = $2, outcome_detail = $3, outcome_at = now() WHERE biller_request_id = $1`, [billerRequestId, outcomeOf(result), JSON.stringify(detail)]);
+    return {
+      sql: (n) => `UPDATE biller_attempt SET outcome = $${n + 1}, outcome_detail = $${n + 2}, outcome_at = now() WHERE biller_request_id = $${n}`,
+      params: [billerRequestId, outcomeOf(result), JSON.stringify(detail)],
+    };
   }
 
   /** The attempt the biller knows by this id (a webhook's pointer). */

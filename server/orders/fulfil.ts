@@ -137,7 +137,13 @@ export function planOf(o: Order): VendPlan {
 }
 
 /** What one look at the biller came to: its answer, a stop for an operator, or the order already moved (refunded before any pay). */
-type Step = VendResult | { review: string } | { order: Order };
+/**
+ * A delivery answered to the pay just sent, whose outcome is not yet kept on its attempt: it
+ * is written with the order's move to SUCCESS, in the same statement (applyVendResult).
+ */
+type Delivered = Extract<VendResult, { state: "delivered" }> & { unrecordedAttempt?: string };
+
+type Step = VendResult | Delivered | { review: string } | { order: Order };
 
 /**
  * Vends a paid order: the number check where the product has one, then a pay attempt,
@@ -218,6 +224,7 @@ async function sendAttempt(deps: VendDeps, order: Order, pay: AttemptPay, n: num
   const id = deps.biller.newRequestId();
   if (!(await deps.attempts.record(order.requestId, n, id, pay))) return { state: "pending", reason: "another worker made this pay attempt" };
   const result = await deps.biller.pay({ ...pay, requestId: id });
+  if (result.state === "delivered") return { ...result, unrecordedAttempt: id };
   await deps.attempts.recordOutcome(id, result);
   if (result.state === "failed" && result.requestIdRefused && !idRefusedBefore) {
     deps.log.warn("the biller refused a pay's request id (its date rule); sending it again under a fresh one", { requestId: order.requestId, billerRequestId: id });
@@ -286,7 +293,7 @@ function chargeFlags(order: Order, charge: BillerCharge): string | undefined {
   return flags.length > 0 ? flags.join("; ") : undefined;
 }
 
-export async function applyVendResult(deps: VendDeps, order: Order, result: VendResult | { review: string }): Promise<Order> {
+export async function applyVendResult(deps: VendDeps, order: Order, result: VendResult | Delivered | { review: string }): Promise<Order> {
   if ("review" in result) {
     deps.log.error("bill held for an operator", { requestId: order.requestId, reason: result.review });
     return move(deps, order, ["PAID", "PENDING"], "NEEDS_REVIEW", { failureReason: result.review });
@@ -296,13 +303,21 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
       const flag = chargeFlags(order, result.charge);
       if (flag) deps.log.warn("biller charge differs from the bill; flagged for operators", { requestId: order.requestId, flag });
       deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
-      return move(deps, order, ["PAID", "PENDING"], "SUCCESS", {
-        purchasedCode: purchasedCodeText(result.codes) ?? undefined,
-        purchasedCodes: result.codes.length > 0 ? result.codes : undefined,
-        units: result.units ?? undefined,
-        billerAmount: result.charge.amountKobo === null ? undefined : formatKobo(result.charge.amountKobo),
-        flag,
-      });
+      const outcome = "unrecordedAttempt" in result && result.unrecordedAttempt ? deps.attempts.recordingOutcome(result.unrecordedAttempt, result) : undefined;
+      return move(
+        deps,
+        order,
+        ["PAID", "PENDING"],
+        "SUCCESS",
+        {
+          purchasedCode: purchasedCodeText(result.codes) ?? undefined,
+          purchasedCodes: result.codes.length > 0 ? result.codes : undefined,
+          units: result.units ?? undefined,
+          billerAmount: result.charge.amountKobo === null ? undefined : formatKobo(result.charge.amountKobo),
+          flag,
+        },
+        outcome,
+      );
     }
     case "failed": {
       // Refunded only when no other attempt of the order was delivered or is still pending.

@@ -100,6 +100,13 @@ describe("x402 route: paying a bill end to end", () => {
     expect(order_secret).toMatch(/^ors_[A-Za-z0-9_-]{32}$/);
     const order = await (await fetch(`${url}/api/orders/${result.request_id}`)).json();
     expect(order).toEqual(shown);
+    // The biller's answer is kept on its attempt by the very statement that served the order
+    // (one transaction, so one now()): never a served order whose attempt says nothing.
+    const [kept] = await db.query<{ outcome: string; same: boolean }>(
+      `SELECT a.outcome, a.outcome_at = o.updated_at AS same FROM biller_attempt a JOIN bill_order o USING (request_id) WHERE a.request_id = $1`,
+      [result.request_id],
+    );
+    expect(kept).toEqual({ outcome: "delivered", same: true });
   });
 
   it("refunds on chain when the biller fails the bill: FAILED_VENDING, payer whole again, both in the ledger", async () => {
