@@ -64,6 +64,9 @@ export interface X402PayDeps {
   receipts: Receipts;
 }
 
+/** x402's receipt, signed as the order became PAID, and the payment it was signed for. */
+type EarlyReceipt = { txHash: string | null; receipt: Promise<X402Receipt | undefined> };
+
 /** A settled order's signed receipts: the bill's own, and x402's (offer-receipt). */
 export interface OrderReceipts {
   bill: BillReceipt;
@@ -243,14 +246,19 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     return buildChallenge(ctx, options, BILL_DESCRIPTION, false, discovery);
   }
 
-  /** The order's answer, with its signed receipts once its payment is settled. */
-  async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string): Promise<PayOutcome> {
+  /**
+   * The order's answer, with its signed receipts once its payment is settled. `early`: x402's
+   * receipt, signed while the bill vended; it covers the payment only, so it is the very one
+   * signed now (its signature is deterministic) for as long as the payment is the same.
+   */
+  async function answered(outcome: Extract<PayOutcome, { kind: "order" }>, resourceUrl: string, early?: EarlyReceipt): Promise<PayOutcome> {
     const { order } = outcome;
     if (!settlementOf(order)) return outcome;
     const signed = startStage("receipts");
-    const [bill, x402] = await Promise.all([deps.receipts.billReceipt(order), deps.receipts.x402Receipt(order, resourceUrl)]);
+    const x402 = early && early.txHash === order.txHash ? early.receipt : deps.receipts.x402Receipt(order, resourceUrl);
+    const [bill, x402Receipt] = await Promise.all([deps.receipts.billReceipt(order), x402]);
     signed();
-    return bill && x402 ? { ...outcome, receipts: { bill, x402 } } : outcome;
+    return bill && x402Receipt ? { ...outcome, receipts: { bill, x402: x402Receipt } } : outcome;
   }
 
   /**
@@ -407,6 +415,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         throw refusal;
       }
     }
+    let early: EarlyReceipt | undefined;
     const { order, secret, replay } = await startX402Order(deps.flow, {
       bill,
       vend,
@@ -424,6 +433,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // not be read) is verified first, so the facilitator refuses it, naming why, and nothing
       // is broadcast that would revert (docs/money.md, "One call to the facilitator").
       verifyFirst: onChain?.balance === undefined || onChain.balance < quote.amount,
+      // x402's receipt needs only the payment: signed while the bill vends, not after it.
+      paid: (o) => {
+        early = { txHash: o.txHash, receipt: deps.receipts.x402Receipt(o, request.resourceUrl) };
+        early.receipt.catch(() => {}); // awaited by the answer, which throws its failure there
+      },
     }).catch(async (err: unknown) => {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
       // doing, so it counts as any paid call that settled nothing.
@@ -432,7 +446,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     });
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(client, payment);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
-    return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl);
+    return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl, early);
   }
 
   const unreadPayment = async (client: string) => {
