@@ -31,7 +31,7 @@ import { clientAddress } from "../limits.ts";
 import { A2A_X402_EXTENSION, pricedCallOf, x402StatusOf, type A2aX402 } from "./a2a-x402.ts";
 import { X402_PAYABLE_TOOLS, type CallerContext } from "./x402-tools.ts";
 import { callTool } from "./mcp.ts";
-import type { ToolContext, ToolDefinition } from "./tool-definition.ts";
+import { toolArguments, type ToolContext, type ToolDefinition } from "./tool-definition.ts";
 import { bearerApiKey, missingCredential, withBearer } from "./tools.ts";
 
 const callSchema = z.object({
@@ -123,7 +123,7 @@ class ToolExecutor implements AgentExecutor {
       const error = problemBody(missing.code, missing.detail);
       return reply([textPart(error.detail), dataPart({ error })]);
     }
-    const parsed = z.object(tool.input).safeParse(args);
+    const parsed = toolArguments(tool).safeParse(args);
     if (!parsed.success) {
       const refusal = validationFailed(parsed.error, "(arguments)");
       const error = problemBody(refusal.code, refusal.detail, refusal.extra);

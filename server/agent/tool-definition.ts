@@ -29,6 +29,19 @@ export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
   run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
 }
 
+const argumentSchemas = new WeakMap<ToolDefinition, z.ZodObject>();
+
+/**
+ * A tool's arguments as one zod object, made once per tool: zod compiles an object's parser
+ * the first time it parses, so an object made afresh for every call was compiled on every call.
+ */
+export function toolArguments<S extends z.ZodRawShape>(tool: ToolDefinition<S>): z.ZodObject<S> {
+  const key = tool as unknown as ToolDefinition;
+  let schema = argumentSchemas.get(key);
+  if (!schema) argumentSchemas.set(key, (schema = z.object(tool.input)));
+  return schema as unknown as z.ZodObject<S>;
+}
+
 /** The JSON Schema dialect of the tools' argument schemas: MCP's default since 2025-11-25 (SEP-1613). */
 export const TOOL_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
 
@@ -38,6 +51,6 @@ export const TOOL_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema
  * a client speaking an older protocol revision (which named no dialect) is not left to guess.
  */
 export function toolInputSchema(tool: Pick<ToolDefinition, "input">): { $schema: string; type: "object"; [key: string]: unknown } {
-  const schema = z.toJSONSchema(z.object(tool.input), { target: "draft-2020-12", io: "input", unrepresentable: "any" });
+  const schema = z.toJSONSchema(toolArguments(tool as ToolDefinition), { target: "draft-2020-12", io: "input", unrepresentable: "any" });
   return { ...schema, $schema: TOOL_SCHEMA_DIALECT, type: "object" };
 }
