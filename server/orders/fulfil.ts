@@ -136,13 +136,13 @@ export function planOf(o: Order): VendPlan {
   return o.vend ?? legacyPlan(o.bill as unknown as PaymentRequest);
 }
 
-/** What one look at the biller came to: its answer, a stop for an operator, or the order already moved (refunded before any pay). */
 /**
  * A delivery answered to the pay just sent, whose outcome is not yet kept on its attempt: it
  * is written with the order's move to SUCCESS, in the same statement (applyVendResult).
  */
 type Delivered = Extract<VendResult, { state: "delivered" }> & { unrecordedAttempt?: string };
 
+/** What one look at the biller came to: its answer, a stop for an operator, or the order already moved (refunded before any pay). */
 type Step = VendResult | Delivered | { review: string } | { order: Order };
 
 /**
