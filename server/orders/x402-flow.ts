@@ -150,9 +150,9 @@ export async function startX402Order(
     idempotencyKey?: string;
     /** Ask the facilitator to verify before settling: the intake's read found the payer short, or could not read (settle). */
     verifyFirst?: boolean;
-    /** Told the order the moment it is PAID, before it vends (the route signs x402's receipt meanwhile). */
-    paid?: (order: Order) => void;
   },
+  /** Told the order the moment it is PAID, before it vends (the route signs x402's receipt meanwhile). */
+  paid?: (order: Order) => void,
 ): Promise<{ order: Order; replay: boolean; secret?: string }> {
   const secret = newOrderSecret();
   const locking = startStage("lock payment");
@@ -187,7 +187,7 @@ export async function startX402Order(
   try {
     last = await settle(deps, order, { fresh: true, verifyFirst: input.verifyFirst ?? true });
     if (last.status === "PAID") {
-      input.paid?.(last);
+      paid?.(last);
       const vending = startStage("vend");
       last = await fulfil(deps, last, { fresh: true });
       vending();

@@ -415,7 +415,12 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         throw refusal;
       }
     }
+    // x402's receipt needs only the payment: signed while the bill vends, not after it.
     let early: EarlyReceipt | undefined;
+    const signEarly = (paid: Order) => {
+      early = { txHash: paid.txHash, receipt: deps.receipts.x402Receipt(paid, request.resourceUrl) };
+      early.receipt.catch(() => {}); // awaited by the answer, which throws its failure there
+    };
     const { order, secret, replay } = await startX402Order(deps.flow, {
       bill,
       vend,
@@ -433,12 +438,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // not be read) is verified first, so the facilitator refuses it, naming why, and nothing
       // is broadcast that would revert (docs/money.md, "One call to the facilitator").
       verifyFirst: onChain?.balance === undefined || onChain.balance < quote.amount,
-      // x402's receipt needs only the payment: signed while the bill vends, not after it.
-      paid: (o) => {
-        early = { txHash: o.txHash, receipt: deps.receipts.x402Receipt(o, request.resourceUrl) };
-        early.receipt.catch(() => {}); // awaited by the answer, which throws its failure there
-      },
-    }).catch(async (err: unknown) => {
+    }, signEarly).catch(async (err: unknown) => {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
       // doing, so it counts as any paid call that settled nothing.
       if (err instanceof ServiceError && err.code === "PERMIT2_ALLOWANCE_REQUIRED") await countUnsettled(client, payment);
