@@ -140,7 +140,7 @@ export function planOf(o: Order): VendPlan {
  * A delivery answered to the pay just sent, whose outcome is not yet kept on its attempt: it
  * is written with the order's move to SUCCESS, in the same statement (applyVendResult).
  */
-type Delivered = Extract<VendResult, { state: "delivered" }> & { unrecordedAttempt?: string };
+type Delivered = Extract<VendResult, { state: "delivered" }> & { unrecordedAttempt: string };
 
 /** What one look at the biller came to: its answer, a stop for an operator, or the order already moved (refunded before any pay). */
 type Step = VendResult | Delivered | { review: string } | { order: Order };
@@ -303,7 +303,7 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
       const flag = chargeFlags(order, result.charge);
       if (flag) deps.log.warn("biller charge differs from the bill; flagged for operators", { requestId: order.requestId, flag });
       deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
-      const outcome = "unrecordedAttempt" in result && result.unrecordedAttempt ? deps.attempts.recordingOutcome(result.unrecordedAttempt, result) : undefined;
+      const outcome = "unrecordedAttempt" in result ? deps.attempts.recordingOutcome(result.unrecordedAttempt, result) : undefined;
       return move(
         deps,
         order,
