@@ -16,10 +16,10 @@ import { execFileSync } from "node:child_process";
 import { getPriority, networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_LEDGER_NICE, IN_MEMORY, isLoopbackAddress, ledgerNice, ledgerQueryApiOpen } from "../../lib/ledger-config.ts";
+import { DEFAULT_LEDGER_NICE, isLoopbackAddress, ledgerNice, ledgerQueryApiOpen } from "../../lib/ledger-config.ts";
 import { startLedger, type Ledger } from "../../stack/ledger-process.ts";
 import { chainActors } from "../support/actors.ts";
-import { freshAccounts, leaseSharedChains, tempDir, type SharedChains } from "../support/stack.ts";
+import { freshAccounts, freshDatabase, leaseSharedChains, tempDir, type SharedChains } from "../support/stack.ts";
 
 /**
  * This machine's first IPv4 address that is not loopback. A machine with none gets one for the
@@ -56,22 +56,30 @@ describe("the ledger's exposure to other machines", () => {
   let closed: Ledger;
   /** Bound on 0.0.0.0 with LEDGER_OPEN_QUERY_API=1. */
   let open: Ledger;
+  const databases: Array<Awaited<ReturnType<typeof freshDatabase>>> = [];
 
   beforeAll(async () => {
     stack = await leaseSharedChains();
     await accounts.fund(stack.deployments);
     const logs = await tempDir("ledger-exposure");
-    const common = { deploymentsFile: stack.deploymentsFile, pgliteDir: IN_MEMORY, host: "0.0.0.0" };
-    // Both at once: each indexes the same chains into its own memory.
+    // Each in a database of its own on the PostgreSQL server. What is served to whom is
+    // Ponder's HTTP server and this project's middleware, the same on either database; an
+    // in-memory PGlite ledger cost this suite twice the CPU (two WASM Postgres instances
+    // built and filled), and the embedded database's serving is ledger-push's and the
+    // PGlite ledger suite's.
+    databases.push(await freshDatabase("ledger_exposure"), await freshDatabase("ledger_exposure"));
+    const common = { deploymentsFile: stack.deploymentsFile, host: "0.0.0.0" };
+    // Both at once: each indexes the same chains into its own database.
     [closed, open] = await Promise.all([
-      startLedger({ ...common, openQueryApi: false, logTo: join(logs, "ledger-closed.log") }),
-      startLedger({ ...common, openQueryApi: true, nice: 10, logTo: join(logs, "ledger-open.log") }),
+      startLedger({ ...common, databaseUrl: databases[0]!.url, openQueryApi: false, logTo: join(logs, "ledger-closed.log") }),
+      startLedger({ ...common, databaseUrl: databases[1]!.url, openQueryApi: true, nice: 10, logTo: join(logs, "ledger-open.log") }),
     ]);
   });
 
   afterAll(async () => {
     await Promise.all([closed?.stop(), open?.stop()]);
     await stack?.close();
+    for (const d of databases) await d.drop();
     if (added) execFileSync("ip", ["addr", "del", `${ADDED_ADDRESS}/32`, "dev", "lo"]);
   });
 

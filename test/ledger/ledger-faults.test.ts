@@ -14,19 +14,19 @@ import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
 import { LedgerNotCaughtUp, waitForLedgerBlock } from "../../server/ledger-client.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
-import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { superviseLedger, type SupervisedLedger } from "../../stack/ledger-supervisor.ts";
 import { startServiceStack, type ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { runScript } from "../support/processes.ts";
 import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
-import { startTestChains } from "../support/stack.ts";
+import { freshDatabase, startTestChains } from "../support/stack.ts";
 import { until } from "../support/until.ts";
 
 const payer = hardhatAccount(7);
 
 describe("the ledger under faults, on the real local chains", () => {
   let chains: Awaited<ReturnType<typeof startTestChains>>;
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
   let proxy: RpcProxy;
   let ledger: SupervisedLedger;
   let service: ServiceStack;
@@ -61,9 +61,13 @@ describe("the ledger under faults, on the real local chains", () => {
     chains = await startTestChains();
     celo = chainActors(chains.deployments, "CELO");
     proxy = await startRpcProxy(chains.rpcUrls.CELO);
+    // On PostgreSQL, where a deployed ledger keeps its state: the faults here are the
+    // network's, and a restarted ledger resumes from what it wrote (an in-memory PGlite
+    // would start empty and index everything again, in a WASM Postgres built anew).
+    database = await freshDatabase("ledger_faults");
     ledger = await superviseLedger({
       deploymentsFile: chains.deploymentsFile,
-      pgliteDir: IN_MEMORY,
+      databaseUrl: database.url,
       logTo: logFile(),
       env: { CELO_RPC_URL: proxy.url, CELO_WS_URL: proxy.wsUrl },
       // Long enough that a ten-second hang (and the checks made during it) is Ponder's own to heal, not a restart's.
@@ -83,6 +87,7 @@ describe("the ledger under faults, on the real local chains", () => {
     await ledger?.stop();
     await proxy?.close();
     await chains?.close();
+    await database?.drop();
   });
 
   it("an RPC that hangs for 10 s: /readyz and the console show the stall while it lasts, the audit cannot judge, and the ledger heals by itself", async () => {
