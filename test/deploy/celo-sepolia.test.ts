@@ -33,7 +33,7 @@ import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../st
 import { listen } from "../../stack/service-stack.ts";
 import { airtimeBill, x402Bill } from "../support/bills.ts";
 import { runScript, startScript } from "../support/processes.ts";
-import { tempDir } from "../support/stack.ts";
+import { freshDatabase, tempDir } from "../support/stack.ts";
 
 const SEPOLIA = resolveNetwork("celo-sepolia", {}).chains.CELO!;
 const chain = defineChain({ id: SEPOLIA.chainId, name: "Celo Sepolia stand-in", nativeCurrency: { name: "CELO", symbol: "CELO", decimals: 18 }, rpcUrls: { default: { http: [] } } });
@@ -217,7 +217,11 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
 
   it("starts the service on the profile and takes an x402 payment and agent payments, with no hardhat_* call", async () => {
     const env = { NETWORK: "celo-sepolia", CELO_RPC_URL: proxy.url, CELO_USDC_ADDRESS: usdc, DEPLOYMENTS_FILE: deployOut };
-    ledger = await startLedger({ deploymentsFile: deployOut, pgliteDir: join(dir, "ledger"), env });
+    // The ledger on PostgreSQL, as a ledger on a public network is deployed (the embedded
+    // PGlite is the local profile's default, covered by npm start's suite).
+    const database = await freshDatabase("celo_sepolia");
+    closers.push(() => database.drop());
+    ledger = await startLedger({ deploymentsFile: deployOut, databaseUrl: database.url, env });
     closers.push(() => ledger.stop());
     const facilitatorPort = await freePort();
     const facilitator = await startScript("services/facilitator/main.ts", { ...env, FACILITATOR_PORT: String(facilitatorPort) }, "listening");

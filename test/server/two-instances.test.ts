@@ -43,8 +43,9 @@ describe("two service instances on one PostgreSQL and one ledger", () => {
 
   beforeAll(async () => {
     chains = await startTestChains();
-    ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, pgliteDir: join(chains.dir, "ledger"), logTo: join(chains.dir, "ledger.log") });
     database = await freshDatabase("two_instances");
+    // The ledger on the same PostgreSQL, in a schema of its own, as instances that share a database are deployed.
+    ledger = await startLedger({ deploymentsFile: chains.deploymentsFile, databaseUrl: database.url, logTo: join(chains.dir, "ledger.log") });
     celo = chainActors(chains.deployments, "CELO");
 
     // Instance B signs with its own keys: the admin grants their roles, the deployer funds their gas.
