@@ -1,11 +1,12 @@
 /**
  * `npm start`: the whole local stack on its embedded defaults, in the foreground: both
- * chains with the deployment, the ledger (Ponder on PGlite, or PostgreSQL when
+ * chains with the deployment (in a process of their own), the ledger (Ponder on PGlite, or PostgreSQL when
  * DATABASE_URL is set; restarted when it exits or stalls), the local x402 facilitator, the
  * biller sandbox, and the service with its background worker. Ctrl-C stops everything this
  * process started.
  */
 import { mkdir } from "node:fs/promises";
+import { resolve } from "node:path";
 import { deploymentsPath, readDeployments } from "../lib/deployments.ts";
 import { localPort } from "../lib/local-ports.ts";
 import { IN_MEMORY, ledgerPgliteDir, refuseOlderLedgerDir } from "../lib/ledger-config.ts";
@@ -16,7 +17,7 @@ import { startWorker } from "../server/orders/worker.ts";
 import { ledgerBounds } from "../lib/ledger-watch.ts";
 import { ledgerDatabaseFor } from "./ledger-process.ts";
 import { superviseLedger } from "./ledger-supervisor.ts";
-import { startLocalChains } from "./local-chains.ts";
+import { startChainsProcess } from "./chains-process.ts";
 import { startServiceStack } from "./service-stack.ts";
 
 const log = (line: string) => console.log(line);
@@ -34,13 +35,22 @@ try {
 }
 
 const closers: Array<() => Promise<unknown>> = [];
+let stopping = false;
 async function stopAll() {
   for (const close of closers.reverse()) await close().catch(() => {});
 }
 
 try {
-  const chains = await startLocalChains({ deploymentsFile, log });
+  // In a process of their own, so that nothing the service does on its event loop keeps the
+  // nodes from answering the ledger (stack/chains-process.ts).
+  const chains = await startChainsProcess({ env: { DEPLOYMENTS_FILE: resolve(deploymentsFile) }, log, logError: (line) => console.error(line) });
   closers.push(() => chains.close());
+  chains.onExit((why) => {
+    if (stopping) return;
+    console.error(`${why}: stopping`);
+    stopping = true;
+    void stopAll().then(() => process.exit(1));
+  });
   const deployments = await readDeployments(deploymentsFile);
 
   // Restarted when it exits or stalls behind a moving chain (stack/ledger-supervisor.ts).
@@ -91,7 +101,6 @@ try {
   throw err;
 }
 
-let stopping = false;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.on(signal, () => {
     if (stopping) return;

@@ -60,7 +60,8 @@ describe("npm start with every port moved", () => {
     expect(out).toContain(`ledger: http://127.0.0.1:${ports.ledger}`);
     expect(out).toContain(`CELO: started chain id 42220 at http://127.0.0.1:${ports.CELO}`);
     expect(out).toContain(`BASE: started chain id 8453 at http://127.0.0.1:${ports.BASE}`);
-    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) expect(await listening(ports[name]), name).toBe(true);
+    // The stack's own lines (a ledger restart among them) say why a piece is not there.
+    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) expect(await listening(ports[name]), `${name}\n${out}`).toBe(true);
     // The ledger answers on its own port, not on the service's PORT.
     expect((await fetch(`http://127.0.0.1:${ports.ledger}/ready`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${ports.service}/healthz`)).status).toBe(200);

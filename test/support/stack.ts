@@ -18,7 +18,7 @@ import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
 import { startServiceStack } from "../../stack/service-stack.ts";
-import { startScript } from "./processes.ts";
+import { startChainsProcess as startChainsScript } from "../../stack/chains-process.ts";
 import { TEST_TMP_ENV } from "./temp-root.ts";
 
 import pg from "pg";
@@ -79,8 +79,9 @@ export async function startChainsProcess(): Promise<{ deployments: Deployments; 
   const dir = await tempDir("chains");
   const deploymentsFile = join(dir, "deployments.json");
   const [celoPort, basePort] = [await freePort(), await freePort()];
-  const chains = await startScript("stack/chains.ts", { CELO_PORT: String(celoPort), BASE_PORT: String(basePort), DEPLOYMENTS_FILE: deploymentsFile }, "local chains ready", 120_000);
-  return { deployments: await readDeployments(deploymentsFile), deploymentsFile, dir, pid: chains.child.pid, close: chains.stop };
+  const quiet = () => {};
+  const chains = await startChainsScript({ env: { CELO_PORT: String(celoPort), BASE_PORT: String(basePort), DEPLOYMENTS_FILE: deploymentsFile }, log: quiet, logError: quiet });
+  return { deployments: await readDeployments(deploymentsFile), deploymentsFile, dir, pid: chains.process?.pid, close: chains.close };
 }
 
 /** A schema name no other run uses (PostgreSQL is shared between runs). */
