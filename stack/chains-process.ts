@@ -31,9 +31,9 @@ export interface ChainsProcess {
 
 /**
  * Starts stack/chains.ts with `env` (its ports, and DEPLOYMENTS_FILE as an absolute path: it
- * runs in the project's root) and waits until it serves
- * the chains, or has deployed onto chains already running and ended. Each line it prints goes
- * to `log` (standard output) or `logError` (standard error).
+ * runs in the project's root) and waits until it serves the chains, or has deployed onto
+ * chains already running and ended. Each line it prints goes to `log` (standard output) or
+ * `logError` (standard error).
  */
 export async function startChainsProcess(options: {
   env: Record<string, string | undefined>;
@@ -44,13 +44,16 @@ export async function startChainsProcess(options: {
   const child = spawn(process.execPath, ["--import", "tsx", "stack/chains.ts"], {
     cwd: ROOT,
     env: { ...process.env, ...options.env },
-    stdio: ["ignore", "pipe", "pipe"],
+    // The channel is how the child sees this process end, even by SIGKILL (stack/chains.ts).
+    stdio: ["ignore", "pipe", "pipe", "ipc"],
   });
+  child.channel?.unref();
   // A parent that exits without closing (process.exit, a crash) takes the nodes along.
   const orphanGuard = () => child.kill("SIGTERM");
   process.once("exit", orphanGuard);
   let closing = false;
   let exitHandler: ((why: string) => void) | undefined;
+  /** How the process ended: its signal, or `code N`. */
   const exited = new Promise<string>((resolve) =>
     child.once("exit", (code, signal) => {
       process.off("exit", orphanGuard);
@@ -95,21 +98,29 @@ export async function startChainsProcess(options: {
     });
   }).finally(() => clearTimeout(timer));
 
+  /** Why the serving process ended before `close`, once it has. */
+  let endedEarly: string | undefined;
   if (started === "serving") {
     void exited.then((why) => {
-      if (!closing) exitHandler?.(`the local chains' process ended (${why})`);
+      if (closing) return;
+      endedEarly = `the local chains' process ended (${why})`;
+      exitHandler?.(endedEarly);
     });
   }
   return {
     process: started === "serving" ? child : undefined,
-    onExit: (handler) => (exitHandler = handler),
+    onExit(handler) {
+      exitHandler = handler;
+      // An end that came before anyone asked is told at once.
+      if (endedEarly) handler(endedEarly);
+    },
     async close() {
       closing = true;
       if (child.exitCode !== null || child.signalCode !== null) return;
-      const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
+      const force = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
       child.kill("SIGTERM");
       await exited;
-      clearTimeout(timer);
+      clearTimeout(force);
     },
   };
 }

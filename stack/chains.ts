@@ -14,11 +14,21 @@ async function stop(signal: string) {
   if (stopping) return;
   stopping = true;
   console.log(`${signal}: stopping local chains`);
+  // A client still connected (a ledger left behind by an npm start that was killed) would hold
+  // the nodes' close open: the process ends regardless.
+  setTimeout(() => process.exit(0), 5_000).unref();
   await chains.close();
   process.exit(0);
 }
 process.on("SIGINT", () => void stop("SIGINT"));
 process.on("SIGTERM", () => void stop("SIGTERM"));
+// Started by `npm start` with a channel to it (stack/chains-process.ts): when that process is
+// gone, however it ended (a SIGKILL included), the chains go too instead of holding their ports.
+// The channel alone keeps nothing running.
+if (process.channel) {
+  process.channel.unref();
+  process.once("disconnect", () => void stop("npm start is gone"));
+}
 
 // Keep running while this process serves a node; otherwise the deployment was all there was to do.
 if (chains.started.length > 0) {

@@ -1,9 +1,9 @@
 /**
  * `npm start`: the whole local stack on its embedded defaults, in the foreground: both
- * chains with the deployment (in a process of their own), the ledger (Ponder on PGlite, or PostgreSQL when
- * DATABASE_URL is set; restarted when it exits or stalls), the local x402 facilitator, the
- * biller sandbox, and the service with its background worker. Ctrl-C stops everything this
- * process started.
+ * chains with the deployment (in a process of their own), the ledger (Ponder on PGlite, or
+ * PostgreSQL when DATABASE_URL is set; restarted when it exits or stalls), the local x402
+ * facilitator, the biller sandbox, and the service with its background worker. Ctrl-C stops
+ * everything this process started.
  */
 import { mkdir } from "node:fs/promises";
 import { resolve } from "node:path";

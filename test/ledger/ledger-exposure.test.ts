@@ -63,10 +63,9 @@ describe("the ledger's exposure to other machines", () => {
     await accounts.fund(stack.deployments);
     const logs = await tempDir("ledger-exposure");
     // Each in a database of its own on the PostgreSQL server. What is served to whom is
-    // Ponder's HTTP server and this project's middleware, the same on either database; an
-    // in-memory PGlite ledger cost this suite twice the CPU (two WASM Postgres instances
-    // built and filled), and the embedded database's serving is ledger-push's and the
-    // PGlite ledger suite's.
+    // Ponder's HTTP server and this project's middleware, the same on either database; a
+    // PGlite ledger process took two to three times the CPU of a PostgreSQL one in a sampled
+    // run, and the embedded database's serving is ledger-push's and the PGlite ledger suite's.
     databases.push(await freshDatabase("ledger_exposure"), await freshDatabase("ledger_exposure"));
     const common = { deploymentsFile: stack.deploymentsFile, host: "0.0.0.0" };
     // Both at once: each indexes the same chains into its own database.
