@@ -10,10 +10,10 @@ const chains = await startLocalChains({ deploymentsFile, log: (line) => console.
 console.log(`deployments written to ${deploymentsFile}`);
 
 let stopping = false;
-async function stop(signal: string) {
+async function stop(why: string) {
   if (stopping) return;
   stopping = true;
-  console.log(`${signal}: stopping local chains`);
+  console.log(`${why}: stopping local chains`);
   // A client still connected (a ledger left behind by an npm start that was killed) would hold
   // the nodes' close open: the process ends regardless.
   setTimeout(() => process.exit(0), 5_000).unref();
@@ -25,9 +25,11 @@ process.on("SIGTERM", () => void stop("SIGTERM"));
 // Started by `npm start` with a channel to it (stack/chains-process.ts): when that process is
 // gone, however it ended (a SIGKILL included), the chains go too instead of holding their ports.
 // The channel alone keeps nothing running.
-if (process.channel) {
-  process.channel.unref();
-  process.once("disconnect", () => void stop("npm start is gone"));
+if (process.send) {
+  process.channel?.unref();
+  // Gone already while the chains started: the channel's end was before anyone listened.
+  if (!process.connected) void stop("npm start is gone");
+  else process.once("disconnect", () => void stop("npm start is gone"));
 }
 
 // Keep running while this process serves a node; otherwise the deployment was all there was to do.
