@@ -44,22 +44,15 @@ export async function startChainsProcess(options: {
   const child = spawn(process.execPath, ["--import", "tsx", "stack/chains.ts"], {
     cwd: ROOT,
     env: { ...process.env, ...options.env },
-    // The channel is how the child sees this process end, even by SIGKILL (stack/chains.ts).
+    // The channel is how the child sees this process end, however it ends (process.exit, a
+    // crash, SIGKILL): the child stops when it closes (stack/chains.ts).
     stdio: ["ignore", "pipe", "pipe", "ipc"],
   });
   child.channel?.unref();
-  // A parent that exits without closing (process.exit, a crash) takes the nodes along.
-  const orphanGuard = () => child.kill("SIGTERM");
-  process.once("exit", orphanGuard);
   let closing = false;
   let exitHandler: ((why: string) => void) | undefined;
   /** How the process ended: its signal, or `code N`. */
-  const exited = new Promise<string>((resolve) =>
-    child.once("exit", (code, signal) => {
-      process.off("exit", orphanGuard);
-      resolve(signal ?? `code ${code}`);
-    }),
-  );
+  const exited = new Promise<string>((resolve) => child.once("exit", (code, signal) => resolve(signal ?? `code ${code}`)));
 
   let output = "";
   let ready = false;

@@ -20,12 +20,14 @@ async function stop(why: string) {
   await chains.close();
   process.exit(0);
 }
-process.on("SIGINT", () => void stop("SIGINT"));
 process.on("SIGTERM", () => void stop("SIGTERM"));
 // Started by `npm start` with a channel to it (stack/chains-process.ts): when that process is
 // gone, however it ended (a SIGKILL included), the chains go too instead of holding their ports.
-// The channel alone keeps nothing running.
-if (process.send) {
+// The channel alone keeps nothing running. Ctrl-C reaches this process too, but npm start
+// stops it last (SIGTERM), after the service and the ledger that still read the nodes.
+if (!process.send) process.on("SIGINT", () => void stop("SIGINT"));
+else {
+  process.on("SIGINT", () => {});
   process.channel?.unref();
   // Gone already while the chains started: the channel's end was before anyone listened.
   if (!process.connected) void stop("npm start is gone");
