@@ -15,21 +15,20 @@ import type { Account, Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chainInfo } from "../../lib/chains.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
 import { deliveredBy } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 const EXTENSION = "https://github.com/google-agentic-commerce/a2a-x402/blob/main/spec/v0.2";
 
 describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let celo: ChainActors;
   let a2a: Client;
@@ -62,7 +61,7 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     a2a = await new ClientFactory().createFromUrl(service.urls.service);
@@ -77,7 +76,7 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   });
 
   it("a call with no api_key is an input-required task with the PaymentRequired; the payment submitted on it completes the task with its receipt, charged once", async () => {
-    const payer = hardhatAccount(5);
+    const payer = accounts(5);
     const before = await usdc(payer.address);
     const { task, required } = await ask(bill());
     expect(required.accepts.length).toBeGreaterThan(1);
@@ -108,7 +107,7 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   });
 
   it("a bill the biller fails completes the payment and is refunded on chain", async () => {
-    const payer = hardhatAccount(6);
+    const payer = accounts(6);
     const before = await usdc(payer.address);
     const failing = bill({ billersCode: "08099999999" });
     const { task, required } = await ask(failing);
@@ -121,8 +120,8 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   });
 
   it("underpaid, forged, wrong-chain and missing payments fail the task with the page's code and a receipt saying why; nothing is charged", async () => {
-    const payer = hardhatAccount(7);
-    const other = hardhatAccount(8);
+    const payer = accounts(7);
+    const other = accounts(8);
     const before = await usdc(payer.address);
     const cases: Array<[string, Body, (r: PaymentRequired) => Promise<unknown>]> = [
       ["INVALID_AMOUNT", bill({ chain: "CELO", token: "USDC" }), (r) => sign(payer, { ...r, accepts: [{ ...r.accepts[0]!, amount: (BigInt(r.accepts[0]!.amount) - 1n).toString() }] })],
@@ -164,7 +163,7 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   });
 
   it("a declined price cancels the task; a payment on a task this service never priced is refused; neither charges", async () => {
-    const payer = hardhatAccount(9);
+    const payer = accounts(9);
     const before = await usdc(payer.address);
     const { task, required } = await ask(bill());
     const declined = await submit(task, { "x402.payment.status": "payment-rejected" });
@@ -184,7 +183,7 @@ describe("pay_bill over A2A, paid per call with x402 (a2a-x402 v0.2)", () => {
   });
 
   it("the audit agrees with every order the A2A payments made", async () => {
-    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url: service.urls.service } });
+    const audit = await auditOnSharedChains(paying, { url: service.urls.service });
     expect(audit.discrepancies).toEqual([]);
   });
 });

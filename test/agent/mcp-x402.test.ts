@@ -21,22 +21,21 @@ import { linkAgent } from "../../lib/agent-client.ts";
 import { callToolPaid } from "../../lib/mcp-x402-client.ts";
 import { chainInfo, viemChain } from "../../lib/chains.ts";
 import { PERMIT2 } from "../../lib/permit2.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
 import { deliveredBy } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 /** Paid calls that may settle nothing from one address (every call here comes from 127.0.0.1). */
 const UNSETTLED_BUDGET = 30;
 
 describe("pay_bill over MCP, paid per call with x402", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let celo: ChainActors;
   let mcp: Client;
@@ -59,7 +58,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
 
   beforeAll(async () => {
-    paying = await startPayingStack({ RATE_LIMIT_UNSETTLED_ADDRESS: `${UNSETTLED_BUDGET}/600` });
+    paying = await startPayingStackOnSharedChains(accounts, { RATE_LIMIT_UNSETTLED_ADDRESS: `${UNSETTLED_BUDGET}/600` });
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     mcp = new Client({ name: "x402-mcp-test", version: "1.0.0" });
@@ -82,7 +81,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("an unpaid call answers the PaymentRequired (structured and as text), offering every chain and token that settles, and charges nothing", async () => {
-    const payer = hardhatAccount(5);
+    const payer = accounts(5);
     const before = await usdc(payer.address);
     const required = requiredOf(await call(bill()));
     expect(required.x402Version).toBe(2);
@@ -106,7 +105,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("a paid call settles, vends and answers with the settlement in _meta; the same payment again is the same order, charged once", async () => {
-    const payer = hardhatAccount(5);
+    const payer = accounts(5);
     const before = await usdc(payer.address);
     const required = requiredOf(await call(bill()));
     const payment = await sign(payer, required, onCelo);
@@ -134,7 +133,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("an agent's pay-per-call loop (lib/mcp-x402-client.ts, as the example runs it) pays a bill that names only the bill", async () => {
-    const payer = hardhatAccount(11);
+    const payer = accounts(11);
     const before = await usdc(payer.address);
     const { result, required, settlement } = await callToolPaid(mcp, x402ClientFor(payer, paying.chains.deployments), "pay_bill", bill());
     expect(required?.accepts.length).toBeGreaterThan(1);
@@ -148,7 +147,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("a client that signs again under the same payment id (payment-identifier) pays once: the second call answers the first order", async () => {
-    const payer = hardhatAccount(12);
+    const payer = accounts(12);
     const before = await usdc(payer.address);
     const id = generatePaymentId();
     const signUnder = async () => {
@@ -167,7 +166,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("the same payment sent twice at once makes one order and one charge", async () => {
-    const payer = hardhatAccount(10);
+    const payer = accounts(10);
     const before = await usdc(payer.address);
     const payment = await sign(payer, requiredOf(await call(bill())), onCelo);
     const answers = await Promise.all([call(bill(), payment), call(bill(), payment)]);
@@ -181,7 +180,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("a bill the biller fails is refunded on chain, in full", async () => {
-    const payer = hardhatAccount(6);
+    const payer = accounts(6);
     const before = await usdc(payer.address);
     const failing = bill({ billersCode: "08099999999" });
     const payment = await sign(payer, requiredOf(await call(failing)), onCelo);
@@ -195,8 +194,8 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("underpaid, forged, wrong chain and wrong token payments answer the PaymentRequired again with the reason, and lock or charge nothing", async () => {
-    const payer = hardhatAccount(7);
-    const victim = hardhatAccount(8);
+    const payer = accounts(7);
+    const victim = accounts(8);
     const before = [await usdc(payer.address), await usdc(victim.address)];
     const required = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
     const accepted = required.accepts[0]!;
@@ -247,7 +246,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("a payment beside an api_key, or on a tool x402 does not pay, is refused as VALIDATION_FAILED and charges nothing", async () => {
-    const payer = hardhatAccount(9);
+    const payer = accounts(9);
     const apiKey = await linkAgent(service.urls.service, payer, { pin: "2468" });
     const before = await usdc(payer.address);
     const payment = await sign(payer, requiredOf(await call(bill())), onCelo);
@@ -268,7 +267,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("USD₮ on Base is paid through Permit2 over MCP: refused with the approval to make until the payer approves Permit2, then paid once", async () => {
-    const payer = hardhatAccount(13);
+    const payer = accounts(13);
     const base = chainActors(paying.chains.deployments, "BASE");
     const usdt = base.tokenAddress("USD₮");
     const before = await base.balanceOf("USD₮", payer.address);
@@ -308,7 +307,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
   });
 
   it("the audit agrees with every order the MCP payments made", async () => {
-    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url: service.urls.service } });
+    const audit = await auditOnSharedChains(paying, { url: service.urls.service });
     expect(audit.discrepancies).toEqual([]);
   });
 });

@@ -10,27 +10,19 @@ import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { toHex, type Address, type Hex } from "viem";
-import { mnemonicToAccount } from "viem/accounts";
+import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { mcpAgent } from "../../lib/agent-client.ts";
-import { HARDHAT_MNEMONIC } from "../../lib/local-accounts.ts";
 import { readInputs, UsageError } from "../../scripts/agent-link.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { ERRORS } from "../../server/errors.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { runScript } from "../support/processes.ts";
-import { startPayingStack, tempDir } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, tempDir, type SharedPayingStack } from "../support/stack.ts";
 
 const API_KEY = /^bpk_[A-Za-z0-9_-]{43}$/;
 
 /** A Hardhat test account with its private key (the script takes a key, not an account). */
-function wallet(index: number): { address: Address; privateKey: Hex } {
-  const account = mnemonicToAccount(HARDHAT_MNEMONIC, { addressIndex: index });
-  return { address: account.address, privateKey: toHex(account.getHdKey().privateKey!) };
-}
-
 /** The script's output by its `== title` sections: the title's first words to the body. */
 function sections(out: string): Map<string, string> {
   const found = new Map<string, string>();
@@ -42,7 +34,10 @@ function sections(out: string): Map<string, string> {
 }
 
 describe("onboarding an agent developer", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  /** A payer of this suite's own, with the key a script is given. */
+  const wallet = (index: number): { address: Address; privateKey: Hex } => ({ address: accounts(index).address, privateKey: accounts.key(index) });
   let celo: ChainActors;
   let url: string;
   let mcp: Awaited<ReturnType<typeof mcpAgent>>;
@@ -52,7 +47,7 @@ describe("onboarding an agent developer", () => {
     runScript("scripts/agent-link.ts", ["--service-url", url, ...args], { DEPLOYMENTS_FILE: paying.chains.deploymentsFile, ...env } as Record<string, string>);
 
   beforeAll(async () => {
-    paying = await startPayingStack({ RATE_LIMIT_LINK_ADDRESS: "1000/60", RATE_LIMIT_LINK_WALLET: "1000/60" });
+    paying = await startPayingStackOnSharedChains(accounts, { RATE_LIMIT_LINK_ADDRESS: "1000/60", RATE_LIMIT_LINK_WALLET: "1000/60" });
     celo = chainActors(paying.chains.deployments, "CELO");
     url = paying.service.urls.service;
     mcp = await mcpAgent(url);
@@ -233,7 +228,7 @@ describe("onboarding an agent developer", () => {
       expect(failed.data).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
       expect(await base.balanceOf("USD₮", me.address)).toBe(before - order.amount);
       // The ledger books both pulls and the refund in USD₮ on BASE, and agrees with the chain.
-      const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+      const audit = await auditOnSharedChains(paying, { url });
       expect(audit.discrepancies).toEqual([]);
     });
 

@@ -10,11 +10,9 @@ import { x402Bill } from "../support/bills.ts";
 import type { PaymentRequirements } from "@x402/core/types";
 import { keccak256, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
-import { waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -27,20 +25,21 @@ import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { legacyPlan } from "../../server/biller/catalogue/plans.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 type Problem = { code: string; detail: string; status: number };
 
 describe("attacks on the money paths", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
-  let ledger: Ledger;
+  let ledger: SharedPayingStack["ledger"];
   let celo: ChainActors;
   let url: string;
-  const attacker = hardhatAccount(12);
-  const victim = hardhatAccount(13);
-  const agentWallet = hardhatAccount(14);
+  const attacker = accounts(12);
+  const victim = accounts(13);
+  const agentWallet = accounts(14);
   const started = new Map<string, bigint>();
 
   const bill = (wallet: Hex, extra: Body = {}): Body => x402Bill(wallet, extra);
@@ -107,7 +106,7 @@ describe("attacks on the money paths", () => {
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack({ LEDGER_WAIT_MS: "4000" });
+    paying = await startPayingStackOnSharedChains(accounts, { LEDGER_WAIT_MS: "4000" });
     ({ service, ledger } = paying);
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
@@ -360,7 +359,7 @@ describe("attacks on the money paths", () => {
   it("after the attacks: no wallet is richer, and the audit of ledger and orders finds no discrepancy", async () => {
     await workerPasses();
     for (const [who, start] of started) expect(await usdc(who as Hex), who).toBeLessThanOrEqual(start);
-    const report = await runAudit({ ledgerUrl: ledger.url, deployments: paying.chains.deployments, service: { url } });
+    const report = await auditOnSharedChains(paying, { url });
     expect(report.discrepancies).toEqual([]);
     expect(report.orders!.ordersChecked).toBeGreaterThanOrEqual(6);
     // The two small payments of attack 1 wait for an operator (the service holds no signature

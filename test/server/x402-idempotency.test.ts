@@ -11,20 +11,19 @@ import type { FacilitatorClient } from "@x402/core/server";
 import { appendPaymentIdentifierToExtensions, generatePaymentId } from "@x402/extensions/payment-identifier";
 import type { Account, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { deliveredBy } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 
 describe("x402 with a payment id: a retry pays once", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -59,7 +58,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   const ordersOf = async (payer: Account) => service.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE payer = $1`, [payer.address.toLowerCase()]);
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
@@ -69,13 +68,13 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("declares the payment-identifier extension, optional, in the 402", async () => {
-    const challenged = await post(bill(hardhatAccount(5)));
+    const challenged = await post(bill(accounts(5)));
     const required = decodePaymentRequiredHeader(challenged.headers.get("PAYMENT-REQUIRED")!);
     expect(required.extensions?.["payment-identifier"]).toMatchObject({ info: { required: false } });
   });
 
   it("signing again under the same id returns the first order, with the code, and charges once", async () => {
-    const payer = hardhatAccount(5);
+    const payer = accounts(5);
     const before = await usdc(payer.address);
     const id = generatePaymentId();
     const first = await pay(payer, bill(payer), { id });
@@ -95,7 +94,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("the same id for another bill is 409 PAYMENT_ID_REUSED, and nothing is charged or locked", async () => {
-    const payer = hardhatAccount(6);
+    const payer = accounts(6);
     const id = generatePaymentId();
     expect((await pay(payer, bill(payer, 1500), { id })).json).toMatchObject({ status: "SUCCESS" });
     const before = await usdc(payer.address);
@@ -108,7 +107,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("the Idempotency-Key header works as the extension does; a malformed id, or two that differ, is 400 and changes nothing", async () => {
-    const payer = hardhatAccount(7);
+    const payer = accounts(7);
     const key = `order-${generatePaymentId("")}`;
     const first = await pay(payer, bill(payer), { headers: { "Idempotency-Key": key } });
     expect(first.json).toMatchObject({ status: "SUCCESS" });
@@ -126,7 +125,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("an id is checked by its own pattern, never by compiling the schema a client echoes back: a schema no validator compiles changes nothing; a malformed id is refused", async () => {
-    const payer = hardhatAccount(14);
+    const payer = accounts(14);
     const nonsense = (e: { schema?: unknown }) => void (e.schema = { type: "not-a-json-type", properties: { id: { pattern: "(" } } });
     const id = generatePaymentId();
     const first = await pay(payer, bill(payer, 1700), { id, echoed: nonsense });
@@ -139,7 +138,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("an id whose first request is still settling: a second, at once, is 409 PAYMENT_ID_IN_FLIGHT with Retry-After; asked again later, the first order", async () => {
-    const payer = hardhatAccount(8);
+    const payer = accounts(8);
     const before = await usdc(payer.address);
     const id = generatePaymentId();
     const real = service.flow.facilitators.CELO!;
@@ -172,7 +171,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("two requests under one id at the same moment: one order, one charge", async () => {
-    const payer = hardhatAccount(9);
+    const payer = accounts(9);
     const before = await usdc(payer.address);
     const id = generatePaymentId();
     const answers = await Promise.all([pay(payer, bill(payer), { id }), pay(payer, bill(payer), { id })]);
@@ -188,7 +187,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("retrying an id settles nothing, so each retry counts against the payer's unsettled budget: past it, 429 before the payment is checked", async () => {
-    const payer = hardhatAccount(12);
+    const payer = accounts(12);
     const id = generatePaymentId();
     expect((await pay(payer, bill(payer), { id })).json).toMatchObject({ status: "SUCCESS" });
     const budget = service.config.RATE_LIMIT_UNSETTLED_PAYER.points;
@@ -199,7 +198,7 @@ describe("x402 with a payment id: a retry pays once", () => {
   });
 
   it("an id is the payer's own: another payer naming it pays for its own bill; the audit is clean", async () => {
-    const [owner, stranger] = [hardhatAccount(10), hardhatAccount(11)];
+    const [owner, stranger] = [accounts(10), accounts(11)];
     const id = generatePaymentId();
     const owned = await pay(owner, bill(owner), { id });
     const before = await usdc(stranger.address);
@@ -208,7 +207,7 @@ describe("x402 with a payment id: a retry pays once", () => {
     expect(theirs.json.request_id).not.toBe(owned.json.request_id);
     expect(before - (await usdc(stranger.address))).toBe((await service.flow.orders.get(theirs.json.request_id as string))!.amount);
 
-    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    const audit = await auditOnSharedChains(paying, { url });
     expect(audit.discrepancies).toEqual([]);
   });
 });

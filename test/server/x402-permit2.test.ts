@@ -12,14 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { MULTICALL3_ADDRESS, viemChain } from "../../lib/chains.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
 import { closeExpiredRefusals, settle } from "../../server/orders/x402-flow.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
@@ -33,12 +31,13 @@ type Result = { success: boolean; status: string; request_id: string; tx_hash: s
 type Permit2Payload = { signature: Hex; permit2Authorization: { from: Hex; permitted: { token: Hex; amount: string }; spender: Hex; nonce: string; deadline: string; witness: { to: Hex; validAfter: string } } };
 
 describe("x402 through Permit2: USD₮ on Base", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let url: string;
   let base: ChainActors;
   let usdt: Hex;
-  const payer = hardhatAccount(16);
-  const stranger = hardhatAccount(17);
+  const payer = accounts(16);
+  const stranger = accounts(17);
 
   const bill = (billersCode: string, who: Account = payer) => ({
     serviceID: "mtn",
@@ -123,7 +122,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
     url = paying.service.urls.service;
     base = chainActors(paying.chains.deployments, "BASE");
     usdt = base.tokenAddress("USD₮");
@@ -153,7 +152,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
   });
 
   it("an approval withdrawn after the service's own check: the settlement fails, the order is refused, and the payer is told what to approve", async () => {
-    const unapproved = hardhatAccount(19);
+    const unapproved = accounts(19);
     const before = await balance(unapproved.address);
     const { payload } = await challengeAndPayment(bill("08066666666", unapproved), unapproved);
     // As a request that passed the service's allowance check and then met the facilitator.
@@ -260,7 +259,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
   });
 
   it("a permit the facilitator refuses (the payer cannot cover it) is not charged; landed later by anyone, it is refunded", async () => {
-    const late = hardhatAccount(18);
+    const late = accounts(18);
     const { payload, amount, start, refused: refusedBody } = await refusedForBalance(late, "08055555555");
     expect(refusedBody).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false });
     // @x402/evm's facilitator diagnoses the failed simulation: the payer's balance.
@@ -298,13 +297,13 @@ describe("x402 through Permit2: USD₮ on Base", () => {
       return (await paying.service.db.query<{ rail: string }>(`SELECT rail FROM orphan_payment WHERE tx_hash = $1`, [hash])).map((r) => r.rail);
     };
     await expect.poll(orphans, { timeout: 20_000 }).toEqual(["permit2"]);
-    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    const audit = await auditOnSharedChains(paying, { url });
     expect(audit.discrepancies).toEqual([]);
     expect(audit.orders?.review.join("\n")).toContain(hash);
   });
 
   it("a refused permit later settled through another contract (a batcher) is held for an operator when it lapses, never closed as not charged; the audit agrees", async () => {
-    const who = hardhatAccount(15);
+    const who = accounts(15);
     const { payload, amount, start, refused } = await refusedForBalance(who, "08066666666");
     expect(refused.code).toBe("PAYMENT_NOT_SETTLED");
     expect(refused.late_payment).toMatch(/settled through another contract, it is held for an operator/);
@@ -344,7 +343,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(closing.record.detail).toMatch(/Permit2 nonce is spent on chain.*cannot be closed as not charged/);
     expect((await service.flow.orders.get(refused.request_id))!.status).toBe("NEEDS_REVIEW");
 
-    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    const audit = await auditOnSharedChains(paying, { url });
     expect(audit.discrepancies).toEqual([]);
     expect(audit.orders?.review.join("\n")).toContain(refused.request_id);
   });

@@ -14,6 +14,10 @@ import { publicClientFor } from "../../lib/chain-client.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { openDb } from "../../server/db.ts";
 import { Orphans } from "../../server/orders/ledger-pass.ts";
+import { runAudit, type AuditReport } from "../../server/audit/ledger.ts";
+import { waitForLedgerBlock } from "../../server/ledger-client.ts";
+import * as ledgerSchema from "../../ponder/ponder.schema.ts";
+import { createClient } from "@ponder/client";
 import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { freePort, startLedger } from "../../stack/ledger-process.ts";
 import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts";
@@ -151,6 +155,8 @@ export async function startPayingStack(
 /** Payer wallets of one suite's own: index 3 to 19, as Hardhat's funded payers, each a new random key. */
 export interface FreshAccounts {
   (index: number): Account;
+  /** The private key of `index`'s account, for what signs outside this process (a script's AGENT_PRIVATE_KEY, say). */
+  key(index: number): Hex;
   /** Gives every one of them gas and 10,000 of every token on each chain, as the local deployment funds its payers; the blocks the mints landed in, per chain. */
   fund(deployments: Deployments): Promise<Partial<Record<ChainKey, bigint[]>>>;
 }
@@ -162,14 +168,18 @@ export interface FreshAccounts {
 export function freshAccounts(): FreshAccounts {
   const seed = toHex(randomBytes(32));
   const made = new Map<number, Account>();
-  const account = (index: number): Account => {
+  const key = (index: number): Hex => {
     if (!Number.isInteger(index) || index < FIRST_PAYER_INDEX || index > LAST_PAYER_INDEX) throw new Error(`payer index ${index} is outside ${FIRST_PAYER_INDEX} to ${LAST_PAYER_INDEX}`);
+    return keccak256(concat([seed, toHex(index, { size: 32 })]));
+  };
+  const account = (index: number): Account => {
     let a = made.get(index);
-    if (!a) made.set(index, (a = privateKeyToAccount(keccak256(concat([seed, toHex(index, { size: 32 })])) as Hex)));
+    if (!a) made.set(index, (a = privateKeyToAccount(key(index))));
     return a;
   };
   const indexes = Array.from({ length: LAST_PAYER_INDEX - FIRST_PAYER_INDEX + 1 }, (_, i) => FIRST_PAYER_INDEX + i);
   return Object.assign(account, {
+    key,
     async fund(deployments: Deployments) {
       const payers = indexes.map((i) => account(i).address);
       const funded = await Promise.all(
@@ -294,6 +304,7 @@ export async function startPayingStackOnSharedChains(
     database = db === "pglite" ? undefined : await freshDatabase("stack");
     const pgliteDir = database ? undefined : join(await tempDir("service"), "db");
     await startReadingAtHeads(chains.deployments, database ? { url: database.url } : { pgliteDir });
+    const earlierPayments = await paymentsSoFar(chains.deployments, chains.ledgerUrl);
     const service = await startServiceStack({
       deployments: chains.deployments,
       ...options,
@@ -304,6 +315,8 @@ export async function startPayingStackOnSharedChains(
     return {
       chains,
       ledger: { url: chains.ledgerUrl },
+      /** What the ledger held before this suite (auditOnSharedChains sets their "no order" lines aside). */
+      earlierPayments,
       service,
       async close() {
         await service.close();
@@ -317,6 +330,38 @@ export async function startPayingStackOnSharedChains(
     await chains.close().catch(() => undefined);
     throw err;
   }
+}
+
+/**
+ * The payments a leased ledger holds once it has indexed each chain up to its head now: the
+ * earlier suites' (a suite leases the set alone, so nothing else pays meanwhile).
+ */
+async function paymentsSoFar(deployments: Deployments, ledgerUrl: string): Promise<Set<string>> {
+  for (const chain of deployedChains(deployments)) {
+    const d = requireChain(deployments, chain);
+    await waitForLedgerBlock(ledgerUrl, d.chainId, await publicClientFor(chain, rpcUrlFor(chain, d), 2).getBlockNumber());
+  }
+  const ledger = createClient(`${ledgerUrl}/sql`, { schema: ledgerSchema });
+  const rows = await ledger.db.select({ id: ledgerSchema.payment.id }).from(ledgerSchema.payment);
+  return new Set(rows.map((r) => r.id));
+}
+
+const NO_ORDER = /^payment (\S+) \(.*\) has no order or orphan record$/;
+
+/**
+ * The audit (server/audit/ledger.ts) of a service on a leased set. Every check runs over the
+ * whole ledger: treasury against chain, every refund and pull, this service's orders and
+ * orphans. One kind of line is set aside: "payment X has no order" for a payment the ledger
+ * held before the lease, an earlier suite's order this service never wrote. A payment made
+ * during the lease with no order here stays a discrepancy, whoever paid it.
+ */
+export async function auditOnSharedChains(
+  stack: { chains: { deployments: Deployments }; ledger: { url: string }; earlierPayments: ReadonlySet<string> },
+  service: { url: string; token?: string },
+): Promise<AuditReport> {
+  const report = await runAudit({ ledgerUrl: stack.ledger.url, deployments: stack.chains.deployments, service });
+  const earlier = (line: string) => stack.earlierPayments.has(NO_ORDER.exec(line)?.[1] ?? "");
+  return { ...report, discrepancies: report.discrepancies.filter((line) => !earlier(line)) };
 }
 
 export type SharedPayingStack = Awaited<ReturnType<typeof startPayingStackOnSharedChains>>;
