@@ -9,7 +9,7 @@
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hardhatAccount, facilitatorAccount } from "../../lib/local-accounts.ts";
+import { facilitatorAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
@@ -22,14 +22,15 @@ import { createFacilitator, facilitatorApp } from "../../services/facilitator/ap
 import { x402Bill } from "../support/bills.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { listen } from "../support/http-server.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const KEY = "celo-merchant-key-0123456789";
 
 describe("Celo's hosted facilitator, as published", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
   let celo: ChainActors;
-  const payer = hardhatAccount(13);
+  const payer = accounts(13);
   const lines: Array<{ level: string; msg: string; fields?: Record<string, unknown> }> = [];
   const capture: Log = {
     debug: () => {},
@@ -41,7 +42,8 @@ describe("Celo's hosted facilitator, as published", () => {
   beforeAll(async () => {
     // The facilitator wants the key on /settle, and answers settlement_pending (with the hash)
     // when it has not seen the receipt 300 ms after broadcasting.
-    paying = await startPayingStack(
+    paying = await startPayingStackOnSharedChains(
+      accounts,
       { FACILITATOR_AUTH_CELO: "api-key", FACILITATOR_API_KEY_CELO: KEY, LEDGER_WAIT_MS: "1500" },
       { facilitator: { metering: { apiKey: KEY }, confirmationTimeoutMs: 300 } },
     );
