@@ -5,16 +5,28 @@
  *   #2 facilitator (x402 settlement) #3..#19 funded payers for development and tests
  *   #20 refunder (the server's refunding key; funded with gas by the local deployment)
  */
+import { mnemonicToSeedSync } from "@scure/bip39";
 import type { Hex } from "viem";
-import { mnemonicToAccount, privateKeyToAccount, type Account } from "viem/accounts";
+import { HDKey, hdKeyToAccount, privateKeyToAccount, type Account } from "viem/accounts";
 
 export const HARDHAT_MNEMONIC = "test test test test test test test test test test test junk";
 
 export const FIRST_PAYER_INDEX = 3;
 export const LAST_PAYER_INDEX = 19;
 
+// The mnemonic's seed is derived once: it is PBKDF2, 2,048 rounds of HMAC-SHA512 in JavaScript
+// (about 10 ms), which viem's mnemonicToAccount did again for every account. Each account is
+// then a BIP-32 derivation from it, made once per index.
+let master: HDKey | undefined;
+const derived = new Map<number, Account>();
+
 export function hardhatAccount(index: number): Account {
-  return mnemonicToAccount(HARDHAT_MNEMONIC, { addressIndex: index });
+  let account = derived.get(index);
+  if (!account) {
+    master ??= HDKey.fromMasterSeed(mnemonicToSeedSync(HARDHAT_MNEMONIC));
+    derived.set(index, (account = hdKeyToAccount(master, { addressIndex: index })));
+  }
+  return account;
 }
 
 function fromEnvOr(envName: string, index: number): Account {
@@ -37,9 +49,10 @@ export function payerAccounts(): Account[] {
   return out;
 }
 
-/** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, never for a real network. */
-const WELL_KNOWN = new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
+/** Hardhat's well-known accounts (the test mnemonic, indexes 0 to 30): public keys, never for a real network. Derived when first asked. */
+let wellKnown: Set<string> | undefined;
 
 export function isWellKnownAddress(address: string): boolean {
-  return WELL_KNOWN.has(address.toLowerCase());
+  wellKnown ??= new Set(Array.from({ length: 31 }, (_, i) => hardhatAccount(i).address.toLowerCase()));
+  return wellKnown.has(address.toLowerCase());
 }
