@@ -27,9 +27,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { amountIn } from "../../lib/token-amounts.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { runReview } from "../../scripts/review.ts";
 import { FormTokens } from "../../server/operator/csrf.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
@@ -41,25 +39,28 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 const TOKEN = "review-test-token-0123456789";
 type Body = Record<string, unknown>;
 
 describe("an operator resolves what waits for review, from the console and the command line", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
+  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
   let browser: Browser;
   let alice: BrowserContext;
-  const mismatched = hardhatAccount(15);
-  const second = hardhatAccount(16);
-  const cancelling = hardhatAccount(17);
-  const served = hardhatAccount(18);
-  const outsider = hardhatAccount(19);
-  const waiting = hardhatAccount(11);
+  const mismatched = accounts(15);
+  const second = accounts(16);
+  const cancelling = accounts(17);
+  const served = accounts(18);
+  const outsider = accounts(19);
+  const waiting = accounts(11);
   let evil: Server;
   let evilUrl: string;
   let evilPage = "";
@@ -117,7 +118,7 @@ describe("an operator resolves what waits for review, from the console and the c
   }
 
   const actions = (requestId: string) => service.db.query<ReviewRecord>(`SELECT id::text AS id, action, operator, reason, outcome, detail, amount::text AS amount FROM review_action WHERE request_id = $1 ORDER BY id`, [requestId]);
-  const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url, token: TOKEN } });
+  const audit = () => auditOnSharedChains(paying, { url, token: TOKEN });
 
   /** The order's page, as `context`'s operator sees it. */
   async function orderPage(context: BrowserContext, requestId: string): Promise<Page> {
@@ -134,7 +135,8 @@ describe("an operator resolves what waits for review, from the console and the c
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack({ OPS_TOKEN: TOKEN, LEDGER_WAIT_MS: "2000" });
+    paying = await startPayingStackOnSharedChains(accounts, { OPS_TOKEN: TOKEN, LEDGER_WAIT_MS: "2000" });
+    budgets = await budgetsOf(paying.chains.deployments);
     service = paying.service;
     url = service.urls.service;
     celo = chainActors(paying.chains.deployments, "CELO");
@@ -149,7 +151,11 @@ describe("an operator resolves what waits for review, from the console and the c
   afterAll(async () => {
     evil?.close();
     await browser?.close();
-    await paying?.close();
+    try {
+      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
+    } finally {
+      await paying?.close();
+    }
   });
 
   it("refunds, from the console, exactly what the ledger shows paid under a NEEDS_REVIEW order's key; records who, when and why; the audit lists it as resolved", async () => {

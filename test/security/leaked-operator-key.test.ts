@@ -8,20 +8,23 @@
 import { keccak256, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
+import { operatorAccount } from "../../lib/local-accounts.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
 
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 const strayId = (tag: string) => keccak256(toBytes(`stolen-key-${tag}-${Date.now()}`));
 
 describe("a leaked operator key", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  /** The set's budgets as lent: this suite changes USDC's pull budget, and gives them back so. */
+  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   const errors: string[] = [];
@@ -33,7 +36,8 @@ describe("a leaked operator key", () => {
       .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
 
   beforeAll(async () => {
-    paying = await startPayingStack();
+    paying = await startPayingStackOnSharedChains(accounts);
+    budgets = await budgetsOf(paying.chains.deployments);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     const log = service.flow.log;
@@ -46,11 +50,15 @@ describe("a leaked operator key", () => {
     await celo.setPullBudget("USDC", USDC(6), 86_400n);
   });
   afterAll(async () => {
-    await paying?.close();
+    try {
+      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
+    } finally {
+      await paying?.close();
+    }
   });
 
   it("pulls at most the pull budget, only from payers with an allowance; each pull with no order is alerted at once and refunded, and the refund gives the key nothing back", async () => {
-    const [first, second, unset, agent] = [hardhatAccount(11), hardhatAccount(12), hardhatAccount(13), hardhatAccount(14)];
+    const [first, second, unset, agent] = [accounts(11), accounts(12), accounts(13), accounts(14)];
     for (const payer of [first, second, agent]) await celo.approveAndAllow(payer, "USDC", USDC(100));
     const before = new Map(await Promise.all([first, second, unset, agent].map(async (a) => [a.address, await usdc(a.address)] as const)));
     const vault = await usdc(celo.billPay);

@@ -22,9 +22,8 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import type { Account, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomNonce } from "../../lib/eip3009.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { deployerAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
-import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { PER_PAYER } from "../../server/orders/refused-payments.ts";
@@ -35,7 +34,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 type Body = Record<string, unknown>;
@@ -43,11 +42,14 @@ const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's sandbox table)
 
 describe("money safety, third round", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
+  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
-  const admin = hardhatAccount(0);
+  const admin = deployerAccount(); // BillPay's admin on the set
 
   const post = (body: Body, headers: Record<string, string> = {}) =>
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
@@ -117,7 +119,8 @@ describe("money safety, third round", () => {
   }
 
   beforeAll(async () => {
-    paying = await startPayingStack(
+    paying = await startPayingStackOnSharedChains(
+      accounts,
       {
         REFUND_BUDGET_CACHE_MS: "0",
         REFUND_PAYER_SHARE_PERCENT: "25",
@@ -128,14 +131,19 @@ describe("money safety, third round", () => {
       },
       { sandbox: { pendingRequeries: 1_000 } }, // pending until the test resolves it
     );
+    budgets = await budgetsOf(paying.chains.deployments);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
     // The admin holds USDC to fund fresh wallets (the deployer is not among the funded accounts).
-    await celo.transfer(hardhatAccount(19), "USDC", admin.address, USDC(100));
+    await celo.transfer(accounts(19), "USDC", admin.address, USDC(100));
   });
   afterAll(async () => {
-    await paying?.close();
+    try {
+      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
+    } finally {
+      await paying?.close();
+    }
   });
 
   // First: the late slice sums a day of late refunds, and later cases make some.
@@ -143,7 +151,7 @@ describe("money safety, third round", () => {
     // 4 USDC a day: a payer's share 1 USDC, the late slice 0.8 USDC.
     await celo.setRefundBudget("USDC", USDC(4), 86_400n);
     // A bill above one payer's share is refused before anything is signed.
-    const big = await post(airtime(hardhatAccount(9), SANDBOX_NUMBERS.phone, 1700));
+    const big = await post(airtime(accounts(9), SANDBOX_NUMBERS.phone, 1700));
     expect(big.status).toBe(422);
     expect(await big.json()).toMatchObject({ code: "BILL_ABOVE_REFUND_LIMIT", refund_limit: USDC(1).toString() });
 
@@ -167,7 +175,7 @@ describe("money safety, third round", () => {
     expect(states.every((o) => o.lateRefund)).toBe(true);
 
     // An honest payer's failed bill, meanwhile: refunded at once.
-    const honest = hardhatAccount(10);
+    const honest = accounts(10);
     const start = await usdc(honest.address);
     const { headers } = await clientPayment(honest, airtime(honest, "08099999999", 1001));
     const paid = (await (await post(airtime(honest, "08099999999", 1001), headers)).json()) as Body;
@@ -178,7 +186,7 @@ describe("money safety, third round", () => {
   });
 
   it("a payment its payer landed himself, refunded by hand, then offered for a bill: pays for nothing, and nothing is vended", async () => {
-    const payer = hardhatAccount(3);
+    const payer = accounts(3);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1601);
     const { headers, auth } = await clientPayment(payer, body);
@@ -205,7 +213,7 @@ describe("money safety, third round", () => {
   });
 
   it("a payment landed by its payer before it was offered is served once: its order claims the orphan, so an operator cannot also refund it by hand", async () => {
-    const payer = hardhatAccount(4);
+    const payer = accounts(4);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1602);
     const { headers, auth } = await clientPayment(payer, body);
@@ -229,7 +237,7 @@ describe("money safety, third round", () => {
   });
 
   it("an authorization cancelled on chain is refused at intake: no order, no facilitator call, counted against the payer", async () => {
-    const payer = hardhatAccount(6);
+    const payer = accounts(6);
     const start = await usdc(payer.address);
     const verifies = await metric('billpay_upstream_seconds_count{upstream="facilitator",operation="verify"');
     const orders = await orderCount();
@@ -257,7 +265,7 @@ describe("money safety, third round", () => {
   });
 
   it("an honest payment refused as not yet valid, landed later by anyone, is refunded with no operator; junk is not kept, and what is kept is bounded", async () => {
-    const payer = hardhatAccount(7);
+    const payer = accounts(7);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1620);
     const req = await required(body);
@@ -278,7 +286,7 @@ describe("money safety, third round", () => {
     expect((await ordersUnder(soon))!.lateRefund).toBe(true);
 
     // Junk (a signature that is not the payer's) is refused the same way, and not kept.
-    const junk = await celo.signAuthorization(hardhatAccount(8), "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
+    const junk = await celo.signAuthorization(accounts(8), "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
     const junkRes = await post(body, header({ ...junk, from: payer.address }, req));
     expect(JSON.stringify(await junkRes.json())).not.toContain("refunded to the payer");
     // One payer's kept refusals are bounded: past PER_PAYER, refused without being kept.
@@ -296,7 +304,7 @@ describe("money safety, third round", () => {
   });
 
   it("the biller's webhook for an earlier attempt is requeried by that attempt's own id: a delivery after the refund is recorded, alerted and given to the payer, and nothing is refunded twice", async () => {
-    const payer = hardhatAccount(11);
+    const payer = accounts(11);
     const start = await usdc(payer.address);
     const body = x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code: "mobile_only", nairaAmount: 1450 });
     const { headers } = await clientPayment(payer, body);
@@ -327,7 +335,7 @@ describe("money safety, third round", () => {
   });
 
   it("the biller delivering both attempts is recorded as paid twice; a failed latest attempt is not refunded while an earlier one was delivered", async () => {
-    const payer = hardhatAccount(12);
+    const payer = accounts(12);
     const start = await usdc(payer.address);
     const body = x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code: "mobile_only", nairaAmount: 1450 });
     const { headers } = await clientPayment(payer, body);
@@ -363,7 +371,7 @@ describe("money safety, third round", () => {
   });
 
   it("receipts and a settled answer are given only for a payment the chain confirmed, never for an order held with a facilitator's word", async () => {
-    const payer = hardhatAccount(13);
+    const payer = accounts(13);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1640);
     const { headers } = await clientPayment(payer, body);
     const served = (await (await post(body, headers)).json()) as Body & { receipt?: unknown };
@@ -380,8 +388,8 @@ describe("money safety, third round", () => {
   });
 
   it("an orphan closes as refunded by hand only with a transfer from BillPay or its admin, not one the payer sent himself", async () => {
-    const payer = hardhatAccount(14);
-    const friend = hardhatAccount(15);
+    const payer = accounts(14);
+    const friend = accounts(15);
     const { authorization } = await celo.payByAuthorization(payer, "USDC", 250_000n);
     await passes();
     expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
@@ -394,14 +402,14 @@ describe("money safety, third round", () => {
     expect(refused.record.detail).toContain("from BillPay or its admin");
     expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
     // The admin's own transfer counts.
-    await celo.transfer(hardhatAccount(19), "USDC", admin.address, 250_000n);
+    await celo.transfer(accounts(19), "USDC", admin.address, 250_000n);
     const fromAdmin = await celo.transfer(admin, "USDC", payer.address, 250_000n);
     expect((await resolveOrphanPayment(review, { ...key, reason: "refunded by hand from the admin's wallet", refundTxHash: fromAdmin.transactionHash })).record.outcome).toBe("DONE");
   });
 
   it("the audit is clean after every attack, and lists for a person only what the biller did", async () => {
     await passes();
-    const report = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    const report = await auditOnSharedChains(paying, { url });
     expect(report.discrepancies).toEqual([]);
     expect(report.orders!.stuck).toEqual([]);
     // What it lists for a person is the biller's doing, flagged on served or refunded orders:

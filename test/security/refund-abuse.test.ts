@@ -10,7 +10,6 @@ import type { Account, Hex } from "viem";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { workOnce } from "../../server/orders/worker.ts";
@@ -22,13 +21,16 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 
 describe("refunds are never free and never starved", () => {
-  let paying: Awaited<ReturnType<typeof startPayingStack>>;
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
+  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -62,12 +64,13 @@ describe("refunds are never free and never starved", () => {
   };
 
   beforeAll(async () => {
-    paying = await startPayingStack({
+    paying = await startPayingStackOnSharedChains(accounts, {
       REFUND_BUDGET_CACHE_MS: "0", // the admin changes the budget between tests
       REFUND_PAYER_SHARE_PERCENT: "25",
       REFUND_WAIT_REVIEW_SECONDS: "60",
       RATE_LIMIT_UNSETTLED_PAYER: "3/600",
     });
+    budgets = await budgetsOf(paying.chains.deployments);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
@@ -75,11 +78,15 @@ describe("refunds are never free and never starved", () => {
     await celo.setRefundBudget("USDC", USDC(8), 86_400n);
   });
   afterAll(async () => {
-    await paying?.close();
+    try {
+      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
+    } finally {
+      await paying?.close();
+    }
   });
 
   it("refuses a bill above what the refund budget could return to one payer, before any challenge or pull", async () => {
-    const payer = hardhatAccount(3);
+    const payer = accounts(3);
     const big = airtime(payer, SANDBOX_NUMBERS.phone, 15_500); // 10.001 USDC > 8
     const quote = await fetch(`${url}/api/quote`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(big) });
     expect(quote.status).toBe(422);
@@ -90,7 +97,7 @@ describe("refunds are never free and never starved", () => {
     expect(((await challenge.json()) as Body).code).toBe("BILL_ABOVE_REFUND_LIMIT");
 
     // The agent hub: refused before the pull, so the wallet is not charged.
-    const agent = hardhatAccount(4);
+    const agent = accounts(4);
     await celo.approveAndAllow(agent, "USDC", USDC(100));
     const key = newApiKey();
     await service.hub.deps.links.link({ wallet: agent.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
@@ -140,7 +147,7 @@ describe("refunds are never free and never starved", () => {
     expect(bad.status).toBe(400);
 
     // The stranger's first wrong meter settles and is refunded (the interface's settle-then-verify)...
-    const stranger = hardhatAccount(5);
+    const stranger = accounts(5);
     const start = await usdc(stranger.address);
     const first = await pay(stranger, electricity(stranger, "9999999999999"));
     expect(first.body).toMatchObject({ status: "FAILED_VENDING" });
@@ -157,15 +164,15 @@ describe("refunds are never free and never starved", () => {
     expect((await pay(stranger, electricity(stranger, SANDBOX_NUMBERS.prepaidMeter))).body).toMatchObject({ status: "SUCCESS" });
     expect((await pay(stranger, airtime(stranger, SANDBOX_NUMBERS.phone, 1551))).body).toMatchObject({ status: "SUCCESS" });
     // Everyone else keeps settle-then-verify.
-    const other = hardhatAccount(6);
+    const other = accounts(6);
     expect((await pay(other, electricity(other, "9999999999997"))).body).toMatchObject({ status: "FAILED_VENDING" });
   });
 
   it("one payer's refunds take at most its share of the budget; an honest payer's failed bill is refunded at once", async () => {
     await celo.setRefundBudget("USDC", USDC(8), 86_400n); // full again: 25% share = 2 USDC
     await passes(); // earlier tests' refunds are done
-    const attacker = hardhatAccount(7);
-    const honest = hardhatAccount(8);
+    const attacker = accounts(7);
+    const honest = accounts(8);
     const waitingBefore = await metric("billpay_refunds_waiting_total");
     // Airtime to a number the biller fails: settled, then refunded.
     const failing = (who: Account, naira: number) => pay(who, airtime(who, "08099999999", naira));
@@ -202,7 +209,7 @@ describe("refunds are never free and never starved", () => {
     // payers' failed bills of about 0.32 USDC each take more than the budget holds: four are
     // refunded, the fifth waits (the refill during the test is a few thousandths of a USDC).
     await celo.setRefundBudget("USDC", USDC(1.5), 600n);
-    const payers = [9, 10, 14, 16, 17].map((n) => hardhatAccount(n));
+    const payers = [9, 10, 14, 16, 17].map((n) => accounts(n));
     const bills: Array<{ status: number; body: Body }> = [];
     for (const [i, p] of payers.entries()) bills.push(await pay(p, airtime(p, "08099999999", 500 + i)));
     await passes();
@@ -211,7 +218,7 @@ describe("refunds are never free and never starved", () => {
     const waitingId = bills[statuses.indexOf("REFUNDING")]!.body.request_id;
     // With under half of the budget left it is under pressure: a new payer's wrong number is now
     // checked before payment too, and refused unpaid (many wallets cannot each take a share).
-    const newcomer = hardhatAccount(15);
+    const newcomer = accounts(15);
     const pressed = await post(electricity(newcomer, "9999999999996"));
     expect(pressed.status).toBe(422);
     expect(await pressed.json()).toMatchObject({ code: "CUSTOMER_NOT_VERIFIED", detail: expect.stringContaining("refunds are heavy") });
@@ -243,7 +250,7 @@ describe("refunds are never free and never starved", () => {
     // The number check goes through its own cache, so the down biller gets checks of its own, with none kept.
     const down = { ...service.flow, biller: unreachable, customerChecks: new CustomerChecks(unreachable, 0, async () => 0, 1) };
     const app = createApp({ config: c, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: down });
-    const payer = hardhatAccount(13);
+    const payer = accounts(13);
     const start = await usdc(payer.address);
     const body = electricity(payer, SANDBOX_NUMBERS.prepaidMeter, 1590);
     const ask = (h: Record<string, string> = {}) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...h }, body: JSON.stringify(body) });
@@ -286,7 +293,7 @@ describe("refunds are never free and never starved", () => {
   });
 
   it("paid calls that settle nothing are limited per payer, whatever address they come from", async () => {
-    const payer = hardhatAccount(11);
+    const payer = accounts(11);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1580);
     const challenged = await post(body);
     const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
@@ -298,7 +305,7 @@ describe("refunds are never free and never starved", () => {
     // A payment that settles is never counted, but this payer's budget is spent for now.
     expect((await post(body, client.encodePaymentSignatureHeader(payload))).status).toBe(429);
     // Another payer is not affected.
-    const other = hardhatAccount(12);
+    const other = accounts(12);
     expect((await pay(other, airtime(other, SANDBOX_NUMBERS.phone, 1581))).body).toMatchObject({ status: "SUCCESS" });
   });
 });

@@ -8,7 +8,7 @@ import { concat, keccak256, toHex, type Hex } from "viem";
 import { privateKeyToAccount, type Account } from "viem/accounts";
 import { deployedChains, readDeployments, requireChain, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { FIRST_PAYER_INDEX, LAST_PAYER_INDEX } from "../../lib/local-accounts.ts";
-import type { ChainKey } from "../../lib/chains.ts";
+import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import { fundPayers } from "../../stack/local-deploy.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
@@ -24,6 +24,7 @@ import { startLocalChains, type LocalChains } from "../../stack/local-chains.ts"
 import { startServiceStack } from "../../stack/service-stack.ts";
 import { startChainsProcess as startChainsScript } from "../../stack/chains-process.ts";
 import { TEST_TMP_ENV } from "./temp-root.ts";
+import { chainActors } from "./actors.ts";
 
 import pg from "pg";
 
@@ -257,6 +258,48 @@ export async function chainWideState(deployments: Deployments): Promise<string> 
     state.push({ chain, automine, paused, tokens });
   }
   return JSON.stringify(state);
+}
+
+/** Each token's refund and pull budget on each chain: its limit and period. */
+export type Budgets = Array<{ chain: ChainKey; symbol: TokenSymbol; kind: "refund" | "pull"; limit: bigint; period: bigint; available: bigint }>;
+
+export async function budgetsOf(deployments: Deployments): Promise<Budgets> {
+  const out: Budgets = [];
+  for (const chain of deployedChains(deployments)) {
+    const actors = chainActors(deployments, chain);
+    for (const t of requireChain(deployments, chain).tokens) {
+      for (const kind of ["refund", "pull"] as const) {
+        const [limit, period, available] = await actors.publicClient.readContract({ address: actors.billPay, abi: billPayAbi, functionName: kind === "refund" ? "refundBudget" : "pullBudget", args: [t.address as Hex] });
+        out.push({ chain, symbol: t.symbol as TokenSymbol, kind, limit, period, available });
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * Puts every refund and pull budget on a leased set back to `as` (budgetsOf when the suite
+ * began), full, for a suite that changed or drew one down on purpose. A limit set again keeps
+ * only what was available and refills at limit per period, so setting it back is not enough:
+ * the next suite would start up to a day's refill short. Set with a one-second period, the
+ * bucket is full a second later; set to its own period then, it stays full (BillPay._setBudget).
+ */
+export async function restoreBudgets(deployments: Deployments, as: Budgets): Promise<void> {
+  const now = await budgetsOf(deployments);
+  const changed = as.filter((b) => {
+    const n = now.find((x) => x.chain === b.chain && x.symbol === b.symbol && x.kind === b.kind)!;
+    return b.limit > 0n && (n.limit !== b.limit || n.period !== b.period || n.available < b.limit);
+  });
+  for (const chain of new Set(changed.map((b) => b.chain))) {
+    const actors = chainActors(deployments, chain);
+    const here = changed.filter((b) => b.chain === chain);
+    const set = (b: (typeof here)[number], period: bigint) => (b.kind === "refund" ? actors.setRefundBudget(b.symbol, b.limit, period) : actors.setPullBudget(b.symbol, b.limit, period));
+    let last = 0n;
+    for (const b of here) last = (await actors.publicClient.getBlock({ blockNumber: (await set(b, 1n)).blockNumber })).timestamp;
+    // A second of chain time at the one-second period refills each bucket (the local chains mine one a second).
+    while ((await actors.publicClient.getBlock()).timestamp <= last) await new Promise((r) => setTimeout(r, 200));
+    for (const b of here) await set(b, b.period);
+  }
 }
 
 /**
