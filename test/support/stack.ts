@@ -260,7 +260,7 @@ export async function chainWideState(deployments: Deployments): Promise<string> 
   return JSON.stringify(state);
 }
 
-/** Each token's refund and pull budget on each chain: its limit and period. */
+/** Each token's refund and pull budget on each chain: its limit, period and what it holds now. */
 export type Budgets = Array<{ chain: ChainKey; symbol: TokenSymbol; kind: "refund" | "pull"; limit: bigint; period: bigint; available: bigint }>;
 
 export async function budgetsOf(deployments: Deployments): Promise<Budgets> {
@@ -304,8 +304,9 @@ export async function restoreBudgets(deployments: Deployments, as: Budgets): Pro
 
 /**
  * Chains and a ledger leased for this suite alone (test/support/shared-chains.ts); `close`
- * gives them back. For suites that change nothing chain-wide: no budget, role, pause, mining
- * mode, clock or reorganisation, and no wallet of Hardhat's that another suite pays from.
+ * gives them back. For suites that leave nothing changed chain-wide: a budget or the mining
+ * mode only if they put it back (restoreBudgets for budgets), and no role, pause, clock or
+ * reorganisation, and no wallet of Hardhat's that another suite pays from.
  */
 export async function leaseSharedChains() {
   const coordinator = inject("sharedChainsUrl");
@@ -389,6 +390,8 @@ async function paymentsSoFar(deployments: Deployments, ledgerUrl: string): Promi
   return new Set(rows.map((r) => r.id));
 }
 
+// server/audit/orders.ts's words for a payment no order accounts for. Were they to change,
+// nothing would be set aside and the suites' audits would fail, not pass.
 const NO_ORDER = /^payment (\S+) \(.*\) has no order or orphan record$/;
 
 /**
