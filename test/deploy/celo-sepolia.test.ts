@@ -217,8 +217,9 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
 
   it("starts the service on the profile and takes an x402 payment and agent payments, with no hardhat_* call", async () => {
     const env = { NETWORK: "celo-sepolia", CELO_RPC_URL: proxy.url, CELO_USDC_ADDRESS: usdc, DEPLOYMENTS_FILE: deployOut };
-    // The ledger on PostgreSQL, as a ledger on a public network is deployed (the embedded
-    // PGlite is the local profile's default, covered by npm start's suite).
+    // The ledger and the service on PostgreSQL, as they are deployed on a public network (the
+    // embedded PGlite is the local profile's default, covered by npm start's suite; on PGlite
+    // the service's own database took 7 s and 10 s of CPU to create here).
     const database = await freshDatabase("celo_sepolia");
     closers.push(() => database.drop());
     ledger = await startLedger({ deploymentsFile: deployOut, databaseUrl: database.url, env });
@@ -244,7 +245,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
       BILLER_SECRET_KEY: billerKeys.secretKey,
       BILLER_PUBLIC_KEY: billerKeys.publicKey,
       LEDGER_URL: ledger.url,
-      SERVER_PGLITE_DIR: join(dir, "server"),
+      SERVER_DATABASE_URL: database.url,
       LOG_FORMAT: "json",
       LOG_LEVEL: "info",
       WORKER_INTERVAL_MS: "500",
@@ -253,6 +254,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     closers.push(service.stop);
     serviceUrl = `http://127.0.0.1:${port}`;
     expect(service.output()).toContain('"network":"celo-sepolia"');
+    expect(service.output()).toContain('"database":"postgresql"');
 
     // The 402 names Celo Sepolia, and only it.
     const challenge = await fetch(`${serviceUrl}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(x402Bill(hardhatAccount(5).address)) });
