@@ -13,6 +13,8 @@ import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
 import { buildFlow, buildHub, claimKeys } from "./services.ts";
 import { KeyHeld } from "./chain/key-lease.ts";
+import type { HotKeys } from "./chain/operator.ts";
+import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
 import { startupFailures } from "./startup-checks.ts";
 import { log as processLog } from "./log.ts";
 
@@ -26,18 +28,20 @@ try {
   process.exit(1);
 }
 
-const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR, poolSize: config.SERVER_DB_POOL_SIZE });
-const rates = rateSourceFor(config, db, processLog());
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
-const flow = buildFlow(config, deployments, db);
-// Refuse to start on anything that would fail payers later (server/startup-checks.ts).
-const failures = await startupFailures(config, activeNetwork(), deployments, flow.operator.addresses);
+const keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() };
+// Refuse to start on anything that would fail payers later (server/startup-checks.ts), before
+// the database is opened: a service that cannot run says so at once, and creates nothing (an
+// embedded database took seconds to create first).
+const failures = await startupFailures(config, activeNetwork(), deployments, { operator: keys.operator.address, refunder: keys.refunder.address });
 if (failures.length > 0) {
   processLog().error("refusing to start", { failures });
   console.error(`refusing to start:\n${failures.map((f) => `  - ${f}`).join("\n")}`);
-  await db.close();
   process.exit(1);
 }
+const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR, poolSize: config.SERVER_DB_POOL_SIZE });
+const rates = rateSourceFor(config, db, processLog());
+const flow = buildFlow(config, deployments, db, keys);
 // One key, one instance: refused while another live instance signs with these keys (server/chain/key-lease.ts).
 try {
   await claimKeys(flow);

@@ -2,6 +2,7 @@
  * Every refusal to start (server/startup-checks.ts), each shown on a real local chain or a
  * configuration made to fail it, and the service process itself refusing with its message.
  */
+import { existsSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -178,7 +179,7 @@ describe("start-up checks", () => {
     expect(pinPepper(loadConfig({ PIN_PEPPER_FILE: file }), activeNetwork()).equals(local)).toBe(true);
   });
 
-  it("keep the service process from starting, naming each failure", async () => {
+  it("keep the service process from starting, naming each failure, before it creates its database", async () => {
     const file = join(stack.dir, "wrong-version.json");
     await writeFile(file, JSON.stringify(changed((d) => (d.tokens.find((t) => t.symbol === "USDC")!.eip712Version = "1"))));
     const { code, out } = await runScript("server/main.ts", [], { DEPLOYMENTS_FILE: file, PORT: "0", SERVER_PGLITE_DIR: join(stack.dir, "refused-db"), LOG_FORMAT: "json" });
@@ -186,6 +187,7 @@ describe("start-up checks", () => {
     expect(out).toContain("refusing to start");
     expect(out).toContain('CELO USDC: the token\'s EIP-712 version is "2", the 402 advertises "1"');
     expect(out).not.toContain("listening");
+    expect(existsSync(join(stack.dir, "refused-db"))).toBe(false);
   });
 
   it("keep a second service process off the keys a live instance signs with, naming the key", async () => {
