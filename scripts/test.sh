@@ -7,11 +7,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 typecheck_log=$(mktemp)
-trap 'rm -f "$typecheck_log"' EXIT
-npx tsc --noEmit > "$typecheck_log" 2>&1 &
+# The project's own binaries, not npx: the typecheck's pid is tsc itself, which a run cut
+# short (Ctrl-C) stops with it instead of leaving it to finish alone.
+node_modules/.bin/tsc --noEmit > "$typecheck_log" 2>&1 &
 typecheck=$!
+trap 'kill "$typecheck" 2>/dev/null; rm -f "$typecheck_log"' EXIT
 
-npx vitest run "$@"
+node_modules/.bin/vitest run "$@"
 vitest_status=$?
 
 wait "$typecheck"

@@ -11,10 +11,8 @@ import { openDb } from "./db.ts";
 import { purgeTask } from "./storage-purge.ts";
 import { startWorker } from "./orders/worker.ts";
 import { rateSourceFor } from "./pricing/rates.ts";
-import { buildFlow, buildHub, claimKeys } from "./services.ts";
+import { buildFlow, buildHub, claimKeys, hotKeys } from "./services.ts";
 import { KeyHeld } from "./chain/key-lease.ts";
-import type { HotKeys } from "./chain/operator.ts";
-import { operatorAccount, refunderAccount } from "../lib/local-accounts.ts";
 import { startupFailures } from "./startup-checks.ts";
 import { log as processLog } from "./log.ts";
 
@@ -29,7 +27,7 @@ try {
 }
 
 const deployments = await readDeployments(config.DEPLOYMENTS_FILE);
-const keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() };
+const keys = hotKeys();
 // Refuse to start on anything that would fail payers later (server/startup-checks.ts), before
 // the database is opened: a service that cannot run says so at once, and creates nothing (an
 // embedded database took seconds to create first).

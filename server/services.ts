@@ -45,12 +45,12 @@ export function confirmationsFor(config: Config): Partial<Record<ChainKey, numbe
   return Object.fromEntries(Object.entries(chains).map(([key, info]) => [key, set[key as ChainKey] ?? info.confirmations]));
 }
 
-export function buildFlow(
-  config: Config,
-  deployments: Deployments,
-  db: Db,
-  keys: HotKeys = { operator: operatorAccount(), refunder: refunderAccount() },
-): WorkerDeps {
+/** The service's hot keys from OPERATOR_PRIVATE_KEY and REFUNDER_PRIVATE_KEY (Hardhat's on the local profile). */
+export function hotKeys(): HotKeys {
+  return { operator: operatorAccount(), refunder: refunderAccount() };
+}
+
+export function buildFlow(config: Config, deployments: Deployments, db: Db, keys: HotKeys = hotKeys()): WorkerDeps {
   const metrics = new Metrics();
   const facilitator = (url: string, chain: ChainKey) =>
     timedFacilitator(new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS, createAuthHeaders: facilitatorAuth(config, chain) }), metrics);
