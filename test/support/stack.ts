@@ -238,21 +238,23 @@ async function startReadingAtHeads(deployments: Deployments, where: { url?: stri
  * (their limits and periods; what is available moves with every refund and pull).
  */
 export async function chainWideState(deployments: Deployments): Promise<string> {
+  const budgets = await budgetsOf(deployments);
+  const budget = (chain: ChainKey, symbol: string, kind: "refund" | "pull") => {
+    const b = budgets.find((x) => x.chain === chain && x.symbol === symbol && x.kind === kind)!;
+    return `${b.limit}/${b.period}`;
+  };
   const state: unknown[] = [];
   for (const chain of deployedChains(deployments)) {
     const d = requireChain(deployments, chain);
     const client = publicClientFor(chain, rpcUrlFor(chain, d), 2);
     const billPay = { address: d.billPay.address as Hex, abi: billPayAbi } as const;
     const tokens = await Promise.all(
-      d.tokens.map(async (t) => {
-        const token = t.address as Hex;
-        const [accepted, [refundLimit, refundPeriod], [pullLimit, pullPeriod]] = await Promise.all([
-          client.readContract({ ...billPay, functionName: "isAcceptedToken", args: [token] }),
-          client.readContract({ ...billPay, functionName: "refundBudget", args: [token] }),
-          client.readContract({ ...billPay, functionName: "pullBudget", args: [token] }),
-        ]);
-        return { symbol: t.symbol, accepted, refund: `${refundLimit}/${refundPeriod}`, pull: `${pullLimit}/${pullPeriod}` };
-      }),
+      d.tokens.map(async (t) => ({
+        symbol: t.symbol,
+        accepted: await client.readContract({ ...billPay, functionName: "isAcceptedToken", args: [t.address as Hex] }),
+        refund: budget(chain, t.symbol, "refund"),
+        pull: budget(chain, t.symbol, "pull"),
+      })),
     );
     const [automine, paused] = await Promise.all([client.request({ method: "hardhat_getAutomine" as never }), client.readContract({ ...billPay, functionName: "paused" })]);
     state.push({ chain, automine, paused, tokens });
@@ -284,6 +286,8 @@ export async function budgetsOf(deployments: Deployments): Promise<Budgets> {
  * the next suite would start up to a day's refill short. Set with a one-second period, the
  * bucket is full a second later; set to its own period then, it stays full (BillPay._setBudget).
  */
+const REFILL_TIMEOUT_MS = 15_000;
+
 export async function restoreBudgets(deployments: Deployments, as: Budgets): Promise<void> {
   const now = await budgetsOf(deployments);
   const changed = as.filter((b) => {
@@ -297,7 +301,11 @@ export async function restoreBudgets(deployments: Deployments, as: Budgets): Pro
     let last = 0n;
     for (const b of here) last = (await actors.publicClient.getBlock({ blockNumber: (await set(b, 1n)).blockNumber })).timestamp;
     // A second of chain time at the one-second period refills each bucket (the local chains mine one a second).
-    while ((await actors.publicClient.getBlock()).timestamp <= last) await new Promise((r) => setTimeout(r, 200));
+    const deadline = Date.now() + REFILL_TIMEOUT_MS;
+    while ((await actors.publicClient.getBlock()).timestamp <= last) {
+      if (Date.now() > deadline) throw new Error(`${chain} mined no block for ${REFILL_TIMEOUT_MS} ms: its interval mining is off, and the budgets cannot refill`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
     for (const b of here) await set(b, b.period);
   }
 }
