@@ -4,14 +4,13 @@ import { HTTPFacilitatorClient } from "@x402/core/server";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
-import { createWalletClient, http, type Hex } from "viem";
+import { type Address, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { CONTRACT_SIGNATURE_GAS } from "../../lib/contract-signature.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
 import { checkSignature, PaymentRejected, type DecodedPayment } from "../../server/x402-protocol/payment.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { wrapFetchWithPayment as legacyWrapFetchWithPayment } from "x402-fetch";
-import { viemChain } from "../../lib/chains.ts";
+import legacyRetry from "../fixtures/x402-fetch/v1-paid-retry.json" with { type: "json" };
 import { freePort, waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { createApp } from "../../server/app.ts";
@@ -387,19 +386,51 @@ describe("x402 route: paying a bill end to end", () => {
     expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!).success).toBe(true);
   });
 
-  it("is paid by the legacy x402-fetch client on BASE, which asks for v1 network names", async () => {
-    const before = await chainActors(stack.deployments, "BASE").balanceOf("USDC", payer.address);
-    const wallet = createWalletClient({ account: payer, chain: viemChain("BASE", stack.rpcUrls.BASE), transport: http(stack.rpcUrls.BASE) });
-    const legacyFetch = legacyWrapFetchWithPayment(fetch, wallet as never, 10n ** 7n);
-    const res = await legacyFetch(`${url}/api/pay/x402?networks=v1`, {
+  it("takes the legacy x402-fetch 1.2.0 client's paid retry, replayed key for key from its recorded fixture, on BASE with v1 network names", async () => {
+    // test/fixtures/x402-fetch/v1-paid-retry.json: what that client sent, decoded, is its header.
+    const recorded = legacyRetry.retry;
+    expect(JSON.parse(Buffer.from(recorded.headers["x-payment"], "base64").toString())).toEqual(recorded.payment);
+    const offered = legacyRetry.challenge.accepts[0]!;
+    // The client's window: valid from ten minutes back, until maxTimeoutSeconds from now.
+    const backdated = Number(recorded.payment.payload.authorization.validBefore) - Number(recorded.payment.payload.authorization.validAfter) - offered.maxTimeoutSeconds;
+    expect(backdated).toBe(600);
+
+    const base = chainActors(stack.deployments, "BASE");
+    const before = await base.balanceOf("USDC", payer.address);
+    const body = bill("08011111111", { blockchain: "BASE" });
+    const challenged = await fetch(`${url}/api/pay/x402?networks=v1`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect(challenged.status).toBe(402);
+    const accepts = ((await challenged.json()) as { accepts: Array<typeof offered> }).accepts.find((a) => a.network === offered.network)!;
+    expect(Object.keys(accepts).sort()).toEqual(expect.arrayContaining(Object.keys(offered).sort()));
+    const now = Math.floor(Date.now() / 1000);
+    const authorization = {
+      from: payer.address,
+      to: accepts.payTo as Address,
+      value: accepts.maxAmountRequired,
+      validAfter: String(now - backdated),
+      validBefore: String(now + accepts.maxTimeoutSeconds),
+      nonce: randomNonce(),
+    };
+    const signature = await payer.signTypedData!({
+      domain: { name: accepts.extra.name, version: accepts.extra.version, chainId: base.deployment.chainId, verifyingContract: accepts.asset as Address },
+      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+      primaryType: "TransferWithAuthorization",
+      message: { ...authorization, value: BigInt(authorization.value), validAfter: BigInt(authorization.validAfter), validBefore: BigInt(authorization.validBefore) },
+    });
+    const payment = { x402Version: 1, scheme: "exact", network: offered.network, payload: { signature, authorization } };
+    // The same keys, in the same order, at every level, as the client's own.
+    const shape = (v: unknown): unknown => (v && typeof v === "object" ? Object.entries(v).map(([k, x]) => [k, shape(x)]) : typeof v);
+    expect(shape(payment)).toEqual(shape(recorded.payment));
+
+    const res = await fetch(`${url}/api/pay/x402?networks=v1`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(bill("08011111111", { blockchain: "BASE" })),
+      headers: { ...recorded.headers, "x-payment": Buffer.from(JSON.stringify(payment)).toString("base64") },
+      body: JSON.stringify(body),
     });
     expect(res.status).toBe(200);
     expect(((await res.json()) as Result).status).toBe("SUCCESS");
     expect(decodePaymentResponseHeader(res.headers.get("X-PAYMENT-RESPONSE")!)).toMatchObject({ success: true, network: "eip155:8453" });
-    expect(await chainActors(stack.deployments, "BASE").balanceOf("USDC", payer.address)).toBe(before - 1_001_000n);
+    expect(await base.balanceOf("USDC", payer.address)).toBe(before - BigInt(accepts.maxAmountRequired));
   });
 
   it("is paid by @x402/fetch in protocol 1 mode, when the server offers protocol 1 only", async () => {
