@@ -28,6 +28,27 @@ describe("the service's embedded database (PGlite)", () => {
     }
   });
 
+  it("opens each in-memory database empty and migrated, whatever one opened before it in the process wrote or still holds", async () => {
+    // The second and later ones start from the first's initdb image (server/db.ts).
+    const migrations = async (db: Awaited<ReturnType<typeof openDb>>) => (await db.query<{ n: number }>("SELECT count(*)::int AS n FROM schema_migration"))[0]!.n;
+    const first = await openDb({});
+    const migrated = await migrations(first);
+    expect(migrated).toBeGreaterThan(0);
+    await first.query("CREATE TABLE left_behind (x int)");
+    await first.query("INSERT INTO schema_migration (version) VALUES (999999)");
+    const [second, third] = await Promise.all([openDb({}), openDb({})]);
+    try {
+      for (const db of [second, third]) {
+        expect(await migrations(db)).toBe(migrated);
+        expect(await db.query("SELECT 1 FROM pg_tables WHERE tablename = 'left_behind'")).toEqual([]);
+      }
+      await second.query("CREATE TABLE only_here (x int)");
+      expect(await third.query("SELECT 1 FROM pg_tables WHERE tablename = 'only_here'")).toEqual([]);
+    } finally {
+      await Promise.all([first.close(), second.close(), third.close()]);
+    }
+  });
+
   it("keeps its state on disk across a restart", async () => {
     const dir = await tempDir();
     const first = await openDb({ pgliteDir: dir });
