@@ -12,13 +12,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LedgerClient, type LedgerPayment } from "../../server/ledger-client.ts";
 import { freePort, startLedger, waitForLedgerBlock, type Ledger } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { freshAccounts, freshDatabase, leaseSharedChains, POSTGRES_URL, tempDir, uniqueSchema, type SharedChains } from "../support/stack.ts";
+import { IN_MEMORY } from "../../lib/ledger-config.ts";
+import { freshAccounts, freshDatabase, leaseSharedChains, POSTGRES_URL, STACK_ON_PGLITE, tempDir, uniqueSchema, type SharedChains } from "../support/stack.ts";
 
 for (const db of ["PGlite", "PostgreSQL"] as const) {
   describe(`ledger pushes on ${db}`, () => {
-    // Leased chains (test/support/shared-chains.ts), and a ledger of this suite's own on them.
+    // Leased chains (test/support/shared-chains.ts). The set's own ledger is on the PostgreSQL
+    // server (in memory with STACK_DB=pglite): the suite reads that one where its database is
+    // the one under test, and starts a ledger of its own on the other, instead of a third
+    // Ponder process indexing the set's whole history again.
     let stack: SharedChains;
-    let ledger: Ledger;
+    let ledgerUrl: string;
+    let ownLedger: Ledger | undefined;
     let celo: ChainActors;
     let drop: (() => Promise<void>) | undefined;
     const accounts = freshAccounts();
@@ -29,26 +34,33 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
     beforeAll(async () => {
       stack = await leaseSharedChains();
       await accounts.fund(stack.deployments);
-      const database = db === "PostgreSQL" ? await freshDatabase("ledger_push", POSTGRES_URL) : undefined;
-      drop = database?.drop;
-      ledger = await startLedger({
-        deploymentsFile: stack.deploymentsFile,
-        databaseUrl: database?.url,
-        pgliteDir: join(await tempDir("ledger-push"), "pglite"),
-        schema: uniqueSchema("ledger_push"),
-        viewsSchema: uniqueSchema("ledger_push_views"),
-      });
+      if ((db === "PGlite") === STACK_ON_PGLITE) {
+        ledgerUrl = stack.ledgerUrl;
+      } else {
+        const database = db === "PostgreSQL" ? await freshDatabase("ledger_push", POSTGRES_URL) : undefined;
+        drop = database?.drop;
+        ownLedger = await startLedger({
+          deploymentsFile: stack.deploymentsFile,
+          databaseUrl: database?.url,
+          // In memory, as `npm start`'s ledger is by default.
+          pgliteDir: database ? undefined : IN_MEMORY,
+          schema: uniqueSchema("ledger_push"),
+          viewsSchema: uniqueSchema("ledger_push_views"),
+          logTo: join(await tempDir("ledger-push"), "ponder.log"),
+        });
+        ledgerUrl = ownLedger.url;
+      }
       celo = chainActors(stack.deployments, "CELO");
       await celo.approveAndAllow(payer, "USDC", 10_000_000n);
     });
     afterAll(async () => {
-      await ledger?.stop();
+      await ownLedger?.stop();
       await stack?.close();
       await drop?.();
     });
 
     it("wakes a waiter with the new payment in the push, exactly as indexed", async () => {
-      const client = new LedgerClient(ledger.url);
+      const client = new LedgerClient(ledgerUrl);
       try {
         // The ledger takes live queries once its backfill is done, and a stream pushes changes
         // only: pay until the first push arrives, so the stream is known to be open.
@@ -87,7 +99,7 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
       } finally {
         client.close();
       }
-      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+      await waitForLedgerBlock(ledgerUrl, 42220, await celo.publicClient.getBlockNumber());
     });
   });
 }
