@@ -3,7 +3,9 @@
  * and log index); aggregate tables answer per payer, per token and per treasury without a
  * scan. Amounts are raw token units (numeric(78,0)); addresses and hashes lower-case hex.
  */
-import { index, onchainEnum, onchainTable, primaryKey, uniqueIndex } from "ponder";
+// `ponder/onchain`, an entry this project patches in (docs/ledger.md, Ponder and its patches): the
+// table builders alone, so the service and the audit load the schema without Ponder's servers.
+import { index, onchainEnum, onchainTable, primaryKey, uniqueIndex } from "ponder/onchain";
 
 /** How a payment reached BillPay: pulled, an EIP-3009 authorization (x402), or a Permit2 permit through x402's exact proxy. */
 export const rail = onchainEnum("rail", ["pull", "authorization", "permit2"]);

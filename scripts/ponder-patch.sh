@@ -16,5 +16,8 @@ mv "$work/package" "$work/a/node_modules/ponder"
 cp -r node_modules/ponder "$work/b/node_modules/ponder"
 rm -rf "$work/b/node_modules/ponder/node_modules"
 find "$work/b" -name '*.orig' -delete
-(cd "$work" && git diff --no-index --no-prefix a/node_modules/ponder b/node_modules/ponder) > "patches/ponder+$version.patch" || true
+# A new file's header names its b/ path twice (there is no a/ side); patch-package cannot parse
+# that, and wants the a/ b/ pair git writes for a file in both trees.
+(cd "$work" && git diff --no-index --no-prefix a/node_modules/ponder b/node_modules/ponder) \
+  | sed -E 's#^diff --git b/(.*) b/(.*)$#diff --git a/\1 b/\2#' > "patches/ponder+$version.patch" || true
 echo "wrote patches/ponder+$version.patch ($(grep -c '^diff --git' "patches/ponder+$version.patch") files)"
