@@ -8,9 +8,10 @@
  * Another machine is played by this machine's own non-loopback address: a connection to it
  * comes from it, not from 127.0.0.1.
  *
- * Ponder 0.16.10 took a live-query slot (1,000 in all) for every /sql/live request and gave
- * it back only when an open stream's client left, so invalid requests used them up for good;
- * patches/ponder+0.16.10.patch gives the slot back however the request ends.
+ * Ponder (0.16.10, and 0.17.7 as released) takes a live-query slot (1,000 in all) for every
+ * /sql/live request and gives it back only when an open stream's client leaves, so invalid
+ * requests use them up for good; patches/ponder+0.17.7.patch gives the slot back however the
+ * request ends.
  */
 import { execFileSync } from "node:child_process";
 import { getPriority, networkInterfaces } from "node:os";
