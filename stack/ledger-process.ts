@@ -27,6 +27,8 @@ import {
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PONDER_BIN = fileURLToPath(new URL("../node_modules/ponder/dist/esm/bin/ponder.js", import.meta.url));
+/** Ends Ponder when the process that started it is gone (stack/ledger-parent-watch.mjs). */
+const PARENT_WATCH = new URL("./ledger-parent-watch.mjs", import.meta.url).href;
 /** How long the ledger may go without indexing a block before it is taken for stuck. */
 const STALL_TIMEOUT_MS = 120_000;
 const STOP_TIMEOUT_MS = 15_000;
@@ -166,7 +168,7 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   const deployments = await readDeployments(options.deploymentsFile);
   const schema = options.schema ?? ledgerSchemaName(deployments, ROOT);
   const logFormat = options.logFormat ?? (options.logTo === "inherit" ? "pretty" : "json");
-  const args = [PONDER_BIN, "--root", "ponder", "--log-format", logFormat, ...(process.env.LEDGER_LOG_LEVEL ? ["--log-level", process.env.LEDGER_LOG_LEVEL] : [])];
+  const args = ["--import", PARENT_WATCH, PONDER_BIN, "--root", "ponder", "--log-format", logFormat, ...(process.env.LEDGER_LOG_LEVEL ? ["--log-level", process.env.LEDGER_LOG_LEVEL] : [])];
   const host = options.host ?? "127.0.0.1";
   args.push("start", "--schema", schema, "-p", String(port), "-H", host);
   if (options.databaseUrl) args.push("--views-schema", options.viewsSchema ?? LEDGER_VIEWS_SCHEMA);
@@ -187,7 +189,9 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   ledgerQueryApiOpen(env); // a bad value is refused here, not as a failed Ponder build
 
   const inherit = options.logTo === "inherit";
-  const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? "inherit" : ["ignore", "pipe", "pipe"] });
+  // The channel is how Ponder sees this process end, however it ends (stack/ledger-parent-watch.mjs).
+  const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: inherit ? ["inherit", "inherit", "inherit", "ipc"] : ["ignore", "pipe", "pipe", "ipc"] });
+  child.channel?.unref();
   // Below the service at once when asked, before Ponder has built or indexed anything (LEDGER_NICE).
   if (nice > 0 && child.pid !== undefined) {
     try {
@@ -198,7 +202,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
       console.error(`ledger: could not lower its priority to nice ${nice}: ${(err as Error).message}`);
     }
   }
-  // A parent that exits without stopping the ledger (process.exit, a crash) takes it along.
+  // A parent that exits without stopping the ledger (process.exit, a crash) takes it along;
+  // one killed outright does too, through the channel.
   const orphanGuard = () => child.kill("SIGTERM");
   process.once("exit", orphanGuard);
   child.once("exit", () => process.off("exit", orphanGuard));
