@@ -373,16 +373,17 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
     // order's answer for the same bill, and this payment is not used (orders/payment-id.ts).
     const paymentId = paymentIdOf(payment, request.idempotencyKey);
+    const answerUnderId = async (earlier: Order) => {
+      // Nothing settles on this call: it is counted as any paid call that settled nothing,
+      // so retrying an id costs the payer its budget, not the service a signature check each.
+      await countUnsettled(client, payment);
+      return answered({ kind: "order", order: earlierUnderId(earlier, hash), challenge, warning, showCode: true, note: PAYMENT_NOT_USED }, request.resourceUrl);
+    };
     if (paymentId) {
       const lookingUp = startStage("order lookups");
       const [earlier] = await deps.flow.orders.findByIdempotencyKeys(payment.authorization.from, [storedKey(paymentId)]);
       lookingUp();
-      if (earlier) {
-        // Nothing settles on this call: it is counted as any paid call that settled nothing,
-        // so retrying an id costs the payer its budget, not the service a signature check each.
-        await countUnsettled(client, payment);
-        return answered({ kind: "order", order: earlierUnderId(earlier, hash), challenge, warning, showCode: true, note: PAYMENT_NOT_USED }, request.resourceUrl);
-      }
+      if (earlier) return answerUnderId(earlier);
     }
 
     // The same bill from the same payer while its earlier payment is still settling (a
@@ -391,6 +392,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const lookingUp = startStage("order lookups");
     const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
     lookingUp();
+    // The first request under this very id, written between the two lookups (two requests
+    // under one id at once): answered as under that id, in flight (PAYMENT_ID_IN_FLIGHT).
+    if (settling && paymentId && settling.idempotencyKey === storedKey(paymentId)) return answerUnderId(settling);
     if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
 
     // Read from the chain before any order or facilitator (started with the checks above): a

@@ -10,7 +10,7 @@ import { decodePaymentRequiredHeader, x402HTTPClient } from "@x402/core/http";
 import type { FacilitatorClient } from "@x402/core/server";
 import { appendPaymentIdentifierToExtensions, generatePaymentId } from "@x402/extensions/payment-identifier";
 import type { Account, Hex } from "viem";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
@@ -168,6 +168,37 @@ describe("x402 with a payment id: a retry pays once", () => {
     const order = (await service.flow.orders.get(first.json.request_id as string))!;
     expect(before - (await usdc(payer.address))).toBe(order.amount);
     expect(await delivered(first.json.request_id)).toEqual(["delivered"]);
+  });
+
+  it("a second request under an id whose first order appeared between its two lookups (by id, then by bill) is 409 PAYMENT_ID_IN_FLIGHT too, not 'still settling'", async () => {
+    const payer = accounts(13);
+    const before = await usdc(payer.address);
+    const id = generatePaymentId();
+    const real = service.flow.facilitators.CELO!;
+    const slow: FacilitatorClient["settle"] = async (p, r) => {
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      return real.settle(p, r);
+    };
+    service.flow.facilitators.CELO = { ...real, verify: real.verify.bind(real), getSupported: real.getSupported.bind(real), settle: slow };
+    // The second's lookup by id comes up empty, as it does when it runs a moment before the
+    // first writes its order; its lookup by bill then finds that order settling.
+    const byId = vi.spyOn(service.flow.orders, "findByIdempotencyKeys");
+    let answers: Array<Awaited<ReturnType<typeof pay>>>;
+    try {
+      const firstPaid = pay(payer, bill(payer), { id });
+      await expect.poll(async () => (await ordersOf(payer)).length, { timeout: 10_000, interval: 20 }).toBe(1);
+      byId.mockResolvedValueOnce([]);
+      answers = await Promise.all([firstPaid, pay(payer, bill(payer), { id })]);
+    } finally {
+      byId.mockRestore();
+      service.flow.facilitators.CELO = real;
+    }
+    const [first, second] = answers as [Awaited<ReturnType<typeof pay>>, Awaited<ReturnType<typeof pay>>];
+    expect(first.json).toMatchObject({ status: "SUCCESS" });
+    expect(second.status).toBe(409);
+    expect(second.json).toMatchObject({ code: "PAYMENT_ID_IN_FLIGHT", request_id: first.json.request_id });
+    expect(await ordersOf(payer)).toHaveLength(1);
+    expect(before - (await usdc(payer.address))).toBe((await service.flow.orders.get(first.json.request_id as string))!.amount);
   });
 
   it("two requests under one id at the same moment: one order, one charge", async () => {
