@@ -7,11 +7,10 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort, ledgerDatabaseFor } from "../../stack/ledger-process.ts";
 import { startScript } from "../support/processes.ts";
-import { freshDatabase, leaseSharedChains, POSTGRES_URL, type SharedChains } from "../support/stack.ts";
+import { dropDatabase, freshDatabase, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
 /** Whether `pid` is a live process (a zombie nobody has reaped yet has ended). */
 function running(pid: number): boolean {
@@ -58,14 +57,7 @@ describe("a ledger whose parent is killed outright", () => {
   afterAll(async () => {
     await stack?.close();
     // `npm run ledger` keeps local chains' ledger in a database of their own beside the one named.
-    const used = new URL(await ledgerDatabaseFor(database.url, stack.deployments)).pathname.slice(1);
-    const admin = new pg.Client({ connectionString: POSTGRES_URL });
-    await admin.connect();
-    try {
-      await admin.query(`DROP DATABASE IF EXISTS "${used}" WITH (FORCE)`);
-    } finally {
-      await admin.end();
-    }
+    await dropDatabase(new URL(await ledgerDatabaseFor(database.url, stack.deployments)).pathname.slice(1));
     await database?.drop();
   });
 

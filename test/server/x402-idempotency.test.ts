@@ -137,27 +137,33 @@ describe("x402 with a payment id: a retry pays once", () => {
     expect(malformed.json).toMatchObject({ code: "PAYMENT_ID_INVALID" });
   });
 
-  it("an id whose first request is still settling: a second, at once, is 409 PAYMENT_ID_IN_FLIGHT with Retry-After; asked again later, the first order", async () => {
-    const payer = accounts(8);
-    const before = await usdc(payer.address);
-    const id = generatePaymentId();
+  /**
+   * Two requests under `id` while CELO's settlements take 1.5 s (as on a busy chain): the
+   * second goes once the first holds its order, settling, whatever this machine's pace
+   * (`beforeSecond` runs just before it). Both answers, first's first.
+   */
+  async function whileFirstSettles(payer: Account, id: string, beforeSecond = () => {}) {
     const real = service.flow.facilitators.CELO!;
-    // A settlement that takes a while, as on a busy chain.
     const slow: FacilitatorClient["settle"] = async (p, r) => {
       await new Promise((resolve) => setTimeout(resolve, 1_500));
       return real.settle(p, r);
     };
     service.flow.facilitators.CELO = { ...real, verify: real.verify.bind(real), getSupported: real.getSupported.bind(real), settle: slow };
-    let answers: Array<Awaited<ReturnType<typeof pay>>>;
     try {
-      // The second goes once the first holds its order (settling), whatever this machine's pace.
       const firstPaid = pay(payer, bill(payer), { id });
       await expect.poll(async () => (await ordersOf(payer)).length, { timeout: 10_000, interval: 20 }).toBe(1);
-      answers = await Promise.all([firstPaid, pay(payer, bill(payer), { id })]);
+      beforeSecond();
+      return await Promise.all([firstPaid, pay(payer, bill(payer), { id })]);
     } finally {
       service.flow.facilitators.CELO = real;
     }
-    const [first, second] = answers as [Awaited<ReturnType<typeof pay>>, Awaited<ReturnType<typeof pay>>];
+  }
+
+  it("an id whose first request is still settling: a second, at once, is 409 PAYMENT_ID_IN_FLIGHT with Retry-After; asked again later, the first order", async () => {
+    const payer = accounts(8);
+    const before = await usdc(payer.address);
+    const id = generatePaymentId();
+    const [first, second] = await whileFirstSettles(payer, id);
     expect(first.json).toMatchObject({ status: "SUCCESS" });
     expect(second.status).toBe(409);
     expect(second.json).toMatchObject({ code: "PAYMENT_ID_IN_FLIGHT", request_id: first.json.request_id, retry_after_seconds: 2 });
@@ -174,26 +180,10 @@ describe("x402 with a payment id: a retry pays once", () => {
     const payer = accounts(13);
     const before = await usdc(payer.address);
     const id = generatePaymentId();
-    const real = service.flow.facilitators.CELO!;
-    const slow: FacilitatorClient["settle"] = async (p, r) => {
-      await new Promise((resolve) => setTimeout(resolve, 1_500));
-      return real.settle(p, r);
-    };
-    service.flow.facilitators.CELO = { ...real, verify: real.verify.bind(real), getSupported: real.getSupported.bind(real), settle: slow };
     // The second's lookup by id comes up empty, as it does when it runs a moment before the
     // first writes its order; its lookup by bill then finds that order settling.
     const byId = vi.spyOn(service.flow.orders, "findByIdempotencyKeys");
-    let answers: Array<Awaited<ReturnType<typeof pay>>>;
-    try {
-      const firstPaid = pay(payer, bill(payer), { id });
-      await expect.poll(async () => (await ordersOf(payer)).length, { timeout: 10_000, interval: 20 }).toBe(1);
-      byId.mockResolvedValueOnce([]);
-      answers = await Promise.all([firstPaid, pay(payer, bill(payer), { id })]);
-    } finally {
-      byId.mockRestore();
-      service.flow.facilitators.CELO = real;
-    }
-    const [first, second] = answers as [Awaited<ReturnType<typeof pay>>, Awaited<ReturnType<typeof pay>>];
+    const [first, second] = await whileFirstSettles(payer, id, () => void byId.mockResolvedValueOnce([])).finally(() => byId.mockRestore());
     expect(first.json).toMatchObject({ status: "SUCCESS" });
     expect(second.status).toBe(409);
     expect(second.json).toMatchObject({ code: "PAYMENT_ID_IN_FLIGHT", request_id: first.json.request_id });

@@ -48,18 +48,18 @@ export async function freshDatabase(prefix: string, serverUrl = POSTGRES_URL): P
   }
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: serverUrl });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
-    },
-  };
+  return { url: url.toString(), drop: () => dropDatabase(name, serverUrl) };
+}
+
+/** Drops database `name` on the server, whoever is still connected to it. */
+export async function dropDatabase(name: string, serverUrl = POSTGRES_URL): Promise<void> {
+  const c = new pg.Client({ connectionString: serverUrl });
+  await c.connect();
+  try {
+    await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
 }
 
 /** A new directory under the run's temporary root (removed when the run ends), or the system's outside a test run. */
