@@ -22,7 +22,7 @@ export default defineConfig({
     // One temporary root per run, then the chains and ledgers that suites lease (test/support/shared-chains.ts).
     globalSetup: ["./test/support/temp-root.ts", "./test/support/shared-chains.ts"],
     reporters: ["default", "./test/support/summary-reporter.ts"],
-    // The files known to take a minute or more start first (test/support/sequencer.ts), unless
+    // The files known to be the longest start first (test/support/sequencer.ts), unless
     // the run is asked to shuffle them (a sequencer set here would take the place of Vitest's
     // shuffling one: docs/development.md, Tests).
     sequence: process.argv.some((a) => a.startsWith("--sequence.shuffle")) ? {} : { sequencer: LongestFirst },

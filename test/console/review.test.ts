@@ -39,7 +39,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { auditOnSharedChains, budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 const TOKEN = "review-test-token-0123456789";
@@ -48,8 +48,6 @@ type Body = Record<string, unknown>;
 describe("an operator resolves what waits for review, from the console and the command line", () => {
   const accounts = freshAccounts();
   let paying: SharedPayingStack;
-  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
-  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -135,8 +133,8 @@ describe("an operator resolves what waits for review, from the console and the c
   }
 
   beforeAll(async () => {
-    paying = await startPayingStackOnSharedChains(accounts, { OPS_TOKEN: TOKEN, LEDGER_WAIT_MS: "2000" });
-    budgets = await budgetsOf(paying.chains.deployments);
+    // It sets USDC's refund budget; close gives every budget back as lent.
+    paying = await startPayingStackOnSharedChains(accounts, { OPS_TOKEN: TOKEN, LEDGER_WAIT_MS: "2000" }, { restoresBudgets: true });
     service = paying.service;
     url = service.urls.service;
     celo = chainActors(paying.chains.deployments, "CELO");
@@ -151,11 +149,7 @@ describe("an operator resolves what waits for review, from the console and the c
   afterAll(async () => {
     evil?.close();
     await browser?.close();
-    try {
-      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
-    } finally {
-      await paying?.close();
-    }
+    await paying?.close();
   });
 
   it("refunds, from the console, exactly what the ledger shows paid under a NEEDS_REVIEW order's key; records who, when and why; the audit lists it as resolved", async () => {

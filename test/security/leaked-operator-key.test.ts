@@ -15,7 +15,7 @@ import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 const strayId = (tag: string) => keccak256(toBytes(`stolen-key-${tag}-${Date.now()}`));
@@ -23,8 +23,6 @@ const strayId = (tag: string) => keccak256(toBytes(`stolen-key-${tag}-${Date.now
 describe("a leaked operator key", () => {
   const accounts = freshAccounts();
   let paying: SharedPayingStack;
-  /** The set's budgets as lent: this suite changes USDC's pull budget, and gives them back so. */
-  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   const errors: string[] = [];
@@ -36,8 +34,8 @@ describe("a leaked operator key", () => {
       .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
 
   beforeAll(async () => {
-    paying = await startPayingStackOnSharedChains(accounts);
-    budgets = await budgetsOf(paying.chains.deployments);
+    // It sets USDC's pull budget; close gives every budget back as lent.
+    paying = await startPayingStackOnSharedChains(accounts, {}, { restoresBudgets: true });
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     const log = service.flow.log;
@@ -50,11 +48,7 @@ describe("a leaked operator key", () => {
     await celo.setPullBudget("USDC", USDC(6), 86_400n);
   });
   afterAll(async () => {
-    try {
-      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
-    } finally {
-      await paying?.close();
-    }
+    await paying?.close();
   });
 
   it("pulls at most the pull budget, only from payers with an allowance; each pull with no order is alerted at once and refunded, and the refund gives the key nothing back", async () => {

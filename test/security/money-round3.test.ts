@@ -34,7 +34,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
-import { auditOnSharedChains, budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
+import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 type Body = Record<string, unknown>;
@@ -44,8 +44,6 @@ const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's
 describe("money safety, third round", () => {
   const accounts = freshAccounts();
   let paying: SharedPayingStack;
-  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
-  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -129,9 +127,9 @@ describe("money safety, third round", () => {
         RATE_LIMIT_UNSETTLED_PAYER: "10/600",
         LEDGER_WAIT_MS: "4000",
       },
-      { sandbox: { pendingRequeries: 1_000 } }, // pending until the test resolves it
+      // Pending until the test resolves it; it sets USDC's refund budget, and close gives every budget back as lent.
+      { sandbox: { pendingRequeries: 1_000 }, restoresBudgets: true },
     );
-    budgets = await budgetsOf(paying.chains.deployments);
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
@@ -139,11 +137,7 @@ describe("money safety, third round", () => {
     await celo.transfer(accounts(19), "USDC", admin.address, USDC(100));
   });
   afterAll(async () => {
-    try {
-      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
-    } finally {
-      await paying?.close();
-    }
+    await paying?.close();
   });
 
   // First: the late slice sums a day of late refunds, and later cases make some.

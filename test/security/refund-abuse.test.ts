@@ -21,7 +21,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
-import { budgetsOf, freshAccounts, restoreBudgets, startPayingStackOnSharedChains, type Budgets, type SharedPayingStack } from "../support/stack.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -29,8 +29,6 @@ const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 describe("refunds are never free and never starved", () => {
   const accounts = freshAccounts();
   let paying: SharedPayingStack;
-  /** The set's budgets as lent: this suite changes USDC's refund budget, and gives them back so. */
-  let budgets: Budgets | undefined;
   let service: ServiceStack;
   let celo: ChainActors;
   let url: string;
@@ -64,13 +62,17 @@ describe("refunds are never free and never starved", () => {
   };
 
   beforeAll(async () => {
-    paying = await startPayingStackOnSharedChains(accounts, {
-      REFUND_BUDGET_CACHE_MS: "0", // the admin changes the budget between tests
-      REFUND_PAYER_SHARE_PERCENT: "25",
-      REFUND_WAIT_REVIEW_SECONDS: "60",
-      RATE_LIMIT_UNSETTLED_PAYER: "3/600",
-    });
-    budgets = await budgetsOf(paying.chains.deployments);
+    paying = await startPayingStackOnSharedChains(
+      accounts,
+      {
+        REFUND_BUDGET_CACHE_MS: "0", // the admin changes the budget between tests
+        REFUND_PAYER_SHARE_PERCENT: "25",
+        REFUND_WAIT_REVIEW_SECONDS: "60",
+        RATE_LIMIT_UNSETTLED_PAYER: "3/600",
+      },
+      // It sets USDC's refund budget; close gives every budget back as lent.
+      { restoresBudgets: true },
+    );
     service = paying.service;
     celo = chainActors(paying.chains.deployments, "CELO");
     url = service.urls.service;
@@ -78,11 +80,7 @@ describe("refunds are never free and never starved", () => {
     await celo.setRefundBudget("USDC", USDC(8), 86_400n);
   });
   afterAll(async () => {
-    try {
-      if (paying && budgets) await restoreBudgets(paying.chains.deployments, budgets);
-    } finally {
-      await paying?.close();
-    }
+    await paying?.close();
   });
 
   it("refuses a bill above what the refund budget could return to one payer, before any challenge or pull", async () => {

@@ -39,7 +39,7 @@ export const STACK_ON_PGLITE = process.env.STACK_DB === "pglite";
  */
 export async function freshDatabase(prefix: string, serverUrl = POSTGRES_URL): Promise<{ url: string; drop(): Promise<void> }> {
   const name = uniqueSchema(prefix);
-  const admin = new pg.Client({ connectionString: serverUrl });
+  const admin = new pg.Client({ connectionString: serverUrl, connectionTimeoutMillis: 5_000 });
   await admin.connect();
   try {
     await admin.query(`CREATE DATABASE "${name}"`);
@@ -53,7 +53,7 @@ export async function freshDatabase(prefix: string, serverUrl = POSTGRES_URL): P
 
 /** Drops database `name` on the server, whoever is still connected to it. */
 export async function dropDatabase(name: string, serverUrl = POSTGRES_URL): Promise<void> {
-  const c = new pg.Client({ connectionString: serverUrl });
+  const c = new pg.Client({ connectionString: serverUrl, connectionTimeoutMillis: 5_000 });
   await c.connect();
   try {
     await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
@@ -266,18 +266,20 @@ export async function chainWideState(deployments: Deployments): Promise<string> 
 export type Budgets = Array<{ chain: ChainKey; symbol: TokenSymbol; kind: "refund" | "pull"; limit: bigint; period: bigint; available: bigint }>;
 
 export async function budgetsOf(deployments: Deployments): Promise<Budgets> {
-  const out: Budgets = [];
-  for (const chain of deployedChains(deployments)) {
+  const reads = deployedChains(deployments).flatMap((chain) => {
     const actors = chainActors(deployments, chain);
-    for (const t of requireChain(deployments, chain).tokens) {
-      for (const kind of ["refund", "pull"] as const) {
+    return requireChain(deployments, chain).tokens.flatMap((t) =>
+      (["refund", "pull"] as const).map(async (kind) => {
         const [limit, period, available] = await actors.publicClient.readContract({ address: actors.billPay, abi: billPayAbi, functionName: kind === "refund" ? "refundBudget" : "pullBudget", args: [t.address as Hex] });
-        out.push({ chain, symbol: t.symbol as TokenSymbol, kind, limit, period, available });
-      }
-    }
-  }
-  return out;
+        return { chain, symbol: t.symbol as TokenSymbol, kind, limit, period, available };
+      }),
+    );
+  });
+  return Promise.all(reads);
 }
+
+/** How long restoreBudgets waits for the block that refills the buckets. */
+const REFILL_TIMEOUT_MS = 15_000;
 
 /**
  * Puts every refund and pull budget on a leased set back to `as` (budgetsOf when the suite
@@ -286,7 +288,6 @@ export async function budgetsOf(deployments: Deployments): Promise<Budgets> {
  * the next suite would start up to a day's refill short. Set with a one-second period, the
  * bucket is full a second later; set to its own period then, it stays full (BillPay._setBudget).
  */
-const REFILL_TIMEOUT_MS = 15_000;
 
 export async function restoreBudgets(deployments: Deployments, as: Budgets): Promise<void> {
   const now = await budgetsOf(deployments);
@@ -347,11 +348,19 @@ export async function leaseSharedChains() {
 export async function startPayingStackOnSharedChains(
   accounts: FreshAccounts,
   env: Record<string, string> = {},
-  { db = STACK_ON_PGLITE ? "pglite" : "postgresql", ...options }: PayingStackOptions = {},
+  {
+    db = STACK_ON_PGLITE ? "pglite" : "postgresql",
+    restoresBudgets = false,
+    ...options
+  }: PayingStackOptions & {
+    /** For a suite that sets or draws down a refund or pull budget on purpose: `close` gives every budget back as lent, and full (`restoreBudgets`). */
+    restoresBudgets?: boolean;
+  } = {},
 ) {
   const chains = await leaseSharedChains();
   let database: Awaited<ReturnType<typeof freshDatabase>> | undefined;
   try {
+    const lentBudgets = restoresBudgets ? await budgetsOf(chains.deployments) : undefined;
     await accounts.fund(chains.deployments);
     database = db === "pglite" ? undefined : await freshDatabase("stack");
     const pgliteDir = database ? undefined : join(await tempDir("service"), "db");
@@ -371,9 +380,13 @@ export async function startPayingStackOnSharedChains(
       earlierPayments,
       service,
       async close() {
-        await service.close();
-        await ownDatabase?.drop();
-        await chains.close();
+        try {
+          await service.close();
+          if (lentBudgets) await restoreBudgets(chains.deployments, lentBudgets);
+        } finally {
+          await ownDatabase?.drop();
+          await chains.close();
+        }
       },
     };
   } catch (err) {
