@@ -9,7 +9,7 @@
  * the answer is test/ledger/reorg.test.ts's; a block replaced before the confirmation depth is
  * this file's last case.
  */
-import { x402HTTPClient } from "@x402/core/http";
+import { decodePaymentResponseHeader, x402HTTPClient } from "@x402/core/http";
 import type { FacilitatorClient } from "@x402/core/server";
 import { createWalletClient, encodeFunctionData, http, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -59,23 +59,29 @@ describe("a payment confirmed from its receipt", () => {
       .filter((l) => l.startsWith(name))
       .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
 
-  /** Pays a bill with the official x402 client; answers the service's JSON. */
-  async function pay(payer: Account, body: Body): Promise<Body> {
+  /** Pays a bill with the official x402 client; answers the service's answer. */
+  async function payAnswer(payer: Account, body: Body): Promise<Response> {
     const challenged = await post(body);
     expect(challenged.status).toBe(402);
     const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
     const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
-    return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
+    return post(body, client.encodePaymentSignatureHeader(payload));
   }
+  /** The same, answering the service's JSON. */
+  const pay = async (payer: Account, body: Body): Promise<Body> => (await (await payAnswer(payer, body)).json()) as Body;
 
   const delivered = (requestId: unknown) => deliveredBy(service, requestId);
 
-  /** The facilitator replaced, for one case, by one that answers `settle` itself. */
-  async function withFacilitator<T>(settle: FacilitatorClient["settle"], act: () => Promise<T>): Promise<T> {
+  /**
+   * The facilitator replaced, for one case, by one that answers `settle` itself. `ledgerWaitMs`:
+   * how long a request waits for the ledger (by default not the 15 s of a real wait, for a
+   * payment the ledger will not show either).
+   */
+  async function withFacilitator<T>(settle: FacilitatorClient["settle"], act: () => Promise<T>, ledgerWaitMs = 1_500): Promise<T> {
     const real = service.flow.facilitators.CELO!;
     const wait = service.flow.ledgerWaitMs;
     service.flow.facilitators.CELO = { ...real, verify: real.verify.bind(real), getSupported: real.getSupported.bind(real), settle };
-    service.flow.ledgerWaitMs = 1_500; // the ledger will not show it either: do not wait the default 15 s
+    service.flow.ledgerWaitMs = ledgerWaitMs;
     try {
       return await act();
     } finally {
@@ -184,6 +190,24 @@ describe("a payment confirmed from its receipt", () => {
       expect(await usdc(payer.address)).toBe(payerBefore);
       expect(await usdc(celo.billPay)).toBe(billPayBefore);
     }
+  });
+
+  it("a facilitator that settles but names another transaction: served once the ledger shows the payment, and x402's receipt names the chain's transaction, not the named one", async () => {
+    const named = (await celo.payByAuthorization(hardhatAccount(7), "USDC", USDC(2))).receipt.transactionHash;
+    const real = service.flow.facilitators.CELO!;
+    // The service signs x402's receipt while it reads the named transaction: that signature must not be the one it gives out.
+    const misnames: FacilitatorClient["settle"] = async (payload, requirements) => ({ ...(await real.settle(payload, requirements)), transaction: named });
+    const payer = hardhatAccount(12);
+    const res = await withFacilitator(misnames, () => payAnswer(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1300 })), 15_000);
+    const body = (await res.json()) as Body;
+    expect(body.status).toBe("SUCCESS");
+    const settlement = decodePaymentResponseHeader(res.headers.get("PAYMENT-RESPONSE")!);
+    const order = (await service.flow.orders.get(body.request_id as string))!;
+    expect(settlement.transaction).toBe(order.txHash);
+    expect(settlement.transaction).not.toBe(named);
+    const x402Receipt = (settlement.extensions as Record<string, { info: { receipt: { payload: { transaction: string } } } }>)["offer-receipt"]!.info.receipt;
+    expect(x402Receipt.payload.transaction).toBe(order.txHash);
+    expect((body.receipt as { payload: { transaction: string } }).payload.transaction).toBe(order.txHash);
   });
 
   it("a real settlement is confirmed from its receipt, and served", async () => {
