@@ -27,6 +27,10 @@ import { withStageClock } from "../stage-timing.ts";
 
 const PAYMENT_HEADERS: PaymentHeader[] = ["X-PAYMENT", "PAYMENT-SIGNATURE"];
 const EXPOSED_HEADERS = ["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"];
+/** What every answer of the route carries besides its request id: open to browsers, the x402 headers readable. */
+const ROUTE_HEADERS = { "Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": EXPOSED_HEADERS.join(",") };
+/** Answers made with every header the route gives already in place (challengeResponse): left as they are. */
+const answeredWhole = new WeakSet<Response>();
 // (a 402 for a payment that did not fit carries `code`: see server/x402-protocol/payment.ts, plus PAYMENT_NOT_SETTLED)
 
 /** The fields a bill must have; a JSON object lacking any of them is a probe, not a bill. */
@@ -73,13 +77,27 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const resourceUrl = (c: Context) => `${config.PUBLIC_URL ?? new URL(c.req.url).origin}/api/pay/x402`;
   const challengeContext = (c: Context) => payments.context(resourceUrl(c));
 
-  /** The 402: the v1 body, and the v2 header unless the client asked for protocol 1 only (`?networks=v1`). */
-  const challengeResponse = (c: Context, challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) =>
-    c.body(JSON.stringify(challenge.v1Body), 402, {
-      "content-type": "application/json",
-      ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }),
-      ...extraHeaders,
+  /**
+   * The 402: the v1 body, and the v2 header unless the client asked for protocol 1 only
+   * (`?networks=v1`). Its headers are all in place, the route's own below included, in a plain
+   * object: @hono/node-server writes one as it is, where a Headers object (what hono's c.body
+   * makes of several headers, and what the route's answers get below) is built and then copied
+   * header by header: 9% of a 402's CPU when profiled, the commonest answer of a public route.
+   */
+  const challengeResponse = (c: Context, challenge: { v1Body: unknown; v2Header: string }, extraHeaders: Record<string, string> = {}, v1Only = false) => {
+    const res = new Response(JSON.stringify(challenge.v1Body), {
+      status: 402,
+      headers: {
+        "content-type": "application/json",
+        ...(v1Only ? {} : { "PAYMENT-REQUIRED": challenge.v2Header }),
+        ...extraHeaders,
+        ...ROUTE_HEADERS,
+        "X-Request-Id": String(c.get("requestId")),
+      },
     });
+    answeredWhole.add(res);
+    return res;
+  };
 
   // The x402 route is public and probed from browsers: CORS open, x402 headers exposed.
   // hono's cors writes its headers to c.res before the handler runs, after which
@@ -96,10 +114,10 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   app.use("/api/pay/x402", async (c, next) => {
     if (c.req.method === "OPTIONS") return preflight(c, next);
     const timing = config.SERVER_TIMING ? await withStageClock(next) : (await next(), undefined);
+    if (!timing && answeredWhole.has(c.res)) return;
     const headers = c.res.headers;
     if (timing) headers.set("Server-Timing", timing);
-    headers.set("Access-Control-Allow-Origin", "*");
-    headers.set("Access-Control-Expose-Headers", EXPOSED_HEADERS.join(","));
+    for (const [name, value] of Object.entries(ROUTE_HEADERS)) headers.set(name, value);
     if (!headers.has("X-Request-Id")) headers.set("X-Request-Id", String(c.get("requestId")));
   });
 

@@ -76,6 +76,21 @@ describe("x402 route: paying a bill end to end", () => {
   });
   afterAll(() => paying?.close());
 
+  it("answers its 402 over HTTP with the route's headers: open to browsers, the x402 headers exposed, and its request id", async () => {
+    const exposed = (res: Response) => (res.headers.get("access-control-expose-headers") ?? "").split(",");
+    for (const res of [await post(bill("08011111112")), await fetch(`${url}/api/pay/x402`), await post(bill("08011111112"), { "X-Request-Id": "caller-chosen-1" })]) {
+      expect(res.status).toBe(402);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      expect(res.headers.get("access-control-allow-origin")).toBe("*");
+      expect(exposed(res)).toEqual(expect.arrayContaining(["PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-Token-Fallback"]));
+      expect(res.headers.get("payment-required")).toMatch(/^[A-Za-z0-9+/=]+$/);
+      expect(Number(res.headers.get("content-length"))).toBe(Buffer.byteLength(await res.text()));
+    }
+    const [own, kept] = [await post(bill("08011111112")), await post(bill("08011111112"), { "X-Request-Id": "caller-chosen-1" })];
+    expect(own.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+    expect(kept.headers.get("x-request-id")).toBe("caller-chosen-1");
+  });
+
   it("pays with the official x402 client (protocol 2): settle first, then vend, SUCCESS", async () => {
     const before = await usdc();
     const treasuryBefore = await celo.balanceOf("USDC", celo.billPay);
