@@ -103,7 +103,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   // hono's cors writes its headers to c.res before the handler runs, after which
   // @hono/node-server copies every answer through a web stream (profiled: about a quarter
   // of a 402's cost); so only the preflight goes through it, and every other answer gets
-  // the same headers (and its request id, as hono's copy gave it) once it is made.
+  // the same headers (and its request id, as hono's copy gave it) once it is made, or is
+  // made with them (the 402, above).
   const preflight = cors({
     origin: "*",
     allowMethods: ["GET", "POST", "OPTIONS"],

@@ -195,7 +195,7 @@ describe("a payment confirmed from its receipt", () => {
   it("a facilitator that settles but names another transaction: served once the ledger shows the payment, and x402's receipt names the chain's transaction, not the named one", async () => {
     const named = (await celo.payByAuthorization(hardhatAccount(7), "USDC", USDC(2))).receipt.transactionHash;
     const real = service.flow.facilitators.CELO!;
-    // The service signs x402's receipt while it reads the named transaction: that signature must not be the one it gives out.
+    // x402's receipt is signed early and reused for the order's own transaction only: no receipt may name the one merely said.
     const misnames: FacilitatorClient["settle"] = async (payload, requirements) => ({ ...(await real.settle(payload, requirements)), transaction: named });
     const payer = hardhatAccount(12);
     const res = await withFacilitator(misnames, () => payAnswer(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1300 })), 15_000);
