@@ -55,9 +55,9 @@ describe("a ledger whose parent is killed outright", () => {
     database = await freshDatabase("ledger_parent");
   });
   afterAll(async () => {
-    await stack?.close();
     // `npm run ledger` keeps local chains' ledger in a database of their own beside the one named.
-    await dropDatabase(new URL(await ledgerDatabaseFor(database.url, stack.deployments)).pathname.slice(1));
+    if (stack && database) await dropDatabase(new URL(await ledgerDatabaseFor(database.url, stack.deployments)).pathname.slice(1));
+    await stack?.close();
     await database?.drop();
   });
 

@@ -288,7 +288,6 @@ const REFILL_TIMEOUT_MS = 15_000;
  * the next suite would start up to a day's refill short. Set with a one-second period, the
  * bucket is full a second later; set to its own period then, it stays full (BillPay._setBudget).
  */
-
 export async function restoreBudgets(deployments: Deployments, as: Budgets): Promise<void> {
   const now = await budgetsOf(deployments);
   const changed = as.filter((b) => {
