@@ -365,6 +365,11 @@ const MIGRATIONS: string[] = [
    );
    CREATE INDEX a2a_task_seq_order ON a2a_task (seq);
    CREATE INDEX a2a_task_updated ON a2a_task (updated_at);`,
+  // Readings taken in the same instant (PGlite's clock counts milliseconds) are told apart by
+  // the order they were recorded in, so the first and the last good rate are never a toss-up.
+  `ALTER TABLE fx_rate ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY;
+   DROP INDEX fx_rate_latest;
+   CREATE INDEX fx_rate_latest ON fx_rate (source, read_at DESC, seq DESC);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

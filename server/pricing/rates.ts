@@ -90,7 +90,7 @@ export class GuardedRate implements RateSource {
 
   private async lastGood(): Promise<{ rate: bigint; readAt: Date } | undefined> {
     const [row] = await this.db.query<{ rate_milli: string; read_at: Date }>(
-      `SELECT rate_milli::text AS rate_milli, read_at FROM fx_rate WHERE source = $1 ORDER BY read_at DESC LIMIT 1`,
+      `SELECT rate_milli::text AS rate_milli, read_at FROM fx_rate WHERE source = $1 ORDER BY read_at DESC, seq DESC LIMIT 1`,
       [this.source],
     );
     return row && { rate: BigInt(row.rate_milli), readAt: new Date(row.read_at) };
@@ -99,9 +99,9 @@ export class GuardedRate implements RateSource {
   /** The good rate as it stood `referenceSeconds` ago; the first good one while the source is younger; else the configured anchor. */
   private async reference(): Promise<bigint> {
     const [row] = await this.db.query<{ rate_milli: string }>(
-      `(SELECT rate_milli::text AS rate_milli, 0 AS pick FROM fx_rate WHERE source = $1 AND read_at <= now() - make_interval(secs => $2) ORDER BY read_at DESC LIMIT 1)
+      `(SELECT rate_milli::text AS rate_milli, 0 AS pick FROM fx_rate WHERE source = $1 AND read_at <= now() - make_interval(secs => $2) ORDER BY read_at DESC, seq DESC LIMIT 1)
        UNION ALL
-       (SELECT rate_milli::text AS rate_milli, 1 AS pick FROM fx_rate WHERE source = $1 ORDER BY read_at ASC LIMIT 1)
+       (SELECT rate_milli::text AS rate_milli, 1 AS pick FROM fx_rate WHERE source = $1 ORDER BY read_at ASC, seq ASC LIMIT 1)
        ORDER BY pick LIMIT 1`,
       [this.source, this.band.referenceSeconds],
     );

@@ -68,6 +68,20 @@ describe("the guarded rate source", () => {
     expect(await daily.ngnPerUsdMilli()).toBe(1_620_000n); // within 5% of the reference
   });
 
+  it("tells readings recorded in the same instant apart by the order they were taken", async () => {
+    // PGlite's clock counts milliseconds, so two readings a quote apart can share read_at.
+    const rates = source("tied", [1_550_000n, 1_627_500n]);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
+    expect(await rates.ngnPerUsdMilli()).toBe(1_627_500n);
+    await db.query(`UPDATE fx_rate SET read_at = now() - interval '1 minute' WHERE source = 'tied'`);
+    // The reference is still the first reading, so 1,700,000 (+9.7% from it, +4.5% from the second) is refused,
+    // and the last good rate that serves meanwhile is the second reading, not the first.
+    const next = source("tied", [1_700_000n, 1_600_000n]);
+    expect(await next.ngnPerUsdMilli()).toBe(1_627_500n);
+    const rows = await db.query<{ rate_milli: string }>(`SELECT rate_milli::text AS rate_milli FROM fx_rate WHERE source = 'tied'`);
+    expect(rows.map((r) => r.rate_milli).sort()).toEqual(["1550000", "1627500"]);
+  });
+
   it("refuses a reading outside the band and serves the last good rate until it is too old", async () => {
     const rates = source("jumpy", [1_550_000n, 155_000n, new Error("rate source answered 500"), 155_000n]);
     expect(await rates.ngnPerUsdMilli()).toBe(1_550_000n);
