@@ -502,7 +502,6 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
-  /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */
   /**
    * A refused payment that landed anyway (orders/late-landing.ts): made an order in REFUNDING,
    * a late refund, holding its key. In the same statement its orphan record, when there is one,
@@ -546,6 +545,7 @@ export class OrderStore {
     return rows[0] && toOrder(rows[0]);
   }
 
+  /** The order an x402 payment paid for, if any: its lock key is (chain, token, payer, nonce). */
   async findByPayment(chain: string, tokenAddress: string, payer: string, nonce: string): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `SELECT ${COLUMNS} FROM bill_order WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`,
