@@ -3,7 +3,9 @@
  * (verified first only when the intake found the payer short), count it paid only when the ledger shows a payment of exactly the order's
  * amount under its (chain, token, payer, nonce), and only then vend (orders/fulfil.ts); a
  * bill that fails is refunded on chain. The facilitator's word decides nothing about money:
- * its success only starts the wait for the ledger, and its refusal only means "not now".
+ * its success only starts the wait for the chain (the receipt of the hash it names, or the
+ * ledger), its refusal only means "not now", and a block that shows the payment before it
+ * answers is not kept waiting for it (sightedFirst).
  *
  * A refused authorization can still land until it expires (the payer, a relayer or anyone
  * holding it can submit it), so a refused order stays REFUSED, not failed, until the chain
@@ -12,7 +14,7 @@
  * worker finishes whatever a crash or a slow facilitator left behind, exactly once.
  */
 import { errorText } from "../log-safety.ts";
-import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
+import type { PaymentPayload, PaymentRequirements, SettleResponse } from "@x402/core/types";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
@@ -20,12 +22,13 @@ import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerPayment } from "..
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402-protocol/payment.ts";
-import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
+import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type FacilitatorAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
 import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
+import { sightAuthorization } from "../chain/settlement-sighting.ts";
 import { earlierUnderId } from "./payment-id.ts";
 import { startStage } from "../stage-timing.ts";
 import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
@@ -234,8 +237,11 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
   }
 
   const settling = startStage("facilitator settle");
-  const settled = await settleAnswer(() => facilitator.settle(payload, requirements));
+  const answer = settleAnswer(() => facilitator.settle(payload, requirements));
+  const sighted = await sightedFirst(deps, order, answer);
   settling();
+  if (sighted) return sighted;
+  const settled = await answer;
   if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
   if (settled.kind === "not-sent" && options.fresh) return unreachable(deps, order, settled.error, options);
   if (settled.kind === "not-sent" || settled.kind === "no-answer") {
@@ -259,6 +265,36 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
     return confirmed;
   }
   return refusedBy(deps, order, result.errorReason ?? "settlement failed", result.errorMessage, options);
+}
+
+/**
+ * The order's payment as the service's own node shows it, when the node announces its block
+ * before the facilitator's answer arrives (chain/settlement-sighting.ts): PAID (or held for
+ * review) from the sighted transaction's receipt, by the same predicate and the same exact
+ * match as a facilitator-named hash. Undefined when the answer comes first, or the sighted
+ * transaction shows nothing of the order's: the facilitator's answer then decides as before.
+ * The answer that comes after a sighting is only logged when it disagrees with the chain.
+ */
+async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<FacilitatorAnswer<SettleResponse>>): Promise<Order | undefined> {
+  if (x402RailOf(order) !== "authorization" || !order.authNonce) return undefined;
+  const chain = order.chain as ChainKey;
+  const stop = new AbortController();
+  const answered = answer.then(() => undefined);
+  const key = { token: order.tokenAddress as Hex, payer: order.payer as Hex, nonce: order.authNonce as Hex };
+  try {
+    const txHash = await Promise.race([answered, sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs)]);
+    if (!txHash) return undefined;
+    const payment = (await paymentsFromReceipt(deps, chain, txHash, deps.ledgerWaitMs).catch(() => null))?.find(isPaymentOf(order));
+    if (!payment) return undefined;
+    void answer.then((a) => {
+      if (a.kind !== "answered" || !a.response.success || a.response.transaction !== txHash) {
+        deps.log.warn("the facilitator's answer disagrees with the chain, which shows the payment; the chain decides", { requestId: order.requestId, txHash, answer: a.kind === "answered" ? (a.response.errorReason ?? a.response.transaction ?? null) : a.kind });
+      }
+    });
+    return settledFromLedger(deps, order, payment, "receipt");
+  } finally {
+    stop.abort();
+  }
 }
 
 /**

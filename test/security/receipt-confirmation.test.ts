@@ -192,7 +192,7 @@ describe("a payment confirmed from its receipt", () => {
     }
   });
 
-  it("a facilitator that settles but names another transaction: served once the ledger shows the payment, and x402's receipt names the chain's transaction, not the named one", async () => {
+  it("a facilitator that settles but names another transaction: served from what the chain shows, and x402's receipt names the chain's transaction, not the named one", async () => {
     const named = (await celo.payByAuthorization(hardhatAccount(7), "USDC", USDC(2))).receipt.transactionHash;
     const real = service.flow.facilitators.CELO!;
     // x402's receipt is signed early and reused for the order's own transaction only: no receipt may name the one merely said.
@@ -208,6 +208,68 @@ describe("a payment confirmed from its receipt", () => {
     const x402Receipt = (settlement.extensions as Record<string, { info: { receipt: { payload: { transaction: string } } } }>)["offer-receipt"]!.info.receipt;
     expect(x402Receipt.payload.transaction).toBe(order.txHash);
     expect((body.receipt as { payload: { transaction: string } }).payload.transaction).toBe(order.txHash);
+  });
+
+  it("a settlement the service's node shows before the facilitator answers is served from the chain, without waiting for the answer", async () => {
+    const real = service.flow.facilitators.CELO!;
+    const payer = hardhatAccount(13);
+    const [payerBefore, billPayBefore] = [await usdc(payer.address), await usdc(celo.billPay)];
+    let onChain: Hex | undefined;
+    let answerReleased!: () => void;
+    const released = new Promise<void>((r) => (answerReleased = r));
+    // Settles for real, then holds its answer until the payer has his (or, should the service
+    // wait for it after all, for 20 s: the test then fails on what released it).
+    let releasedBy: "the payer's answer" | "the safety timeout" | undefined;
+    const holds: FacilitatorClient["settle"] = async (payload, requirements) => {
+      const settled = await real.settle(payload, requirements);
+      onChain = settled.transaction as Hex;
+      const timer = setTimeout(() => ((releasedBy ??= "the safety timeout"), answerReleased()), 20_000);
+      await released;
+      clearTimeout(timer);
+      return settled;
+    };
+    const res = await withFacilitator(
+      holds,
+      async () => {
+        const answer = await payAnswer(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1400 }));
+        releasedBy ??= "the payer's answer";
+        answerReleased();
+        return answer;
+      },
+      15_000,
+    );
+    expect(releasedBy).toBe("the payer's answer");
+    const body = (await res.json()) as Body;
+    expect(body.status).toBe("SUCCESS");
+    const order = (await service.flow.orders.get(body.request_id as string))!;
+    expect(order.txHash).toBe(onChain);
+    expect(decodePaymentResponseHeader(res.headers.get("PAYMENT-RESPONSE")!).transaction).toBe(onChain);
+    expect(await delivered(body.request_id)).toHaveLength(1);
+    const amount = BigInt(order.amount);
+    expect(await usdc(payer.address)).toBe(payerBefore - amount);
+    expect(await usdc(celo.billPay)).toBe(billPayBefore + amount);
+  });
+
+  it("the same payer and nonce used in another token while the settlement is pending is not the order's payment: nothing is vended or charged", async () => {
+    const payer = hardhatAccount(14);
+    const [payerBefore, billPayBefore] = [await usdc(payer.address), await usdc(celo.billPay)];
+    // Instead of settling, the payer's nonce is used in USD₮ (a payment of its own, not the
+    // order's), mined and announced; then the facilitator answers that it did not settle.
+    const elsewhere: FacilitatorClient["settle"] = async (payload) => {
+      const nonce = (payload.payload as { authorization: { nonce: Hex } }).authorization.nonce;
+      const auth = await celo.signAuthorization(payer, "USD₮", USDC(1), celo.billPay, { nonce });
+      const mined = await celo.submitAuthorization("USD₮", auth);
+      while (service.flow.heads.latest("CELO") < mined.blockNumber) await new Promise((r) => setTimeout(r, 20));
+      await rpc("hardhat_mine", ["0x1"]); // one more block for the service to look at
+      return { success: false, errorReason: "invalid_exact_evm_payload_authorization_nonce", transaction: "", network: "eip155:42220" as const, payer: payer.address };
+    };
+    const answer = await withFacilitator(elsewhere, () => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1500 })));
+    expect(answer.status).not.toBe("SUCCESS");
+    expect(await delivered(answer.request_id)).toEqual([]);
+    const order = (await service.flow.orders.get(answer.request_id as string))!;
+    expect(["REFUSED", "PAYMENT_FAILED"]).toContain(order.status);
+    expect(await usdc(payer.address)).toBe(payerBefore);
+    expect(await usdc(celo.billPay)).toBe(billPayBefore);
   });
 
   it("a real settlement is confirmed from its receipt, and served", async () => {

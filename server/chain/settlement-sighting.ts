@@ -1,0 +1,73 @@
+/**
+ * An x402 authorization's settlement, sighted on the service's own node while the
+ * facilitator's answer is still on its way. A facilitator answers `settle` once it has seen
+ * the transaction's receipt on its node, and its answer then crosses the network; the
+ * service hears of the same block from its own node (lib/chain-heads.ts) and can look for
+ * the payment at once.
+ *
+ * What it finds is only a transaction's hash: the one whose log marked the order's EIP-3009
+ * authorization used, read by the authorization's own key (token, payer, nonce) from blocks
+ * the node announced after the settlement was asked for. The payment itself is then read
+ * from that transaction's receipt (chain/receipt-payment.ts), by the ledger's own predicate,
+ * and held to the order exactly, as a hash a facilitator names is: a wrong hash finds nothing
+ * of the order's, and the facilitator's answer is then waited for as before. An EIP-3009 nonce
+ * is used once per token and payer, so a transaction that used it either paid what the payer
+ * signed or did not pay BillPay at all; the receipt tells which.
+ *
+ * Permit2 payments are not sighted here: their nonce is Permit2's, logged by another
+ * contract, and they keep waiting for the facilitator's hash.
+ */
+import { parseAbiItem, type Hex } from "viem";
+import { sharedClientFor } from "../../lib/chain-client.ts";
+import type { ChainHeads } from "../../lib/chain-heads.ts";
+import type { ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+
+const AUTHORIZATION_USED = parseAbiItem("event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)");
+
+/** How long a look waits at most for the next block before it looks again. */
+const LOOK_AGAIN_MS = 200;
+
+export interface SightingDeps {
+  deployments: Deployments;
+  heads: ChainHeads;
+}
+
+/**
+ * The hash of the transaction that used `payer`'s authorization `nonce` on `token`, once a
+ * block announced after this call holds it; undefined when `signal` aborts first (the
+ * facilitator answered), or by `deadline` (epoch ms). A failed read is made again at the
+ * next block; it never decides anything.
+ */
+export async function sightAuthorization(
+  deps: SightingDeps,
+  chain: ChainKey,
+  key: { token: Hex; payer: Hex; nonce: Hex },
+  signal: AbortSignal,
+  deadline: number,
+): Promise<Hex | undefined> {
+  const d = deps.deployments.chains[chain];
+  if (!d) return undefined;
+  const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+  // The settlement is asked for now, so no block the node had announced before holds it.
+  // Before the first head is heard, the first one heard is looked at too.
+  const known = deps.heads.latest(chain);
+  let from: bigint | undefined = known > 0n ? known + 1n : undefined;
+  while (!signal.aborted && Date.now() < deadline) {
+    const head = deps.heads.latest(chain);
+    from ??= head > 0n ? head : undefined;
+    if (from !== undefined && head >= from) {
+      const logs = await client
+        .getLogs({ address: key.token, event: AUTHORIZATION_USED, args: { authorizer: key.payer, nonce: key.nonce }, fromBlock: from, toBlock: head })
+        .catch(() => undefined);
+      const used = logs?.find((l) => !l.removed && l.transactionHash);
+      if (used) return used.transactionHash!;
+      if (logs) from = head + 1n;
+    }
+    const waitedFrom = Date.now();
+    await deps.heads.after(chain, head, Math.min(LOOK_AGAIN_MS, Math.max(0, deadline - Date.now())));
+    // Heads that are closed (shutdown) answer at once: never spin on them.
+    if (deps.heads.latest(chain) === head && Date.now() - waitedFrom < 1) await new Promise((r) => setTimeout(r, LOOK_AGAIN_MS));
+  }
+  return undefined;
+}
