@@ -286,9 +286,14 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
     if (!txHash) return undefined;
     const payment = (await paymentsFromReceipt(deps, chain, txHash, deps.ledgerWaitMs).catch(() => null))?.find(isPaymentOf(order));
     if (!payment) return undefined;
+    // A refusal, or another transaction, from a facilitator whose settlement the chain shows:
+    // worth an operator's eye (a confused or lying facilitator); no answer at all is not.
     void answer.then((a) => {
-      if (a.kind !== "answered" || !a.response.success || a.response.transaction !== txHash) {
-        deps.log.warn("the facilitator's answer disagrees with the chain, which shows the payment; the chain decides", { requestId: order.requestId, txHash, answer: a.kind === "answered" ? (a.response.errorReason ?? a.response.transaction ?? null) : a.kind });
+      if (a.kind !== "answered") return;
+      const { success, transaction, errorReason } = a.response;
+      const sameTx = transaction?.toLowerCase() === txHash.toLowerCase();
+      if ((!success && !isSettlementPending(a.response)) || (transaction && !sameTx)) {
+        deps.log.warn("the facilitator's answer disagrees with the chain, which shows the payment; the chain decides", { requestId: order.requestId, txHash, answer: errorReason ?? transaction ?? null });
       }
     });
     return settledFromLedger(deps, order, payment, "receipt");
