@@ -84,4 +84,3 @@ export async function sightAuthorization(
   }
   return undefined;
 }
-

@@ -282,7 +282,9 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
   const answered = answer.then(() => undefined);
   const key = { token: order.tokenAddress as Hex, payer: order.payer as Hex, nonce: order.authNonce as Hex };
   try {
-    const txHash = await Promise.race([answered, sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs)]);
+    // A search that fails decides nothing: the facilitator's answer does, as before.
+    const sighting = sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs).catch(() => undefined);
+    const txHash = await Promise.race([answered, sighting]);
     if (!txHash) return undefined;
     const payment = (await paymentsFromReceipt(deps, chain, txHash, deps.ledgerWaitMs).catch(() => null))?.find(isPaymentOf(order));
     if (!payment) return undefined;
