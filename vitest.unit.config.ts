@@ -11,6 +11,7 @@ import base from "./vitest.config.ts";
 export const UNIT_TESTS = [
   "test/contracts/**/*.test.ts",
   "test/biller/**/*.test.ts",
+  "test/chains/until-deadline.test.ts",
   "test/docs/**/*.test.ts",
   "test/agent/a2a-tasks.test.ts",
   "test/agent/credentials.test.ts",

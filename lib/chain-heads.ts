@@ -128,6 +128,11 @@ export class ChainHeads {
     return this.watches.get(chain)?.times.get(hash.toLowerCase());
   }
 
+  /** Whether close() was called: every wait on these heads then answers at once, so loops that wait on them end. */
+  isClosed(): boolean {
+    return this.closed;
+  }
+
   /** Whether `chain`'s heads arrive by a confirmed subscription now. */
   subscribed(chain: ChainKey): boolean {
     return this.watches.get(chain)?.subscribed ?? false;

@@ -82,14 +82,17 @@ function inLedgerShape(chainId: number, billPay: string, receipt: TransactionRec
   }));
 }
 
-/** `look` again as each block arrives, until it answers or the deadline passes. */
-async function untilDeadline<T>(deps: ReceiptDeps, chain: ChainKey, deadline: number, look: () => Promise<T | null>): Promise<T | null> {
+/**
+ * `look` again as each block arrives, until it answers, the deadline passes, `signal` aborts,
+ * or the heads are closed (shutdown: their waits answer at once, and the loop would spin).
+ */
+export async function untilDeadline<T>(deps: Pick<ReceiptDeps, "heads">, chain: ChainKey, deadline: number, look: () => Promise<T | null>, signal?: AbortSignal): Promise<T | null> {
   for (;;) {
     const seen = deps.heads.latest(chain); // before the look: a block during it wakes the wait at once
     const found = await look();
     if (found !== null) return found;
     const left = deadline - Date.now();
-    if (left <= 0) return null;
+    if (left <= 0 || signal?.aborted || deps.heads.isClosed()) return null;
     await deps.heads.after(chain, seen, Math.min(LOOK_AGAIN_MS, left));
   }
 }

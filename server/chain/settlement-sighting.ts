@@ -23,11 +23,9 @@ import { sharedClientFor } from "../../lib/chain-client.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { untilDeadline } from "./receipt-payment.ts";
 
 const AUTHORIZATION_USED = parseAbiItem("event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)");
-
-/** How long a look waits at most for the next block before it looks again. */
-const LOOK_AGAIN_MS = 200;
 
 /**
  * How long after a block the facilitator's answer is given before the block is searched. A
@@ -47,8 +45,8 @@ export interface SightingDeps {
 /**
  * The hash of the transaction that used `payer`'s authorization `nonce` on `token`, once a
  * block announced after this call holds it; undefined when `signal` aborts first (the
- * facilitator answered), or by `deadline` (epoch ms). A failed read is made again at the
- * next block; it never decides anything.
+ * facilitator answered), by `deadline` (epoch ms), or once the heads are closed. A failed
+ * read is made again at the next block; it never decides anything.
  */
 export async function sightAuthorization(
   deps: SightingDeps,
@@ -64,23 +62,19 @@ export async function sightAuthorization(
   // Before the first head is heard, the first one heard is looked at too.
   const known = deps.heads.latest(chain);
   let from: bigint | undefined = known > 0n ? known + 1n : undefined;
-  while (!signal.aborted && Date.now() < deadline) {
+  const look = async (): Promise<Hex | null> => {
     const head = deps.heads.latest(chain);
     from ??= head > 0n ? head : undefined;
-    if (from !== undefined && head >= from) {
-      await sleep(SIGHTING_GRACE_MS, undefined, { signal }).catch(() => undefined);
-      if (signal.aborted) break;
-      const logs = await client
-        .getLogs({ address: key.token, event: AUTHORIZATION_USED, args: { authorizer: key.payer, nonce: key.nonce }, fromBlock: from, toBlock: head })
-        .catch(() => undefined);
-      const used = logs?.find((l) => !l.removed && l.transactionHash);
-      if (used) return used.transactionHash!;
-      if (logs) from = head + 1n;
-    }
-    const waitedFrom = Date.now();
-    await deps.heads.after(chain, head, Math.min(LOOK_AGAIN_MS, Math.max(0, deadline - Date.now())));
-    // Heads that are closed (shutdown) answer at once: never spin on them.
-    if (deps.heads.latest(chain) === head && Date.now() - waitedFrom < 1) await sleep(LOOK_AGAIN_MS, undefined, { signal }).catch(() => undefined);
-  }
-  return undefined;
+    if (from === undefined || head < from) return null;
+    await sleep(SIGHTING_GRACE_MS, undefined, { signal }).catch(() => undefined);
+    if (signal.aborted) return null;
+    const logs = await client
+      .getLogs({ address: key.token, event: AUTHORIZATION_USED, args: { authorizer: key.payer, nonce: key.nonce }, fromBlock: from, toBlock: head })
+      .catch(() => undefined);
+    const used = logs?.find((l) => !l.removed && l.transactionHash);
+    if (used) return used.transactionHash!;
+    if (logs) from = head + 1n;
+    return null;
+  };
+  return (await untilDeadline(deps, chain, deadline, look, signal)) ?? undefined;
 }

@@ -286,7 +286,7 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
     const sighting = sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs).catch(() => undefined);
     const txHash = await Promise.race([answered, sighting]);
     if (!txHash) return undefined;
-    const payment = (await paymentsFromReceipt(deps, chain, txHash, deps.ledgerWaitMs).catch(() => null))?.find(isPaymentOf(order));
+    const payment = await receiptPaymentOf(deps, order, txHash);
     if (!payment) return undefined;
     // A refusal, or another transaction, from a facilitator whose settlement the chain shows:
     // worth an operator's eye (a confused or lying facilitator); no answer at all is not.
@@ -422,18 +422,22 @@ async function refused(deps: SettleDeps, order: Order, reason: string): Promise<
  * that reverted, none at all) proves nothing, and the ledger decides as before.
  */
 async function awaitPayment(deps: SettleDeps, order: Order, txHash: string | undefined): Promise<Order> {
-  const ours = isPaymentOf(order);
   const deadline = Date.now() + deps.ledgerWaitMs;
   if (txHash && /^0x[0-9a-fA-F]{64}$/.test(txHash)) {
-    const shown = await paymentsFromReceipt(deps, order.chain as ChainKey, txHash as Hex, deps.ledgerWaitMs).catch((err: unknown) => {
-      deps.log.warn("could not read the settlement's receipt; waiting for the ledger", { requestId: order.requestId, error: errorText(err) });
-      return null;
-    });
-    const payment = shown?.find(ours);
+    const payment = await receiptPaymentOf(deps, order, txHash as Hex);
     if (payment) return settledFromLedger(deps, order, payment, "receipt");
   }
   // One wait in all: what the receipt's wait used is not waited again.
-  return awaitLedgerPayment(deps, order, ours, Math.max(0, deadline - Date.now()));
+  return awaitLedgerPayment(deps, order, isPaymentOf(order), Math.max(0, deadline - Date.now()));
+}
+
+/** The order's payment in transaction `txHash`, as the receipt on the service's own node shows it (chain/receipt-payment.ts); undefined if none. */
+async function receiptPaymentOf(deps: SettleDeps, order: Order, txHash: Hex): Promise<LedgerPayment | undefined> {
+  const shown = await paymentsFromReceipt(deps, order.chain as ChainKey, txHash, deps.ledgerWaitMs).catch((err: unknown) => {
+    deps.log.warn("could not read a settlement's receipt; waiting for the facilitator or the ledger", { requestId: order.requestId, error: errorText(err) });
+    return null;
+  });
+  return shown?.find(isPaymentOf(order));
 }
 
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
