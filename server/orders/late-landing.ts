@@ -32,19 +32,21 @@ export async function refundLanding(deps: FlowDeps, record: RefusedPayment, paym
 }
 
 /**
- * A payment offered whose nonce the chain already shows spent (read before any order exists),
- * decided from the ledger once it has indexed the block the nonce was read at:
- *   - exactly this payment reached BillPay under its key, with no order, and no operator has
- *     closed its orphan record: `undefined`, the payment goes on to its order, which claims the
- *     orphan in the same statement (store.ts lockPayment) and is served once, as any payment
- *     settled before the service asked (a fast third party, the payer's own relayer);
- *   - otherwise it can pay for no bill, and the answer is the error to give: the nonce spent
- *     with no payment to BillPay (cancelled, used elsewhere), a payment of another amount (held
- *     for an operator), an orphan an operator already refunded by hand or kept, or a ledger not
- *     yet caught up. The refusal is kept (bounded: refused-payments.ts), so that a payment
- *     landing under it after all is refunded to the payer.
+ * A payment offered whose nonce the chain already shows spent (read before any order exists)
+ * pays for no bill: the answer is always the error to give, decided from the ledger once it
+ * has indexed the block the nonce was read at. A payment that reached BillPay before any
+ * order asked for it (the payer's own relayer was faster, or a refusal landed anyway) is not
+ * served either: its calldata is public once mined, and an EIP-3009 authorization or a permit
+ * names no bill, so whoever presented it could name his own bill, and its payer would lose
+ * it. It is refunded to its payer instead: the refusal is kept with the signed authorization
+ * (bounded: refused-payments.ts), and the ledger pass refunds exactly the payment the ledger
+ * shows under its key (ledger-pass.ts, refundLanding), once. The other answers: the nonce
+ * spent with no payment to BillPay (cancelled, used elsewhere), a payment of another amount
+ * (held for an operator), an orphan an operator already refunded by hand or kept, or a ledger
+ * not yet caught up; each refusal is kept too, so a payment landing under it after all is
+ * refunded to the payer.
  */
-export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<ServiceError | undefined> {
+export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<ServiceError> {
   const chainId = chainInfo(record.chain).chainId;
   const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainId, onChain.block, deps.ledgerWaitMs).then(
     () => true,
@@ -56,10 +58,7 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
         .then((r) => r.payment)
         .catch(() => undefined)
     : undefined;
-  if (shown && BigInt(shown.amount) === record.amount) {
-    const orphan = await deps.refused.orphanStatus(record);
-    if (orphan === undefined || orphan === "NEEDS_REVIEW") return undefined;
-  }
+  const orphan = shown && BigInt(shown.amount) === record.amount ? await deps.refused.orphanStatus(record) : undefined;
   const kept = await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)));
   const later = kept ? "; should a payment under it still reach BillPay, it is refunded" : "";
   const refuse = (detail: string, extra: Record<string, unknown> = {}) => new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra });
@@ -69,6 +68,13 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
   if (shown === null) return refuse(`the chain shows this authorization's nonce already spent, with no payment to BillPay under it (cancelled, or used elsewhere): it pays for no bill${later}`);
   if (BigInt(shown.amount) !== record.amount) {
     return refuse(`a payment of ${shown.amount} (not this authorization's ${record.amount}) already reached BillPay under its nonce (transaction ${shown.txHash}), outside any order: it is held for an operator, and this authorization pays for no bill`, { landed_tx: shown.txHash });
+  }
+  if (orphan === undefined || orphan === "NEEDS_REVIEW") {
+    const back = kept ? "it is refunded to its payer on chain" : "too many refused payments of this payer are kept already, so an operator must refund it";
+    return refuse(
+      `this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order. A landed authorization can be read by anyone and names no bill, so it pays for none: ${back}; sign a new authorization for this bill`,
+      { landed_tx: shown.txHash },
+    );
   }
   return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and an operator has settled it (refunded by hand, or kept): it pays for no bill`, { landed_tx: shown.txHash });
 }

@@ -358,7 +358,8 @@ export class OrderStore {
     // The request that creates the order holds its lease while it works on it: the worker
     // only takes orders whose lease has run out (their request died or gave up).
     // Two unique keys can refuse it, (chain, token, payer, nonce) and (payer, idempotency key): either returns the order that holds it.
-    // A payment that reached BillPay before its order (an orphan record, orders/ledger-pass.ts)
+    // A payment that reached BillPay before its order (an orphan record, orders/ledger-pass.ts:
+    // landed after the intake read its nonce unspent, as one spent by then is refused there)
     // is claimed by it in the same statement while open, so an operator can no longer refund it
     // by hand (review.ts closes only NEEDS_REVIEW); one an operator already closed (refunded by
     // hand, or kept) makes no order at all: it pays for nothing.

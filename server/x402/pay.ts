@@ -399,25 +399,25 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
 
     // Read from the chain before any order or facilitator (started with the checks above): a
     // Permit2 payment cannot settle before the payer has approved Permit2 (said with the call
-    // to make); a nonce the chain already shows spent pays for a bill only when exactly this
-    // payment reached BillPay with no order and no operator has closed it
-    // (orders/late-landing.ts), else it is refused here, costing the payer his budget of
-    // payments that settle nothing. A chain that cannot be read decides nothing here: the
-    // facilitator and the ledger decide, as before.
+    // to make); a nonce the chain already shows spent pays for no bill, and is refused here
+    // (orders/late-landing.ts), costing the payer his budget of payments that settle
+    // nothing. So an order is made only for a nonce the service's own node showed unspent:
+    // a chain that cannot be read makes none (CHAIN_UNAVAILABLE; the payment is not used),
+    // as a payment landed before it was offered would otherwise be served to whoever
+    // offered it.
     const reading = startStage("chain reads");
     const [approval, onChain] = await chainRead!;
     reading();
+    if (!onChain) throw new ServiceError("CHAIN_UNAVAILABLE", `${option.chain} could not be read to check this payment's nonce and the payer's balance: this authorization was not used; send it again`, { charged: false });
     if (approval) {
       await countUnsettled(client, payment);
       throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
     }
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
-    if (onChain?.used) {
+    if (onChain.used) {
       const refusal = await spentAtIntake(deps.flow, refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, "its nonce was already spent on chain when it was offered"), onChain);
-      if (refusal) {
-        await countUnsettled(client, payment);
-        throw refusal;
-      }
+      await countUnsettled(client, payment);
+      throw refusal;
     }
     // x402's receipt needs only the payment: signed while the bill vends, not after it.
     let early: EarlyReceipt | undefined;
@@ -438,10 +438,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       resourceUrl: ctx.resourceUrl,
       ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
       // Settle alone when this read shows the payer holding the amount: every other check of
-      // the facilitator's verify was made above. A payer short of it (or a chain that could
-      // not be read) is verified first, so the facilitator refuses it, naming why, and nothing
+      // the facilitator's verify was made above. A payer short of it is verified first, so the facilitator refuses it, naming why, and nothing
       // is broadcast that would revert (docs/money.md, "One call to the facilitator").
-      verifyFirst: onChain?.balance === undefined || onChain.balance < quote.amount,
+      verifyFirst: onChain.balance < quote.amount,
     }, signEarly).catch(async (err: unknown) => {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
       // doing, so it counts as any paid call that settled nothing.

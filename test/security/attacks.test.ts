@@ -307,20 +307,33 @@ describe("attacks on the money paths", () => {
     expect(await usdc(attacker.address)).toBe(afterEarly);
   });
 
-  it("a payment submitted on chain before its order is made is served, and is no orphan", async () => {
+  it("a payment its payer landed before offering it cannot be claimed by a stranger naming his own bill: it pays for no bill, and is refunded to its payer", async () => {
+    const before = await usdc(victim.address);
     const body = bill(victim.address, { nairaAmount: 1270 });
     const req = await required(body);
     const auth = await celo.signAuthorization(victim, "USDC", BigInt(req.accepted.amount), celo.billPay, { validBefore: now() + 600n });
-    await celo.submitAuthorization("USDC", auth); // the payer's own relayer was faster
-    // The ledger pass sees a payment with no order yet (polled: the ledger indexes it, and the
-    // worker's pass reads it, each at its own pace).
-    const orphanNonces = async () => ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
-    await expect
-      .poll(async () => (await workerPasses(), await orphanNonces()), { timeout: 15_000, interval: 200 })
-      .toContain(auth.nonce.toLowerCase());
-    const paid = (await (await post(body, header(auth, req))).json()) as Body;
-    expect(paid).toMatchObject({ status: "SUCCESS" });
-    expect(await orphanNonces()).not.toContain(auth.nonce.toLowerCase());
+    await celo.submitAuthorization("USDC", auth); // the payer's own relayer was faster: its calldata is public now
+    await ledgerAtHead();
+    // The attacker copies the landed authorization and names his own bill at the same price
+    // (another number, the payer's wallet, as the authorization's `from` must be).
+    const theirs = bill(victim.address, { nairaAmount: 1270, billersCode: "08022222222" });
+    const copied = await post(theirs, header(auth, await required(theirs)));
+    expect(copied.status).toBe(409);
+    expect(await copied.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, landed_tx: expect.stringMatching(/^0x/), detail: expect.stringContaining("refunded to its payer") });
+    // Offered by its payer for his own bill, it pays for none either: whoever offers it is no proof.
+    const own = await post(body, header(auth, req));
+    expect(own.status).toBe(409);
+    expect(((await own.json()) as Body).code).toBe("PAYMENT_NONCE_SPENT");
+    expect(await orderOf(auth)).toBeUndefined();
+    // The ledger pass refunds exactly it to its payer, once, with no operator; nothing was vended.
+    await workerPasses();
+    const refunded = await orderOf(auth);
+    expect(refunded).toMatchObject({ status: "REFUNDED", purchasedCode: null, amount: auth.value });
+    expect(await usdc(victim.address)).toBe(before);
+    const orphans = ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
+    expect(orphans).not.toContain(auth.nonce.toLowerCase());
+    await workerPasses();
+    expect(await usdc(victim.address)).toBe(before);
   });
 
   it("a retired key or a cancelled schedule never pays", async () => {

@@ -3,8 +3,9 @@
  * facilitator, biller sandbox), played the way a stranger with a wallet and a few units plays
  * it. Each case ends on balances and on what stays open, and the audit ends clean:
  *   - a payment the payer landed himself, refunded by hand, offered again: pays for nothing;
- *   - a payment landed by its payer before it was offered: served once, its orphan claimed by
- *     the order so an operator cannot also refund it by hand;
+ *   - a payment landed by its payer before it was offered: pays for no bill (anyone could
+ *     copy it from the chain and name his own), refunded to him on chain by the ledger pass,
+ *     its orphan claimed by that refund so an operator cannot also refund it by hand;
  *   - authorizations whose nonce is spent (EIP-3009 cancelled): refused at intake, no order,
  *     no facilitator call, counted against the payer;
  *   - an honest payment refused as not yet valid and landed later: refunded with no operator;
@@ -206,7 +207,7 @@ describe("money safety, third round", () => {
     expect(await usdc(payer.address)).toBe(start);
   });
 
-  it("a payment landed by its payer before it was offered is served once: its order claims the orphan, so an operator cannot also refund it by hand", async () => {
+  it("a payment landed by its payer before it was offered pays for no bill: it is refunded to him on chain, and its orphan is claimed by that refund so an operator cannot also refund it by hand", async () => {
     const payer = accounts(4);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1602);
@@ -214,20 +215,28 @@ describe("money safety, third round", () => {
     await celo.submitAuthorization("USDC", auth); // his own relayer was faster than the service
     await passes();
     expect(await orphanOf(auth)).toBe("NEEDS_REVIEW");
-    const served = (await (await post(body, headers)).json()) as Body;
-    expect(served).toMatchObject({ status: "SUCCESS" });
+    const orders = await orderCount();
+    const offered = await post(body, headers);
+    expect(offered.status).toBe(409);
+    expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer") });
+    expect(await orderCount()).toBe(orders);
+    // The next pass refunds it: exactly what landed, once, through an order of its own.
+    await passes();
+    expect(await usdc(payer.address)).toBe(start);
+    const refund = (await ordersUnder(auth))!;
+    expect(refund).toMatchObject({ status: "REFUNDED", amount: auth.value, purchasedCode: null });
     expect(await orphanOf(auth)).toBe("CLAIMED");
-    // The operator, asked for it back, cannot refund it by hand now: the order holds it.
+    // The operator, asked for it back, cannot refund it by hand now: the refund's order holds it.
     const back = await celo.withdraw("USDC", payer.address, auth.value);
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
     const refused = await resolveOrphanPayment(review, { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: auth.nonce, reason: "asked back", operator: "alice", refundTxHash: back.transactionHash });
     expect(refused.record.outcome).toBe("REFUSED");
     await celo.transfer(payer, "USDC", celo.billPay, auth.value); // (the withdrawal above goes back to the treasury)
-    // Offered again, it is the same order: served once, charged once.
-    const again = (await (await post(body, headers)).json()) as Body;
-    expect(again.request_id).toBe(served.request_id);
-    expect(await usdc(payer.address)).toBe(start - auth.value);
-    expect((await orderOf(served.request_id)).status).toBe("SUCCESS");
+    // Offered again, it is the same refunded order: nothing vended, nothing charged.
+    const again = await post(body, headers);
+    expect(((await again.json()) as Body).request_id).toBe(refund.requestId);
+    expect((await orderOf(refund.requestId)).status).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
   });
 
   it("an authorization cancelled on chain is refused at intake: no order, no facilitator call, counted against the payer", async () => {

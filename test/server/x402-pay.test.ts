@@ -4,7 +4,7 @@ import { HTTPFacilitatorClient } from "@x402/core/server";
 import { toClientEvmSigner } from "@x402/evm";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
-import { type Address, type Hex } from "viem";
+import { toFunctionSelector, type Address, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { CONTRACT_SIGNATURE_GAS } from "../../lib/contract-signature.ts";
 import { randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from "../../lib/eip3009.ts";
@@ -24,6 +24,7 @@ import { paymentRequestSchema } from "../../server/schemas.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
+import { startRpcProxy } from "../support/rpc-proxy.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 
@@ -322,6 +323,43 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await refused.json()).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false, reason: expect.stringMatching(/^facilitator: \w*insufficient_(funds|balance)/) });
     expect(calls).toEqual(["verify"]);
     expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
+  });
+
+  it("a payment whose nonce the service's node cannot read makes no order and reaches no facilitator: CHAIN_UNAVAILABLE, and the same payment goes through once the node answers", async () => {
+    // The node, through a proxy that answers EIP-3009's authorizationState with an error
+    // (the signature check's reads still pass): the intake cannot tell whether the nonce
+    // was spent, so nothing is made of the payment.
+    const proxy = await startRpcProxy(stack.deployments.chains.CELO!.rpcUrl);
+    try {
+      const deployments = { ...stack.deployments, chains: { ...stack.deployments.chains, CELO: { ...stack.deployments.chains.CELO!, rpcUrl: proxy.url } } };
+      const real = flow.facilitators.CELO!;
+      const calls: string[] = [];
+      const counting = {
+        verify: (...a: Parameters<typeof real.verify>) => (calls.push("verify"), real.verify(...a)),
+        settle: (...a: Parameters<typeof real.settle>) => (calls.push("settle"), real.settle(...a)),
+        getSupported: real.getSupported.bind(real),
+      };
+      const app = createApp({ config: service.config, db, deployments, rates: new ConfiguredRate(1_550_000n), flow: { ...flow, deployments, facilitators: { CELO: counting, BASE: counting } } });
+      const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+      const body = bill("08011111111", { nairaAmount: 1117 });
+      const { headers, payload } = await paymentFor(body);
+      const nonce = (payload.payload as { authorization: { nonce: string } }).authorization.nonce;
+      const before = await usdc();
+      proxy.failCalls(toFunctionSelector("authorizationState(address,bytes32)"));
+      const res = await send(body, headers);
+      expect(res.status).toBe(503);
+      expect(await res.json()).toMatchObject({ code: "CHAIN_UNAVAILABLE", charged: false, detail: expect.stringContaining("was not used") });
+      expect(calls).toEqual([]);
+      expect(await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, nonce)).toBeUndefined();
+      expect(await usdc()).toBe(before);
+      // The node answers again: the very same payment pays for the bill, once.
+      proxy.failCalls(undefined);
+      expect(((await (await send(body, headers)).json()) as Result).status).toBe("SUCCESS");
+      expect(calls).toEqual(["settle"]);
+      expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("says stage by stage where a paid bill's time went, in Server-Timing, when SERVER_TIMING=1, and says nothing of it otherwise", async () => {

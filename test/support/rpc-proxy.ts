@@ -2,8 +2,9 @@
  * A JSON-RPC proxy in front of a real local node, for the faults a real network has: every
  * HTTP request held (an RPC that hangs), WebSockets cut, a subscription that goes quiet with
  * its socket open, a request for a block's logs held while the test reorganises that block
- * away. Requests pass to the node unchanged otherwise, over HTTP and WebSocket on one port,
- * as a node serves them.
+ * away, contract reads of one function answered with an error (alone or inside a batch, the
+ * rest of which still reaches the node). Requests pass to the node unchanged otherwise, over
+ * HTTP and WebSocket on one port, as a node serves them.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -26,6 +27,8 @@ export interface RpcProxy {
   cutSockets(): void;
   /** While on, subscription notifications are dropped: the socket stays open and quiet. */
   mute(on: boolean): void;
+  /** While set, every eth_call whose data begins with this 4-byte selector is answered with a JSON-RPC error (undefined: none). */
+  failCalls(selector: string | undefined): void;
   /** How many eth_subscribe requests have passed so far. */
   subscribes(): number;
   close(): Promise<void>;
@@ -39,10 +42,23 @@ export async function startRpcProxy(target: string): Promise<RpcProxy> {
   const sockets = new Set<WebSocket>();
   let muted = false;
   let subscribes = 0;
+  let failing: string | undefined;
 
   const forward = async (body: string): Promise<string> => {
     const res = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body });
     return res.text();
+  };
+  /** The request with each eth_call of `selector` answered by an error, and the rest forwarded as it came (one batch). */
+  type Call = { id?: unknown; method?: string; params?: Array<{ data?: string; input?: string }> };
+  const forwardFailing = async (body: string, selector: string): Promise<string> => {
+    const parsed = JSON.parse(body) as Call | Call[];
+    const calls = Array.isArray(parsed) ? parsed : [parsed];
+    const fails = (c: Call) => c.method === "eth_call" && (c.params?.[0]?.data ?? c.params?.[0]?.input ?? "").toLowerCase().startsWith(selector.toLowerCase());
+    const passing = calls.filter((c) => !fails(c));
+    const passed = passing.length === 0 ? [] : ([] as unknown[]).concat(JSON.parse(await forward(JSON.stringify(Array.isArray(parsed) ? passing : passing[0]))));
+    const byId = new Map((passed as Array<{ id?: unknown }>).map((a) => [a.id, a]));
+    const answers = calls.map((c) => (fails(c) ? { jsonrpc: "2.0", id: c.id, error: { code: -32603, message: "internal error (the test's proxy refused this call)" } } : byId.get(c.id)));
+    return JSON.stringify(Array.isArray(parsed) ? answers : answers[0]);
   };
   const hold = () => new Promise<void>((resolve) => held.add({ release: resolve }));
 
@@ -58,7 +74,7 @@ export async function startRpcProxy(target: string): Promise<RpcProxy> {
           holdingLogs(hash);
           await hold();
         }
-        const answer = await forward(body);
+        const answer = failing ? await forwardFailing(body, failing) : await forward(body);
         res.writeHead(200, { "content-type": "application/json" }).end(answer);
       } catch {
         res.destroy(); // the client sees the connection fail, as with a node that went away
@@ -124,6 +140,9 @@ export async function startRpcProxy(target: string): Promise<RpcProxy> {
     },
     mute(on) {
       muted = on;
+    },
+    failCalls(selector) {
+      failing = selector;
     },
     subscribes: () => subscribes,
     async close() {
