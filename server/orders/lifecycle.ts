@@ -43,7 +43,7 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "REFUSED", to: "PAYMENT_FAILED", when: "the refused authorization expired, or its nonce was spent elsewhere", money: "none charged" },
   { from: "REFUSED", to: "NEEDS_REVIEW", when: "another payment landed under the key, or a Permit2 nonce was spent unseen", money: "held for an operator" },
   { from: "PAYMENT_FAILED", to: "REFUNDING", when: "a payment landed later under the written-off key", money: "out: exactly what landed, back to the payer" },
-  { from: "PAYMENT_FAILED", to: "NEEDS_REVIEW", when: "another payment landed later under the written-off key", money: "held for an operator" },
+  { from: "PAYMENT_FAILED", to: "NEEDS_REVIEW", when: "another payment landed later under the written-off key, or the payment of a bill vended before a reorganisation took it", money: "held for an operator" },
   { from: "PAID", to: "PENDING", when: "the biller holds the bill", money: "kept while the biller decides" },
   { from: "PAID", to: "SUCCESS", when: "the biller delivered", money: "kept: the bill was vended" },
   { from: "PAID", to: "REFUNDING", when: "the biller failed the bill (or the number check did)", money: "out: the payment, back to the payer" },

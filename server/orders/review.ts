@@ -261,7 +261,7 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
           failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
         });
         if (!closed) throw new Refused("the order moved on meanwhile; nothing was done");
-        return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass", closed.status), order: closed };
+        return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass (held for an operator instead when the bill was vended)", closed.status), order: closed };
       }
       case "serve": {
         const p = view.payment!;

@@ -72,13 +72,22 @@ async function settledFromLedger(deps: SettleDeps, o: Order, payment: LedgerPaym
 /**
  * A payment landed under the key of an order the service refused (or wrote off): the payer
  * was told it did not settle, so exactly what the chain shows is refunded; a payment of
- * another amount waits for an operator.
+ * another amount waits for an operator. So does the payment of a bill that was vended (a
+ * reorganisation took its payment, and an operator closed it as unpaid): it pays for that
+ * bill now, and a refund would give the bill away.
  */
 export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
     deps.log.warn("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
+  }
+  if (o.purchasedCode !== null || (await deps.attempts.of(o.requestId)).some((a) => a.outcome === "delivered")) {
+    deps.log.error("the payment of a bill already vended landed after its order was written off; held for an operator to serve it", { requestId: o.requestId, txHash: payment.txHash });
+    return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", {
+      failureReason: `the payment landed (transaction ${payment.txHash}) after the order was written off, and its bill had been vended: serve it (nothing is vended again), or refund it if the bill was taken back`,
+      txHash: payment.txHash,
+    });
   }
   const reason = "the payment landed on chain after the service had refused it";
   // The payer's doing: its refund draws on the late slice of the budget (orders/refund-share.ts).

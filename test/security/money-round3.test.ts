@@ -28,13 +28,15 @@ import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { PER_PAYER } from "../../server/orders/refused-payments.ts";
-import { resolveOrphanPayment, ReviewRecords } from "../../server/orders/review.ts";
+import { resolveOrder, resolveOrphanPayment, ReviewRecords } from "../../server/orders/review.ts";
+import { fulfil } from "../../server/orders/fulfil.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { lockAsCrashedRequest } from "../support/orders.ts";
 import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
@@ -95,7 +97,7 @@ describe("money safety, third round", () => {
       nonce: p.authorization.nonce as Hex,
       signature: p.signature,
     };
-    return { headers: client.encodePaymentSignatureHeader(payload), auth };
+    return { headers: client.encodePaymentSignatureHeader(payload), auth, payload };
   }
   /** The worker's passes, as the running service makes them, after the ledger caught up. */
   async function passes(n = 2) {
@@ -408,6 +410,34 @@ describe("money safety, third round", () => {
     await celo.transfer(accounts(19), "USDC", admin.address, 250_000n);
     const fromAdmin = await celo.transfer(admin, "USDC", payer.address, 250_000n);
     expect((await resolveOrphanPayment(review, { ...key, reason: "refunded by hand from the admin's wallet", refundTxHash: fromAdmin.transactionHash })).record.outcome).toBe("DONE");
+  });
+
+  it("a vended bill whose payment a reorganisation took, written off by an operator, then landed after all: held for an operator and served, never refunded", async () => {
+    const payer = accounts(16);
+    const start = await usdc(payer.address);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1660);
+    const { auth, payload } = await clientPayment(payer, body);
+    // The order as a reorganisation and an operator leave it: its bill vended by the biller,
+    // its payment gone from the chain, closed as unpaid (its authorization still unspent).
+    const settling = await lockAsCrashedRequest(service.flow, { body, payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "vended-then-written-off" });
+    await service.db.query(`UPDATE bill_order SET status = 'PAID' WHERE request_id = $1`, [settling.requestId]);
+    const vended = await fulfil(service.flow, (await orderOf(settling.requestId)), { fresh: true });
+    expect(vended.status).toBe("SUCCESS");
+    await service.db.query(`UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'closed by an operator: the ledger shows no payment' WHERE request_id = $1`, [settling.requestId]);
+    // The payer lands the authorization after all.
+    await celo.submitAuthorization("USDC", auth);
+    await passes();
+    const held = await orderOf(settling.requestId);
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toContain("its bill had been vended");
+    expect(await usdc(payer.address)).toBe(start - auth.value); // nothing refunded
+    // The operator serves it: the ledger shows exactly its payment, and the bill is not vended again.
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const served = await resolveOrder(review, { requestId: settling.requestId, action: "serve", reason: "paid after all", operator: "alice" });
+    expect(served.record.outcome, served.record.detail ?? "").not.toBe("REFUSED");
+    await expect.poll(async () => (await passes(1), (await orderOf(settling.requestId)).status), { timeout: 15_000 }).toBe("SUCCESS");
+    expect(await attemptsOf(settling.requestId)).toHaveLength(1);
+    expect(await usdc(payer.address)).toBe(start - auth.value);
   });
 
   it("the audit is clean after every attack, and lists for a person only what the biller did", async () => {
