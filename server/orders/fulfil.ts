@@ -334,7 +334,8 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
 /**
  * What the biller now says of an order it was paid for, acted on: a pending order is
  * finished (served or refunded), and a served one the biller reversed is refunded, once
- * (SUCCESS -> REFUNDING is one transition). A served order the biller still calls delivered,
+ * (SUCCESS -> REFUNDING is one transition), unless another of its attempts, asked again,
+ * still stands delivered (the biller took back one of two deliveries). A served order the biller still calls delivered,
  * or a final one, is left as it is. Used by the worker, and by the biller's webhook, which
  * only points at an attempt (`named`): that very attempt is requeried by its own id, not the
  * order's latest; what happened is always read from a requery, never from the webhook's body.
@@ -365,10 +366,15 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
       const target = named ?? latest;
       if (!target) return order;
       const now = await askAttempt(deps, target);
-      if (target.billerRequestId !== deliverer) {
-        return now.state === "delivered" && before.get(target.billerRequestId) !== "delivered" ? lateDelivery(deps, order, target, now) : order;
-      }
+      const wasDelivered = target.billerRequestId === deliverer || before.get(target.billerRequestId) === "delivered";
+      if (!wasDelivered) return now.state === "delivered" ? lateDelivery(deps, order, target, now) : order;
       if (now.state !== "failed" || !now.reversed) return order;
+      // The biller paid twice and took one back: the bill stands while another delivery does.
+      const standing = await anotherDeliveryStands(deps, attempts, target, before, deliverer);
+      if (standing) {
+        deps.log.warn("the biller reversed one delivery of a bill another attempt still delivers; nothing is refunded", { requestId: order.requestId, reversed: target.billerRequestId, standing: standing.billerRequestId });
+        return order;
+      }
       deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: target.billerRequestId });
       return refund(deps, order, `the biller reversed the bill after delivering it (${now.reason})`, ["SUCCESS"]);
     }
@@ -382,6 +388,16 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
     default:
       return order;
   }
+}
+
+/** Another attempt of the order seen delivered that the biller, asked again by its own id, still calls delivered; undefined when none. */
+async function anotherDeliveryStands(deps: VendDeps, attempts: BillerAttempt[], except: BillerAttempt, seen: Map<string, string | null>, deliverer: string | undefined): Promise<BillerAttempt | undefined> {
+  for (const a of attempts) {
+    if (a.billerRequestId === except.billerRequestId) continue;
+    if (a.billerRequestId !== deliverer && seen.get(a.billerRequestId) !== "delivered") continue;
+    if ((await askAttempt(deps, a)).state === "delivered") return a;
+  }
+  return undefined;
 }
 
 /**

@@ -29,7 +29,7 @@ import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { PER_PAYER } from "../../server/orders/refused-payments.ts";
 import { resolveOrder, resolveOrphanPayment, ReviewRecords } from "../../server/orders/review.ts";
-import { fulfil } from "../../server/orders/fulfil.ts";
+import { actOnBillerState, fulfil } from "../../server/orders/fulfil.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
@@ -339,7 +339,7 @@ describe("money safety, third round", () => {
     expect(await usdc(payer.address)).toBe(start); // refunded once, nothing more sent
   });
 
-  it("the biller delivering both attempts is recorded as paid twice; a failed latest attempt is not refunded while an earlier one was delivered", async () => {
+  it("the biller delivering both attempts is recorded as paid twice; a failed latest attempt is not refunded while an earlier one was delivered, nor a bill whose duplicate delivery the biller took back", async () => {
     const payer = accounts(12);
     const start = await usdc(payer.address);
     const body = x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code: "mobile_only", nairaAmount: 1450 });
@@ -372,7 +372,23 @@ describe("money safety, third round", () => {
     await expect.poll(async () => (await orderOf(second)).flag, { timeout: 15_000 }).toMatch(/the biller delivered pay attempt 1 \(.+\) beside the attempt that served the order/);
     expect((await orderOf(second)).purchasedCodes?.map((c) => c.label)).toEqual(["Voucher", "Voucher (attempt 1)"]);
     expect(await metric("billpay_biller_late_deliveries_total")).toBe(late + 1);
-    expect(await usdc(payer.address)).toBe(start - price - (await orderOf(second)).amount);
+    const price2 = (await orderOf(second)).amount;
+    expect(await usdc(payer.address)).toBe(start - price - price2);
+
+    // The biller takes back the duplicate, attempt 1 (its webhook left out: the same call is
+    // made here, by the attempt it names). Attempt 2 still delivers the bill: nothing is refunded.
+    const attempt = async (id: string) => (await service.flow.attempts.of(second)).find((a) => a.billerRequestId === id)!;
+    await sandbox(b1!.biller_request_id, "reverse", {}, "?notify=0");
+    expect((await actOnBillerState(service.flow, await orderOf(second), await attempt(b1!.biller_request_id))).status).toBe("SUCCESS");
+    expect(await usdc(payer.address)).toBe(start - price - price2);
+    // Then attempt 2 too: no delivery stands, and the payer is refunded, once (the cases above
+    // spent the refund budget, so the refund may wait a few seconds for it to refill).
+    await sandbox(b2!.biller_request_id, "reverse", {}, "?notify=0");
+    expect(["REFUNDING", "REFUNDED"]).toContain((await actOnBillerState(service.flow, await orderOf(second), await attempt(b2!.biller_request_id))).status);
+    await expect.poll(async () => (await workOnce(service.flow), (await orderOf(second)).status), { timeout: 60_000, interval: 1_000 }).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start - price);
+    expect((await actOnBillerState(service.flow, await orderOf(second), await attempt(b1!.biller_request_id))).status).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start - price);
   });
 
   it("receipts and a settled answer are given only for a payment the chain confirmed, never for an order held with a facilitator's word", async () => {
