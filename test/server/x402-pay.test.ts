@@ -17,6 +17,7 @@ import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
 import type { Db } from "../../server/db.ts";
 import { workOnce, type WorkerDeps } from "../../server/orders/worker.ts";
+import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { billHash } from "../../server/quote/quote.ts";
@@ -568,19 +569,24 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await usdc()).toBe(before - BigInt(landed.payload.accepted.amount) - BigInt(neverSent.payload.accepted.amount));
   });
 
-  it("never writes off a payment the facilitator refuses when the chain shows it consumed", async () => {
-    // Someone settles the payment before the service does (a stale header, a fast third
-    // party): the facilitator then calls it invalid, but the money has moved.
+  it("a payment someone settled before it was offered is neither served nor written off: refused at intake, and refunded to its payer once", async () => {
+    // Someone settles the payment before the service is offered it (a stale header, a fast
+    // third party): its calldata is public now and names no bill, so it pays for none.
     const body = bill("08011111111", { nairaAmount: 430 });
     const { headers, payload } = await paymentFor(body);
     const before = await usdc();
     expect((await new HTTPFacilitatorClient({ url: facilitatorUrl }).settle(payload, payload.accepted)).success).toBe(true);
-    // The facilitator calls it invalid (nonce used), but the chain shows this very payment
-    // landed: the ledger has exactly the order's amount under its key, so it is served.
-    const result = (await (await post(body, headers)).json()) as Result;
-    expect(result).toMatchObject({ status: "SUCCESS", tx_hash: expect.stringMatching(/^0x[0-9a-f]{64}$/) });
-    for (let i = 0; i < 2; i++) await workOnce(flow);
+    const res = await post(body, headers);
+    expect(res.status).toBe(409);
+    expect(await res.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer") });
     expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+    // The ledger pass refunds exactly it, once.
+    await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    for (let i = 0; i < 2; i++) {
+      await reconcileAuthorizationPayments(flow);
+      await workOnce(flow);
+    }
+    expect(await usdc()).toBe(before);
   });
 
   it("answers a bad request_id with 400 and an unknown one with 404", async () => {
