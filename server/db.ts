@@ -370,6 +370,9 @@ const MIGRATIONS: string[] = [
   `ALTER TABLE fx_rate ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY;
    DROP INDEX fx_rate_latest;
    CREATE INDEX fx_rate_latest ON fx_rate (source, read_at DESC, seq DESC);`,
+  // Every wrong PIN a key has met, never cleared by a right one: a guesser who stops short of
+  // each lockout while the key's own agent keeps paying is still stopped at the key's bound.
+  `ALTER TABLE agent_link ADD COLUMN pin_wrong_total integer NOT NULL DEFAULT 0;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -111,7 +111,7 @@ export class LinkStore {
        ON CONFLICT (wallet) DO UPDATE SET api_key_hash = EXCLUDED.api_key_hash, pin_hash = EXCLUDED.pin_hash,
          channel = EXCLUDED.channel, approved_chain = EXCLUDED.approved_chain, approved_token = EXCLUDED.approved_token,
          scope_chain = EXCLUDED.scope_chain,
-         pin_failures = 0, pin_pending = 0, pin_lockouts = 0, locked_until = NULL, linked_at = now()
+         pin_failures = 0, pin_pending = 0, pin_lockouts = 0, pin_wrong_total = 0, locked_until = NULL, linked_at = now()
        RETURNING (SELECT array_agg(id ORDER BY id) FROM schedules) AS cancelled`,
       [l.wallet.toLowerCase(), l.apiKeyHash, l.pinHash, l.channel, l.chain, l.token, l.scopeChain ?? null],
     );
@@ -164,9 +164,9 @@ export class LinkStore {
     const [reserved] = await this.db.query<{ pin_hash: string }>(
       `UPDATE agent_link SET pin_pending = ${pending} + 1, pin_attempt_at = now()
        WHERE wallet = $1 AND ($3::text IS NULL OR api_key_hash = $3)
-         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2
+         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2 AND pin_wrong_total + ${pending} < $4
        RETURNING pin_hash`,
-      [w, this.pinPolicy.maxAttempts, key],
+      [w, this.pinPolicy.maxAttempts, key, this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts],
     );
     if (!reserved) {
       const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean; api_key_hash: string }>(
@@ -197,20 +197,28 @@ export class LinkStore {
       return;
     }
     // The failure that reaches the limit starts a lockout, each twice as long as the last
-    // (PIN_LOCK_SECONDS, then 2x, 4x, ...). Lockouts are not forgiven by a right PIN, so a
-    // key allows at most maxAttempts x maxLockouts wrong PINs in its life.
-    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null; pin_lockouts: number; api_key_hash: string }>(
+    // (PIN_LOCK_SECONDS, then 2x, 4x, ...). Neither lockouts nor wrong PINs are forgiven by a
+    // right PIN (the key's own agent may be paying between a guesser's tries), so a key
+    // allows at most maxAttempts x maxLockouts wrong PINs in its life: the last retires it.
+    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null; pin_lockouts: number; pin_wrong_total: number; api_key_hash: string }>(
       `UPDATE agent_link SET
          pin_pending = GREATEST(pin_pending - 1, 0),
+         pin_wrong_total = pin_wrong_total + 1,
          locked_until = CASE WHEN pin_failures + 1 >= $2
            THEN now() + make_interval(secs => $3::double precision * power(2, LEAST(pin_lockouts, 20))) ELSE locked_until END,
          pin_lockouts = CASE WHEN pin_failures + 1 >= $2 THEN pin_lockouts + 1 ELSE pin_lockouts END,
          pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 AND ($4::text IS NULL OR api_key_hash = $4) RETURNING pin_failures, locked_until, pin_lockouts, api_key_hash`,
+       WHERE wallet = $1 AND ($4::text IS NULL OR api_key_hash = $4) RETURNING pin_failures, locked_until, pin_lockouts, pin_wrong_total, api_key_hash`,
       [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds, key],
     );
     if (!after) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced while its PIN was checked; use the newest key");
-    if (after?.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
+    const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
+    if (after.pin_wrong_total >= lifetime) {
+      await this.retire(w, after.api_key_hash);
+      this.log.warn("pin lockout: key retired", { wallet: w, wrongPins: after.pin_wrong_total });
+      throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${after.pin_wrong_total} in this key's life): this api_key is retired; link the wallet again with a fresh signature`);
+    }
+    if (after.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
       if (lockouts >= this.pinPolicy.maxLockouts) {
         await this.retire(w, after.api_key_hash);
@@ -220,7 +228,7 @@ export class LinkStore {
       this.log.warn("pin lockout", { wallet: w, lockouts, lockedUntil: new Date(after.locked_until).toISOString() });
       throw locked(new Date(after.locked_until));
     }
-    const left = this.pinPolicy.maxAttempts - (after?.pin_failures ?? 0);
+    const left = Math.min(this.pinPolicy.maxAttempts - after.pin_failures, lifetime - after.pin_wrong_total);
     throw new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
   }
 }

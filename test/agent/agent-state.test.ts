@@ -121,6 +121,29 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(events).toEqual(["pin lockout", "pin lockout", "pin lockout: key retired"]);
     });
 
+    it("bounds the wrong PINs of a key's life when a guesser stops short of every lockout and the key's own agent pays between his tries", async () => {
+      const events: string[] = [];
+      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
+      const wallet = "0x00000000000000000000000000000000000000ee";
+      const key = newApiKey();
+      await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      const wrong = async () => (await links.checkPin(wallet, "0000").catch((e: unknown) => e)) as ServiceError;
+      for (let round = 0; round < 4; round++) {
+        expect((await wrong()).code).toBe("PIN_INVALID");
+        const second = await wrong();
+        expect(second.code).toBe("PIN_INVALID"); // one short of the lockout...
+        expect(second.extra!.attempts_left).toBe(1);
+        expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK"); // ...and the agent's own pay clears that count
+      }
+      // Not the key's: the ninth wrong PIN (3 attempts x 3 lockouts) retires it, though no lockout ever began.
+      expect((await wrong()).code).toBe("API_KEY_RETIRED");
+      expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+      expect(events).toEqual(["pin lockout: key retired"]);
+      // A new link's key starts its own count.
+      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+      expect((await wrong()).extra!.attempts_left).toBe(2);
+    });
+
     it("creates a pull order once per idempotency key, even when two requests race", async () => {
       const orders = new OrderStore(db);
       const order = (n: number) => ({
