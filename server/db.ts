@@ -373,6 +373,10 @@ const MIGRATIONS: string[] = [
   // Every wrong PIN a key has met, never cleared by a right one: a guesser who stops short of
   // each lockout while the key's own agent keeps paying is still stopped at the key's bound.
   `ALTER TABLE agent_link ADD COLUMN pin_wrong_total integer NOT NULL DEFAULT 0;`,
+  // The key a schedule was made under: a run pays only while it is still the wallet's, so a
+  // schedule written while a re-link retired its key (which cancels the schedules it sees)
+  // never pays. Older schedules have none, and are guarded as before.
+  `ALTER TABLE bill_schedule ADD COLUMN api_key_hash text;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -30,6 +30,8 @@ export interface Schedule {
   maxRuns: number | null;
   createdAt: Date;
   cancelledAt: Date | null;
+  /** The key of the agent's call that made it (null for schedules older than the record). */
+  apiKeyHash: string | null;
 }
 
 export interface ScheduleRun {
@@ -53,6 +55,7 @@ interface Row {
   max_runs: number | null;
   created_at: Date;
   cancelled_at: Date | null;
+  api_key_hash: string | null;
 }
 
 const d = (v: Date | null) => (v ? new Date(v) : null);
@@ -70,6 +73,7 @@ const toSchedule = (r: Row): Schedule => ({
   maxRuns: r.max_runs,
   createdAt: new Date(r.created_at),
   cancelledAt: d(r.cancelled_at),
+  apiKeyHash: r.api_key_hash ?? null,
 });
 
 /** The next time a cron pattern fires strictly after `after` (UTC), or null. */
@@ -109,18 +113,24 @@ export class ScheduleStore {
     firstRun: Date;
     maxRuns: number | null;
     maxPerWallet: number;
+    /** The key of the agent's call that asks for it, which must still be the wallet's; null ties it to none. */
+    apiKeyHash: string | null;
   }): Promise<Schedule> {
     const id = `sch_${randomBytes(10).toString("hex")}`;
-    // The per-wallet cap is checked in the same statement as the insert.
+    // The per-wallet cap and the key are checked in the same statement as the insert.
+    const wallet = s.wallet.toLowerCase();
     const [row] = await this.db.query<Row>(
-      `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs)
-       SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9
+      `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs, api_key_hash)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9, $11
        WHERE (SELECT count(*) FROM bill_schedule WHERE wallet = $2 AND status = 'ACTIVE') < $10
+         AND ($11::text IS NULL OR EXISTS (SELECT 1 FROM agent_link WHERE wallet = $2 AND api_key_hash = $11))
        RETURNING *`,
-      [id, s.wallet.toLowerCase(), JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet],
+      [id, wallet, JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet, s.apiKeyHash],
     );
-    if (!row) throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} active schedules; cancel one first`);
-    return toSchedule(row);
+    if (row) return toSchedule(row);
+    const [current] = s.apiKeyHash ? await this.db.query(`SELECT 1 FROM agent_link WHERE wallet = $1 AND api_key_hash = $2`, [wallet, s.apiKeyHash]) : [true];
+    if (!current) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
+    throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} active schedules; cancel one first`);
   }
 
   async list(wallet: string, status?: ScheduleStatus): Promise<Array<Schedule & { lastRuns: ScheduleRun[] }>> {

@@ -19,6 +19,7 @@ import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { newOrderIds } from "../../server/orders/store.ts";
+import { hashApiKey } from "../../server/credentials.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
@@ -123,6 +124,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
     });
 
     it("a new link retires the old key and cancels its schedules; an unknown key is told apart from a retired one", async () => {
+      await celo.approveAndAllow(accounts(5), "USDC", 100n * USD); // so that a schedule that ran could pay
       const first = await linkAgent(url, accounts(5));
       const scheduled = await mcp.call("schedule_bill", { api_key: first, pin: "1234", ...airtime("08011111111"), cron: "0 9 1 * *" });
       expect(scheduled.data).toMatchObject({ status: "ACTIVE" });
@@ -140,6 +142,23 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(errorCode(await mcp.call("check_balance", { api_key: first }))).toBe("API_KEY_RETIRED");
       expect((await mcp.call("check_balance", { api_key: second })).isError).toBe(false);
       expect(errorCode(await mcp.call("check_balance", { api_key: `bpk_${"A".repeat(43)}` }))).toBe("API_KEY_INVALID");
+
+      // A schedule written under the old key while the re-link ran (the call had passed its key
+      // and PIN checks, and was pricing): the store refuses it once the key is retired...
+      const store = service.hub.deps.schedules;
+      const later = new Date(Date.now() + 60_000);
+      const bill = { serviceID: "mtn", serviceCategory: "AIRTIME" as const, network: "MTN", billersCode: "08011111111", nairaAmount: 1550 };
+      const write = { wallet: accounts(5).address, bill, chain: "CELO" as const, token: "USDC" as const, runAt: null, cron: "0 9 1 * *", firstRun: later, maxRuns: null, maxPerWallet: 10, apiKeyHash: hashApiKey(first) };
+      await expect(store.create(write)).rejects.toMatchObject({ code: "API_KEY_RETIRED" });
+      // ...and one the re-link could not see (inserted just after it looked) never pays when due: it is cancelled.
+      const raced = await store.create({ ...write, apiKeyHash: hashApiKey(second) });
+      await service.db.query(`UPDATE bill_schedule SET api_key_hash = $2, next_run_at = date_trunc('milliseconds', now()) - interval '1 second' WHERE id = $1`, [raced.id, hashApiKey(first)]);
+      const before = await usdc(accounts(5));
+      await service.hub.runDueSchedules();
+      const [after] = (await mcp.call("list_schedules", { api_key: second })).data.schedules as Array<{ schedule_id: string; status: string; last_runs: Array<{ outcome: string; error: string | null }> }>;
+      expect(after).toMatchObject({ schedule_id: raced.id, status: "CANCELLED", last_runs: [{ outcome: "NOT_PAID", error: expect.stringMatching(/^API_KEY_RETIRED/) }] });
+      expect(await usdc(accounts(5))).toBe(before);
+      expect(await service.db.query(`SELECT 1 FROM bill_order WHERE schedule_id = $1`, [raced.id])).toEqual([]);
     });
 
     it("links with Sign-In with Ethereum: this domain, URI, chain and a server nonce, each nonce once", async () => {

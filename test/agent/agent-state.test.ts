@@ -179,7 +179,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
       const scheduled = await link(wallet(0x103)); // a schedule's wallet also paying by key, in the same tick
       const schedules = new ScheduleStore(db);
       const later = new Date(Date.now() + 3_600_000);
-      const schedule = (w: string) => schedules.create({ wallet: w, bill, chain: "CELO", token: "USDC", runAt: later, cron: null, firstRun: later, maxRuns: null, maxPerWallet: 10 });
+      const schedule = (w: string) => schedules.create({ wallet: w, bill, chain: "CELO", token: "USDC", runAt: later, cron: null, firstRun: later, maxRuns: null, maxPerWallet: 10, apiKeyHash: null });
       const [active, cancelled] = [await schedule(wallet(0x103)), await schedule(wallet(0x104))];
       await schedules.cancel(wallet(0x104), cancelled.id);
 
@@ -232,7 +232,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {
       const schedules = new ScheduleStore(db);
       const first = checkCron("*/5 * * * * *", 1);
-      const s = await schedules.create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt: null, cron: "*/5 * * * * *", firstRun: first, maxRuns: null, maxPerWallet: 10 });
+      const s = await schedules.create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt: null, cron: "*/5 * * * * *", firstRun: first, maxRuns: null, maxPerWallet: 10, apiKeyHash: null });
       const due = { ...s, nextRunAt: first };
       const wins = await Promise.all(Array.from({ length: 4 }, () => schedules.claim(due, nextDue(due, first))));
       expect(wins.filter(Boolean)).toHaveLength(1);
@@ -255,7 +255,7 @@ describe("schedules across a restart", () => {
     const dir = await tempDir("schedules-restart");
     const before = await openDb({ pgliteDir: dir });
     const runAt = new Date(Date.now() + 200);
-    const s = await new ScheduleStore(before).create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt, cron: null, firstRun: runAt, maxRuns: 1, maxPerWallet: 10 });
+    const s = await new ScheduleStore(before).create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt, cron: null, firstRun: runAt, maxRuns: 1, maxPerWallet: 10, apiKeyHash: null });
     await before.close();
     await new Promise((r) => setTimeout(r, 300));
     const after = await openDb({ pgliteDir: dir });

@@ -358,6 +358,7 @@ describe("attacks on the money paths", () => {
       firstRun: new Date(Date.now() + 60_000),
       maxRuns: 1,
       maxPerWallet: 50,
+      apiKeyHash: null,
     });
     await schedules.cancel(agentWallet.address, s.id);
     const link = { wallet: agentWallet.address, approvedChain: "CELO" as const, approvedToken: "USDC" as const, channel: "SCHEDULE", linkedAt: new Date() };
