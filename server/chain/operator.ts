@@ -229,16 +229,21 @@ export class ChainOperator {
           continue;
         }
         if (err instanceof ContractRefused) {
-          // Nothing moved: each pull by itself, so a refusal is its own payer's alone.
-          for (const m of members) {
-            await this.write(
-              chain,
-              this.keys.operator,
-              { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
-              m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
-              m.onReplaced,
-            ).then(m.resolve, m.reject);
-          }
+          // Nothing moved: each pull by itself, so a refusal is its own payer's alone. All are
+          // queued at once: the key's queue sends them one after another, and none waits for
+          // the one before it to be mined (one payer's refusal must not hold the others' up
+          // for a block each).
+          await Promise.all(
+            members.map((m) =>
+              this.write(
+                chain,
+                this.keys.operator,
+                { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
+                m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
+                m.onReplaced,
+              ).then(m.resolve, m.reject),
+            ),
+          );
           return;
         }
         for (const m of members) m.reject(err);

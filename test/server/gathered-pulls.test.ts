@@ -66,6 +66,31 @@ describe("gathered pulls", () => {
     expect(await paidOnChain(bad)).toBe(0n);
   });
 
+  it("after a batch one payer's refusal stopped, sends the others' pulls one after another, none waiting for the last to be mined", async () => {
+    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+    const sender = operatorAccount().address;
+    // Mining paused: were each pull to wait for the one before it to be mined, the second would never go out.
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      const mined = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "latest" });
+      const blocker = operator.pull("CELO", item(payers[0]!.address));
+      await new Promise((r) => setImmediate(r));
+      const good = [item(payers[1]!.address), item(payers[2]!.address), item(payers[3]!.address)];
+      const bad = item(accounts(17).address); // never set an allowance
+      const results = Promise.allSettled([blocker, operator.pull("CELO", good[0]!), operator.pull("CELO", bad), operator.pull("CELO", good[1]!), operator.pull("CELO", good[2]!)]);
+      // The blocker and each good pull are sent before any of them is mined.
+      await expect.poll(() => celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" }), { timeout: 20_000 }).toBe(mined + 1 + good.length);
+      await rpc("evm_mine");
+      expect((await results).map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
+      for (const i of good) expect(await paidOnChain(i)).toBe(1_000_000n);
+      expect(await paidOnChain(bad)).toBe(0n);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+    }
+  });
+
   it("leaves out callers that withdraw at signing, and signs the rest again, each told the hash it ends with", async () => {
     const blocker = operator.pull("CELO", item(payers[0]!.address));
     await new Promise((r) => setImmediate(r));
