@@ -9,7 +9,7 @@
  * them, the whole error catalogue, the biller's products with names and limits, the set-up
  * at length.
  */
-import { encodeFunctionData, formatUnits, maxUint256, type Hex } from "viem";
+import { encodeFunctionData, formatUnits, type Hex } from "viem";
 import { z } from "zod";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { LINK_NONCE_PATH, LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
@@ -82,10 +82,10 @@ function setupCalls(hub: AgentHub, link: Link) {
     chain_id: chainInfo(option.chain).chainId,
     token: option.token,
     note:
-      "Send from the linked wallet, in order. The token approval is unlimited; the spending allowance is the budget " +
-      "(100 tokens here: encode setSpendingAllowance(token, amount) for another, 0 revokes).",
+      "Send from the linked wallet, in order. The token approval and the spending allowance are the budget, never unlimited " +
+      "(100 tokens here: encode approve(BillPay, amount) and setSpendingAllowance(token, amount) for another; 0 revokes).",
     calls: [
-      { to: option.tokenAddress, data: encodeFunctionData({ abi: eip3009TokenAbi, functionName: "approve", args: [billPay, maxUint256] }), what: "token.approve(BillPay, unlimited)" },
+      { to: option.tokenAddress, data: encodeFunctionData({ abi: eip3009TokenAbi, functionName: "approve", args: [billPay, allowance] }), what: `token.approve(BillPay, ${allowance})` },
       {
         to: billPay,
         data: encodeFunctionData({ abi: billPayAbi, functionName: "setSpendingAllowance", args: [option.tokenAddress, allowance] }),

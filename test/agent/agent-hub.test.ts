@@ -7,7 +7,7 @@
  */
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
-import { createWalletClient, http, keccak256, toBytes, type Account, type Hex } from "viem";
+import { createWalletClient, erc20Abi, http, keccak256, toBytes, type Account, type Hex } from "viem";
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
@@ -599,6 +599,8 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(balance.isError).toBe(false);
       const usdcRow = (balance.data.balances as Array<{ chain: string; token: string; spendable_now: { units: string } }>).find((b) => b.chain === "CELO" && b.token === "USDC")!;
       expect(usdcRow.spendable_now.units).toBe("100000000");
+      // The token approval is the budget too, never unlimited (as npm run agent:link does it).
+      expect(await celo.publicClient.readContract({ address: celo.tokenAddress("USDC"), abi: erc20Abi, functionName: "allowance", args: [account.address, celo.billPay] })).toBe(100_000_000n);
       // The argument wins over the header; a bad bearer is the catalogue's refusal.
       expect((await mcpCall("check_balance", { api_key: `bpk_${"C".repeat(43)}` })).data.error.code).toBe("API_KEY_INVALID");
       // A missing credential is named, with how to send it, not reported as a bad argument.
