@@ -447,7 +447,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       if (err instanceof ServiceError && err.code === "PERMIT2_ALLOWANCE_REQUIRED") await countUnsettled(client, payment);
       throw err;
     });
-    if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") await countUnsettled(client, payment);
+    // Every call whose payment the chain has not shown settled by its answer counts, SETTLING
+    // included: a payer who spends the nonce himself between the intake's read and the
+    // settlement (EIP-3009's cancelAuthorization, Permit2's invalidateUnorderedNonces) leaves
+    // an order the worker must close, or, for Permit2, one held for an operator.
+    if (!paymentConfirmed(order)) await countUnsettled(client, payment);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
     return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl, early);
   }

@@ -326,6 +326,45 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
   });
 
+  it("a payer who spends his nonce between the intake's read and the settlement settles nothing, and each such call counts against his budget of unsettled payments", async () => {
+    // The payer cancels each authorization on chain just as the service settles it (EIP-3009's
+    // cancelAuthorization; Permit2's invalidateUnorderedNonces is the same move): the facilitator
+    // refuses, the nonce is spent, and no payment reaches BillPay.
+    const real = flow.facilitators.CELO!;
+    const cancelling = {
+      verify: real.verify.bind(real),
+      settle: async (...a: Parameters<typeof real.settle>) => {
+        await celo.cancelAuthorization(payer, "USDC", (a[0].payload as { authorization: { nonce: Hex } }).authorization.nonce);
+        return real.settle(...a);
+      },
+      getSupported: real.getSupported.bind(real),
+    };
+    const app = createApp({
+      config: loadConfig({ WORKER_GRACE_SECONDS: "0", LOG_REQUESTS: "0", RATE_LIMIT_UNSETTLED_PAYER: "2/600" }),
+      db,
+      deployments: stack.deployments,
+      rates: new ConfiguredRate(1_550_000n),
+      flow: { ...flow, ledgerWaitMs: 2_000, facilitators: { CELO: cancelling, BASE: cancelling } },
+    });
+    const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    const before = await usdc();
+    for (const nairaAmount of [1121, 1122]) {
+      const body = bill("08011111111", { nairaAmount });
+      const { headers, payload } = await paymentFor(body);
+      const answer = (await (await send(body, headers)).json()) as Result;
+      expect(answer.success).toBe(false);
+      const nonce = (payload.payload as { authorization: { nonce: string } }).authorization.nonce;
+      expect((await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, nonce))!.status).not.toMatch(/^(PAID|PENDING|SUCCESS)$/);
+    }
+    expect(await usdc()).toBe(before);
+    // The third paid call from this payer is held off before its payment is even checked.
+    const body = bill("08011111111", { nairaAmount: 1123 });
+    const { headers } = await paymentFor(body);
+    const limited = await send(body, headers);
+    expect(limited.status).toBe(429);
+    expect(await limited.json()).toMatchObject({ code: "RATE_LIMITED" });
+  });
+
   it("a payment whose nonce the service's node cannot read makes no order and reaches no facilitator: CHAIN_UNAVAILABLE, and the same payment goes through once the node answers", async () => {
     // The node, through a proxy that answers EIP-3009's authorizationState with an error
     // (the signature check's reads still pass): the intake cannot tell whether the nonce
