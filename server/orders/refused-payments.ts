@@ -11,8 +11,10 @@
  * refunded on chain by the service (a late refund: orders/refund-share.ts).
  *
  * What bounds it:
- *   - only refusals that passed the signature check are kept (junk costs a signature check and
- *     counts against the caller's and payer's budgets of payments that settle nothing);
+ *   - only refusals that passed the signature check are kept, and one refused for its time
+ *     window only while its payer holds the amount (a wallet of no funds signs for free);
+ *     junk costs a signature check and counts against the caller's and payer's budgets of
+ *     payments that settle nothing;
  *   - at most PER_PAYER unexpired records per payer and MAX_RECORDS in all: past either, the
  *     refusal is not kept (the payer is told), so a flood costs the service at most that much;
  *   - a record lives until its authorization has expired and a day has passed (a ledger may

@@ -15,7 +15,7 @@ import { paymentTerms } from "./terms.ts";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
-import type { Hex } from "viem";
+import { erc20Abi, type Hex } from "viem";
 import type { Deployments, TokenDeployment } from "../../lib/deployments.ts";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
@@ -210,10 +210,17 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     ctx: ChallengeContext,
     code: PaymentProblem,
   ): Promise<string | undefined> {
+    const client = deployedClientFor(deps.deployments, option.chain)!;
     try {
-      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, deployedClientFor(deps.deployments, option.chain)!);
+      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, client);
     } catch {
       return undefined;
+    }
+    // Only a payer who holds the amount now could land it: wallets of no funds sign for free,
+    // and would otherwise fill the kept refusals, leaving others' landings to an operator.
+    const balance = await client.readContract({ address: token.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [payment.authorization.from as Hex] }).catch(() => undefined);
+    if (balance === undefined || balance < quote.amount) {
+      return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
     }
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     const kept = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), BigInt(Math.floor(Date.now() / 1000)));

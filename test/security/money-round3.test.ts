@@ -294,6 +294,15 @@ describe("money safety, third round", () => {
     const junk = await celo.signAuthorization(accounts(8), "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
     const junkRes = await post(body, header({ ...junk, from: payer.address }, req));
     expect(JSON.stringify(await junkRes.json())).not.toContain("refunded to the payer");
+    // So is a good signature from a wallet that holds nothing (it signs for free, and could not land it).
+    const empty = await freshWallet();
+    const emptyBody = airtime(empty, SANDBOX_NUMBERS.phone, 1625);
+    const emptyReq = await required(emptyBody);
+    const unfunded = await celo.signAuthorization(empty, "USDC", BigInt(emptyReq.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
+    const emptyRes = JSON.stringify(await (await post(emptyBody, header(unfunded, emptyReq))).json());
+    expect(emptyRes).toContain("AUTHORIZATION_NOT_YET_VALID");
+    expect(emptyRes).toContain("does not hold the amount now, so it is not kept");
+    expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [empty.address.toLowerCase()])).toEqual([]);
     // One payer's kept refusals are bounded: past PER_PAYER, refused without being kept.
     const told: boolean[] = [];
     for (let i = 0; i < PER_PAYER + 1; i++) {
