@@ -229,20 +229,26 @@ export class ChainOperator {
           continue;
         }
         if (err instanceof ContractRefused) {
-          // Nothing moved: each pull by itself, so a refusal is its own payer's alone. All are
-          // queued at once: the key's queue sends them one after another, and none waits for
-          // the one before it to be mined (one payer's refusal must not hold the others' up
-          // for a block each).
+          // Nothing moved: each pull by itself, so a refusal is its own payer's alone. Payers
+          // go at once: the key's queue sends their pulls one after another, and none waits
+          // for another payer's to be mined (one payer's refusal must not hold the others up
+          // a block each). One payer's own pulls go in turn, each estimated once the one
+          // before is mined: sent together, two that his allowance covers only one of would
+          // each pass the estimate, and the second revert on chain, at BillPay's gas.
+          const byPayer = new Map<string, GatheredPull[]>();
+          for (const m of members) byPayer.set(m.item.payer.toLowerCase(), [...(byPayer.get(m.item.payer.toLowerCase()) ?? []), m]);
           await Promise.all(
-            members.map((m) =>
-              this.write(
-                chain,
-                this.keys.operator,
-                { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
-                m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
-                m.onReplaced,
-              ).then(m.resolve, m.reject),
-            ),
+            [...byPayer.values()].map(async (own) => {
+              for (const m of own) {
+                await this.write(
+                  chain,
+                  this.keys.operator,
+                  { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
+                  m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
+                  m.onReplaced,
+                ).then(m.resolve, m.reject);
+              }
+            }),
           );
           return;
         }
@@ -336,7 +342,10 @@ export class ChainOperator {
         // itself first, three round trips in a row before the estimate. The three go out as one
         // JSON-RPC batch through the shared client.
         const [estimate, nonce, fees] = await Promise.allSettled([
-          client.estimateContractGas({ ...target, account: signer, prepare: false }),
+          // At the latest block, named: geth and the op-geth nodes of Celo and Base estimate
+          // there by default, a local Hardhat node at the pending block; so the local chains
+          // estimate as the real ones do (a pull sent but not yet mined is not counted).
+          client.estimateContractGas({ ...target, account: signer, prepare: false, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0]),
           client.getTransactionCount({ address: signer.address, blockTag: "pending" }),
           client.estimateFeesPerGas(),
         ]);

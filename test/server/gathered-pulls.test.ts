@@ -73,7 +73,7 @@ describe("gathered pulls", () => {
     await rpc("evm_setAutomine", [false]);
     await rpc("evm_setIntervalMining", [0]);
     try {
-      const mined = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "latest" });
+      const mined = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" });
       const blocker = operator.pull("CELO", item(payers[0]!.address));
       await new Promise((r) => setImmediate(r));
       const good = [item(payers[1]!.address), item(payers[2]!.address), item(payers[3]!.address)];
@@ -128,6 +128,40 @@ describe("gathered pulls", () => {
     for (const i of staying) expect(await paidOnChain(i)).toBe(1_000_000n);
     expect(await paidOnChain(leaving)).toBe(0n);
     expect(await paidOnChain(leavingAtOnce)).toBe(0n);
+  });
+
+  it("after a refused batch, a payer's two pulls his allowance covers only one of: the first is pulled, the second refused by name before it is sent, nothing reverted", async () => {
+    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+    const tight = payers[4]!;
+    const sender = operatorAccount().address;
+    await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);
+    // Mining paused, as on a chain whose blocks come seconds apart: a pull sent is not yet
+    // mined when the next is estimated (the local chain otherwise mines each at once).
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      const sentBefore = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" });
+      const blocker = operator.pull("CELO", item(payers[0]!.address));
+      await new Promise((r) => setImmediate(r));
+      const [first, second, other] = [item(tight.address), item(tight.address), item(payers[1]!.address)];
+      const results = Promise.allSettled([blocker, operator.pull("CELO", first), operator.pull("CELO", second), operator.pull("CELO", other)]);
+      await expect.poll(() => celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" }), { timeout: 20_000 }).toBe(sentBefore + 3);
+      await rpc("evm_mine");
+      const settled = await results;
+      expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+      const refusal = (settled[2] as PromiseRejectedResult).reason;
+      expect(refusal).toBeInstanceOf(ContractRefused);
+      expect((refusal as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
+      expect(await paidOnChain(first)).toBe(1_000_000n);
+      expect(await paidOnChain(second)).toBe(0n);
+      expect(await paidOnChain(other)).toBe(1_000_000n);
+      // Three transactions (the blocker, the first, the other payer's): none sent to revert.
+      expect(await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" })).toBe(sentBefore + 3);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+      await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
+    }
   });
 
   it("never pulls an order twice, however its pulls are gathered", async () => {
