@@ -24,6 +24,11 @@ async function nonceUsed(client: PublicClient, o: PaymentKey, at: { blockNumber?
   return ((bitmap >> bit) & 1n) === 1n;
 }
 
+/** `owner`'s balance of `token`, at the latest block. */
+export function tokenBalance(client: PublicClient, token: string, owner: string): Promise<bigint> {
+  return client.readContract({ address: token as Hex, abi: erc20Abi, functionName: "balanceOf", args: [owner as Hex] });
+}
+
 /** The service's one client for the chain: reads made in the same tick go to the node as one JSON-RPC batch. */
 const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => deployedClientFor(deps.deployments, chain)!;
 
@@ -47,7 +52,7 @@ export async function paymentAtIntake(
   const client = clientOf(deps, o.chain as ChainKey);
   const [used, balance] = await Promise.all([
     nonceUsed(client, o, {}),
-    client.readContract({ address: o.tokenAddress as Hex, abi: erc20Abi, functionName: "balanceOf", args: [o.payer as Hex] }),
+    tokenBalance(client, o.tokenAddress, o.payer),
   ]);
   if (!used) return { used, balance };
   const spent = await authorizationOnChain(deps, o);

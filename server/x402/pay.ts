@@ -15,7 +15,7 @@ import { paymentTerms } from "./terms.ts";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
-import { erc20Abi, type Hex } from "viem";
+import type { Hex } from "viem";
 import type { Deployments, TokenDeployment } from "../../lib/deployments.ts";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
@@ -27,7 +27,7 @@ import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts"
 import { spentAtIntake } from "../orders/late-landing.ts";
 import { startStage } from "../stage-timing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
-import { paymentAtIntake } from "../chain/payment-state.ts";
+import { paymentAtIntake, tokenBalance } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import { acceptedQuote, billHash, quoteBill } from "../quote/quote.ts";
 import type { RateVersions } from "../pricing/rate-versions.ts";
@@ -197,8 +197,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
 
   /**
    * Keeps a payment refused only for its time window, when its signature is the payer's (so
-   * junk is never kept), within the bounds (orders/refused-payments.ts). Answers what the payer
-   * is told of a landing of it, or undefined when its signature does not hold.
+   * junk is never kept) and the payer holds the amount, within the bounds
+   * (orders/refused-payments.ts). Answers what the payer is told of a landing of it, or
+   * undefined when its signature does not hold.
    */
   async function keepRefusal(
     payment: DecodedPayment,
@@ -218,10 +219,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     }
     // Only a payer who holds the amount now could land it: wallets of no funds sign for free,
     // and would otherwise fill the kept refusals, leaving others' landings to an operator.
-    const balance = await client.readContract({ address: token.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [payment.authorization.from as Hex] }).catch(() => undefined);
-    if (balance === undefined || balance < quote.amount) {
-      return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
-    }
+    const balance = await tokenBalance(client, token.address, payment.authorization.from).catch(() => undefined);
+    if (balance === undefined) return "The payer's balance could not be read, so it is not kept: should it be submitted anyway, an operator must refund it";
+    if (balance < quote.amount) return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     const kept = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), BigInt(Math.floor(Date.now() / 1000)));
     return kept
@@ -270,16 +270,15 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
 
   /**
    * The chain's part of a payment, read at once: the Permit2 allowance (for a permit), and
-   * the nonce and the payer's balance (chain/payment-state.ts). Its failure is marked handled
-   * here, as a payment refused meanwhile never awaits it; awaited, it still throws.
+   * the nonce and the payer's balance (chain/payment-state.ts). A read that fails is
+   * `"unread"`: the caller makes nothing of the payment then (CHAIN_UNAVAILABLE).
    */
   function readChain(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
-    const read = Promise.all([
-      payment.method === "permit2" ? permit2ApprovalNeeded(deployedClientFor(deps.deployments, option.chain)!, token.address as Hex, payment.authorization.from, amount) : undefined,
-      paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(() => undefined),
+    const unread = () => "unread" as const;
+    return Promise.all([
+      payment.method === "permit2" ? permit2ApprovalNeeded(deployedClientFor(deps.deployments, option.chain)!, token.address as Hex, payment.authorization.from, amount).catch(unread) : undefined,
+      paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(unread),
     ]);
-    read.catch(() => {});
-    return read;
   }
 
   async function pay(request: PayRequest): Promise<PayOutcome> {
@@ -372,7 +371,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       if (!(err instanceof PaymentRejected)) throw err;
       await countUnsettled(client, presented);
       // Refused only for its time window, it may still land (the payer, a relayer, anyone holding
-      // it can submit it): kept, when its signature is the payer's, so a landing is refunded.
+      // it can submit it): kept, when its signature is the payer's and he holds the amount, so a
+      // landing is refunded.
       const kept = LANDABLE.has(err.code) && presented ? await keepRefusal(presented, bill, option, token, quote, hash, ctx, err.code) : undefined;
       return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: kept === undefined ? err.detail : `${err.detail}. ${kept}` } };
     }
@@ -415,7 +415,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const reading = startStage("chain reads");
     const [approval, onChain] = await chainRead!;
     reading();
-    if (!onChain) throw new ServiceError("CHAIN_UNAVAILABLE", `${option.chain} could not be read to check this payment's nonce and the payer's balance: this authorization was not used; send it again`, { charged: false });
+    if (onChain === "unread" || approval === "unread") {
+      throw new ServiceError("CHAIN_UNAVAILABLE", `${option.chain} could not be read to check this payment's nonce, the payer's balance and allowance: this authorization was not used; send it again`, { charged: false });
+    }
     if (approval) {
       await countUnsettled(client, payment);
       throw new ServiceError("PERMIT2_ALLOWANCE_REQUIRED", `${payment.authorization.from} has not approved Permit2 (${approval.spender}) to move ${quote.amount} of ${token.symbol}; approve it once, then sign a new permit`, { approval, chain: option.chain });
@@ -457,8 +459,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // Every call whose payment the chain has not shown settled by its answer counts, SETTLING
     // included: a payer who spends the nonce himself between the intake's read and the
     // settlement (EIP-3009's cancelAuthorization, Permit2's invalidateUnorderedNonces) leaves
-    // an order the worker must close, or, for Permit2, one held for an operator.
-    if (!paymentConfirmed(order)) await countUnsettled(client, payment);
+    // an order the worker must close, or, for Permit2, one held for an operator. Not one whose
+    // settlement the facilitator reported under a transaction (a congested chain, a slow
+    // ledger): that payer did nothing wrong.
+    const settlingUnderTx = order.status === "SETTLING" && order.txHash !== null;
+    if (!paymentConfirmed(order) && !settlingUnderTx) await countUnsettled(client, payment);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
     return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl, early);
   }
