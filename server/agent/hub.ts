@@ -230,7 +230,7 @@ export class AgentHub {
       firstRun,
       maxRuns: when.cron ? (when.maxRuns ?? null) : 1,
       maxPerWallet: config.SCHEDULE_MAX_PER_WALLET,
-      apiKeyHash: link.apiKeyHash!,
+      apiKeyHash: link.apiKeyHash ?? null,
     });
     return { ...scheduleView(schedule), price_now: units(priced.amount) };
   }
@@ -266,19 +266,27 @@ export class AgentHub {
 
   private async runSchedule(s: Schedule, due: Date): Promise<void> {
     const link = { wallet: s.wallet, approvedChain: s.chain, approvedToken: s.token, channel: "SCHEDULE", linkedAt: s.createdAt };
-    // Made under a key the wallet has since replaced (written while a re-link retired it, so
-    // the re-link did not see it to cancel): it never pays, and is cancelled. A re-link after
-    // this look finds it and cancels it, and the pull's own guard (not cancelled) holds then.
-    if (s.apiKeyHash && (await this.deps.links.get(s.wallet))?.apiKeyHash !== s.apiKeyHash) {
-      await this.deps.schedules.cancel(s.wallet, s.id).catch(() => undefined);
-      const error = "API_KEY_RETIRED: the key this schedule was made under is no longer the wallet's; the schedule is cancelled";
-      await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
-      this.deps.flow.log.warn("scheduled bill not paid: its key was retired", { scheduleId: s.id });
-      return;
-    }
+    // The key ties the order to this run: a repeat after a crash finds it instead of paying again.
+    const idempotencyKey = `${s.id}@${due.getTime()}`;
     try {
-      // The key ties the order to this run: a repeat after a crash finds it instead of paying again.
-      const result = await this.payBill(link, s.bill, { chain: s.chain, token: s.token, idempotencyKey: `${s.id}@${due.getTime()}`, scheduleId: s.id });
+      // Made under a key the wallet has since replaced (written while a re-link retired it, so
+      // the re-link did not see it to cancel): it never pays, and is cancelled. A run whose
+      // order was made before (retried after a crash) is told as it stands. A re-link after
+      // this look finds the schedule and cancels it, and the pull's guard (not cancelled) holds.
+      if (s.apiKeyHash && (await this.deps.links.get(s.wallet))?.apiKeyHash !== s.apiKeyHash) {
+        const [made] = await this.deps.flow.orders.findByIdempotencyKeys(s.wallet, [idempotencyKey]);
+        if (!made) {
+          // Already no longer ACTIVE (cancelled by the owner meanwhile, or completed): nothing to cancel.
+          await this.deps.schedules.cancel(s.wallet, s.id).catch((err: unknown) => {
+            if (!(err instanceof ServiceError)) throw err;
+          });
+          const error = "API_KEY_RETIRED: the key this schedule was made under is no longer the wallet's; the schedule is cancelled";
+          await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
+          this.deps.flow.log.warn("scheduled bill not paid: its key was retired", { scheduleId: s.id });
+          return;
+        }
+      }
+      const result = await this.payBill(link, s.bill, { chain: s.chain, token: s.token, idempotencyKey, scheduleId: s.id });
       await this.deps.schedules.finishRun(s.id, due, { requestId: result.request_id, outcome: result.status });
     } catch (err) {
       // An agent sees the service's own refusals; anything else stays in the log.

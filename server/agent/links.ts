@@ -153,7 +153,9 @@ export class LinkStore {
    * wrong. A check is reserved before the slow hash runs, and checks in flight count against
    * the attempts left (PIN_BUSY beyond them), so parallel guesses cannot outrun the limit
    * while parallel right PINs never lock anyone out. Only a confirmed wrong PIN counts as a
-   * failure; the one that reaches the limit starts the lock. A right PIN clears the failures.
+   * failure; the one that reaches the limit starts the lock. A right PIN clears the failures
+   * toward the next lock, never the key's lifetime count (pin_wrong_total), whose bound
+   * retires the key.
    */
   async checkPin(wallet: string, pin: string, apiKeyHash?: string): Promise<void> {
     const w = wallet.toLowerCase();
@@ -169,12 +171,17 @@ export class LinkStore {
       [w, this.pinPolicy.maxAttempts, key, this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts],
     );
     if (!reserved) {
-      const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean; api_key_hash: string }>(
-        `SELECT locked_until, (locked_until IS NOT NULL AND locked_until > now()) AS locked, api_key_hash FROM agent_link WHERE wallet = $1`,
+      const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean; api_key_hash: string; pin_wrong_total: number }>(
+        `SELECT locked_until, (locked_until IS NOT NULL AND locked_until > now()) AS locked, api_key_hash, pin_wrong_total FROM agent_link WHERE wallet = $1`,
         [w],
       );
       if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
       if (key && row.api_key_hash !== key) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
+      if (row.pin_wrong_total >= this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts) {
+        // At its bound already, and not retired (its retirement failed): retired now.
+        await this.retire(w, row.api_key_hash);
+        throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${row.pin_wrong_total} in this key's life): this api_key is retired; link the wallet again with a fresh signature`);
+      }
       if (row.locked) throw locked(new Date(row.locked_until!));
       throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
@@ -220,6 +227,8 @@ export class LinkStore {
     }
     if (after.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
+      // Reached before the lifetime bound only by a key whose wrong PINs before the lifetime
+      // count was kept were not counted in it.
       if (lockouts >= this.pinPolicy.maxLockouts) {
         await this.retire(w, after.api_key_hash);
         this.log.warn("pin lockout: key retired", { wallet: w, lockouts });

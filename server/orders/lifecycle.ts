@@ -51,7 +51,7 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "PENDING", to: "SUCCESS", when: "a requery or the biller's webhook shows it delivered", money: "kept: the bill was vended" },
   { from: "PENDING", to: "REFUNDING", when: "a requery or the biller's webhook shows it failed", money: "out: the payment, back to the payer" },
   { from: "PENDING", to: "NEEDS_REVIEW", when: "the biller's answer needs a person, or a reorganisation took the payment", money: "held for an operator" },
-  { from: "SUCCESS", to: "REFUNDING", when: "the biller reversed a delivered bill", money: "out: the payment, back to the payer, once" },
+  { from: "SUCCESS", to: "REFUNDING", when: "the biller reversed a delivered bill, and no other delivery of it stands", money: "out: the payment, back to the payer, once" },
   { from: "SUCCESS", to: "NEEDS_REVIEW", when: "a reorganisation took the payment of a delivered bill", money: "held: the bill was vended unpaid" },
   { from: "REFUNDING", to: "REFUNDED", when: "the refund's transaction was sent", money: "out: at most what the ledger shows paid under the key" },
   { from: "REFUNDING", to: "NEEDS_REVIEW", when: "the refund was held, refused by BillPay, or waited too long for the budget", money: "held: nothing sent" },

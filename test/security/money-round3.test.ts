@@ -179,6 +179,10 @@ describe("money safety, third round", () => {
     await passes(1);
     expect((await orderOf(paid.request_id)).status).toBe("REFUNDED");
     expect(await usdc(honest.address)).toBe(start);
+    // The budget back as the stack lent it, full: the cases after this one start from it.
+    const quick = await celo.setRefundBudget("USDC", USDC(5_000), 1n);
+    const setAt = (await celo.publicClient.getBlock({ blockNumber: quick.blockNumber })).timestamp;
+    await expect.poll(async () => (await celo.publicClient.getBlock()).timestamp > setAt, { timeout: 15_000 }).toBe(true);
     await celo.setRefundBudget("USDC", USDC(5_000), 86_400n);
   });
 
@@ -390,11 +394,9 @@ describe("money safety, third round", () => {
     await sandbox(b1!.biller_request_id, "reverse", {}, "?notify=0");
     expect((await actOnBillerState(service.flow, await orderOf(second), await attempt(b1!.biller_request_id))).status).toBe("SUCCESS");
     expect(await usdc(payer.address)).toBe(start - price - price2);
-    // Then attempt 2 too: no delivery stands, and the payer is refunded, once (the cases above
-    // spent the refund budget, so the refund may wait a few seconds for it to refill).
+    // Then attempt 2 too: no delivery stands, and the payer is refunded, once.
     await sandbox(b2!.biller_request_id, "reverse", {}, "?notify=0");
-    expect(["REFUNDING", "REFUNDED"]).toContain((await actOnBillerState(service.flow, await orderOf(second), await attempt(b2!.biller_request_id))).status);
-    await expect.poll(async () => (await workOnce(service.flow), (await orderOf(second)).status), { timeout: 60_000, interval: 1_000 }).toBe("REFUNDED");
+    expect((await actOnBillerState(service.flow, await orderOf(second), await attempt(b2!.biller_request_id))).status).toBe("REFUNDED");
     expect(await usdc(payer.address)).toBe(start - price);
     expect((await actOnBillerState(service.flow, await orderOf(second), await attempt(b1!.biller_request_id))).status).toBe("REFUNDED");
     expect(await usdc(payer.address)).toBe(start - price);
