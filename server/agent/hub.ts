@@ -196,8 +196,8 @@ export class AgentHub {
   }
 
   /** The REST route's result shape, plus what an agent wants to see of the charge. */
-  result(o: Order) {
-    return { ...orderResult(o), chain: o.chain, token: o.token, amount: units(o.amount) };
+  result(o: Order, options: { showCode: boolean } = { showCode: true }) {
+    return { ...orderResult(o, options), chain: o.chain, token: o.token, amount: units(o.amount) };
   }
 
   async scheduleBill(
@@ -352,8 +352,13 @@ export class AgentHub {
     };
   }
 
-  /** transaction_history: the wallet's orders, newest first, each with its payment and refund in the ledger. */
-  async history(link: Link, limit: number, cursor?: string) {
+  /**
+   * transaction_history: the wallet's orders, newest first, each with its payment and refund
+   * in the ledger. `showCode`: the caller proved the PIN, so purchased codes (an exam PIN is
+   * anyone's who reads it) are shown; with the key alone they are withheld, as the x402
+   * rail withholds them from a caller without the payer's proof.
+   */
+  async history(link: Link, limit: number, cursor?: string, options: { showCode: boolean } = { showCode: false }) {
     let after: string | undefined;
     if (cursor) {
       after = Buffer.from(cursor, "base64url").toString("utf8");
@@ -377,7 +382,7 @@ export class AgentHub {
     const items = page.map((o) => {
         const onchain = records ? onchainView(o, records) : null;
         return {
-          ...this.result(o),
+          ...this.result(o, options),
           rail: o.rail === "pull" ? "agent" : "x402",
           bill: o.bill,
           created_at: o.createdAt.toISOString(),

@@ -167,16 +167,25 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       title: "Transaction history",
       description:
         "The linked wallet's orders, newest first, each with its result and its on-chain payment and refund from the ledger. " +
-        "Pass next_cursor back as cursor for the next page.",
+        "Purchased codes (tokens, exam PINs) are shown only with the PIN; with the key alone they are withheld " +
+        "(purchased_code null, purchased_code_withheld true). Pass next_cursor back as cursor for the next page.",
       input: {
         api_key: apiKey,
+        pin: pin.optional().describe("The PIN set when linking: with it, purchased codes are shown"),
         limit: z.number().int().min(1).max(50).default(20).describe("Orders per page (1 to 50, default 20)"),
         cursor: z.string().max(200).optional().describe("next_cursor from the previous page"),
       },
       paying: false,
       authenticated: true,
-      examples: ['{"skill":"transaction_history","arguments":{"api_key":"bpk_...","limit":10}}'],
-      run: (args, link, ctx) => ctx.hub.history(link!, args.limit, args.cursor),
+      examples: ['{"skill":"transaction_history","arguments":{"api_key":"bpk_...","limit":10}}', '{"skill":"transaction_history","arguments":{"api_key":"bpk_...","pin":"2468","limit":10}}'],
+      run: async (args, link, ctx) => {
+        // A PIN given is checked as a paying call's is (counted, locked out): codes are worth as much.
+        if (args.pin !== undefined) {
+          await ctx.hub.deps.limits.take("payingKey", link!.apiKeyHash!);
+          await ctx.hub.checkPin(link!, args.pin);
+        }
+        return ctx.hub.history(link!, args.limit, args.cursor, { showCode: args.pin !== undefined });
+      },
     }),
     define({
       name: "pay_bill",

@@ -515,6 +515,18 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect((await a.call("transaction_history", { limit: 500 })).isError).toBe(true);
     });
 
+    it("transaction_history shows purchased codes only with the PIN: with the key alone an exam PIN or a token is withheld", async () => {
+      const a = await agent(14);
+      const meter = { serviceID: "ikeja-electric", serviceCategory: "ELECTRICITY", network: "IKEJA", billersCode: "1111111111111", variation_code: "prepaid", nairaAmount: 1000 };
+      const paid = await a.call("pay_bill", { pin: a.pin, ...meter });
+      expect(paid.data).toMatchObject({ status: "SUCCESS", purchased_code: expect.any(String) });
+      const newest = async (args: Record<string, unknown>) => ((await a.call("transaction_history", { limit: 1, ...args })).data.transactions as Array<Record<string, unknown>>)[0]!;
+      expect(await newest({})).toMatchObject({ request_id: paid.data.request_id, status: "SUCCESS", purchased_code: null, purchased_code_withheld: true });
+      expect(await newest({ pin: a.pin })).toMatchObject({ request_id: paid.data.request_id, purchased_code: paid.data.purchased_code });
+      expect(await newest({ pin: a.pin })).not.toHaveProperty("purchased_code_withheld");
+      expect(errorCode(await a.call("transaction_history", { pin: "0000" }))).toBe("PIN_INVALID");
+    });
+
     it("schedules a one-off and a recurring bill; each due time runs once, even with two instances; a cancelled one never runs", async () => {
       const a = await agent(15);
       const before = await usdc(a.account);
