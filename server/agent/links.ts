@@ -133,6 +133,13 @@ export class LinkStore {
     );
   }
 
+  /** Retires a key that met its lifetime bound of wrong PINs; answers the refusal to throw. */
+  private async retiredForWrongPins(wallet: string, apiKeyHash: string, wrongPins: number): Promise<ServiceError> {
+    await this.retire(wallet, apiKeyHash);
+    this.log.warn("pin lockout: key retired", { wallet, wrongPins });
+    return new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${wrongPins} in this key's life): this api_key is retired; link the wallet again with a fresh signature`);
+  }
+
   /** The link an api_key speaks for; API_KEY_INVALID or API_KEY_RETIRED otherwise. */
   async authenticate(apiKey: string): Promise<Link> {
     const hash = hashApiKey(apiKey);
@@ -177,11 +184,8 @@ export class LinkStore {
       );
       if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
       if (key && row.api_key_hash !== key) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
-      if (row.pin_wrong_total >= this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts) {
-        // At its bound already, and not retired (its retirement failed): retired now.
-        await this.retire(w, row.api_key_hash);
-        throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${row.pin_wrong_total} in this key's life): this api_key is retired; link the wallet again with a fresh signature`);
-      }
+      // At its bound already, and not retired (its retirement failed): retired now.
+      if (row.pin_wrong_total >= this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts) throw await this.retiredForWrongPins(w, row.api_key_hash, row.pin_wrong_total);
       if (row.locked) throw locked(new Date(row.locked_until!));
       throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
@@ -220,11 +224,7 @@ export class LinkStore {
     );
     if (!after) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced while its PIN was checked; use the newest key");
     const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
-    if (after.pin_wrong_total >= lifetime) {
-      await this.retire(w, after.api_key_hash);
-      this.log.warn("pin lockout: key retired", { wallet: w, wrongPins: after.pin_wrong_total });
-      throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${after.pin_wrong_total} in this key's life): this api_key is retired; link the wallet again with a fresh signature`);
-    }
+    if (after.pin_wrong_total >= lifetime) throw await this.retiredForWrongPins(w, after.api_key_hash, after.pin_wrong_total);
     if (after.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
       // Reached before the lifetime bound only by a key whose wrong PINs before the lifetime

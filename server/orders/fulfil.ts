@@ -335,10 +335,11 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
  * What the biller now says of an order it was paid for, acted on: a pending order is
  * finished (served or refunded), and a served one the biller reversed is refunded, once
  * (SUCCESS -> REFUNDING is one transition), unless another of its attempts, asked again,
- * still stands delivered (the biller took back one of two deliveries). A served order the biller still calls delivered,
- * or a final one, is left as it is. Used by the worker, and by the biller's webhook, which
- * only points at an attempt (`named`): that very attempt is requeried by its own id, not the
- * order's latest; what happened is always read from a requery, never from the webhook's body.
+ * still stands delivered (the biller took back one of two deliveries). A served order the
+ * biller still calls delivered, or a final one, is left as it is. Used by the worker, and by
+ * the biller's webhook, which only points at an attempt (`named`): that very attempt is
+ * requeried by its own id, not the order's latest; what happened is always read from a
+ * requery, never from the webhook's body.
  * A delivery the biller reports for an attempt that did not settle the order (an earlier one,
  * late) is recorded on the order, alerted and its codes given to the payer (lateDelivery).
  */

@@ -447,8 +447,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       resourceUrl: ctx.resourceUrl,
       ...(paymentId ? { idempotencyKey: storedKey(paymentId) } : {}),
       // Settle alone when this read shows the payer holding the amount: every other check of
-      // the facilitator's verify was made above. A payer short of it is verified first, so the facilitator refuses it, naming why, and nothing
-      // is broadcast that would revert (docs/money.md, "One call to the facilitator").
+      // the facilitator's verify was made above. A payer short of it is verified first, so the
+      // facilitator refuses it, naming why, and nothing is broadcast that would revert
+      // (docs/money.md, "One call to the facilitator").
       verifyFirst: onChain.balance < quote.amount,
     }, signEarly).catch(async (err: unknown) => {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
