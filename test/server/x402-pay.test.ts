@@ -344,7 +344,7 @@ describe("x402 route: paying a bill end to end", () => {
       db,
       deployments: stack.deployments,
       rates: new ConfiguredRate(1_550_000n),
-      flow: { ...flow, ledgerWaitMs: 2_000, facilitators: { CELO: cancelling, BASE: cancelling } },
+      flow: { ...flow, ledgerWaitMs: 500, facilitators: { CELO: cancelling, BASE: cancelling } },
     });
     const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
     const before = await usdc();
