@@ -35,6 +35,25 @@ describe("gathered pulls", () => {
   const paidOnChain = async (i: PullItem) =>
     (await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(i.requestId)] })).paid;
 
+  /** The operator key's transactions sent so far, mined or not. */
+  const sentByOperator = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
+  /**
+   * Runs `body` with mining paused, as on a chain whose blocks come seconds apart (the local
+   * chains otherwise mine each transaction at once); `mine` makes one block. Mining as the
+   * local chains do is restored after, whatever happened.
+   */
+  async function miningPaused<T>(body: (mine: () => Promise<unknown>) => Promise<T>): Promise<T> {
+    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      return await body(() => rpc("evm_mine"));
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+    }
+  }
+
   it("sends a lone pull at once by itself, and pulls arriving during a send together in one pullBatch", async () => {
     const first = item(payers[0]!.address);
     const sending = operator.pull("CELO", first);
@@ -67,28 +86,21 @@ describe("gathered pulls", () => {
   });
 
   it("after a batch one payer's refusal stopped, sends the others' pulls one after another, none waiting for the last to be mined", async () => {
-    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
-    const sender = operatorAccount().address;
     // Mining paused: were each pull to wait for the one before it to be mined, the second would never go out.
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
-    try {
-      const mined = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" });
+    await miningPaused(async (mine) => {
+      const mined = await sentByOperator();
       const blocker = operator.pull("CELO", item(payers[0]!.address));
       await new Promise((r) => setImmediate(r));
       const good = [item(payers[1]!.address), item(payers[2]!.address), item(payers[3]!.address)];
       const bad = item(accounts(17).address); // never set an allowance
       const results = Promise.allSettled([blocker, operator.pull("CELO", good[0]!), operator.pull("CELO", bad), operator.pull("CELO", good[1]!), operator.pull("CELO", good[2]!)]);
       // The blocker and each good pull are sent before any of them is mined.
-      await expect.poll(() => celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" }), { timeout: 20_000 }).toBe(mined + 1 + good.length);
-      await rpc("evm_mine");
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 1 + good.length);
+      await mine();
       expect((await results).map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
       for (const i of good) expect(await paidOnChain(i)).toBe(1_000_000n);
       expect(await paidOnChain(bad)).toBe(0n);
-    } finally {
-      await rpc("evm_setAutomine", [true]);
-      await rpc("evm_setIntervalMining", [1000]);
-    }
+    });
   });
 
   it("leaves out callers that withdraw at signing, and signs the rest again, each told the hash it ends with", async () => {
@@ -131,35 +143,30 @@ describe("gathered pulls", () => {
   });
 
   it("after a refused batch, a payer's two pulls his allowance covers only one of: the first is pulled, the second refused by name before it is sent, nothing reverted", async () => {
-    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
     const tight = payers[4]!;
-    const sender = operatorAccount().address;
     await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);
-    // Mining paused, as on a chain whose blocks come seconds apart: a pull sent is not yet
-    // mined when the next is estimated (the local chain otherwise mines each at once).
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
     try {
-      const sentBefore = await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" });
-      const blocker = operator.pull("CELO", item(payers[0]!.address));
-      await new Promise((r) => setImmediate(r));
-      const [first, second, other] = [item(tight.address), item(tight.address), item(payers[1]!.address)];
-      const results = Promise.allSettled([blocker, operator.pull("CELO", first), operator.pull("CELO", second), operator.pull("CELO", other)]);
-      await expect.poll(() => celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" }), { timeout: 20_000 }).toBe(sentBefore + 3);
-      await rpc("evm_mine");
-      const settled = await results;
-      expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
-      const refusal = (settled[2] as PromiseRejectedResult).reason;
-      expect(refusal).toBeInstanceOf(ContractRefused);
-      expect((refusal as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
-      expect(await paidOnChain(first)).toBe(1_000_000n);
-      expect(await paidOnChain(second)).toBe(0n);
-      expect(await paidOnChain(other)).toBe(1_000_000n);
-      // Three transactions (the blocker, the first, the other payer's): none sent to revert.
-      expect(await celo.publicClient.getTransactionCount({ address: sender, blockTag: "pending" })).toBe(sentBefore + 3);
+      // A pull sent is not yet mined when the next is estimated.
+      await miningPaused(async (mine) => {
+        const sentBefore = await sentByOperator();
+        const blocker = operator.pull("CELO", item(payers[0]!.address));
+        await new Promise((r) => setImmediate(r));
+        const [first, second, other] = [item(tight.address), item(tight.address), item(payers[1]!.address)];
+        const results = Promise.allSettled([blocker, operator.pull("CELO", first), operator.pull("CELO", second), operator.pull("CELO", other)]);
+        await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(sentBefore + 3);
+        await mine();
+        const settled = await results;
+        expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+        const refusal = (settled[2] as PromiseRejectedResult).reason;
+        expect(refusal).toBeInstanceOf(ContractRefused);
+        expect((refusal as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
+        expect(await paidOnChain(first)).toBe(1_000_000n);
+        expect(await paidOnChain(second)).toBe(0n);
+        expect(await paidOnChain(other)).toBe(1_000_000n);
+        // Three transactions (the blocker, the first, the other payer's): none sent to revert.
+        expect(await sentByOperator()).toBe(sentBefore + 3);
+      });
     } finally {
-      await rpc("evm_setAutomine", [true]);
-      await rpc("evm_setIntervalMining", [1000]);
       await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
     }
   });
