@@ -93,6 +93,18 @@ export function paymentKey(p: Pick<LedgerPayment, "chainId" | "rail" | "orderId"
     : `${p.chainId}:${p.rail}:${p.token.toLowerCase()}:${p.payer.toLowerCase()}:${p.authorizationNonce!.toLowerCase()}`;
 }
 
+/** A token transfer into BillPay as the ledger's read API shows it (figures as decimal strings). */
+export interface LedgerInflow {
+  id: string;
+  chainId: number;
+  token: string;
+  from: string;
+  amount: string;
+  txHash: string;
+  blockNumber: string;
+  timestamp: string;
+}
+
 export interface LedgerAccount {
   chainId: number;
   token: string;
@@ -239,6 +251,14 @@ export class LedgerClient {
     if (orderIds.length > 0) params.set("orderIds", orderIds.join(","));
     if (nonces.length > 0) params.set("nonces", nonces.join(","));
     return this.get(`/ledger/payers/${payer.toLowerCase()}/records?${params}`);
+  }
+
+  /**
+   * A payer's transfers of `token` into BillPay that no payment accounts for (a permit settled
+   * through another contract, a plain transfer), newest first; `more` when there are others.
+   */
+  unbookedInflows(chainId: number, token: string, payer: string): Promise<{ transfers: LedgerInflow[]; more: boolean }> {
+    return this.get(`/ledger/payers/${payer.toLowerCase()}/unbooked-inflows?chainId=${chainId}&token=${token.toLowerCase()}`);
   }
 
   /** One chain's payments of one rail in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */

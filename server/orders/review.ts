@@ -50,6 +50,7 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
+import { inflowsText, unbookedInflowsOf } from "./spent-permit2.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
 import type { Order } from "./store.ts";
 
@@ -244,11 +245,16 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   if (why) throw new Refused(why);
   if (input.action === "close" && x402RailOf(order) === "permit2" && (await authorizationOnChain(deps, order)).used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
-    // nonce spent, the payer may have paid through another contract (x402-flow.ts
-    // holdSpentPermit2), and "not charged" would be a guess.
-    throw new Refused(
-      "the order's Permit2 nonce is spent on chain: the payer may have paid BillPay through another contract, which the ledger cannot attribute to the order, so it cannot be closed as not charged; it stays held (look for the payer's transfer among the inflows no order accounts for)",
-    );
+    // nonce spent, "not charged" holds only if no transfer from the payer into BillPay is
+    // unaccounted for (spent-permit2.ts). The ledger is at the chain's head (above).
+    const found = await unbookedInflowsOf(deps, order).catch((err: unknown) => {
+      throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
+    });
+    if (found.transfers.length > 0) {
+      throw new Refused(
+        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers no payment accounts for (${inflowsText(found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
+      );
+    }
   }
   const by = `${input.operator}: ${input.reason}`;
   // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order

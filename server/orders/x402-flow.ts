@@ -29,6 +29,7 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
 import { sightAuthorization } from "../chain/settlement-sighting.ts";
+import { closeSpentPermit2 } from "./spent-permit2.ts";
 import { earlierUnderId } from "./payment-id.ts";
 import { startStage } from "../stage-timing.ts";
 import { permit2Approval, permit2ApprovalNeeded } from "../../lib/permit2.ts";
@@ -496,35 +497,11 @@ export async function reconcileSettling(deps: FlowDeps, o: Order): Promise<void>
     // EIP-3009: cancelled, or spent on another authorization with the same nonce; the ledger
     // books every EIP-3009 transfer into BillPay, directly or through a contract, so nothing
     // reached BillPay and nothing is owed: closed as not charged, nothing left for a person.
-    // For Permit2 the ledger cannot tell: see holdSpentPermit2.
-    if (x402RailOf(o) === "permit2") await holdSpentPermit2(deps, o, ["SETTLING"]);
+    // For Permit2 the ledger's payments alone cannot tell: see spent-permit2.ts.
+    if (x402RailOf(o) === "permit2") await closeSpentPermit2(deps, o, ["SETTLING"]);
     else await deps.orders.transition(o.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization's nonce was spent on chain (cancelled, or used elsewhere) and no payment reached BillPay under it; nothing was charged" });
   }
   // Otherwise the ledger is behind: a later pass decides.
-}
-
-/**
- * A Permit2 order whose nonce is spent with no payment the ledger books under it. The ledger
- * books a Permit2 payment only from a transaction sent straight to x402's proxy (it reads the
- * permit from that call, lib/payment-logs.ts); a permit settled through another contract (a
- * batcher, a smart account) may well have paid BillPay, and the ledger shows that transfer as
- * an inflow no order accounts for. The payer may also have spent the nonce elsewhere (Permit2's
- * nonces span every token and spender). The safe reading: the payer may have paid, so the order
- * is held for an operator (who cannot close it as "not charged" either, review.ts), and the
- * operator is alerted once it is held.
- */
-const SPENT_PERMIT2_UNBOOKED =
-  "the permit's Permit2 nonce is spent on chain, but no settlement the ledger can attribute paid BillPay under it: it may have been settled through another contract; held for an operator";
-
-async function holdSpentPermit2(deps: FlowDeps, o: Order, from: OrderStatus[], prefix = ""): Promise<void> {
-  const held = await deps.orders.transition(o.requestId, from, "NEEDS_REVIEW", { failureReason: `${prefix}${SPENT_PERMIT2_UNBOOKED}` });
-  if (held) {
-    deps.log.error("a Permit2 nonce was spent with no payment the ledger can attribute: held for an operator; look for the payer's transfer to BillPay among the inflows no order accounts for", {
-      requestId: o.requestId,
-      chain: o.chain,
-      payer: o.payer,
-    });
-  }
 }
 
 /**
@@ -545,7 +522,7 @@ export async function closeExpiredRefusals(deps: FlowDeps, limit = 50): Promise<
       if (payment) {
         await landedAfterRefusal(deps, o, payment);
       } else if (onChain.used && x402RailOf(o) === "permit2") {
-        await holdSpentPermit2(deps, o, ["REFUSED"], `${o.failureReason ?? "refused"}; `);
+        await closeSpentPermit2(deps, o, ["REFUSED"], `${o.failureReason ?? "refused"}; `);
       } else {
         const reason = onChain.used ? "its nonce went to something else; nothing reached BillPay" : "the authorization expired unsettled";
         await deps.orders.transition(o.requestId, ["REFUSED"], "PAYMENT_FAILED", { failureReason: `${o.failureReason ?? "refused"}; ${reason}` });

@@ -200,6 +200,20 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect(await accountOf(dave.address, 42220, celo.tokenAddress("USDC"))).toBeUndefined();
     });
 
+    it("lists a payer's transfers into BillPay that no payment accounts for: plain ones, never a pull or an x402 payment", async () => {
+      const usdc = lower(celo.tokenAddress("USDC"));
+      const unbooked = async (who: Address, extra = "") =>
+        (await api(`/ledger/payers/${who}/unbooked-inflows?chainId=42220&token=${usdc}${extra}`)).body as { transfers: Row[]; more: boolean };
+      expect(await unbooked(alice.address)).toMatchObject({ transfers: [], more: false }); // single and batched pulls
+      const carols = await unbooked(carol.address); // two x402 payments and one plain transfer
+      expect(carols.transfers.map((t) => t.amount)).toEqual([u("1").toString()]);
+      expect(carols.transfers[0]).toMatchObject({ from: lower(carol.address), inbound: true, authorizationNonce: null });
+      expect((await unbooked(dave.address)).transfers.map((t) => t.amount)).toEqual([u("1").toString()]);
+      expect(await unbooked(bob.address)).toMatchObject({ transfers: [], more: false });
+      expect(await unbooked(carol.address, "&limit=1")).toMatchObject({ more: false });
+      expect((await api(`/ledger/payers/${carol.address}/unbooked-inflows?chainId=8453&token=${usdc}`)).body).toMatchObject({ transfers: [] });
+    });
+
     it("keeps the treasury per chain and token, equal to BillPay's balance on chain", async () => {
       const usdc = celo.tokenAddress("USDC");
       // Other inflow: carol's plain transfer and dave's transfer after an unrelated authorization.
@@ -305,6 +319,10 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         [`/ledger/payers/${alice.address}/records?orderIds=0x12`, /orderIds/],
         [`/ledger/payers/${alice.address}/records?nonces=${Array.from({ length: 101 }, (_, i) => toHex(i + 1, { size: 32 })).join(",")}`, /nonces/],
         [`/ledger/payers/${alice.address}/records?colour=blue`, /colour|unrecognized/i],
+        [`/ledger/payers/${alice.address}/unbooked-inflows?token=${alice.address}`, /chainId/],
+        [`/ledger/payers/${alice.address}/unbooked-inflows?chainId=42220&token=0x12`, /token/],
+        [`/ledger/payers/${alice.address}/unbooked-inflows?chainId=42220&token=${alice.address}&limit=0`, /limit/],
+        [`/ledger/payers/0x12/unbooked-inflows?chainId=42220&token=${alice.address}`, /address/],
       ];
       for (const [path, detail] of cases) {
         const res = await api(path);

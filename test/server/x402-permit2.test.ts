@@ -9,7 +9,7 @@ import { x402HTTPClient } from "@x402/core/http";
 import type { PaymentPayload, PaymentRequired } from "@x402/core/types";
 import { decodePaymentResponseHeader } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
+import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi, parseAbi, parseSignature, serializeCompactSignature, signatureToCompactSignature, type Account, type Hex } from "viem";
 import { eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { MULTICALL3_ADDRESS, viemChain } from "../../lib/chains.ts";
 import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";
@@ -28,6 +28,7 @@ const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0
 type LedgerView = { payment: Record<string, unknown> | null; refunds: Array<Record<string, unknown>> };
 const ledgerView = async (url: string) => (await (await fetch(url)).json()) as LedgerView;
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; refund?: { status: string; tx_hash: string | null } };
+const permit2InvalidateAbi = parseAbi(["function invalidateUnorderedNonces(uint256 wordPos, uint256 mask)"]);
 type Permit2Payload = { signature: Hex; permit2Authorization: { from: Hex; permitted: { token: Hex; amount: string }; spender: Hex; nonce: string; deadline: string; witness: { to: Hex; validAfter: string } } };
 
 describe("x402 through Permit2: USD₮ on Base", () => {
@@ -341,10 +342,59 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const closing = await resolveOrder(review, { requestId: refused.request_id, action: "close", reason: "the ledger shows nothing", operator: "bob" });
     expect(closing.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
     expect(closing.record.detail).toMatch(/Permit2 nonce is spent on chain.*cannot be closed as not charged/);
+    expect(closing.record.detail).toContain(batched.transactionHash);
     expect((await service.flow.orders.get(refused.request_id))!.status).toBe("NEEDS_REVIEW");
 
     const audit = await auditOnSharedChains(paying, { url });
     expect(audit.discrepancies).toEqual([]);
     expect(audit.orders?.review.join("\n")).toContain(refused.request_id);
+  });
+
+  it("a refused permit whose payer spends its nonce on an invalidation, with nothing sent to BillPay, is closed as not charged when it lapses; an operator may close one held before", async () => {
+    const who = accounts(14);
+    const { payload, amount, refused } = await refusedForBalance(who, "08077777777");
+    const nonce = BigInt((payload.payload as Permit2Payload).permit2Authorization.nonce);
+    // The payer burns the permit's nonce: Permit2 sets the bit, and no token moves.
+    const spent = await base.mined(
+      await walletOf(who).writeContract({ address: PERMIT2, abi: permit2InvalidateAbi, functionName: "invalidateUnorderedNonces", args: [nonce >> 8n, 1n << (nonce & 0xffn)] }),
+    );
+    await waitForLedgerBlock(paying.ledger.url, 8453, spent.blockNumber);
+
+    const block = await base.publicClient.getBlock({ blockNumber: spent.blockNumber });
+    const lapsed = [block.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
+    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [refused.request_id, lapsed.toString()]);
+    const status = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(refused.request_id))!.status);
+    await expect.poll(status, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
+    const closed = (await paying.service.flow.orders.get(refused.request_id))!;
+    expect(closed.status).toBe("PAYMENT_FAILED");
+    expect(closed.failureReason).toMatch(/spent on chain on something else.*nothing was charged/);
+    expect(await balance(who.address)).toBe(amount - 1n); // as the refusal left it: nothing taken, nothing sent
+
+    // An order held under the earlier rule (every spent Permit2 nonce held) can now be closed
+    // by an operator, on the same reading of the ledger.
+    await paying.service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW' WHERE request_id = $1`, [refused.request_id]);
+    const service = paying.service;
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const closing = await resolveOrder(review, { requestId: refused.request_id, action: "close", reason: "nonce invalidated by the payer", operator: "bob" });
+    expect(closing.record).toMatchObject({ outcome: "DONE", status_after: "PAYMENT_FAILED" });
+
+    // A payer who once sent BillPay a plain transfer is held instead: the ledger cannot say
+    // that transfer was not this permit's.
+    const other = await refusedForBalance(accounts(13), "08078888888");
+    const sent = await base.transfer(accounts(13), "USD₮", base.billPay, 1n);
+    const otherNonce = BigInt((other.payload.payload as Permit2Payload).permit2Authorization.nonce);
+    const burnt = await base.mined(
+      await walletOf(accounts(13)).writeContract({ address: PERMIT2, abi: permit2InvalidateAbi, functionName: "invalidateUnorderedNonces", args: [otherNonce >> 8n, 1n << (otherNonce & 0xffn)] }),
+    );
+    await waitForLedgerBlock(paying.ledger.url, 8453, burnt.blockNumber);
+    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [other.refused.request_id, lapsed.toString()]);
+    const otherStatus = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(other.refused.request_id))!.status);
+    await expect.poll(otherStatus, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
+    const held = (await paying.service.flow.orders.get(other.refused.request_id))!;
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toContain(sent.transactionHash);
+
+    const audit = await auditOnSharedChains(paying, { url });
+    expect(audit.discrepancies).toEqual([]);
   });
 });

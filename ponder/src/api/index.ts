@@ -9,13 +9,13 @@
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
 import { Hono, type Context, type MiddlewareHandler } from "hono";
-import { and, asc, client, desc, eq, graphql, gte, inArray, lt, or, replaceBigInts, sql } from "ponder";
+import { and, asc, client, desc, eq, graphql, gte, inArray, isNull, lt, or, replaceBigInts, sql } from "ponder";
 import { db } from "ponder:api";
 import schema from "ponder:schema";
 import { z } from "zod";
 import { isLoopbackAddress, LEDGER_OPEN_QUERY_API, ledgerQueryApiOpen } from "../../../lib/ledger-config.ts";
 
-const { account, payment, refund, treasury } = schema;
+const { account, payment, refund, treasury, treasuryTransfer } = schema;
 
 const app = new Hono();
 
@@ -180,6 +180,39 @@ app.get("/ledger/payers/:address/records", async (c) => {
     );
   const [payments, refunds] = await Promise.all([db.select().from(payment).where(under(payment)), db.select().from(refund).where(under(refund))]);
   return json(c, { payer, payments, refunds });
+});
+
+/**
+ * A payer's transfers of one token into BillPay that no payment accounts for: neither an x402
+ * payment (its transfer carries no nonce the ledger could read) nor a pull of the payer's in
+ * the same transaction. A Permit2 permit settled through another contract lands here, and so
+ * does a plain transfer. Newest first, at most `limit` (default 100); `more` says whether
+ * there are others. The service reads it before it calls a Permit2 order whose nonce is spent
+ * "not charged" (server/orders/spent-permit2.ts).
+ */
+const unbookedQuery = z.object({ chainId, token: address, limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100) }).strict();
+app.get("/ledger/payers/:address/unbooked-inflows", async (c) => {
+  const parsed = z.object({ address }).safeParse(c.req.param());
+  const query = unbookedQuery.safeParse(c.req.query());
+  if (!parsed.success) return badRequest(c, parsed.error);
+  if (!query.success) return badRequest(c, query.error);
+  const payer = parsed.data.address;
+  const { chainId: chain, token, limit } = query.data;
+  const t = treasuryTransfer;
+  const [transfers, pulls] = await Promise.all([
+    db
+      .select()
+      .from(t)
+      .where(and(eq(t.chainId, chain), eq(t.token, token), eq(t.from, payer), eq(t.inbound, true), isNull(t.authorizationNonce)))
+      .orderBy(desc(t.blockNumber), desc(t.logIndex)),
+    db
+      .select({ txHash: payment.txHash })
+      .from(payment)
+      .where(and(eq(payment.chainId, chain), eq(payment.token, token), eq(payment.payer, payer), eq(payment.rail, "pull"))),
+  ]);
+  const pulled = new Set(pulls.map((p) => p.txHash));
+  const unbooked = transfers.filter((x) => !pulled.has(x.txHash));
+  return json(c, { payer, chainId: chain, token, transfers: unbooked.slice(0, limit), more: unbooked.length > limit });
 });
 
 /** Per chain and token; `otherInflow`/`otherOutflow` are what the totals hold beyond the named kinds. */
