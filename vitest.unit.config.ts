@@ -26,6 +26,7 @@ export const UNIT_TESTS = [
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",
   "test/server/rates.test.ts",
+  "test/server/refused-payments.test.ts",
   "test/stack/shared-chains.test.ts",
 ];
 

@@ -18,7 +18,11 @@
  *   - at most PER_PAYER unexpired records per payer and MAX_RECORDS in all: past either, the
  *     refusal is not kept (the payer is told), so a flood costs the service at most that much;
  *   - a record lives until its authorization has expired and a day has passed (a ledger may
- *     show a landing late), then it is purged;
+ *     show a landing late), and a week at most, whatever the authorization's own window (one
+ *     refused as valid for too long may run for years: without the cap, a wallet moving the
+ *     same funds from address to address would fill MAX_RECORDS once and for all); then it is
+ *     purged, and a payment landing after that is an orphan for an operator, as one landing
+ *     unkept always was;
  *   - the refund is the ledger's: exactly the payment the ledger shows under the key, once
  *     (BillPay refunds a key once), within the late slice and the payer's share of the budget;
  *   - an orphan an operator already closed (refunded by hand, or kept) is never refunded again.
@@ -31,6 +35,10 @@ export const PER_PAYER = 5;
 export const MAX_RECORDS = 10_000;
 /** How long after its authorization expired a record is kept. */
 const KEPT_AFTER_EXPIRY_SECONDS = 86_400;
+/** How long a record counts at most, from when it was kept, whatever its authorization's window. */
+export const KEPT_AT_MOST_SECONDS = 7 * 86_400;
+/** The moment a record stops counting (SQL, unix seconds): its authorization's expiry, or the cap. */
+const LIVES_UNTIL = `LEAST(valid_before, floor(extract(epoch FROM created_at))::numeric + ${KEPT_AT_MOST_SECONDS})`;
 
 export interface RefusedPayment {
   chain: string;
@@ -97,7 +105,7 @@ export class RefusedPayments {
          INSERT INTO refused_payment (chain, rail, token_address, payer, auth_nonce, amount, valid_before, token, bill, body_hash, payment, requirements, reason)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
           WHERE NOT EXISTS (SELECT 1 FROM existing)
-            AND (SELECT count(*) FROM refused_payment WHERE payer = $4 AND valid_before > $14) < $15
+            AND (SELECT count(*) FROM refused_payment WHERE payer = $4 AND ${LIVES_UNTIL} > $14) < $15
             AND (SELECT count(*) FROM refused_payment) < $16
          ON CONFLICT DO NOTHING
          RETURNING 1
@@ -162,9 +170,9 @@ export class RefusedPayments {
     return row?.status;
   }
 
-  /** Forgets records whose authorization expired more than a day ago. */
+  /** Forgets records that stopped counting (their authorization expired, or the cap passed) more than a day ago. */
   async purge(nowSeconds: bigint): Promise<number> {
-    const rows = await this.db.query(`DELETE FROM refused_payment WHERE valid_before < $1 RETURNING 1`, [(nowSeconds - BigInt(KEPT_AFTER_EXPIRY_SECONDS)).toString()]);
+    const rows = await this.db.query(`DELETE FROM refused_payment WHERE ${LIVES_UNTIL} < $1 RETURNING 1`, [(nowSeconds - BigInt(KEPT_AFTER_EXPIRY_SECONDS)).toString()]);
     return rows.length;
   }
 }

@@ -307,6 +307,15 @@ describe("money safety, third round", () => {
     expect(emptyRes).toContain("AUTHORIZATION_NOT_YET_VALID");
     expect(emptyRes).toContain("does not hold the amount now, so it is not kept");
     expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [empty.address.toLowerCase()])).toEqual([]);
+    // One valid for years (refused as too long) is kept for a week at most, and its payer is told so.
+    const patient = await freshWallet(10_000_000n);
+    const patientBody = airtime(patient, SANDBOX_NUMBERS.phone, 1626);
+    const patientReq = await required(patientBody);
+    const years = await celo.signAuthorization(patient, "USDC", BigInt(patientReq.accepted.amount), celo.billPay, { validBefore: now() + 10n * 365n * 86_400n });
+    const yearsRes = JSON.stringify(await (await post(patientBody, header(years, patientReq))).json());
+    expect(yearsRes).toContain("AUTHORIZATION_TOO_LONG");
+    expect(yearsRes).toContain("within 7 days, it is refunded to the payer on chain; after that, an operator must refund it");
+    expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [patient.address.toLowerCase()])).toHaveLength(1);
     // One payer's kept refusals are bounded: past PER_PAYER, refused without being kept.
     const told: boolean[] = [];
     for (let i = 0; i < PER_PAYER + 1; i++) {
