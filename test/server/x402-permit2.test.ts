@@ -103,6 +103,31 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     return { payload, amount, start, refused };
   }
 
+  /**
+   * The refused order's permit lapses (as if its deadline had passed, by both clocks: the
+   * service's, which picks it, and the chain's at `block`, which must agree), and the pass that
+   * closes lapsed refusals runs until it moves the order (once the ledger has indexed as far as
+   * the chain was read). The order as it ends.
+   */
+  async function lapsedAndClosed(requestId: string, blockNumber: bigint) {
+    const block = await base.publicClient.getBlock({ blockNumber });
+    const lapsed = [block.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
+    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [requestId, lapsed.toString()]);
+    const status = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(requestId))!.status);
+    await expect.poll(status, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
+    return (await paying.service.flow.orders.get(requestId))!;
+  }
+
+  /** The payer spends his permit's nonce on Permit2's invalidation: the bit is set, no token moves. */
+  async function burnNonce(who: Account, payload: PaymentPayload) {
+    const nonce = BigInt((payload.payload as Permit2Payload).permit2Authorization.nonce);
+    const burnt = await base.mined(
+      await walletOf(who).writeContract({ address: PERMIT2, abi: permit2InvalidateAbi, functionName: "invalidateUnorderedNonces", args: [nonce >> 8n, 1n << (nonce & 0xffn)] }),
+    );
+    await waitForLedgerBlock(paying.ledger.url, 8453, burnt.blockNumber);
+    return burnt;
+  }
+
   /** A permit the test signs itself from the client's, with some terms changed, as a tampering payer would. */
   async function tampered(payload: PaymentPayload, change: Partial<Permit2Payload["permit2Authorization"]>, signer: Account = payer) {
     const p = { ...(payload.payload as Permit2Payload).permit2Authorization, ...change };
@@ -322,16 +347,9 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     await reconcileAuthorizationPayments(paying.service.flow);
     expect((await paying.service.flow.orders.get(refused.request_id))!.status).toBe("REFUSED");
 
-    // The permit lapses (as if its deadline had passed): its nonce is spent, the ledger shows
-    // nothing under it, and the payer may well have paid. Held for an operator, with why.
-    const block = await base.publicClient.getBlock({ blockNumber: batched.blockNumber });
-    // Lapsed by both clocks: the service's (which picks it) and the chain's (which must agree).
-    const lapsed = [block.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
-    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [refused.request_id, lapsed.toString()]);
-    // Closed once the ledger has indexed as far as the chain was read (each pass tries again).
-    const status = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(refused.request_id))!.status);
-    await expect.poll(status, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
-    const held = (await paying.service.flow.orders.get(refused.request_id))!;
+    // The permit lapses: its nonce is spent, the ledger shows nothing under it, and the payer
+    // may well have paid (his transfer into BillPay is unaccounted for). Held, with why.
+    const held = await lapsedAndClosed(refused.request_id, batched.blockNumber);
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toMatch(/Permit2 nonce is spent.*another contract/);
     expect(await balance(who.address)).toBe(start - amount); // nothing sent on a guess
@@ -353,19 +371,8 @@ describe("x402 through Permit2: USD₮ on Base", () => {
   it("a refused permit whose payer spends its nonce on an invalidation, with nothing sent to BillPay, is closed as not charged when it lapses; an operator may close one held before", async () => {
     const who = accounts(14);
     const { payload, amount, refused } = await refusedForBalance(who, "08077777777");
-    const nonce = BigInt((payload.payload as Permit2Payload).permit2Authorization.nonce);
-    // The payer burns the permit's nonce: Permit2 sets the bit, and no token moves.
-    const spent = await base.mined(
-      await walletOf(who).writeContract({ address: PERMIT2, abi: permit2InvalidateAbi, functionName: "invalidateUnorderedNonces", args: [nonce >> 8n, 1n << (nonce & 0xffn)] }),
-    );
-    await waitForLedgerBlock(paying.ledger.url, 8453, spent.blockNumber);
-
-    const block = await base.publicClient.getBlock({ blockNumber: spent.blockNumber });
-    const lapsed = [block.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
-    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [refused.request_id, lapsed.toString()]);
-    const status = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(refused.request_id))!.status);
-    await expect.poll(status, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
-    const closed = (await paying.service.flow.orders.get(refused.request_id))!;
+    const burnt = await burnNonce(who, payload);
+    const closed = await lapsedAndClosed(refused.request_id, burnt.blockNumber);
     expect(closed.status).toBe("PAYMENT_FAILED");
     expect(closed.failureReason).toMatch(/spent on chain on something else.*nothing was charged/);
     expect(await balance(who.address)).toBe(amount - 1n); // as the refusal left it: nothing taken, nothing sent
@@ -382,15 +389,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     // that transfer was not this permit's.
     const other = await refusedForBalance(accounts(13), "08078888888");
     const sent = await base.transfer(accounts(13), "USD₮", base.billPay, 1n);
-    const otherNonce = BigInt((other.payload.payload as Permit2Payload).permit2Authorization.nonce);
-    const burnt = await base.mined(
-      await walletOf(accounts(13)).writeContract({ address: PERMIT2, abi: permit2InvalidateAbi, functionName: "invalidateUnorderedNonces", args: [otherNonce >> 8n, 1n << (otherNonce & 0xffn)] }),
-    );
-    await waitForLedgerBlock(paying.ledger.url, 8453, burnt.blockNumber);
-    await paying.service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [other.refused.request_id, lapsed.toString()]);
-    const otherStatus = async () => (await closeExpiredRefusals(paying.service.flow), (await paying.service.flow.orders.get(other.refused.request_id))!.status);
-    await expect.poll(otherStatus, { timeout: 20_000, interval: 250 }).not.toBe("REFUSED");
-    const held = (await paying.service.flow.orders.get(other.refused.request_id))!;
+    const held = await lapsedAndClosed(other.refused.request_id, (await burnNonce(accounts(13), other.payload)).blockNumber);
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toContain(sent.transactionHash);
 
