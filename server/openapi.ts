@@ -202,7 +202,7 @@ const ledgerPaths = (ledgerUrl: string) => {
     "/ledger/orders/{orderId}": get("A BillPay order's pull and refunds", ["orderId"]),
     "/ledger/authorizations/{chainId}/{token}/{payer}/{nonce}": get("An x402 payment by its key, and its refunds", ["chainId", "token", "payer", "nonce"]),
     "/ledger/payers/{address}/records": get("One payer's payments and refunds under given order ids and nonces (query: orderIds, nonces; comma-separated, at most 100 each)", ["address"]),
-    "/ledger/payers/{address}/unbooked-inflows": get("One payer's transfers of a token into BillPay that no payment accounts for, newest first (query: chainId, token, limit)", ["address"]),
+    "/ledger/payers/{address}/unbooked-inflows": get("One payer's transfers of a token into BillPay that no payment accounts for, newest first (query: chainId, token, amount, limit)", ["address"]),
     "/ledger/readable": get("Per chain, the block through which every event can be read from these routes"),
     "/ledger/treasury": get("BillPay's indexed balances and flows per chain and token"),
     "/ledger/payments": get("Payments in a time range, paged (query: from, to, chainId, token, payer, rail, limit, cursor)"),

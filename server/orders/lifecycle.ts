@@ -34,14 +34,14 @@ export interface Move {
 export const ORDER_MOVES: readonly Move[] = [
   { from: "SETTLING", to: "PAID", when: "the chain shows the order's payment under its key", money: "in: exactly the order's amount, from its payer, in its token" },
   { from: "SETTLING", to: "REFUSED", when: "the facilitator refused to settle", money: "none charged; should the authorization land later, it is refunded" },
-  { from: "SETTLING", to: "PAYMENT_FAILED", when: "the authorization expired unsettled, or its nonce was spent with no payment to BillPay (for Permit2: and no transfer from the payer unaccounted for)", money: "none charged" },
-  { from: "SETTLING", to: "NEEDS_REVIEW", when: "the chain shows another payment under the key (amount, payer or token), or a Permit2 nonce spent unseen by a payer who sent BillPay transfers no payment accounts for", money: "held: an operator refunds or serves what landed" },
+  { from: "SETTLING", to: "PAYMENT_FAILED", when: "the authorization expired unsettled, or its nonce was spent with no payment to BillPay (for Permit2: and no transfer of its amount from the payer unaccounted for)", money: "none charged" },
+  { from: "SETTLING", to: "NEEDS_REVIEW", when: "the chain shows another payment under the key (amount, payer or token), or a Permit2 nonce spent unseen by a payer who sent BillPay a transfer of its amount that no payment accounts for", money: "held: an operator refunds or serves what landed" },
   { from: "PULLING", to: "PAID", when: "the ledger shows the pull", money: "in: exactly the order's amount, pulled from the allowance" },
   { from: "PULLING", to: "PAYMENT_FAILED", when: "no pull was sent, or it did not land", money: "none charged" },
   { from: "PULLING", to: "NEEDS_REVIEW", when: "the pull shows another amount", money: "held for an operator" },
   { from: "REFUSED", to: "REFUNDING", when: "the refused authorization landed after all", money: "out: exactly what landed, back to the payer" },
-  { from: "REFUSED", to: "PAYMENT_FAILED", when: "the refused authorization expired, or its nonce was spent elsewhere (for Permit2: with no transfer from the payer unaccounted for)", money: "none charged" },
-  { from: "REFUSED", to: "NEEDS_REVIEW", when: "another payment landed under the key, or a Permit2 nonce was spent unseen by a payer who sent BillPay transfers no payment accounts for", money: "held for an operator" },
+  { from: "REFUSED", to: "PAYMENT_FAILED", when: "the refused authorization expired, or its nonce was spent elsewhere (for Permit2: with no transfer of its amount from the payer unaccounted for)", money: "none charged" },
+  { from: "REFUSED", to: "NEEDS_REVIEW", when: "another payment landed under the key, or a Permit2 nonce was spent unseen by a payer who sent BillPay a transfer of its amount that no payment accounts for", money: "held for an operator" },
   { from: "PAYMENT_FAILED", to: "REFUNDING", when: "a payment landed later under the written-off key", money: "out: exactly what landed, back to the payer" },
   { from: "PAYMENT_FAILED", to: "NEEDS_REVIEW", when: "another payment landed later under the written-off key, or the payment of a bill vended before a reorganisation took it", money: "held for an operator" },
   { from: "PAID", to: "PENDING", when: "the biller holds the bill", money: "kept while the biller decides" },
@@ -60,7 +60,7 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "NEEDS_REVIEW", to: "PAID", when: "an operator serves it: the ledger shows exactly the order's payment", money: "in, as for any paid order" },
   { from: "NEEDS_REVIEW", to: "REFUNDING", when: "an operator refunds it", money: "out: exactly what the ledger shows paid under the key" },
   { from: "NEEDS_REVIEW", to: "REFUNDED", when: "the ledger already shows the key refunded in full", money: "none sent" },
-  { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key (for a spent Permit2 nonce: nor any transfer from the payer unaccounted for)", money: "none charged" },
+  { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key (for a spent Permit2 nonce: nor any transfer of its amount from the payer unaccounted for)", money: "none charged" },
 ];
 
 const allowed = new Set(ORDER_MOVES.map((m) => `${m.from}>${m.to}`));

@@ -245,14 +245,14 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   if (why) throw new Refused(why);
   if (input.action === "close" && x402RailOf(order) === "permit2" && (await authorizationOnChain(deps, order)).used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
-    // nonce spent, "not charged" holds only if no transfer from the payer into BillPay is
-    // unaccounted for (spent-permit2.ts). The ledger is at the chain's head (above).
+    // nonce spent, "not charged" holds only if no transfer of the order's amount from the
+    // payer into BillPay is unaccounted for (spent-permit2.ts). The ledger is at the chain's head (above).
     const found = await unbookedInflowsOf(deps, order).catch((err: unknown) => {
       throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
     });
     if (found.transfers.length > 0) {
       throw new Refused(
-        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers no payment accounts for (${inflowsText(found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
+        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
       );
     }
   }

@@ -211,6 +211,8 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       expect((await unbooked(dave.address)).transfers.map((t) => t.amount)).toEqual([u("1").toString()]);
       expect(await unbooked(bob.address)).toMatchObject({ transfers: [], more: false });
       expect(await unbooked(carol.address, "&limit=1")).toMatchObject({ more: false });
+      expect((await unbooked(carol.address, `&amount=${u("1")}`)).transfers).toHaveLength(1);
+      expect((await unbooked(carol.address, `&amount=${u("3")}`)).transfers).toEqual([]); // her x402 payment of 3 is booked
       expect((await api(`/ledger/payers/${carol.address}/unbooked-inflows?chainId=8453&token=${usdc}`)).body).toMatchObject({ transfers: [] });
     });
 
@@ -323,6 +325,7 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
         [`/ledger/payers/${alice.address}/unbooked-inflows?chainId=42220&token=0x12`, /token/],
         [`/ledger/payers/${alice.address}/unbooked-inflows?chainId=42220&token=${alice.address}&limit=0`, /limit/],
         [`/ledger/payers/0x12/unbooked-inflows?chainId=42220&token=${alice.address}`, /address/],
+        [`/ledger/payers/${alice.address}/unbooked-inflows?chainId=42220&token=${alice.address}&amount=1.5`, /amount/],
       ];
       for (const [path, detail] of cases) {
         const res = await api(path);

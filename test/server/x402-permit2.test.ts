@@ -368,14 +368,16 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(audit.orders?.review.join("\n")).toContain(refused.request_id);
   });
 
-  it("a refused permit whose payer spends its nonce on an invalidation, with nothing sent to BillPay, is closed as not charged when it lapses; an operator may close one held before", async () => {
+  it("a refused permit whose payer spends its nonce on an invalidation, with no transfer of its amount into BillPay, is closed as not charged when it lapses; an operator may close one held before", async () => {
     const who = accounts(14);
     const { payload, amount, refused } = await refusedForBalance(who, "08077777777");
+    // Dust sent to BillPay is not this permit's settlement (the exact proxy moves the permitted amount).
+    await base.transfer(who, "USD₮", base.billPay, 1n);
     const burnt = await burnNonce(who, payload);
     const closed = await lapsedAndClosed(refused.request_id, burnt.blockNumber);
     expect(closed.status).toBe("PAYMENT_FAILED");
     expect(closed.failureReason).toMatch(/spent on chain on something else.*nothing was charged/);
-    expect(await balance(who.address)).toBe(amount - 1n); // as the refusal left it: nothing taken, nothing sent
+    expect(await balance(who.address)).toBe(amount - 2n); // as the refusal and the dust left it: nothing taken, nothing sent
 
     // An order held under the earlier rule (every spent Permit2 nonce held) can now be closed
     // by an operator, on the same reading of the ledger.
@@ -385,10 +387,11 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     const closing = await resolveOrder(review, { requestId: refused.request_id, action: "close", reason: "nonce invalidated by the payer", operator: "bob" });
     expect(closing.record).toMatchObject({ outcome: "DONE", status_after: "PAYMENT_FAILED" });
 
-    // A payer who once sent BillPay a plain transfer is held instead: the ledger cannot say
-    // that transfer was not this permit's.
+    // A payer who sent BillPay a plain transfer of the permit's amount is held instead: the
+    // ledger cannot say that transfer was not this permit's.
     const other = await refusedForBalance(accounts(13), "08078888888");
-    const sent = await base.transfer(accounts(13), "USD₮", base.billPay, 1n);
+    await base.transfer(stranger, "USD₮", accounts(13).address, 1n);
+    const sent = await base.transfer(accounts(13), "USD₮", base.billPay, other.amount);
     const held = await lapsedAndClosed(other.refused.request_id, (await burnNonce(accounts(13), other.payload)).blockNumber);
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toContain(sent.transactionHash);

@@ -186,24 +186,28 @@ app.get("/ledger/payers/:address/records", async (c) => {
  * A payer's transfers of one token into BillPay that no payment accounts for: neither an x402
  * payment (its transfer carries no nonce the ledger could read) nor a pull of the payer's in
  * the same transaction. A Permit2 permit settled through another contract lands here, and so
- * does a plain transfer. Newest first, at most `limit` (default 100); `more` says whether
- * there are others. The service reads it before it calls a Permit2 order whose nonce is spent
- * "not charged" (server/orders/spent-permit2.ts).
+ * does a plain transfer. Of exactly `amount` (raw units) when given; newest first, at most
+ * `limit` (default 100); `more` says whether there are others. The service reads it before it
+ * calls a Permit2 order whose nonce is spent "not charged" (server/orders/spent-permit2.ts).
  */
-const unbookedQuery = z.object({ chainId, token: address, limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100) }).strict();
+const rawAmount = z
+  .string()
+  .regex(/^(0|[1-9][0-9]{0,77})$/, "must be a whole number of raw token units")
+  .transform(BigInt);
+const unbookedQuery = z.object({ chainId, token: address, amount: rawAmount.optional(), limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(100) }).strict();
 app.get("/ledger/payers/:address/unbooked-inflows", async (c) => {
   const parsed = z.object({ address }).safeParse(c.req.param());
   const query = unbookedQuery.safeParse(c.req.query());
   if (!parsed.success) return badRequest(c, parsed.error);
   if (!query.success) return badRequest(c, query.error);
   const payer = parsed.data.address;
-  const { chainId: chain, token, limit } = query.data;
+  const { chainId: chain, token, amount, limit } = query.data;
   const t = treasuryTransfer;
   const [transfers, pulls] = await Promise.all([
     db
       .select()
       .from(t)
-      .where(and(eq(t.chainId, chain), eq(t.token, token), eq(t.from, payer), eq(t.inbound, true), isNull(t.authorizationNonce)))
+      .where(and(eq(t.chainId, chain), eq(t.token, token), eq(t.from, payer), eq(t.inbound, true), isNull(t.authorizationNonce), amount === undefined ? undefined : eq(t.amount, amount)))
       .orderBy(desc(t.blockNumber), desc(t.logIndex)),
     db
       .select({ txHash: payment.txHash })
@@ -212,7 +216,7 @@ app.get("/ledger/payers/:address/unbooked-inflows", async (c) => {
   ]);
   const pulled = new Set(pulls.map((p) => p.txHash));
   const unbooked = transfers.filter((x) => !pulled.has(x.txHash));
-  return json(c, { payer, chainId: chain, token, transfers: unbooked.slice(0, limit), more: unbooked.length > limit });
+  return json(c, { payer, chainId: chain, token, amount: amount ?? null, transfers: unbooked.slice(0, limit), more: unbooked.length > limit });
 });
 
 /** Per chain and token; `otherInflow`/`otherOutflow` are what the totals hold beyond the named kinds. */
