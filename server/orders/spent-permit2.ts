@@ -38,7 +38,7 @@ export function inflowsText(found: { transfers: LedgerInflow[]; more: boolean })
 
 /**
  * Closes a spent-nonce Permit2 order from `from`: PAYMENT_FAILED when the ledger shows no
- * unbooked transfer from its payer, NEEDS_REVIEW (with an alert) when it does.
+ * unbooked transfer of its amount from its payer, NEEDS_REVIEW (with an alert) when it does.
  */
 export async function closeSpentPermit2(deps: { ledger: LedgerClient; orders: OrderStore; log: Log }, o: Order, from: OrderStatus[], prefix = ""): Promise<void> {
   const found = await unbookedInflowsOf(deps, o);

@@ -9,7 +9,7 @@
  */
 import { getConnInfo } from "@hono/node-server/conninfo";
 import { Hono, type Context, type MiddlewareHandler } from "hono";
-import { and, asc, client, desc, eq, graphql, gte, inArray, isNull, lt, or, replaceBigInts, sql } from "ponder";
+import { and, asc, client, desc, eq, graphql, gte, inArray, isNull, lt, notExists, or, replaceBigInts, sql } from "ponder";
 import { db } from "ponder:api";
 import schema from "ponder:schema";
 import { z } from "zod";
@@ -203,19 +203,27 @@ app.get("/ledger/payers/:address/unbooked-inflows", async (c) => {
   const payer = parsed.data.address;
   const { chainId: chain, token, amount, limit } = query.data;
   const t = treasuryTransfer;
-  const [transfers, pulls] = await Promise.all([
-    db
-      .select()
-      .from(t)
-      .where(and(eq(t.chainId, chain), eq(t.token, token), eq(t.from, payer), eq(t.inbound, true), isNull(t.authorizationNonce), amount === undefined ? undefined : eq(t.amount, amount)))
-      .orderBy(desc(t.blockNumber), desc(t.logIndex)),
-    db
-      .select({ txHash: payment.txHash })
-      .from(payment)
-      .where(and(eq(payment.chainId, chain), eq(payment.token, token), eq(payment.payer, payer), eq(payment.rail, "pull"))),
-  ]);
-  const pulled = new Set(pulls.map((p) => p.txHash));
-  const unbooked = transfers.filter((x) => !pulled.has(x.txHash));
+  // A pull's transfer carries no nonce either: it is the payer's pull in the same transaction.
+  const pulledInSameTx = db
+    .select({ one: sql`1` })
+    .from(payment)
+    .where(and(eq(payment.chainId, t.chainId), eq(payment.txHash, t.txHash), eq(payment.payer, t.from), eq(payment.rail, "pull")));
+  const unbooked = await db
+    .select()
+    .from(t)
+    .where(
+      and(
+        eq(t.chainId, chain),
+        eq(t.token, token),
+        eq(t.from, payer),
+        eq(t.inbound, true),
+        isNull(t.authorizationNonce),
+        amount === undefined ? undefined : eq(t.amount, amount),
+        notExists(pulledInSameTx),
+      ),
+    )
+    .orderBy(desc(t.blockNumber), desc(t.logIndex))
+    .limit(limit + 1);
   return json(c, { payer, chainId: chain, token, amount: amount ?? null, transfers: unbooked.slice(0, limit), more: unbooked.length > limit });
 });
 
