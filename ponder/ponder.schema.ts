@@ -94,7 +94,11 @@ export const treasuryTransfer = onchainTable(
     logIndex: t.integer().notNull(),
     timestamp: t.bigint().notNull(),
   }),
-  (x) => ({ byToken: index().on(x.chainId, x.token, x.blockNumber) }),
+  (x) => ({
+    byToken: index().on(x.chainId, x.token, x.blockNumber),
+    // A payer's transfers in (/ledger/payers/{address}/unbooked-inflows).
+    bySender: index().on(x.chainId, x.token, x.from, x.blockNumber),
+  }),
 );
 
 /**

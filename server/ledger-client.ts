@@ -255,12 +255,12 @@ export class LedgerClient {
 
   /**
    * A payer's transfers of `token` into BillPay that no payment accounts for (a permit settled
-   * through another contract, a plain transfer), of exactly `amount` when given, newest first;
-   * `more` when there are others.
+   * through another contract, a plain transfer), of exactly `amount` when given, the newest
+   * `limit`; `more` when there are others.
    */
-  unbookedInflows(chainId: number, token: string, payer: string, amount?: bigint): Promise<{ transfers: LedgerInflow[]; more: boolean }> {
+  unbookedInflows(chainId: number, token: string, payer: string, amount?: bigint, limit = 100): Promise<{ transfers: LedgerInflow[]; more: boolean }> {
     const exactly = amount === undefined ? "" : `&amount=${amount}`;
-    return this.get(`/ledger/payers/${payer.toLowerCase()}/unbooked-inflows?chainId=${chainId}&token=${token.toLowerCase()}${exactly}`);
+    return this.get(`/ledger/payers/${payer.toLowerCase()}/unbooked-inflows?chainId=${chainId}&token=${token.toLowerCase()}${exactly}&limit=${limit}`);
   }
 
   /** One chain's payments of one rail in ledger order (time, block, log), from `from` (unix seconds) or after `cursor`. */

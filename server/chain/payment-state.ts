@@ -32,9 +32,14 @@ export function tokenBalance(client: PublicClient, token: string, owner: string)
 /** The service's one client for the chain: reads made in the same tick go to the node as one JSON-RPC batch. */
 const clientOf = (deps: { deployments: Deployments }, chain: ChainKey) => deployedClientFor(deps.deployments, chain)!;
 
-export async function authorizationOnChain(deps: { deployments: Deployments }, o: PaymentKey): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
+/**
+ * Whether the payment's nonce is consumed, read at one block: the latest, or `depth` blocks
+ * under it (for a reading that must stand, as deep as a payment must be before it counts).
+ */
+export async function authorizationOnChain(deps: { deployments: Deployments }, o: PaymentKey, depth = 0): Promise<{ used: boolean; block: bigint; timestamp: bigint }> {
   const client = clientOf(deps, o.chain as ChainKey);
-  const block = await client.getBlock({ blockTag: "latest" });
+  const head = await client.getBlock({ blockTag: "latest" });
+  const block = depth > 0 ? await client.getBlock({ blockNumber: head.number > BigInt(depth) ? head.number - BigInt(depth) : 0n }) : head;
   return { used: await nonceUsed(client, o, { blockNumber: block.number }), block: block.number, timestamp: block.timestamp };
 }
 

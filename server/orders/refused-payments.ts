@@ -93,14 +93,15 @@ export class RefusedPayments {
   constructor(private readonly db: Db) {}
 
   /**
-   * Keeps a refusal, within the bounds; true when it is kept (or was already). One statement:
-   * the counts and the insert cannot be raced past the bounds by concurrent refusals of one
-   * payer beyond a row or two.
+   * Keeps a refusal, within the bounds. When it is kept (or was already), the unix second
+   * until which its record counts (a landing before it is refunded by the service); null when
+   * it is not kept. One statement: the counts and the insert cannot be raced past the bounds
+   * by concurrent refusals of one payer beyond a row or two.
    */
-  async record(r: RefusedPayment, nowSeconds: bigint): Promise<boolean> {
-    const rows = await this.db.query<{ kept: boolean }>(
+  async record(r: RefusedPayment, nowSeconds: bigint): Promise<bigint | null> {
+    const rows = await this.db.query<{ until: string }>(
       `WITH existing AS (
-         SELECT 1 FROM refused_payment WHERE chain = $1 AND rail = $2 AND token_address = $3 AND payer = $4 AND auth_nonce = $5
+         SELECT ${LIVES_UNTIL} AS until FROM refused_payment WHERE chain = $1 AND rail = $2 AND token_address = $3 AND payer = $4 AND auth_nonce = $5
        ), inserted AS (
          INSERT INTO refused_payment (chain, rail, token_address, payer, auth_nonce, amount, valid_before, token, bill, body_hash, payment, requirements, reason)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
@@ -108,9 +109,9 @@ export class RefusedPayments {
             AND (SELECT count(*) FROM refused_payment WHERE payer = $4 AND ${LIVES_UNTIL} > $14) < $15
             AND (SELECT count(*) FROM refused_payment) < $16
          ON CONFLICT DO NOTHING
-         RETURNING 1
+         RETURNING ${LIVES_UNTIL} AS until
        )
-       SELECT EXISTS (SELECT 1 FROM existing) OR EXISTS (SELECT 1 FROM inserted) AS kept`,
+       SELECT until::text AS until FROM existing UNION ALL SELECT until::text AS until FROM inserted`,
       [
         r.chain,
         r.rail,
@@ -130,7 +131,7 @@ export class RefusedPayments {
         MAX_RECORDS,
       ],
     );
-    return rows[0]?.kept === true;
+    return rows[0] ? BigInt(rows[0].until) : null;
   }
 
   /** The refusal kept under a payment's key, if any. */

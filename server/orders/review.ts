@@ -21,11 +21,14 @@
  *     refunded; NEEDS_REVIEW -> PAID, then vended by `fulfil` (a vend that fails is refunded
  *     as usual, and one the biller holds again comes back to review).
  *   - closed: no money moves. Only when the ledger, caught up to the chain's head, shows no
- *     payment under the key, and for a Permit2 order only while its nonce is unspent (a permit
- *     settled through another contract pays BillPay unseen by the ledger): NEEDS_REVIEW ->
+ *     payment under the key, and for a Permit2 order (a permit settled through another
+ *     contract pays BillPay unseen by the ledger): with its nonce spent, only when no transfer
+ *     of its amount from its payer into BillPay is unaccounted for (spent-permit2.ts); with it
+ *     unspent, only once the permit has lapsed by the chain's clock: NEEDS_REVIEW ->
  *     PAYMENT_FAILED (final, "not charged"). Should a payment land under the key later, the
- *     ledger pass refunds it, as for any written-off order. With a payment shown, closing is
- *     refused: that money must be refunded or served.
+ *     ledger pass refunds it, as for any written-off order (one indexed while the close runs
+ *     is taken up by the close). With a payment shown, closing is refused: that money must be
+ *     refunded or served.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
  * the service, which never held the payer's signed authorization (refundAuthorization needs
  * it). It can only be closed, with a reason: as refunded by hand, when the operator gives the
@@ -50,7 +53,8 @@ import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
-import { inflowsText, unbookedInflowsOf } from "./spent-permit2.ts";
+import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
+import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
 import type { Order } from "./store.ts";
 
@@ -243,16 +247,25 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   });
   const why = whyNot(order, view)[input.action];
   if (why) throw new Refused(why);
-  if (input.action === "close" && x402RailOf(order) === "permit2" && (await authorizationOnChain(deps, order)).used) {
+  const permit2 = input.action === "close" && x402RailOf(order) === "permit2" ? await authorizationOnChain(deps, order) : undefined;
+  if (permit2 && !permit2.used && order.authValidBefore !== null && permit2.timestamp < order.authValidBefore) {
+    // A permit still valid may yet be settled through another contract, which the ledger
+    // would not book under the key: no later pass would refund it, so "not charged" must wait.
+    throw new Refused(
+      `the order's Permit2 permit can still be settled until ${new Date(Number(order.authValidBefore) * 1000).toISOString()} (by the chain's clock), and one settled through another contract would go unseen: close it after that`,
+    );
+  }
+  if (permit2?.used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
-    // nonce spent, "not charged" holds only if no transfer of the order's amount from the
-    // payer into BillPay is unaccounted for (spent-permit2.ts). The ledger is at the chain's head (above).
-    const found = await unbookedInflowsOf(deps, order).catch((err: unknown) => {
-      throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
+    // nonce spent, "not charged" holds only as spent-permit2.ts reads it (the nonce spent as
+    // deep as a payment must be, the ledger at that block, no unbooked transfer of the amount).
+    const v = await spentPermit2Verdict(deps, order).catch((err: unknown) => {
+      throw new Refused(`the chain or the ledger could not be read (${errorText(err)}); nothing was moved`);
     });
-    if (found.transfers.length > 0) {
+    if (v.verdict === "wait") throw new Refused(`the order's Permit2 nonce is spent on chain, but ${v.why}: whether it paid BillPay cannot be told yet; try again shortly`);
+    if (v.verdict === "held") {
       throw new Refused(
-        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
+        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
       );
     }
   }
@@ -267,6 +280,13 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
           failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
         });
         if (!closed) throw new Refused("the order moved on meanwhile; nothing was done");
+        // A payment indexed between the read above and the move was passed over by the ledger
+        // pass while the order was held: it is taken up here, as a landing after a write-off.
+        const late = order.rail === "pull" ? null : (await ledgerUnderKey(deps, closed).catch(() => null))?.payment;
+        if (late) {
+          const after = await landedAfterRefusal(deps, closed, late);
+          return { record: await deps.reviews.finish(id, "ACCEPTED", `closed, but a payment landed under the key meanwhile (transaction ${late.txHash}): ${after.status}`, after.status), order: after };
+        }
         return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass (held for an operator instead when the bill was vended)", closed.status), order: closed };
       }
       case "serve": {

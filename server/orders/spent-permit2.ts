@@ -11,52 +11,79 @@
  * calls the proxy, moves exactly the order's amount of its token from the payer to BillPay
  * (the permit names x402's exact proxy as its only spender, which always transfers the
  * permitted amount, checked equal to the order's at intake; its witness names BillPay as the
- * `to`), and the ledger records every transfer into BillPay. So when the ledger, indexed past
- * the block at which the nonce was read spent, holds no transfer of that token and amount from
- * the payer into BillPay that no payment accounts for, the permit was never settled, and as a
- * Permit2 nonce is spent once, it never can be: the order is closed as not charged. Any such
- * transfer, at any time (the ledger cannot say which permit it came from, so the safe reading
- * counts them all), holds the order for an operator with the transfers named: so a payer who
- * wants his orders held pays their full price into BillPay for it. The caller checks the
- * ledger's position first.
+ * `to`; the Permit2 tokens configured take no fee on transfer), and the ledger records every
+ * transfer into BillPay. So when the ledger, indexed past the block at which the nonce was
+ * read spent, holds no transfer of that token and amount from the payer into BillPay that no
+ * payment accounts for, the permit was never settled, and as a Permit2 nonce is spent once, it
+ * never can be: the order is closed as not charged.
+ *
+ * What bounds it:
+ *   - "not charged" is final (a settlement through another contract is never booked under the
+ *     key, so no later pass would notice it): the nonce is read spent as deep as a payment must
+ *     be before it counts (the chain's confirmations), and the ledger must have indexed that
+ *     very block, so a settlement in a block the ledger has not reached, or on a branch about
+ *     to be replaced, is never missed;
+ *   - any such transfer, at any time (the ledger cannot say which permit it came from, so the
+ *     safe reading counts them all), holds the order for an operator with the transfers named:
+ *     a payer who wants his orders held pays their full price into BillPay for it.
  */
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import type { Deployments } from "../../lib/deployments.ts";
+import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { LedgerClient, LedgerInflow } from "../ledger-client.ts";
 import type { Log } from "../log.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
 
-/** The payer's transfers of the order's token and amount into BillPay that no payment accounts for (at most the newest 100). */
-export async function unbookedInflowsOf(deps: { ledger: LedgerClient }, o: Order): Promise<{ transfers: LedgerInflow[]; more: boolean }> {
-  return deps.ledger.unbookedInflows(chainInfo(o.chain as ChainKey).chainId, o.tokenAddress, o.payer, o.amount);
+/** How many of the transfers are read: enough to name them to a person. */
+const NAMED = 3;
+
+type Unbooked = { transfers: LedgerInflow[]; more: boolean };
+export type SpentPermit2Verdict =
+  | { verdict: "wait"; why: string }
+  | { verdict: "not-charged" }
+  | { verdict: "held"; found: Unbooked };
+
+type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; confirmations: Partial<Record<ChainKey, number>> };
+
+/** What a spent Permit2 nonce says of the order, read so that "not charged" can be final. */
+export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<SpentPermit2Verdict> {
+  const chain = o.chain as ChainKey;
+  const depth = deps.confirmations[chain] ?? 0;
+  const deep = await authorizationOnChain(deps, o, depth);
+  if (!deep.used) return { verdict: "wait", why: `the permit's nonce is not yet spent ${depth} blocks under the chain's head` };
+  const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
+  if (indexed === null || indexed < deep.block) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
+  const found = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, NAMED);
+  return found.transfers.length === 0 ? { verdict: "not-charged" } : { verdict: "held", found };
 }
 
 /** The transfers, for a person: "<amount> in <tx>", newest first. */
-export function inflowsText(found: { transfers: LedgerInflow[]; more: boolean }): string {
-  const shown = found.transfers.slice(0, 3).map((t) => `${t.amount} in ${t.txHash}`);
-  return `${shown.join(", ")}${found.more || found.transfers.length > shown.length ? " and more" : ""}`;
+export function inflowsText(found: Unbooked): string {
+  return `${found.transfers.map((t) => `${t.amount} in ${t.txHash}`).join(", ")}${found.more ? " and more" : ""}`;
 }
 
 /**
- * Closes a spent-nonce Permit2 order from `from`: PAYMENT_FAILED when the ledger shows no
- * unbooked transfer of its amount from its payer, NEEDS_REVIEW (with an alert) when it does.
+ * Closes a spent-nonce Permit2 order from `from`, as its verdict says: PAYMENT_FAILED, or
+ * NEEDS_REVIEW (with an alert); unchanged while it must wait (a later pass decides).
  */
-export async function closeSpentPermit2(deps: { ledger: LedgerClient; orders: OrderStore; log: Log }, o: Order, from: OrderStatus[], prefix = ""): Promise<void> {
-  const found = await unbookedInflowsOf(deps, o);
-  if (found.transfers.length === 0) {
+export async function closeSpentPermit2(deps: VerdictDeps & { orders: OrderStore; log: Log }, o: Order, from: OrderStatus[], prefix = ""): Promise<void> {
+  const v = await spentPermit2Verdict(deps, o);
+  if (v.verdict === "wait") return;
+  if (v.verdict === "not-charged") {
     await deps.orders.transition(o.requestId, from, "PAYMENT_FAILED", {
       failureReason: `${prefix}the permit's Permit2 nonce was spent on chain on something else, and no transfer of the order's amount from the payer into BillPay is unaccounted for: it was never settled and never can be; nothing was charged`,
     });
     return;
   }
   const held = await deps.orders.transition(o.requestId, from, "NEEDS_REVIEW", {
-    failureReason: `${prefix}the permit's Permit2 nonce is spent on chain, but no settlement the ledger can attribute paid BillPay under it, and the payer has sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(found)}): it may have been settled through another contract; held for an operator`,
+    failureReason: `${prefix}the permit's Permit2 nonce is spent on chain, but no settlement the ledger can attribute paid BillPay under it, and the payer has sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): it may have been settled through another contract; held for an operator`,
   });
   if (held) {
     deps.log.error("a Permit2 nonce was spent with no payment the ledger can attribute, and its payer sent BillPay transfers of the order's amount that no payment accounts for: held for an operator", {
       requestId: o.requestId,
       chain: o.chain,
       payer: o.payer,
-      transfers: found.transfers.slice(0, 3).map((t) => t.txHash),
+      transfers: v.found.transfers.map((t) => t.txHash),
     });
   }
 }

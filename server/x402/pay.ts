@@ -26,7 +26,7 @@ import { paymentConfirmed, type Order } from "../orders/store.ts";
 import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
 import { spentAtIntake } from "../orders/late-landing.ts";
 import { startStage } from "../stage-timing.ts";
-import { KEPT_AT_MOST_SECONDS, type RefusedPayment } from "../orders/refused-payments.ts";
+import type { RefusedPayment } from "../orders/refused-payments.ts";
 import { paymentAtIntake, tokenBalance } from "../chain/payment-state.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
 import { acceptedQuote, billHash, quoteBill } from "../quote/quote.ts";
@@ -223,12 +223,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     if (balance === undefined) return "The payer's balance could not be read, so it is not kept: should it be submitted anyway, an operator must refund it";
     if (balance < quote.amount) return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
-    const nowSeconds = BigInt(Math.floor(Date.now() / 1000));
-    const kept = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), nowSeconds);
-    if (!kept) return "Too many refused payments of this payer are kept already: should this one be submitted anyway, an operator must refund it";
-    // A window longer than the record's life: a landing after it is an operator's.
-    return payment.authorization.validBefore > nowSeconds + BigInt(KEPT_AT_MOST_SECONDS)
-      ? `Should this authorization be submitted anyway within ${KEPT_AT_MOST_SECONDS / 86_400} days, it is refunded to the payer on chain; after that, an operator must refund it`
+    const keptUntil = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), BigInt(Math.floor(Date.now() / 1000)));
+    if (keptUntil === null) return "Too many refused payments of this payer are kept already: should this one be submitted anyway, an operator must refund it";
+    // A window longer than the record's life (orders/refused-payments.ts): a landing after it is an operator's.
+    return keptUntil < payment.authorization.validBefore
+      ? `Should this authorization be submitted anyway before ${new Date(Number(keptUntil) * 1000).toISOString()}, it is refunded to the payer on chain; after that, an operator must refund it`
       : "Should this authorization be submitted anyway, it is refunded to the payer on chain";
   }
 

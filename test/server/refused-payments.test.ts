@@ -46,13 +46,22 @@ describe("kept refusals", () => {
   it("count against their payer for a week at most, however long their authorization runs, and are purged a day after", async () => {
     const payer = "0x00000000000000000000000000000000000000b1";
     const years = now() + 10n * 365n * DAY;
-    for (let i = 0; i < PER_PAYER; i++) expect(await kept.record(refusal(payer, years), now())).toBe(true);
+    const first = refusal(payer, years);
+    const until = await kept.record(first, now());
+    // It counts for a week from now, not for its ten years.
+    expect(until).not.toBeNull();
+    expect(Number(until! - now())).toBeGreaterThan(KEPT_AT_MOST_SECONDS - 60);
+    expect(Number(until! - now())).toBeLessThanOrEqual(KEPT_AT_MOST_SECONDS);
+    for (let i = 1; i < PER_PAYER; i++) expect(await kept.record(refusal(payer, years), now())).not.toBeNull();
     // Full: the next is not kept.
-    expect(await kept.record(refusal(payer, years), now())).toBe(false);
+    expect(await kept.record(refusal(payer, years), now())).toBeNull();
+    // Offered again six days on, the same refusal is told the week it was kept for, not a new one.
+    await backdate(payer, 6n * DAY);
+    expect(await kept.record(first, now())).toBe(until! - 6n * DAY);
 
     // A week on, those records no longer count: the payer may have new ones kept.
-    await backdate(payer, BigInt(KEPT_AT_MOST_SECONDS) + 60n);
-    expect(await kept.record(refusal(payer, years), now())).toBe(true);
+    await backdate(payer, DAY + 60n);
+    expect(await kept.record(refusal(payer, years), now())).not.toBeNull();
     // Not purged yet: a landing within the day after still finds its record.
     expect(await kept.purge(now())).toBe(0);
     expect(await count(payer)).toBe(PER_PAYER + 1);
@@ -65,7 +74,8 @@ describe("kept refusals", () => {
 
   it("with a short window, live until it expires and are purged a day after, as before the cap", async () => {
     const payer = "0x00000000000000000000000000000000000000b2";
-    expect(await kept.record(refusal(payer, now() + 300n), now())).toBe(true);
+    const soon = now() + 300n;
+    expect(await kept.record(refusal(payer, soon), now())).toBe(soon);
     expect(await kept.purge(now() + 300n + DAY - 10n)).toBe(0);
     expect(await kept.purge(now() + 300n + DAY + 10n)).toBe(1);
   });

@@ -19,7 +19,7 @@ import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
-import { closeExpiredRefusals, settle } from "../../server/orders/x402-flow.ts";
+import { closeExpiredRefusals, reconcileSettling, settle } from "../../server/orders/x402-flow.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { ServiceError } from "../../server/errors.ts";
 
@@ -398,5 +398,42 @@ describe("x402 through Permit2: USD₮ on Base", () => {
 
     const audit = await auditOnSharedChains(paying, { url });
     expect(audit.discrepancies).toEqual([]);
+  });
+
+  it("a settling permit whose answer was lost, its nonce then burnt by its payer, is closed as not charged by the worker's pass", async () => {
+    const who = accounts(12);
+    const body = bill("08079999999", who);
+    const before = await balance(who.address);
+    const { payload } = await challengeAndPayment(body, who);
+    // As a request that crashed while the facilitator settled: the worker finds it SETTLING.
+    const order = await lockAsCrashedRequest(paying.service.flow, { body, payload, payer: who.address, tokenAddress: usdt, tag: "permit2-burnt-while-settling", chain: "BASE", token: "USD₮" });
+    expect(order.status).toBe("SETTLING");
+    await burnNonce(who, payload);
+    await reconcileSettling(paying.service.flow, order);
+    const closed = (await paying.service.flow.orders.get(order.requestId))!;
+    expect(closed.status).toBe("PAYMENT_FAILED");
+    expect(closed.failureReason).toMatch(/spent on chain on something else.*nothing was charged/);
+    expect(await balance(who.address)).toBe(before);
+  });
+
+  it("an operator may not close as not charged a held permit that can still be settled, and may once it has lapsed unspent", async () => {
+    const who = accounts(11);
+    const body = bill("08079999998", who);
+    const { payload } = await challengeAndPayment(body, who);
+    const order = await lockAsCrashedRequest(paying.service.flow, { body, payload, payer: who.address, tokenAddress: usdt, tag: "permit2-held-unspent", chain: "BASE", token: "USD₮" });
+    await paying.service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW' WHERE request_id = $1`, [order.requestId]);
+    const service = paying.service;
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const close = () => resolveOrder(review, { requestId: order.requestId, action: "close", reason: "nothing landed", operator: "bob" });
+    // Settled later through a batcher, it would pay BillPay unseen under the key: refused.
+    const early = await close();
+    expect(early.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(early.record.detail).toMatch(/can still be settled until .*close it after that/);
+    // Lapsed with its nonce unspent, it never can be: closed.
+    const head = await base.publicClient.getBlock();
+    const lapsed = [head.timestamp, BigInt(Math.floor(Date.now() / 1000))].reduce((a, b) => (a < b ? a : b)) - 1n;
+    await service.db.query(`UPDATE bill_order SET auth_valid_before = $2 WHERE request_id = $1`, [order.requestId, lapsed.toString()]);
+    const late = await close();
+    expect(late.record).toMatchObject({ outcome: "DONE", status_after: "PAYMENT_FAILED" });
   });
 });

@@ -203,11 +203,21 @@ app.get("/ledger/payers/:address/unbooked-inflows", async (c) => {
   const payer = parsed.data.address;
   const { chainId: chain, token, amount, limit } = query.data;
   const t = treasuryTransfer;
-  // A pull's transfer carries no nonce either: it is the payer's pull in the same transaction.
+  // A pull's transfer carries no nonce either: it is the payer's pull of that token and amount
+  // in the same transaction (pulls are sent to BillPay by its operator, never through a batcher).
   const pulledInSameTx = db
     .select({ one: sql`1` })
     .from(payment)
-    .where(and(eq(payment.chainId, t.chainId), eq(payment.txHash, t.txHash), eq(payment.payer, t.from), eq(payment.rail, "pull")));
+    .where(
+      and(
+        eq(payment.chainId, t.chainId),
+        eq(payment.txHash, t.txHash),
+        eq(payment.payer, t.from),
+        eq(payment.token, t.token),
+        eq(payment.amount, t.amount),
+        eq(payment.rail, "pull"),
+      ),
+    );
   const unbooked = await db
     .select()
     .from(t)
