@@ -8,8 +8,12 @@
  *   refund <request_id> --reason "…"                refund exactly what the ledger shows paid under the order's key
  *   serve <request_id> --reason "…"                 vend the bill (the ledger must show exactly the order's payment)
  *   close <request_id> --reason "…"                 no money moves (the ledger must show no payment under the key)
+ *   hold-orphan --chain CELO --token 0x… --payer 0x… --nonce 0x… --reason "…"
+ *                                                   an x402 payment without an order, held for a refund by hand: do this
+ *                                                   before sending one (the service then cannot refund it too)
  *   close-orphan --chain CELO --token 0x… --payer 0x… --nonce 0x… --reason "…" [--refund-tx 0x…]
- *                                                   an x402 payment without an order: refunded by hand (the transaction is checked on chain) or kept
+ *                                                   an x402 payment without an order: refunded by hand (once held; the
+ *                                                   transaction is checked on chain) or kept
  *
  * Common: --as NAME (who decides; default OPERATOR_NAME, else the system user), --json.
  * SERVICE_URL (default the local service) and OPS_TOKEN, as for `npm run audit`. Exits 0 when
@@ -18,7 +22,7 @@
 import { userInfo } from "node:os";
 import { localUrl } from "../lib/local-ports.ts";
 
-export const REVIEW_COMMANDS = ["list", "show", "refund", "serve", "close", "close-orphan"] as const;
+export const REVIEW_COMMANDS = ["list", "show", "refund", "serve", "close", "hold-orphan", "close-orphan"] as const;
 type Command = (typeof REVIEW_COMMANDS)[number];
 
 export class UsageError extends Error {}
@@ -100,7 +104,11 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
             `x402 payments without an order: ${orphans.length}`,
             ...(orphans.length === 0
               ? ["  none"]
-              : orphans.map((p) => `  ${p.amount_text} from ${p.payer} in ${p.tx_hash}\n    close-orphan --chain ${p.chain} --token ${p.token_address} --payer ${p.payer} --nonce ${p.auth_nonce}`)),
+              : orphans.map((p) => {
+                  const key = `--chain ${p.chain} --token ${p.token_address} --payer ${p.payer} --nonce ${p.auth_nonce}`;
+                  const held = p.status !== "NEEDS_REVIEW";
+                  return `  ${p.amount_text} from ${p.payer} in ${p.tx_hash}${held ? ` (${p.status}: close it with --refund-tx once sent)` : ""}\n    close-orphan ${key}${held ? "" : `\n    hold-orphan ${key}   (before a refund by hand)`}`;
+                })),
           ];
       return { lines, ok: true, body: r.body };
     }
@@ -137,17 +145,20 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
       const r = await call("POST", `/ops/review/orders/${encodeURIComponent(id)}`, { action: command, reason: reason() });
       return decided(r, json, problem);
     }
+    case "hold-orphan":
     case "close-orphan": {
       const need = (name: string) => {
         const v = options[name];
-        if (!v) throw new UsageError(`close-orphan needs --${name}`);
+        if (!v) throw new UsageError(`${command} needs --${name}`);
         return v;
       };
+      if (command === "hold-orphan" && options["refund-tx"]) throw new UsageError("hold-orphan names no transaction: hold, send the refund, then close-orphan --refund-tx");
       const body = {
         chain: need("chain").toUpperCase(),
         token_address: need("token"),
         payer: need("payer"),
         auth_nonce: need("nonce"),
+        action: command === "hold-orphan" ? "hold" : "close",
         reason: reason(),
         ...(options["refund-tx"] ? { refund_tx_hash: options["refund-tx"] } : {}),
       };

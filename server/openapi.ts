@@ -442,7 +442,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
         },
         "/ops/review/orphans": {
           post: {
-            summary: "Operators: close an x402 payment without an order, as refunded by hand (the transaction checked on chain) or kept",
+            summary: "Operators: decide an x402 payment without an order: hold it for a refund by hand (before sending one), close it as refunded by hand (once held; the transaction checked on chain), or close it as kept",
             ...ops,
             parameters: [{ name: "X-Operator", in: "header", required: true, schema: { type: "string" }, description: "Who decides (recorded)" }],
             requestBody: {
@@ -450,10 +450,10 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
               content: json({
                 type: "object",
                 required: ["chain", "token_address", "payer", "auth_nonce", "reason"],
-                properties: { chain: { type: "string" }, token_address: { type: "string" }, payer: { type: "string" }, auth_nonce: { type: "string" }, reason: { type: "string", maxLength: 500 }, refund_tx_hash: { type: "string" } },
+                properties: { chain: { type: "string" }, token_address: { type: "string" }, payer: { type: "string" }, auth_nonce: { type: "string" }, action: { type: "string", enum: ["hold", "close"], default: "close" }, reason: { type: "string", maxLength: 500 }, refund_tx_hash: { type: "string" } },
               }),
             },
-            responses: { "200": { description: "The payment was closed (its action record)", content: json({ type: "object" }) }, ...problemResponses([400, 403, 404, 409, 415]) },
+            responses: { "200": { description: "The decision was taken or refused (its action record)", content: json({ type: "object" }) }, ...problemResponses([400, 403, 404, 409, 415]) },
           },
         },
         "/metrics": {

@@ -14,8 +14,8 @@ import { jsonBody } from "./http-body.ts";
 import { operatorIdentity, requireOperator } from "./operator/auth.ts";
 import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
-import { ledgerUnderKey, MAX_REASON, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewRecord, type ReviewResult } from "./orders/review.ts";
-import type { Order, OrderStore } from "./orders/store.ts";
+import { ledgerUnderKey, MAX_REASON, ORPHAN_ACTIONS, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewRecord, type ReviewResult } from "./orders/review.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, type Order, type OrderStore } from "./orders/store.ts";
 import { MAX_PAGE, opsOrder } from "./audit/order-record.ts";
 import { errorText } from "./log-safety.ts";
 import { amountIn, describeAmount, tokenAt } from "../lib/token-amounts.ts";
@@ -27,6 +27,7 @@ const orphanDecision = z
     token_address: z.string(),
     payer: z.string(),
     auth_nonce: z.string(),
+    action: z.enum(ORPHAN_ACTIONS).default("close"),
     reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON),
     refund_tx_hash: z.string().regex(/^0x[0-9a-fA-F]{64}$/, "a 0x-prefixed 32-byte transaction hash").optional(),
   })
@@ -65,7 +66,7 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
     const ids = await deps.review.db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE status = 'NEEDS_REVIEW' ORDER BY updated_at LIMIT 500`);
     const orders = (await Promise.all(ids.map((r) => deps.orders.get(r.request_id)))).filter((o): o is Order => !!o);
     const orphans = (await deps.orphans.all()).payments
-      .filter((p) => p.status === "NEEDS_REVIEW")
+      .filter((p) => p.status === "NEEDS_REVIEW" || p.status === ORPHAN_HELD_FOR_HAND_REFUND)
       .map((p) => ({ ...p, token: tokenAt(deps.review.deployments, String(p.chain), String(p.token_address))?.symbol ?? null, amount_text: describeAmount(deps.review.deployments, String(p.chain), String(p.token_address), String(p.amount)) }));
     return c.json({ orders: orders.map(opsOrder), orphans }, 200, { "cache-control": "no-store" });
   });

@@ -14,7 +14,7 @@
 import { chainInfo } from "../../lib/chains.ts";
 import { MAX_PAGE, opsOrder, type OpsOrder } from "./order-record.ts";
 import type { Orphans } from "../orders/ledger-pass.ts";
-import type { OrderStore } from "../orders/store.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, type OrderStore } from "../orders/store.ts";
 import type { ReviewDeps, ReviewRecord } from "../orders/review.ts";
 
 const TIMEOUT_MS = 30_000;
@@ -166,7 +166,7 @@ export function auditOrders(
     const key = `auth:${authKey(chainInfo(o.chain ?? "").chainId, o.rail, o.token_address!, o.payer!, field(o, "auth_nonce"))}`;
     accounted.add(key);
     const about = `x402 payment ${o.tx_hash} on ${o.chain} (${o.amount} from ${o.payer}) has no order`;
-    if (o.status === "NEEDS_REVIEW") {
+    if (o.status === "NEEDS_REVIEW" || o.status === ORPHAN_HELD_FOR_HAND_REFUND) {
       out.review.push(`${about}: ${o.status}`);
       continue;
     }

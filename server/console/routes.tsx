@@ -24,7 +24,8 @@ import type { Metrics } from "../metrics.ts";
 import { operatorIdentity, presented, requireOperator } from "../operator/auth.ts";
 import { crossSite, FormTokens } from "../operator/csrf.ts";
 import { errorText } from "../log-safety.ts";
-import { ledgerUnderKey, MAX_REASON, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND } from "../orders/store.ts";
+import { ledgerUnderKey, MAX_REASON, ORPHAN_ACTIONS, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
 import { txLink, type OperatorState } from "../operator/state.ts";
 import type { Callbacks } from "../orders/callbacks.ts";
 import type { Child } from "hono/jsx";
@@ -352,16 +353,20 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
           <h2>Review</h2>
           <ReviewResult action={justTaken} />
           <p class="muted">
-            The service never held this payer's signed authorization, so it cannot refund the payment itself. Close it as refunded by hand (give the transaction: it must
-            send exactly {names.amount(row.chain, row.token_address, row.amount)} to the payer, after the payment; it is checked on chain), or as kept, saying why.
+            The service never held this payer's signed authorization, so it cannot refund the payment itself unless the payer offers that authorization again (it then
+            refunds it on chain). To refund it by hand, first hold it (the service then cannot refund it too), then send exactly{" "}
+            {names.amount(row.chain, row.token_address, row.amount)} to the payer, then close it with the transaction (checked on chain). Or close it as kept, saying why.
           </p>
-          {row.status !== "NEEDS_REVIEW" ? null : !operator ? (
+          {row.status !== "NEEDS_REVIEW" && row.status !== ORPHAN_HELD_FOR_HAND_REFUND ? null : !operator ? (
             <p class="bad">Give your name as the basic-auth user name to decide: every decision is recorded with it.</p>
           ) : (
             <ReviewForm
               action={orphanPath(row)}
               token={forms.issue(credential(c), operator, orphanScope(key))}
-              buttons={[{ value: "close", label: "Close", refused: null }]}
+              buttons={[
+                ...(row.status === "NEEDS_REVIEW" ? [{ value: "hold", label: "Hold for a refund by hand", refused: null }] : []),
+                { value: "close", label: "Close", refused: null },
+              ]}
               extra={
                 <label>
                   Refund transaction (when refunded by hand)
@@ -387,11 +392,12 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     const back = orphanPath(row);
     const reason = (form.fields.reason ?? "").trim();
     const tx = (form.fields.refund_tx_hash ?? "").trim();
-    if (form.fields.action !== "close") return badDecision(c, back, "the only action on a payment without an order is close");
+    const action = ORPHAN_ACTIONS.find((a) => a === form.fields.action);
+    if (!action) return badDecision(c, back, "the actions on a payment without an order are hold and close");
     if (!reason) return badDecision(c, back, "a reason is required: it is kept with your name");
     if (reason.length > MAX_REASON) return badDecision(c, back, `the reason is at most ${MAX_REASON} characters`);
     if (tx && !/^0x[0-9a-fA-F]{64}$/.test(tx)) return badDecision(c, back, "the refund transaction must be a 0x-prefixed 32-byte hash");
-    const result = await resolveOrphanPayment(deps.review, { ...row, reason, operator: form.operator, refundTxHash: tx || undefined });
+    const result = await resolveOrphanPayment(deps.review, { ...row, action, reason, operator: form.operator, refundTxHash: tx || undefined });
     return c.redirect(`${back}?review=${result.record.id}#review`, 303);
   });
 

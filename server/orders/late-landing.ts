@@ -9,7 +9,7 @@ import { waitForLedgerBlock, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
 import type { RefusedPayment } from "./refused-payments.ts";
-import type { Order } from "./store.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
 
 /**
  * A kept refusal's payment landed (`payment`: the ledger's, under its key): it becomes an order
@@ -76,5 +76,6 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
       { landed_tx: shown.txHash },
     );
   }
-  return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and an operator has settled it (refunded by hand, or kept): it pays for no bill`, { landed_tx: shown.txHash });
+  const settled = orphan === ORPHAN_HELD_FOR_HAND_REFUND ? "an operator is refunding it by hand" : "an operator has settled it (refunded by hand, or kept)";
+  return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and ${settled}: it pays for no bill`, { landed_tx: shown.txHash });
 }

@@ -31,16 +31,20 @@
  *     refunded or served.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
  * the service, which never held the payer's signed authorization (refundAuthorization needs
- * it). It can only be closed, with a reason: as refunded by hand, when the operator gives the
- * transaction, checked on chain to have succeeded after the payment and to carry a transfer
- * of exactly the payment's amount of its token to its payer from BillPay or its admin (one
- * transaction closes one payment) -> REFUNDED; or as kept, with the reason saying why -> RESOLVED. Either way
- * nothing is sent by the service.
+ * it), unless the payer offers it again (a refusal is then kept, and the ledger pass refunds
+ * it). An operator decides it, with a reason: held for a refund by hand before sending one
+ * (REFUNDING_BY_HAND: the service then neither refunds it nor lets an order take it, so it is
+ * refunded once); then closed as refunded by hand, when the operator gives the transaction,
+ * checked on chain to have succeeded after the payment, to carry a transfer of exactly the
+ * payment's amount of its token to its payer from BillPay or its admin, and to be no refund of
+ * an order (one transaction closes one payment) -> REFUNDED; or closed as kept, with the reason
+ * saying why -> RESOLVED. Either way nothing is sent by the service.
  *
  * Every action is recorded in review_action with who (the operator's name, or "local"), when,
  * why (a reason is required) and what came of it, refusals included.
  */
 import { decodeEventLog, erc20Abi, isAddress, isHash, type Hex } from "viem";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
@@ -56,10 +60,10 @@ import { deepEnough } from "./payment-watch.ts";
 import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
-import type { Order } from "./store.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
 
 export const REVIEW_ACTIONS = ["refund", "serve", "close"] as const;
-export type ReviewAction = (typeof REVIEW_ACTIONS)[number] | "close-orphan";
+export type ReviewAction = (typeof REVIEW_ACTIONS)[number] | "hold-orphan" | "close-orphan";
 
 /**
  * What came of an action: DONE (it took effect, final as decided), ACCEPTED (the order moved
@@ -365,20 +369,38 @@ export async function orphanPayment(db: Db, key: { chain: string; token_address:
   return row;
 }
 
+/** The decisions on an x402 payment no order accounts for. */
+export const ORPHAN_ACTIONS = ["hold", "close"] as const;
+
 /**
- * Closes an x402 payment no order accounts for: as refunded by hand (`refundTxHash`, checked
- * on chain) or as kept, for `reason`. Nothing is sent.
+ * Decides an x402 payment no order accounts for, for `reason`; nothing is sent by the service.
+ *   - hold: held for a refund by hand (NEEDS_REVIEW -> REFUNDING_BY_HAND). From then on the
+ *     service will neither refund it (a refusal of the same authorization kept later, and
+ *     refunded through BillPay, would pay the payer twice) nor let an order take it. An
+ *     operator holds it before sending anything.
+ *   - close, with `refundTxHash`: as refunded by hand, only once held, the transaction checked
+ *     on chain (REFUNDED);
+ *   - close without it: as kept (RESOLVED), whether held or not.
  */
 export async function resolveOrphanPayment(
   deps: ReviewDeps,
-  input: { chain: string; token_address: string; payer: string; auth_nonce: string; reason: string; operator: string; refundTxHash?: string },
+  input: { chain: string; token_address: string; payer: string; auth_nonce: string; reason: string; operator: string; action?: (typeof ORPHAN_ACTIONS)[number]; refundTxHash?: string },
 ): Promise<ReviewResult> {
   const row = await orphanPayment(deps.db, input);
   if (!row) throw new ServiceError("NOT_FOUND", "no x402 payment without an order under that key");
   const key = orphanKey(row);
-  const id = await deps.reviews.start({ orphanKey: key, action: "close-orphan", operator: input.operator, reason: input.reason, amount: BigInt(row.amount), txHash: input.refundTxHash?.toLowerCase(), statusBefore: row.status });
+  const hold = input.action === "hold";
+  const id = await deps.reviews.start({ orphanKey: key, action: hold ? "hold-orphan" : "close-orphan", operator: input.operator, reason: input.reason, amount: BigInt(row.amount), txHash: input.refundTxHash?.toLowerCase(), statusBefore: row.status });
   try {
-    if (row.status !== "NEEDS_REVIEW") throw new Refused(`this payment is ${row.status} already`);
+    const from = hold ? ["NEEDS_REVIEW"] : input.refundTxHash ? [ORPHAN_HELD_FOR_HAND_REFUND] : ["NEEDS_REVIEW", ORPHAN_HELD_FOR_HAND_REFUND];
+    if (hold && input.refundTxHash) throw new Refused("a hold names no transaction: hold the payment, send the refund, then close it with the transaction");
+    if (!from.includes(row.status)) {
+      throw new Refused(
+        row.status === "NEEDS_REVIEW"
+          ? "hold this payment for a refund by hand first (the service then cannot refund it too), then send the refund, then close it with the transaction"
+          : `this payment is ${row.status} already`,
+      );
+    }
     const claimed = await deps.db.query(
       `SELECT 1 FROM orphan_payment o JOIN bill_order b ON ${ORDER_HOLDS_ORPHAN} WHERE o.chain = $1 AND o.token_address = $2 AND o.payer = $3 AND o.auth_nonce = $4`,
       [row.chain, row.token_address, row.payer, row.auth_nonce],
@@ -386,14 +408,18 @@ export async function resolveOrphanPayment(
     if (claimed.length > 0) throw new Refused("an order of the service holds this payment: it is decided on the order, not here");
     let to = "RESOLVED";
     let detail = `closed as kept in BillPay's treasury (${input.reason}); nothing was sent`;
-    if (input.refundTxHash) {
+    if (hold) {
+      to = ORPHAN_HELD_FOR_HAND_REFUND;
+      detail = `held for a refund by hand: the service will not refund it; send exactly ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer}, then close it with the transaction`;
+    } else if (input.refundTxHash) {
       await checkHandRefund(deps, row, input.refundTxHash as Hex);
       to = "REFUNDED";
       detail = `closed as refunded by hand: transaction ${input.refundTxHash} sent ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer} (checked on chain)`;
     }
+    // Guarded on the status read: an order claiming it meanwhile (CLAIMED) wins, and this is refused.
     const moved = await deps.db.query(
-      `UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status = 'NEEDS_REVIEW' RETURNING status`,
-      [row.chain, row.token_address, row.payer, row.auth_nonce, to],
+      `UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status = $6 RETURNING status`,
+      [row.chain, row.token_address, row.payer, row.auth_nonce, to, row.status],
     );
     if (moved.length === 0) throw new Refused("the payment was resolved meanwhile; nothing was done");
     let record: ReviewRecord;
@@ -401,10 +427,10 @@ export async function resolveOrphanPayment(
       record = await deps.reviews.finish(id, "DONE", detail, to);
     } catch (err) {
       // The same transaction closed another payment first (the unique index): undone.
-      await deps.db.query(`UPDATE orphan_payment SET status = 'NEEDS_REVIEW' WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce]);
+      await deps.db.query(`UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce, row.status]);
       throw new Refused(`transaction ${input.refundTxHash} already closed another payment as refunded by hand (${errorText(err).split("\n")[0]})`);
     }
-    deps.log.warn("an operator closed an x402 payment without an order", { chain: row.chain, txHash: row.tx_hash, operator: input.operator, status: to });
+    deps.log.warn(hold ? "an operator held an x402 payment without an order for a refund by hand" : "an operator closed an x402 payment without an order", { chain: row.chain, txHash: row.tx_hash, operator: input.operator, status: to });
     return { record };
   } catch (err) {
     const detail = err instanceof Refused ? err.message : `nothing was done: ${errorText(err)}`;
@@ -416,7 +442,9 @@ export async function resolveOrphanPayment(
  * The hand refund's transaction: succeeded, after the payment, with a transfer of exactly the
  * payment's amount of its token to its payer, from BillPay (the admin's withdrawal to the
  * payer) or from the admin itself. A transfer from anyone else refunds nothing of BillPay's:
- * the payer sending the amount to himself from another wallet would otherwise close it.
+ * the payer sending the amount to himself from another wallet would otherwise close it. Nor
+ * does one of the service's own refunds of some order (BillPay's Refunded or Permit2Refunded):
+ * that money was that order's.
  */
 async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
@@ -428,7 +456,18 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
   if (!receipt) throw new Refused(`${chain} has no mined transaction ${txHash}`);
   if (receipt.status !== "success") throw new Refused(`transaction ${txHash} reverted on ${chain}`);
   const payment = await client.getTransactionReceipt({ hash: row.tx_hash as Hex }).catch(() => null);
-  if (payment && receipt.blockNumber < payment.blockNumber) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+  if (!payment) throw new Refused(`the payment's own transaction ${row.tx_hash} cannot be read on ${chain} now, so the refund cannot be told to come after it; try again shortly`);
+  if (receipt.blockNumber < payment.blockNumber) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+  const serviceRefund = receipt.logs.some((l) => {
+    if (l.address.toLowerCase() !== d.billPay.address.toLowerCase()) return false;
+    try {
+      const e = decodeEventLog({ abi: billPayAbi, data: l.data, topics: l.topics });
+      return e.eventName === "Refunded" || e.eventName === "Permit2Refunded";
+    } catch {
+      return false;
+    }
+  });
+  if (serviceRefund) throw new Refused(`transaction ${txHash} is a refund of an order through BillPay, not a refund of this payment by hand`);
   const transfers = receipt.logs.flatMap((l) => {
     if (l.address.toLowerCase() !== row.token_address.toLowerCase()) return [];
     try {

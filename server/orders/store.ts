@@ -181,6 +181,13 @@ interface Row {
   late_refund: boolean;
 }
 
+/**
+ * An orphan x402 payment an operator holds while refunding it by hand (review.ts): nothing of
+ * the service's may refund it or let an order take it meanwhile, so the hand refund is the
+ * only one (BillPay's withdraw does not mark a key refunded, so the chain would not stop a second).
+ */
+export const ORPHAN_HELD_FOR_HAND_REFUND = "REFUNDING_BY_HAND";
+
 const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
   biller_amount, flag, secret_hash, late_refund`;
@@ -355,6 +362,8 @@ export class OrderStore {
    * same id), nothing is created and that order is returned (`created: false`).
    */
   async lockPayment(o: NewOrder & { idempotencyKey?: string | null }, leaseSeconds: number): Promise<{ order: Order; created: boolean }> {
+    // An orphan an operator closed, or holds while refunding it by hand, makes no order; an
+    // open one is claimed only by the order this statement creates (none on a conflict).
     // The request that creates the order holds its lease while it works on it: the worker
     // only takes orders whose lease has run out (their request died or gave up).
     // Two unique keys can refuse it, (chain, token, payer, nonce) and (payer, idempotency key): either returns the order that holds it.
@@ -366,18 +375,21 @@ export class OrderStore {
     const rail = (o.payment as { method?: string } | null)?.method === "permit2" ? "permit2" : "authorization";
     const inserted = await this.db.query<Row>(
       `WITH closed AS (
-         SELECT 1 FROM orphan_payment WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status IN ('REFUNDED', 'RESOLVED')
+         SELECT 1 FROM orphan_payment WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status IN ('REFUNDED', 'RESOLVED', '${ORPHAN_HELD_FOR_HAND_REFUND}')
+       ), inserted AS (
+         INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
+                                 auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
+                                 auth_valid_before, secret_hash, idempotency_key)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17, $18
+          WHERE NOT EXISTS (SELECT 1 FROM closed)
+         ON CONFLICT DO NOTHING
+         RETURNING ${COLUMNS}
        ), claimed AS (
          UPDATE orphan_payment SET status = 'CLAIMED'
           WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status = 'NEEDS_REVIEW'
+            AND EXISTS (SELECT 1 FROM inserted)
        )
-       INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
-                               auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
-                               auth_valid_before, secret_hash, idempotency_key)
-       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'SETTLING', now() + make_interval(secs => $13), 'x402', $14, $15, $16, $17, $18
-        WHERE NOT EXISTS (SELECT 1 FROM closed)
-       ON CONFLICT DO NOTHING
-       RETURNING ${COLUMNS}`,
+       SELECT * FROM inserted`,
       [
         ...billParams(o),
         o.authNonce!.toLowerCase(),
@@ -398,10 +410,10 @@ export class OrderStore {
     const [byKey] = o.idempotencyKey ? await this.findByIdempotencyKeys(o.payer, [o.idempotencyKey]) : [];
     if (byKey) return { order: byKey, created: false };
     const [closed] = await this.db.query(
-      `SELECT 1 FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status IN ('REFUNDED', 'RESOLVED')`,
+      `SELECT 1 FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND status IN ('REFUNDED', 'RESOLVED', '${ORPHAN_HELD_FOR_HAND_REFUND}')`,
       [o.chain, o.tokenAddress.toLowerCase(), o.payer.toLowerCase(), o.authNonce!.toLowerCase()],
     );
-    if (closed) throw new ServiceError("PAYMENT_NONCE_SPENT", "this authorization already reached BillPay on its own, outside any order, and an operator has settled it (refunded by hand, or kept): it pays for no bill", { charged: false });
+    if (closed) throw new ServiceError("PAYMENT_NONCE_SPENT", "this authorization already reached BillPay on its own, outside any order, and an operator has settled it (refunded by hand, or kept) or is refunding it by hand: it pays for no bill", { charged: false });
     throw new Error("the order could not be created and no order holds its keys"); // a key deleted in between: the caller retries
   }
 

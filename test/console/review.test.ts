@@ -358,7 +358,7 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(await usdc(waiting.address)).toBe(before + 200_000n);
   });
 
-  it("closes an x402 payment no order accounts for as refunded by hand, only with a transaction that refunded it; the audit lists it as resolved", async () => {
+  it("closes an x402 payment no order accounts for as refunded by hand, only once held and only with a transaction that refunded it; the audit lists it as resolved", async () => {
     const { nonce, receipt } = await celo.payByAuthorization(outsider, "USDC", 300_000n);
     await ledgerAtHead();
     await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), (await audit()).orders!.review.filter((r) => r.includes("has no order")).length), { timeout: 20_000 }).toBe(1);
@@ -368,6 +368,13 @@ describe("an operator resolves what waits for review, from the console and the c
     await page.locator('#orphan-payments tr[data-status="NEEDS_REVIEW"] a', { hasText: "Decide" }).click();
     expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("NEEDS_REVIEW");
 
+    // A refund by hand is closed only once the payment was held for it (before sending anything).
+    await page.fill('#review-form input[name="refund_tx_hash"]', receipt.transactionHash);
+    expect(await (await decide(page, "close", "refunded by hand")).getAttribute("data-outcome")).toBe("REFUSED");
+    expect(await page.locator("#review-result").textContent()).toContain("hold this payment for a refund by hand first");
+    expect(await (await decide(page, "hold", "the payer asked for it back; refunding from the treasury")).getAttribute("data-outcome")).toBe("DONE");
+    expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDING_BY_HAND");
+    expect(await page.locator("#review-hold").count()).toBe(0);
     // The payment's own transaction refunds nothing: refused.
     await page.fill('#review-form input[name="refund_tx_hash"]', receipt.transactionHash);
     expect(await (await decide(page, "close", "refunded by hand")).getAttribute("data-outcome")).toBe("REFUSED");
@@ -380,7 +387,7 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(await (await decide(page, "close", "sent to a shop's wallet by mistake; refunded by hand from the treasury")).getAttribute("data-outcome")).toBe("DONE");
     expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDED");
     expect(await page.locator("#review-result").textContent()).toContain(`sent 0.3 USDC on CELO to ${outsider.address.toLowerCase()}`);
-    expect(await page.locator('#review-actions tr[data-outcome="DONE"] [data-field="amount"]').textContent()).toBe("0.3 USDC on CELO");
+    expect(await page.locator('#review-actions tr[data-outcome="DONE"] [data-field="amount"]').allTextContents()).toEqual(["0.3 USDC on CELO", "0.3 USDC on CELO"]); // the hold and the close
     await page.close();
 
     // The same transaction cannot close another payment.
@@ -392,11 +399,15 @@ describe("an operator resolves what waits for review, from the console and the c
     const listed = await runReview(["list"], { url, token: TOKEN, operator: "carol" });
     expect(listed.lines.join("\n")).toContain(`x402 payments without an order: 1\n  0.3 USDC on CELO from ${outsider.address.toLowerCase()}`);
     expect(listed.lines.join("\n")).toContain(`close-orphan --chain CELO --token ${celo.tokenAddress("USDC").toLowerCase()}`);
-    const args = ["close-orphan", "--chain", "CELO", "--token", celo.tokenAddress("USDC"), "--payer", outsider.address, "--nonce", open!.auth_nonce];
+    expect(listed.lines.join("\n")).toContain(`hold-orphan --chain CELO --token ${celo.tokenAddress("USDC").toLowerCase()}`);
+    const key = ["--chain", "CELO", "--token", celo.tokenAddress("USDC"), "--payer", outsider.address, "--nonce", open!.auth_nonce];
+    const args = ["close-orphan", ...key];
+    const held = await runReview(["hold-orphan", ...key, "--reason", "asked back"], { url, token: TOKEN, operator: "carol" });
+    expect(held.ok, held.lines.join("\n")).toBe(true);
     const reused = await runReview([...args, "--reason", "refunded by hand", "--refund-tx", refundTx], { url, token: TOKEN, operator: "carol" });
     expect(reused.ok).toBe(false);
     expect(reused.lines[0]).toMatch(/REFUSED/);
-    // Kept, saying why: nothing is sent.
+    // Kept after all, saying why (a held payment may be): nothing is sent.
     const kept = await runReview([...args, "--reason", "the payer's test payment; agreed by email to keep it as credit"], { url, token: TOKEN, operator: "carol" });
     expect(kept.ok, kept.lines.join("\n")).toBe(true);
     expect(nonce).not.toBe(open!.auth_nonce);

@@ -15,7 +15,8 @@
  *   - the biller's webhook for an earlier attempt: requeried by that attempt's own id; a late
  *     delivery is recorded, alerted and its code given to the payer; never refunded twice;
  *   - receipts are signed only for a payment the chain confirmed;
- *   - an orphan closes as refunded by hand only with a transfer from BillPay or its admin.
+ *   - an orphan closes as refunded by hand only once held, and only with a transfer from BillPay
+ *     or its admin that is no refund of another order.
  */
 import { encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
 import type { PaymentPayload } from "@x402/core/types";
@@ -186,7 +187,7 @@ describe("money safety, third round", () => {
     await celo.setRefundBudget("USDC", USDC(5_000), 86_400n);
   });
 
-  it("a payment its payer landed himself, refunded by hand, then offered for a bill: pays for nothing, and nothing is vended", async () => {
+  it("a payment its payer landed himself, refunded by hand, then offered for a bill: pays for nothing, is not refunded twice, and nothing is vended", async () => {
     const payer = accounts(3);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1601);
@@ -194,10 +195,22 @@ describe("money safety, third round", () => {
     await celo.submitAuthorization("USDC", auth); // he lands it himself, with no order
     await passes();
     expect(await orphanOf(auth)).toBe("NEEDS_REVIEW");
-    // He asks for it back; the admin returns it from BillPay and the operator closes it.
-    const back = await celo.withdraw("USDC", payer.address, auth.value);
+    // He asks for it back. The operator holds it, the admin returns it from BillPay.
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
-    const closed = await resolveOrphanPayment(review, { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: auth.nonce, reason: "returned on request", operator: "alice", refundTxHash: back.transactionHash });
+    const key = { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: auth.nonce, operator: "alice" };
+    expect((await resolveOrphanPayment(review, { ...key, action: "hold", reason: "asked back" })).record.outcome).toBe("DONE");
+    const back = await celo.withdraw("USDC", payer.address, auth.value);
+    expect(await usdc(payer.address)).toBe(start);
+    // Before the operator records it, he offers the landed authorization for a bill: refused,
+    // and no refund of it is kept (BillPay's withdraw marks no key refunded, so the chain would
+    // let the service refund it again through refundAuthorization).
+    const meanwhile = await post(body, headers);
+    expect(meanwhile.status).toBe(409);
+    expect(await meanwhile.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("an operator is refunding it by hand") });
+    await passes();
+    expect(await usdc(payer.address)).toBe(start);
+    expect(await orphanOf(auth)).toBe("REFUNDING_BY_HAND");
+    const closed = await resolveOrphanPayment(review, { ...key, reason: "returned on request", refundTxHash: back.transactionHash });
     expect(closed.record.outcome).toBe("DONE");
     expect(await usdc(payer.address)).toBe(start);
 
@@ -432,23 +445,35 @@ describe("money safety, third round", () => {
     await service.db.query(`UPDATE bill_order SET status = 'SUCCESS', tx_hash = $2 WHERE request_id = $1`, [requestId, served.tx_hash]);
   });
 
-  it("an orphan closes as refunded by hand only with a transfer from BillPay or its admin, not one the payer sent himself", async () => {
+  it("an orphan closes as refunded by hand only with a transfer from BillPay or its admin, not one the payer sent himself nor a refund of another order", async () => {
     const payer = accounts(14);
     const friend = accounts(15);
-    const { authorization } = await celo.payByAuthorization(payer, "USDC", 250_000n);
+    // A payment he lands himself, with no order, of the price of a bill of his the biller
+    // will fail (the service then refunds that bill through BillPay: Refunded).
+    const failing = airtime(payer, "08099999999", 1604);
+    const { headers, auth: failingAuth } = await clientPayment(payer, failing);
+    const value = failingAuth.value;
+    const { authorization } = await celo.payByAuthorization(payer, "USDC", value);
+    const failed = (await (await post(failing, headers)).json()) as { refund: { status: string; tx_hash: Hex } };
+    expect(failed.refund.status).toBe("REFUNDED");
     await passes();
     expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
     const key = { chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: authorization.nonce, operator: "bob" };
+    expect((await resolveOrphanPayment(review, { ...key, action: "hold", reason: "asked back" })).record.outcome).toBe("DONE");
+    // The service's refund of the failed bill sent him exactly that amount from BillPay, but it was that order's.
+    const notThis = await resolveOrphanPayment(review, { ...key, reason: "refunded by hand", refundTxHash: failed.refund.tx_hash });
+    expect(notThis.record.outcome).toBe("REFUSED");
+    expect(notThis.record.detail).toContain("is a refund of an order through BillPay");
     // The payer has a friend send him the amount: it is not BillPay's money coming back.
-    const sideways = await celo.transfer(friend, "USDC", payer.address, 250_000n);
+    const sideways = await celo.transfer(friend, "USDC", payer.address, value);
     const refused = await resolveOrphanPayment(review, { ...key, reason: "refunded by hand", refundTxHash: sideways.transactionHash });
     expect(refused.record.outcome).toBe("REFUSED");
     expect(refused.record.detail).toContain("from BillPay or its admin");
-    expect(await orphanOf(authorization)).toBe("NEEDS_REVIEW");
+    expect(await orphanOf(authorization)).toBe("REFUNDING_BY_HAND");
     // The admin's own transfer counts.
-    await celo.transfer(accounts(19), "USDC", admin.address, 250_000n);
-    const fromAdmin = await celo.transfer(admin, "USDC", payer.address, 250_000n);
+    await celo.transfer(accounts(19), "USDC", admin.address, value);
+    const fromAdmin = await celo.transfer(admin, "USDC", payer.address, value);
     expect((await resolveOrphanPayment(review, { ...key, reason: "refunded by hand from the admin's wallet", refundTxHash: fromAdmin.transactionHash })).record.outcome).toBe("DONE");
   });
 
