@@ -154,6 +154,10 @@ export function createApp(deps: AppDeps): Hono {
     await next();
   };
   for (const path of [LINK_PATH, LINK_NONCE_PATH, "/api/mcp", "/api/a2a", "/.well-known/agent-card.json"]) app.use(path, hostGuard);
+  // Without OPS_TOKEN the operator routes trust a loopback caller, and a page that rebinds its
+  // own name to 127.0.0.1 is one: they answer the configured hosts only. With it, a rebound
+  // page has no credentials for them.
+  if (!config.OPS_TOKEN) for (const path of ["/console", "/console/*", "/ops", "/ops/*"]) app.use(path, hostGuard);
   /** Where clients reach this service: PUBLIC_URL, or (served locally only) the allowed Host they used. */
   const serviceOrigin = (c: Context) => new URL(config.PUBLIC_URL ?? new URL(c.req.url).origin);
 

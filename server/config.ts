@@ -186,7 +186,7 @@ export const configSchema = z.object({
   VERIFY_UPFRONT_WINDOW_SECONDS: z.coerce.number().int().min(60).default(30 * 86_400),
   /** How long the biller's definite answer to a number check is reused (verify_customer, upfront checks). */
   VERIFY_CACHE_MS: z.coerce.number().int().min(0).default(600_000),
-  /** Host names (no port) the agent routes answer, against DNS rebinding; PUBLIC_URL's host is added. */
+  /** Host names (no port) the agent routes answer (and the operator routes, without OPS_TOKEN), against DNS rebinding; PUBLIC_URL's host is added. */
   ALLOWED_HOSTS: z
     .string()
     .default("localhost,127.0.0.1,[::1]")

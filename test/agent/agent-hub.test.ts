@@ -220,6 +220,14 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const res = await fetch(`${url}/api/mcp`, { method: "POST", headers: { "content-type": "application/json", origin: "http://evil.example" }, body: "{}" });
       expect(res.status).toBe(403);
       expect(await res.json()).toMatchObject({ code: "HOST_NOT_ALLOWED" });
+      // Without OPS_TOKEN (this stack), the operator routes trust a loopback caller: a page that
+      // rebinds its name to this machine is refused there too, and the machine's own pages are not.
+      for (const path of ["/console", "/ops/review"]) {
+        const rebound = await fetch(`${url}${path}`, { headers: { origin: "http://evil.example" } });
+        expect(rebound.status, path).toBe(403);
+        expect(await rebound.json()).toMatchObject({ code: "HOST_NOT_ALLOWED" });
+        expect((await fetch(`${url}${path}`)).status, path).toBe(200);
+      }
     });
   });
 
