@@ -7,7 +7,8 @@
  *
  * A NEEDS_REVIEW order can be
  *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
- *     its token; exactly what the ledger shows paid is refunded (never the order's own amount
+ *     its token, and never a bill the biller delivered (an attempt recorded delivered, or a
+ *     code kept: a refund would give it away); exactly what the ledger shows paid is refunded (never the order's own amount
  *     when that differs, never anything when the ledger shows nothing), through the usual
  *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
  *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
@@ -272,6 +273,10 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
         `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
       );
     }
+  }
+  if (input.action === "refund" && (order.purchasedCode !== null || (await deps.attempts.of(order.requestId)).some((a) => a.outcome === "delivered"))) {
+    // A refund would give the bill away (the ledger pass holds such a landing for exactly this).
+    throw new Refused("the biller delivered this bill (an attempt of it is recorded delivered): a refund would give it away; serve it, or refund it only once the biller has taken the delivery back (a requery then records it reversed)");
   }
   const by = `${input.operator}: ${input.reason}`;
   // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order

@@ -496,8 +496,13 @@ describe("money safety, third round", () => {
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toContain("its bill had been vended");
     expect(await usdc(payer.address)).toBe(start - auth.value); // nothing refunded
-    // The operator serves it: the ledger shows exactly its payment, and the bill is not vended again.
+    // Nor may an operator refund it: the bill was delivered, and a refund would give it away.
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const refund = await resolveOrder(review, { requestId: settling.requestId, action: "refund", reason: "the payer asked", operator: "mallory" });
+    expect(refund.record.outcome).toBe("REFUSED");
+    expect(refund.record.detail).toContain("the biller delivered this bill");
+    expect(await usdc(payer.address)).toBe(start - auth.value);
+    // The operator serves it: the ledger shows exactly its payment, and the bill is not vended again.
     const served = await resolveOrder(review, { requestId: settling.requestId, action: "serve", reason: "paid after all", operator: "alice" });
     expect(served.record.outcome, served.record.detail ?? "").not.toBe("REFUSED");
     await expect.poll(async () => (await passes(1), (await orderOf(settling.requestId)).status), { timeout: 15_000 }).toBe("SUCCESS");
