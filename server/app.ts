@@ -25,6 +25,7 @@ import { ReviewRecords, type ReviewDeps } from "./orders/review.ts";
 import { BILLER_WEBHOOK_PATH, mountBillerWebhook } from "./orders/biller-webhook.ts";
 import { opsRecords } from "./audit/orders.ts";
 import { mountOps } from "./ops.ts";
+import { operatorAllowed } from "./operator/auth.ts";
 import { clientAddress, clientAddressMiddleware } from "./limits.ts";
 import { buildHub, callbackOptions } from "./services.ts";
 import { log, requestContext } from "./log.ts";
@@ -157,7 +158,12 @@ export function createApp(deps: AppDeps): Hono {
   // Without OPS_TOKEN the operator routes trust a loopback caller, and a page that rebinds its
   // own name to 127.0.0.1 is one: they answer the configured hosts only. With it, a rebound
   // page has no credentials for them.
-  if (!config.OPS_TOKEN) for (const path of ["/console", "/console/*", "/ops", "/ops/*"]) app.use(path, hostGuard);
+  if (!config.OPS_TOKEN) {
+    const isPublic = config.PUBLIC_URL !== undefined;
+    // A caller the operator routes refuse anyway is refused there, with their own answer.
+    const operatorHosts = async (c: Context, next: () => Promise<void>) => (operatorAllowed(c, undefined, isPublic) ? hostGuard(c, next) : next());
+    for (const path of ["/console", "/console/*", "/ops", "/ops/*"]) app.use(path, operatorHosts);
+  }
   /** Where clients reach this service: PUBLIC_URL, or (served locally only) the allowed Host they used. */
   const serviceOrigin = (c: Context) => new URL(config.PUBLIC_URL ?? new URL(c.req.url).origin);
 

@@ -278,7 +278,9 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
     // A refund would give the bill away (the ledger pass holds such a landing for exactly this).
     throw new Refused("the biller delivered this bill (an attempt of it is recorded delivered): a refund would give it away; serve it, or refund it only once the biller has taken the delivery back (a requery then records it reversed)");
   }
-  const by = `${input.operator}: ${input.reason}`;
+  // The payer reads the order's reason: it names the decision, never the operator or his note
+  // (those are kept with the review action, for operators).
+  const by = `review #${id}`;
   // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order
   // is final, so the claim is always granted; it only keeps the worker off the next state).
   const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds);

@@ -4,20 +4,32 @@
  * own. The stack comes up on the moved ports only, and the examples, reading the same
  * variables, pay through it.
  */
-import { createServer, type AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LOCAL_PORTS, type LocalPort } from "../../lib/local-ports.ts";
 import { runScript, startScript } from "../support/processes.ts";
 import { tempDir } from "../support/stack.ts";
 
-/** A port nothing listens on now. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
+/**
+ * A port nothing listens on now, below the range the system hands out for port 0 (32768 and
+ * up on Linux): the other suites running beside this one bind port 0, and one of theirs took a
+ * port picked from that range between the pick and this stack's start (seen once in CI).
+ */
+async function freePort(taken: Set<number>): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    if (taken.has(port)) continue;
+    const server = createServer();
+    const bound = await new Promise<boolean>((r) => {
+      server.once("error", () => r(false));
+      server.listen(port, "127.0.0.1", () => r(true));
+    });
+    if (!bound) continue;
+    await new Promise((r) => server.close(r));
+    taken.add(port);
+    return port;
+  }
 }
 
 /** Whether something accepts connections on 127.0.0.1:`port`. */
@@ -38,7 +50,8 @@ describe("npm start with every port moved", () => {
   beforeAll(async () => {
     const dir = await tempDir("start-moved");
     ports = {} as Record<LocalPort, number>;
-    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) ports[name] = await freePort();
+    const taken = new Set<number>();
+    for (const name of Object.keys(LOCAL_PORTS) as LocalPort[]) ports[name] = await freePort(taken);
     env = {
       ...Object.fromEntries((Object.keys(LOCAL_PORTS) as LocalPort[]).map((name) => [LOCAL_PORTS[name].variable, String(ports[name])])),
       DEPLOYMENTS_FILE: join(dir, "deployments.json"),
