@@ -162,7 +162,7 @@ export function createApp(deps: AppDeps): Hono {
     const isPublic = config.PUBLIC_URL !== undefined;
     // A caller the operator routes refuse anyway is refused there, with their own answer.
     const operatorHosts = async (c: Context, next: () => Promise<void>) => (operatorAllowed(c, undefined, isPublic) ? hostGuard(c, next) : next());
-    for (const path of ["/console", "/console/*", "/ops", "/ops/*"]) app.use(path, operatorHosts);
+    for (const path of ["/console", "/console/*", "/ops", "/ops/*", "/metrics"]) app.use(path, operatorHosts);
   }
   /** Where clients reach this service: PUBLIC_URL, or (served locally only) the allowed Host they used. */
   const serviceOrigin = (c: Context) => new URL(config.PUBLIC_URL ?? new URL(c.req.url).origin);

@@ -15,7 +15,8 @@ export interface ScrapeSource {
   orderCounts(): Promise<Array<{ status: string; rail: string; count: number }>>;
   stuck(limit: number): Promise<readonly unknown[]>;
   review(limit: number): Promise<readonly unknown[]>;
-  orphans(): Promise<{ payments: ReadonlyArray<Record<string, string | null>> }>;
+  /** x402 payments no order accounts for that wait for an operator. */
+  openOrphanPayments(): Promise<number>;
   chains(): Promise<ChainStatus[]>;
 }
 
@@ -151,14 +152,14 @@ export class Metrics {
       state.orderCounts(),
       state.stuck(1000),
       state.review(1000),
-      state.orphans(),
+      state.openOrphanPayments(),
       state.chains(),
     ]);
     this.orders.reset();
     for (const c of counts) this.orders.set({ status: c.status, rail: c.rail }, c.count);
     this.stuck.set(stuck.length);
     this.review.set(review.length);
-    this.orphanPayments.set(orphans.payments.filter((p) => p.status !== "REFUNDED" && p.status !== "RESOLVED").length);
+    this.orphanPayments.set(orphans);
     for (const g of [this.ledgerLagBlocks, this.ledgerLagSeconds, this.ledgerStalled, this.ledgerBehind, this.ledgerStillSeconds, this.gas, this.treasuryOnChain, this.treasuryLedger, this.treasuryMismatch, this.budgetAvailable, this.budgetLimit, this.pullBudgetAvailable, this.pullBudgetLimit]) g.reset();
     for (const c of chains) {
       errors += c.errors.length;

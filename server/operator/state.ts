@@ -6,6 +6,8 @@
  * it. Every outward read has a timeout, and a failed read is reported, not thrown.
  */
 import { PaymentWatches } from "../orders/payment-watch.ts";
+import { ORDER_HOLDS_ORPHAN } from "../orders/ledger-pass.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND } from "../orders/store.ts";
 import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/generated/abis.ts";
@@ -92,6 +94,15 @@ export class OperatorState {
       `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
     );
     return { pulls, payments };
+  }
+
+  /** x402 payments no order accounts for that wait for an operator: open, or held while refunded by hand (none an order holds). */
+  async openOrphanPayments(): Promise<number> {
+    const [row] = await this.deps.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM orphan_payment o
+        WHERE status IN ('NEEDS_REVIEW', '${ORPHAN_HELD_FOR_HAND_REFUND}') AND NOT EXISTS (SELECT 1 FROM bill_order b WHERE ${ORDER_HOLDS_ORPHAN})`,
+    );
+    return row?.n ?? 0;
   }
 
   /** Payments a reorganisation took off the chain after the ledger confirmed them, and what became of each. */

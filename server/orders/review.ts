@@ -7,8 +7,8 @@
  *
  * A NEEDS_REVIEW order can be
  *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
- *     its token, and never a bill the biller delivered (an attempt recorded delivered, or a
- *     code kept: a refund would give it away); exactly what the ledger shows paid is refunded (never the order's own amount
+ *     its token, and never a bill whose delivery stands (an attempt last read delivered: a
+ *     refund would give it away); exactly what the ledger shows paid is refunded (never the order's own amount
  *     when that differs, never anything when the ledger shows nothing), through the usual
  *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
  *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
@@ -274,10 +274,6 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
       );
     }
   }
-  if (input.action === "refund" && (order.purchasedCode !== null || (await deps.attempts.of(order.requestId)).some((a) => a.outcome === "delivered"))) {
-    // A refund would give the bill away (the ledger pass holds such a landing for exactly this).
-    throw new Refused("the biller delivered this bill (an attempt of it is recorded delivered): a refund would give it away; serve it, or refund it only once the biller has taken the delivery back (a requery then records it reversed)");
-  }
   // The payer reads the order's reason: it names the decision, never the operator or his note
   // (those are kept with the review action, for operators).
   const by = `review #${id}`;
@@ -331,6 +327,13 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
           if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
           return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
         }
+        // A delivery that stands: a refund would give the bill away (the ledger pass holds such a
+        // landing for exactly this). An attempt's latest outcome decides; a code kept with no
+        // attempt seen failed or reversed (kept before outcomes were) counts as one.
+        const attempts = await deps.attempts.of(order.requestId);
+        if (attempts.some((a) => a.outcome === "delivered") || (order.purchasedCode !== null && !attempts.some((a) => a.outcome === "reversed" || a.outcome === "failed"))) {
+          throw new Refused("the biller delivered this bill (an attempt of it last read delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back");
+        }
         // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
         await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
         const reason = `refunded by an operator (${by})`;
@@ -365,11 +368,12 @@ export interface OrphanPayment {
   tx_hash: string;
   status: string;
   created_at: string;
+  rail: "authorization" | "permit2";
 }
 
 export async function orphanPayment(db: Db, key: { chain: string; token_address: string; payer: string; auth_nonce: string }): Promise<OrphanPayment | undefined> {
   const [row] = await db.query<OrphanPayment>(
-    `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment
+    `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at, rail FROM orphan_payment
      WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`,
     [key.chain.toUpperCase(), key.token_address.toLowerCase(), key.payer.toLowerCase(), key.auth_nonce.toLowerCase()],
   );
@@ -462,19 +466,37 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
   const receipt = await client.getTransactionReceipt({ hash: txHash }).catch(() => null);
   if (!receipt) throw new Refused(`${chain} has no mined transaction ${txHash}`);
   if (receipt.status !== "success") throw new Refused(`transaction ${txHash} reverted on ${chain}`);
-  const payment = await client.getTransactionReceipt({ hash: row.tx_hash as Hex }).catch(() => null);
-  if (!payment) throw new Refused(`the payment's own transaction ${row.tx_hash} cannot be read on ${chain} now, so the refund cannot be told to come after it; try again shortly`);
-  if (receipt.blockNumber < payment.blockNumber) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
-  const serviceRefund = receipt.logs.some((l) => {
-    if (l.address.toLowerCase() !== d.billPay.address.toLowerCase()) return false;
+  // The payment's block: the ledger's (it keeps every payment), else the node's receipt (a node
+  // may have pruned an old transaction's); neither, and "after the payment" cannot be told.
+  const booked = await deps.ledger
+    .authorization(chain, row.token_address, row.payer, row.auth_nonce, row.rail)
+    .then((r) => r.payment)
+    .catch(() => null);
+  const paidAt = booked ? BigInt(booked.blockNumber) : (await client.getTransactionReceipt({ hash: row.tx_hash as Hex }).catch(() => null))?.blockNumber;
+  if (paidAt === undefined) throw new Refused(`neither the ledger nor ${chain}'s node can show the payment ${row.tx_hash} now, so the refund cannot be told to come after it; try again shortly`);
+  if (receipt.blockNumber < paidAt) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+  // A refund through BillPay refunds the key it names: this payment's own (rebuilt from its
+  // public calldata, refundAuthorization or refundPermit2 mark the key refunded) counts, any
+  // other order's does not.
+  const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+  const anotherKeys = receipt.logs.some((l) => {
+    if (!same(l.address, d.billPay.address)) return false;
     try {
       const e = decodeEventLog({ abi: billPayAbi, data: l.data, topics: l.topics });
-      return e.eventName === "Refunded" || e.eventName === "Permit2Refunded";
+      if (e.eventName === "Refunded") {
+        const ours = row.rail === "authorization" && BigInt(e.args.authorizationNonce) !== 0n && same(e.args.authorizationNonce, row.auth_nonce);
+        return !(ours && same(e.args.payer, row.payer) && same(e.args.token, row.token_address));
+      }
+      if (e.eventName === "Permit2Refunded") {
+        const ours = row.rail === "permit2" && e.args.nonce === BigInt(row.auth_nonce);
+        return !(ours && same(e.args.payer, row.payer) && same(e.args.token, row.token_address));
+      }
+      return false;
     } catch {
       return false;
     }
   });
-  if (serviceRefund) throw new Refused(`transaction ${txHash} is a refund of an order through BillPay, not a refund of this payment by hand`);
+  if (anotherKeys) throw new Refused(`transaction ${txHash} is a refund of another payment through BillPay, not a refund of this one`);
   const transfers = receipt.logs.flatMap((l) => {
     if (l.address.toLowerCase() !== row.token_address.toLowerCase()) return [];
     try {

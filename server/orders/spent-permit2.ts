@@ -30,7 +30,7 @@
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
-import type { LedgerClient, LedgerInflow } from "../ledger-client.ts";
+import { waitForLedgerBlock, type LedgerClient, type LedgerInflow } from "../ledger-client.ts";
 import type { Log } from "../log.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
 
@@ -43,7 +43,10 @@ export type SpentPermit2Verdict =
   | { verdict: "not-charged" }
   | { verdict: "held"; found: Unbooked };
 
-type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; confirmations: Partial<Record<ChainKey, number>> };
+type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; confirmations: Partial<Record<ChainKey, number>>; ledgerWaitMs: number };
+
+/** How long a verdict waits at most for the ledger to reach the block the nonce was read at (it is usually a poll behind the head). */
+const LEDGER_WAIT_CAP_MS = 10_000;
 
 /** What a spent Permit2 nonce says of the order, read so that "not charged" can be final. */
 export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<SpentPermit2Verdict> {
@@ -51,8 +54,11 @@ export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<
   const depth = deps.confirmations[chain] ?? 0;
   const deep = await authorizationOnChain(deps, o, depth);
   if (!deep.used) return { verdict: "wait", why: `the permit's nonce is not yet spent ${depth} blocks under the chain's head` };
-  const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
-  if (indexed === null || indexed < deep.block) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
+  const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainInfo(chain).chainId, deep.block, Math.min(deps.ledgerWaitMs, LEDGER_WAIT_CAP_MS)).then(
+    () => true,
+    () => false,
+  );
+  if (!caughtUp) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
   const found = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, NAMED);
   return found.transfers.length === 0 ? { verdict: "not-charged" } : { verdict: "held", found };
 }

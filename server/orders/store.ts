@@ -374,8 +374,12 @@ export class OrderStore {
     // hand, or kept) makes no order at all: it pays for nothing.
     const rail = (o.payment as { method?: string } | null)?.method === "permit2" ? "permit2" : "authorization";
     const inserted = await this.db.query<Row>(
-      `WITH closed AS (
-         SELECT 1 FROM orphan_payment WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 AND status IN ('REFUNDED', 'RESOLVED', '${ORPHAN_HELD_FOR_HAND_REFUND}')
+      // The orphan's row is locked and read as it stands now (FOR UPDATE reads the newest
+      // version), not as the statement's snapshot has it: a hold committed meanwhile counts.
+      `WITH orphan AS (
+         SELECT status FROM orphan_payment WHERE chain = $5 AND token_address = $7 AND payer = $8 AND auth_nonce = $10 AND rail = $19 FOR UPDATE
+       ), closed AS (
+         SELECT 1 FROM orphan WHERE status IN ('REFUNDED', 'RESOLVED', '${ORPHAN_HELD_FOR_HAND_REFUND}')
        ), inserted AS (
          INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount,
                                  auth_nonce, payment, requirements, status, lease_until, rail, onchain_order_id, lease_token,
@@ -518,9 +522,9 @@ export class OrderStore {
   /**
    * A refused payment that landed anyway (orders/late-landing.ts): made an order in REFUNDING,
    * a late refund, holding its key. In the same statement its orphan record, when there is one,
-   * is claimed, and only while no operator has closed it: an orphan refunded by hand or kept is
-   * never refunded again, and an operator cannot close one this claims (review.ts moves only
-   * NEEDS_REVIEW). Undefined when an order already holds the key or an operator closed it.
+   * is claimed, and only while no operator has closed or held it: an orphan refunded by hand,
+   * kept, or held for a refund by hand is never refunded by the service, and an operator cannot
+   * decide one this claims (review.ts moves only NEEDS_REVIEW and held ones). Undefined when an order already holds the key or an operator closed it.
    */
   async createLandedRefund(
     r: { chain: string; rail: string; token: string; tokenAddress: string; payer: string; nonce: string; amount: bigint; validBefore: bigint; bill: Record<string, unknown>; bodyHash: string; payment: Record<string, unknown>; requirements: Record<string, unknown>; reason: string },

@@ -222,7 +222,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await res.json()).toMatchObject({ code: "HOST_NOT_ALLOWED" });
       // Without OPS_TOKEN (this stack), the operator routes trust a loopback caller: a page that
       // rebinds its name to this machine is refused there too, and the machine's own pages are not.
-      for (const path of ["/console", "/ops/review"]) {
+      for (const path of ["/console", "/ops/review", "/metrics"]) {
         const rebound = await fetch(`${url}${path}`, { headers: { origin: "http://evil.example" } });
         expect(rebound.status, path).toBe(403);
         expect(await rebound.json()).toMatchObject({ code: "HOST_NOT_ALLOWED" });

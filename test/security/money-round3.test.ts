@@ -231,9 +231,11 @@ describe("money safety, third round", () => {
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1602);
     const { headers, auth } = await clientPayment(payer, body);
+    const openBefore = await metric("billpay_orphan_payments_open");
     await celo.submitAuthorization("USDC", auth); // his own relayer was faster than the service
     await passes();
     expect(await orphanOf(auth)).toBe("NEEDS_REVIEW");
+    expect(await metric("billpay_orphan_payments_open")).toBe(openBefore + 1);
     const orders = await orderCount();
     const offered = await post(body, headers);
     expect(offered.status).toBe(409);
@@ -245,6 +247,7 @@ describe("money safety, third round", () => {
     const refund = (await ordersUnder(auth))!;
     expect(refund).toMatchObject({ status: "REFUNDED", amount: auth.value, purchasedCode: null });
     expect(await orphanOf(auth)).toBe("CLAIMED");
+    expect(await metric("billpay_orphan_payments_open")).toBe(openBefore); // an order holds it: nothing waits for an operator
     // The operator, asked for it back, cannot refund it by hand now: the refund's order holds it.
     const back = await celo.withdraw("USDC", payer.address, auth.value);
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
@@ -464,7 +467,7 @@ describe("money safety, third round", () => {
     // The service's refund of the failed bill sent him exactly that amount from BillPay, but it was that order's.
     const notThis = await resolveOrphanPayment(review, { ...key, reason: "refunded by hand", refundTxHash: failed.refund.tx_hash });
     expect(notThis.record.outcome).toBe("REFUSED");
-    expect(notThis.record.detail).toContain("is a refund of an order through BillPay");
+    expect(notThis.record.detail).toContain("is a refund of another payment through BillPay");
     // The payer has a friend send him the amount: it is not BillPay's money coming back.
     const sideways = await celo.transfer(friend, "USDC", payer.address, value);
     const refused = await resolveOrphanPayment(review, { ...key, reason: "refunded by hand", refundTxHash: sideways.transactionHash });
