@@ -8,8 +8,8 @@
  * A NEEDS_REVIEW order can be
  *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
  *     its token, and never a bill whose delivery stands (an attempt last read delivered: a
- *     refund would give it away); exactly what the ledger shows paid is refunded (never the order's own amount
- *     when that differs, never anything when the ledger shows nothing), through the usual
+ *     refund would give it away); exactly what the ledger shows paid is refunded (never the
+ *     order's own amount when that differs, never anything when the ledger shows nothing), through the usual
  *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
  *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
  *     x402 refund at most the signed authorization's value). NEEDS_REVIEW -> REFUNDING ->
@@ -38,7 +38,7 @@
  * refunded once); then closed as refunded by hand, when the operator gives the transaction,
  * checked on chain to have succeeded after the payment, to carry a transfer of exactly the
  * payment's amount of its token to its payer from BillPay or its admin, and to be no refund of
- * an order (one transaction closes one payment) -> REFUNDED; or closed as kept, with the reason
+ * another payment (one transaction closes one payment) -> REFUNDED; or closed as kept, with the reason
  * saying why -> RESOLVED. Either way nothing is sent by the service.
  *
  * Every action is recorded in review_action with who (the operator's name, or "local"), when,
@@ -437,9 +437,15 @@ export async function resolveOrphanPayment(
     try {
       record = await deps.reviews.finish(id, "DONE", detail, to);
     } catch (err) {
-      // The same transaction closed another payment first (the unique index): undone.
+      // Unrecorded, so undone: the same transaction closed another payment first (the unique
+      // index, SQLSTATE 23505), or the record could not be written.
       await deps.db.query(`UPDATE orphan_payment SET status = $5 WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4`, [row.chain, row.token_address, row.payer, row.auth_nonce, row.status]);
-      throw new Refused(`transaction ${input.refundTxHash} already closed another payment as refunded by hand (${errorText(err).split("\n")[0]})`);
+      const reused = (err as { code?: string }).code === "23505" && input.refundTxHash !== undefined;
+      throw new Refused(
+        reused
+          ? `transaction ${input.refundTxHash} already closed another payment as refunded by hand`
+          : `the decision could not be recorded (${errorText(err).split("\n")[0]}); nothing was changed`,
+      );
     }
     deps.log.warn(hold ? "an operator held an x402 payment without an order for a refund by hand" : "an operator closed an x402 payment without an order", { chain: row.chain, txHash: row.tx_hash, operator: input.operator, status: to });
     return { record };
@@ -454,8 +460,8 @@ export async function resolveOrphanPayment(
  * payment's amount of its token to its payer, from BillPay (the admin's withdrawal to the
  * payer) or from the admin itself. A transfer from anyone else refunds nothing of BillPay's:
  * the payer sending the amount to himself from another wallet would otherwise close it. Nor
- * does one of the service's own refunds of some order (BillPay's Refunded or Permit2Refunded):
- * that money was that order's.
+ * does a refund of another payment's key through BillPay (Refunded, Permit2Refunded): that
+ * money was that payment's.
  */
 async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
