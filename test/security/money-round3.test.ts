@@ -480,6 +480,25 @@ describe("money safety, third round", () => {
     expect((await resolveOrphanPayment(review, { ...key, reason: "refunded by hand from the admin's wallet", refundTxHash: fromAdmin.transactionHash })).record.outcome).toBe("DONE");
   });
 
+  it("one transaction refunds one orphan by hand: the second payment it would also match is refused, and stays held", async () => {
+    const payer = accounts(17);
+    const first = (await celo.payByAuthorization(payer, "USDC", 210_000n)).authorization;
+    const second = (await celo.payByAuthorization(payer, "USDC", 210_000n)).authorization;
+    await passes();
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const keyOf = (a: SignedAuthorization) => ({ chain: "CELO", token_address: celo.tokenAddress("USDC"), payer: payer.address, auth_nonce: a.nonce, operator: "bob" });
+    for (const a of [first, second]) expect((await resolveOrphanPayment(review, { ...keyOf(a), action: "hold", reason: "asked back" })).record.outcome).toBe("DONE");
+    const back = await celo.withdraw("USDC", payer.address, 210_000n);
+    expect((await resolveOrphanPayment(review, { ...keyOf(first), reason: "refunded by hand", refundTxHash: back.transactionHash })).record.outcome).toBe("DONE");
+    const again = await resolveOrphanPayment(review, { ...keyOf(second), reason: "refunded by hand", refundTxHash: back.transactionHash });
+    expect(again.record).toMatchObject({ outcome: "REFUSED", status_after: "REFUNDING_BY_HAND" });
+    expect(again.record.detail).toBe(`transaction ${back.transactionHash} already closed another payment as refunded by hand`);
+    expect(await orphanOf(second)).toBe("REFUNDING_BY_HAND");
+    // Its own refund closes it.
+    const backAgain = await celo.withdraw("USDC", payer.address, 210_000n);
+    expect((await resolveOrphanPayment(review, { ...keyOf(second), reason: "refunded by hand", refundTxHash: backAgain.transactionHash })).record.outcome).toBe("DONE");
+  });
+
   it("a vended bill whose payment a reorganisation took, written off by an operator, then landed after all: held for an operator and served, never refunded", async () => {
     const payer = accounts(16);
     const start = await usdc(payer.address);
