@@ -114,6 +114,9 @@ export function auditOrders(
   const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
   const refundedByKey = new Map<string, bigint>();
   for (const r of refunds) refundedByKey.set(keyOf(r), (refundedByKey.get(keyOf(r)) ?? 0n) + r.amount);
+  // The transactions of those refunds (a ledger row's id is "<chainId>-<txHash>-<logIndex>").
+  const refundTxsByKey = new Map<string, Set<string>>();
+  for (const r of refunds) refundTxsByKey.set(keyOf(r), (refundTxsByKey.get(keyOf(r)) ?? new Set()).add(lower(r.id.split("-")[1] ?? "")));
   const accounted = new Set<string>();
 
   for (const o of records.orders) {
@@ -172,6 +175,14 @@ export function auditOrders(
     }
     const last = decided.get(`orphan:${[o.chain, o.token_address, o.payer, o.auth_nonce].map(lower).join(":")}`);
     out.resolved.push(`${about}: ${o.status}${last ? `, ${decision(last)}` : ""}`);
+    // Closed by an operator while a refund through BillPay went back under its key too (one
+    // the hand refund was not itself): paid back twice, or kept and paid back.
+    const viaBillPay = refundTxsByKey.get(key);
+    const handTx = last?.tx_hash ? lower(last.tx_hash) : undefined;
+    if (viaBillPay && o.status === "REFUNDED" && !(handTx && viaBillPay.has(handTx))) {
+      out.discrepancies.push(`${about}: it was refunded by hand${handTx ? ` (${handTx})` : ""}, and the ledger also shows a refund through BillPay under its key (${[...viaBillPay].join(", ")}): paid back twice`);
+    }
+    if (viaBillPay && o.status === "RESOLVED") out.discrepancies.push(`${about}: it was closed as kept, but the ledger shows a refund through BillPay under its key (${[...viaBillPay].join(", ")})`);
   }
   for (const p of payments) {
     if (!accounted.has(keyOf(p))) out.discrepancies.push(`payment ${p.id} (${p.rail}, ${p.amount} from ${p.payer}) has no order or orphan record`);

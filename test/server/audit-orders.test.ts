@@ -45,6 +45,33 @@ describe("the audit of orders served on their receipt", () => {
     expect(audit.discrepancies).toHaveLength(2);
   });
 
+  it("flags an orphan closed by an operator while a refund through BillPay also went back under its key", () => {
+    const orphan = (status: string, nonce: string) => ({ chain: "CELO", token_address: TOKEN, payer: PAYER, auth_nonce: nonce, amount: "500000", tx_hash: `0x${"11".repeat(32)}`, status, rail: "authorization" });
+    const withdraw = `0x${"aa".repeat(32)}`;
+    const viaBillPay = `0x${"bb".repeat(32)}`;
+    const decided = (nonce: string, tx: string | null) =>
+      ({ id: nonce, request_id: null, orphan_key: `CELO:${TOKEN}:${PAYER}:${nonce}`, action: "close-orphan", operator: "bob", reason: "asked back", outcome: "DONE", tx_hash: tx, created_at: "2026-11-28", detail: null }) as never;
+    const refund = (nonce: string) => ({ id: `42220-${viaBillPay}-3`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount: 500_000n });
+    const payment = (nonce: string) => ({ id: `42220-0x${"11".repeat(32)}-1`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount: 500_000n });
+    const audit = auditOrders(
+      {
+        orders: [],
+        orphans: { pulls: [], payments: [orphan("REFUNDED", "0x0a"), orphan("REFUNDED", "0x0b"), orphan("RESOLVED", "0x0c"), orphan("REFUNDED", "0x0d")] },
+        reviews: [decided("0x0a", withdraw), decided("0x0b", viaBillPay), decided("0x0c", null), decided("0x0d", withdraw)],
+      },
+      ["0x0a", "0x0b", "0x0c", "0x0d"].map(payment),
+      // 0x0a: refunded by hand and again through BillPay; 0x0b: its hand refund was BillPay's,
+      // of its own key; 0x0c: kept, yet refunded through BillPay; 0x0d: by hand only.
+      ["0x0a", "0x0b", "0x0c"].map(refund),
+      Date.now(),
+      3_600,
+    );
+    expect(audit.discrepancies).toEqual([
+      expect.stringContaining(`refunded by hand (${withdraw}), and the ledger also shows a refund through BillPay under its key (${viaBillPay}): paid back twice`),
+      expect.stringContaining("closed as kept, but the ledger shows a refund through BillPay"),
+    ]);
+  });
+
   it("holds an order served while the audit ran to its amount once the ledger shows its payment", () => {
     const payment = { id: "p", chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: "0x02", payer: PAYER, token: TOKEN, amount: 999_999n };
     const audit = auditOrders(records, [payment], [], Date.now(), 3_600, new Set(["ord_early"]));
