@@ -465,7 +465,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
                 {rowsOrNone(o.payments, 7, (p) => (
                   <tr data-status={p.status}>
                     <td>{p.chain}</td><td>{p.payer}</td><td><code>{short(p.auth_nonce, 12)}</code></td><td class="n">{names.amount(p.chain!, p.token_address!, p.amount!)}</td><td>{p.status}</td><td><code>{short(p.tx_hash, 12)}</code></td>
-                    <td><a href={`/console/orphans/${p.chain}/${p.token_address}/${p.payer}/${p.auth_nonce}`}>{p.status === "NEEDS_REVIEW" ? "Decide" : "Record"}</a></td>
+                    <td><a href={`/console/orphans/${p.chain}/${p.token_address}/${p.payer}/${p.auth_nonce}`}>{p.status === "NEEDS_REVIEW" || p.status === ORPHAN_HELD_FOR_HAND_REFUND ? "Decide" : "Record"}</a></td>
                   </tr>
                 ))}
               </tbody>

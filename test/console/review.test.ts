@@ -378,6 +378,10 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(await (await decide(page, "hold", "the payer asked for it back; refunding from the treasury")).getAttribute("data-outcome")).toBe("DONE");
     expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDING_BY_HAND");
     expect(await page.locator("#review-hold").count()).toBe(0);
+    // Still waiting for an operator: the money page leads to it to decide.
+    await page.goto(`${url}/console/money`);
+    await page.locator('#orphan-payments tr[data-status="REFUNDING_BY_HAND"] a', { hasText: "Decide" }).click();
+    expect(await page.locator('#orphan [data-field="status"]').textContent()).toBe("REFUNDING_BY_HAND");
     // The payment's own transaction refunds nothing: refused.
     await page.fill('#review-form input[name="refund_tx_hash"]', receipt.transactionHash);
     expect(await (await decide(page, "close", "refunded by hand")).getAttribute("data-outcome")).toBe("REFUSED");
