@@ -59,7 +59,10 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
         .catch(() => undefined)
     : undefined;
   const orphan = shown && BigInt(shown.amount) === record.amount ? await deps.refused.orphanStatus(record) : undefined;
-  const kept = await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)));
+  // Kept only while its landing may still be the service's to refund: an orphan an operator
+  // holds or closed is his, and a record would only take the payer's room.
+  const open = orphan === undefined || orphan === "NEEDS_REVIEW";
+  const kept = open ? (await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)))) !== null : false;
   const later = kept ? "; should a payment under it still reach BillPay, it is refunded" : "";
   const refuse = (detail: string, extra: Record<string, unknown> = {}) => new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra });
   if (!caughtUp || shown === undefined) {

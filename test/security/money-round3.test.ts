@@ -207,6 +207,7 @@ describe("money safety, third round", () => {
     const meanwhile = await post(body, headers);
     expect(meanwhile.status).toBe(409);
     expect(await meanwhile.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("an operator is refunding it by hand") });
+    expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1 AND auth_nonce = $2`, [payer.address.toLowerCase(), auth.nonce.toLowerCase()])).toEqual([]);
     await passes();
     expect(await usdc(payer.address)).toBe(start);
     expect(await orphanOf(auth)).toBe("REFUNDING_BY_HAND");
