@@ -41,6 +41,9 @@
  * another payment (one transaction closes one payment) -> REFUNDED; or closed as kept, with the reason
  * saying why -> RESOLVED. Either way nothing is sent by the service.
  *
+ * Two decisions never run on one order at once: each holds the order's lease while it runs,
+ * and a second is refused (store.ts `claim`).
+ *
  * Every action is recorded in review_action with who (the operator's name, or "local"), when,
  * why (a reason is required) and what came of it, refusals included.
  */
@@ -277,9 +280,10 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   // The payer reads the order's reason: it names the decision, never the operator or his note
   // (those are kept with the review action, for operators).
   const by = `review #${id}`;
-  // Held while the action runs: the worker leaves a leased order alone (a NEEDS_REVIEW order
-  // is final, so the claim is always granted; it only keeps the worker off the next state).
-  const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds);
+  // Held while the action runs: the worker, a webhook, the payment watch and another
+  // operator leave an order alone while a decision holds it.
+  const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds, { decision: true });
+  if (!claimed) throw new Refused("another decision on this order is under way (or the service is working on it): nothing was done; look again once it is recorded");
   try {
     switch (input.action) {
       case "close": {
@@ -350,7 +354,7 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
         throw new Refused(`unknown action ${String(input.action)}`);
     }
   } finally {
-    if (claimed) await deps.orders.release(order.requestId, claimed.leaseToken);
+    await deps.orders.release(order.requestId, claimed.leaseToken);
   }
 }
 

@@ -49,6 +49,9 @@ export const VERIFICATION_FAILED = "verification failed";
 /** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
 export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
+/** Marks the lease an operator's decision takes (orders/review.ts): nobody takes it over while it lasts. */
+const DECISION_LEASE = "decision:";
+
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
 
@@ -339,8 +342,8 @@ export class OrderStore {
     private readonly instance = "unnamed",
   ) {}
 
-  private leaseToken(): string {
-    return `${this.instance}/${randomUUID()}`;
+  private leaseToken(kind = ""): string {
+    return `${this.instance}/${kind}${randomUUID()}`;
   }
 
   /** Releases every lease `instance` holds (it is known dead); returns how many orders it held. */
@@ -658,14 +661,18 @@ export class OrderStore {
    * Takes the order's lease for a webhook's work: if nobody holds it, or if the order is
    * final (the request that made it has finished with it, and keeps its lease only
    * nominally; what happens to a final order next is one transition, which one actor wins).
-   * Undefined when someone is working on it.
+   * An operator's decision (`decision`) is the exception: while one is under way its lease
+   * is real, and nobody takes the order from it (a second operator's action, refused, would
+   * otherwise release the lease the first one works under, and let the worker run beside
+   * him). Undefined when someone is working on it.
    */
-  async claim(requestId: string, leaseSeconds: number): Promise<Order | undefined> {
+  async claim(requestId: string, leaseSeconds: number, options: { decision?: boolean } = {}): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
-       WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now() OR status = ANY($4::text[]))
+       WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now()
+         OR (status = ANY($4::text[]) AND position($5::text IN coalesce(lease_token, '')) = 0))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, this.leaseToken(), FINAL_STATUSES],
+      [requestId, leaseSeconds, this.leaseToken(options.decision ? DECISION_LEASE : ""), FINAL_STATUSES, `/${DECISION_LEASE}`],
     );
     return row && toOrder(row);
   }

@@ -519,8 +519,19 @@ describe("money safety, third round", () => {
     expect(held.status).toBe("NEEDS_REVIEW");
     expect(held.failureReason).toContain("its bill had been vended");
     expect(await usdc(payer.address)).toBe(start - auth.value); // nothing refunded
-    // Nor may an operator refund it: the bill was delivered, and a refund would give it away.
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    // While another operator's decision holds it, a second one is refused with nothing moved,
+    // and neither it nor the payment watch or a webhook takes the lease the first works under.
+    const first = (await service.flow.orders.claim(settling.requestId, 60, { decision: true }))!;
+    expect(first.status).toBe("NEEDS_REVIEW");
+    const second = await resolveOrder(review, { requestId: settling.requestId, action: "serve", reason: "paid after all", operator: "bob" });
+    expect(second.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(second.record.detail).toContain("another decision on this order is under way");
+    expect(await service.flow.orders.claim(settling.requestId, 60)).toBeUndefined();
+    expect((await orderOf(settling.requestId)).leaseToken).toBe(first.leaseToken);
+    expect(await attemptsOf(settling.requestId)).toHaveLength(1);
+    await service.flow.orders.release(settling.requestId, first.leaseToken);
+    // Nor may an operator refund it: the bill was delivered, and a refund would give it away.
     const refund = await resolveOrder(review, { requestId: settling.requestId, action: "refund", reason: "the payer asked", operator: "mallory" });
     expect(refund.record.outcome).toBe("REFUSED");
     expect(refund.record.detail).toContain("the biller delivered this bill");
