@@ -7,7 +7,10 @@
  *   show <request_id>                               an order: what the ledger shows under its key, what each action would meet, the actions taken
  *   refund <request_id> --reason "…"                refund exactly what the ledger shows paid under the order's key
  *   serve <request_id> --reason "…"                 vend the bill (the ledger must show exactly the order's payment)
- *   close <request_id> --reason "…"                 no money moves (the ledger must show no payment under the key)
+ *   close <request_id> --reason "…" [--refund-tx 0x…]
+ *                                                   no money moves (the ledger must show no payment under the key); with
+ *                                                   --refund-tx, a Permit2 order held for its payer's transfer into BillPay,
+ *                                                   refunded by hand (the transaction is checked on chain)
  *   hold-orphan --chain CELO --token 0x… --payer 0x… --nonce 0x… --reason "…"
  *                                                   an x402 payment without an order, held for a refund by hand: do this
  *                                                   before sending one (the service then cannot refund it too)
@@ -142,7 +145,8 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
     case "close": {
       const id = positional[0];
       if (!id) throw new UsageError(`${command} needs the order's request_id`);
-      const r = await call("POST", `/ops/review/orders/${encodeURIComponent(id)}`, { action: command, reason: reason() });
+      if (command !== "close" && options["refund-tx"]) throw new UsageError("only close names a refund transaction (--refund-tx)");
+      const r = await call("POST", `/ops/review/orders/${encodeURIComponent(id)}`, { action: command, reason: reason(), ...(options["refund-tx"] ? { refund_tx_hash: options["refund-tx"] } : {}) });
       return decided(r, json, problem);
     }
     case "hold-orphan":

@@ -377,6 +377,15 @@ const MIGRATIONS: string[] = [
   // schedule written while a re-link retired its key (which cancels the schedules it sees)
   // never pays. Older schedules have none, and are guarded as before.
   `ALTER TABLE bill_schedule ADD COLUMN api_key_hash text;`,
+  // A Permit2 order held because its payer sent BillPay a transfer of its amount that no
+  // payment accounts for, closed as refunded by hand (orders/review.ts): the decision names that
+  // transfer (the ledger's row id), and one transfer is given back once. A hand refund's
+  // transaction closes one thing, orphan payment or order.
+  `ALTER TABLE review_action ADD COLUMN refunded_inflow text;
+   CREATE UNIQUE INDEX review_action_refunded_inflow ON review_action (refunded_inflow) WHERE refunded_inflow IS NOT NULL;
+   DROP INDEX review_action_hand_refund;
+   CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash))
+     WHERE tx_hash IS NOT NULL AND ((orphan_key IS NOT NULL AND outcome = 'DONE') OR refunded_inflow IS NOT NULL);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -436,7 +436,18 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
               { name: "requestId", in: "path", required: true, schema: { type: "string" } },
               { name: "X-Operator", in: "header", required: true, schema: { type: "string" }, description: "Who decides (recorded)" },
             ],
-            requestBody: { required: true, content: json({ type: "object", required: ["action", "reason"], properties: { action: { type: "string", enum: ["refund", "serve", "close"] }, reason: { type: "string", maxLength: 500 } } }) },
+            requestBody: {
+              required: true,
+              content: json({
+                type: "object",
+                required: ["action", "reason"],
+                properties: {
+                  action: { type: "string", enum: ["refund", "serve", "close"] },
+                  reason: { type: "string", maxLength: 500 },
+                  refund_tx_hash: { type: "string", description: "With close only: closes as refunded by hand a Permit2 order held for its payer's transfer into BillPay that no payment accounts for (the transaction checked on chain)" },
+                },
+              }),
+            },
             responses: { "200": { description: "The decision was taken (its action record and the order)", content: json({ type: "object" }) }, ...problemResponses([400, 403, 404, 409, 415]) },
           },
         },

@@ -20,7 +20,10 @@ import { MAX_PAGE, opsOrder } from "./audit/order-record.ts";
 import { errorText } from "./log-safety.ts";
 import { amountIn, describeAmount, tokenAt } from "../lib/token-amounts.ts";
 
-const orderDecision = z.object({ action: z.enum(REVIEW_ACTIONS), reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON) }).strict();
+const refundTxHash = z.string().regex(/^0x[0-9a-fA-F]{64}$/, "a 0x-prefixed 32-byte transaction hash");
+const orderDecision = z
+  .object({ action: z.enum(REVIEW_ACTIONS), reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON), refund_tx_hash: refundTxHash.optional() })
+  .strict();
 const orphanDecision = z
   .object({
     chain: z.string(),
@@ -29,7 +32,7 @@ const orphanDecision = z
     auth_nonce: z.string(),
     action: z.enum(ORPHAN_ACTIONS).default("close"),
     reason: z.string().trim().min(1, "a reason is required").max(MAX_REASON),
-    refund_tx_hash: z.string().regex(/^0x[0-9a-fA-F]{64}$/, "a 0x-prefixed 32-byte transaction hash").optional(),
+    refund_tx_hash: refundTxHash.optional(),
   })
   .strict();
 
@@ -93,7 +96,8 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
     if (body instanceof Response) return body;
     const parsed = orderDecision.safeParse(body);
     if (!parsed.success) throw validationFailed(parsed.error);
-    const result = await resolveOrder(deps.review, { requestId: c.req.param("requestId"), ...parsed.data, operator: name });
+    const { refund_tx_hash, ...decision } = parsed.data;
+    const result = await resolveOrder(deps.review, { requestId: c.req.param("requestId"), ...decision, operator: name, refundTxHash: refund_tx_hash });
     return decided(c, result, (units) => (result.order ? amountIn(result.order.chain, result.order.token, units) : units));
   });
 

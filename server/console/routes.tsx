@@ -24,6 +24,7 @@ import type { Metrics } from "../metrics.ts";
 import { operatorIdentity, presented, requireOperator } from "../operator/auth.ts";
 import { crossSite, FormTokens } from "../operator/csrf.ts";
 import { errorText } from "../log-safety.ts";
+import { x402RailOf } from "../ledger-client.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND } from "../orders/store.ts";
 import { ledgerUnderKey, MAX_REASON, ORPHAN_ACTIONS, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
 import { txLink, type OperatorState } from "../operator/state.ts";
@@ -230,7 +231,9 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     if (!action) return badDecision(c, back, `the action must be one of ${REVIEW_ACTIONS.join(", ")}`);
     if (!reason) return badDecision(c, back, "a reason is required: it is kept with your name");
     if (reason.length > MAX_REASON) return badDecision(c, back, `the reason is at most ${MAX_REASON} characters`);
-    const result = await resolveOrder(deps.review, { requestId, action, reason, operator: form.operator });
+    const tx = (form.fields.refund_tx_hash ?? "").trim();
+    if (tx && !/^0x[0-9a-fA-F]{64}$/.test(tx)) return badDecision(c, back, "the refund transaction must be a 0x-prefixed 32-byte hash");
+    const result = await resolveOrder(deps.review, { requestId, action, reason, operator: form.operator, refundTxHash: tx || undefined });
     return c.redirect(`${back}?review=${result.record.id}#review`, 303);
   });
 
@@ -314,6 +317,14 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
               { value: "serve", label: "Serve (vend the bill)", refused: refused ? refused.serve : "the ledger could not be read" },
               { value: "close", label: "Close: no money moves", refused: refused ? refused.close : "the ledger could not be read" },
             ]}
+            extra={
+              full.rail === "x402" && x402RailOf(full) === "permit2" ? (
+                <label>
+                  Refund transaction (only for a Permit2 order held for its payer's transfer into BillPay: send the amount back, then close with it)
+                  <input name="refund_tx_hash" pattern="0x[0-9a-fA-F]{64}" size={70} />
+                </label>
+              ) : undefined
+            }
           />
         )}
         <h2>Actions taken</h2>

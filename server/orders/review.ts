@@ -30,6 +30,14 @@
  *     ledger pass refunds it, as for any written-off order (one indexed while the close runs
  *     is taken up by the close). With a payment shown, closing is refused: that money must be
  *     refunded or served.
+ *   - closed as refunded by hand, naming the refund's transaction: only a Permit2 order held
+ *     because its payer sent BillPay a transfer of its amount that no payment accounts for (it
+ *     may be the permit settled through another contract, which the service cannot refund
+ *     through BillPay with nothing booked under the key). The operator sends the amount back
+ *     from BillPay or its admin; the transaction is checked as an orphan's hand refund is, and
+ *     must come after such a transfer. The decision names the oldest such transfer not given
+ *     back before, and each transfer and each transaction closes one thing only (unique in
+ *     review_action): NEEDS_REVIEW -> REFUNDED. A transfer given back holds no other order.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
  * the service, which never held the payer's signed authorization (refundAuthorization needs
  * it), unless the payer offers it again (a refusal is then kept, and the ledger pass refunds
@@ -55,7 +63,7 @@ import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, x402RailOf, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import { paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -64,7 +72,7 @@ import { deepEnough } from "./payment-watch.ts";
 import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
-import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, transitionIn, type Order } from "./store.ts";
 
 export const REVIEW_ACTIONS = ["refund", "serve", "close"] as const;
 export type ReviewAction = (typeof REVIEW_ACTIONS)[number] | "hold-orphan" | "close-orphan";
@@ -86,6 +94,8 @@ export interface ReviewRecord {
   reason: string;
   amount: string | null;
   tx_hash: string | null;
+  /** A close as refunded by hand: the ledger's id of the payer's transfer into BillPay it gave back. */
+  refunded_inflow: string | null;
   outcome: ReviewOutcome;
   detail: string | null;
   status_before: string | null;
@@ -94,7 +104,7 @@ export interface ReviewRecord {
   updated_at: string;
 }
 
-const RECORD_COLUMNS = `id::text AS id, request_id, orphan_key, action, operator, reason, amount::text AS amount, tx_hash, outcome, detail,
+const RECORD_COLUMNS = `id::text AS id, request_id, orphan_key, action, operator, reason, amount::text AS amount, tx_hash, refunded_inflow, outcome, detail,
   status_before, status_after, created_at::text AS created_at, updated_at::text AS updated_at`;
 
 /** The longest reason kept. */
@@ -220,11 +230,14 @@ async function ledgerAtHead(deps: FlowDeps, chain: ChainKey, waitMs = 15_000): P
   }
 }
 
+/** An operator's decision on an order; `refundTxHash` only with a close, as refunded by hand. */
+type DecisionInput = { requestId: string; action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string; refundTxHash?: string };
+
 /** Refunds, serves or closes a NEEDS_REVIEW order, as `operator` decided for `reason`. */
-export async function resolveOrder(deps: ReviewDeps, input: { requestId: string; action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string }): Promise<ReviewResult> {
+export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Promise<ReviewResult> {
   const order = await deps.orders.get(input.requestId);
   if (!order) throw new ServiceError("ORDER_NOT_FOUND", `no order ${input.requestId}`);
-  const id = await deps.reviews.start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, statusBefore: order.status });
+  const id = await deps.reviews.start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, txHash: input.refundTxHash?.toLowerCase(), statusBefore: order.status });
   const line = { requestId: order.requestId, action: input.action, operator: input.operator };
   try {
     const result = await act(deps, order, input, id);
@@ -243,8 +256,10 @@ export async function resolveOrder(deps: ReviewDeps, input: { requestId: string;
   }
 }
 
-async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string }, id: string): Promise<ReviewResult> {
+async function act(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
   const chain = order.chain as ChainKey;
+  const byHand = input.refundTxHash as Hex | undefined;
+  if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
   if (input.action === "close") {
     if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n }).close!);
     // "No payment" is believed only of a ledger that has indexed the chain as it is now.
@@ -263,6 +278,8 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
       `the order's Permit2 permit can still be settled until ${new Date(Number(order.authValidBefore) * 1000).toISOString()} (by the chain's clock), and one settled through another contract would go unseen: close it after that`,
     );
   }
+  // A close as refunded by hand: the transfer from the payer it gave back, once checked.
+  let givenBack: LedgerInflow | undefined;
   if (permit2?.used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
     // nonce spent, "not charged" holds only as spent-permit2.ts reads it (the nonce spent as
@@ -271,11 +288,17 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
       throw new Refused(`the chain or the ledger could not be read (${errorText(err)}); nothing was moved`);
     });
     if (v.verdict === "wait") throw new Refused(`the order's Permit2 nonce is spent on chain, but ${v.why}: whether it paid BillPay cannot be told yet; try again shortly`);
-    if (v.verdict === "held") {
+    if (v.verdict === "held" && byHand === undefined) {
       throw new Refused(
-        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held`,
+        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held. To give it back, send the payer exactly ${inOrderToken(order, order.amount)} from BillPay (withdraw) or its admin, then close it with that transaction`,
       );
     }
+    if (v.verdict === "held") givenBack = await inflowGivenBack(deps, order, v.open, byHand!);
+  }
+  if (byHand !== undefined && !givenBack) {
+    throw new Refused(
+      "a close names a refund transaction only for a Permit2 order held because its payer sent BillPay a transfer of its amount that no payment accounts for; this one shows none: close it without one (not charged), or refund it",
+    );
   }
   // The payer reads the order's reason: it names the decision, never the operator or his note
   // (those are kept with the review action, for operators).
@@ -287,6 +310,7 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   try {
     switch (input.action) {
       case "close": {
+        if (givenBack) return await closeRefundedByHand(deps, order, id, byHand!, givenBack, by);
         const closed = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAYMENT_FAILED", {
           failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
         });
@@ -358,6 +382,33 @@ async function act(deps: ReviewDeps, order: Order, input: { action: (typeof REVI
   }
 }
 
+/**
+ * Closes a held Permit2 order as refunded by hand: the decision names the transfer it gave
+ * back and the refund's transaction, and the order moves to REFUNDED, in one database
+ * transaction. Each is unique among decisions taken (review_action's indexes): a transfer given
+ * back once holds no other order (spent-permit2.ts), and a refund closes one thing.
+ */
+async function closeRefundedByHand(deps: ReviewDeps, order: Order, id: string, txHash: Hex, inflow: LedgerInflow, by: string): Promise<ReviewResult> {
+  const detail = `closed as refunded by hand: transaction ${txHash} sent ${inOrderToken(order, order.amount)} back to ${order.payer} (checked on chain), for the transfer ${inflow.txHash} that held the order`;
+  const closed = await deps.db
+    .transaction(async (tx) => {
+      await tx.query(`UPDATE review_action SET refunded_inflow = $2, tx_hash = $3 WHERE id = $1`, [id, inflow.id, txHash.toLowerCase()]);
+      const moved = await transitionIn(tx, order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
+        failureReason: `refunded by hand, as an operator found (${by}): its payer's transfer into BillPay that may have been its settlement was sent back`,
+        refundTxHash: txHash,
+      });
+      if (!moved) throw new Refused("the order moved on meanwhile; nothing was done");
+      return moved;
+    })
+    .catch((err: unknown) => {
+      if (err instanceof Refused) throw err;
+      // SQLSTATE 23505: the transfer or the transaction was taken by another decision first.
+      if ((err as { code?: string }).code === "23505") throw new Refused(`transaction ${txHash}, or the transfer ${inflow.txHash} it would give back, already closed another payment or order as refunded by hand`);
+      throw err;
+    });
+  return { record: await deps.reviews.finish(id, "DONE", detail, closed.status, txHash), order: closed };
+}
+
 /** An orphan x402 payment's key as one text (lower case). */
 export function orphanKey(o: { chain: string; token_address: string; payer: string; auth_nonce: string }): string {
   return [o.chain.toUpperCase(), o.token_address, o.payer, o.auth_nonce].map((v, i) => (i === 0 ? v : v.toLowerCase())).join(":");
@@ -427,7 +478,7 @@ export async function resolveOrphanPayment(
       to = ORPHAN_HELD_FOR_HAND_REFUND;
       detail = `held for a refund by hand: the service will not refund it; send exactly ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer}, then close it with the transaction`;
     } else if (input.refundTxHash) {
-      await checkHandRefund(deps, row, input.refundTxHash as Hex);
+      await checkOrphanHandRefund(deps, row, input.refundTxHash as Hex);
       to = "REFUNDED";
       detail = `closed as refunded by hand: transaction ${input.refundTxHash} sent ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer} (checked on chain)`;
     }
@@ -459,32 +510,32 @@ export async function resolveOrphanPayment(
   }
 }
 
+/** What a refund by hand must give back: exactly `amount` of `token` on `chain` to `payer`; `key` is the payment's own (a refund of it through BillPay counts). */
+interface HandRefundOf {
+  chain: ChainKey;
+  token: string;
+  payer: string;
+  amount: string;
+  key: { rail: "authorization" | "permit2"; nonce: string };
+}
+
 /**
- * The hand refund's transaction: succeeded, after the payment, with a transfer of exactly the
- * payment's amount of its token to its payer, from BillPay (the admin's withdrawal to the
- * payer) or from the admin itself. A transfer from anyone else refunds nothing of BillPay's:
- * the payer sending the amount to himself from another wallet would otherwise close it. Nor
- * does a refund of another payment's key through BillPay (Refunded, Permit2Refunded): that
- * money was that payment's.
+ * The hand refund's transaction: succeeded, with a transfer of exactly the amount of its
+ * token to its payer, from BillPay (the admin's withdrawal to the payer) or from the admin
+ * itself. A transfer from anyone else refunds nothing of BillPay's: the payer sending the
+ * amount to himself from another wallet would otherwise close it. Nor does a refund of another
+ * payment's key through BillPay (Refunded, Permit2Refunded): that money was that payment's.
+ * Answers its block, for the caller's "after the payment".
  */
-async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
+async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): Promise<bigint> {
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
-  const chain = row.chain as ChainKey;
-  const d = deps.deployments.chains[chain];
-  if (!d) throw new Refused(`the service has no deployment on ${chain}`);
-  const client = publicClientFor(chain, rpcUrlFor(chain, d));
-  const receipt = await client.getTransactionReceipt({ hash: txHash }).catch(() => null);
-  if (!receipt) throw new Refused(`${chain} has no mined transaction ${txHash}`);
-  if (receipt.status !== "success") throw new Refused(`transaction ${txHash} reverted on ${chain}`);
-  // The payment's block: the ledger's (it keeps every payment), else the node's receipt (a node
-  // may have pruned an old transaction's); neither, and "after the payment" cannot be told.
-  const booked = await deps.ledger
-    .authorization(chain, row.token_address, row.payer, row.auth_nonce, row.rail)
-    .then((r) => r.payment)
+  const d = deps.deployments.chains[of.chain];
+  if (!d) throw new Refused(`the service has no deployment on ${of.chain}`);
+  const receipt = await publicClientFor(of.chain, rpcUrlFor(of.chain, d))
+    .getTransactionReceipt({ hash: txHash })
     .catch(() => null);
-  const paidAt = booked ? BigInt(booked.blockNumber) : (await client.getTransactionReceipt({ hash: row.tx_hash as Hex }).catch(() => null))?.blockNumber;
-  if (paidAt === undefined) throw new Refused(`neither the ledger nor ${chain}'s node can show the payment ${row.tx_hash} now, so the refund cannot be told to come after it; try again shortly`);
-  if (receipt.blockNumber < paidAt) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+  if (!receipt) throw new Refused(`${of.chain} has no mined transaction ${txHash}`);
+  if (receipt.status !== "success") throw new Refused(`transaction ${txHash} reverted on ${of.chain}`);
   // A refund through BillPay refunds the key it names: this payment's own (rebuilt from its
   // public calldata, refundAuthorization or refundPermit2 mark the key refunded) counts, any
   // other order's does not.
@@ -494,12 +545,12 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
     try {
       const e = decodeEventLog({ abi: billPayAbi, data: l.data, topics: l.topics });
       if (e.eventName === "Refunded") {
-        const ours = row.rail === "authorization" && BigInt(e.args.authorizationNonce) !== 0n && same(e.args.authorizationNonce, row.auth_nonce);
-        return !(ours && same(e.args.payer, row.payer) && same(e.args.token, row.token_address));
+        const ours = of.key.rail === "authorization" && BigInt(e.args.authorizationNonce) !== 0n && same(e.args.authorizationNonce, of.key.nonce);
+        return !(ours && same(e.args.payer, of.payer) && same(e.args.token, of.token));
       }
       if (e.eventName === "Permit2Refunded") {
-        const ours = row.rail === "permit2" && e.args.nonce === BigInt(row.auth_nonce);
-        return !(ours && same(e.args.payer, row.payer) && same(e.args.token, row.token_address));
+        const ours = of.key.rail === "permit2" && e.args.nonce === BigInt(of.key.nonce);
+        return !(ours && same(e.args.payer, of.payer) && same(e.args.token, of.token));
       }
       return false;
     } catch {
@@ -508,7 +559,7 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
   });
   if (anotherKeys) throw new Refused(`transaction ${txHash} is a refund of another payment through BillPay, not a refund of this one`);
   const transfers = receipt.logs.flatMap((l) => {
-    if (l.address.toLowerCase() !== row.token_address.toLowerCase()) return [];
+    if (!same(l.address, of.token)) return [];
     try {
       const e = decodeEventLog({ abi: erc20Abi, data: l.data, topics: l.topics });
       return e.eventName === "Transfer" ? [e.args] : [];
@@ -517,12 +568,53 @@ async function checkHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex):
     }
   });
   const senders = new Set([d.billPay.address, d.roles.admin].map((a) => a.toLowerCase()));
-  const exact = transfers.some((t) => senders.has(t.from.toLowerCase()) && t.to.toLowerCase() === row.payer.toLowerCase() && t.value === BigInt(row.amount));
+  const exact = transfers.some((t) => senders.has(t.from.toLowerCase()) && same(t.to, of.payer) && t.value === BigInt(of.amount));
   if (!exact) {
     throw new Refused(
-      `transaction ${txHash} carries no transfer of exactly ${describeAmount(deps.deployments, row.chain, row.token_address, row.amount)} to ${row.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} raw units from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
+      `transaction ${txHash} carries no transfer of exactly ${describeAmount(deps.deployments, of.chain, of.token, of.amount)} to ${of.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} raw units from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
     );
   }
+  return receipt.blockNumber;
+}
+
+/**
+ * An orphan's hand refund: checked as above, and after the payment. The payment's block: the
+ * ledger's (it keeps every payment), else the node's receipt (a node may have pruned an old
+ * transaction's); neither, and "after the payment" cannot be told.
+ */
+async function checkOrphanHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
+  const chain = row.chain as ChainKey;
+  const refundedAt = await checkHandRefund(deps, { chain, token: row.token_address, payer: row.payer, amount: row.amount, key: { rail: row.rail, nonce: row.auth_nonce } }, txHash);
+  const booked = await deps.ledger
+    .authorization(chain, row.token_address, row.payer, row.auth_nonce, row.rail)
+    .then((r) => r.payment)
+    .catch(() => null);
+  const d = deps.deployments.chains[chain]!;
+  const paidAt = booked
+    ? BigInt(booked.blockNumber)
+    : (
+        await publicClientFor(chain, rpcUrlFor(chain, d))
+          .getTransactionReceipt({ hash: row.tx_hash as Hex })
+          .catch(() => null)
+      )?.blockNumber;
+  if (paidAt === undefined) throw new Refused(`neither the ledger nor ${chain}'s node can show the payment ${row.tx_hash} now, so the refund cannot be told to come after it; try again shortly`);
+  if (refundedAt < paidAt) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
+}
+
+/**
+ * A held Permit2 order's hand refund: checked as above, and after one of the transfers that
+ * hold it (`open`: its payer's transfers of its amount into BillPay that no payment accounts
+ * for and no earlier hand refund gave back), the oldest such; that transfer is the one given back.
+ */
+async function inflowGivenBack(deps: FlowDeps, o: Order, open: LedgerInflow[], txHash: Hex): Promise<LedgerInflow> {
+  const refundedAt = await checkHandRefund(
+    deps,
+    { chain: o.chain as ChainKey, token: o.tokenAddress, payer: o.payer, amount: o.amount.toString(), key: { rail: "permit2", nonce: o.authNonce! } },
+    txHash,
+  );
+  const before = open.filter((t) => BigInt(t.blockNumber) <= refundedAt).sort((a, b) => Number(BigInt(a.blockNumber) - BigInt(b.blockNumber)));
+  if (before.length === 0) throw new Refused(`transaction ${txHash} is older than every transfer from the payer that holds the order (${open.map((t) => t.txHash).join(", ")}): it cannot have given one back`);
+  return before[0]!;
 }
 
 /** What an operator's name may be: letters, digits and . _ @ - and spaces, at most 64. */

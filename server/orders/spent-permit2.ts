@@ -25,7 +25,10 @@
  *     to be replaced, is never missed;
  *   - any such transfer, at any time (the ledger cannot say which permit it came from, so the
  *     safe reading counts them all), holds the order for an operator with the transfers named:
- *     a payer who wants his orders held pays their full price into BillPay for it.
+ *     a payer who wants his orders held pays their full price into BillPay for it;
+ *   - but not one an operator has given back by hand, closing another order held for it
+ *     (orders/review.ts): one transfer is one settlement at most, so once given back it holds
+ *     no other order, and is never given back twice.
  */
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -41,9 +44,12 @@ type Unbooked = { transfers: LedgerInflow[]; more: boolean };
 export type SpentPermit2Verdict =
   | { verdict: "wait"; why: string }
   | { verdict: "not-charged" }
-  | { verdict: "held"; found: Unbooked };
+  | { verdict: "held"; found: Unbooked; open: LedgerInflow[] };
 
-type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; confirmations: Partial<Record<ChainKey, number>>; ledgerWaitMs: number };
+type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; orders: Pick<OrderStore, "inflowsRefundedByHand">; confirmations: Partial<Record<ChainKey, number>>; ledgerWaitMs: number };
+
+/** How many unbooked transfers are read for a verdict: past those given back by hand, the ones named. */
+const READ = 100;
 
 /** How long a verdict waits at most for the ledger to reach the block the nonce was read at (it is usually a poll behind the head). */
 const LEDGER_WAIT_CAP_MS = 10_000;
@@ -59,8 +65,12 @@ export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<
     () => false,
   );
   if (!caughtUp) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
-  const found = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, NAMED);
-  return found.transfers.length === 0 ? { verdict: "not-charged" } : { verdict: "held", found };
+  const read = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, READ);
+  const givenBack = await deps.orders.inflowsRefundedByHand(read.transfers.map((t) => t.id));
+  const open = read.transfers.filter((t) => !givenBack.has(t.id));
+  // More than were read: the rest may hold it too (the safe reading), though none is named.
+  if (open.length === 0 && !read.more) return { verdict: "not-charged" };
+  return { verdict: "held", found: { transfers: open.slice(0, NAMED), more: read.more || open.length > NAMED }, open };
 }
 
 /** The transfers, for a person: "<amount> in <tx>", newest first. */

@@ -88,6 +88,12 @@ const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS
  * watch on the payment that makes it PAID): it is made whether or not the move finds the
  * order in a state it moves from, as it was when it was a statement of its own.
  */
+/** OrderStore.transition on a connection of the caller's: within a transaction that writes something else with it. */
+export async function transitionIn(db: Pick<Db, "query">, requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
+  const [row] = await db.query<Row>(movingSql(COLUMNS, to), movingParams(requestId, from, to, fields));
+  return row && toOrder(row);
+}
+
 export interface AlongsideWrite {
   /** The statement, its parameters numbered from `$<first>`. */
   sql(first: number): string;
@@ -725,6 +731,16 @@ export class OrderStore {
     return row ? BigInt(row.amount) : null;
   }
 
+  /**
+   * Which of these ledger transfers into BillPay (their row ids) an operator has already given
+   * back by hand, closing a Permit2 order held for them (orders/review.ts): each is given back once.
+   */
+  async inflowsRefundedByHand(ids: string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rows = await this.db.query<{ refunded_inflow: string }>(`SELECT refunded_inflow FROM review_action WHERE refunded_inflow = ANY($1::text[])`, [ids]);
+    return new Set(rows.map((r) => r.refunded_inflow));
+  }
+
   /** How many of `payer`'s bills failed the biller's number check over the last `seconds`. */
   async failedVerifications(payer: string, seconds: number): Promise<number> {
     const [row] = await this.db.query<{ n: number }>(
@@ -746,8 +762,7 @@ export class OrderStore {
 
   /** Moves an order on, only from the states given: a stale actor cannot undo a later step. */
   async transition(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
-    const [row] = await this.db.query<Row>(movingSql(COLUMNS, to), movingParams(requestId, from, to, fields));
-    return row && toOrder(row);
+    return transitionIn(this.db, requestId, from, to, fields);
   }
 
   /**

@@ -295,6 +295,22 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(serve.lines[0]).toMatch(/not taken: .*serve by bob .*REFUSED/);
     expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
 
+    // A refund transaction is named only by a close of a Permit2 order held for its payer's
+    // transfer: a malformed one is not taken, and on this order even a real-looking one is refused.
+    const byHand = (refund_tx_hash: string) =>
+      fetch(`${url}/ops/review/orders/${order.requestId}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "x-operator": "bob" },
+        body: JSON.stringify({ action: "close", reason: "refunded by hand", refund_tx_hash }),
+      });
+    const malformed = await byHand("0x1234");
+    expect(malformed.status).toBe(400);
+    expect(((await malformed.json()) as { code: string }).code).toBe("VALIDATION_FAILED");
+    const notHeldForATransfer = await byHand(`0x${"ab".repeat(32)}`);
+    expect(notHeldForATransfer.status).toBe(409);
+    expect(((await notHeldForATransfer.json()) as { detail: string }).detail).toContain("a close names a refund transaction only for a Permit2 order held");
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+
     const closed = await runReview(["close", order.requestId, "--reason", "the payer cancelled the authorization; nothing was paid"], { url, token: TOKEN, operator: "bob" });
     expect(closed.ok, closed.lines.join("\n")).toBe(true);
     const after = (await service.flow.orders.get(order.requestId))!;
@@ -302,7 +318,7 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(after.failureReason).toMatch(/^closed by an operator \(review #\d+\)/);
     expect(after.failureReason).not.toContain("bob");
     expect(await usdc(cancelling.address)).toBe(before);
-    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["refund:REFUSED:alice", "serve:REFUSED:bob", "close:DONE:bob"]);
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["refund:REFUSED:alice", "serve:REFUSED:bob", "close:REFUSED:bob", "close:DONE:bob"]);
     // The payer sees a bill that was not charged, and neither the operator's name nor his note.
     const seen = await (await fetch(`${url}/api/orders/${order.requestId}`)).json();
     expect(seen).toMatchObject({ status: "FAILED_VENDING", charged: false });

@@ -72,6 +72,21 @@ describe("the audit of orders served on their receipt", () => {
     ]);
   });
 
+  it("takes a Permit2 order closed as refunded by hand, with nothing booked under its key, as resolved; any other refunded order with no payment is a discrepancy", () => {
+    const refunded = (requestId: string) => ({ ...served(requestId, requestId === "ord_by_hand" ? "0x03" : "0x04"), status: "REFUNDED", payment_rail: "permit2" }) as unknown as OpsOrder;
+    const decision = (requestId: string, inflow: string | null) =>
+      ({ id: requestId, request_id: requestId, orphan_key: null, action: "close", operator: "bob", reason: "sent back", outcome: "DONE", tx_hash: `0x${"cc".repeat(32)}`, refunded_inflow: inflow, created_at: "2026-11-28", detail: null }) as never;
+    const audit = auditOrders(
+      { orders: [refunded("ord_by_hand"), refunded("ord_other")], orphans: { pulls: [], payments: [] }, reviews: [decision("ord_by_hand", `8453-0x${"dd".repeat(32)}-2`), decision("ord_other", null)] },
+      [],
+      [],
+      Date.now(),
+      3_600,
+    );
+    expect(audit.discrepancies).toEqual(["order ord_other (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no payment"]);
+    expect(audit.resolved).toEqual([expect.stringContaining("order ord_by_hand (x402, REFUNDED, 1000000): close by bob"), expect.stringContaining("order ord_other")]);
+  });
+
   it("holds an order served while the audit ran to its amount once the ledger shows its payment", () => {
     const payment = { id: "p", chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: "0x02", payer: PAYER, token: TOKEN, amount: 999_999n };
     const audit = auditOrders(records, [payment], [], Date.now(), 3_600, new Set(["ord_early"]));

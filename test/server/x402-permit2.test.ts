@@ -416,6 +416,61 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(await balance(who.address)).toBe(before);
   });
 
+  it("a permit held for its payer's transfer into BillPay is closed as refunded by hand once its amount went back: each transfer and each refund closes one order", async () => {
+    const who = accounts(10);
+    const a = await refusedForBalance(who, "08071111111");
+    const b = await refusedForBalance(who, "08071111112");
+    expect(b.amount).toBe(a.amount);
+    const amount = a.amount;
+    // A withdrawal to him before any transfer of his cannot have given one back (the treasury
+    // is topped up by someone else first, for a run of this case alone).
+    await base.transfer(stranger, "USD₮", base.billPay, amount);
+    const early = await base.withdraw("USD₮", who.address, amount);
+    await base.transfer(stranger, "USD₮", who.address, 1n);
+    const sent = [await base.transfer(who, "USD₮", base.billPay, amount), await base.transfer(who, "USD₮", base.billPay, amount)];
+    for (const o of [a, b]) {
+      const held = await lapsedAndClosed(o.refused.request_id, (await burnNonce(who, o.payload)).blockNumber);
+      expect(held.status).toBe("NEEDS_REVIEW");
+    }
+    const service = paying.service;
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const close = (o: typeof a, refundTxHash?: Hex) => resolveOrder(review, { requestId: o.refused.request_id, action: "close", reason: "sent back by hand", operator: "bob", refundTxHash });
+
+    const unsent = await close(a);
+    expect(unsent.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(unsent.record.detail).toContain("then close it with that transaction");
+    const tooEarly = await close(a, early.transactionHash);
+    expect(tooEarly.record.outcome).toBe("REFUSED");
+    expect(tooEarly.record.detail).toContain("is older than every transfer from the payer that holds the order");
+    const sideways = await base.transfer(stranger, "USD₮", who.address, amount);
+    const notBillPays = await close(a, sideways.transactionHash);
+    expect(notBillPays.record.detail).toContain("from BillPay or its admin");
+    // The refund is serve, refund or close's alone to name: not a serve's.
+    const serving = await resolveOrder(review, { requestId: a.refused.request_id, action: "serve", reason: "paid", operator: "bob", refundTxHash: sideways.transactionHash });
+    expect(serving.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+
+    const before = await balance(who.address);
+    const back = await base.withdraw("USD₮", who.address, amount);
+    const closed = await close(a, back.transactionHash);
+    expect(closed.record, closed.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "REFUNDED", refunded_inflow: expect.stringContaining(sent[0]!.transactionHash) });
+    expect((await service.flow.orders.get(a.refused.request_id))!).toMatchObject({ status: "REFUNDED", refundTxHash: back.transactionHash });
+    // The same refund closes no other order.
+    const reused = await close(b, back.transactionHash);
+    expect(reused.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(reused.record.detail).toContain("already closed another payment or order as refunded by hand");
+    // The transfer given back holds it no longer: only the other one does.
+    const stillHeld = await close(b);
+    expect(stillHeld.record.detail).toContain(sent[1]!.transactionHash);
+    expect(stillHeld.record.detail).not.toContain(sent[0]!.transactionHash);
+    const backAgain = await base.withdraw("USD₮", who.address, amount);
+    expect((await close(b, backAgain.transactionHash)).record).toMatchObject({ outcome: "DONE", status_after: "REFUNDED" });
+    expect(await balance(who.address)).toBe(before + 2n * amount); // both transfers back, once each
+
+    const audit = await auditOnSharedChains(paying, { url });
+    expect(audit.discrepancies).toEqual([]);
+    expect(audit.orders?.resolved.join("\n")).toContain(a.refused.request_id);
+  });
+
   it("an operator may not close as not charged a held permit that can still be settled, and may once it has lapsed unspent", async () => {
     const who = accounts(11);
     const body = bill("08079999998", who);
