@@ -1,3 +1,5 @@
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -378,9 +380,15 @@ export function ledgerSuite(db: "PGlite" | "PostgreSQL", databaseUrl?: string) {
       await ledger.stop("SIGKILL"); // a crash, not a clean shutdown
       await pending;
       await celo.payByAuthorization(carol, "USDC", u("2"));
-      ledger = await startLedger(ledgerOptions);
+      const logTo = join(mkdtempSync(join(tmpdir(), "ledger-restart-")), "ponder.log");
+      ledger = await startLedger({ ...ledgerOptions, logTo });
       await caughtUp();
       expect(ledger.schema).toBe(before);
+      // The crash left the schema locked by a process that is gone: taken over at once, not
+      // after Ponder's heartbeat timeout (patches/: the lock names its holder's pid).
+      const log = readFileSync(logTo, "utf8");
+      expect(log).toContain("Detected crash recovery");
+      expect(log).not.toContain("Schema is locked by a different Ponder app");
 
       expect(await accountOf(alice.address, 42220, usdc)).toMatchObject({
         totalPaid: u("34").toString(),
