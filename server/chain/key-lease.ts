@@ -7,9 +7,9 @@
  *
  * A holder is live while its heartbeat moves. A starting instance that finds a lease:
  *   - held by a process that no longer exists in this very process space: dead, taken at once
- *     (a restart). The space is the host name and the PID namespace: two containers may
- *     share a host name, and each sees the other's pid as absent. Where the namespace cannot
- *     be read, no holder is taken for dead this way;
+ *     (a restart). The space is the host name, the PID namespace and the boot: two containers
+ *     may share a host name, and two machines a namespace's name, and each sees the other's pid
+ *     as absent. Where the namespace or the boot cannot be read, no holder is taken for dead this way;
  *   - otherwise watches it for up to DEAD_AFTER_MS: a heartbeat in that time means a live
  *     holder (refused); none means a dead one (taken).
  * Taking a dead instance's lease also releases the orders it had leased (order leases carry
@@ -23,7 +23,7 @@
  * signs nothing more, not even the requests and worker passes in flight while it shuts down.
  */
 import { randomUUID } from "node:crypto";
-import { readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import type { Db } from "../db.ts";
 import type { Log } from "../log.ts";
@@ -70,12 +70,15 @@ export class KeyHeld extends Error {
 }
 
 /**
- * Where this process's pid means something: the host name and the PID namespace (Linux names it
- * in /proc/self/ns/pid). Undefined where the namespace cannot be read.
+ * Where this process's pid means something: the host name, the PID namespace (Linux names it in
+ * /proc/self/ns/pid) and the boot (/proc/sys/kernel/random/boot_id). The namespace's name alone
+ * repeats from machine to machine (every host's first namespace has the same inode), and so may
+ * a host name (a container's, "localhost"): the boot's id is this machine's, this boot's.
+ * Undefined where either cannot be read.
  */
 function processSpace(): string | undefined {
   try {
-    return `${hostname()} ${readlinkSync("/proc/self/ns/pid")}`;
+    return `${hostname()} ${readlinkSync("/proc/self/ns/pid")} ${readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()}`;
   } catch {
     return undefined;
   }
