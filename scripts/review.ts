@@ -9,8 +9,10 @@
  *   serve <request_id> --reason "…"                 vend the bill (the ledger must show exactly the order's payment)
  *   close <request_id> --reason "…" [--refund-tx 0x…]
  *                                                   no money moves (the ledger must show no payment under the key); with
- *                                                   --refund-tx, a Permit2 order held for its payer's transfer into BillPay,
- *                                                   refunded by hand (the transaction is checked on chain)
+ *                                                   --refund-tx, a Permit2 order held for a refund by hand, refunded (the
+ *                                                   transaction is checked on chain)
+ *   hold <request_id> --reason "…"                  a Permit2 order held for its payer's transfer into BillPay: held for a
+ *                                                   refund by hand of that transfer, before sending one
  *   hold-orphan --chain CELO --token 0x… --payer 0x… --nonce 0x… --reason "…"
  *                                                   an x402 payment without an order, held for a refund by hand: do this
  *                                                   before sending one (the service then cannot refund it too)
@@ -25,7 +27,7 @@
 import { userInfo } from "node:os";
 import { localUrl } from "../lib/local-ports.ts";
 
-export const REVIEW_COMMANDS = ["list", "show", "refund", "serve", "close", "hold-orphan", "close-orphan"] as const;
+export const REVIEW_COMMANDS = ["list", "show", "refund", "serve", "close", "hold", "hold-orphan", "close-orphan"] as const;
 type Command = (typeof REVIEW_COMMANDS)[number];
 
 export class UsageError extends Error {}
@@ -142,7 +144,8 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
     }
     case "refund":
     case "serve":
-    case "close": {
+    case "close":
+    case "hold": {
       const id = positional[0];
       if (!id) throw new UsageError(`${command} needs the order's request_id`);
       if (command !== "close" && options["refund-tx"]) throw new UsageError("only close names a refund transaction (--refund-tx)");

@@ -378,14 +378,17 @@ const MIGRATIONS: string[] = [
   // never pays. Older schedules have none, and are guarded as before.
   `ALTER TABLE bill_schedule ADD COLUMN api_key_hash text;`,
   // A Permit2 order held because its payer sent BillPay a transfer of its amount that no
-  // payment accounts for, closed as refunded by hand (orders/review.ts): the decision names that
-  // transfer (the ledger's row id), and one transfer is given back once. A hand refund's
-  // transaction closes one thing, orphan payment or order.
-  `ALTER TABLE review_action ADD COLUMN refunded_inflow text;
-   CREATE UNIQUE INDEX review_action_refunded_inflow ON review_action (refunded_inflow) WHERE refunded_inflow IS NOT NULL;
+  // payment accounts for is held for a refund by hand before anything is sent, then closed with
+  // the refund (orders/review.ts). The hold takes the transfer it gives back (the ledger's row
+  // id): one transfer is taken once, by one hold, and an order is held once. A hand refund's
+  // transaction closes one thing, orphan payment or order (a DONE close of an order names one
+  // only as refunded by hand).
+  `ALTER TABLE review_action ADD COLUMN hand_refund_inflow text;
+   CREATE UNIQUE INDEX review_action_hand_refund_inflow ON review_action (hand_refund_inflow) WHERE hand_refund_inflow IS NOT NULL;
+   CREATE UNIQUE INDEX review_action_one_hold ON review_action (request_id) WHERE hand_refund_inflow IS NOT NULL;
    DROP INDEX review_action_hand_refund;
    CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash))
-     WHERE tx_hash IS NOT NULL AND ((orphan_key IS NOT NULL AND outcome = 'DONE') OR refunded_inflow IS NOT NULL);`,
+     WHERE tx_hash IS NOT NULL AND outcome = 'DONE' AND (orphan_key IS NOT NULL OR action = 'close');`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

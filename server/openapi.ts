@@ -430,7 +430,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
             responses: { "200": { description: "The order and its review", content: json({ type: "object" }) }, ...problemResponses([403, 404]) },
           },
           post: {
-            summary: "Operators: refund, serve or close a NEEDS_REVIEW order, as the ledger allows (JSON with an X-Operator header; recorded with who and why)",
+            summary: "Operators: refund, serve, close or hold a NEEDS_REVIEW order, as the ledger allows (JSON with an X-Operator header; recorded with who and why)",
             ...ops,
             parameters: [
               { name: "requestId", in: "path", required: true, schema: { type: "string" } },
@@ -442,9 +442,9 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
                 type: "object",
                 required: ["action", "reason"],
                 properties: {
-                  action: { type: "string", enum: ["refund", "serve", "close"] },
+                  action: { type: "string", enum: ["refund", "serve", "close", "hold"], description: "hold: a Permit2 order held for its payer's transfer into BillPay that no payment accounts for, held for a refund by hand of that transfer before one is sent" },
                   reason: { type: "string", maxLength: 500 },
-                  refund_tx_hash: { type: "string", description: "With close only: closes as refunded by hand a Permit2 order held for its payer's transfer into BillPay that no payment accounts for (the transaction checked on chain)" },
+                  refund_tx_hash: { type: "string", description: "With close only: closes as refunded by hand a Permit2 order held so (the transaction checked on chain)" },
                 },
               }),
             },
@@ -482,7 +482,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
             summary: "Operators: the order page's decision form (refund, serve or close a NEEDS_REVIEW order): the form's token and a reason; never from another site",
             ...operator,
             parameters: [{ name: "requestId", in: "path", required: true, schema: { type: "string" } }],
-            requestBody: { required: true, content: { "application/x-www-form-urlencoded": { schema: { type: "object", required: ["csrf", "action", "reason"], properties: { csrf: { type: "string" }, action: { type: "string", enum: ["refund", "serve", "close"] }, reason: { type: "string" } } } } } },
+            requestBody: { required: true, content: { "application/x-www-form-urlencoded": { schema: { type: "object", required: ["csrf", "action", "reason"], properties: { csrf: { type: "string" }, action: { type: "string", enum: ["refund", "serve", "close", "hold"] }, reason: { type: "string" }, refund_tx_hash: { type: "string" } } } } } },
             responses: { "303": { description: "Recorded: back to the order's page, with the outcome" }, "400": { description: "No reason, or no such action: nothing recorded", content: { "text/html": { schema: { type: "string" } } } }, ...problemResponses([401, 403, 404]) },
           },
         },

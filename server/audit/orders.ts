@@ -109,6 +109,8 @@ export function auditOrders(
     if (r.outcome === "REFUSED" || r.outcome === "PENDING") continue;
     decided.set(r.request_id ?? `orphan:${lower(r.orphan_key)}`, r);
   }
+  // Permit2 orders held for a refund by hand of their payer's transfer into BillPay (orders/review.ts).
+  const handRefundHolds = new Set((records.reviews ?? []).filter((r) => r.hand_refund_inflow && r.request_id).map((r) => r.request_id!));
   const decision = (r: ReviewRecord) => `${r.action} by ${r.operator} at ${r.created_at} (${r.reason}): ${r.outcome}${r.detail ? `, ${r.detail}` : ""}`;
   const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.rail, m.token, m.payer, m.authorizationNonce)}`);
   const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
@@ -138,10 +140,12 @@ export function auditOrders(
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;
       case "REFUNDED":
-        // A Permit2 order an operator closed as refunded by hand gave back its payer's transfer
-        // into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
+        // A Permit2 order an operator held and closed as refunded by hand gave back its payer's
+        // transfer into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
         if (!paid) {
-          if (!decided.get(o.request_id)?.refunded_inflow) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
+          const last = decided.get(o.request_id);
+          const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
+          if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
         } else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);

@@ -301,6 +301,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
       ledger = <span class="bad">the ledger could not be read: {errorText(err)}</span>;
     }
     const operator = operatorIdentity(c, deps.token);
+    const permit2 = full.rail === "x402" && x402RailOf(full) === "permit2";
     return (
       <section id="review">
         <h2>Review</h2>
@@ -316,11 +317,14 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
               { value: "refund", label: `Refund what the ledger shows paid${paidShown}`, refused: refused ? refused.refund : "the ledger could not be read" },
               { value: "serve", label: "Serve (vend the bill)", refused: refused ? refused.serve : "the ledger could not be read" },
               { value: "close", label: "Close: no money moves", refused: refused ? refused.close : "the ledger could not be read" },
+              ...(permit2
+                ? [{ value: "hold", label: "Hold for a refund by hand of the payer's transfer (before sending anything)", refused: refused ? refused.hold : "the ledger could not be read" }]
+                : []),
             ]}
             extra={
-              full.rail === "x402" && x402RailOf(full) === "permit2" ? (
+              permit2 ? (
                 <label>
-                  Refund transaction (only for a Permit2 order held for its payer's transfer into BillPay: send the amount back, then close with it)
+                  Refund transaction (a Permit2 order held for a refund by hand: send the amount back, then close with it)
                   <input name="refund_tx_hash" pattern="0x[0-9a-fA-F]{64}" size={70} />
                 </label>
               ) : undefined

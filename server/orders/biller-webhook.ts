@@ -23,7 +23,7 @@ import { webhookRequestId } from "../biller/vtpass/answers.ts";
 import { problemResponse } from "../errors.ts";
 import type { Limits } from "../limits.ts";
 import { errorText } from "../log-safety.ts";
-import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
+import { actOnBillerState, FINISHED, type FlowDeps } from "./fulfil.ts";
 
 export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
 /** The acknowledgement VTpass waits for. */
@@ -63,7 +63,14 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     }
     await deps.limits.take("webhookOrder", attempt.requestId);
     const order = await flow.orders.claim(attempt.requestId, flow.leaseSeconds);
-    if (!order) return c.json(SUCCESS); // someone is working on it right now, and will finish it
+    if (!order) {
+      // The worker or a request finishing an unfinished order asks the biller itself. A final
+      // order is held only for a piece of work (an operator's decision, the payment watch) that
+      // will not: the biller is asked to send it again, as VTpass does for an answer other than success.
+      const now = await flow.orders.get(attempt.requestId);
+      if (now && FINISHED.has(now.status)) return problemResponse("BILLER_UNAVAILABLE", "the order is being decided right now; send the webhook again");
+      return c.json(SUCCESS);
+    }
     try {
       // The attempt the webhook names is requeried by its own id (not the order's latest).
       const now = await actOnBillerState(flow, order, attempt);

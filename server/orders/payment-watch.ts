@@ -197,7 +197,7 @@ export class PaymentWatches {
  * Whether the ledger has indexed the chain's confirmation depth on top of the payment's
  * block. At depth 0 (the local chains) it is confirmed as soon as the ledger shows it.
  */
-export async function deepEnough(deps: Pick<WatchDeps, "confirmations" | "ledger">, chain: string, p: LedgerPayment): Promise<boolean> {
+export async function deepEnough(deps: Pick<WatchDeps, "confirmations" | "ledger">, chain: string, p: Pick<LedgerPayment, "chainId" | "blockNumber">): Promise<boolean> {
   const depth = deps.confirmations[chain as ChainKey] ?? 0;
   if (depth === 0) return true;
   const indexed = await deps.ledger.indexedBlock(p.chainId);

@@ -30,14 +30,16 @@
  *     ledger pass refunds it, as for any written-off order (one indexed while the close runs
  *     is taken up by the close). With a payment shown, closing is refused: that money must be
  *     refunded or served.
- *   - closed as refunded by hand, naming the refund's transaction: only a Permit2 order held
- *     because its payer sent BillPay a transfer of its amount that no payment accounts for (it
- *     may be the permit settled through another contract, which the service cannot refund
- *     through BillPay with nothing booked under the key). The operator sends the amount back
- *     from BillPay or its admin; the transaction is checked as an orphan's hand refund is, and
- *     must come after such a transfer. The decision names the oldest such transfer not given
- *     back before, and each transfer and each transaction closes one thing only (unique in
- *     review_action): NEEDS_REVIEW -> REFUNDED. A transfer given back holds no other order.
+ *   - held for a refund by hand, then closed as refunded by hand naming the refund's
+ *     transaction: only a Permit2 order held because its payer sent BillPay a transfer of its
+ *     amount that no payment accounts for (it may be the permit settled through another
+ *     contract, which the service cannot refund through BillPay with nothing booked under the
+ *     key), and never one whose delivery stands. The hold comes before anything is sent and
+ *     takes one such transfer, as deep as a payment must be (one transfer is taken once, an
+ *     order held once: so it is given back once however many orders or operators it met).
+ *     The operator then sends the amount from BillPay or its admin; the transaction is checked
+ *     as an orphan's hand refund is, must come after the transfer taken, and closes one thing
+ *     only: NEEDS_REVIEW -> REFUNDED. A transfer taken holds no other order.
  * An x402 payment no order accounts for (orphan_payment, NEEDS_REVIEW) cannot be refunded by
  * the service, which never held the payer's signed authorization (refundAuthorization needs
  * it), unless the payer offers it again (a refusal is then kept, and the ledger pass refunds
@@ -74,7 +76,7 @@ import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, transitionIn, type Order } from "./store.ts";
 
-export const REVIEW_ACTIONS = ["refund", "serve", "close"] as const;
+export const REVIEW_ACTIONS = ["refund", "serve", "close", "hold"] as const;
 export type ReviewAction = (typeof REVIEW_ACTIONS)[number] | "hold-orphan" | "close-orphan";
 
 /**
@@ -94,8 +96,8 @@ export interface ReviewRecord {
   reason: string;
   amount: string | null;
   tx_hash: string | null;
-  /** A close as refunded by hand: the ledger's id of the payer's transfer into BillPay it gave back. */
-  refunded_inflow: string | null;
+  /** A hold for a refund by hand: the ledger's id of the payer's transfer into BillPay it takes to give back. */
+  hand_refund_inflow: string | null;
   outcome: ReviewOutcome;
   detail: string | null;
   status_before: string | null;
@@ -104,7 +106,7 @@ export interface ReviewRecord {
   updated_at: string;
 }
 
-const RECORD_COLUMNS = `id::text AS id, request_id, orphan_key, action, operator, reason, amount::text AS amount, tx_hash, refunded_inflow, outcome, detail,
+const RECORD_COLUMNS = `id::text AS id, request_id, orphan_key, action, operator, reason, amount::text AS amount, tx_hash, hand_refund_inflow, outcome, detail,
   status_before, status_after, created_at::text AS created_at, updated_at::text AS updated_at`;
 
 /** The longest reason kept. */
@@ -133,11 +135,11 @@ export class ReviewRecords {
   }
 
   forOrder(requestId: string): Promise<ReviewRecord[]> {
-    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE request_id = $1 ORDER BY id`, [requestId]);
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE request_id = $1 ORDER BY review_action.id`, [requestId]);
   }
 
   forOrphan(key: string): Promise<ReviewRecord[]> {
-    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE orphan_key = $1 ORDER BY id`, [key]);
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action WHERE orphan_key = $1 ORDER BY review_action.id`, [key]);
   }
 
   get(id: string): Promise<ReviewRecord | undefined> {
@@ -147,7 +149,7 @@ export class ReviewRecords {
 
   /** Every action, oldest first (for the audit: few, one per operator's decision). */
   all(): Promise<ReviewRecord[]> {
-    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action ORDER BY id`);
+    return this.db.query<ReviewRecord>(`SELECT ${RECORD_COLUMNS} FROM review_action ORDER BY review_action.id`);
   }
 }
 
@@ -185,7 +187,7 @@ const inOrderToken = (o: Order, units: bigint | string) => amountIn(o.chain, o.t
 export function whyNot(o: Order, view: LedgerView): Record<(typeof REVIEW_ACTIONS)[number], string | null> {
   if (o.status !== "NEEDS_REVIEW") {
     const why = `the order is ${o.status}, not NEEDS_REVIEW: only an order held for review is decided by an operator`;
-    return { refund: why, serve: why, close: why };
+    return { refund: why, serve: why, close: why, hold: why };
   }
   const p = view.payment;
   const shown = p ? `the ledger shows ${inOrderToken(o, p.amount)} paid under the order's key (transaction ${p.txHash})` : "";
@@ -202,7 +204,13 @@ export function whyNot(o: Order, view: LedgerView): Record<(typeof REVIEW_ACTION
   else if (paymentMismatch(o, p)) serveWhy = `${paymentMismatch(o, p)}: only a payment of exactly the order's amount, payer and token is served`;
   else if (view.refunded > 0n) serveWhy = `the ledger shows ${view.refunded} refunded under the order's key: the payment went back`;
   const closeWhy = p ? `${shown}: closing would keep the payer's money for nothing; refund it or serve it` : null;
-  return { refund: refundWhy, serve: serveWhy, close: closeWhy };
+  const holdWhy =
+    o.rail !== "x402" || x402RailOf(o) !== "permit2"
+      ? "a hold for a refund by hand is only for a Permit2 order held for its payer's transfer into BillPay that no payment accounts for"
+      : p
+        ? `${shown}: refund it or serve it`
+        : null;
+  return { refund: refundWhy, serve: serveWhy, close: closeWhy, hold: holdWhy };
 }
 
 export interface ReviewResult {
@@ -256,12 +264,25 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
   }
 }
 
-async function act(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
-  const chain = order.chain as ChainKey;
+async function act(deps: ReviewDeps, read: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
   const byHand = input.refundTxHash as Hex | undefined;
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
-  if (input.action === "close") {
-    if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n }).close!);
+  // Held while the action runs, and taken before anything is read, so what is read stays so: a
+  // second decision, the biller's webhook and the payment watch wait while one holds it, and
+  // the worker leaves a leased order alone.
+  const order = await deps.orders.claim(read.requestId, deps.leaseSeconds);
+  if (!order) throw new Refused("another decision on this order, or the biller's webhook or the payment watch, is at work on it: nothing was done; look again shortly");
+  try {
+    return await decide(deps, order, input, id, byHand);
+  } finally {
+    await deps.orders.release(order.requestId, order.leaseToken);
+  }
+}
+
+async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string, byHand: Hex | undefined): Promise<ReviewResult> {
+  const chain = order.chain as ChainKey;
+  if (input.action === "close" || input.action === "hold") {
+    if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n })[input.action]!);
     // "No payment" is believed only of a ledger that has indexed the chain as it is now.
     if (!(await ledgerAtHead(deps, chain))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: whether a payment landed under the order's key cannot be told; try again shortly`);
   }
@@ -270,6 +291,8 @@ async function act(deps: ReviewDeps, order: Order, input: DecisionInput, id: str
   });
   const why = whyNot(order, view)[input.action];
   if (why) throw new Refused(why);
+  if (input.action === "hold") return holdForHandRefund(deps, order, id);
+  if (byHand !== undefined) return closeRefundedByHand(deps, order, id, byHand);
   const permit2 = input.action === "close" && x402RailOf(order) === "permit2" ? await authorizationOnChain(deps, order) : undefined;
   if (permit2 && !permit2.used && order.authValidBefore !== null && permit2.timestamp < order.authValidBefore) {
     // A permit still valid may yet be settled through another contract, which the ledger
@@ -278,8 +301,6 @@ async function act(deps: ReviewDeps, order: Order, input: DecisionInput, id: str
       `the order's Permit2 permit can still be settled until ${new Date(Number(order.authValidBefore) * 1000).toISOString()} (by the chain's clock), and one settled through another contract would go unseen: close it after that`,
     );
   }
-  // A close as refunded by hand: the transfer from the payer it gave back, once checked.
-  let givenBack: LedgerInflow | undefined;
   if (permit2?.used) {
     // The ledger books a Permit2 payment only from a call straight to x402's proxy: with the
     // nonce spent, "not charged" holds only as spent-permit2.ts reads it (the nonce spent as
@@ -288,113 +309,157 @@ async function act(deps: ReviewDeps, order: Order, input: DecisionInput, id: str
       throw new Refused(`the chain or the ledger could not be read (${errorText(err)}); nothing was moved`);
     });
     if (v.verdict === "wait") throw new Refused(`the order's Permit2 nonce is spent on chain, but ${v.why}: whether it paid BillPay cannot be told yet; try again shortly`);
-    if (v.verdict === "held" && byHand === undefined) {
+    if (v.verdict === "held") {
+      const held = await deps.orders.handRefundInflow(order.requestId);
       throw new Refused(
-        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held. To give it back, send the payer exactly ${inOrderToken(order, order.amount)} from BillPay (withdraw) or its admin, then close it with that transaction`,
+        held
+          ? `the order is held for a refund by hand of its payer's transfer ${held.split("-")[1]}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction`
+          : `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held. To give it back, hold it for a refund by hand (before sending anything), send the amount, then close it with that transaction`,
       );
     }
-    if (v.verdict === "held") givenBack = await inflowGivenBack(deps, order, v.open, byHand!);
-  }
-  if (byHand !== undefined && !givenBack) {
-    throw new Refused(
-      "a close names a refund transaction only for a Permit2 order held because its payer sent BillPay a transfer of its amount that no payment accounts for; this one shows none: close it without one (not charged), or refund it",
-    );
   }
   // The payer reads the order's reason: it names the decision, never the operator or his note
   // (those are kept with the review action, for operators).
   const by = `review #${id}`;
-  // Held while the action runs: the worker, a webhook, the payment watch and another
-  // operator leave an order alone while a decision holds it.
-  const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds, { decision: true });
-  if (!claimed) throw new Refused("another decision on this order is under way (or the service is working on it): nothing was done; look again once it is recorded");
-  try {
-    switch (input.action) {
-      case "close": {
-        if (givenBack) return await closeRefundedByHand(deps, order, id, byHand!, givenBack, by);
-        const closed = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAYMENT_FAILED", {
-          failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
-        });
-        if (!closed) throw new Refused("the order moved on meanwhile; nothing was done");
-        // A payment indexed between the read above and the move was passed over by the ledger
-        // pass while the order was held: it is taken up here, as a landing after a write-off.
-        const late = order.rail === "pull" ? null : (await ledgerUnderKey(deps, closed).catch(() => null))?.payment;
-        if (late) {
-          const after = await landedAfterRefusal(deps, closed, late);
-          return { record: await deps.reviews.finish(id, "ACCEPTED", `closed, but a payment landed under the key meanwhile (transaction ${late.txHash}): ${after.status}`, after.status), order: after };
-        }
-        return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass (held for an operator instead when the bill was vended)", closed.status), order: closed };
+  switch (input.action) {
+    case "close": {
+      const closed = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAYMENT_FAILED", {
+        failureReason: `closed by an operator (${by}); the ledger shows no payment under the order's key`,
+      });
+      if (!closed) throw new Refused("the order moved on meanwhile; nothing was done");
+      // A payment indexed between the read above and the move was passed over by the ledger
+      // pass while the order was held: it is taken up here, as a landing after a write-off.
+      const late = order.rail === "pull" ? null : (await ledgerUnderKey(deps, closed).catch(() => null))?.payment;
+      if (late) {
+        const after = await landedAfterRefusal(deps, closed, late);
+        return { record: await deps.reviews.finish(id, "ACCEPTED", `closed, but a payment landed under the key meanwhile (transaction ${late.txHash}): ${after.status}`, after.status), order: after };
       }
-      case "serve": {
-        const p = view.payment!;
-        if (!(await deepEnough(deps, order.chain, p))) throw new Refused(`the payment (block ${p.blockNumber}) is not yet as deep as ${deps.confirmations[chain] ?? 0} confirmations; try again shortly`);
-        const paid = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { txHash: p.txHash, failureReason: `served by an operator (${by})` });
-        if (!paid) throw new Refused("the order moved on meanwhile; nothing was done");
-        await deps.watches.record(paid, p);
-        const after = await fulfil(deps, paid);
-        const outcome = after.status === "SUCCESS" || after.status === "REFUNDED" ? "DONE" : after.status === "NEEDS_REVIEW" ? "FAILED" : "ACCEPTED";
-        const detail =
-          after.status === "SUCCESS"
-            ? "served: the bill was delivered"
-            : after.status === "NEEDS_REVIEW"
-              ? `the bill was held for review again: ${after.failureReason ?? ""}`
-              : after.status === "REFUNDING" || after.status === "REFUNDED"
-                ? `the vend failed and the payment is refunded as usual (${after.status}): ${after.failureReason ?? ""}`
-                : `paid; the biller is still working on it (${after.status}): the worker finishes it`;
-        return { record: await deps.reviews.finish(id, outcome, detail, after.status, after.refundTxHash), order: after };
-      }
-      case "refund": {
-        const p = view.payment!;
-        const paid = BigInt(p.amount);
-        if (view.refunded >= paid) {
-          // The money went back already (by hand, or a refund the order never heard of): nothing is sent.
-          const last = view.refunds[view.refunds.length - 1]!;
-          const done = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
-            failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`,
-            refundTxHash: last.txHash,
-          });
-          if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
-          return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
-        }
-        // A delivery that stands: a refund would give the bill away (the ledger pass holds such a
-        // landing for exactly this). An attempt's latest outcome decides; a code kept with no
-        // attempt seen failed or reversed (kept before outcomes were) counts as one.
-        const attempts = await deps.attempts.of(order.requestId);
-        if (attempts.some((a) => a.outcome === "delivered") || (order.purchasedCode !== null && !attempts.some((a) => a.outcome === "reversed" || a.outcome === "failed"))) {
-          throw new Refused("the biller delivered this bill (an attempt of it last read delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back");
-        }
-        // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
-        await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
-        const reason = `refunded by an operator (${by})`;
-        const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason });
-        if (!refunding) throw new Refused("the order moved on meanwhile; nothing was done");
-        const after = await refund(deps, refunding, reason, ["REFUNDING"]);
-        if (after.status === "REFUNDED") {
-          return { record: await deps.reviews.finish(id, "DONE", `refunded ${paid} (what the ledger shows paid under the order's key)`, after.status, after.refundTxHash), order: after };
-        }
-        if (after.status === "NEEDS_REVIEW") return { record: await deps.reviews.finish(id, "FAILED", `the refund came back to review: ${after.failureReason ?? ""}`, after.status), order: after };
-        return { record: await deps.reviews.finish(id, "ACCEPTED", `the refund of ${paid} is under way (${after.status}); the worker sends it: ${after.failureReason ?? ""}`, after.status), order: after };
-      }
-      default:
-        throw new Refused(`unknown action ${String(input.action)}`);
+      return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass (held for an operator instead when the bill was vended)", closed.status), order: closed };
     }
-  } finally {
-    await deps.orders.release(order.requestId, claimed.leaseToken);
+    case "serve": {
+      const p = view.payment!;
+      if (!(await deepEnough(deps, order.chain, p))) throw new Refused(`the payment (block ${p.blockNumber}) is not yet as deep as ${deps.confirmations[chain] ?? 0} confirmations; try again shortly`);
+      const paid = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { txHash: p.txHash, failureReason: `served by an operator (${by})` });
+      if (!paid) throw new Refused("the order moved on meanwhile; nothing was done");
+      await deps.watches.record(paid, p);
+      const after = await fulfil(deps, paid);
+      const outcome = after.status === "SUCCESS" || after.status === "REFUNDED" ? "DONE" : after.status === "NEEDS_REVIEW" ? "FAILED" : "ACCEPTED";
+      const detail =
+        after.status === "SUCCESS"
+          ? "served: the bill was delivered"
+          : after.status === "NEEDS_REVIEW"
+            ? `the bill was held for review again: ${after.failureReason ?? ""}`
+            : after.status === "REFUNDING" || after.status === "REFUNDED"
+              ? `the vend failed and the payment is refunded as usual (${after.status}): ${after.failureReason ?? ""}`
+              : `paid; the biller is still working on it (${after.status}): the worker finishes it`;
+      return { record: await deps.reviews.finish(id, outcome, detail, after.status, after.refundTxHash), order: after };
+    }
+    case "refund": {
+      const p = view.payment!;
+      const paid = BigInt(p.amount);
+      if (view.refunded >= paid) {
+        // The money went back already (by hand, or a refund the order never heard of): nothing is sent.
+        const last = view.refunds[view.refunds.length - 1]!;
+        const done = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
+          failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`,
+          refundTxHash: last.txHash,
+        });
+        if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
+        return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
+      }
+      if (await deliveryStands(deps, order)) throw new Refused(DELIVERED);
+      // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
+      await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
+      const reason = `refunded by an operator (${by})`;
+      const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason });
+      if (!refunding) throw new Refused("the order moved on meanwhile; nothing was done");
+      const after = await refund(deps, refunding, reason, ["REFUNDING"]);
+      if (after.status === "REFUNDED") {
+        return { record: await deps.reviews.finish(id, "DONE", `refunded ${paid} (what the ledger shows paid under the order's key)`, after.status, after.refundTxHash), order: after };
+      }
+      if (after.status === "NEEDS_REVIEW") return { record: await deps.reviews.finish(id, "FAILED", `the refund came back to review: ${after.failureReason ?? ""}`, after.status), order: after };
+      return { record: await deps.reviews.finish(id, "ACCEPTED", `the refund of ${paid} is under way (${after.status}); the worker sends it: ${after.failureReason ?? ""}`, after.status), order: after };
+    }
+    default:
+      throw new Refused(`unknown action ${String(input.action)}`);
+  }
+}
+
+const DELIVERED = "the biller delivered this bill (an attempt of it last read delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back";
+
+/**
+ * A delivery that stands: a refund would give the bill away (the ledger pass holds such a
+ * landing for exactly this). An attempt's latest outcome decides; a code kept with no attempt
+ * seen failed or reversed (kept before outcomes were) counts as one.
+ */
+async function deliveryStands(deps: ReviewDeps, order: Order): Promise<boolean> {
+  const attempts = await deps.attempts.of(order.requestId);
+  return attempts.some((a) => a.outcome === "delivered") || (order.purchasedCode !== null && !attempts.some((a) => a.outcome === "reversed" || a.outcome === "failed"));
+}
+
+/**
+ * Holds a Permit2 order for a refund by hand of its payer's transfer into BillPay, before
+ * anything is sent: the decision takes that transfer (the oldest one no hold has taken, as deep
+ * as a payment must be), in the statement that records it. One transfer is taken once and an
+ * order held once (review_action's unique indexes), so however many orders one transfer held,
+ * and however many operators look at them, it is given back once; once taken, it holds no other
+ * order (spent-permit2.ts). The order stays NEEDS_REVIEW until closed with the refund.
+ */
+async function holdForHandRefund(deps: ReviewDeps, order: Order, id: string): Promise<ReviewResult> {
+  const held = await deps.orders.handRefundInflow(order.requestId);
+  if (held) throw new Refused(`the order is held already for a refund by hand of its payer's transfer ${held.split("-")[1]}: send the amount, then close it with that transaction`);
+  if (await deliveryStands(deps, order)) throw new Refused(DELIVERED);
+  const nonce = await authorizationOnChain(deps, order);
+  if (!nonce.used) throw new Refused("the order's Permit2 nonce is not spent on chain: nothing can have been settled under it; close it once its permit has lapsed");
+  const v = await spentPermit2Verdict(deps, order).catch((err: unknown) => {
+    throw new Refused(`the chain or the ledger could not be read (${errorText(err)}); nothing was moved`);
+  });
+  if (v.verdict === "wait") throw new Refused(`the order's Permit2 nonce is spent on chain, but ${v.why}; try again shortly`);
+  if (v.verdict === "not-charged") throw new Refused("no transfer of the order's amount from its payer into BillPay is left unaccounted for: there is nothing to give back; close it (not charged)");
+  const deep: LedgerInflow[] = [];
+  for (const t of v.open) if (await deepEnough(deps, order.chain, t)) deep.push(t);
+  const inflow = deep.sort((x, y) => Number(BigInt(x.blockNumber) - BigInt(y.blockNumber)))[0];
+  if (!inflow) throw new Refused(`its payer's transfers into BillPay (${inflowsText(v.found)}) are not yet as deep as ${deps.confirmations[order.chain as ChainKey] ?? 0} confirmations; try again shortly`);
+  const detail = `held for a refund by hand of its payer's transfer ${inflow.txHash}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction`;
+  try {
+    const [record] = await deps.db.query<ReviewRecord>(
+      `UPDATE review_action SET hand_refund_inflow = $2, outcome = 'DONE', detail = $3, status_after = $4, updated_at = now() WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+      [id, inflow.id, detail, order.status],
+    );
+    return { record: record!, order };
+  } catch (err) {
+    // SQLSTATE 23505: another hold took the transfer, or held this order, first.
+    if ((err as { code?: string }).code === "23505") throw new Refused(`the transfer ${inflow.txHash} was taken by another hold, or this order was held, meanwhile; look again`);
+    throw err;
   }
 }
 
 /**
- * Closes a held Permit2 order as refunded by hand: the decision names the transfer it gave
- * back and the refund's transaction, and the order moves to REFUNDED, in one database
- * transaction. Each is unique among decisions taken (review_action's indexes): a transfer given
- * back once holds no other order (spent-permit2.ts), and a refund closes one thing.
+ * Closes a held Permit2 order as refunded by hand: the refund's transaction, checked on chain
+ * to give back exactly the order's amount to its payer from BillPay or its admin, after the
+ * transfer its hold took, and to refund no other key. The record (its transaction unique among
+ * hand refunds, orphans' too) and the move to REFUNDED are one database transaction.
  */
-async function closeRefundedByHand(deps: ReviewDeps, order: Order, id: string, txHash: Hex, inflow: LedgerInflow, by: string): Promise<ReviewResult> {
-  const detail = `closed as refunded by hand: transaction ${txHash} sent ${inOrderToken(order, order.amount)} back to ${order.payer} (checked on chain), for the transfer ${inflow.txHash} that held the order`;
+async function closeRefundedByHand(deps: ReviewDeps, order: Order, id: string, txHash: Hex): Promise<ReviewResult> {
+  const taken = await deps.orders.handRefundInflow(order.requestId);
+  if (!taken) {
+    throw new Refused(
+      "a close names a refund transaction only for a Permit2 order held for a refund by hand of its payer's transfer into BillPay (hold it first, before sending anything); this one is not held so",
+    );
+  }
+  const inflow = (await deps.ledger.unbookedInflows(chainInfo(order.chain).chainId, order.tokenAddress, order.payer, order.amount, 100)).transfers.find((t) => t.id === taken);
+  if (!inflow) throw new Refused(`the ledger no longer shows the transfer the hold took (${taken}) as one no payment accounts for: look at the order again before closing it`);
+  const refund = await checkHandRefund(deps, { chain: order.chain as ChainKey, token: order.tokenAddress, payer: order.payer, amount: order.amount.toString(), key: { rail: "permit2", nonce: order.authNonce! } }, txHash);
+  const inflowLog = Number(inflow.id.split("-")[2]);
+  if (refund.block < BigInt(inflow.blockNumber) || (refund.block === BigInt(inflow.blockNumber) && refund.logIndex < inflowLog)) {
+    throw new Refused(`transaction ${txHash} comes before the transfer it would give back (${inflow.txHash}): it cannot have given it back`);
+  }
+  const detail = `closed as refunded by hand: transaction ${txHash} sent ${inOrderToken(order, order.amount)} back to ${order.payer} (checked on chain) for its transfer ${inflow.txHash}`;
   const closed = await deps.db
     .transaction(async (tx) => {
-      await tx.query(`UPDATE review_action SET refunded_inflow = $2, tx_hash = $3 WHERE id = $1`, [id, inflow.id, txHash.toLowerCase()]);
+      await tx.query(`UPDATE review_action SET outcome = 'DONE', detail = $2, status_after = 'REFUNDED', tx_hash = $3, updated_at = now() WHERE id = $1`, [id, detail, txHash.toLowerCase()]);
       const moved = await transitionIn(tx, order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
-        failureReason: `refunded by hand, as an operator found (${by}): its payer's transfer into BillPay that may have been its settlement was sent back`,
+        failureReason: `refunded by hand, as an operator found (review #${id}): its payer's transfer into BillPay, which may have been its settlement, was sent back`,
         refundTxHash: txHash,
       });
       if (!moved) throw new Refused("the order moved on meanwhile; nothing was done");
@@ -402,11 +467,12 @@ async function closeRefundedByHand(deps: ReviewDeps, order: Order, id: string, t
     })
     .catch((err: unknown) => {
       if (err instanceof Refused) throw err;
-      // SQLSTATE 23505: the transfer or the transaction was taken by another decision first.
-      if ((err as { code?: string }).code === "23505") throw new Refused(`transaction ${txHash}, or the transfer ${inflow.txHash} it would give back, already closed another payment or order as refunded by hand`);
+      // SQLSTATE 23505: the transaction closed another payment or order first.
+      if ((err as { code?: string }).code === "23505") throw new Refused(`transaction ${txHash} already closed another payment or order as refunded by hand`);
       throw err;
     });
-  return { record: await deps.reviews.finish(id, "DONE", detail, closed.status, txHash), order: closed };
+  const record = (await deps.reviews.get(id))!;
+  return { record, order: closed };
 }
 
 /** An orphan x402 payment's key as one text (lower case). */
@@ -525,9 +591,9 @@ interface HandRefundOf {
  * itself. A transfer from anyone else refunds nothing of BillPay's: the payer sending the
  * amount to himself from another wallet would otherwise close it. Nor does a refund of another
  * payment's key through BillPay (Refunded, Permit2Refunded): that money was that payment's.
- * Answers its block, for the caller's "after the payment".
+ * Answers where its transfer stands (block, log index), for the caller's "after the payment".
  */
-async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): Promise<bigint> {
+async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): Promise<{ block: bigint; logIndex: number }> {
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
   const d = deps.deployments.chains[of.chain];
   if (!d) throw new Refused(`the service has no deployment on ${of.chain}`);
@@ -562,19 +628,19 @@ async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): P
     if (!same(l.address, of.token)) return [];
     try {
       const e = decodeEventLog({ abi: erc20Abi, data: l.data, topics: l.topics });
-      return e.eventName === "Transfer" ? [e.args] : [];
+      return e.eventName === "Transfer" ? [{ ...e.args, logIndex: l.logIndex }] : [];
     } catch {
       return [];
     }
   });
   const senders = new Set([d.billPay.address, d.roles.admin].map((a) => a.toLowerCase()));
-  const exact = transfers.some((t) => senders.has(t.from.toLowerCase()) && same(t.to, of.payer) && t.value === BigInt(of.amount));
+  const exact = transfers.find((t) => senders.has(t.from.toLowerCase()) && same(t.to, of.payer) && t.value === BigInt(of.amount));
   if (!exact) {
     throw new Refused(
       `transaction ${txHash} carries no transfer of exactly ${describeAmount(deps.deployments, of.chain, of.token, of.amount)} to ${of.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} raw units from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
     );
   }
-  return receipt.blockNumber;
+  return { block: receipt.blockNumber, logIndex: exact.logIndex };
 }
 
 /**
@@ -584,7 +650,7 @@ async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): P
  */
 async function checkOrphanHandRefund(deps: FlowDeps, row: OrphanPayment, txHash: Hex): Promise<void> {
   const chain = row.chain as ChainKey;
-  const refundedAt = await checkHandRefund(deps, { chain, token: row.token_address, payer: row.payer, amount: row.amount, key: { rail: row.rail, nonce: row.auth_nonce } }, txHash);
+  const refundedAt = (await checkHandRefund(deps, { chain, token: row.token_address, payer: row.payer, amount: row.amount, key: { rail: row.rail, nonce: row.auth_nonce } }, txHash)).block;
   const booked = await deps.ledger
     .authorization(chain, row.token_address, row.payer, row.auth_nonce, row.rail)
     .then((r) => r.payment)
@@ -599,22 +665,6 @@ async function checkOrphanHandRefund(deps: FlowDeps, row: OrphanPayment, txHash:
       )?.blockNumber;
   if (paidAt === undefined) throw new Refused(`neither the ledger nor ${chain}'s node can show the payment ${row.tx_hash} now, so the refund cannot be told to come after it; try again shortly`);
   if (refundedAt < paidAt) throw new Refused(`transaction ${txHash} is older than the payment (${row.tx_hash}): it cannot have refunded it`);
-}
-
-/**
- * A held Permit2 order's hand refund: checked as above, and after one of the transfers that
- * hold it (`open`: its payer's transfers of its amount into BillPay that no payment accounts
- * for and no earlier hand refund gave back), the oldest such; that transfer is the one given back.
- */
-async function inflowGivenBack(deps: FlowDeps, o: Order, open: LedgerInflow[], txHash: Hex): Promise<LedgerInflow> {
-  const refundedAt = await checkHandRefund(
-    deps,
-    { chain: o.chain as ChainKey, token: o.tokenAddress, payer: o.payer, amount: o.amount.toString(), key: { rail: "permit2", nonce: o.authNonce! } },
-    txHash,
-  );
-  const before = open.filter((t) => BigInt(t.blockNumber) <= refundedAt).sort((a, b) => Number(BigInt(a.blockNumber) - BigInt(b.blockNumber)));
-  if (before.length === 0) throw new Refused(`transaction ${txHash} is older than every transfer from the payer that holds the order (${open.map((t) => t.txHash).join(", ")}): it cannot have given one back`);
-  return before[0]!;
 }
 
 /** What an operator's name may be: letters, digits and . _ @ - and spaces, at most 64. */

@@ -26,9 +26,10 @@
  *   - any such transfer, at any time (the ledger cannot say which permit it came from, so the
  *     safe reading counts them all), holds the order for an operator with the transfers named:
  *     a payer who wants his orders held pays their full price into BillPay for it;
- *   - but not one an operator has given back by hand, closing another order held for it
- *     (orders/review.ts): one transfer is one settlement at most, so once given back it holds
- *     no other order, and is never given back twice.
+ *   - but not one an operator has taken to give back by hand, holding an order for it
+ *     (orders/review.ts): one transfer is one settlement at most, so once taken it holds no
+ *     other order, and is never given back twice. (Past READ transfers taken, an order is held
+ *     with none named: reaching it takes a hundred operators' holds for one payer and amount.)
  */
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -46,7 +47,7 @@ export type SpentPermit2Verdict =
   | { verdict: "not-charged" }
   | { verdict: "held"; found: Unbooked; open: LedgerInflow[] };
 
-type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; orders: Pick<OrderStore, "inflowsRefundedByHand">; confirmations: Partial<Record<ChainKey, number>>; ledgerWaitMs: number };
+type VerdictDeps = { deployments: Deployments; ledger: LedgerClient; orders: Pick<OrderStore, "inflowsTakenForHandRefunds">; confirmations: Partial<Record<ChainKey, number>>; ledgerWaitMs: number };
 
 /** How many unbooked transfers are read for a verdict: past those given back by hand, the ones named. */
 const READ = 100;
@@ -66,8 +67,8 @@ export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<
   );
   if (!caughtUp) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
   const read = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, READ);
-  const givenBack = await deps.orders.inflowsRefundedByHand(read.transfers.map((t) => t.id));
-  const open = read.transfers.filter((t) => !givenBack.has(t.id));
+  const taken = await deps.orders.inflowsTakenForHandRefunds(read.transfers.map((t) => t.id));
+  const open = read.transfers.filter((t) => !taken.has(t.id));
   // More than were read: the rest may hold it too (the safe reading), though none is named.
   if (open.length === 0 && !read.more) return { verdict: "not-charged" };
   return { verdict: "held", found: { transfers: open.slice(0, NAMED), more: read.more || open.length > NAMED }, open };

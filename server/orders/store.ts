@@ -49,8 +49,11 @@ export const VERIFICATION_FAILED = "verification failed";
 /** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
 export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
-/** Marks the lease an operator's decision takes (orders/review.ts): nobody takes it over while it lasts. */
-const DECISION_LEASE = "decision:";
+/**
+ * Marks a lease taken by `claim` for work on the order (an operator's decision, the biller's
+ * webhook, the payment watch): while it lasts nobody else claims the order, final or not.
+ */
+const HELD_LEASE = "held:";
 
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator): a callback goes out on reaching one. */
 export const FINAL_STATUSES: OrderStatus[] = ["SUCCESS", "REFUNDED", "PAYMENT_FAILED", "NEEDS_REVIEW"];
@@ -83,17 +86,17 @@ const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS
     ON CONFLICT (request_id) DO UPDATE SET status = 'PENDING', attempts = 0, next_attempt_at = now(), delivered_at = NULL, last_status = NULL, last_error = NULL)
   SELECT ${columns} FROM moved`;
 
-/**
- * A write that goes with an order's move, in the same statement (orders/payment-watch.ts, the
- * watch on the payment that makes it PAID): it is made whether or not the move finds the
- * order in a state it moves from, as it was when it was a statement of its own.
- */
 /** OrderStore.transition on a connection of the caller's: within a transaction that writes something else with it. */
 export async function transitionIn(db: Pick<Db, "query">, requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
   const [row] = await db.query<Row>(movingSql(COLUMNS, to), movingParams(requestId, from, to, fields));
   return row && toOrder(row);
 }
 
+/**
+ * A write that goes with an order's move, in the same statement (orders/payment-watch.ts, the
+ * watch on the payment that makes it PAID): it is made whether or not the move finds the
+ * order in a state it moves from, as it was when it was a statement of its own.
+ */
 export interface AlongsideWrite {
   /** The statement, its parameters numbered from `$<first>`. */
   sql(first: number): string;
@@ -664,21 +667,21 @@ export class OrderStore {
   }
 
   /**
-   * Takes the order's lease for a webhook's work: if nobody holds it, or if the order is
-   * final (the request that made it has finished with it, and keeps its lease only
-   * nominally; what happens to a final order next is one transition, which one actor wins).
-   * An operator's decision (`decision`) is the exception: while one is under way its lease
-   * is real, and nobody takes the order from it (a second operator's action, refused, would
-   * otherwise release the lease the first one works under, and let the worker run beside
-   * him). Undefined when someone is working on it.
+   * Takes the order's lease for a piece of work on it (an operator's decision, the biller's
+   * webhook, the payment watch): if nobody holds it, or if the order is final and its lease is
+   * the one the request or worker that finished it kept only nominally. A lease taken here is
+   * real while it lasts: a second claim is refused (two operators' decisions, or a decision
+   * and a webhook, never run on one order at once; one refused would otherwise release the
+   * lease the other works under, and let the worker run beside it). Undefined when someone
+   * is working on it.
    */
-  async claim(requestId: string, leaseSeconds: number, options: { decision?: boolean } = {}): Promise<Order | undefined> {
+  async claim(requestId: string, leaseSeconds: number): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
        WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now()
          OR (status = ANY($4::text[]) AND position($5::text IN coalesce(lease_token, '')) = 0))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, this.leaseToken(options.decision ? DECISION_LEASE : ""), FINAL_STATUSES, `/${DECISION_LEASE}`],
+      [requestId, leaseSeconds, this.leaseToken(HELD_LEASE), FINAL_STATUSES, `/${HELD_LEASE}`],
     );
     return row && toOrder(row);
   }
@@ -732,13 +735,22 @@ export class OrderStore {
   }
 
   /**
-   * Which of these ledger transfers into BillPay (their row ids) an operator has already given
-   * back by hand, closing a Permit2 order held for them (orders/review.ts): each is given back once.
+   * Which of these ledger transfers into BillPay (their row ids) an operator has taken to give
+   * back by hand, holding a Permit2 order for them (orders/review.ts): each is taken once.
    */
-  async inflowsRefundedByHand(ids: string[]): Promise<Set<string>> {
+  async inflowsTakenForHandRefunds(ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
-    const rows = await this.db.query<{ refunded_inflow: string }>(`SELECT refunded_inflow FROM review_action WHERE refunded_inflow = ANY($1::text[])`, [ids]);
-    return new Set(rows.map((r) => r.refunded_inflow));
+    const rows = await this.db.query<{ hand_refund_inflow: string }>(`SELECT hand_refund_inflow FROM review_action WHERE hand_refund_inflow = ANY($1::text[])`, [ids]);
+    return new Set(rows.map((r) => r.hand_refund_inflow));
+  }
+
+  /** The transfer an operator's hold of this order took to give back by hand (its ledger row id), if any. */
+  async handRefundInflow(requestId: string): Promise<string | null> {
+    const [row] = await this.db.query<{ hand_refund_inflow: string }>(
+      `SELECT hand_refund_inflow FROM review_action WHERE request_id = $1 AND hand_refund_inflow IS NOT NULL`,
+      [requestId],
+    );
+    return row?.hand_refund_inflow ?? null;
   }
 
   /** How many of `payer`'s bills failed the biller's number check over the last `seconds`. */

@@ -521,13 +521,21 @@ describe("money safety, third round", () => {
     expect(await usdc(payer.address)).toBe(start - auth.value); // nothing refunded
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
     // While another operator's decision holds it, a second one is refused with nothing moved,
-    // and neither it nor the payment watch or a webhook takes the lease the first works under.
-    const first = (await service.flow.orders.claim(settling.requestId, 60, { decision: true }))!;
+    // and neither it nor the payment watch takes the lease the first works under; the biller's
+    // webhook is asked to come again rather than dropped.
+    const first = (await service.flow.orders.claim(settling.requestId, 60))!;
     expect(first.status).toBe("NEEDS_REVIEW");
     const second = await resolveOrder(review, { requestId: settling.requestId, action: "serve", reason: "paid after all", operator: "bob" });
     expect(second.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
-    expect(second.record.detail).toContain("another decision on this order is under way");
+    expect(second.record.detail).toContain("another decision on this order");
     expect(await service.flow.orders.claim(settling.requestId, 60)).toBeUndefined();
+    const [attempt] = await attemptsOf(settling.requestId);
+    const webhook = await fetch(`${url}/api/biller/webhook`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ type: "transaction-update", data: { requestId: attempt!.biller_request_id } }),
+    });
+    expect(webhook.status).toBe(503);
     expect((await orderOf(settling.requestId)).leaseToken).toBe(first.leaseToken);
     expect(await attemptsOf(settling.requestId)).toHaveLength(1);
     await service.flow.orders.release(settling.requestId, first.leaseToken);

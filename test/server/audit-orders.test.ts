@@ -72,12 +72,18 @@ describe("the audit of orders served on their receipt", () => {
     ]);
   });
 
-  it("takes a Permit2 order closed as refunded by hand, with nothing booked under its key, as resolved; any other refunded order with no payment is a discrepancy", () => {
+  it("takes a Permit2 order held and closed as refunded by hand, with nothing booked under its key, as resolved; any other refunded order with no payment is a discrepancy", () => {
     const refunded = (requestId: string) => ({ ...served(requestId, requestId === "ord_by_hand" ? "0x03" : "0x04"), status: "REFUNDED", payment_rail: "permit2" }) as unknown as OpsOrder;
-    const decision = (requestId: string, inflow: string | null) =>
-      ({ id: requestId, request_id: requestId, orphan_key: null, action: "close", operator: "bob", reason: "sent back", outcome: "DONE", tx_hash: `0x${"cc".repeat(32)}`, refunded_inflow: inflow, created_at: "2026-11-28", detail: null }) as never;
+    const decision = (id: string, requestId: string, action: string, inflow: string | null, tx: string | null) =>
+      ({ id, request_id: requestId, orphan_key: null, action, operator: "bob", reason: "sent back", outcome: "DONE", tx_hash: tx, hand_refund_inflow: inflow, created_at: "2026-11-28", detail: null }) as never;
+    const refund = `0x${"cc".repeat(32)}`;
     const audit = auditOrders(
-      { orders: [refunded("ord_by_hand"), refunded("ord_other")], orphans: { pulls: [], payments: [] }, reviews: [decision("ord_by_hand", `8453-0x${"dd".repeat(32)}-2`), decision("ord_other", null)] },
+      {
+        orders: [refunded("ord_by_hand"), refunded("ord_other")],
+        orphans: { pulls: [], payments: [] },
+        // The other order's close names a transaction, but no hold took a transfer for it.
+        reviews: [decision("1", "ord_by_hand", "hold", `8453-0x${"dd".repeat(32)}-2`, null), decision("2", "ord_by_hand", "close", null, refund), decision("3", "ord_other", "close", null, refund)],
+      },
       [],
       [],
       Date.now(),

@@ -416,54 +416,57 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(await balance(who.address)).toBe(before);
   });
 
-  it("a permit held for its payer's transfer into BillPay is closed as refunded by hand once its amount went back: each transfer and each refund closes one order", async () => {
+  it("permits held for their payer's transfers into BillPay: each transfer is taken by one hold before anything is sent, given back once, and holds no other order", async () => {
     const who = accounts(10);
-    const a = await refusedForBalance(who, "08071111111");
-    const b = await refusedForBalance(who, "08071111112");
-    expect(b.amount).toBe(a.amount);
+    const [a, b, c] = [await refusedForBalance(who, "08071111111"), await refusedForBalance(who, "08071111112"), await refusedForBalance(who, "08071111113")];
+    expect([b.amount, c.amount]).toEqual([a.amount, a.amount]);
     const amount = a.amount;
-    // A withdrawal to him before any transfer of his cannot have given one back (the treasury
-    // is topped up by someone else first, for a run of this case alone).
+    // A withdrawal to him before any transfer of his cannot give one back (the treasury is
+    // topped up by someone else first, for a run of this case alone).
     await base.transfer(stranger, "USD₮", base.billPay, amount);
     const early = await base.withdraw("USD₮", who.address, amount);
     await base.transfer(stranger, "USD₮", who.address, 1n);
+    // Two transfers of the permits' amount: three orders are held for them.
     const sent = [await base.transfer(who, "USD₮", base.billPay, amount), await base.transfer(who, "USD₮", base.billPay, amount)];
-    for (const o of [a, b]) {
-      const held = await lapsedAndClosed(o.refused.request_id, (await burnNonce(who, o.payload)).blockNumber);
-      expect(held.status).toBe("NEEDS_REVIEW");
-    }
+    for (const o of [a, b, c]) expect((await lapsedAndClosed(o.refused.request_id, (await burnNonce(who, o.payload)).blockNumber)).status).toBe("NEEDS_REVIEW");
     const service = paying.service;
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
-    const close = (o: typeof a, refundTxHash?: Hex) => resolveOrder(review, { requestId: o.refused.request_id, action: "close", reason: "sent back by hand", operator: "bob", refundTxHash });
+    const decide = (o: typeof a, action: "close" | "hold" | "serve", refundTxHash?: Hex) =>
+      resolveOrder(review, { requestId: o.refused.request_id, action, reason: "his transfer, back by hand", operator: "bob", refundTxHash });
 
-    const unsent = await close(a);
-    expect(unsent.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
-    expect(unsent.record.detail).toContain("then close it with that transaction");
-    const tooEarly = await close(a, early.transactionHash);
-    expect(tooEarly.record.outcome).toBe("REFUSED");
-    expect(tooEarly.record.detail).toContain("is older than every transfer from the payer that holds the order");
+    const unheld = await decide(a, "close");
+    expect(unheld.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(unheld.record.detail).toContain("hold it for a refund by hand (before sending anything)");
+    expect((await decide(a, "close", early.transactionHash)).record.detail).toContain("this one is not held so");
+    // Each hold takes one transfer, the oldest left, before anything is sent.
+    const heldA = await decide(a, "hold");
+    expect(heldA.record, heldA.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "NEEDS_REVIEW", hand_refund_inflow: expect.stringContaining(sent[0]!.transactionHash) });
+    expect((await decide(a, "hold")).record.detail).toContain("held already");
+    expect((await decide(b, "hold")).record).toMatchObject({ outcome: "DONE", hand_refund_inflow: expect.stringContaining(sent[1]!.transactionHash) });
+    // Both transfers taken, the third order is held by none: nothing to give back, closed as not charged.
+    const heldC = await decide(c, "hold");
+    expect(heldC.record.outcome).toBe("REFUSED");
+    expect(heldC.record.detail).toContain("there is nothing to give back");
+    expect((await decide(c, "close")).record).toMatchObject({ outcome: "DONE", status_after: "PAYMENT_FAILED" });
+
+    // The refund's transaction is checked on chain: not one before the transfer, not a friend's, and named by a close only.
+    const tooEarly = await decide(a, "close", early.transactionHash);
+    expect(tooEarly.record.detail).toContain("comes before the transfer it would give back");
     const sideways = await base.transfer(stranger, "USD₮", who.address, amount);
-    const notBillPays = await close(a, sideways.transactionHash);
-    expect(notBillPays.record.detail).toContain("from BillPay or its admin");
-    // The refund is serve, refund or close's alone to name: not a serve's.
-    const serving = await resolveOrder(review, { requestId: a.refused.request_id, action: "serve", reason: "paid", operator: "bob", refundTxHash: sideways.transactionHash });
-    expect(serving.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect((await decide(a, "close", sideways.transactionHash)).record.detail).toContain("from BillPay or its admin");
+    expect((await decide(a, "serve", sideways.transactionHash)).record.detail).toContain("only a close names a refund transaction");
 
     const before = await balance(who.address);
     const back = await base.withdraw("USD₮", who.address, amount);
-    const closed = await close(a, back.transactionHash);
-    expect(closed.record, closed.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "REFUNDED", refunded_inflow: expect.stringContaining(sent[0]!.transactionHash) });
+    const closed = await decide(a, "close", back.transactionHash);
+    expect(closed.record, closed.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "REFUNDED", tx_hash: back.transactionHash.toLowerCase() });
     expect((await service.flow.orders.get(a.refused.request_id))!).toMatchObject({ status: "REFUNDED", refundTxHash: back.transactionHash });
-    // The same refund closes no other order.
-    const reused = await close(b, back.transactionHash);
+    // One refund closes one order.
+    const reused = await decide(b, "close", back.transactionHash);
     expect(reused.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
     expect(reused.record.detail).toContain("already closed another payment or order as refunded by hand");
-    // The transfer given back holds it no longer: only the other one does.
-    const stillHeld = await close(b);
-    expect(stillHeld.record.detail).toContain(sent[1]!.transactionHash);
-    expect(stillHeld.record.detail).not.toContain(sent[0]!.transactionHash);
     const backAgain = await base.withdraw("USD₮", who.address, amount);
-    expect((await close(b, backAgain.transactionHash)).record).toMatchObject({ outcome: "DONE", status_after: "REFUNDED" });
+    expect((await decide(b, "close", backAgain.transactionHash)).record).toMatchObject({ outcome: "DONE", status_after: "REFUNDED" });
     expect(await balance(who.address)).toBe(before + 2n * amount); // both transfers back, once each
 
     const audit = await auditOnSharedChains(paying, { url });
