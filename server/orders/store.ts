@@ -320,7 +320,12 @@ export type NewOrder = Omit<
 export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "payment" | "requirements" | "secretHash"> &
   Pick<Order, "batchId" | "scheduleId" | "idempotencyKey">;
 
-/** What must still hold when a pull is signed: the schedule that asked for it is not cancelled, or the key that asked for it is the wallet's current one. */
+/**
+ * What must still hold when a pull is signed: the schedule that asked for it is not cancelled
+ * and the key it was made under is still its wallet's (a re-link cancels a wallet's active
+ * schedules, but not one whose last run is already under way), or the key that asked for it
+ * is the wallet's current one.
+ */
 export type PullGuard = { scheduleId: string } | { apiKeyHash: string };
 
 type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard };
@@ -587,7 +592,7 @@ export class OrderStore {
    * Records the signed pull for these orders, before it is sent: the last moment before
    * money moves. Returns false (so it is never sent) unless every order is still PULLING
    * without one (the worker may have written an order off meanwhile) and the guard still
-   * holds: the schedule is not cancelled, or the key is still the wallet's. The guard's row
+   * holds: the schedule is not cancelled and its key still the wallet's, or the key is still the wallet's. The guard's row
    * is locked by the same statement, so a cancel or a re-link either lands first (nothing
    * is sent) or waits for this one.
    */
@@ -623,7 +628,8 @@ export class OrderStore {
       const column = (c: number) => rows.map((row) => row[c]);
       const recorded = await this.db.query<{ record: number }>(
         `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[]) AS r(record, request_id, tx_hash, schedule_id, api_key_hash)),
-              schedule AS (SELECT id FROM bill_schedule WHERE id IN (SELECT schedule_id FROM rec) AND status <> 'CANCELLED' FOR SHARE),
+              schedule AS (SELECT s.id FROM bill_schedule s WHERE s.id IN (SELECT schedule_id FROM rec) AND s.status <> 'CANCELLED'
+                AND (s.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM agent_link l WHERE l.wallet = s.wallet AND l.api_key_hash = s.api_key_hash)) FOR SHARE OF s),
               link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
          UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
          FROM rec

@@ -227,6 +227,18 @@ for (const kind of ["pglite", "postgresql"] as const) {
       const hashes = await Promise.all(ids.map(async (id) => (await orders.get(id))!.txHash));
       expect(hashes.slice(0, 10)).toEqual(["0xgroup", null, null, "0xgroup", null, "0xgroup", "0xfirst", "0xgroup", "0xgroup", "0xgroup"]);
       expect(hashes[10]).toBe(outcomes[9] ? "0xgroup" : "0xother");
+
+      // A schedule's last run under way (the schedule COMPLETED, so a re-link does not cancel
+      // it) pays only while the key it was made under is still its wallet's.
+      const owner = wallet(0x107);
+      const madeUnder = await link(owner);
+      const last = await schedules.create({ wallet: owner, bill, chain: "CELO", token: "USDC", runAt: later, cron: null, firstRun: later, maxRuns: null, maxPerWallet: 10, apiKeyHash: madeUnder });
+      await db.query(`UPDATE bill_schedule SET status = 'COMPLETED' WHERE id = $1`, [last.id]);
+      const [stillHis, afterRelink] = [await pullOrder(21, owner), await pullOrder(22, owner)];
+      expect(await orders.setTxHash([stillHis], "0xlast", { scheduleId: last.id })).toBe(true);
+      await link(owner); // re-linked: the key the schedule was made under is retired
+      expect(await orders.setTxHash([afterRelink], "0xlast", { scheduleId: last.id })).toBe(false);
+      expect((await orders.get(afterRelink))!.txHash).toBeNull();
     });
 
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {
