@@ -146,6 +146,7 @@ export function auditOrders(
           const last = decided.get(o.request_id);
           const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
           if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
+          else if (lower(o.refund_tx_hash) !== lower(last.tx_hash)) out.discrepancies.push(`${what} was closed as refunded by hand with ${last.tx_hash}, but names ${o.refund_tx_hash ?? "no"} refund`);
         } else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
@@ -159,6 +160,8 @@ export function auditOrders(
     }
     const last = decided.get(o.request_id);
     if (last && o.status !== "NEEDS_REVIEW") out.resolved.push(`${what}: ${decision(last)}`);
+    // Held for a refund by hand of its payer's transfer: that refund is the only way it closes.
+    if (handRefundHolds.has(o.request_id) && o.status !== "NEEDS_REVIEW" && o.status !== "REFUNDED") out.discrepancies.push(`${what} was held for a refund by hand of its payer's transfer, but left review as ${o.status}`);
     if (UNFINISHED.has(o.status)) {
       // A refusal is unfinished until its authorization expires: counted from then.
       const since = o.status === "REFUSED" && o.auth_valid_before ? Number(o.auth_valid_before) * 1000 : Date.parse(o.created_at);

@@ -125,13 +125,17 @@ export class ReviewRecords {
     return row!.id;
   }
 
+  /**
+   * Records what came of the action, once: a record already decided (a hold, a close by hand,
+   * written with the move they made) is answered as it stands, never rewritten.
+   */
   async finish(id: string, outcome: Exclude<ReviewOutcome, "PENDING">, detail: string, statusAfter?: string | null, txHash?: string | null): Promise<ReviewRecord> {
     const [row] = await this.db.query<ReviewRecord>(
       `UPDATE review_action SET outcome = $2, detail = $3, status_after = $4, tx_hash = COALESCE($5, tx_hash), updated_at = now()
-       WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+       WHERE id = $1 AND outcome = 'PENDING' RETURNING ${RECORD_COLUMNS}`,
       [id, outcome, detail, statusAfter ?? null, txHash ?? null],
     );
-    return row!;
+    return row ?? (await this.get(id))!;
   }
 
   forOrder(requestId: string): Promise<ReviewRecord[]> {
@@ -241,14 +245,28 @@ async function ledgerAtHead(deps: FlowDeps, chain: ChainKey, waitMs = 15_000): P
 /** An operator's decision on an order; `refundTxHash` only with a close, as refunded by hand. */
 type DecisionInput = { requestId: string; action: (typeof REVIEW_ACTIONS)[number]; reason: string; operator: string; refundTxHash?: string };
 
-/** Refunds, serves or closes a NEEDS_REVIEW order, as `operator` decided for `reason`. */
+/**
+ * Refunds, serves, closes or holds a NEEDS_REVIEW order, as `operator` decided for `reason`.
+ * The order is claimed first, and held while the decision runs, so what is read stays so: a
+ * second decision, the biller's webhook and the payment watch wait while one holds it, and the
+ * worker leaves a leased order alone. The record's "before" is the order as claimed.
+ */
 export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Promise<ReviewResult> {
-  const order = await deps.orders.get(input.requestId);
-  if (!order) throw new ServiceError("ORDER_NOT_FOUND", `no order ${input.requestId}`);
+  const read = await deps.orders.get(input.requestId);
+  if (!read) throw new ServiceError("ORDER_NOT_FOUND", `no order ${input.requestId}`);
+  const claimed = await deps.orders.claim(read.requestId, deps.leaseSeconds);
+  const order = claimed ?? read;
   const id = await deps.reviews.start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, txHash: input.refundTxHash?.toLowerCase(), statusBefore: order.status });
   const line = { requestId: order.requestId, action: input.action, operator: input.operator };
   try {
-    const result = await act(deps, order, input, id);
+    if (!claimed) {
+      throw new Refused(
+        order.status === "NEEDS_REVIEW"
+          ? "another decision on this order, or the biller's webhook or the payment watch, is at work on it: nothing was done; look again shortly"
+          : whyNot(order, { payment: null, refunds: [], refunded: 0n })[input.action]!,
+      );
+    }
+    const result = await decide(deps, claimed, input, id);
     deps.log.warn("an operator decided an order held for review", { ...line, outcome: result.record.outcome, status: result.record.status_after });
     return result;
   } catch (err) {
@@ -261,26 +279,28 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
     const detail = err instanceof Refused ? err.message : `nothing was moved: ${errorText(err)}`;
     deps.log.warn("an operator's action on an order was refused", { ...line, why: detail });
     return { record: await deps.reviews.finish(id, "REFUSED", detail, now.status), order: now };
+  } finally {
+    if (claimed) {
+      await deps.orders.release(claimed.requestId, claimed.leaseToken).catch((err: unknown) => {
+        // The lease ends on its own (ORDER_LEASE_SECONDS); the decision stands as recorded.
+        deps.log.warn("could not release an order after an operator's decision; its lease runs out", { ...line, error: errorText(err) });
+      });
+    }
   }
 }
 
-async function act(deps: ReviewDeps, read: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
+async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
+  const chain = order.chain as ChainKey;
   const byHand = input.refundTxHash as Hex | undefined;
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
-  // Held while the action runs, and taken before anything is read, so what is read stays so: a
-  // second decision, the biller's webhook and the payment watch wait while one holds it, and
-  // the worker leaves a leased order alone.
-  const order = await deps.orders.claim(read.requestId, deps.leaseSeconds);
-  if (!order) throw new Refused("another decision on this order, or the biller's webhook or the payment watch, is at work on it: nothing was done; look again shortly");
-  try {
-    return await decide(deps, order, input, id, byHand);
-  } finally {
-    await deps.orders.release(order.requestId, order.leaseToken);
+  // An order held for a refund by hand is closed by that refund and nothing else: its
+  // transfer, taken by the hold, no longer holds it by the verdict's reading (spent-permit2.ts).
+  const held = await deps.orders.handRefundInflow(order.requestId);
+  if (held && !(input.action === "close" && byHand !== undefined)) {
+    throw new Refused(
+      `the order is held for a refund by hand of its payer's transfer ${held.split("-")[1]}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction; nothing else closes it`,
+    );
   }
-}
-
-async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string, byHand: Hex | undefined): Promise<ReviewResult> {
-  const chain = order.chain as ChainKey;
   if (input.action === "close" || input.action === "hold") {
     if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n })[input.action]!);
     // "No payment" is believed only of a ledger that has indexed the chain as it is now.
@@ -310,11 +330,8 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
     });
     if (v.verdict === "wait") throw new Refused(`the order's Permit2 nonce is spent on chain, but ${v.why}: whether it paid BillPay cannot be told yet; try again shortly`);
     if (v.verdict === "held") {
-      const held = await deps.orders.handRefundInflow(order.requestId);
       throw new Refused(
-        held
-          ? `the order is held for a refund by hand of its payer's transfer ${held.split("-")[1]}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction`
-          : `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held. To give it back, hold it for a refund by hand (before sending anything), send the amount, then close it with that transaction`,
+        `the order's Permit2 nonce is spent on chain and its payer sent BillPay transfers of the order's amount that no payment accounts for (${inflowsText(v.found)}): one may be this permit settled through another contract, so it cannot be closed as not charged; it stays held. To give it back, hold it for a refund by hand (before sending anything), send the amount, then close it with that transaction`,
       );
     }
   }
@@ -406,8 +423,6 @@ async function deliveryStands(deps: ReviewDeps, order: Order): Promise<boolean> 
  * order (spent-permit2.ts). The order stays NEEDS_REVIEW until closed with the refund.
  */
 async function holdForHandRefund(deps: ReviewDeps, order: Order, id: string): Promise<ReviewResult> {
-  const held = await deps.orders.handRefundInflow(order.requestId);
-  if (held) throw new Refused(`the order is held already for a refund by hand of its payer's transfer ${held.split("-")[1]}: send the amount, then close it with that transaction`);
   if (await deliveryStands(deps, order)) throw new Refused(DELIVERED);
   const nonce = await authorizationOnChain(deps, order);
   if (!nonce.used) throw new Refused("the order's Permit2 nonce is not spent on chain: nothing can have been settled under it; close it once its permit has lapsed");
@@ -639,6 +654,10 @@ async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): P
     throw new Refused(
       `transaction ${txHash} carries no transfer of exactly ${describeAmount(deps.deployments, of.chain, of.token, of.amount)} to ${of.payer} from BillPay or its admin${transfers.length ? ` (it moves ${transfers.map((t) => `${t.value} raw units from ${t.from} to ${t.to}`).join(", ")})` : ""}`,
     );
+  }
+  // As deep as a payment must be: a refund a reorganisation could still take closes nothing.
+  if (!(await deepEnough(deps, of.chain, { chainId: chainInfo(of.chain).chainId, blockNumber: receipt.blockNumber.toString() }))) {
+    throw new Refused(`transaction ${txHash} is not yet as deep as ${deps.confirmations[of.chain] ?? 0} confirmations; try again shortly`);
   }
   return { block: receipt.blockNumber, logIndex: exact.logIndex };
 }

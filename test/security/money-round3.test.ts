@@ -539,6 +539,9 @@ describe("money safety, third round", () => {
     expect((await orderOf(settling.requestId)).leaseToken).toBe(first.leaseToken);
     expect(await attemptsOf(settling.requestId)).toHaveLength(1);
     await service.flow.orders.release(settling.requestId, first.leaseToken);
+    // The lease a finished request keeps on its order only nominally (unmarked) does not keep
+    // an operator out: the decisions below take it over.
+    await service.db.query(`UPDATE bill_order SET lease_until = now() + make_interval(secs => 60), lease_token = 'a-request/nominal' WHERE request_id = $1`, [settling.requestId]);
     // Nor may an operator refund it: the bill was delivered, and a refund would give it away.
     const refund = await resolveOrder(review, { requestId: settling.requestId, action: "refund", reason: "the payer asked", operator: "mallory" });
     expect(refund.record.outcome).toBe("REFUSED");

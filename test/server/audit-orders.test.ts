@@ -73,24 +73,33 @@ describe("the audit of orders served on their receipt", () => {
   });
 
   it("takes a Permit2 order held and closed as refunded by hand, with nothing booked under its key, as resolved; any other refunded order with no payment is a discrepancy", () => {
-    const refunded = (requestId: string) => ({ ...served(requestId, requestId === "ord_by_hand" ? "0x03" : "0x04"), status: "REFUNDED", payment_rail: "permit2" }) as unknown as OpsOrder;
+    const refund = `0x${"cc".repeat(32)}`;
+    const refunded = (requestId: string, nonce: string, status = "REFUNDED") => ({ ...served(requestId, nonce), status, payment_rail: "permit2", refund_tx_hash: status === "REFUNDED" ? refund : null }) as unknown as OpsOrder;
     const decision = (id: string, requestId: string, action: string, inflow: string | null, tx: string | null) =>
       ({ id, request_id: requestId, orphan_key: null, action, operator: "bob", reason: "sent back", outcome: "DONE", tx_hash: tx, hand_refund_inflow: inflow, created_at: "2026-11-28", detail: null }) as never;
-    const refund = `0x${"cc".repeat(32)}`;
     const audit = auditOrders(
       {
-        orders: [refunded("ord_by_hand"), refunded("ord_other")],
+        orders: [refunded("ord_by_hand", "0x03"), refunded("ord_other", "0x04"), refunded("ord_kept", "0x05", "PAYMENT_FAILED")],
         orphans: { pulls: [], payments: [] },
-        // The other order's close names a transaction, but no hold took a transfer for it.
-        reviews: [decision("1", "ord_by_hand", "hold", `8453-0x${"dd".repeat(32)}-2`, null), decision("2", "ord_by_hand", "close", null, refund), decision("3", "ord_other", "close", null, refund)],
+        // The other order's close names a transaction, but no hold took a transfer for it; the
+        // kept one was held for a refund by hand, yet left review unrefunded.
+        reviews: [
+          decision("1", "ord_by_hand", "hold", `8453-0x${"dd".repeat(32)}-2`, null),
+          decision("2", "ord_by_hand", "close", null, refund),
+          decision("3", "ord_other", "close", null, refund),
+          decision("4", "ord_kept", "hold", `8453-0x${"ee".repeat(32)}-2`, null),
+        ],
       },
       [],
       [],
       Date.now(),
       3_600,
     );
-    expect(audit.discrepancies).toEqual(["order ord_other (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no payment"]);
-    expect(audit.resolved).toEqual([expect.stringContaining("order ord_by_hand (x402, REFUNDED, 1000000): close by bob"), expect.stringContaining("order ord_other")]);
+    expect(audit.discrepancies).toEqual([
+      "order ord_other (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no payment",
+      "order ord_kept (x402, PAYMENT_FAILED, 1000000) was held for a refund by hand of its payer's transfer, but left review as PAYMENT_FAILED",
+    ]);
+    expect(audit.resolved).toEqual([expect.stringContaining("order ord_by_hand (x402, REFUNDED, 1000000): close by bob"), expect.stringContaining("order ord_other"), expect.stringContaining("order ord_kept")]);
   });
 
   it("holds an order served while the audit ran to its amount once the ledger shows its payment", () => {

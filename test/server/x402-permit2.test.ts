@@ -441,7 +441,13 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     // Each hold takes one transfer, the oldest left, before anything is sent.
     const heldA = await decide(a, "hold");
     expect(heldA.record, heldA.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "NEEDS_REVIEW", hand_refund_inflow: expect.stringContaining(sent[0]!.transactionHash) });
-    expect((await decide(a, "hold")).record.detail).toContain("held already");
+    // Held, it closes by its refund alone: not again held, not closed as not charged (its
+    // transfer, taken by the hold, no longer counts against a plain close's verdict).
+    for (const again of ["hold", "close"] as const) {
+      const refused = await decide(a, again);
+      expect(refused.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+      expect(refused.record.detail).toContain("is held for a refund by hand of its payer's transfer");
+    }
     expect((await decide(b, "hold")).record).toMatchObject({ outcome: "DONE", hand_refund_inflow: expect.stringContaining(sent[1]!.transactionHash) });
     // Both transfers taken, the third order is held by none: nothing to give back, closed as not charged.
     const heldC = await decide(c, "hold");
