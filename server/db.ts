@@ -389,6 +389,18 @@ const MIGRATIONS: string[] = [
    DROP INDEX review_action_hand_refund;
    CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash))
      WHERE tx_hash IS NOT NULL AND outcome = 'DONE' AND (orphan_key IS NOT NULL OR action = 'close');`,
+  // Refunds the service sent, watched for reorganisations until past the ledger's depth
+  // (orders/refund-watch.ts): one lost goes back to REFUNDING and is sent again.
+  `CREATE TABLE refund_watch (
+     request_id   text        PRIMARY KEY,
+     chain        text        NOT NULL,
+     deployment   text        NOT NULL,
+     tx_hash      text        NOT NULL,
+     block_number numeric(78) NOT NULL,
+     created_at   timestamptz NOT NULL DEFAULT now(),
+     updated_at   timestamptz NOT NULL DEFAULT now()
+   );
+   CREATE INDEX refund_watch_open ON refund_watch (chain, block_number);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -50,6 +50,7 @@ export interface LedgerRefund {
   token: string;
   amount: string;
   txHash: string;
+  blockNumber: string;
   timestamp: string;
 }
 

@@ -62,6 +62,12 @@ export class Metrics {
     labelNames: ["chain", "rail", "source"],
     registers: [this.registry],
   });
+  readonly refundsLost = new Counter({
+    name: "billpay_refunds_lost_total",
+    help: "Refunds the service sent that a reorganisation took off the chain while their payment stood: each is held for an operator to refund again",
+    labelNames: ["chain", "rail"],
+    registers: [this.registry],
+  });
   readonly lostPaymentOutcomes = new Counter({
     name: "billpay_lost_payment_outcomes_total",
     help: "What became of lost payments: recollected, review (an operator decides), void (the order was being refunded)",

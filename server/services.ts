@@ -27,6 +27,7 @@ import { Orphans } from "./orders/ledger-pass.ts";
 import { RefusedPayments } from "./orders/refused-payments.ts";
 import { OrderStore } from "./orders/store.ts";
 import { PaymentWatches } from "./orders/payment-watch.ts";
+import { RefundWatches } from "./orders/refund-watch.ts";
 import type { WorkerDeps } from "./orders/worker.ts";
 import type { FlowDeps } from "./orders/fulfil.ts";
 import type { RateSource } from "./pricing/rates.ts";
@@ -101,6 +102,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, keys
     ledgerWaitMs: config.LEDGER_WAIT_MS,
     confirmations: confirmationsFor(config),
     watches: new PaymentWatches(db, deployments),
+    refundWatches: new RefundWatches(db, deployments),
     recollectReviewSeconds: config.RECOLLECT_REVIEW_SECONDS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,

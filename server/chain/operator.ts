@@ -68,7 +68,7 @@ export class ContractRefused extends Error {
 }
 
 /** A refund sent (its hash, and the gas it cost the refunder key in wei), or one BillPay had already made. */
-export type RefundOutcome = { txHash: Hex; gasWei: bigint } | { alreadyRefunded: true };
+export type RefundOutcome = { txHash: Hex; gasWei: bigint; block: bigint } | { alreadyRefunded: true };
 
 export interface PullItem {
   requestId: string;
@@ -304,8 +304,8 @@ export class ChainOperator {
 
   private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
     try {
-      const { hash, gasWei } = await this.send(chain, this.keys.refunder, call);
-      return { txHash: hash, gasWei };
+      const { hash, gasWei, block } = await this.send(chain, this.keys.refunder, call);
+      return { txHash: hash, gasWei, block };
     } catch (err) {
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true };
       throw err;
@@ -321,8 +321,8 @@ export class ChainOperator {
     return (await this.send(chain, signer, call, onSigned, onReplaced)).hash;
   }
 
-  /** write, answering the mined transaction's hash and what its gas cost in wei. */
-  private async send(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint }> {
+  /** write, answering the mined transaction's hash, what its gas cost in wei, and its block. */
+  private async send(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
@@ -400,7 +400,7 @@ export class ChainOperator {
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
-    return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice };
+    return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
 }
 

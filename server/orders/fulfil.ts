@@ -29,6 +29,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
+import type { RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
@@ -70,6 +71,8 @@ export interface FlowDeps {
   confirmations: Partial<Record<ChainKey, number>>;
   /** Confirmed payments, watched for reorganisations until past the ledger's depth (orders/payment-watch.ts). */
   watches: PaymentWatches;
+  /** Refunds sent, watched for reorganisations until past the ledger's depth (orders/refund-watch.ts). */
+  refundWatches: RefundWatches;
   /** How long a served bill whose payment was reorganised away may stay uncollected before it goes to an operator. */
   recollectReviewSeconds: number;
   /** How long a request waits for the biller before answering TIMEOUT. */
@@ -100,11 +103,11 @@ export interface FlowDeps {
 /**
  * What a refund touches, and nothing else: the order store, the ledger it reads the payment
  * from (and how long it waits for it), BillPay's refund budget and the shares of it, the
- * refunder's key (`operator`), its log and metrics.
+ * refunder's key (`operator`), the watch its refund is recorded in, its log and metrics.
  */
 export type RefundDeps = Pick<
   FlowDeps,
-  "orders" | "ledger" | "ledgerWaitMs" | "refundBudgets" | "refundPayerSharePercent" | "refundLateSlicePercent" | "refundWaitReviewSeconds" | "operator" | "metrics" | "log"
+  "orders" | "ledger" | "ledgerWaitMs" | "refundBudgets" | "refundPayerSharePercent" | "refundLateSlicePercent" | "refundWaitReviewSeconds" | "operator" | "refundWatches" | "metrics" | "log"
 >;
 
 /**
@@ -483,7 +486,9 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
     if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
-    return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash });
+    // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
+    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block) : undefined;
+    return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash }, watched);
   } catch (err) {
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
     if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {

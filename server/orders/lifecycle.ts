@@ -57,6 +57,7 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "REFUNDING", to: "NEEDS_REVIEW", when: "the refund was held, refused by BillPay, or waited too long for the budget", money: "held: nothing sent" },
   { from: "REFUNDING", to: "PAYMENT_FAILED", when: "a reorganisation took the payment before its refund", money: "none: there is nothing to refund" },
   { from: "REFUNDED", to: "PAYMENT_FAILED", when: "a reorganisation took the payment that was refunded", money: "none left to refund; the audit shows the refund" },
+  { from: "REFUNDED", to: "NEEDS_REVIEW", when: "a reorganisation took the refund's transaction while its payment stands", money: "held: the payer is owed the refund again; an operator refunds it (BillPay refunds a key once)" },
   { from: "NEEDS_REVIEW", to: "PAID", when: "an operator serves it: the ledger shows exactly the order's payment", money: "in, as for any paid order" },
   { from: "NEEDS_REVIEW", to: "REFUNDING", when: "an operator refunds it", money: "out: exactly what the ledger shows paid under the key" },
   { from: "NEEDS_REVIEW", to: "REFUNDED", when: "the ledger already shows the key refunded in full, or an operator closes a Permit2 order held for a refund by hand with the refund's transaction (checked on chain)", money: "none sent by the service; by hand, exactly the order's amount, once per payer transfer it gives back" },

@@ -18,6 +18,7 @@ import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
 import { watchPayments } from "./payment-watch.ts";
+import { watchRefunds } from "./refund-watch.ts";
 import type { Callbacks } from "./callbacks.ts";
 import type { KeyLeases } from "../chain/key-lease.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
@@ -88,6 +89,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     ["x402 payments", () => reconcileAuthorizationPayments(deps)],
     ["expired refusals", () => closeExpiredRefusals(deps)],
     ["payments after confirmation", () => watchPayments(deps)],
+    ["refunds after confirmation", () => watchRefunds(deps)],
     ...also.map((task, i): [string, () => Promise<unknown>] => [`task ${i + 1} of the caller's`, task]),
   ];
   let busy = false;

@@ -19,6 +19,8 @@ import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
+import { watchRefunds } from "../../server/orders/refund-watch.ts";
+import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -231,6 +233,54 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const order = await orderOf(failed.request_id);
     expect(order.status).toBe("PAYMENT_FAILED");
     expect(await usdc(payer.address)).toBe(before);
+  });
+
+  it("a refund reorganised off the chain while its payment stands is held for an operator, who refunds it again: the payer is refunded once, logged, counted, audited clean", async () => {
+    const payer = hardhatAccount(13);
+    const before = await usdc(payer.address);
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1570 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    const price = (await orderOf(requestId)).amount;
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    // As the biller taking the bill back leaves it for an operator, who refunds it.
+    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const refunded = await reorganisedAway(() => resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" }));
+    expect(refunded.record.outcome, refunded.record.detail ?? "").toBe("DONE");
+    const lostTx = refunded.order!.refundTxHash;
+    expect(await usdc(payer.address)).toBe(before - price); // the chain no longer holds the refund
+    await mine();
+
+    // The watch holds the order for an operator, saying why; nothing goes out by itself.
+    await expect
+      .poll(
+        async () => {
+          await watchRefunds(service.flow).catch(() => 0);
+          return (await orderOf(requestId)).status;
+        },
+        { timeout: 30_000, interval: 250 },
+      )
+      .toBe("NEEDS_REVIEW");
+    expect((await orderOf(requestId)).failureReason).toContain(`its refund (transaction ${lostTx!.toLowerCase()}) was reorganised off the chain while its payment stands`);
+    expect(errors).toContain("a refund the service sent was reorganised off the chain; held for an operator to refund it again");
+    expect(await metric('billpay_refunds_lost_total{chain="CELO",rail="x402"}')).toBe(1);
+    expect(await usdc(payer.address)).toBe(before - price);
+    // The operator refunds it again: the ledger shows the payment and no refund under its key.
+    const again = await resolveOrder(review, { requestId, action: "refund", reason: "its refund was reorganised away", operator: "bob" });
+    expect(again.record.outcome, again.record.detail ?? "").toBe("DONE");
+    expect(await usdc(payer.address)).toBe(before);
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("REFUNDED");
+    expect(order.refundTxHash).not.toBe(lostTx);
+    // Past the ledger's depth, the watch ends.
+    await mine(31);
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await watchRefunds(service.flow);
+    expect(await service.db.query(`SELECT 1 FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([]);
+    const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
   });
 
   it("with a confirmation depth, a bill is vended only once the chain has that many blocks on top of its payment", async () => {
