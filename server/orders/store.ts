@@ -49,6 +49,9 @@ export const VERIFICATION_FAILED = "verification failed";
 /** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
 export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
+/** Who claims an order for a piece of work on it (the lease says so). */
+export type ClaimKind = "decision" | "webhook" | "work";
+
 /**
  * Marks a lease taken by `claim` for work on the order (an operator's decision, the biller's
  * webhook, the payment watch): while it lasts nobody else claims the order, final or not.
@@ -681,15 +684,20 @@ export class OrderStore {
    * lease the other works under, and let the worker run beside it). Undefined when someone
    * is working on it.
    */
-  async claim(requestId: string, leaseSeconds: number): Promise<Order | undefined> {
+  async claim(requestId: string, leaseSeconds: number, by: ClaimKind = "work"): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
        WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now()
          OR (status = ANY($4::text[]) AND position($5::text IN coalesce(lease_token, '')) = 0))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, this.leaseToken(HELD_LEASE), FINAL_STATUSES, `/${HELD_LEASE}`],
+      [requestId, leaseSeconds, this.leaseToken(`${HELD_LEASE}${by}:`), FINAL_STATUSES, `/${HELD_LEASE}`],
     );
     return row && toOrder(row);
+  }
+
+  /** Whether the order's lease is held now by a claim of this kind. */
+  static heldBy(o: Pick<Order, "leaseToken">, by: ClaimKind): boolean {
+    return (o.leaseToken ?? "").includes(`/${HELD_LEASE}${by}:`);
   }
 
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */
