@@ -390,17 +390,19 @@ const MIGRATIONS: string[] = [
    CREATE UNIQUE INDEX review_action_hand_refund ON review_action (lower(tx_hash))
      WHERE tx_hash IS NOT NULL AND outcome = 'DONE' AND (orphan_key IS NOT NULL OR action = 'close');`,
   // Refunds the service sent, watched for reorganisations until past the ledger's depth
-  // (orders/refund-watch.ts): one lost goes back to REFUNDING and is sent again.
+  // (orders/refund-watch.ts): one lost holds its order for an operator (lost_at), who may
+  // refund it again but not serve it (the lost refund may still land).
   `CREATE TABLE refund_watch (
      request_id   text        PRIMARY KEY,
      chain        text        NOT NULL,
      deployment   text        NOT NULL,
      tx_hash      text        NOT NULL,
      block_number numeric(78) NOT NULL,
+     lost_at      timestamptz,
      created_at   timestamptz NOT NULL DEFAULT now(),
      updated_at   timestamptz NOT NULL DEFAULT now()
    );
-   CREATE INDEX refund_watch_open ON refund_watch (chain, block_number);`,
+   CREATE INDEX refund_watch_open ON refund_watch (chain, block_number) WHERE lost_at IS NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

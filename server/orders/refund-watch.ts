@@ -12,12 +12,19 @@
  * back out of a REFUNDED order by itself (orders/lifecycle.ts). An operator's refund sends it
  * again, bounded as every refund is (what the ledger shows paid under the key, nothing when it
  * shows a refund, the refund budget) and by BillPay itself, which refunds a key once: should
- * the lost transaction land after all, the second refund reverts, or the first does.
+ * the lost transaction land after all, the second refund reverts, or the first does. Serving
+ * such an order is refused (orders/review.ts): the lost refund may still land, after the bill.
+ *
+ * "Lost" is believed of the ledger and the service's own node together: the ledger, indexed
+ * past the refund's block, shows no refund under the key, and the node holds no receipt of it
+ * (one mined again in a later block is watched there).
  *
  * An order that moved on meanwhile (its payment lost too: PAYMENT_FAILED, with nothing owed
  * either way) is watched no more.
  */
-import type { Hex } from "viem";
+import { TransactionReceiptNotFoundError, type Hex } from "viem";
+import { publicClientFor } from "../../lib/chain-client.ts";
+import { rpcUrlFor } from "../../lib/deployments.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
@@ -54,7 +61,7 @@ export class RefundWatches {
     return {
       sql: (n) => `INSERT INTO refund_watch (request_id, chain, deployment, tx_hash, block_number)
        VALUES ($${n}, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4})
-       ON CONFLICT (request_id) DO UPDATE SET tx_hash = EXCLUDED.tx_hash, block_number = EXCLUDED.block_number, updated_at = now()`,
+       ON CONFLICT (request_id) DO UPDATE SET tx_hash = EXCLUDED.tx_hash, block_number = EXCLUDED.block_number, lost_at = NULL, updated_at = now()`,
       params: [o.requestId, o.chain, this.deployment(o.chain), txHash.toLowerCase(), block.toString()],
     };
   }
@@ -62,25 +69,46 @@ export class RefundWatches {
   /** The chain's watched refunds, oldest first; those of another deployment of it are dropped. */
   async open(chain: ChainKey): Promise<RefundWatchRow[]> {
     const deployment = this.deployment(chain);
-    await this.db.query(`DELETE FROM refund_watch WHERE chain = $1 AND deployment <> $2`, [chain, deployment]);
+    await this.db.query(`DELETE FROM refund_watch WHERE chain = $1 AND deployment <> $2 AND lost_at IS NULL`, [chain, deployment]);
     return this.db.query<RefundWatchRow>(
-      `SELECT request_id, tx_hash, block_number::text AS block_number FROM refund_watch WHERE chain = $1 ORDER BY block_number LIMIT $2`,
-      [chain, WATCH_BATCH],
+      `SELECT request_id, tx_hash, block_number::text AS block_number FROM refund_watch
+       WHERE chain = $1 AND deployment = $2 AND lost_at IS NULL ORDER BY block_number LIMIT $3`,
+      [chain, deployment, WATCH_BATCH],
     );
   }
 
-  /** Watched no more: past the watch, sent again, or its order moved on. */
+  /** Watched no more: past the watch, or its order moved on. */
   async close(requestId: string, txHash: string): Promise<void> {
-    await this.db.query(`DELETE FROM refund_watch WHERE request_id = $1 AND tx_hash = $2`, [requestId, txHash]);
+    await this.db.query(`DELETE FROM refund_watch WHERE request_id = $1 AND tx_hash = $2 AND lost_at IS NULL`, [requestId, txHash]);
+  }
+
+  /** The refund stands in another block now (mined again after a reorganisation). */
+  async movedTo(requestId: string, txHash: string, block: bigint): Promise<void> {
+    await this.db.query(`UPDATE refund_watch SET block_number = $3, updated_at = now() WHERE request_id = $1 AND tx_hash = $2`, [requestId, txHash, block.toString()]);
+  }
+
+  /** Lost, its order held: kept so that an operator may refund it again but not serve it. */
+  async lost(requestId: string, txHash: string): Promise<void> {
+    await this.db.query(`UPDATE refund_watch SET lost_at = now(), updated_at = now() WHERE request_id = $1 AND tx_hash = $2`, [requestId, txHash]);
+  }
+
+  /**
+   * The order's lost refund, if it has one not sent again since: a signed public transaction
+   * that may still land (anyone can submit it while the refunder's nonce is not past it).
+   */
+  async lostRefund(requestId: string): Promise<string | null> {
+    const [row] = await this.db.query<{ tx_hash: string }>(`SELECT tx_hash FROM refund_watch WHERE request_id = $1 AND lost_at IS NOT NULL`, [requestId]);
+    return row?.tx_hash ?? null;
   }
 }
 
-/** What watching refunds may touch: the ledger (what it shows), the orders and their watches. */
+/** What watching refunds may touch: the ledger (what it shows), the service's node (receipts, through the deployments), the orders and their watches. */
 export interface RefundWatchDeps {
   deployments: Deployments;
   ledger: LedgerClient;
   orders: OrderStore;
   refundWatches: RefundWatches;
+  leaseSeconds: number;
   metrics: Metrics;
   log: Log;
 }
@@ -93,8 +121,8 @@ async function refundsUnderKey(deps: RefundWatchDeps, o: Order): Promise<LedgerR
 }
 
 /**
- * One pass over the watched refunds of every chain: closes those past the watch, and sends
- * those the chain dropped to an operator. Returns how many lost refunds it acted on.
+ * One pass over the watched refunds of every chain: closes those past the watch, and holds
+ * those the chain dropped for an operator. Returns how many lost refunds it acted on.
  */
 export async function watchRefunds(deps: RefundWatchDeps): Promise<number> {
   let acted = 0;
@@ -106,33 +134,59 @@ export async function watchRefunds(deps: RefundWatchDeps): Promise<number> {
     const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
     if (indexed === null) continue;
     for (const w of rows) {
+      if (BigInt(w.block_number) > indexed) continue; // the ledger is not at that height yet
       try {
-        const order = await deps.orders.get(w.request_id);
-        if (!order || order.status !== "REFUNDED") {
-          await deps.refundWatches.close(w.request_id, w.tx_hash);
-          continue;
-        }
-        const refunds = await refundsUnderKey(deps, order);
-        if (refunds.length > 0) {
-          // Shown (in its block, or another one after a reorganisation): watched until the
-          // newest block it may stand in is past the ledger's depth.
-          const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), BigInt(w.block_number));
-          if (newest + REORG_WATCH_BLOCKS <= indexed) await deps.refundWatches.close(w.request_id, w.tx_hash);
-          continue;
-        }
-        if (BigInt(w.block_number) > indexed) continue; // the ledger is not back at that height yet
-        const lost = `its refund (transaction ${w.tx_hash}) was reorganised off the chain while its payment stands: refund it again`;
-        const held = await deps.orders.transition(order.requestId, ["REFUNDED"], "NEEDS_REVIEW", { failureReason: `${order.failureReason ?? "refunded"}; ${lost}` });
-        await deps.refundWatches.close(w.request_id, w.tx_hash);
-        if (held) {
-          deps.log.error("a refund the service sent was reorganised off the chain; held for an operator to refund it again", { requestId: order.requestId, chain, txHash: w.tx_hash, block: w.block_number });
-          deps.metrics.refundsLost.inc({ chain, rail: order.rail });
-          acted++;
-        }
+        if (await actOn(deps, chain, w, indexed)) acted++;
       } catch (err) {
         deps.log.warn("could not check a refund against the ledger yet; will retry", { requestId: w.request_id, error: errorText(err) });
       }
     }
   }
   return acted;
+}
+
+/** What one watched refund needs; true when it was lost and its order held. */
+async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, indexed: bigint): Promise<boolean> {
+  const order = await deps.orders.get(w.request_id);
+  if (!order || order.status !== "REFUNDED") {
+    await deps.refundWatches.close(w.request_id, w.tx_hash);
+    return false;
+  }
+  const refunds = await refundsUnderKey(deps, order);
+  if (refunds.length > 0) {
+    // Shown (in its block, or another one after a reorganisation): watched until the newest
+    // block it may stand in is past the ledger's depth.
+    const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), BigInt(w.block_number));
+    if (newest + REORG_WATCH_BLOCKS <= indexed) await deps.refundWatches.close(w.request_id, w.tx_hash);
+    return false;
+  }
+  // The ledger may be mid-way through following a reorganisation, or the refund mined again
+  // in a later block: the service's own node, which holds a receipt only for a transaction on
+  // its chain, has the last word. Mined, it is watched where it now stands.
+  const d = deps.deployments.chains[chain]!;
+  const receipt = await publicClientFor(chain, rpcUrlFor(chain, d))
+    .getTransactionReceipt({ hash: w.tx_hash as Hex })
+    .catch((err: unknown) => {
+      if (err instanceof TransactionReceiptNotFoundError) return null;
+      throw err; // the node could not be asked: nothing is decided this pass
+    });
+  if (receipt?.status === "success") {
+    await deps.refundWatches.movedTo(w.request_id, w.tx_hash, receipt.blockNumber);
+    return false;
+  }
+  // Lost. Held like any order, one actor at a time (a webhook or the payment watch may be at work on it).
+  const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds);
+  if (!claimed) return false;
+  try {
+    const held = await deps.orders.transition(order.requestId, ["REFUNDED"], "NEEDS_REVIEW", {
+      failureReason: `its refund (transaction ${w.tx_hash}) was reorganised off the chain while its payment stands: an operator refunds it again`,
+    });
+    if (!held) return false;
+    deps.log.error("a refund the service sent was reorganised off the chain; held for an operator to refund it again", { requestId: order.requestId, chain, txHash: w.tx_hash, block: w.block_number });
+    deps.metrics.refundsLost.inc({ chain, rail: order.rail });
+    await deps.refundWatches.lost(w.request_id, w.tx_hash);
+    return true;
+  } finally {
+    await deps.orders.release(claimed.requestId, claimed.leaseToken);
+  }
 }

@@ -254,10 +254,22 @@ type DecisionInput = { requestId: string; action: (typeof REVIEW_ACTIONS)[number
 export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Promise<ReviewResult> {
   const read = await deps.orders.get(input.requestId);
   if (!read) throw new ServiceError("ORDER_NOT_FOUND", `no order ${input.requestId}`);
-  const claimed = await deps.orders.claim(read.requestId, deps.leaseSeconds);
+  const claimed = await deps.orders.claim(read.requestId, deps.leaseSeconds, "decision");
   const order = claimed ?? read;
-  const id = await deps.reviews.start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, txHash: input.refundTxHash?.toLowerCase(), statusBefore: order.status });
   const line = { requestId: order.requestId, action: input.action, operator: input.operator };
+  const release = async () => {
+    if (!claimed) return;
+    await deps.orders.release(claimed.requestId, claimed.leaseToken).catch((err: unknown) => {
+      // The lease ends on its own (ORDER_LEASE_SECONDS); the decision stands as recorded.
+      deps.log.warn("could not release an order after an operator's decision; its lease runs out", { ...line, error: errorText(err) });
+    });
+  };
+  const id = await deps.reviews
+    .start({ requestId: order.requestId, action: input.action, operator: input.operator, reason: input.reason, txHash: input.refundTxHash?.toLowerCase(), statusBefore: order.status })
+    .catch(async (err: unknown) => {
+      await release();
+      throw err;
+    });
   try {
     if (!claimed) {
       throw new Refused(
@@ -280,12 +292,7 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
     deps.log.warn("an operator's action on an order was refused", { ...line, why: detail });
     return { record: await deps.reviews.finish(id, "REFUSED", detail, now.status), order: now };
   } finally {
-    if (claimed) {
-      await deps.orders.release(claimed.requestId, claimed.leaseToken).catch((err: unknown) => {
-        // The lease ends on its own (ORDER_LEASE_SECONDS); the decision stands as recorded.
-        deps.log.warn("could not release an order after an operator's decision; its lease runs out", { ...line, error: errorText(err) });
-      });
-    }
+    await release();
   }
 }
 
@@ -295,6 +302,14 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
   // An order held for a refund by hand is closed by that refund and nothing else: its
   // transfer, taken by the hold, no longer holds it by the verdict's reading (spent-permit2.ts).
+  if (input.action === "serve") {
+    const lost = await deps.refundWatches.lostRefund(order.requestId);
+    if (lost) {
+      throw new Refused(
+        `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): serving it could give away both the bill and the refund; refund it again instead (BillPay refunds a key once)`,
+      );
+    }
+  }
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {
     throw new Refused(

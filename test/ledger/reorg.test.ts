@@ -267,6 +267,10 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(errors).toContain("a refund the service sent was reorganised off the chain; held for an operator to refund it again");
     expect(await metric('billpay_refunds_lost_total{chain="CELO",rail="x402"}')).toBe(1);
     expect(await usdc(payer.address)).toBe(before - price);
+    // Not served: the lost refund is a signed transaction anyone may still land, after the bill.
+    const serve = await resolveOrder(review, { requestId, action: "serve", reason: "paid after all", operator: "bob" });
+    expect(serve.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(serve.record.detail).toContain("may still land");
     // The operator refunds it again: the ledger shows the payment and no refund under its key.
     const again = await resolveOrder(review, { requestId, action: "refund", reason: "its refund was reorganised away", operator: "bob" });
     expect(again.record.outcome, again.record.detail ?? "").toBe("DONE");
