@@ -29,7 +29,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
-import type { RefundWatches } from "./refund-watch.ts";
+import { shownRefundRecording, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
@@ -487,7 +487,7 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
     if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
-    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block) : undefined;
+    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block) : await shownRefundRecording(deps, refunding);
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash }, watched);
   } catch (err) {
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });

@@ -113,8 +113,20 @@ export interface RefundWatchDeps {
   log: Log;
 }
 
+/**
+ * The watch of a refund the order did not send itself but finds on chain (BillPay answered
+ * "already refunded", or the ledger already shows the key refunded): the newest refund the
+ * ledger shows under its key, recorded with the move to REFUNDED. Undefined when the ledger
+ * shows none yet: that refund goes unwatched.
+ */
+export async function shownRefundRecording(deps: Pick<RefundWatchDeps, "ledger" | "refundWatches">, o: Order): Promise<AlongsideWrite | undefined> {
+  const refunds = await refundsUnderKey(deps, o).catch(() => []);
+  const newest = refunds.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
+  return newest && deps.refundWatches.recording(o, newest.txHash as Hex, BigInt(newest.blockNumber));
+}
+
 /** The refunds the ledger shows under the order's key on its chain. */
-async function refundsUnderKey(deps: RefundWatchDeps, o: Order): Promise<LedgerRefund[]> {
+async function refundsUnderKey(deps: Pick<RefundWatchDeps, "ledger">, o: Order): Promise<LedgerRefund[]> {
   const chainId = chainInfo(o.chain).chainId;
   const shown = o.rail === "pull" ? await deps.ledger.order(o.onchainOrderId) : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
   return shown.refunds.filter((r) => r.chainId === chainId);

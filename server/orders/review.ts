@@ -391,11 +391,15 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       const paid = BigInt(p.amount);
       if (view.refunded >= paid) {
         // The money went back already (by hand, or a refund the order never heard of): nothing is sent.
-        const last = view.refunds[view.refunds.length - 1]!;
-        const done = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDED", {
-          failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`,
-          refundTxHash: last.txHash,
-        });
+        const last = view.refunds.reduce((n, r) => (BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n));
+        // Watched as any refund (orders/refund-watch.ts): it may be only a block deep.
+        const done = await deps.orders.advance(
+          order,
+          ["NEEDS_REVIEW"],
+          "REFUNDED",
+          { failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`, refundTxHash: last.txHash },
+          deps.refundWatches.recording(order, last.txHash as Hex, BigInt(last.blockNumber)),
+        );
         if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
         return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
       }

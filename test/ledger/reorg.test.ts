@@ -7,7 +7,7 @@
  * payer's authorization; the same order id), or send the order to an operator, never
  * charging twice; a refunded bill whose payment went is closed as never paid.
  */
-import { createWalletClient, erc20Abi, http, maxUint256, type Account, type Hex } from "viem";
+import { createWalletClient, erc20Abi, http, maxUint256, serializeTransaction, type Account, type Hex } from "viem";
 import { viemChain } from "../../lib/chains.ts";
 import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402HTTPClient } from "@x402/core/http";
@@ -285,6 +285,46 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await service.db.query(`SELECT 1 FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([]);
     const audit = () => runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
+  });
+
+  it("a lost refund landed again by anyone: the operator finds the order refunded, nothing more is sent, and that refund is watched", async () => {
+    const payer = hardhatAccount(14);
+    const before = await usdc(payer.address);
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1580 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    // The refund's signed transaction, as anyone watching the chain saw it before the reorganisation.
+    const signed = await reorganisedAway(async () => {
+      const refunded = await resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
+      expect(refunded.record.outcome, refunded.record.detail ?? "").toBe("DONE");
+      const tx = await celo.publicClient.getTransaction({ hash: refunded.order!.refundTxHash as Hex });
+      return serializeTransaction(
+        { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
+        { r: tx.r, s: tx.s, yParity: tx.yParity! },
+      );
+    });
+    await mine();
+    await expect.poll(async () => (await watchRefunds(service.flow).catch(() => 0), (await orderOf(requestId)).status), { timeout: 30_000, interval: 250 }).toBe("NEEDS_REVIEW");
+
+    // A stranger submits it again: the refund lands as first signed.
+    const relanded = await celo.publicClient.request({ method: "eth_sendRawTransaction", params: [signed] });
+    const receipt = await celo.publicClient.waitForTransactionReceipt({ hash: relanded });
+    expect(receipt.status).toBe("success");
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, receipt.blockNumber);
+    expect(await usdc(payer.address)).toBe(before);
+    // The operator's refund finds it refunded: nothing is sent, and that refund is watched.
+    const found = await resolveOrder(review, { requestId, action: "refund", reason: "look again", operator: "bob" });
+    expect(found.record).toMatchObject({ outcome: "DONE", status_after: "REFUNDED", tx_hash: relanded });
+    expect(await usdc(payer.address)).toBe(before);
+    expect(await service.db.query(`SELECT tx_hash, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([{ tx_hash: relanded.toLowerCase(), lost_at: null }]);
+    await mine(31);
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await watchRefunds(service.flow);
+    expect(await service.db.query(`SELECT 1 FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([]);
   });
 
   it("with a confirmation depth, a bill is vended only once the chain has that many blocks on top of its payment", async () => {
