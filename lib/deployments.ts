@@ -120,6 +120,15 @@ export function deployedChains(deployments: Deployments): ChainKey[] {
   return ALL_CHAIN_KEYS.filter((k) => deployments.chains[k] !== undefined);
 }
 
+/**
+ * Which deployment of a chain this is: its genesis and BillPay's address. A local chain started
+ * afresh is another one, and what was watched on the old one is never looked for on it.
+ */
+export function deploymentIdentity(deployments: Deployments, chain: string): string {
+  const d = requireChain(deployments, chain as ChainKey);
+  return `${d.genesisHash}:${d.billPay.address}`.toLowerCase();
+}
+
 export function requireChain(deployments: Deployments, chain: ChainKey): ChainDeployment {
   const d = deployments.chains[chain];
   if (!d) throw new Error(`no deployment for ${chain}: run \`npm run chains\` first`);

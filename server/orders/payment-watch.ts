@@ -29,7 +29,7 @@
 import type { PaymentRequirements } from "@x402/core/types";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import type { Deployments } from "../../lib/deployments.ts";
+import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
@@ -96,10 +96,8 @@ export class PaymentWatches {
     private readonly deployments: Deployments,
   ) {}
 
-  /** Which chain this is: its genesis and BillPay's address (a local chain started afresh is another). */
   private deployment(chain: string): string {
-    const d = this.deployments.chains[chain as ChainKey]!;
-    return `${d.genesisHash}:${d.billPay.address}`.toLowerCase();
+    return deploymentIdentity(this.deployments, chain);
   }
 
   /** Watches the payment that makes `o` PAID (again, if it moved to another block). */

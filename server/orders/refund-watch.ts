@@ -24,9 +24,8 @@
  */
 import { TransactionReceiptNotFoundError, type Hex } from "viem";
 import { publicClientFor } from "../../lib/chain-client.ts";
-import { rpcUrlFor } from "../../lib/deployments.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import type { Deployments } from "../../lib/deployments.ts";
+import { deploymentIdentity, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { x402RailOf, type LedgerClient, type LedgerRefund } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
@@ -50,10 +49,8 @@ export class RefundWatches {
     private readonly deployments: Deployments,
   ) {}
 
-  /** Which chain this is: its genesis and BillPay's address (a local chain started afresh is another). */
   private deployment(chain: string): string {
-    const d = this.deployments.chains[chain as ChainKey]!;
-    return `${d.genesisHash}:${d.billPay.address}`.toLowerCase();
+    return deploymentIdentity(this.deployments, chain);
   }
 
   /** Watches the refund that makes `o` REFUNDED, as a write in that move's statement (OrderStore.advance). */
