@@ -24,7 +24,6 @@ import { problemResponse } from "../errors.ts";
 import type { Limits } from "../limits.ts";
 import { errorText } from "../log-safety.ts";
 import { actOnBillerState, FINISHED, type FlowDeps } from "./fulfil.ts";
-import { OrderStore } from "./store.ts";
 
 export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
 /** The acknowledgement VTpass waits for. */
@@ -65,12 +64,11 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     await deps.limits.take("webhookOrder", attempt.requestId);
     const order = await flow.orders.claim(attempt.requestId, flow.leaseSeconds, "webhook");
     if (!order) {
-      // The worker or a request finishing an unfinished order asks the biller itself, and
-      // another copy of this webhook at work on it does what this one would. A final order held
-      // for other work (an operator's decision, the payment watch) will not: the biller is asked
-      // to send it again, as VTpass does for an answer other than success.
+      // The worker or a request finishing an unfinished order asks the biller itself. A final
+      // order is held only for other work (an operator's decision, the payment watch) that will
+      // not: the biller is asked to send it again, as VTpass does for an answer other than success.
       const now = await flow.orders.get(attempt.requestId);
-      if (now && FINISHED.has(now.status) && !OrderStore.heldBy(now, "webhook")) return problemResponse("BILLER_UNAVAILABLE", "the order is being decided right now; send the webhook again");
+      if (now && FINISHED.has(now.status)) return problemResponse("BILLER_UNAVAILABLE", "the order is being decided right now; send the webhook again");
       return c.json(SUCCESS);
     }
     try {

@@ -685,19 +685,17 @@ export class OrderStore {
    * is working on it.
    */
   async claim(requestId: string, leaseSeconds: number, by: ClaimKind = "work"): Promise<Order | undefined> {
+    // Webhooks do not keep each other out: each requeries its own attempt, and what each
+    // finds is one guarded transition (a copy refused would be a callback nobody acts on).
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
        WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now()
-         OR (status = ANY($4::text[]) AND position($5::text IN coalesce(lease_token, '')) = 0))
+         OR (status = ANY($4::text[]) AND (position($5::text IN coalesce(lease_token, '')) = 0
+           OR ($6::boolean AND position($7::text IN coalesce(lease_token, '')) > 0))))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, this.leaseToken(`${HELD_LEASE}${by}:`), FINAL_STATUSES, `/${HELD_LEASE}`],
+      [requestId, leaseSeconds, this.leaseToken(`${HELD_LEASE}${by}:`), FINAL_STATUSES, `/${HELD_LEASE}`, by === "webhook", `/${HELD_LEASE}webhook:`],
     );
     return row && toOrder(row);
-  }
-
-  /** Whether the order's lease is held now by a claim of this kind. */
-  static heldBy(o: Pick<Order, "leaseToken">, by: ClaimKind): boolean {
-    return (o.leaseToken ?? "").includes(`/${HELD_LEASE}${by}:`);
   }
 
   /** Gives up the lease: the worker may take the order at once if it is unfinished. */

@@ -530,15 +530,20 @@ describe("money safety, third round", () => {
     expect(second.record.detail).toContain("another decision on this order");
     expect(await service.flow.orders.claim(settling.requestId, 60)).toBeUndefined();
     const [attempt] = await attemptsOf(settling.requestId);
-    const webhook = await fetch(`${url}/api/biller/webhook`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ type: "transaction-update", data: { requestId: attempt!.biller_request_id } }),
-    });
-    expect(webhook.status).toBe(503);
+    const webhook = () =>
+      fetch(`${url}/api/biller/webhook`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ type: "transaction-update", data: { requestId: attempt!.biller_request_id } }),
+      });
+    expect((await webhook()).status).toBe(503);
     expect((await orderOf(settling.requestId)).leaseToken).toBe(first.leaseToken);
     expect(await attemptsOf(settling.requestId)).toHaveLength(1);
     await service.flow.orders.release(settling.requestId, first.leaseToken);
+    // Copies of a webhook do not keep each other out: each acts on what its own requery says.
+    const copy = (await service.flow.orders.claim(settling.requestId, 60, "webhook"))!;
+    expect((await webhook()).status).toBe(200);
+    expect((await orderOf(settling.requestId)).leaseToken).not.toBe(copy.leaseToken);
     // The lease a finished request keeps on its order only nominally (unmarked) does not keep
     // an operator out: the decisions below take it over.
     await service.db.query(`UPDATE bill_order SET lease_until = now() + make_interval(secs => 60), lease_token = 'a-request/nominal' WHERE request_id = $1`, [settling.requestId]);
