@@ -23,6 +23,18 @@ export interface ScrapeSource {
 export class Metrics {
   readonly registry = new Registry();
 
+  /**
+   * Starts the loss counters at 0 for every chain and rail: a series that first appears at 1
+   * is read by Prometheus's increase() as no increase, so the first loss of a process's life
+   * would page nobody (BillPayPaymentLost, BillPayRefundLost).
+   */
+  startLossCounters(chains: readonly string[]): void {
+    for (const chain of chains) {
+      for (const rail of ["pull", "authorization", "permit2"]) this.paymentsLost.inc({ chain, rail }, 0);
+      for (const rail of ["pull", "x402"]) this.refundsLost.inc({ chain, rail }, 0);
+    }
+  }
+
   readonly vendSeconds = new Histogram({
     name: "billpay_vend_seconds",
     help: "Time from a paid order to the biller's final answer or the deadline, by outcome",

@@ -53,6 +53,7 @@ export function hotKeys(): HotKeys {
 
 export function buildFlow(config: Config, deployments: Deployments, db: Db, keys: HotKeys = hotKeys()): WorkerDeps {
   const metrics = new Metrics();
+  metrics.startLossCounters(Object.keys(deployments.chains));
   const facilitator = (url: string, chain: ChainKey) =>
     timedFacilitator(new HTTPFacilitatorClient({ url, timeoutMs: config.FACILITATOR_TIMEOUT_MS, createAuthHeaders: facilitatorAuth(config, chain) }), metrics);
   const biller = new VtpassClient({

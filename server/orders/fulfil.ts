@@ -487,7 +487,7 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
     if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
-    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block) : await shownRefundRecording(deps, refunding);
+    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block, ["REFUNDING"]) : await shownRefundRecording(deps, refunding, ["REFUNDING"]);
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash }, watched);
   } catch (err) {
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });

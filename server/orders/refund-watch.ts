@@ -22,7 +22,7 @@
  * An order that moved on meanwhile (its payment lost too: PAYMENT_FAILED, with nothing owed
  * either way) is watched no more.
  */
-import { TransactionReceiptNotFoundError, type Hex } from "viem";
+import { TransactionNotFoundError, TransactionReceiptNotFoundError, type Hex } from "viem";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { deploymentIdentity, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
@@ -32,7 +32,7 @@ import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
-import type { AlongsideWrite, Order, OrderStore } from "./store.ts";
+import type { AlongsideWrite, Order, OrderStatus, OrderStore } from "./store.ts";
 
 /** Open watches read per chain and pass. */
 const WATCH_BATCH = 500;
@@ -53,13 +53,27 @@ export class RefundWatches {
     return deploymentIdentity(this.deployments, chain);
   }
 
-  /** Watches the refund that makes `o` REFUNDED, as a write in that move's statement (OrderStore.advance). */
-  recording(o: Order, txHash: Hex, block: bigint): AlongsideWrite {
+  /**
+   * Watches the refund that makes `o` REFUNDED, as a write in that move's statement
+   * (OrderStore.advance), from the states `from` the move is made: written only if the order
+   * is in one of them as the statement reads it, so a stale actor's failed move leaves the
+   * watch (and a loss's mark) as it is.
+   */
+  recording(o: Order, txHash: Hex, block: bigint, from: OrderStatus[]): AlongsideWrite {
     return {
       sql: (n) => `INSERT INTO refund_watch (request_id, chain, deployment, tx_hash, block_number)
-       VALUES ($${n}, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4})
+       SELECT $${n}, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4} WHERE EXISTS (SELECT 1 FROM bill_order WHERE request_id = $${n} AND status = ANY($${n + 5}::text[]))
        ON CONFLICT (request_id) DO UPDATE SET tx_hash = EXCLUDED.tx_hash, block_number = EXCLUDED.block_number, lost_at = NULL, updated_at = now()`,
-      params: [o.requestId, o.chain, this.deployment(o.chain), txHash.toLowerCase(), block.toString()],
+      params: [o.requestId, o.chain, this.deployment(o.chain), txHash.toLowerCase(), block.toString(), from],
+    };
+  }
+
+  /** Marks the refund lost, as a write in the statement that holds its order (only while it is REFUNDED under this refund). */
+  losing(requestId: string, txHash: string): AlongsideWrite {
+    return {
+      sql: (n) => `UPDATE refund_watch SET lost_at = now(), updated_at = now() WHERE request_id = $${n} AND tx_hash = $${n + 1} AND lost_at IS NULL
+       AND EXISTS (SELECT 1 FROM bill_order WHERE request_id = $${n} AND status = 'REFUNDED')`,
+      params: [requestId, txHash.toLowerCase()],
     };
   }
 
@@ -82,11 +96,6 @@ export class RefundWatches {
   /** The refund stands in another block now (mined again after a reorganisation). */
   async movedTo(requestId: string, txHash: string, block: bigint): Promise<void> {
     await this.db.query(`UPDATE refund_watch SET block_number = $3, updated_at = now() WHERE request_id = $1 AND tx_hash = $2`, [requestId, txHash, block.toString()]);
-  }
-
-  /** Lost, its order held: kept so that an operator may refund it again but not serve it. */
-  async lost(requestId: string, txHash: string): Promise<void> {
-    await this.db.query(`UPDATE refund_watch SET lost_at = now(), updated_at = now() WHERE request_id = $1 AND tx_hash = $2`, [requestId, txHash]);
   }
 
   /**
@@ -116,17 +125,29 @@ export interface RefundWatchDeps {
  * ledger shows under its key, recorded with the move to REFUNDED. Undefined when the ledger
  * shows none yet: that refund goes unwatched.
  */
-export async function shownRefundRecording(deps: Pick<RefundWatchDeps, "ledger" | "refundWatches">, o: Order): Promise<AlongsideWrite | undefined> {
-  const refunds = await refundsUnderKey(deps, o).catch(() => []);
+export async function shownRefundRecording(deps: Pick<RefundWatchDeps, "ledger" | "refundWatches" | "log">, o: Order, from: OrderStatus[]): Promise<AlongsideWrite | undefined> {
+  const refunds = await refundsUnderKey(deps, o).catch((err: unknown) => {
+    deps.log.warn("the ledger could not be read for a refund found on chain; it goes unwatched", { requestId: o.requestId, error: errorText(err) });
+    return [];
+  });
   const newest = refunds.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
-  return newest && deps.refundWatches.recording(o, newest.txHash as Hex, BigInt(newest.blockNumber));
+  return newest && deps.refundWatches.recording(o, newest.txHash as Hex, BigInt(newest.blockNumber), from);
 }
 
 /** The refunds the ledger shows under the order's key on its chain. */
 async function refundsUnderKey(deps: Pick<RefundWatchDeps, "ledger">, o: Order): Promise<LedgerRefund[]> {
+  return (await underKey(deps, o)).refunds;
+}
+
+/** What the ledger shows under the order's key on its chain: whether a payment stands, and the refunds. */
+async function underKey(deps: Pick<RefundWatchDeps, "ledger">, o: Order): Promise<{ paid: boolean; refunds: LedgerRefund[] }> {
   const chainId = chainInfo(o.chain).chainId;
-  const shown = o.rail === "pull" ? await deps.ledger.order(o.onchainOrderId) : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
-  return shown.refunds.filter((r) => r.chainId === chainId);
+  if (o.rail === "pull") {
+    const shown = await deps.ledger.order(o.onchainOrderId);
+    return { paid: shown.payments.some((p) => p.chainId === chainId), refunds: shown.refunds.filter((r) => r.chainId === chainId) };
+  }
+  const shown = await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
+  return { paid: shown.payment !== null, refunds: shown.refunds.filter((r) => r.chainId === chainId) };
 }
 
 /**
@@ -161,39 +182,54 @@ async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, 
     await deps.refundWatches.close(w.request_id, w.tx_hash);
     return false;
   }
-  const refunds = await refundsUnderKey(deps, order);
-  if (refunds.length > 0) {
+  const shown = await underKey(deps, order);
+  if (shown.refunds.length > 0) {
     // Shown (in its block, or another one after a reorganisation): watched until the newest
     // block it may stand in is past the ledger's depth.
-    const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), BigInt(w.block_number));
+    const newest = shown.refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), BigInt(w.block_number));
     if (newest + REORG_WATCH_BLOCKS <= indexed) await deps.refundWatches.close(w.request_id, w.tx_hash);
     return false;
   }
+  // The payment went too: nothing is owed either way, and the payment watch closes the order.
+  if (!shown.paid) return false;
   // The ledger may be mid-way through following a reorganisation, or the refund mined again
-  // in a later block: the service's own node, which holds a receipt only for a transaction on
-  // its chain, has the last word. Mined, it is watched where it now stands.
-  const d = deps.deployments.chains[chain]!;
-  const receipt = await publicClientFor(chain, rpcUrlFor(chain, d))
-    .getTransactionReceipt({ hash: w.tx_hash as Hex })
-    .catch((err: unknown) => {
-      if (err instanceof TransactionReceiptNotFoundError) return null;
-      throw err; // the node could not be asked: nothing is decided this pass
-    });
+  // in a later block, or back in the node's pool to be mined again: the service's own node,
+  // which holds a receipt only for a transaction on its chain, has the last word. Mined, it is
+  // watched where it now stands; pending, it is waited for.
+  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const receipt = await client.getTransactionReceipt({ hash: w.tx_hash as Hex }).catch((err: unknown) => {
+    if (err instanceof TransactionReceiptNotFoundError) return null;
+    throw err; // the node could not be asked: nothing is decided this pass
+  });
   if (receipt?.status === "success") {
     await deps.refundWatches.movedTo(w.request_id, w.tx_hash, receipt.blockNumber);
     return false;
   }
-  // Lost. Held like any order, one actor at a time (a webhook or the payment watch may be at work on it).
+  if (!receipt) {
+    const pending = await client.getTransaction({ hash: w.tx_hash as Hex }).catch((err: unknown) => {
+      if (err instanceof TransactionNotFoundError) return null;
+      throw err;
+    });
+    if (pending) return false;
+  }
+  // Lost. Held like any order, one actor at a time (a webhook or the payment watch may be at
+  // work on it), and only if the refund watched is still the order's (another may have been
+  // sent since this pass read the watch).
   const claimed = await deps.orders.claim(order.requestId, deps.leaseSeconds);
   if (!claimed) return false;
   try {
-    const held = await deps.orders.transition(order.requestId, ["REFUNDED"], "NEEDS_REVIEW", {
-      failureReason: `its refund (transaction ${w.tx_hash}) was reorganised off the chain while its payment stands: an operator refunds it again`,
-    });
-    if (!held) return false;
+    if (claimed.status !== "REFUNDED" || (claimed.refundTxHash ?? "").toLowerCase() !== w.tx_hash.toLowerCase()) return false;
+    // The hold and the mark that refuses a serve of it, in one statement.
+    const held = await deps.orders.advance(
+      claimed,
+      ["REFUNDED"],
+      "NEEDS_REVIEW",
+      { failureReason: `${claimed.failureReason ? `${claimed.failureReason}; ` : ""}its refund (transaction ${w.tx_hash}) was reorganised off the chain while its payment stands: an operator refunds it again` },
+      deps.refundWatches.losing(w.request_id, w.tx_hash),
+    );
+    if (held?.status !== "NEEDS_REVIEW") return false;
     deps.log.error("a refund the service sent was reorganised off the chain; held for an operator to refund it again", { requestId: order.requestId, chain, txHash: w.tx_hash, block: w.block_number });
     deps.metrics.refundsLost.inc({ chain, rail: order.rail });
-    await deps.refundWatches.lost(w.request_id, w.tx_hash);
     return true;
   } finally {
     await deps.orders.release(claimed.requestId, claimed.leaseToken);

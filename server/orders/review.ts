@@ -398,7 +398,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
           ["NEEDS_REVIEW"],
           "REFUNDED",
           { failureReason: `refunded, as an operator found (${by}): the ledger already shows ${view.refunded} refunded under the order's key`, refundTxHash: last.txHash },
-          deps.refundWatches.recording(order, last.txHash as Hex, BigInt(last.blockNumber)),
+          deps.refundWatches.recording(order, last.txHash as Hex, BigInt(last.blockNumber), ["NEEDS_REVIEW"]),
         );
         if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
         return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
