@@ -103,6 +103,7 @@ export interface LedgerInflow {
   amount: string;
   txHash: string;
   blockNumber: string;
+  logIndex: number;
   timestamp: string;
 }
 

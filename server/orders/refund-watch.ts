@@ -23,11 +23,12 @@
  * either way) is watched no more.
  */
 import { TransactionNotFoundError, TransactionReceiptNotFoundError, type Hex } from "viem";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import { deploymentIdentity, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
-import { x402RailOf, type LedgerClient, type LedgerRefund } from "../ledger-client.ts";
+import type { LedgerClient, LedgerRefund } from "../ledger-client.ts";
+import { ledgerUnderKey } from "./ledger-view.ts";
 import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
@@ -126,28 +127,15 @@ export interface RefundWatchDeps {
  * shows none yet: that refund goes unwatched.
  */
 export async function shownRefundRecording(deps: Pick<RefundWatchDeps, "ledger" | "refundWatches" | "log">, o: Order, from: OrderStatus[]): Promise<AlongsideWrite | undefined> {
-  const refunds = await refundsUnderKey(deps, o).catch((err: unknown) => {
-    deps.log.warn("the ledger could not be read for a refund found on chain; it goes unwatched", { requestId: o.requestId, error: errorText(err) });
-    return [];
-  });
+  const refunds = await ledgerUnderKey(deps, o).then(
+    (v) => v.refunds,
+    (err: unknown) => {
+      deps.log.warn("the ledger could not be read for a refund found on chain; it goes unwatched", { requestId: o.requestId, error: errorText(err) });
+      return [];
+    },
+  );
   const newest = refunds.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
   return newest && deps.refundWatches.recording(o, newest.txHash as Hex, BigInt(newest.blockNumber), from);
-}
-
-/** The refunds the ledger shows under the order's key on its chain. */
-async function refundsUnderKey(deps: Pick<RefundWatchDeps, "ledger">, o: Order): Promise<LedgerRefund[]> {
-  return (await underKey(deps, o)).refunds;
-}
-
-/** What the ledger shows under the order's key on its chain: whether a payment stands, and the refunds. */
-async function underKey(deps: Pick<RefundWatchDeps, "ledger">, o: Order): Promise<{ paid: boolean; refunds: LedgerRefund[] }> {
-  const chainId = chainInfo(o.chain).chainId;
-  if (o.rail === "pull") {
-    const shown = await deps.ledger.order(o.onchainOrderId);
-    return { paid: shown.payments.some((p) => p.chainId === chainId), refunds: shown.refunds.filter((r) => r.chainId === chainId) };
-  }
-  const shown = await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
-  return { paid: shown.payment !== null, refunds: shown.refunds.filter((r) => r.chainId === chainId) };
 }
 
 /**
@@ -182,7 +170,7 @@ async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, 
     await deps.refundWatches.close(w.request_id, w.tx_hash);
     return false;
   }
-  const shown = await underKey(deps, order);
+  const shown = await ledgerUnderKey(deps, order);
   if (shown.refunds.length > 0) {
     // Shown (in its block, or another one after a reorganisation): watched until the newest
     // block it may stand in is past the ledger's depth.
@@ -191,18 +179,23 @@ async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, 
     return false;
   }
   // The payment went too: nothing is owed either way, and the payment watch closes the order.
-  if (!shown.paid) return false;
+  if (!shown.payment) return false;
   // The ledger may be mid-way through following a reorganisation, or the refund mined again
   // in a later block, or back in the node's pool to be mined again: the service's own node,
   // which holds a receipt only for a transaction on its chain, has the last word. Mined, it is
   // watched where it now stands; pending, it is waited for.
-  const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
+  const client = deployedClientFor(deps.deployments, chain)!;
   const receipt = await client.getTransactionReceipt({ hash: w.tx_hash as Hex }).catch((err: unknown) => {
     if (err instanceof TransactionReceiptNotFoundError) return null;
     throw err; // the node could not be asked: nothing is decided this pass
   });
   if (receipt?.status === "success") {
-    await deps.refundWatches.movedTo(w.request_id, w.tx_hash, receipt.blockNumber);
+    if (receipt.blockNumber + REORG_WATCH_BLOCKS <= indexed) {
+      // Past the watch on the node, yet never in the ledger: the refund is final, the ledger
+      // is what is wrong (the audit shows the treasury against it). Said once, and watched no more.
+      deps.log.error("the chain holds a refund past the watch that the ledger does not show; the ledger needs a look", { requestId: w.request_id, chain, txHash: w.tx_hash, block: receipt.blockNumber.toString() });
+      await deps.refundWatches.close(w.request_id, w.tx_hash);
+    } else await deps.refundWatches.movedTo(w.request_id, w.tx_hash, receipt.blockNumber);
     return false;
   }
   if (!receipt) {

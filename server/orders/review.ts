@@ -59,13 +59,13 @@
  */
 import { decodeEventLog, erc20Abi, isAddress, isHash, type Hex } from "viem";
 import { billPayAbi } from "../../lib/generated/abis.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
+import { deployedClientFor, publicClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import { paymentMismatch, x402RailOf, type LedgerInflow } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -74,6 +74,7 @@ import { deepEnough } from "./payment-watch.ts";
 import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
+import { ledgerUnderKey, type LedgerView } from "./ledger-view.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, transitionIn, type Order } from "./store.ts";
 
 export const REVIEW_ACTIONS = ["refund", "serve", "close", "hold"] as const;
@@ -158,22 +159,6 @@ export class ReviewRecords {
 }
 
 export type ReviewDeps = FlowDeps & { reviews: ReviewRecords; db: Db };
-
-/** What the ledger shows under an order's key: its payment, if any, and the refunds of it. */
-export interface LedgerView {
-  payment: LedgerPayment | null;
-  refunds: LedgerRefund[];
-  refunded: bigint;
-}
-
-export async function ledgerUnderKey(deps: FlowDeps, o: Order): Promise<LedgerView> {
-  const shown =
-    o.rail === "pull"
-      ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find((p) => p.chainId === chainInfo(o.chain).chainId) ?? null, refunds: r.refunds }))
-      : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
-  const refunds = shown.refunds.filter((r) => r.chainId === chainInfo(o.chain).chainId);
-  return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };
-}
 
 /** The order's key, as an operator reads it. */
 export function keyText(o: Order): string {
@@ -313,7 +298,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {
     throw new Refused(
-      `the order is held for a refund by hand of its payer's transfer ${held.split("-")[1]}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction; nothing else closes it`,
+      `the order is held for a refund by hand of its payer's transfer ${transactionOf(held)}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction; nothing else closes it`,
     );
   }
   if (input.action === "close" || input.action === "hold") {
@@ -484,8 +469,7 @@ async function closeRefundedByHand(deps: ReviewDeps, order: Order, id: string, t
   const inflow = (await deps.ledger.unbookedInflows(chainInfo(order.chain).chainId, order.tokenAddress, order.payer, order.amount, 100)).transfers.find((t) => t.id === taken);
   if (!inflow) throw new Refused(`the ledger no longer shows the transfer the hold took (${taken}) as one no payment accounts for: look at the order again before closing it`);
   const refund = await checkHandRefund(deps, { chain: order.chain as ChainKey, token: order.tokenAddress, payer: order.payer, amount: order.amount.toString(), key: { rail: "permit2", nonce: order.authNonce! } }, txHash);
-  const inflowLog = Number(inflow.id.split("-")[2]);
-  if (refund.block < BigInt(inflow.blockNumber) || (refund.block === BigInt(inflow.blockNumber) && refund.logIndex < inflowLog)) {
+  if (refund.block < BigInt(inflow.blockNumber) || (refund.block === BigInt(inflow.blockNumber) && refund.logIndex < inflow.logIndex)) {
     throw new Refused(`transaction ${txHash} comes before the transfer it would give back (${inflow.txHash}): it cannot have given it back`);
   }
   const detail = `closed as refunded by hand: transaction ${txHash} sent ${inOrderToken(order, order.amount)} back to ${order.payer} (checked on chain) for its transfer ${inflow.txHash}`;
@@ -610,6 +594,9 @@ export async function resolveOrphanPayment(
   }
 }
 
+/** The transaction of a ledger row, from its id ("<chainId>-<txHash>-<logIndex>", ponder/src/ids.ts). */
+const transactionOf = (rowId: string) => rowId.split("-")[1];
+
 /** What a refund by hand must give back: exactly `amount` of `token` on `chain` to `payer`; `key` is the payment's own (a refund of it through BillPay counts). */
 interface HandRefundOf {
   chain: ChainKey;
@@ -631,7 +618,7 @@ async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): P
   if (!isHash(txHash)) throw new Refused("the refund transaction must be a 0x-prefixed 32-byte hash");
   const d = deps.deployments.chains[of.chain];
   if (!d) throw new Refused(`the service has no deployment on ${of.chain}`);
-  const receipt = await publicClientFor(of.chain, rpcUrlFor(of.chain, d))
+  const receipt = await deployedClientFor(deps.deployments, of.chain)!
     .getTransactionReceipt({ hash: txHash })
     .catch(() => null);
   if (!receipt) throw new Refused(`${of.chain} has no mined transaction ${txHash}`);
@@ -639,6 +626,7 @@ async function checkHandRefund(deps: FlowDeps, of: HandRefundOf, txHash: Hex): P
   // A refund through BillPay refunds the key it names: this payment's own (rebuilt from its
   // public calldata, refundAuthorization or refundPermit2 mark the key refunded) counts, any
   // other order's does not.
+  // Hex values alike, addresses and 32-byte nonces: equal whatever their case.
   const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
   const anotherKeys = receipt.logs.some((l) => {
     if (!same(l.address, d.billPay.address)) return false;
@@ -693,11 +681,10 @@ async function checkOrphanHandRefund(deps: FlowDeps, row: OrphanPayment, txHash:
     .authorization(chain, row.token_address, row.payer, row.auth_nonce, row.rail)
     .then((r) => r.payment)
     .catch(() => null);
-  const d = deps.deployments.chains[chain]!;
   const paidAt = booked
     ? BigInt(booked.blockNumber)
     : (
-        await publicClientFor(chain, rpcUrlFor(chain, d))
+        await deployedClientFor(deps.deployments, chain)!
           .getTransactionReceipt({ hash: row.tx_hash as Hex })
           .catch(() => null)
       )?.blockNumber;

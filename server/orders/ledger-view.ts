@@ -1,0 +1,24 @@
+/**
+ * What the ledger shows under an order's key (an x402 order's chain, token, payer and nonce on
+ * its rail; a pull's order id), on the order's own chain: its payment, if any, and the refunds
+ * of it. Operators' decisions (review.ts) and the refund watch (refund-watch.ts) read it alike.
+ */
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import type { Order } from "./store.ts";
+
+export interface LedgerView {
+  payment: LedgerPayment | null;
+  refunds: LedgerRefund[];
+  refunded: bigint;
+}
+
+export async function ledgerUnderKey(deps: { ledger: LedgerClient }, o: Order): Promise<LedgerView> {
+  const chainId = chainInfo(o.chain).chainId;
+  const shown =
+    o.rail === "pull"
+      ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find((p) => p.chainId === chainId) ?? null, refunds: r.refunds }))
+      : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
+  const refunds = shown.refunds.filter((r) => r.chainId === chainId);
+  return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };
+}
