@@ -15,6 +15,7 @@
  * off, the payment is still found and refunded.
  */
 import { errorText } from "../log-safety.ts";
+import { ContractRefused } from "../chain/operator.ts";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
@@ -22,6 +23,7 @@ import { x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
+import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
 
 const PAGE = 200;
 
@@ -42,11 +44,18 @@ export const ORDER_HOLDS_ORPHAN = `b.chain = o.chain AND b.token_address = o.tok
 export class Orphans {
   constructor(private readonly db: Db) {}
 
-  /** Records a pull no order accounts for; true the first time. */
+  /**
+   * Records a pull no order accounts for; true the first time, and when one recorded as
+   * dropped lands again (whoever holds the operator key may send it again): it is refunded then.
+   */
   async recordPull(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
     const rows = await this.db.query(
       `INSERT INTO orphan_pull (chain, order_id, payer, token_address, amount, pull_tx_hash, status)
-       VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING') ON CONFLICT DO NOTHING RETURNING chain`,
+       VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING')
+       ON CONFLICT (chain, order_id) DO UPDATE SET status = 'REFUNDING', payer = EXCLUDED.payer, token_address = EXCLUDED.token_address,
+         amount = EXCLUDED.amount, pull_tx_hash = EXCLUDED.pull_tx_hash
+       WHERE orphan_pull.status = 'DROPPED'
+       RETURNING chain`,
       [chain, p.orderId!.toLowerCase(), p.payer.toLowerCase(), p.token.toLowerCase(), p.amount, p.txHash],
     );
     return rows.length > 0;
@@ -79,6 +88,11 @@ export class Orphans {
 
   async unrefundedPulls(): Promise<OrphanPullRow[]> {
     return this.db.query<OrphanPullRow>(`SELECT chain, order_id, amount::text AS amount FROM orphan_pull WHERE status = 'REFUNDING'`);
+  }
+
+  /** A pull the chain no longer holds is not refunded (there is nothing to refund) unless it lands again. */
+  async pullDropped(chain: ChainKey, orderId: string): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET status = 'DROPPED' WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDING'`, [chain, orderId]);
   }
 
   async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null): Promise<void> {
@@ -123,9 +137,13 @@ function readerCursor(rail: LedgerPayment["rail"], chainId: number): string {
 }
 
 /**
- * Reads one chain's payments of one rail from the pass's position on. One chain's blocks are
- * indexed in order, so the position only moves forward; its own second is read again
- * (`from` is inclusive) and what is already accounted for is recognised and skipped.
+ * Reads one chain's payments of one rail from the pass's position on. Its own second is read
+ * again (`from` is inclusive), and what is already accounted for is recognised and skipped.
+ * The position moves only up to the newest payment the ledger can no longer drop, one
+ * REORG_WATCH_BLOCKS under its indexed head (as deep as the ledger follows a
+ * reorganisation). A block's second is later than its parent's, so any payment landing in a
+ * block above that one, even again in a reorganised block whose second is earlier than the
+ * dropped fork's, is at or after the position and is read again.
  */
 async function readForward(
   deps: LedgerPassDeps,
@@ -136,13 +154,16 @@ async function readForward(
   const chainId = chainInfo(chain).chainId;
   const name = readerCursor(rail, chainId);
   const since = await deps.orphans.position(name);
+  // Read before the payments: any payment past it is within reach of a reorganisation too.
+  const indexed = (await deps.ledger.indexedBlock(chainId)) ?? 0n;
+  const final = (p: LedgerPayment) => BigInt(p.blockNumber) + REORG_WATCH_BLOCKS <= indexed;
   let newest = since ?? 0n;
   let hold: bigint | undefined;
   let page = await deps.ledger.payments({ chainId, rail, from: since ?? 0n, limit: PAGE });
   for (;;) {
     const undecided = await each(page.payments);
     for (const p of undecided) if (hold === undefined || BigInt(p.timestamp) < hold) hold = BigInt(p.timestamp);
-    for (const p of page.payments) if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
+    for (const p of page.payments.filter(final)) if (BigInt(p.timestamp) > newest) newest = BigInt(p.timestamp);
     if (!page.nextCursor) break;
     page = await deps.ledger.payments({ chainId, rail, cursor: page.nextCursor, limit: PAGE });
   }
@@ -192,10 +213,23 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
+      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && !(await pullShown(deps, o))) {
+        // Reorganised away: BillPay holds nothing under the order id, and the ledger agrees.
+        // Retrying could never succeed; should the pull land again, the pass records it afresh.
+        await deps.orphans.pullDropped(o.chain, o.order_id);
+        deps.log.warn("an orphan pull left the chain before its refund; nothing to refund unless it lands again", { chain: o.chain, orderId: o.order_id });
+        continue;
+      }
       deps.log.error("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
     }
   }
   return refunded;
+}
+
+/** Whether the ledger still shows a pull under the orphan's order id on its chain. */
+async function pullShown(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolean> {
+  const chainId = chainInfo(o.chain).chainId;
+  return (await deps.ledger.order(o.order_id)).payments.some((p) => p.chainId === chainId && p.rail === "pull");
 }
 
 /**
@@ -207,9 +241,16 @@ export async function reconcileAuthorizationPayments(deps: LedgerPassDeps): Prom
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
     for (const rail of ["authorization", "permit2"] as const) await readForward(deps, chain, rail, async (payments) => {
       const undecided: LedgerPayment[] = [];
+      const keyOf = (token: string, payer: string, nonce: string) => `${token}:${payer}:${nonce}`.toLowerCase();
+      const known = new Map(
+        (await deps.orders.findByPayments(chain, payments.map((p) => ({ token: p.token, payer: p.payer, nonce: p.authorizationNonce! })))).map((o) => [
+          keyOf(o.tokenAddress, o.payer, o.authNonce ?? ""),
+          o,
+        ]),
+      );
       for (const p of payments) {
         // An order is keyed by its nonce; the rail its payment arrives on must be its own too.
-        const found = await deps.orders.findByPayment(chain, p.token, p.payer, p.authorizationNonce!);
+        const found = known.get(keyOf(p.token, p.payer, p.authorizationNonce!));
         const order = found && x402RailOf(found) === p.rail ? found : undefined;
         if (!order) {
           const recorded = await deps.orphans.recordPayment(chain, p);

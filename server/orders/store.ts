@@ -591,6 +591,17 @@ export class OrderStore {
     return row && toOrder(row);
   }
 
+  /** The orders under these payment keys on one chain, in one read (the ledger pass's page). */
+  async findByPayments(chain: string, keys: Array<{ token: string; payer: string; nonce: string }>): Promise<Order[]> {
+    if (keys.length === 0) return [];
+    const rows = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM bill_order WHERE chain = $1
+       AND (token_address, payer, auth_nonce) IN (SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))`,
+      [chain, keys.map((k) => k.token.toLowerCase()), keys.map((k) => k.payer.toLowerCase()), keys.map((k) => k.nonce.toLowerCase())],
+    );
+    return rows.map(toOrder);
+  }
+
   /**
    * Records the signed pull for these orders, before it is sent: the last moment before
    * money moves. Returns false (so it is never sent) unless every order is still PULLING
