@@ -403,6 +403,9 @@ const MIGRATIONS: string[] = [
      updated_at   timestamptz NOT NULL DEFAULT now()
    );
    CREATE INDEX refund_watch_open ON refund_watch (chain, block_number) WHERE lost_at IS NULL;`,
+  // The block of an orphan pull's refund, so the ledger pass watches it as deep as the
+  // ledger follows a reorganisation (orders/ledger-pass.ts): one lost is sent again.
+  `ALTER TABLE orphan_pull ADD COLUMN refund_block numeric(78);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

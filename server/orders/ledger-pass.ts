@@ -95,12 +95,33 @@ export class Orphans {
     await this.db.query(`UPDATE orphan_pull SET status = 'DROPPED' WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDING'`, [chain, orderId]);
   }
 
-  async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null): Promise<void> {
-    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = $3 WHERE chain = $1 AND order_id = $2`, [
+  /** `block` is the refund's, when this service sent it (none when BillPay had refunded it already). */
+  async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null, block: bigint | null): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = $3, refund_block = $4 WHERE chain = $1 AND order_id = $2`, [
       chain,
       orderId,
       txHash,
+      block?.toString() ?? null,
     ]);
+  }
+
+  /** Orphan pulls refunded in a block after `block`: their refunds are still within reach of a reorganisation. */
+  async pullsRefundedAfter(chain: ChainKey, block: bigint): Promise<Array<OrphanPullRow & { refund_tx_hash: string; refund_block: string }>> {
+    return this.db.query(
+      `SELECT chain, order_id, amount::text AS amount, refund_tx_hash, refund_block::text AS refund_block FROM orphan_pull
+       WHERE chain = $1 AND status = 'REFUNDED' AND refund_block > $2`,
+      [chain, block.toString()],
+    );
+  }
+
+  /** Sends an orphan pull's refund again, if it is still the one recorded; true when it is. */
+  async refundLost(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE orphan_pull SET status = 'REFUNDING', refund_tx_hash = NULL, refund_block = NULL
+       WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
+      [chain, orderId, txHash],
+    );
+    return rows.length > 0;
   }
 
   /** How far the pass has read one chain's payments of one rail (ledger timestamp, unix seconds). */
@@ -204,12 +225,13 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
     });
   }
 
+  await watchOrphanPullRefunds(deps);
   let refunded = 0;
   for (const o of await deps.orphans.unrefundedPulls()) {
     try {
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
       const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
-      await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null);
+      await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null, "txHash" in outcome ? outcome.block : null);
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
@@ -230,6 +252,37 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
 async function pullShown(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolean> {
   const chainId = chainInfo(o.chain).chainId;
   return (await deps.ledger.order(o.order_id)).payments.some((p) => p.chainId === chainId && p.rail === "pull");
+}
+
+/**
+ * An orphan pull's refund is watched as an order's is (refund-watch.ts), until the ledger has
+ * indexed REORG_WATCH_BLOCKS blocks on top of it. One the ledger, indexed past its block,
+ * no longer shows while the pull still stands was reorganised away: it is sent again. What
+ * bounds that is BillPay's: it refunds an order id once, at most what it pulled, so a first
+ * refund that lands after all (back from the pool, say) makes the second revert, at the
+ * cost of its gas. An orphan pull has no order to hold for an operator, and nothing to
+ * serve, so there is nothing else to decide.
+ */
+async function watchOrphanPullRefunds(deps: LedgerPassDeps): Promise<void> {
+  for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
+    const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
+    if (indexed === null) continue;
+    for (const o of await deps.orphans.pullsRefundedAfter(chain, indexed - REORG_WATCH_BLOCKS)) {
+      if (BigInt(o.refund_block) > indexed) continue; // not indexed yet
+      const shown = await deps.ledger.order(o.order_id);
+      const chainId = chainInfo(chain).chainId;
+      if (shown.refunds.some((r) => r.chainId === chainId)) continue;
+      if (!shown.payments.some((p) => p.chainId === chainId && p.rail === "pull")) continue; // gone with its pull: nothing owed
+      if (await deps.orphans.refundLost(chain, o.order_id, o.refund_tx_hash)) {
+        deps.metrics.refundsLost.inc({ chain, rail: "pull" });
+        deps.log.error("an orphan pull's refund was reorganised off the chain while the pull stands; sending it again", {
+          chain,
+          orderId: o.order_id,
+          txHash: o.refund_tx_hash,
+        });
+      }
+    }
+  }
 }
 
 /**

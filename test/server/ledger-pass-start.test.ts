@@ -19,9 +19,9 @@ const CELO = 42220;
 /**
  * A ledger holding one payment of each rail at `timestamp` in `block`, indexed to `indexed`,
  * answering `from` as the real one does (inclusive). `nonce` tells one set of payments from
- * another (a fork's); `empty` holds none.
+ * another (a fork's); `empty` holds none; `refunded` shows the pull's refund.
  */
-function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0, empty = false } = {}) {
+function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0, empty = false, refunded = false } = {}) {
   const asked: Array<{ rail: string; from: bigint }> = [];
   const payment = (rail: LedgerPayment["rail"], n: number): LedgerPayment => {
     const i = n + nonce;
@@ -50,7 +50,8 @@ function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0,
       return { payments: all.filter((p) => p.rail === q.rail && BigInt(p.timestamp) >= (q.from ?? 0n)), nextCursor: null };
     },
     async order(id: string) {
-      return { payments: all.filter((p) => p.orderId === id.toLowerCase()), refunds: [] };
+      const payments = all.filter((p) => p.orderId === id.toLowerCase());
+      return { payments, refunds: refunded ? payments.map((p) => ({ chainId: CELO, orderId: p.orderId, amount: p.amount })) : [] };
     },
   };
 }
@@ -68,6 +69,7 @@ describe("the ledger pass's start", () => {
 
   /** BillPay's refund of a pull, as the operator sends it: by default the order id is one BillPay does not hold. */
   const refunds: string[] = [];
+  let lost = 0;
   let refund = async (a: { orderId: string }): Promise<object> => {
     refunds.push(a.orderId);
     throw new ContractRefused("UnknownOrder", [a.orderId], "BillPay refused: UnknownOrder");
@@ -79,7 +81,7 @@ describe("the ledger pass's start", () => {
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
     const orphans = new Orphans(db);
     const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const metrics = { orphanPulls: { inc() {} } };
+    const metrics = { orphanPulls: { inc() {} }, refundsLost: { inc: () => lost++ } };
     const operator = { refund: (a: { orderId: string }) => refund(a) };
     const deps = { deployments: { chains: { CELO: {} } }, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator } as unknown as LedgerPassDeps;
     await reconcileOrphanPulls(deps);
@@ -162,5 +164,34 @@ describe("the ledger pass's start", () => {
     }
     expect(await status()).toBe("REFUNDED");
     expect(refunds).toHaveLength(3);
+  });
+
+  it("an orphan pull's refund reorganised away while the pull stands is sent again, once the ledger is past its block; watched no deeper than the ledger follows", async () => {
+    const pullId = `0x${"1".repeat(64)}`;
+    const saved = refund;
+    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 11n });
+    lost = 0;
+    try {
+      // Refunded in block 11; the ledger, indexed to 10 only, cannot tell yet.
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      expect(refunds).toEqual([pullId]);
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      // Shown refunded past its block: nothing more.
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 12n, refunded: true }));
+      expect(refunds).toEqual([pullId]);
+      // Indexed past its block, the ledger shows the pull and no refund: lost, sent again, once.
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 13n }));
+      expect(refunds).toEqual([pullId, pullId]);
+      expect(lost).toBe(1);
+      // Gone with its pull: nothing is owed, nothing sent.
+      await pass(ledgerWith(1_000n, { indexed: 14n, empty: true }));
+      expect(refunds).toHaveLength(2);
+      // Past the depth, a refund the ledger no longer shows is no longer looked for.
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 11n + 30n }));
+      expect(refunds).toHaveLength(2);
+      expect(lost).toBe(1);
+    } finally {
+      refund = saved;
+    }
   });
 });
