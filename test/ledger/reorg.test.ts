@@ -18,6 +18,7 @@ import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
+import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
 import { watchRefunds } from "../../server/orders/refund-watch.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
@@ -366,6 +367,28 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await watchPayments(service.flow);
     expect(await service.db.query(`SELECT 1 FROM payment_watch WHERE request_id = $1`, [paid.request_id])).toEqual([]);
     expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+  });
+
+  it("a payment landing again below the time of a dropped fork's payment is still found by the ledger pass", async () => {
+    const [stray, again] = [hardhatAccount(15), hardhatAccount(16)];
+    const recorded = async (nonce: Hex) =>
+      (await service.flow.orphans.all()).payments.some((p) => p.auth_nonce === nonce.toLowerCase());
+    // On the fork that is dropped: a payment with no order, in a block ten minutes ahead (a
+    // validator's clock may run ahead), read by the pass.
+    const dropped = await reorganisedAway(async () => {
+      const head = await celo.publicClient.getBlock();
+      await rpc("evm_setNextBlockTimestamp", [Number(head.timestamp) + 600]);
+      const paid = await celo.payByAuthorization(stray, "USDC", USDC(0.5));
+      await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, paid.receipt.blockNumber);
+      await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), recorded(paid.nonce)), { timeout: 10_000 }).toBe(true);
+      return { nonce: paid.nonce, timestamp: (await celo.publicClient.getBlock({ blockNumber: paid.receipt.blockNumber })).timestamp };
+    });
+    // The chain the network keeps: another payment with no order, in a block earlier than the dropped one.
+    const kept = await celo.payByAuthorization(again, "USDC", USDC(0.5));
+    expect((await celo.publicClient.getBlock({ blockNumber: kept.receipt.blockNumber })).timestamp).toBeLessThan(dropped.timestamp);
+    await mine();
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), recorded(kept.nonce)), { timeout: 10_000 }).toBe(true);
   });
 
   // Last: it moves the chain's clock three days on.
