@@ -95,7 +95,7 @@ export interface HotKeys {
 /** A pull waiting to go out with others (pull): its caller's hooks and promise. */
 interface GatheredPull {
   item: PullItem;
-  onSigned?: (hash: Hex) => Promise<void>;
+  onSigned?: Signed;
   onReplaced?: Replaced;
   resolve(hash: Hex): void;
   reject(err: unknown): void;
@@ -145,15 +145,16 @@ export class ChainOperator {
   }
 
   /**
-   * One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash
-   * before it is sent; `onReplaced` learns a replacement's (or the mined one's) hash in place
-   * of the one it last learnt.
+   * One pull; resolves once mined, with its transaction hash. `onSigned` learns the hash of
+   * each transaction that carries it, before it is sent (with the hash it replaces, when the
+   * pull is signed again in another transaction); `onReplaced` learns a replacement's (the
+   * same transaction at a higher fee), or the mined one's, hash in place of the one it last learnt.
    *
    * Pulls gather: one that arrives while this key is sending the previous transaction waits
    * for that send to finish (a few milliseconds, well inside a block) and goes out with every
    * other pull that arrived meanwhile, as one pullBatch. A lone pull goes out at once, alone.
    */
-  pull(chain: ChainKey, item: PullItem, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
+  pull(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     return new Promise<Hex>((resolve, reject) => {
       const entry: GatheredPull = { item, onSigned, onReplaced, resolve, reject };
       const open = this.gathering.get(chain);
@@ -196,11 +197,12 @@ export class ChainOperator {
     let members = group;
     for (;;) {
       const withdrawn = new Set<GatheredPull>();
-      // Each member records the hash before it is sent: its first as signed, a re-signing as a
-      // replacement. All at once, so that the store can write them as one statement.
+      // Each member records the hash before it is sent, a re-signing with the hash it takes
+      // the place of: another transaction (another group), so it is signed under its
+      // caller's guard again. All at once, so that the store can write them as one statement.
       const onSigned = async (hash: Hex) => {
         // An async wrapper turns a callback's synchronous throw into that member's rejection.
-        const recorded = await Promise.allSettled(members.map(async (m) => (m.recordedAs ? m.onReplaced?.(m.recordedAs, hash) : m.onSigned?.(hash))));
+        const recorded = await Promise.allSettled(members.map(async (m) => m.onSigned?.(hash, m.recordedAs)));
         for (const [i, outcome] of recorded.entries()) {
           const m = members[i]!;
           if (outcome.status === "fulfilled") m.recordedAs = hash;
@@ -211,9 +213,9 @@ export class ChainOperator {
         }
         if (withdrawn.size > 0) throw new GroupChanged();
       };
-      const onReplaced = async (previous: Hex, next: Hex) => {
+      const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
         for (const m of members) {
-          await m.onReplaced?.(previous, next);
+          await m.onReplaced?.(previous, next, mined);
           m.recordedAs = next;
         }
       };
@@ -244,7 +246,8 @@ export class ChainOperator {
                   chain,
                   this.keys.operator,
                   { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
-                  m.recordedAs ? (hash) => m.onReplaced?.(m.recordedAs!, hash) ?? Promise.resolve() : m.onSigned,
+                  // A pull of its own after the batch: another transaction, signed under its guard.
+                  async (hash) => m.onSigned?.(hash, m.recordedAs),
                   m.onReplaced,
                 ).then(m.resolve, m.reject);
               }
@@ -259,7 +262,7 @@ export class ChainOperator {
   }
 
   /** Many pulls in one transaction, all or nothing. */
-  pullBatch(chain: ChainKey, items: PullItem[], onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
+  pullBatch(chain: ChainKey, items: PullItem[], onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
     return this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
   }
@@ -398,14 +401,20 @@ export class ChainOperator {
     this.receipts.set(mined.toLowerCase(), receipt);
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
-    if (mined !== recorded) await onReplaced?.(recorded, mined);
+    if (mined !== recorded) await onReplaced?.(recorded, mined, true);
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
     return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
 }
 
-/** Learns that the transaction it knew as `previous` is now `next` (a replacement, or the one that was mined). */
-export type Replaced = (previous: Hex, next: Hex) => Promise<void>;
+/**
+ * Learns that the transaction it knew as `previous` is now `next`: a replacement at a higher
+ * fee, about to be sent (throwing stops it), or, `mined`, the one the chain took.
+ */
+export type Replaced = (previous: Hex, next: Hex, mined?: boolean) => Promise<void>;
+
+/** Learns a transaction's hash before it is sent (throwing stops it); `previous`, one it takes the place of. */
+export type Signed = (hash: Hex, previous?: Hex) => Promise<void>;
 
 /** What a receipt wait sleeps on between looks: until the next block, at most a polling interval. */
 type NextBlock = () => { seen: bigint; wait: () => Promise<void> };

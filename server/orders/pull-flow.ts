@@ -131,11 +131,16 @@ async function sameBills(deps: FlowDeps, seen: Order[], keys: string[], input: P
 async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], guard: PullGuard): Promise<Order[]> {
   const items = orders.map((o) => ({ requestId: o.requestId, payer: o.payer as Hex, token: o.tokenAddress as Hex, amount: o.amount }));
   const ids = orders.map((o) => o.requestId);
-  const onSigned = async (hash: Hex) => {
-    if (!(await deps.orders.setTxHash(ids, hash, guard))) throw new PullWithdrawn();
+  // Every transaction that carries the pull is recorded under the guard before it is sent,
+  // a re-signing in another transaction too (it names the one it takes the place of).
+  const onSigned = async (hash: Hex, previous?: Hex) => {
+    if (!(await deps.orders.setTxHash(ids, hash, guard, previous))) throw new PullWithdrawn();
   };
-  // A replacement is the same pull at a higher fee, under the same nonce: no new authority, so no guard.
-  const onReplaced = (previous: Hex, next: Hex) => deps.orders.replaceTxHash(ids, previous, next);
+  // A replacement is the same transaction at a higher fee, under the same nonce: no new
+  // authority, so no guard; but not for an order written off meanwhile.
+  const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
+    if (!(await deps.orders.replaceTxHash(ids, previous, next, mined)) && !mined) throw new PullWithdrawn();
+  };
   let mined: Hex;
   try {
     if (items.length === 1) mined = await deps.operator.pull(chain, items[0]!, onSigned, onReplaced);

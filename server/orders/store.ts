@@ -331,7 +331,7 @@ export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "pay
  */
 export type PullGuard = { scheduleId: string } | { apiKeyHash: string };
 
-type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard };
+type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard; previous?: string };
 
 /** The first nine columns of every new order, in insert order (request_id ... amount). */
 function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
@@ -608,10 +608,12 @@ export class OrderStore {
    * without one (the worker may have written an order off meanwhile) and the guard still
    * holds: the schedule is not cancelled and its key still the wallet's, or the key is still the wallet's. The guard's row
    * is locked by the same statement, so a cancel or a re-link either lands first (nothing
-   * is sent) or waits for this one.
+   * is sent) or waits for this one. A pull signed again in another transaction (a smaller
+   * group, or alone after its batch was refused) names the hash it takes the place of, and
+   * is recorded under the same guard.
    */
-  async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard): Promise<boolean> {
-    return this.hashRecords.load({ requestIds, txHash, guard });
+  async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard, previous?: string): Promise<boolean> {
+    return this.hashRecords.load({ requestIds, txHash, guard, previous });
   }
 
   /**
@@ -637,21 +639,22 @@ export class OrderStore {
           r.txHash,
           r.guard && "scheduleId" in r.guard ? r.guard.scheduleId : null,
           r.guard && "apiKeyHash" in r.guard ? r.guard.apiKeyHash : null,
+          r.previous ?? null,
         ]),
       );
       const column = (c: number) => rows.map((row) => row[c]);
       const recorded = await this.db.query<{ record: number }>(
-        `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[]) AS r(record, request_id, tx_hash, schedule_id, api_key_hash)),
+        `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS r(record, request_id, tx_hash, schedule_id, api_key_hash, previous)),
               schedule AS (SELECT s.id FROM bill_schedule s WHERE s.id IN (SELECT schedule_id FROM rec) AND s.status <> 'CANCELLED'
                 AND (s.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM agent_link l WHERE l.wallet = s.wallet AND l.api_key_hash = s.api_key_hash)) FOR SHARE OF s),
               link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
          UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
          FROM rec
-         WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NULL
+         WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NOT DISTINCT FROM rec.previous
            AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
            AND (rec.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.api_key_hash = rec.api_key_hash AND link.wallet = bill_order.payer))
          RETURNING rec.record`,
-        [column(0), column(1), column(2), column(3), column(4)],
+        [column(0), column(1), column(2), column(3), column(4), column(5)],
       );
       // A record holds only if every one of its orders took the hash under it (an order named
       // twice in one tick takes it once, so only one of the two records can hold).
@@ -667,9 +670,19 @@ export class OrderStore {
     await this.db.query(`UPDATE bill_order SET tx_hash = $2, updated_at = now() WHERE request_id = $1`, [requestId, txHash]);
   }
 
-  /** The pull recorded as `previous` went out again at a higher fee (or `next` is the one mined). */
-  async replaceTxHash(requestIds: string[], previous: string, next: string): Promise<void> {
-    await this.db.query(`UPDATE bill_order SET tx_hash = $3, updated_at = now() WHERE request_id = ANY($1::text[]) AND tx_hash = $2`, [requestIds, previous, next]);
+  /**
+   * The pull recorded as `previous` goes out again at a higher fee: recorded, so sent, only
+   * while every order is still PULLING (one the worker wrote off meanwhile is not pushed onto
+   * the chain faster; should the first land anyway, the ledger pass refunds it). `mined`:
+   * `next` is the one the chain took, recorded whatever the state. True when recorded.
+   */
+  async replaceTxHash(requestIds: string[], previous: string, next: string, mined = false): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE bill_order SET tx_hash = $3, updated_at = now()
+       WHERE request_id = ANY($1::text[]) AND tx_hash = $2 AND ($4 OR status = 'PULLING') RETURNING request_id`,
+      [requestIds, previous, next, mined],
+    );
+    return rows.length === requestIds.length;
   }
 
   /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */

@@ -239,6 +239,26 @@ for (const kind of ["pglite", "postgresql"] as const) {
       await link(owner); // re-linked: the key the schedule was made under is retired
       expect(await orders.setTxHash([afterRelink], "0xlast", { scheduleId: last.id })).toBe(false);
       expect((await orders.get(afterRelink))!.txHash).toBeNull();
+
+      // Signed again in another transaction (alone, after its batch was refused): under the
+      // guard again, and only in place of the hash it names.
+      const [again, retiredMeanwhile] = [await pullOrder(23, wallet(0x101)), await pullOrder(24, wallet(0x108))];
+      const meanwhile = await link(wallet(0x108));
+      for (const [id, key] of [[again, current], [retiredMeanwhile, meanwhile]] as const) expect(await orders.setTxHash([id], "0xbatch", { apiKeyHash: key })).toBe(true);
+      await link(wallet(0x108)); // re-linked between the batch and the pull of its own
+      expect(await orders.setTxHash([again], "0xalone", { apiKeyHash: current }, "0xnot-the-batch")).toBe(false);
+      expect(await orders.setTxHash([again], "0xalone", { apiKeyHash: current }, "0xbatch")).toBe(true);
+      expect(await orders.setTxHash([retiredMeanwhile], "0xalone2", { apiKeyHash: meanwhile }, "0xbatch")).toBe(false);
+      expect((await orders.get(retiredMeanwhile))!.txHash).toBe("0xbatch");
+
+      // The same transaction at a higher fee: no guard, but not once the order is written off;
+      // the one the chain took is recorded whatever the state.
+      expect(await orders.replaceTxHash([again], "0xalone", "0xbumped")).toBe(true);
+      await db.query(`UPDATE bill_order SET status = 'PAYMENT_FAILED' WHERE request_id = $1`, [again]);
+      expect(await orders.replaceTxHash([again], "0xbumped", "0xbumped-again")).toBe(false);
+      expect((await orders.get(again))!.txHash).toBe("0xbumped");
+      expect(await orders.replaceTxHash([again], "0xbumped", "0xalone", true)).toBe(true);
+      expect((await orders.get(again))!.txHash).toBe("0xalone");
     });
 
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {

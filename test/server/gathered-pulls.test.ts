@@ -142,6 +142,34 @@ describe("gathered pulls", () => {
     expect(await paidOnChain(leavingAtOnce)).toBe(0n);
   });
 
+  it("signs a pull again in another transaction only under its caller's guard again: one whose guard fails meanwhile is left out", async () => {
+    const blocker = operator.pull("CELO", item(payers[0]!.address));
+    await new Promise((r) => setImmediate(r));
+    const [staying, leaving, revoked] = [item(payers[1]!.address), item(payers[2]!.address), item(payers[3]!.address)];
+    const signedAs: Array<[Hex, Hex | undefined]> = [];
+    const retired = new Error("the api_key was retired after the first signing");
+    const results = await Promise.allSettled([
+      blocker,
+      operator.pull("CELO", staying, async (hash, previous) => void signedAs.push([hash, previous])),
+      operator.pull("CELO", leaving, async () => {
+        throw new Error("the schedule was cancelled");
+      }),
+      // Its guard held at the first signing, and fails at the next.
+      operator.pull("CELO", revoked, async (_hash, previous) => {
+        if (previous) throw retired;
+      }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "rejected"]);
+    expect((results[3] as PromiseRejectedResult).reason).toBe(retired);
+    // Each signing after the first named the one it took the place of.
+    expect(signedAs[0]![1]).toBeUndefined();
+    for (let i = 1; i < signedAs.length; i++) expect(signedAs[i]![1]).toBe(signedAs[i - 1]![0]);
+    expect(signedAs.at(-1)![0]).toBe((results[1] as PromiseFulfilledResult<Hex>).value);
+    expect(await paidOnChain(staying)).toBe(1_000_000n);
+    expect(await paidOnChain(leaving)).toBe(0n);
+    expect(await paidOnChain(revoked)).toBe(0n);
+  });
+
   it("after a refused batch, a payer's two pulls his allowance covers only one of: the first is pulled, the second refused by name before it is sent, nothing reverted", async () => {
     const tight = payers[4]!;
     await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);
