@@ -31,7 +31,7 @@ export class Metrics {
   startLossCounters(chains: readonly string[]): void {
     for (const chain of chains) {
       for (const rail of ["pull", "authorization", "permit2"]) this.paymentsLost.inc({ chain, rail }, 0);
-      for (const rail of ["pull", "x402"]) this.refundsLost.inc({ chain, rail }, 0);
+      for (const rail of ["pull", "x402", "orphan_pull"]) this.refundsLost.inc({ chain, rail }, 0);
     }
   }
 
@@ -76,7 +76,7 @@ export class Metrics {
   });
   readonly refundsLost = new Counter({
     name: "billpay_refunds_lost_total",
-    help: "Refunds the service sent that a reorganisation took off the chain while their payment stood: each is held for an operator to refund again",
+    help: "Refunds the service sent that a reorganisation took off the chain while their payment stood: an order's (rail pull or x402) is held for an operator to refund again, an orphan pull's (rail orphan_pull) is sent again by the ledger pass",
     labelNames: ["chain", "rail"],
     registers: [this.registry],
   });

@@ -213,11 +213,16 @@ export class ChainOperator {
         }
         if (withdrawn.size > 0) throw new GroupChanged();
       };
+      // A replacement goes out for all members or none: one that refuses it (its order was
+      // written off) puts the others back on the transaction already sent.
       const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
-        for (const m of members) {
-          await m.onReplaced?.(previous, next, mined);
-          m.recordedAs = next;
+        const recorded = await Promise.allSettled(members.map(async (m) => m.onReplaced?.(previous, next, mined)));
+        const refused = recorded.find((r) => r.status === "rejected");
+        if (refused && !mined) {
+          await Promise.all(members.map(async (m, i) => (recorded[i]!.status === "fulfilled" ? m.onReplaced?.(next, previous, true) : undefined)));
+          throw (refused as PromiseRejectedResult).reason;
         }
+        for (const m of members) m.recordedAs = next;
       };
       try {
         const requests = members.map(({ item: i }) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
@@ -379,15 +384,22 @@ export class ChainOperator {
     let recorded = hash;
     let current = request;
     let receipt: TransactionReceipt | null = null;
+    // Cleared when the caller refuses a replacement: what was sent is then waited for as it is.
+    let bumping = true;
     for (let replacements = 0; ; replacements++) {
-      const last = replacements >= this.replacement.maxReplacements;
+      const last = !bumping || replacements >= this.replacement.maxReplacements;
       receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
       current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
       await this.fence(signer.address);
       const serialized = await wallet.signTransaction(current);
       const replacement = keccak256(serialized);
-      await onReplaced?.(recorded, replacement);
+      try {
+        await onReplaced?.(recorded, replacement);
+      } catch {
+        bumping = false;
+        continue;
+      }
       recorded = replacement;
       try {
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
@@ -409,7 +421,8 @@ export class ChainOperator {
 
 /**
  * Learns that the transaction it knew as `previous` is now `next`: a replacement at a higher
- * fee, about to be sent (throwing stops it), or, `mined`, the one the chain took.
+ * fee, about to be sent (throwing keeps it unsent, and the fee where it is), or, `mined`, the
+ * one the chain took.
  */
 export type Replaced = (previous: Hex, next: Hex, mined?: boolean) => Promise<void>;
 

@@ -24,6 +24,7 @@ import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
+import { refundOnNode } from "./refund-watch.ts";
 
 const PAGE = 200;
 
@@ -97,7 +98,7 @@ export class Orphans {
 
   /** `block` is the refund's, when this service sent it (none when BillPay had refunded it already). */
   async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null, block: bigint | null): Promise<void> {
-    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = $3, refund_block = $4 WHERE chain = $1 AND order_id = $2`, [
+    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = COALESCE($3, refund_tx_hash), refund_block = $4 WHERE chain = $1 AND order_id = $2`, [
       chain,
       orderId,
       txHash,
@@ -114,10 +115,34 @@ export class Orphans {
     );
   }
 
-  /** Sends an orphan pull's refund again, if it is still the one recorded; true when it is. */
+  /**
+   * Sends an orphan pull's refund again, if it is still the one recorded; true when it is.
+   * The lost refund's hash stays until another is sent (BillPay may answer that it is
+   * refunded already: the lost one landed after all).
+   */
   async refundLost(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
     const rows = await this.db.query(
-      `UPDATE orphan_pull SET status = 'REFUNDING', refund_tx_hash = NULL, refund_block = NULL
+      `UPDATE orphan_pull SET status = 'REFUNDING', refund_block = NULL
+       WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
+      [chain, orderId, txHash],
+    );
+    return rows.length > 0;
+  }
+
+  /** The orphan pull's refund stands in a later block (mined again after a reorganisation): watched from there. */
+  async refundMovedTo(chain: ChainKey, orderId: string, txHash: string, block: bigint): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET refund_block = $4 WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3`, [
+      chain,
+      orderId,
+      txHash,
+      block.toString(),
+    ]);
+  }
+
+  /** Both the pull and its refund left the chain: nothing is owed unless the pull lands again (recordPull revives it). */
+  async refundDroppedWithPull(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE orphan_pull SET status = 'DROPPED', refund_tx_hash = NULL, refund_block = NULL
        WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
       [chain, orderId, txHash],
     );
@@ -235,7 +260,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
-      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && !(await pullShown(deps, o))) {
+      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && !(await pullShown(deps, o).catch(() => true))) {
         // Reorganised away: BillPay holds nothing under the order id, and the ledger agrees.
         // Retrying could never succeed; should the pull land again, the pass records it afresh.
         await deps.orphans.pullDropped(o.chain, o.order_id);
@@ -256,30 +281,54 @@ async function pullShown(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolea
 
 /**
  * An orphan pull's refund is watched as an order's is (refund-watch.ts), until the ledger has
- * indexed REORG_WATCH_BLOCKS blocks on top of it. One the ledger, indexed past its block,
- * no longer shows while the pull still stands was reorganised away: it is sent again. What
- * bounds that is BillPay's: it refunds an order id once, at most what it pulled, so a first
- * refund that lands after all (back from the pool, say) makes the second revert, at the
- * cost of its gas. An orphan pull has no order to hold for an operator, and nothing to
- * serve, so there is nothing else to decide.
+ * indexed REORG_WATCH_BLOCKS blocks on top of it. Once the ledger is indexed past its block:
+ *   - shown (there, or in a later block after a reorganisation): watched where it stands;
+ *   - not shown, and the pull gone too: nothing is owed; marked DROPPED, so that the pull,
+ *     should it land again, is recorded afresh and refunded;
+ *   - not shown while the pull stands, and the service's own node has it mined elsewhere or
+ *     pending: watched there, or waited for;
+ *   - else lost: sent again. What bounds that is BillPay's: it refunds an order id once, at
+ *     most what it pulled, so a first refund that lands after all makes the second revert, at
+ *     the cost of its gas. An orphan pull has no order to hold for an operator, and nothing
+ *     to serve, so there is nothing else to decide.
  */
 async function watchOrphanPullRefunds(deps: LedgerPassDeps): Promise<void> {
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
-    const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
+    const chainId = chainInfo(chain).chainId;
+    const indexed = await deps.ledger.indexedBlock(chainId);
     if (indexed === null) continue;
     for (const o of await deps.orphans.pullsRefundedAfter(chain, indexed - REORG_WATCH_BLOCKS)) {
       if (BigInt(o.refund_block) > indexed) continue; // not indexed yet
-      const shown = await deps.ledger.order(o.order_id);
-      const chainId = chainInfo(chain).chainId;
-      if (shown.refunds.some((r) => r.chainId === chainId)) continue;
-      if (!shown.payments.some((p) => p.chainId === chainId && p.rail === "pull")) continue; // gone with its pull: nothing owed
-      if (await deps.orphans.refundLost(chain, o.order_id, o.refund_tx_hash)) {
-        deps.metrics.refundsLost.inc({ chain, rail: "pull" });
-        deps.log.error("an orphan pull's refund was reorganised off the chain while the pull stands; sending it again", {
-          chain,
-          orderId: o.order_id,
-          txHash: o.refund_tx_hash,
-        });
+      try {
+        const shown = await deps.ledger.order(o.order_id);
+        const refunds = shown.refunds.filter((r) => r.chainId === chainId);
+        if (refunds.length > 0) {
+          const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), 0n);
+          if (newest > BigInt(o.refund_block)) await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, newest);
+          continue;
+        }
+        if (!shown.payments.some((p) => p.chainId === chainId && p.rail === "pull")) {
+          if (await deps.orphans.refundDroppedWithPull(chain, o.order_id, o.refund_tx_hash)) {
+            deps.log.warn("an orphan pull and its refund both left the chain; refunded afresh should the pull land again", { chain, orderId: o.order_id });
+          }
+          continue;
+        }
+        const onNode = await refundOnNode(deps, chain, o.refund_tx_hash);
+        if (onNode.mined !== undefined) {
+          await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, onNode.mined);
+          continue;
+        }
+        if (onNode.pending) continue;
+        if (await deps.orphans.refundLost(chain, o.order_id, o.refund_tx_hash)) {
+          deps.metrics.refundsLost.inc({ chain, rail: "orphan_pull" });
+          deps.log.error("an orphan pull's refund was reorganised off the chain while the pull stands; sending it again", {
+            chain,
+            orderId: o.order_id,
+            txHash: o.refund_tx_hash,
+          });
+        }
+      } catch (err) {
+        deps.log.warn("could not check an orphan pull's refund yet; will retry", { chain, orderId: o.order_id, error: errorText(err) });
       }
     }
   }

@@ -47,7 +47,16 @@ export interface PullInput {
 }
 
 /** The pull was not sent: the guard no longer held, or the order was written off meanwhile. */
-class PullWithdrawn extends Error {}
+/**
+ * The pull was not recorded, so not sent: its guard failed, or its orders were written off.
+ * `previous`, the transaction a re-signing was to take the place of: one that never moved
+ * money (never sent, refused at its estimate, or mined and reverted: chain/operator.ts).
+ */
+class PullWithdrawn extends Error {
+  constructor(readonly previous?: Hex) {
+    super("the pull was withdrawn before it was sent");
+  }
+}
 
 /** BillPay's and the token's refusals, as the errors an agent can act on. */
 const REFUSALS: Record<string, ErrorCode> = {
@@ -134,10 +143,11 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   // Every transaction that carries the pull is recorded under the guard before it is sent,
   // a re-signing in another transaction too (it names the one it takes the place of).
   const onSigned = async (hash: Hex, previous?: Hex) => {
-    if (!(await deps.orders.setTxHash(ids, hash, guard, previous))) throw new PullWithdrawn();
+    if (!(await deps.orders.setTxHash(ids, hash, guard, previous))) throw new PullWithdrawn(previous);
   };
   // A replacement is the same transaction at a higher fee, under the same nonce: no new
-  // authority, so no guard; but not for an order written off meanwhile.
+  // authority, so no guard; but not for an order written off meanwhile (the operator then
+  // stops raising the fee and waits for the transaction already sent).
   const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
     if (!(await deps.orders.replaceTxHash(ids, previous, next, mined)) && !mined) throw new PullWithdrawn();
   };
@@ -147,9 +157,9 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
     else mined = await deps.operator.pullBatch(chain, items, onSigned, onReplaced);
   } catch (err) {
     if (err instanceof PullWithdrawn) {
-      // Nothing was sent. Either the guard failed (these orders are still waiting: write them
-      // off and say why) or the worker wrote them off meanwhile (they are its to report).
-      const writtenOff = await Promise.all(orders.map((o) => deps.orders.writeOffUnsent(o.requestId)));
+      // Nothing that moves money was sent. Either the guard failed (these orders are still
+      // waiting: write them off and say why) or the worker wrote them off meanwhile (they are its to report).
+      const writtenOff = await Promise.all(orders.map((o) => deps.orders.writeOffUnsent(o.requestId, err.previous)));
       if (writtenOff.some((o) => o === undefined)) return Promise.all(orders.map(async (o) => (await deps.orders.get(o.requestId)) ?? o));
       const reason = "scheduleId" in guard ? "the schedule was cancelled before its pull was sent" : "the api_key was retired before the pull was sent";
       throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });

@@ -163,6 +163,28 @@ export async function watchRefunds(deps: RefundWatchDeps): Promise<number> {
   return acted;
 }
 
+/**
+ * Where the service's own node has a refund the ledger, indexed past its block, does not
+ * show. The ledger may be mid-way through following a reorganisation, or the refund mined
+ * again in a later block, or back in the node's pool to be mined again: the node, which
+ * holds a receipt only for a transaction on its chain, has the last word. `mined`: its
+ * block (watched there); `pending`: waited for; neither: lost (a reverted one moved nothing).
+ * Throws when the node cannot be asked: nothing is decided then.
+ */
+export async function refundOnNode(deps: { deployments: Deployments }, chain: ChainKey, txHash: string): Promise<{ mined?: bigint; pending?: boolean }> {
+  const client = deployedClientFor(deps.deployments, chain)!;
+  const receipt = await client.getTransactionReceipt({ hash: txHash as Hex }).catch((err: unknown) => {
+    if (err instanceof TransactionReceiptNotFoundError) return null;
+    throw err;
+  });
+  if (receipt) return receipt.status === "success" ? { mined: receipt.blockNumber } : {};
+  const pending = await client.getTransaction({ hash: txHash as Hex }).catch((err: unknown) => {
+    if (err instanceof TransactionNotFoundError) return null;
+    throw err;
+  });
+  return pending ? { pending: true } : {};
+}
+
 /** What one watched refund needs; true when it was lost and its order held. */
 async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, indexed: bigint): Promise<boolean> {
   const order = await deps.orders.get(w.request_id);
@@ -180,31 +202,17 @@ async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, 
   }
   // The payment went too: nothing is owed either way, and the payment watch closes the order.
   if (!shown.payment) return false;
-  // The ledger may be mid-way through following a reorganisation, or the refund mined again
-  // in a later block, or back in the node's pool to be mined again: the service's own node,
-  // which holds a receipt only for a transaction on its chain, has the last word. Mined, it is
-  // watched where it now stands; pending, it is waited for.
-  const client = deployedClientFor(deps.deployments, chain)!;
-  const receipt = await client.getTransactionReceipt({ hash: w.tx_hash as Hex }).catch((err: unknown) => {
-    if (err instanceof TransactionReceiptNotFoundError) return null;
-    throw err; // the node could not be asked: nothing is decided this pass
-  });
-  if (receipt?.status === "success") {
-    if (receipt.blockNumber + REORG_WATCH_BLOCKS <= indexed) {
+  const onNode = await refundOnNode(deps, chain, w.tx_hash);
+  if (onNode.mined !== undefined) {
+    if (onNode.mined + REORG_WATCH_BLOCKS <= indexed) {
       // Past the watch on the node, yet never in the ledger: the refund is final, the ledger
       // is what is wrong (the audit shows the treasury against it). Said once, and watched no more.
-      deps.log.error("the chain holds a refund past the watch that the ledger does not show; the ledger needs a look", { requestId: w.request_id, chain, txHash: w.tx_hash, block: receipt.blockNumber.toString() });
+      deps.log.error("the chain holds a refund past the watch that the ledger does not show; the ledger needs a look", { requestId: w.request_id, chain, txHash: w.tx_hash, block: onNode.mined.toString() });
       await deps.refundWatches.close(w.request_id, w.tx_hash);
-    } else await deps.refundWatches.movedTo(w.request_id, w.tx_hash, receipt.blockNumber);
+    } else await deps.refundWatches.movedTo(w.request_id, w.tx_hash, onNode.mined);
     return false;
   }
-  if (!receipt) {
-    const pending = await client.getTransaction({ hash: w.tx_hash as Hex }).catch((err: unknown) => {
-      if (err instanceof TransactionNotFoundError) return null;
-      throw err;
-    });
-    if (pending) return false;
-  }
+  if (onNode.pending) return false;
   // Lost. Held like any order, one actor at a time (a webhook or the payment watch may be at
   // work on it), and only if the refund watched is still the order's (another may have been
   // sent since this pass read the watch).

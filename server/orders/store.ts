@@ -672,29 +672,36 @@ export class OrderStore {
 
   /**
    * The pull recorded as `previous` goes out again at a higher fee: recorded, so sent, only
-   * while every order is still PULLING (one the worker wrote off meanwhile is not pushed onto
-   * the chain faster; should the first land anyway, the ledger pass refunds it). `mined`:
-   * `next` is the one the chain took, recorded whatever the state. True when recorded.
+   * while every one of the orders is still PULLING under it, all or none (one the worker
+   * wrote off meanwhile is not pushed onto the chain faster; should the first land anyway,
+   * the ledger pass refunds it). `mined`: `next` is the one the chain took, recorded
+   * whatever the state. True when recorded.
    */
   async replaceTxHash(requestIds: string[], previous: string, next: string, mined = false): Promise<boolean> {
     const rows = await this.db.query(
       `UPDATE bill_order SET tx_hash = $3, updated_at = now()
-       WHERE request_id = ANY($1::text[]) AND tx_hash = $2 AND ($4 OR status = 'PULLING') RETURNING request_id`,
+       WHERE request_id = ANY($1::text[]) AND tx_hash = $2
+         AND ($4 OR NOT EXISTS (SELECT 1 FROM bill_order o WHERE o.request_id = ANY($1::text[]) AND (o.status <> 'PULLING' OR o.tx_hash IS DISTINCT FROM $2)))
+       RETURNING request_id`,
       [requestIds, previous, next, mined],
     );
     return rows.length === requestIds.length;
   }
 
-  /** PULLING -> PAYMENT_FAILED for an order no pull was ever signed for; undefined if one was meanwhile. */
-  async writeOffUnsent(requestId: string): Promise<Order | undefined> {
+  /**
+   * PULLING -> PAYMENT_FAILED for an order no pull was ever signed for, or none since
+   * `inert`: a transaction the caller knows moved no money (never sent, refused at its
+   * estimate, or mined and reverted); undefined if one was signed meanwhile.
+   */
+  async writeOffUnsent(requestId: string, inert?: string): Promise<Order | undefined> {
     assertMove(["PULLING"], "PAYMENT_FAILED");
     const [row] = await this.db.query<Row>(
       queueingCallbacks(
         `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
-         WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NULL RETURNING *`,
+         WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NOT DISTINCT FROM $2 RETURNING *`,
         "'PAYMENT_FAILED'",
       ),
-      [requestId],
+      [requestId, inert ?? null],
     );
     return row && toOrder(row);
   }

@@ -259,6 +259,20 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect((await orders.get(again))!.txHash).toBe("0xbumped");
       expect(await orders.replaceTxHash([again], "0xbumped", "0xalone", true)).toBe(true);
       expect((await orders.get(again))!.txHash).toBe("0xalone");
+
+      // A batch's replacement goes out for all of its orders or none.
+      const batch = [await pullOrder(25, wallet(0x109)), await pullOrder(26, wallet(0x109))];
+      expect(await orders.setTxHash(batch, "0xpair")).toBe(true);
+      await db.query(`UPDATE bill_order SET status = 'PAYMENT_FAILED' WHERE request_id = $1`, [batch[1]]);
+      expect(await orders.replaceTxHash(batch, "0xpair", "0xpair-bumped")).toBe(false);
+      expect(await Promise.all(batch.map(async (id) => (await orders.get(id))!.txHash))).toEqual(["0xpair", "0xpair"]);
+
+      // Written off as unsent in place of a transaction that moved nothing, and only that one.
+      const resigned = await pullOrder(27, wallet(0x109));
+      expect(await orders.setTxHash([resigned], "0xnever-sent")).toBe(true);
+      expect(await orders.writeOffUnsent(resigned)).toBeUndefined();
+      expect(await orders.writeOffUnsent(resigned, "0xanother")).toBeUndefined();
+      expect((await orders.writeOffUnsent(resigned, "0xnever-sent"))?.status).toBe("PAYMENT_FAILED");
     });
 
     it("claims each due time once across racing instances; a cancelled schedule is never claimed", async () => {

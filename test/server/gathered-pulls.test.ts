@@ -170,6 +170,42 @@ describe("gathered pulls", () => {
     expect(await paidOnChain(revoked)).toBe(0n);
   });
 
+  it("raises a gathered batch's fee for all of its members or none: one that refuses (its order written off) leaves every member on the transaction already sent", async () => {
+    const bumping = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 2 });
+    await miningPaused(async (mine) => {
+      const blocker = bumping.pull("CELO", item(payers[0]!.address));
+      await new Promise((r) => setImmediate(r));
+      const [kept, writtenOff] = [item(payers[1]!.address), item(payers[2]!.address)];
+      const recorded = new Map<string, Hex>();
+      const record = (i: PullItem) => async (hash: Hex) => void recorded.set(i.requestId, hash);
+      let refused = 0;
+      const pulls = Promise.all([
+        blocker,
+        bumping.pull("CELO", kept, record(kept), async (previous, next) => {
+          expect(recorded.get(kept.requestId)).toBe(previous);
+          recorded.set(kept.requestId, next);
+        }),
+        bumping.pull("CELO", writtenOff, record(writtenOff), async (previous, next, mined) => {
+          if (!mined) {
+            refused++;
+            throw new Error("written off");
+          }
+          recorded.set(writtenOff.requestId, next);
+        }),
+      ]);
+      await expect.poll(() => refused, { timeout: 10_000 }).toBeGreaterThan(0);
+      const sent = recorded.get(writtenOff.requestId)!;
+      // The member that took the replacement is put back on the batch already sent.
+      expect(recorded.get(kept.requestId)).toBe(sent);
+      await mine();
+      const [, keptHash, writtenOffHash] = await pulls;
+      expect(keptHash).toBe(sent);
+      expect(writtenOffHash).toBe(sent);
+      expect(refused).toBe(1);
+      for (const i of [kept, writtenOff]) expect(await paidOnChain(i)).toBe(1_000_000n);
+    });
+  });
+
   it("after a refused batch, a payer's two pulls his allowance covers only one of: the first is pulled, the second refused by name before it is sent, nothing reverted", async () => {
     const tight = payers[4]!;
     await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);

@@ -6,6 +6,8 @@
  * ledger of its own does. Its position never passes a payment the ledger may still drop, and
  * an orphan pull the chain dropped before its refund is not tried for ever.
  */
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
 import type { LedgerPayment } from "../../server/ledger-client.ts";
@@ -19,9 +21,9 @@ const CELO = 42220;
 /**
  * A ledger holding one payment of each rail at `timestamp` in `block`, indexed to `indexed`,
  * answering `from` as the real one does (inclusive). `nonce` tells one set of payments from
- * another (a fork's); `empty` holds none; `refunded` shows the pull's refund.
+ * another (a fork's); `empty` holds none; `refundedIn` shows the pull's refund in that block.
  */
-function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0, empty = false, refunded = false } = {}) {
+function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0, empty = false, refundedIn = 0n } = {}) {
   const asked: Array<{ rail: string; from: bigint }> = [];
   const payment = (rail: LedgerPayment["rail"], n: number): LedgerPayment => {
     const i = n + nonce;
@@ -51,7 +53,8 @@ function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0,
     },
     async order(id: string) {
       const payments = all.filter((p) => p.orderId === id.toLowerCase());
-      return { payments, refunds: refunded ? payments.map((p) => ({ chainId: CELO, orderId: p.orderId, amount: p.amount })) : [] };
+      const refunds = refundedIn ? payments.map((p) => ({ chainId: CELO, orderId: p.orderId, amount: p.amount, blockNumber: refundedIn.toString() })) : [];
+      return { payments, refunds };
     },
   };
 }
@@ -78,12 +81,47 @@ describe("the ledger pass's start", () => {
     refunds.length = 0;
   });
 
+  /**
+   * The service's own node, as JSON-RPC over HTTP: what it holds of each refund transaction
+   * (mined in a block, pending in its pool, or nothing).
+   */
+  const node = new Map<string, { mined?: bigint; pending?: boolean }>();
+  let rpc: Server;
+  let rpcUrl = "";
+  beforeAll(async () => {
+    rpc = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () => {
+        const asked = JSON.parse(body) as { id: number; method: string; params: [string] } | Array<{ id: number; method: string; params: [string] }>;
+        const answer = (r: { id: number; method: string; params: [string] }) => {
+          const held = node.get(r.params[0].toLowerCase());
+          const hex = (n: bigint) => `0x${n.toString(16)}`;
+          const tx = { hash: r.params[0], blockHash: null, blockNumber: null, from: `0x${"0".repeat(40)}`, to: `0x${"0".repeat(40)}`, nonce: "0x0", gas: "0x0", gasPrice: "0x0", value: "0x0", input: "0x", type: "0x0", v: "0x1b", r: "0x1", s: "0x1", transactionIndex: null };
+          const receipt = held?.mined !== undefined && {
+            transactionHash: r.params[0], blockHash: `0x${"b".repeat(64)}`, blockNumber: hex(held.mined), status: "0x1", logs: [], gasUsed: "0x0", cumulativeGasUsed: "0x0",
+            effectiveGasPrice: "0x0", transactionIndex: "0x0", from: tx.from, to: tx.to, contractAddress: null, logsBloom: `0x${"0".repeat(512)}`, type: "0x0",
+          };
+          const result = r.method === "eth_getTransactionReceipt" ? receipt || null : r.method === "eth_getTransactionByHash" ? (held?.pending ? tx : null) : null;
+          return { jsonrpc: "2.0", id: r.id, result };
+        };
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify(Array.isArray(asked) ? asked.map(answer) : answer(asked)));
+      });
+    });
+    await new Promise<void>((r) => rpc.listen(0, "127.0.0.1", r));
+    rpcUrl = `http://127.0.0.1:${(rpc.address() as AddressInfo).port}`;
+  });
+  afterAll(() => new Promise<void>((r) => rpc.close(() => r())));
+  beforeEach(() => node.clear());
+
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
     const orphans = new Orphans(db);
     const log = { debug() {}, info() {}, warn() {}, error() {} };
     const metrics = { orphanPulls: { inc() {} }, refundsLost: { inc: () => lost++ } };
     const operator = { refund: (a: { orderId: string }) => refund(a) };
-    const deps = { deployments: { chains: { CELO: {} } }, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator } as unknown as LedgerPassDeps;
+    const deployments = { chains: { CELO: { rpcUrl } } };
+    const deps = { deployments, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator } as unknown as LedgerPassDeps;
     await reconcileOrphanPulls(deps);
     await reconcileAuthorizationPayments(deps);
     return orphans.all();
@@ -166,10 +204,13 @@ describe("the ledger pass's start", () => {
     expect(refunds).toHaveLength(3);
   });
 
-  it("an orphan pull's refund reorganised away while the pull stands is sent again, once the ledger is past its block; watched no deeper than the ledger follows", async () => {
+  it("an orphan pull's refund reorganised away while the pull stands is sent again, once the ledger is past its block and the node holds it nowhere; watched no deeper than the ledger follows", async () => {
     const pullId = `0x${"1".repeat(64)}`;
+    const refundTx = `0x${"e".repeat(64)}`;
+    const row = async () => (await db.query<{ status: string; refund_block: string | null }>(`SELECT status, refund_block::text AS refund_block FROM orphan_pull WHERE order_id = $1`, [pullId]))[0];
     const saved = refund;
-    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 11n });
+    let block = 11n;
+    refund = async (a) => (refunds.push(a.orderId), { txHash: refundTx, block });
     lost = 0;
     try {
       // Refunded in block 11; the ledger, indexed to 10 only, cannot tell yet.
@@ -177,19 +218,49 @@ describe("the ledger pass's start", () => {
       expect(refunds).toEqual([pullId]);
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
       // Shown refunded past its block: nothing more.
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 12n, refunded: true }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 12n, refundedIn: 11n }));
       expect(refunds).toEqual([pullId]);
-      // Indexed past its block, the ledger shows the pull and no refund: lost, sent again, once.
+      // Not shown, but the node has it mined again in block 14: watched there, nothing sent.
+      node.set(refundTx, { mined: 14n });
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 13n }));
+      expect(await row()).toEqual({ status: "REFUNDED", refund_block: "14" });
+      // Back in the node's pool: waited for.
+      node.set(refundTx, { pending: true });
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 15n }));
+      expect(refunds).toEqual([pullId]);
+      // Indexed past it, the ledger shows the pull and no refund, and the node has it nowhere:
+      // lost, sent again, once.
+      node.clear();
+      block = 16n;
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 15n }));
       expect(refunds).toEqual([pullId, pullId]);
       expect(lost).toBe(1);
-      // Gone with its pull: nothing is owed, nothing sent.
-      await pass(ledgerWith(1_000n, { indexed: 14n, empty: true }));
-      expect(refunds).toHaveLength(2);
+      expect(await row()).toEqual({ status: "REFUNDED", refund_block: "16" });
       // Past the depth, a refund the ledger no longer shows is no longer looked for.
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 11n + 30n }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 16n + 30n }));
       expect(refunds).toHaveLength(2);
       expect(lost).toBe(1);
+    } finally {
+      refund = saved;
+    }
+  });
+
+  it("an orphan pull gone from the chain with its refund owes nothing; landing again, however late, it is refunded again", async () => {
+    const pullId = `0x${"1".repeat(64)}`;
+    const saved = refund;
+    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 11n });
+    lost = 0;
+    try {
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      expect(refunds).toEqual([pullId]);
+      // Both reorganised away: nothing sent, the pull marked dropped.
+      await pass(ledgerWith(1_000n, { indexed: 14n, empty: true }));
+      expect(refunds).toHaveLength(1);
+      expect(lost).toBe(0);
+      expect((await db.query<{ status: string }>(`SELECT status FROM orphan_pull WHERE order_id = $1`, [pullId]))[0]!.status).toBe("DROPPED");
+      // The pull lands again long after (whoever holds the operator key kept it): refunded again.
+      await pass(ledgerWith(2_000n, { block: 60n, indexed: 61n }));
+      expect(refunds).toEqual([pullId, pullId]);
     } finally {
       refund = saved;
     }

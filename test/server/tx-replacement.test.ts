@@ -65,5 +65,45 @@ describe("a stuck transaction", () => {
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before - 1_000_000n);
     const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
     expect(order.paid).toBe(1_000_000n);
+    await rpc("evm_setAutomine", [true]);
+    await rpc("evm_setIntervalMining", [1000]);
+  });
+
+  it("a replacement its caller refuses (the order was written off meanwhile) is not sent: the fee stays, and the transaction already sent is waited for", async () => {
+    const payer = hardhatAccount(12);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 3 });
+    const signed: Hex[] = [];
+    let refusals = 0;
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      const requestId = "req_202611230000cccccccccccccccccccc";
+      const pulling = operator.pull(
+        "CELO",
+        { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
+        async (hash) => void signed.push(hash),
+        async (_previous, _next, mined) => {
+          if (!mined) {
+            refusals++;
+            throw new Error("written off");
+          }
+        },
+      );
+      await expect.poll(() => refusals, { timeout: 5_000 }).toBe(1);
+      // Past the next replacement's time: no other is even asked for.
+      await new Promise((r) => setTimeout(r, 800));
+      expect(refusals).toBe(1);
+      expect(await celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" })).toBe(
+        (await celo.publicClient.getTransactionCount({ address: operatorAccount().address })) + 1,
+      );
+      await rpc("evm_mine");
+      expect(await pulling).toBe(signed[0]);
+      const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
+      expect(order.paid).toBe(1_000_000n);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+    }
   });
 });
