@@ -172,6 +172,12 @@ export function auditOrders(
   for (const o of records.orphans.pulls) {
     const key = `pull:${pullKey(chainInfo(o.chain ?? "").chainId, field(o, "order_id"))}`;
     accounted.add(key);
+    if (o.status === "DROPPED") {
+      // Reorganised off the chain before its refund (or with it): nothing is owed while the
+      // ledger shows no such pull; the ledger pass revives the record should it land again.
+      if (payments.some((p) => keyOf(p) === key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked dropped from the chain, but the ledger shows it`);
+      continue;
+    }
     if (o.status !== "REFUNDED") out.stuck.push(`orphan pull ${o.order_id} on ${o.chain} (${o.amount}) is not refunded yet`);
     else if (!refundedByKey.get(key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked refunded, but the ledger shows no refund`);
   }

@@ -72,6 +72,15 @@ describe("the audit of orders served on their receipt", () => {
     ]);
   });
 
+  it("takes an orphan pull dropped from the chain as owing nothing, unless the ledger shows that pull", () => {
+    const pull = (id: string, status: string) => ({ chain: "CELO", order_id: id, payer: PAYER, token_address: TOKEN, amount: "500000", pull_tx_hash: `0x${"22".repeat(32)}`, status, refund_tx_hash: null });
+    const [gone, back] = [`0x${"0c".repeat(32)}`, `0x${"0d".repeat(32)}`];
+    const shown = { id: `42220-0x${"22".repeat(32)}-1`, chainId: 42220, rail: "pull", orderId: back, authorizationNonce: null, payer: PAYER, token: TOKEN, amount: 500_000n };
+    const audit = auditOrders({ orders: [], orphans: { pulls: [pull(gone, "DROPPED"), pull(back, "DROPPED")], payments: [] } }, [shown] as never, [], Date.now(), 3_600);
+    expect(audit.stuck).toEqual([]);
+    expect(audit.discrepancies).toEqual([`orphan pull ${back} on CELO is marked dropped from the chain, but the ledger shows it`]);
+  });
+
   it("takes a Permit2 order held and closed as refunded by hand, with nothing booked under its key, as resolved; any other refunded order with no payment is a discrepancy", () => {
     const refund = `0x${"cc".repeat(32)}`;
     const refunded = (requestId: string, nonce: string, status = "REFUNDED") => ({ ...served(requestId, nonce), status, payment_rail: "permit2", refund_tx_hash: status === "REFUNDED" ? refund : null }) as unknown as OpsOrder;
