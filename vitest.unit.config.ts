@@ -22,7 +22,7 @@ export const UNIT_TESTS = [
   "test/server/audit-orders.test.ts",
   "test/server/fault-logs.test.ts",
   "test/server/ledger-match.test.ts",
-  "test/server/ledger-pass-start.test.ts",
+  "test/server/ledger-pass.test.ts",
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",
   "test/server/rates.test.ts",

@@ -1,10 +1,14 @@
 /**
- * A database that comes to a ledger already holding payments that are not its orders (a
- * test's service on chains other suites paid on) starts its pass over that ledger where it is
- * told (Orphans.startAt): it reads each rail from there, and takes none of the payments
- * before it for orphans. Without a start, it reads from the beginning, as a service on a
- * ledger of its own does. Its position never passes a payment the ledger may still drop, and
- * an orphan pull the chain dropped before its refund is not tried for ever.
+ * The ledger pass (server/orders/ledger-pass.ts) against a ledger that answers as the real
+ * one does, the service's own database, and a node speaking JSON-RPC:
+ *   - where it starts: a database that comes to a ledger already holding payments that are
+ *     not its orders (a test's service on chains other suites paid on) starts where it is
+ *     told (Orphans.startAt) and takes none of the payments before it for orphans; without a
+ *     start, it reads from the beginning, as a service on a ledger of its own does;
+ *   - its position never passes a payment the ledger may still drop;
+ *   - orphan pulls: one the chain dropped before its refund is not tried for ever, and
+ *     their refunds are watched for reorganisations as deep as the ledger follows them.
+ * test/ledger/reorg.test.ts holds the position against a real chain's reorganisation.
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -59,7 +63,7 @@ function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0,
   };
 }
 
-describe("the ledger pass's start", () => {
+describe("the ledger pass", () => {
   let db: Db;
   beforeAll(async () => {
     db = await openDb({ pgliteDir: undefined });
