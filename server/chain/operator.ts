@@ -214,15 +214,16 @@ export class ChainOperator {
         if (withdrawn.size > 0) throw new GroupChanged();
       };
       // A replacement goes out for all members or none: one that refuses it (its order was
-      // written off) puts the others back on the transaction already sent.
-      const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
-        const recorded = await Promise.allSettled(members.map(async (m) => m.onReplaced?.(previous, next, mined)));
-        const refused = recorded.find((r) => r.status === "rejected");
-        if (refused && !mined) {
-          await Promise.all(members.map(async (m, i) => (recorded[i]!.status === "fulfilled" ? m.onReplaced?.(next, previous, true) : undefined)));
-          throw (refused as PromiseRejectedResult).reason;
+      // written off), or fails to record it, puts the others back on the transaction already sent.
+      const onReplaced = async (previous: Hex, next: Hex, how?: "mined" | "restored") => {
+        const recorded = await Promise.allSettled(members.map(async (m) => m.onReplaced?.(previous, next, how)));
+        const failed = recorded.find((r): r is PromiseRejectedResult => r.status === "rejected");
+        if (failed && how === undefined) {
+          await Promise.allSettled(members.map(async (m, i) => (recorded[i]!.status === "fulfilled" ? m.onReplaced?.(next, previous, "restored") : undefined)));
+          throw failed.reason;
         }
-        for (const m of members) m.recordedAs = next;
+        for (const [i, m] of members.entries()) if (recorded[i]!.status === "fulfilled") m.recordedAs = next;
+        if (failed) throw failed.reason;
       };
       try {
         const requests = members.map(({ item: i }) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
@@ -396,7 +397,8 @@ export class ChainOperator {
       const replacement = keccak256(serialized);
       try {
         await onReplaced?.(recorded, replacement);
-      } catch {
+      } catch (err) {
+        if (!(err instanceof ReplacementRefused)) throw err;
         bumping = false;
         continue;
       }
@@ -413,7 +415,7 @@ export class ChainOperator {
     this.receipts.set(mined.toLowerCase(), receipt);
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
-    if (mined !== recorded) await onReplaced?.(recorded, mined, true);
+    if (mined !== recorded) await onReplaced?.(recorded, mined, "mined");
     if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
     return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
@@ -421,10 +423,15 @@ export class ChainOperator {
 
 /**
  * Learns that the transaction it knew as `previous` is now `next`: a replacement at a higher
- * fee, about to be sent (throwing keeps it unsent, and the fee where it is), or, `mined`, the
- * one the chain took.
+ * fee, about to be sent (throwing ReplacementRefused keeps it unsent and the fee where it is;
+ * any other error stops the send), or, recorded whatever the state, the one the chain took
+ * ("mined") or the one already sent, put back when a gathered batch's replacement was
+ * refused by another member ("restored").
  */
-export type Replaced = (previous: Hex, next: Hex, mined?: boolean) => Promise<void>;
+export type Replaced = (previous: Hex, next: Hex, how?: "mined" | "restored") => Promise<void>;
+
+/** A caller will not have a transaction replaced at a higher fee (its order was written off): the one sent is waited for as it is. */
+export class ReplacementRefused extends Error {}
 
 /** Learns a transaction's hash before it is sent (throwing stops it); `previous`, one it takes the place of. */
 export type Signed = (hash: Hex, previous?: Hex) => Promise<void>;

@@ -25,6 +25,7 @@ import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
 import { refundOnNode } from "./refund-watch.ts";
+import { pullOnChain } from "../chain/payment-state.ts";
 
 const PAGE = 200;
 
@@ -46,20 +47,21 @@ export class Orphans {
   constructor(private readonly db: Db) {}
 
   /**
-   * Records a pull no order accounts for; true the first time, and when one recorded as
-   * dropped lands again (whoever holds the operator key may send it again): it is refunded then.
+   * Records a pull no order accounts for, to be refunded: "new" the first time; "again" when
+   * one recorded as dropped from the chain lands again (the same pull after a
+   * reorganisation, or whoever holds the operator key sending one under its id again).
    */
-  async recordPull(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
-    const rows = await this.db.query(
+  async recordPull(chain: ChainKey, p: LedgerPayment): Promise<"new" | "again" | undefined> {
+    const [row] = await this.db.query<{ fresh: boolean }>(
       `INSERT INTO orphan_pull (chain, order_id, payer, token_address, amount, pull_tx_hash, status)
        VALUES ($1, $2, $3, $4, $5, $6, 'REFUNDING')
        ON CONFLICT (chain, order_id) DO UPDATE SET status = 'REFUNDING', payer = EXCLUDED.payer, token_address = EXCLUDED.token_address,
-         amount = EXCLUDED.amount, pull_tx_hash = EXCLUDED.pull_tx_hash
+         amount = EXCLUDED.amount, pull_tx_hash = EXCLUDED.pull_tx_hash, refund_block = NULL
        WHERE orphan_pull.status = 'DROPPED'
-       RETURNING chain`,
+       RETURNING orphan_pull.created_at = now() AS fresh`,
       [chain, p.orderId!.toLowerCase(), p.payer.toLowerCase(), p.token.toLowerCase(), p.amount, p.txHash],
     );
-    return rows.length > 0;
+    return row ? (row.fresh ? "new" : "again") : undefined;
   }
 
   async recordPayment(chain: ChainKey, p: LedgerPayment): Promise<boolean> {
@@ -139,14 +141,23 @@ export class Orphans {
     ]);
   }
 
-  /** Both the pull and its refund left the chain: nothing is owed unless the pull lands again (recordPull revives it). */
+  /**
+   * Both the pull and its refund left the chain: nothing is owed unless the pull lands again
+   * (recordPull revives it). The refund's hash is kept: should both land again, BillPay
+   * answers "refunded already", and that refund is still the one on record.
+   */
   async refundDroppedWithPull(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
     const rows = await this.db.query(
-      `UPDATE orphan_pull SET status = 'DROPPED', refund_tx_hash = NULL, refund_block = NULL
+      `UPDATE orphan_pull SET status = 'DROPPED', refund_block = NULL
        WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
       [chain, orderId, txHash],
     );
     return rows.length > 0;
+  }
+
+  /** The orphan pull's refund is no longer watched (the node holds it past the watch, the ledger never showed it). */
+  async refundUnwatched(chain: ChainKey, orderId: string, txHash: string): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET refund_block = NULL WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3`, [chain, orderId, txHash]);
   }
 
   /** How far the pass has read one chain's payments of one rail (ledger timestamp, unix seconds). */
@@ -227,7 +238,10 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
         if (!order) {
           // The service pulls only for orders it wrote first: a pull with none was sent by
           // someone else holding the operator key. Said at once, loudly; then refunded.
-          if (await deps.orphans.recordPull(chain, p)) {
+          const recorded = await deps.orphans.recordPull(chain, p);
+          if (recorded === "again") {
+            deps.log.warn("an orphan pull dropped from the chain landed again; refunding it", { chain, orderId: p.orderId, txHash: p.txHash });
+          } else if (recorded === "new") {
             deps.metrics.orphanPulls.inc({ chain });
             deps.log.error("a pull with no order reached BillPay: the operator key may be in other hands (pause BillPay and rotate it)", {
               chain,
@@ -260,33 +274,41 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
-      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && !(await pullShown(deps, o).catch(() => true))) {
-        // Reorganised away: BillPay holds nothing under the order id, and the ledger agrees.
-        // Retrying could never succeed; should the pull land again, the pass records it afresh.
-        await deps.orphans.pullDropped(o.chain, o.order_id);
+      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && (await droppedFromChain(deps, o))) {
         deps.log.warn("an orphan pull left the chain before its refund; nothing to refund unless it lands again", { chain: o.chain, orderId: o.order_id });
-        continue;
-      }
-      deps.log.error("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
+      } else deps.log.error("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
     }
   }
   return refunded;
 }
 
-/** Whether the ledger still shows a pull under the orphan's order id on its chain. */
-async function pullShown(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolean> {
-  const chainId = chainInfo(o.chain).chainId;
-  return (await deps.ledger.order(o.order_id)).payments.some((p) => p.chainId === chainId && p.rail === "pull");
+/**
+ * An orphan pull BillPay no longer holds (its refund was refused as an unknown order) that the
+ * ledger no longer shows either was reorganised away: retrying could never succeed, so it is
+ * marked DROPPED (true), and recorded afresh should it land again. Unsure, it is retried.
+ */
+async function droppedFromChain(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolean> {
+  try {
+    const chainId = chainInfo(o.chain).chainId;
+    if ((await deps.ledger.order(o.order_id)).payments.some((p) => p.chainId === chainId && p.rail === "pull")) return false;
+    await deps.orphans.pullDropped(o.chain, o.order_id);
+    return true;
+  } catch (err) {
+    deps.log.warn("could not tell whether an orphan pull left the chain; will retry", { orderId: o.order_id, error: errorText(err) });
+    return false;
+  }
 }
 
 /**
  * An orphan pull's refund is watched as an order's is (refund-watch.ts), until the ledger has
  * indexed REORG_WATCH_BLOCKS blocks on top of it. Once the ledger is indexed past its block:
  *   - shown (there, or in a later block after a reorganisation): watched where it stands;
- *   - not shown, and the pull gone too: nothing is owed; marked DROPPED, so that the pull,
- *     should it land again, is recorded afresh and refunded;
- *   - not shown while the pull stands, and the service's own node has it mined elsewhere or
- *     pending: watched there, or waited for;
+ *   - not shown, and the service's own node has it mined elsewhere or pending: watched
+ *     there, or waited for (as with an order's, a refund the node holds past the watch that
+ *     the ledger never shows is said once at error level, and watched no more);
+ *   - not shown, not on the node, and the pull gone too, from the ledger and from BillPay on
+ *     the node: nothing is owed; marked DROPPED, so that the pull, should it land again, is
+ *     recorded afresh and refunded;
  *   - else lost: sent again. What bounds that is BillPay's: it refunds an order id once, at
  *     most what it pulled, so a first refund that lands after all makes the second revert, at
  *     the cost of its gas. An orphan pull has no order to hold for an operator, and nothing
@@ -294,43 +316,52 @@ async function pullShown(deps: LedgerPassDeps, o: OrphanPullRow): Promise<boolea
  */
 async function watchOrphanPullRefunds(deps: LedgerPassDeps): Promise<void> {
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
-    const chainId = chainInfo(chain).chainId;
-    const indexed = await deps.ledger.indexedBlock(chainId);
-    if (indexed === null) continue;
-    for (const o of await deps.orphans.pullsRefundedAfter(chain, indexed - REORG_WATCH_BLOCKS)) {
-      if (BigInt(o.refund_block) > indexed) continue; // not indexed yet
-      try {
-        const shown = await deps.ledger.order(o.order_id);
-        const refunds = shown.refunds.filter((r) => r.chainId === chainId);
-        if (refunds.length > 0) {
-          const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), 0n);
-          if (newest > BigInt(o.refund_block)) await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, newest);
-          continue;
+    try {
+      const chainId = chainInfo(chain).chainId;
+      const indexed = await deps.ledger.indexedBlock(chainId);
+      if (indexed === null) continue;
+      for (const o of await deps.orphans.pullsRefundedAfter(chain, indexed - REORG_WATCH_BLOCKS)) {
+        if (BigInt(o.refund_block) > indexed) continue; // not indexed yet
+        try {
+          await watchOrphanPullRefund(deps, chain, o, indexed);
+        } catch (err) {
+          deps.log.warn("could not check an orphan pull's refund yet; will retry", { chain, orderId: o.order_id, error: errorText(err) });
         }
-        if (!shown.payments.some((p) => p.chainId === chainId && p.rail === "pull")) {
-          if (await deps.orphans.refundDroppedWithPull(chain, o.order_id, o.refund_tx_hash)) {
-            deps.log.warn("an orphan pull and its refund both left the chain; refunded afresh should the pull land again", { chain, orderId: o.order_id });
-          }
-          continue;
-        }
-        const onNode = await refundOnNode(deps, chain, o.refund_tx_hash);
-        if (onNode.mined !== undefined) {
-          await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, onNode.mined);
-          continue;
-        }
-        if (onNode.pending) continue;
-        if (await deps.orphans.refundLost(chain, o.order_id, o.refund_tx_hash)) {
-          deps.metrics.refundsLost.inc({ chain, rail: "orphan_pull" });
-          deps.log.error("an orphan pull's refund was reorganised off the chain while the pull stands; sending it again", {
-            chain,
-            orderId: o.order_id,
-            txHash: o.refund_tx_hash,
-          });
-        }
-      } catch (err) {
-        deps.log.warn("could not check an orphan pull's refund yet; will retry", { chain, orderId: o.order_id, error: errorText(err) });
       }
+    } catch (err) {
+      deps.log.warn("could not read the orphan pulls' refunds to watch; will retry", { chain, error: errorText(err) });
     }
+  }
+}
+
+async function watchOrphanPullRefund(deps: LedgerPassDeps, chain: ChainKey, o: OrphanPullRow & { refund_tx_hash: string; refund_block: string }, indexed: bigint): Promise<void> {
+  const chainId = chainInfo(chain).chainId;
+  const shown = await deps.ledger.order(o.order_id);
+  const refunds = shown.refunds.filter((r) => r.chainId === chainId);
+  if (refunds.length > 0) {
+    const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), 0n);
+    if (newest > BigInt(o.refund_block)) await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, newest);
+    return;
+  }
+  const onNode = await refundOnNode(deps, chain, o.refund_tx_hash);
+  if (onNode.mined !== undefined) {
+    if (onNode.mined + REORG_WATCH_BLOCKS <= indexed) {
+      deps.log.error("the chain holds an orphan pull's refund past the watch that the ledger does not show; the ledger needs a look", { chain, orderId: o.order_id, txHash: o.refund_tx_hash });
+      await deps.orphans.refundUnwatched(chain, o.order_id, o.refund_tx_hash);
+    } else await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, onNode.mined);
+    return;
+  }
+  if (onNode.pending) return;
+  const pullStands = shown.payments.some((p) => p.chainId === chainId && p.rail === "pull") || (await pullOnChain(deps, { chain, onchainOrderId: o.order_id }));
+  if (!pullStands) {
+    if (await deps.orphans.refundDroppedWithPull(chain, o.order_id, o.refund_tx_hash)) {
+      deps.log.warn("an orphan pull and its refund both left the chain; refunded afresh should the pull land again", { chain, orderId: o.order_id });
+    }
+    return;
+  }
+  if (await deps.orphans.refundLost(chain, o.order_id, o.refund_tx_hash)) {
+    deps.metrics.refundsLost.inc({ chain, rail: "orphan_pull" });
+    deps.log.error("an orphan pull's refund was reorganised off the chain while the pull stands; sending it again", { chain, orderId: o.order_id, txHash: o.refund_tx_hash });
   }
 }
 

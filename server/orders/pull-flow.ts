@@ -9,7 +9,7 @@ import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import { ContractRefused } from "../chain/operator.ts";
+import { ContractRefused, ReplacementRefused } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import { isPaymentOf } from "../ledger-client.ts";
@@ -148,8 +148,8 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   // A replacement is the same transaction at a higher fee, under the same nonce: no new
   // authority, so no guard; but not for an order written off meanwhile (the operator then
   // stops raising the fee and waits for the transaction already sent).
-  const onReplaced = async (previous: Hex, next: Hex, mined?: boolean) => {
-    if (!(await deps.orders.replaceTxHash(ids, previous, next, mined)) && !mined) throw new PullWithdrawn();
+  const onReplaced = async (previous: Hex, next: Hex, how?: "mined" | "restored") => {
+    if (!(await deps.orders.replaceTxHash(ids, previous, next, how !== undefined)) && how === undefined) throw new ReplacementRefused();
   };
   let mined: Hex;
   try {

@@ -674,16 +674,18 @@ export class OrderStore {
    * The pull recorded as `previous` goes out again at a higher fee: recorded, so sent, only
    * while every one of the orders is still PULLING under it, all or none (one the worker
    * wrote off meanwhile is not pushed onto the chain faster; should the first land anyway,
-   * the ledger pass refunds it). `mined`: `next` is the one the chain took, recorded
-   * whatever the state. True when recorded.
+   * the ledger pass refunds it). `whatever`: recorded whatever the state (`next` is the one
+   * the chain took, or the one already sent, put back). True when recorded.
    */
-  async replaceTxHash(requestIds: string[], previous: string, next: string, mined = false): Promise<boolean> {
+  async replaceTxHash(requestIds: string[], previous: string, next: string, whatever = false): Promise<boolean> {
+    // The status is asked of each row itself too: a write-off committed while this waited on
+    // its row lock is seen there (PostgreSQL re-checks only the row's own conditions).
     const rows = await this.db.query(
       `UPDATE bill_order SET tx_hash = $3, updated_at = now()
-       WHERE request_id = ANY($1::text[]) AND tx_hash = $2
+       WHERE request_id = ANY($1::text[]) AND tx_hash = $2 AND ($4 OR status = 'PULLING')
          AND ($4 OR NOT EXISTS (SELECT 1 FROM bill_order o WHERE o.request_id = ANY($1::text[]) AND (o.status <> 'PULLING' OR o.tx_hash IS DISTINCT FROM $2)))
        RETURNING request_id`,
-      [requestIds, previous, next, mined],
+      [requestIds, previous, next, whatever],
     );
     return rows.length === requestIds.length;
   }

@@ -9,7 +9,7 @@ import { decodeFunctionData, type Address, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, ContractRefused, onChainOrderId, type PullItem } from "../../server/chain/operator.ts";
+import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
@@ -178,17 +178,19 @@ describe("gathered pulls", () => {
       const [kept, writtenOff] = [item(payers[1]!.address), item(payers[2]!.address)];
       const recorded = new Map<string, Hex>();
       const record = (i: PullItem) => async (hash: Hex) => void recorded.set(i.requestId, hash);
+      // Each change the kept member was told of: what it held, what it holds now, and why.
+      const keptLearnt: Array<[held: Hex | undefined, previous: Hex, next: Hex, how: string | undefined]> = [];
       let refused = 0;
       const pulls = Promise.all([
         blocker,
-        bumping.pull("CELO", kept, record(kept), async (previous, next) => {
-          expect(recorded.get(kept.requestId)).toBe(previous);
+        bumping.pull("CELO", kept, record(kept), async (previous, next, how) => {
+          keptLearnt.push([recorded.get(kept.requestId), previous, next, how]);
           recorded.set(kept.requestId, next);
         }),
-        bumping.pull("CELO", writtenOff, record(writtenOff), async (previous, next, mined) => {
-          if (!mined) {
+        bumping.pull("CELO", writtenOff, record(writtenOff), async (_previous, next, how) => {
+          if (how === undefined) {
             refused++;
-            throw new Error("written off");
+            throw new ReplacementRefused();
           }
           recorded.set(writtenOff.requestId, next);
         }),
@@ -197,6 +199,10 @@ describe("gathered pulls", () => {
       const sent = recorded.get(writtenOff.requestId)!;
       // The member that took the replacement is put back on the batch already sent.
       expect(recorded.get(kept.requestId)).toBe(sent);
+      expect(keptLearnt).toEqual([
+        [sent, sent, expect.any(String), undefined],
+        [keptLearnt[0]![2], keptLearnt[0]![2], sent, "restored"],
+      ]);
       await mine();
       const [, keptHash, writtenOffHash] = await pulls;
       expect(keptHash).toBe(sent);

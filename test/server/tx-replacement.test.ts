@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Hex } from "viem";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, onChainOrderId } from "../../server/chain/operator.ts";
+import { ChainOperator, onChainOrderId, ReplacementRefused } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startTestChains } from "../support/stack.ts";
 
@@ -83,25 +83,51 @@ describe("a stuck transaction", () => {
         "CELO",
         { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
         async (hash) => void signed.push(hash),
-        async (_previous, _next, mined) => {
-          if (!mined) {
+        async (_previous, _next, how) => {
+          if (how === undefined) {
             refusals++;
-            throw new Error("written off");
+            throw new ReplacementRefused();
           }
         },
       );
       await expect.poll(() => refusals, { timeout: 5_000 }).toBe(1);
+      const original = await celo.publicClient.getTransaction({ hash: signed[0]! });
       // Past the next replacement's time: no other is even asked for.
       await new Promise((r) => setTimeout(r, 800));
       expect(refusals).toBe(1);
-      expect(await celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" })).toBe(
-        (await celo.publicClient.getTransactionCount({ address: operatorAccount().address })) + 1,
-      );
       await rpc("evm_mine");
+      // The transaction first sent is the one mined, at its first fee.
       expect(await pulling).toBe(signed[0]);
+      const mined = await celo.publicClient.getTransaction({ hash: signed[0]! });
+      expect(mined.blockNumber).not.toBeNull();
+      expect(mined.maxFeePerGas).toBe(original.maxFeePerGas);
       const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
       expect(order.paid).toBe(1_000_000n);
     } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+    }
+  });
+
+  it("a replacement its caller cannot record (its database failing) is not sent, and the send fails so the caller learns of it", async () => {
+    const payer = hardhatAccount(11);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 3 });
+    const broken = new Error("the database is unreachable");
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    try {
+      const pulling = operator.pull(
+        "CELO",
+        { requestId: "req_202611230000dddddddddddddddddddd", payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
+        async () => {},
+        async () => {
+          throw broken;
+        },
+      );
+      await expect(pulling).rejects.toBe(broken);
+    } finally {
+      await rpc("evm_mine");
       await rpc("evm_setAutomine", [true]);
       await rpc("evm_setIntervalMining", [1000]);
     }
