@@ -122,23 +122,13 @@ export class Orphans {
    * The lost refund's hash stays until another is sent (BillPay may answer that it is
    * refunded already: the lost one landed after all).
    */
-  async refundLost(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
-    const rows = await this.db.query(
-      `UPDATE orphan_pull SET status = 'REFUNDING', refund_block = NULL
-       WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
-      [chain, orderId, txHash],
-    );
-    return rows.length > 0;
+  refundLost(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
+    return this.whileRefundedBy(chain, orderId, txHash, `status = 'REFUNDING', refund_block = NULL`);
   }
 
   /** The orphan pull's refund stands in a later block (mined again after a reorganisation): watched from there. */
-  async refundMovedTo(chain: ChainKey, orderId: string, txHash: string, block: bigint): Promise<void> {
-    await this.db.query(`UPDATE orphan_pull SET refund_block = $4 WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3`, [
-      chain,
-      orderId,
-      txHash,
-      block.toString(),
-    ]);
+  refundMovedTo(chain: ChainKey, orderId: string, txHash: string, block: bigint): Promise<boolean> {
+    return this.whileRefundedBy(chain, orderId, txHash, `refund_block = $4`, [block.toString()]);
   }
 
   /**
@@ -146,18 +136,22 @@ export class Orphans {
    * (recordPull revives it). The refund's hash is kept: should both land again, BillPay
    * answers "refunded already", and that refund is still the one on record.
    */
-  async refundDroppedWithPull(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
-    const rows = await this.db.query(
-      `UPDATE orphan_pull SET status = 'DROPPED', refund_block = NULL
-       WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
-      [chain, orderId, txHash],
-    );
-    return rows.length > 0;
+  refundDroppedWithPull(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
+    return this.whileRefundedBy(chain, orderId, txHash, `status = 'DROPPED', refund_block = NULL`);
   }
 
   /** The orphan pull's refund is no longer watched (the node holds it past the watch, the ledger never showed it). */
-  async refundUnwatched(chain: ChainKey, orderId: string, txHash: string): Promise<void> {
-    await this.db.query(`UPDATE orphan_pull SET refund_block = NULL WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3`, [chain, orderId, txHash]);
+  refundUnwatched(chain: ChainKey, orderId: string, txHash: string): Promise<boolean> {
+    return this.whileRefundedBy(chain, orderId, txHash, `refund_block = NULL`);
+  }
+
+  /** Sets `set` on an orphan pull while `txHash` is still its refund on record (a watch's read may be stale); true when it was. */
+  private async whileRefundedBy(chain: ChainKey, orderId: string, txHash: string, set: string, more: unknown[] = []): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE orphan_pull SET ${set} WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDED' AND refund_tx_hash = $3 RETURNING chain`,
+      [chain, orderId, txHash, ...more],
+    );
+    return rows.length > 0;
   }
 
   /** How far the pass has read one chain's payments of one rail (ledger timestamp, unix seconds). */
