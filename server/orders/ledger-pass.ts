@@ -32,6 +32,7 @@ const PAGE = 200;
 interface OrphanPullRow {
   chain: ChainKey;
   order_id: string;
+  token_address: string;
   amount: string;
 }
 
@@ -90,7 +91,7 @@ export class Orphans {
   }
 
   async unrefundedPulls(): Promise<OrphanPullRow[]> {
-    return this.db.query<OrphanPullRow>(`SELECT chain, order_id, amount::text AS amount FROM orphan_pull WHERE status = 'REFUNDING'`);
+    return this.db.query<OrphanPullRow>(`SELECT chain, order_id, token_address, amount::text AS amount FROM orphan_pull WHERE status = 'REFUNDING'`);
   }
 
   /** A pull the chain no longer holds is not refunded (there is nothing to refund) unless it lands again. */
@@ -111,7 +112,7 @@ export class Orphans {
   /** Orphan pulls refunded in a block after `block`: their refunds are still within reach of a reorganisation. */
   async pullsRefundedAfter(chain: ChainKey, block: bigint): Promise<Array<OrphanPullRow & { refund_tx_hash: string; refund_block: string }>> {
     return this.db.query(
-      `SELECT chain, order_id, amount::text AS amount, refund_tx_hash, refund_block::text AS refund_block FROM orphan_pull
+      `SELECT chain, order_id, token_address, amount::text AS amount, refund_tx_hash, refund_block::text AS refund_block FROM orphan_pull
        WHERE chain = $1 AND status = 'REFUNDED' AND refund_block > $2`,
       [chain, block.toString()],
     );
@@ -262,8 +263,15 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
   let refunded = 0;
   for (const o of await deps.orphans.unrefundedPulls()) {
     try {
+      // It waits for BillPay's refund budget, as an order's refund does: nothing is sent that
+      // BillPay would refuse. The audit lists it as not refunded yet meanwhile.
+      if (BigInt(o.amount) > (await deps.refundBudgets.read(o.chain, o.token_address)).available) {
+        deps.log.debug("an orphan pull's refund waits for the refund budget", { chain: o.chain, orderId: o.order_id, amount: o.amount });
+        continue;
+      }
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
       const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
+      deps.refundBudgets.forget(o.chain, o.token_address);
       await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null, "txHash" in outcome ? outcome.block : null);
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;

@@ -87,12 +87,14 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   const refunds: string[] = [];
   let lost = 0;
   let orphanPulls = 0;
+  let budgetAvailable = 10_000n;
   let refund = async (a: { orderId: string }): Promise<object> => {
     refunds.push(a.orderId);
     throw new ContractRefused("UnknownOrder", [a.orderId], "BillPay refused: UnknownOrder");
   };
   beforeEach(() => {
     refunds.length = 0;
+    budgetAvailable = 10_000n;
   });
 
   /**
@@ -149,8 +151,9 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
     const log = { debug() {}, info() {}, warn() {}, error() {} };
     const metrics = { orphanPulls: { inc: () => orphanPulls++ }, refundsLost: { inc: () => lost++ } };
     const operator = { refund: (a: { orderId: string }) => refund(a) };
+    const refundBudgets = { read: async () => ({ limit: 10_000n, period: 86_400n, available: budgetAvailable }), forget() {} };
     const deployments = { chains: { CELO: { rpcUrl, billPay: { address: `0x${"c0".repeat(20)}` } } } };
-    const deps = { deployments, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator } as unknown as LedgerPassDeps;
+    const deps = { deployments, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator, refundBudgets } as unknown as LedgerPassDeps;
     await reconcileOrphanPulls(deps);
     await reconcileAuthorizationPayments(deps);
     return orphans.all();
@@ -307,6 +310,23 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       await pass(ledgerWith(2_000n, { block: 60n, indexed: 61n }));
       expect(refunds).toEqual([pullId, pullId, pullId]);
       expect(orphanPulls).toBe(counted);
+    } finally {
+      refund = saved;
+    }
+  });
+
+  it("an orphan pull's refund waits for BillPay's refund budget instead of being tried each pass", async () => {
+    const pullId = `0x${"1".repeat(64)}`;
+    const saved = refund;
+    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 11n });
+    try {
+      budgetAvailable = 999n; // the pull is 1000
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      expect(refunds).toEqual([]);
+      budgetAvailable = 1_000n;
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      expect(refunds).toEqual([pullId]);
     } finally {
       refund = saved;
     }
