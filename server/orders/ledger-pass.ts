@@ -222,6 +222,9 @@ async function readForward(
   await deps.orphans.advance(name, hold !== undefined && hold < newest ? hold : newest);
 }
 
+/** Orphan pulls whose refund this process has said the refund budget can never hold (said once each). */
+const saidNeverRefundable = new Set<string>();
+
 /** Pulls no live order accounts for are refunded; returns how many orphan pulls it refunded. */
 export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number> {
   for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) {
@@ -265,8 +268,14 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
     try {
       // It waits for BillPay's refund budget, as an order's refund does: nothing is sent that
       // BillPay would refuse. The audit lists it as not refunded yet meanwhile.
-      if (BigInt(o.amount) > (await deps.refundBudgets.read(o.chain, o.token_address)).available) {
-        deps.log.debug("an orphan pull's refund waits for the refund budget", { chain: o.chain, orderId: o.order_id, amount: o.amount });
+      const budget = await deps.refundBudgets.read(o.chain, o.token_address);
+      if (BigInt(o.amount) > budget.available) {
+        const line = { chain: o.chain, orderId: o.order_id, amount: o.amount, available: budget.available.toString(), limit: budget.limit.toString() };
+        // One the budget can never hold waits for the admin: said once per process, loudly.
+        if (BigInt(o.amount) > budget.limit && !saidNeverRefundable.has(o.order_id)) {
+          saidNeverRefundable.add(o.order_id);
+          deps.log.error("an orphan pull's refund is larger than BillPay's refund budget can ever hold; the admin must raise it", line);
+        } else deps.log.debug("an orphan pull's refund waits for the refund budget", line);
         continue;
       }
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.

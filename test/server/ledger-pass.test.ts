@@ -88,6 +88,8 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   let lost = 0;
   let orphanPulls = 0;
   let budgetAvailable = 10_000n;
+  let budgetLimit = 10_000n;
+  const errors: string[] = [];
   let refund = async (a: { orderId: string }): Promise<object> => {
     refunds.push(a.orderId);
     throw new ContractRefused("UnknownOrder", [a.orderId], "BillPay refused: UnknownOrder");
@@ -95,6 +97,8 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   beforeEach(() => {
     refunds.length = 0;
     budgetAvailable = 10_000n;
+    budgetLimit = 10_000n;
+    errors.length = 0;
   });
 
   /**
@@ -148,10 +152,10 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
 
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
     const orphans = new Orphans(db);
-    const log = { debug() {}, info() {}, warn() {}, error() {} };
+    const log = { debug() {}, info() {}, warn() {}, error: (msg: string) => void errors.push(msg) };
     const metrics = { orphanPulls: { inc: () => orphanPulls++ }, refundsLost: { inc: () => lost++ } };
     const operator = { refund: (a: { orderId: string }) => refund(a) };
-    const refundBudgets = { read: async () => ({ limit: 10_000n, period: 86_400n, available: budgetAvailable }), forget() {} };
+    const refundBudgets = { read: async () => ({ limit: budgetLimit, period: 86_400n, available: budgetAvailable }), forget() {} };
     const deployments = { chains: { CELO: { rpcUrl, billPay: { address: `0x${"c0".repeat(20)}` } } } };
     const deps = { deployments, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator, refundBudgets } as unknown as LedgerPassDeps;
     await reconcileOrphanPulls(deps);
@@ -316,16 +320,25 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   });
 
   it("an orphan pull's refund waits for BillPay's refund budget instead of being tried each pass", async () => {
-    const pullId = `0x${"1".repeat(64)}`;
+    // Said once per process: each database's run uses a pull of its own.
+    const nonce = kind === "pglite" ? 0 : 5;
+    const pullId = `0x${String(1 + nonce).repeat(64)}`;
     const saved = refund;
     refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 11n });
     try {
       budgetAvailable = 999n; // the pull is 1000
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
       expect(refunds).toEqual([]);
+      // A budget that can never hold it waits for the admin, said once.
+      budgetLimit = 999n;
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
+      expect(refunds).toEqual([]);
+      expect(errors.filter((e) => e.includes("can ever hold"))).toHaveLength(1);
+      budgetLimit = 10_000n;
       budgetAvailable = 1_000n;
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n }));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
       expect(refunds).toEqual([pullId]);
     } finally {
       refund = saved;
