@@ -222,8 +222,25 @@ async function readForward(
   await deps.orphans.advance(name, hold !== undefined && hold < newest ? hold : newest);
 }
 
-/** Orphan pulls whose refund this process has said the refund budget can never hold (said once each). */
-const saidNeverRefundable = new Set<string>();
+/** Orphan pulls (chain:order id) whose wait for the refund budget this process has said (once each). */
+const saidWaiting = new Set<string>();
+
+/**
+ * An orphan pull's refund waits for BillPay's refund budget, as an order's does: said at
+ * error level and counted (billpay_refunds_waiting_total) the first time this process sees it
+ * wait, louder when the budget can never hold it (only the admin can raise it); at debug after.
+ * The audit lists it as not refunded yet all the while.
+ */
+function waitForBudget(deps: LedgerPassDeps, o: OrphanPullRow, budget: { available: bigint; limit: bigint }): void {
+  const line = { chain: o.chain, orderId: o.order_id, amount: o.amount, available: budget.available.toString(), limit: budget.limit.toString() };
+  const key = `${o.chain}:${o.order_id}`;
+  if (saidWaiting.has(key)) return deps.log.debug("an orphan pull's refund waits for the refund budget", line);
+  const token = deps.deployments.chains[o.chain]?.tokens.find((t) => t.address.toLowerCase() === o.token_address.toLowerCase())?.symbol ?? o.token_address;
+  deps.metrics.refundsWaiting.inc({ chain: o.chain, token });
+  if (BigInt(o.amount) > budget.limit) deps.log.error("an orphan pull's refund is larger than BillPay's refund budget can ever hold; the admin must raise it", line);
+  else deps.log.error("an orphan pull's refund waits for the refund budget; an operator may need to raise it", line);
+  saidWaiting.add(key);
+}
 
 /** Pulls no live order accounts for are refunded; returns how many orphan pulls it refunded. */
 export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number> {
@@ -270,12 +287,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       // BillPay would refuse. The audit lists it as not refunded yet meanwhile.
       const budget = await deps.refundBudgets.read(o.chain, o.token_address);
       if (BigInt(o.amount) > budget.available) {
-        const line = { chain: o.chain, orderId: o.order_id, amount: o.amount, available: budget.available.toString(), limit: budget.limit.toString() };
-        // One the budget can never hold waits for the admin: said once per process, loudly.
-        if (BigInt(o.amount) > budget.limit && !saidNeverRefundable.has(o.order_id)) {
-          saidNeverRefundable.add(o.order_id);
-          deps.log.error("an orphan pull's refund is larger than BillPay's refund budget can ever hold; the admin must raise it", line);
-        } else deps.log.debug("an orphan pull's refund waits for the refund budget", line);
+        waitForBudget(deps, o, budget);
         continue;
       }
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
@@ -285,7 +297,11 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
-      if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && (await droppedFromChain(deps, o))) {
+      if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {
+        // The budget moved between the read and the send (an order's refund, another instance): read afresh next pass.
+        deps.refundBudgets.forget(o.chain, o.token_address);
+        deps.log.warn("an orphan pull's refund found the refund budget spent meanwhile; it waits", { chain: o.chain, orderId: o.order_id });
+      } else if (err instanceof ContractRefused && err.errorName === "UnknownOrder" && (await droppedFromChain(deps, o))) {
         deps.log.warn("an orphan pull left the chain before its refund; nothing to refund unless it lands again", { chain: o.chain, orderId: o.order_id });
       } else deps.log.error("could not refund an orphan pull; will retry", { orderId: o.order_id, error: errorText(err) });
     }

@@ -89,7 +89,11 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   let orphanPulls = 0;
   let budgetAvailable = 10_000n;
   let budgetLimit = 10_000n;
+  let waited = 0;
+  let waitedToken = "";
   const errors: string[] = [];
+  const budgetReads: string[] = [];
+  const budgetForgets: string[] = [];
   let refund = async (a: { orderId: string }): Promise<object> => {
     refunds.push(a.orderId);
     throw new ContractRefused("UnknownOrder", [a.orderId], "BillPay refused: UnknownOrder");
@@ -98,7 +102,10 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
     refunds.length = 0;
     budgetAvailable = 10_000n;
     budgetLimit = 10_000n;
+    waited = 0;
     errors.length = 0;
+    budgetReads.length = 0;
+    budgetForgets.length = 0;
   });
 
   /**
@@ -153,10 +160,13 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
     const orphans = new Orphans(db);
     const log = { debug() {}, info() {}, warn() {}, error: (msg: string) => void errors.push(msg) };
-    const metrics = { orphanPulls: { inc: () => orphanPulls++ }, refundsLost: { inc: () => lost++ } };
+    const metrics = { orphanPulls: { inc: () => orphanPulls++ }, refundsLost: { inc: () => lost++ }, refundsWaiting: { inc: (l: { token: string }) => ((waitedToken = l.token), waited++) } };
     const operator = { refund: (a: { orderId: string }) => refund(a) };
-    const refundBudgets = { read: async () => ({ limit: budgetLimit, period: 86_400n, available: budgetAvailable }), forget() {} };
-    const deployments = { chains: { CELO: { rpcUrl, billPay: { address: `0x${"c0".repeat(20)}` } } } };
+    const refundBudgets = {
+      read: async (chain: string, token: string) => (budgetReads.push(`${chain}:${token}`), { limit: budgetLimit, period: 86_400n, available: budgetAvailable }),
+      forget: (chain: string, token: string) => void budgetForgets.push(`${chain}:${token}`),
+    };
+    const deployments = { chains: { CELO: { rpcUrl, billPay: { address: `0x${"c0".repeat(20)}` }, tokens: [{ symbol: "USDC", address: "0x00000000000000000000000000000000000000AA" }] } } };
     const deps = { deployments, ledger, orders: new OrderStore(db), orphans, refused: new RefusedPayments(db), log, metrics, operator, refundBudgets } as unknown as LedgerPassDeps;
     await reconcileOrphanPulls(deps);
     await reconcileAuthorizationPayments(deps);
@@ -330,16 +340,23 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
       expect(refunds).toEqual([]);
-      // A budget that can never hold it waits for the admin, said once.
-      budgetLimit = 999n;
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
-      await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
-      expect(refunds).toEqual([]);
-      expect(errors.filter((e) => e.includes("can ever hold"))).toHaveLength(1);
-      budgetLimit = 10_000n;
+      // The budget of the pull's own chain and token is asked; its wait is said and counted once.
+      expect(new Set(budgetReads)).toEqual(new Set([`CELO:${"0x00000000000000000000000000000000000000aa"}`]));
+      expect(errors.filter((e) => e.includes("waits for the refund budget"))).toHaveLength(1);
+      expect(waited).toBe(1);
+      expect(waitedToken).toBe("USDC");
       budgetAvailable = 1_000n;
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 10n, nonce }));
       expect(refunds).toEqual([pullId]);
+      // The figure it spent from is read afresh next time.
+      expect(budgetForgets).toEqual([`CELO:${"0x00000000000000000000000000000000000000aa"}`]);
+      // A pull the budget can never hold waits for the admin, said once as such.
+      budgetLimit = 999n;
+      budgetAvailable = 999n;
+      await pass(ledgerWith(1_500n, { block: 12n, indexed: 12n, nonce: nonce + 1 }));
+      await pass(ledgerWith(1_500n, { block: 12n, indexed: 12n, nonce: nonce + 1 }));
+      expect(refunds).toEqual([pullId]);
+      expect(errors.filter((e) => e.includes("can ever hold"))).toHaveLength(1);
     } finally {
       refund = saved;
     }
