@@ -24,7 +24,7 @@ import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
-import { refundOnNode } from "./refund-watch.ts";
+import { refundStanding } from "./refund-watch.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
 
 const PAGE = 200;
@@ -364,21 +364,20 @@ async function watchOrphanPullRefunds(deps: LedgerPassDeps): Promise<void> {
 async function watchOrphanPullRefund(deps: LedgerPassDeps, chain: ChainKey, o: OrphanPullRow & { refund_tx_hash: string; refund_block: string }, indexed: bigint): Promise<void> {
   const chainId = chainInfo(chain).chainId;
   const shown = await deps.ledger.order(o.order_id);
-  const refunds = shown.refunds.filter((r) => r.chainId === chainId);
-  if (refunds.length > 0) {
-    const newest = refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), 0n);
-    if (newest > BigInt(o.refund_block)) await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, newest);
-    return;
-  }
-  const onNode = await refundOnNode(deps, chain, o.refund_tx_hash);
-  if (onNode.mined !== undefined) {
-    if (onNode.mined + REORG_WATCH_BLOCKS <= indexed) {
+  const shownIn = shown.refunds.filter((r) => r.chainId === chainId).map((r) => BigInt(r.blockNumber));
+  const standing = await refundStanding(deps, chain, o.refund_tx_hash, shownIn, indexed);
+  switch (standing.kind) {
+    case "final":
+      return void (await deps.orphans.refundUnwatched(chain, o.order_id, o.refund_tx_hash));
+    case "ledger-missing":
       deps.log.error("the chain holds an orphan pull's refund past the watch that the ledger does not show; the ledger needs a look", { chain, orderId: o.order_id, txHash: o.refund_tx_hash });
-      await deps.orphans.refundUnwatched(chain, o.order_id, o.refund_tx_hash);
-    } else await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, onNode.mined);
-    return;
+      return void (await deps.orphans.refundUnwatched(chain, o.order_id, o.refund_tx_hash));
+    case "watch":
+      if (standing.block > BigInt(o.refund_block)) await deps.orphans.refundMovedTo(chain, o.order_id, o.refund_tx_hash, standing.block);
+      return;
+    case "pending":
+      return;
   }
-  if (onNode.pending) return;
   const pullStands = shown.payments.some((p) => p.chainId === chainId && p.rail === "pull") || (await pullOnChain(deps, { chain, onchainOrderId: o.order_id }));
   if (!pullStands) {
     if (await deps.orphans.refundDroppedWithPull(chain, o.order_id, o.refund_tx_hash)) {

@@ -163,26 +163,43 @@ export async function watchRefunds(deps: RefundWatchDeps): Promise<number> {
   return acted;
 }
 
+/** Where a watched refund stands, once the ledger is indexed past its block (refundStanding). */
+export type RefundStanding =
+  | { kind: "watch"; block: bigint } // shown, or mined on the node, in `block`: watched there
+  | { kind: "final" } // shown, REORG_WATCH_BLOCKS deep: watched no more
+  | { kind: "ledger-missing"; block: bigint } // the node holds it that deep; the ledger never showed it
+  | { kind: "pending" } // back in the node's pool: waited for
+  | { kind: "lost" }; // neither the ledger nor the node holds it
+
 /**
- * Where the service's own node has a refund the ledger, indexed past its block, does not
- * show. The ledger may be mid-way through following a reorganisation, or the refund mined
- * again in a later block, or back in the node's pool to be mined again: the node, which
- * holds a receipt only for a transaction on its chain, has the last word. `mined`: its
- * block (watched there); `pending`: waited for; neither: lost (a reverted one moved nothing).
- * Throws when the node cannot be asked: nothing is decided then.
+ * Where a refund the service watches stands, for an order's refund (refundWatches) and an
+ * orphan pull's (ledger-pass.ts) alike, given the blocks the ledger, indexed to `indexed`,
+ * shows refunds under its key in. Not shown, the ledger may be mid-way through following a
+ * reorganisation, or the refund mined again in a later block, or back in the node's pool:
+ * the service's own node, which holds a receipt only for a transaction on its chain, has the
+ * last word. A reverted receipt moved nothing: lost. Throws when the node cannot be asked:
+ * nothing is decided then. Whether a lost refund is owed (its payment still stands) is the
+ * caller's to decide.
  */
-export async function refundOnNode(deps: { deployments: Deployments }, chain: ChainKey, txHash: string): Promise<{ mined?: bigint; pending?: boolean }> {
+export async function refundStanding(deps: { deployments: Deployments }, chain: ChainKey, txHash: string, shownIn: bigint[], indexed: bigint): Promise<RefundStanding> {
+  if (shownIn.length > 0) {
+    const newest = shownIn.reduce((max, b) => (b > max ? b : max));
+    return newest + REORG_WATCH_BLOCKS <= indexed ? { kind: "final" } : { kind: "watch", block: newest };
+  }
   const client = deployedClientFor(deps.deployments, chain)!;
   const receipt = await client.getTransactionReceipt({ hash: txHash as Hex }).catch((err: unknown) => {
     if (err instanceof TransactionReceiptNotFoundError) return null;
     throw err;
   });
-  if (receipt) return receipt.status === "success" ? { mined: receipt.blockNumber } : {};
+  if (receipt?.status === "success") {
+    return receipt.blockNumber + REORG_WATCH_BLOCKS <= indexed ? { kind: "ledger-missing", block: receipt.blockNumber } : { kind: "watch", block: receipt.blockNumber };
+  }
+  if (receipt) return { kind: "lost" };
   const pending = await client.getTransaction({ hash: txHash as Hex }).catch((err: unknown) => {
     if (err instanceof TransactionNotFoundError) return null;
     throw err;
   });
-  return pending ? { pending: true } : {};
+  return pending ? { kind: "pending" } : { kind: "lost" };
 }
 
 /** What one watched refund needs; true when it was lost and its order held. */
@@ -193,26 +210,24 @@ async function actOn(deps: RefundWatchDeps, chain: ChainKey, w: RefundWatchRow, 
     return false;
   }
   const shown = await ledgerUnderKey(deps, order);
-  if (shown.refunds.length > 0) {
-    // Shown (in its block, or another one after a reorganisation): watched until the newest
-    // block it may stand in is past the ledger's depth.
-    const newest = shown.refunds.reduce((max, r) => (BigInt(r.blockNumber) > max ? BigInt(r.blockNumber) : max), BigInt(w.block_number));
-    if (newest + REORG_WATCH_BLOCKS <= indexed) await deps.refundWatches.close(w.request_id, w.tx_hash);
-    return false;
+  const standing = await refundStanding(deps, chain, w.tx_hash, shown.refunds.map((r) => BigInt(r.blockNumber)), indexed);
+  switch (standing.kind) {
+    case "final":
+      await deps.refundWatches.close(w.request_id, w.tx_hash);
+      return false;
+    case "ledger-missing":
+      // The refund is final, the ledger is what is wrong (the audit shows the treasury against it). Said once, and watched no more.
+      deps.log.error("the chain holds a refund past the watch that the ledger does not show; the ledger needs a look", { requestId: w.request_id, chain, txHash: w.tx_hash, block: standing.block.toString() });
+      await deps.refundWatches.close(w.request_id, w.tx_hash);
+      return false;
+    case "watch":
+      if (standing.block > BigInt(w.block_number)) await deps.refundWatches.movedTo(w.request_id, w.tx_hash, standing.block);
+      return false;
+    case "pending":
+      return false;
   }
   // The payment went too: nothing is owed either way, and the payment watch closes the order.
   if (!shown.payment) return false;
-  const onNode = await refundOnNode(deps, chain, w.tx_hash);
-  if (onNode.mined !== undefined) {
-    if (onNode.mined + REORG_WATCH_BLOCKS <= indexed) {
-      // Past the watch on the node, yet never in the ledger: the refund is final, the ledger
-      // is what is wrong (the audit shows the treasury against it). Said once, and watched no more.
-      deps.log.error("the chain holds a refund past the watch that the ledger does not show; the ledger needs a look", { requestId: w.request_id, chain, txHash: w.tx_hash, block: onNode.mined.toString() });
-      await deps.refundWatches.close(w.request_id, w.tx_hash);
-    } else await deps.refundWatches.movedTo(w.request_id, w.tx_hash, onNode.mined);
-    return false;
-  }
-  if (onNode.pending) return false;
   // Lost. Held like any order, one actor at a time (a webhook or the payment watch may be at
   // work on it), and only if the refund watched is still the order's (another may have been
   // sent since this pass read the watch).
