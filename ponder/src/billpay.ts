@@ -13,9 +13,7 @@ import {
 } from "ponder:schema";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
-import { permit2NonceKey } from "../../lib/permit2.ts";
-
-const ZERO_NONCE = `0x${"0".repeat(64)}`;
+import { refundOf, type ChainRefund } from "../../lib/refund-logs.ts";
 
 ponder.on("BillPay:SpendingAllowanceSet", async ({ event, context }) => {
   const chainId = context.chain.id;
@@ -95,7 +93,7 @@ ponder.on("BillPay:Pulled", async ({ event, context }) => {
 /** One refund out of BillPay, whichever way the payment it returns had arrived. */
 async function bookRefund(
   { event, context }: { event: { transaction: { hash: `0x${string}` }; log: { logIndex: number }; block: { number: bigint; timestamp: bigint } }; context: { chain: { id: number }; db: Parameters<typeof updateAccount>[0] } },
-  r: { rail: "pull" | "authorization" | "permit2"; orderId: `0x${string}`; nonce: `0x${string}` | null; payer: `0x${string}`; token: `0x${string}`; amount: bigint },
+  r: ChainRefund,
 ) {
   const chainId = context.chain.id;
   await context.db.insert(refund).values({
@@ -103,7 +101,7 @@ async function bookRefund(
     chainId,
     rail: r.rail,
     orderId: r.orderId,
-    authorizationNonce: r.nonce,
+    authorizationNonce: r.authorizationNonce,
     payer: r.payer,
     token: r.token,
     amount: r.amount,
@@ -122,16 +120,14 @@ async function bookRefund(
   }));
 }
 
+// Booked by the one refund predicate (lib/refund-logs.ts), which the service finds refunds on its own node by too.
 ponder.on("BillPay:Refunded", async (args) => {
-  const { orderId, payer, token, amount, authorizationNonce } = args.event.args;
-  const byAuthorization = authorizationNonce !== ZERO_NONCE;
-  await bookRefund(args, { rail: byAuthorization ? "authorization" : "pull", orderId, nonce: byAuthorization ? authorizationNonce : null, payer, token, amount });
+  await bookRefund(args, refundOf({ eventName: "Refunded", args: args.event.args }));
 });
 
 // The refund of an x402 payment made through Permit2, keyed by its Permit2 nonce.
 ponder.on("BillPay:Permit2Refunded", async (args) => {
-  const { orderId, payer, token, amount, nonce } = args.event.args;
-  await bookRefund(args, { rail: "permit2", orderId, nonce: permit2NonceKey(nonce), payer, token, amount });
+  await bookRefund(args, refundOf({ eventName: "Permit2Refunded", args: args.event.args }));
 });
 
 // A refunded pull gave back the allowance it used (unless the payer set a new figure since).

@@ -29,7 +29,8 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
-import { shownRefundRecording, type RefundWatches } from "./refund-watch.ts";
+import { ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
+import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
@@ -103,11 +104,23 @@ export interface FlowDeps {
 /**
  * What a refund touches, and nothing else: the order store, the ledger it reads the payment
  * from (and how long it waits for it), BillPay's refund budget and the shares of it, the
- * refunder's key (`operator`), the watch its refund is recorded in, its log and metrics.
+ * refunder's key (`operator`), the watch its refund is recorded in, the service's node (to
+ * find a refund BillPay holds already: `deployments`), its log and metrics.
  */
 export type RefundDeps = Pick<
   FlowDeps,
-  "orders" | "ledger" | "ledgerWaitMs" | "refundBudgets" | "refundPayerSharePercent" | "refundLateSlicePercent" | "refundWaitReviewSeconds" | "operator" | "refundWatches" | "metrics" | "log"
+  | "orders"
+  | "ledger"
+  | "ledgerWaitMs"
+  | "refundBudgets"
+  | "refundPayerSharePercent"
+  | "refundLateSlicePercent"
+  | "refundWaitReviewSeconds"
+  | "operator"
+  | "refundWatches"
+  | "deployments"
+  | "metrics"
+  | "log"
 >;
 
 /**
@@ -481,14 +494,15 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     if (wait) return deferRefund(deps, refunding, wait);
     const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding, amount) : await refundX402(deps, refunding, amount);
     deps.refundBudgets.forget(chain, refunding.tokenAddress);
-    const txHash = "txHash" in outcome ? outcome.txHash : undefined;
-    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: amount.toString(), txHash, reason });
+    // BillPay answered "already refunded" (a run that crashed after sending, or another
+    // actor): the refund it holds is found on chain, recorded and watched as one sent here.
+    const sent = "block" in outcome ? outcome : await refundFound(deps, chain, refundKeyOf(refunding), (await ledgerUnderKey(deps, refunding)).refunds, BigInt(paid.blockNumber));
+    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: amount.toString(), txHash: sent.txHash, reason, ...("block" in outcome ? {} : { found: "already refunded" }) });
     deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
     if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
-    const watched = "block" in outcome ? deps.refundWatches.recording(refunding, outcome.txHash, outcome.block, ["REFUNDING"]) : await shownRefundRecording(deps, refunding, ["REFUNDING"]);
-    return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: txHash }, watched);
+    return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: sent.txHash }, deps.refundWatches.recording(refunding, sent.txHash, sent.block, ["REFUNDING"]));
   } catch (err) {
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
     if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {

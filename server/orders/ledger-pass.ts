@@ -24,7 +24,7 @@ import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
-import { refundStanding } from "./refund-watch.ts";
+import { refundFound, refundStanding } from "./refund-watch.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
 
 const PAGE = 200;
@@ -99,14 +99,9 @@ export class Orphans {
     await this.db.query(`UPDATE orphan_pull SET status = 'DROPPED' WHERE chain = $1 AND order_id = $2 AND status = 'REFUNDING'`, [chain, orderId]);
   }
 
-  /** `block` is the refund's, when this service sent it (none when BillPay had refunded it already). */
-  async pullRefunded(chain: ChainKey, orderId: string, txHash: string | null, block: bigint | null): Promise<void> {
-    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = COALESCE($3, refund_tx_hash), refund_block = $4 WHERE chain = $1 AND order_id = $2`, [
-      chain,
-      orderId,
-      txHash,
-      block?.toString() ?? null,
-    ]);
+  /** Refunded by `txHash` in `block`: sent by this service, or found on chain (BillPay had refunded it already). */
+  async pullRefunded(chain: ChainKey, orderId: string, txHash: string, block: bigint): Promise<void> {
+    await this.db.query(`UPDATE orphan_pull SET status = 'REFUNDED', refund_tx_hash = $3, refund_block = $4 WHERE chain = $1 AND order_id = $2`, [chain, orderId, txHash, block.toString()]);
   }
 
   /** Orphan pulls refunded in a block after `block`: their refunds are still within reach of a reorganisation. */
@@ -293,7 +288,9 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       // A pull's refund is bounded on chain too: BillPay refunds at most what the order id pulled, once.
       const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
       deps.refundBudgets.forget(o.chain, o.token_address);
-      await deps.orphans.pullRefunded(o.chain, o.order_id, "txHash" in outcome ? outcome.txHash : null, "txHash" in outcome ? outcome.block : null);
+      // BillPay answered "already refunded": the refund it holds is found on chain and watched as one sent here.
+      const sent = "block" in outcome ? outcome : await orphanRefundFound(deps, o);
+      await deps.orphans.pullRefunded(o.chain, o.order_id, sent.txHash, sent.block);
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
     } catch (err) {
@@ -307,6 +304,17 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
     }
   }
   return refunded;
+}
+
+/**
+ * The refund BillPay already holds for an orphan pull (refund-watch.ts refundFound): under its
+ * order id on its chain in the ledger, else on the service's own node. Throws when neither
+ * shows it yet: the pull stays to be refunded, and is tried again next pass.
+ */
+async function orphanRefundFound(deps: LedgerPassDeps, o: OrphanPullRow) {
+  const chainId = chainInfo(o.chain).chainId;
+  const shown = (await deps.ledger.order(o.order_id)).refunds.filter((r) => r.chainId === chainId);
+  return refundFound(deps, o.chain, { orderId: o.order_id as Hex }, shown, 0n);
 }
 
 /**

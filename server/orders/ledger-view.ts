@@ -4,6 +4,8 @@
  * of it. Operators' decisions (review.ts) and the refund watch (refund-watch.ts) read it alike.
  */
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import type { Hex } from "viem";
+import type { RefundKey } from "../../lib/refund-logs.ts";
 import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import type { Order } from "./store.ts";
 
@@ -21,4 +23,10 @@ export async function ledgerUnderKey(deps: { ledger: LedgerClient }, o: Order): 
       : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
   const refunds = shown.refunds.filter((r) => r.chainId === chainId);
   return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };
+}
+
+/** The key the ledger shows the order's refunds under, for finding one on the service's node by the same predicate (chain/refund-on-node.ts). */
+export function refundKeyOf(o: Order): RefundKey {
+  if (o.rail === "pull") return { orderId: o.onchainOrderId as Hex };
+  return { rail: x402RailOf(o), token: o.tokenAddress as Hex, payer: o.payer as Hex, nonce: o.authNonce as Hex };
 }

@@ -28,6 +28,8 @@ import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import type { LedgerClient, LedgerRefund } from "../ledger-client.ts";
+import type { RefundKey } from "../../lib/refund-logs.ts";
+import { refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
 import { ledgerUnderKey } from "./ledger-view.ts";
 import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
@@ -121,21 +123,32 @@ export interface RefundWatchDeps {
 }
 
 /**
- * The watch of a refund the order did not send itself but finds on chain (BillPay answered
- * "already refunded", or the ledger already shows the key refunded): the newest refund the
- * ledger shows under its key, recorded with the move to REFUNDED. Undefined when the ledger
- * shows none yet: that refund goes unwatched.
+ * The refund BillPay already holds under a key, when it answers "already refunded" to a refund
+ * the service sends (one a crashed run sent, or another actor's): the newest the ledger shows
+ * under the key (`shown`), else the newest the service's own node holds under it, by the
+ * ledger's predicate, from REORG_WATCH_BLOCKS under the ledger's indexed block (or the
+ * payment's block, `paidIn`, if later) to its head. The node may be a block or two ahead of
+ * the ledger, and a refund the ledger has not shown yet is as exposed to a reorganisation as
+ * any: its caller records it with the move to REFUNDED and watches it. Throws when neither
+ * holds one: nothing is recorded as refunded, or left unwatched, on BillPay's answer alone,
+ * and the caller tries again.
  */
-export async function shownRefundRecording(deps: Pick<RefundWatchDeps, "ledger" | "refundWatches" | "log">, o: Order, from: OrderStatus[]): Promise<AlongsideWrite | undefined> {
-  const refunds = await ledgerUnderKey(deps, o).then(
-    (v) => v.refunds,
-    (err: unknown) => {
-      deps.log.warn("the ledger could not be read for a refund found on chain; it goes unwatched", { requestId: o.requestId, error: errorText(err) });
-      return [];
-    },
-  );
-  const newest = refunds.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
-  return newest && deps.refundWatches.recording(o, newest.txHash as Hex, BigInt(newest.blockNumber), from);
+export async function refundFound(
+  deps: { ledger: LedgerClient; deployments: Deployments },
+  chain: ChainKey,
+  key: RefundKey,
+  shown: LedgerRefund[],
+  paidIn: bigint,
+): Promise<RefundOnChain> {
+  const newest = shown.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
+  if (newest) return { txHash: newest.txHash as Hex, block: BigInt(newest.blockNumber) };
+  const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
+  if (indexed === null) throw new Error("BillPay holds the key refunded, and the ledger has indexed nothing yet to show where");
+  const reach = indexed > REORG_WATCH_BLOCKS ? indexed - REORG_WATCH_BLOCKS : 0n;
+  const from = paidIn > reach ? paidIn : reach;
+  const onNode = await refundOnNode(deps, chain, key, from);
+  if (!onNode) throw new Error(`BillPay holds the key refunded, but neither the ledger (indexed to block ${indexed}) nor the service's node (from block ${from}) shows the refund yet`);
+  return onNode;
 }
 
 /**

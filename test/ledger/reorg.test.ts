@@ -18,6 +18,7 @@ import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
+import { refund } from "../../server/orders/fulfil.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { watchPayments, type LossOutcome } from "../../server/orders/payment-watch.ts";
 import { watchRefunds } from "../../server/orders/refund-watch.ts";
@@ -390,6 +391,57 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
     await expect.poll(async () => (await reconcileAuthorizationPayments(service.flow), recorded(kept.nonce)), { timeout: 10_000 }).toBe(true);
   });
+
+  for (const onlyTheNode of [false, true])
+    it(`a refund sent by a run that died before recording it, found when the refund is tried again (${onlyTheNode ? "only the service's node holds it yet" : "the ledger shows it"}): recorded with its transaction and watched; reorganised away, its order is held for an operator`, async () => {
+      const payer = hardhatAccount(onlyTheNode ? 18 : 17);
+      const before = await usdc(payer.address);
+      const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: onlyTheNode ? 1600 : 1590 }));
+      expect(served).toMatchObject({ status: "SUCCESS" });
+      const requestId = served.request_id as string;
+      const price = (await orderOf(requestId)).amount;
+      await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+      // The biller took it back; the order is held, as whoever works it holds it, so the worker keeps out.
+      await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+      await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+      const held = (await service.flow.orders.claim(requestId, 120))!;
+      const real = service.flow.operator;
+      let sent: Hex | undefined;
+      const refunded = await reorganisedAway(async () => {
+        // The run that sends the refund dies before it records it.
+        const dying = Object.assign(Object.create(real) as typeof real, {
+          refundAuthorization: async (a: Parameters<typeof real.refundAuthorization>[0]) => {
+            const outcome = await real.refundAuthorization(a);
+            sent = "txHash" in outcome ? outcome.txHash : undefined;
+            throw new Error("the process died");
+          },
+        });
+        expect((await refund({ ...service.flow, operator: dying }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
+        expect(await usdc(payer.address)).toBe(before);
+        // Tried again, BillPay answers that the payment is refunded. The ledger may still be a
+        // block behind the node: then it shows the payment, and no refund, as it did before it.
+        const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: sent! })).blockNumber;
+        const ledger = onlyTheNode
+          ? Object.assign(Object.create(service.flow.ledger) as typeof service.flow.ledger, {
+              indexedBlock: async () => refundBlock - 1n,
+              authorization: async (...a: Parameters<typeof service.flow.ledger.authorization>) => ({ ...(await service.flow.ledger.authorization(...a)), refunds: [] }),
+            })
+          : service.flow.ledger;
+        return refund({ ...service.flow, ledger }, await orderOf(requestId), "refund retried", ["REFUNDING"]);
+      });
+      expect(refunded.status).toBe("REFUNDED");
+      expect(refunded.refundTxHash?.toLowerCase()).toBe(sent!.toLowerCase());
+      expect(await service.db.query(`SELECT tx_hash, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([{ tx_hash: sent!.toLowerCase(), lost_at: null }]);
+      await service.flow.orders.release(requestId, held.leaseToken);
+      expect(await usdc(payer.address)).toBe(before - price); // the chain no longer holds the refund
+      await mine();
+
+      await expect
+        .poll(async () => (await watchRefunds(service.flow).catch(() => 0), (await orderOf(requestId)).status), { timeout: 30_000, interval: 250 })
+        .toBe("NEEDS_REVIEW");
+      expect((await orderOf(requestId)).failureReason).toContain(`its refund (transaction ${sent!.toLowerCase()}) was reorganised off the chain while its payment stands`);
+      expect(await usdc(payer.address)).toBe(before - price);
+    });
 
   // Last: it moves the chain's clock three days on.
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {

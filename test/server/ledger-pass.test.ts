@@ -12,7 +12,9 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { encodeAbiParameters, encodeEventTopics, type Hex } from "viem";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { openDb, type Db } from "../../server/db.ts";
 import type { LedgerPayment } from "../../server/ledger-client.ts";
 import { Orphans, reconcileAuthorizationPayments, reconcileOrphanPulls, type LedgerPassDeps } from "../../server/orders/ledger-pass.ts";
@@ -58,9 +60,26 @@ function ledgerWith(timestamp: bigint, { block = 10n, indexed = 100n, nonce = 0,
     },
     async order(id: string) {
       const payments = all.filter((p) => p.orderId === id.toLowerCase());
-      const refunds = refundedIn ? payments.map((p) => ({ chainId: CELO, orderId: p.orderId, amount: p.amount, blockNumber: refundedIn.toString() })) : [];
+      const refunds = refundedIn ? payments.map((p) => ({ chainId: CELO, orderId: p.orderId, amount: p.amount, txHash: `0x${"f".repeat(64)}`, blockNumber: refundedIn.toString() })) : [];
       return { payments, refunds };
     },
+  };
+}
+
+/** BillPay's `Refunded` log of a pull's refund, as a node's eth_getLogs answers it. */
+function refundLog(orderId: string, block: bigint, txHash: string) {
+  const payer = "0x00000000000000000000000000000000000000bb";
+  const token = "0x00000000000000000000000000000000000000aa";
+  return {
+    address: `0x${"c0".repeat(20)}`,
+    topics: encodeEventTopics({ abi: billPayAbi, eventName: "Refunded", args: { orderId: orderId as Hex, payer, token } }),
+    data: encodeAbiParameters([{ type: "uint256" }, { type: "bytes32" }], [1000n, `0x${"0".repeat(64)}`]),
+    blockNumber: `0x${block.toString(16)}`,
+    blockHash: `0x${"b".repeat(64)}`,
+    transactionHash: txHash,
+    transactionIndex: "0x0",
+    logIndex: "0x0",
+    removed: false,
   };
 }
 
@@ -115,6 +134,9 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
    */
   const node = new Map<string, { mined?: bigint; pending?: boolean }>();
   const billPayHolds = new Set<string>();
+  /** BillPay's refund logs the node holds, as eth_getLogs answers them, and the ranges it was asked for. */
+  const nodeLogs: object[] = [];
+  const logsAsked: Array<{ fromBlock: string }> = [];
   let rpc: Server;
   let rpcUrl = "";
   beforeAll(async () => {
@@ -141,6 +163,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
             r.method === "eth_getTransactionReceipt" ? receipt || null
             : r.method === "eth_getTransactionByHash" ? (held?.pending ? tx : null)
             : r.method === "eth_call" ? orderOf(r.params[0] as unknown as { data?: string })
+            : r.method === "eth_getLogs" ? (logsAsked.push(r.params[0] as unknown as { fromBlock: string }), nodeLogs)
             : null;
           return { jsonrpc: "2.0", id: r.id, result };
         };
@@ -155,6 +178,8 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   beforeEach(() => {
     node.clear();
     billPayHolds.clear();
+    nodeLogs.length = 0;
+    logsAsked.length = 0;
   });
 
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
@@ -240,7 +265,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
 
     // Landed again by whoever holds the key: recorded afresh, and refunded.
     const saved = refund;
-    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}` });
+    refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 15n });
     try {
       await pass(ledgerWith(2_000n, { block: 14n, indexed: 15n }));
     } finally {
@@ -324,6 +349,44 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       await pass(ledgerWith(2_000n, { block: 60n, indexed: 61n }));
       expect(refunds).toEqual([pullId, pullId, pullId]);
       expect(orphanPulls).toBe(counted);
+    } finally {
+      refund = saved;
+    }
+  });
+
+  it("an orphan pull BillPay had refunded already is recorded with that refund, as the ledger or else the service's node shows it, and watched; shown nowhere, it is tried again", async () => {
+    const pullId = `0x${"1".repeat(64)}`;
+    const refundTx = `0x${"d".repeat(64)}`;
+    const row = async (id = pullId) =>
+      (await db.query(`SELECT status, refund_tx_hash, refund_block::text AS refund_block FROM orphan_pull WHERE order_id = $1`, [id]))[0];
+    const saved = refund;
+    refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true });
+    lost = 0;
+    try {
+      // Neither the ledger, indexed to 40, nor the node shows where: nothing is recorded, and
+      // it is tried again. The node is asked from the ledger's reorganisation depth under its head.
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 40n }));
+      expect(await row()).toEqual({ status: "REFUNDING", refund_tx_hash: null, refund_block: null });
+      expect(errors).toContain("could not refund an orphan pull; will retry");
+      expect(logsAsked.map((a) => BigInt(a.fromBlock))).toEqual([10n]);
+      // The node holds it in block 41, a block ahead of the ledger, beside another order's
+      // refund: this pull's is recorded, and watched there.
+      nodeLogs.push(refundLog(`0x${"9".repeat(64)}`, 41n, `0x${"c".repeat(64)}`), refundLog(pullId, 41n, refundTx));
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 40n }));
+      expect(await row()).toEqual({ status: "REFUNDED", refund_tx_hash: refundTx, refund_block: "41" });
+      // Reorganised away before the ledger ever showed it, the pull standing: lost, sent again.
+      nodeLogs.length = 0;
+      refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 43n });
+      await pass(ledgerWith(1_000n, { block: 10n, indexed: 42n }));
+      expect(lost).toBe(1);
+      expect(await row()).toEqual({ status: "REFUNDED", refund_tx_hash: `0x${"e".repeat(64)}`, refund_block: "43" });
+
+      // Shown by the ledger already: that refund is recorded, and the node is not asked.
+      refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true });
+      logsAsked.length = 0;
+      await pass(ledgerWith(1_000n, { block: 50n, indexed: 60n, nonce: 7, refundedIn: 52n }));
+      expect(await row(`0x${"8".repeat(64)}`)).toEqual({ status: "REFUNDED", refund_tx_hash: `0x${"f".repeat(64)}`, refund_block: "52" });
+      expect(logsAsked).toEqual([]);
     } finally {
       refund = saved;
     }
