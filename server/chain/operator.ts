@@ -52,6 +52,8 @@ const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxRepl
 const bump = (fee: bigint | undefined) => (fee === undefined ? undefined : (fee * 125n + 99n) / 100n);
 /** BillPay's ABI plus the token's errors, so a refusal from inside the token is named too. */
 const abi = [...billPayAbi, ...eip3009TokenAbi.filter((item) => item.type === "error")];
+// OrderExists: the refund's order id is taken, by this payment's own refund (a run that died
+// after sending it) or by someone else's; the caller tells which (orders/refund-watch.ts refundFound).
 const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "Permit2AlreadyRefunded", "OrderExists", "AlreadyRefunded"]);
 
 export { onChainOrderId };

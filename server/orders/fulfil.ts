@@ -29,6 +29,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
+import { RefundIdTaken } from "../chain/refund-on-node.ts";
 import { ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
 import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
@@ -510,6 +511,11 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
       deps.refundBudgets.forget(chain, refunding.tokenAddress);
       return deferRefund(deps, refunding, { seconds: 60, why: "BillPay's refund budget could not take it when sent" });
     }
+    if (err instanceof RefundIdTaken) {
+      // Someone else holds the order id (a leaked operator or refunder key): an operator refunds it by hand.
+      deps.log.error("refund held for review: BillPay's order id for it is taken, and the payment is not refunded", { requestId: refunding.requestId });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refuses the refund: its order id is taken, and the payment is not refunded (OrderExists)` });
+    }
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
       deps.log.error("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
@@ -581,7 +587,6 @@ const REFUND_NEVER = new Set([
   "Permit2NonceNotUsed",
   "InvalidPermit2Signature",
   "Permit2Missing",
-  "OrderExists",
 ]);
 
 function refundPull(deps: Pick<FlowDeps, "operator">, o: Order, amount: bigint) {

@@ -29,7 +29,7 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import type { LedgerClient, LedgerRefund } from "../ledger-client.ts";
 import type { RefundKey } from "../../lib/refund-logs.ts";
-import { refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
+import { keyRefundedOnNode, RefundIdTaken, refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
 import { ledgerUnderKey } from "./ledger-view.ts";
 import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
@@ -130,8 +130,9 @@ export interface RefundWatchDeps {
  * payment's block, `paidIn`, if later) to its head. The node may be a block or two ahead of
  * the ledger, and a refund the ledger has not shown yet is as exposed to a reorganisation as
  * any: its caller records it with the move to REFUNDED and watches it. Throws when neither
- * holds one: nothing is recorded as refunded, or left unwatched, on BillPay's answer alone,
- * and the caller tries again.
+ * holds one: nothing is recorded as refunded, or left unwatched, on BillPay's answer alone.
+ * RefundIdTaken when BillPay itself holds the key not refunded (only the order id was taken:
+ * no such refund exists, and retrying cannot help); otherwise the caller tries again.
  */
 export async function refundFound(
   deps: { ledger: LedgerClient; deployments: Deployments },
@@ -147,6 +148,7 @@ export async function refundFound(
   const reach = indexed > REORG_WATCH_BLOCKS ? indexed - REORG_WATCH_BLOCKS : 0n;
   const from = paidIn > reach ? paidIn : reach;
   const onNode = await refundOnNode(deps, chain, key, from);
+  if (!onNode && !(await keyRefundedOnNode(deps, chain, key))) throw new RefundIdTaken(chain);
   if (!onNode) throw new Error(`BillPay holds the key refunded, but neither the ledger (indexed to block ${indexed}) nor the service's node (from block ${from}) shows the refund yet`);
   return onNode;
 }

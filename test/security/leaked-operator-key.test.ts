@@ -2,19 +2,24 @@
  * The operator key in a stranger's hands, against the real local stack. BillPay bounds it on
  * chain: it pulls only from payers that set an allowance, only into BillPay, and at most the
  * operator-wide pull budget per period, which a refund does not give back. The service says
- * so at once: a pull with no order is an error line and a metric (alert BillPayOrphanPull)
- * on the ledger pass that finds it, and it is refunded to its payer.
+ * so at once: a pull with no pull order (none at all, or an x402 order's id taken) is an error
+ * line and a metric (alert BillPayOrphanPull) on the ledger pass that finds it, and it is
+ * refunded to its payer.
  */
-import { keccak256, toBytes, type Hex } from "viem";
+import { x402HTTPClient } from "@x402/core/http";
+import { keccak256, toBytes, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
 import { operatorAccount } from "../../lib/local-accounts.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
+import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -33,6 +38,16 @@ describe("a leaked operator key", () => {
       .filter((l) => l.startsWith(name))
       .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
 
+  const post = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
+    fetch(`${service.urls.service}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  async function payX402(payer: Account, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    return (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Record<string, unknown>;
+  }
+
   beforeAll(async () => {
     // It sets USDC's pull budget; close gives every budget back as lent.
     paying = await startPayingStackOnSharedChains(accounts, {}, { restoresBudgets: true });
@@ -44,15 +59,49 @@ describe("a leaked operator key", () => {
       errors.push(msg);
       error(msg, fields);
     };
-    // Six USDC a day may be pulled, by anyone holding the key.
-    await celo.setPullBudget("USDC", USDC(6), 86_400n);
   });
   afterAll(async () => {
     await paying?.close();
   });
 
+  it("a pull under an x402 order's own order id is an orphan pull too, alerted and refunded; that order's refund, its id taken, goes to an operator and is never marked refunded without a refund", async () => {
+    const [payer, victim] = [accounts(15), accounts(16)];
+    await celo.approveAndAllow(victim, "USDC", USDC(10));
+    const served = await payX402(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    // The biller took it back: it waits for an operator's refund.
+    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    const order = (await service.flow.orders.get(requestId))!;
+    const [payerBefore, victimBefore] = [await usdc(payer.address), await usdc(victim.address)];
+
+    // Whoever holds the key pulls from another payer under that order's id (known from the chain once refunded, or guessed from the service's own).
+    await celo.pull(order.onchainOrderId as Hex, victim.address, "USDC", USDC(1));
+    await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
+    expect(errors.filter((e) => e.startsWith("a pull with no order reached BillPay"))).toHaveLength(1);
+    expect(await usdc(victim.address)).toBe(victimBefore);
+
+    // The operator's refund of the x402 order: BillPay answers that its id is taken, and no
+    // refund of its payment exists. Held for an operator, saying why; nothing is sent.
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const refunded = await resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
+    expect(refunded.record).toMatchObject({ outcome: "FAILED", status_after: "NEEDS_REVIEW" });
+    const after = (await service.flow.orders.get(requestId))!;
+    expect(after.status).toBe("NEEDS_REVIEW");
+    expect(after.refundTxHash ?? null).toBeNull();
+    expect(after.failureReason).toContain("its order id is taken, and the payment is not refunded");
+    expect(errors).toContain("refund held for review: BillPay's order id for it is taken, and the payment is not refunded");
+    expect(await usdc(payer.address)).toBe(payerBefore);
+  });
+
   it("pulls at most the pull budget, only from payers with an allowance; each pull with no order is alerted at once and refunded, and the refund gives the key nothing back", async () => {
+    // Six USDC a day may be pulled, by anyone holding the key.
+    await celo.setPullBudget("USDC", USDC(6), 86_400n);
     const [first, second, unset, agent] = [accounts(11), accounts(12), accounts(13), accounts(14)];
+    const alerts = () => errors.filter((e) => e.startsWith("a pull with no order reached BillPay")).length;
+    const [alerted, counted] = [alerts(), await metric('billpay_orphan_pulls_total{chain="CELO"}')];
     for (const payer of [first, second, agent]) await celo.approveAndAllow(payer, "USDC", USDC(100));
     const before = new Map(await Promise.all([first, second, unset, agent].map(async (a) => [a.address, await usdc(a.address)] as const)));
     const vault = await usdc(celo.billPay);
@@ -69,8 +118,8 @@ describe("a leaked operator key", () => {
     // The ledger pass that finds it says so at once, and refunds it.
     await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
     await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
-    expect(errors.filter((e) => e.startsWith("a pull with no order reached BillPay"))).toHaveLength(1);
-    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(1);
+    expect(alerts()).toBe(alerted + 1);
+    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(counted + 1);
     expect(await usdc(first.address)).toBe(before.get(first.address));
 
     // The refund restored the payer's allowance, not the key's budget: two is all that is left.
@@ -97,7 +146,7 @@ describe("a leaked operator key", () => {
     await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
     expect(await usdc(first.address)).toBe(before.get(first.address));
     expect(await usdc(celo.billPay)).toBe(vault);
-    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(2);
+    expect(await metric('billpay_orphan_pulls_total{chain="CELO"}')).toBe(counted + 2);
     // (It refills at six a day: a few seconds on, a few hundred raw units.)
     expect(await metric('billpay_pull_budget_available_units{chain="CELO",token="USDC"}')).toBeLessThan(Number(USDC(0.01)));
   });
