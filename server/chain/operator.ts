@@ -116,6 +116,8 @@ export class ChainOperator {
   private gathering = new Map<ChainKey, GatheredPull[]>();
   /** The latest receipts this key's transactions were mined with, by hash, as its own node gave them. */
   private receipts = new Map<string, TransactionReceipt>();
+  /** Per chain and payer: settles once every pull of his sent so far is mined or has failed (afterPayersPulls). */
+  private payerPulls = new Map<string, Promise<void>>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -155,8 +157,37 @@ export class ChainOperator {
    * Pulls gather: one that arrives while this key is sending the previous transaction waits
    * for that send to finish (a few milliseconds, well inside a block) and goes out with every
    * other pull that arrived meanwhile, as one pullBatch. A lone pull goes out at once, alone.
+   * A payer's next pull waits for his previous one to be mined (afterPayersPulls).
    */
   pull(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
+    return this.afterPayersPulls(chain, [item.payer], () => this.gather(chain, item, onSigned, onReplaced));
+  }
+
+  /**
+   * Runs `send` (a transaction carrying pulls of `payers`) once every earlier pull of theirs is
+   * mined or has failed, and holds their next pulls until it is. The gas estimate runs at the
+   * latest block: two pulls of one payer in flight at once would each pass it against the same
+   * allowance, and the second revert on chain at BillPay's gas, costing him nothing (he sends
+   * no transaction). So a payer's pulls go one block after another; other payers' do not wait.
+   * Within this instance: another instance's operator key is not held (docs/money.md).
+   */
+  private afterPayersPulls<T>(chain: ChainKey, payers: readonly string[], send: () => Promise<T>): Promise<T> {
+    const keys = [...new Set(payers.map((p) => `${chain}:${p.toLowerCase()}`))];
+    const earlier = keys.flatMap((k) => this.payerPulls.get(k) ?? []);
+    // Nothing to wait for: sent at once, so that a pull still joins the group open now.
+    const run = earlier.length === 0 ? send() : Promise.all(earlier).then(send);
+    const done = run.then(
+      () => {},
+      () => {},
+    );
+    for (const k of keys) this.payerPulls.set(k, done);
+    void done.then(() => {
+      for (const k of keys) if (this.payerPulls.get(k) === done) this.payerPulls.delete(k);
+    });
+    return run;
+  }
+
+  private gather(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     return new Promise<Hex>((resolve, reject) => {
       const entry: GatheredPull = { item, onSigned, onReplaced, resolve, reject };
       const open = this.gathering.get(chain);
@@ -269,10 +300,14 @@ export class ChainOperator {
     }
   }
 
-  /** Many pulls in one transaction, all or nothing. */
+  /** Many pulls in one transaction, all or nothing; once its payers' earlier pulls are mined (afterPayersPulls). */
   pullBatch(chain: ChainKey, items: PullItem[], onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    return this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+    return this.afterPayersPulls(
+      chain,
+      items.map((i) => i.payer),
+      () => this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced),
+    );
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */

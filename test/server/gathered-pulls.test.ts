@@ -1,8 +1,9 @@
 /**
  * Pulls that arrive while the operator key is sending go out together as one pullBatch
  * (server/chain/operator.ts). Each caller still gets its own answer: a payer whose allowance
- * cannot cover its pull fails alone, a caller that withdraws at signing is left out, and no
- * order is ever pulled twice (BillPay keys every pull by its order id).
+ * cannot cover its pull fails alone, a caller that withdraws at signing is left out, a
+ * payer's next pull waits until his last is mined (none is sent to revert), and no order is
+ * ever pulled twice (BillPay keys every pull by its order id).
  */
 import { randomBytes } from "node:crypto";
 import { decodeFunctionData, type Address, type Hex } from "viem";
@@ -54,11 +55,19 @@ describe("gathered pulls", () => {
     }
   }
 
+  /** `results` once settled, mining a block at each look (whatever was sent meanwhile is mined too). */
+  async function settledMining<T>(results: Promise<T>, mine: () => Promise<unknown>): Promise<T> {
+    let settled: T | undefined;
+    void results.then((r) => (settled = r));
+    await expect.poll(async () => settled !== undefined || (await mine(), false), { timeout: 20_000, interval: 100 }).toBe(true);
+    return settled!;
+  }
+
   it("sends a lone pull at once by itself, and pulls arriving during a send together in one pullBatch", async () => {
     const first = item(payers[0]!.address);
     const sending = operator.pull("CELO", first);
     await new Promise((r) => setImmediate(r)); // the first is now being sent
-    const rest = payers.map((p) => item(p.address));
+    const rest = payers.slice(1).map((p) => item(p.address));
     const hashes = await Promise.all([sending, ...rest.map((i) => operator.pull("CELO", i))]);
     expect(new Set(hashes.slice(1)).size).toBe(1);
     expect(hashes[1]).not.toBe(hashes[0]);
@@ -212,29 +221,51 @@ describe("gathered pulls", () => {
     });
   });
 
-  it("after a refused batch, a payer's two pulls his allowance covers only one of: the first is pulled, the second refused by name before it is sent, nothing reverted", async () => {
+  it("a payer's next pull waits until his last is mined: one his allowance no longer covers is refused by name before it is sent, nothing reverts, and other payers' pulls do not wait", async () => {
     const tight = payers[4]!;
     await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);
     try {
-      // A pull sent is not yet mined when the next is estimated.
+      // A pull sent is not yet mined when the next is estimated, at the latest block.
       await miningPaused(async (mine) => {
         const sentBefore = await sentByOperator();
-        const blocker = operator.pull("CELO", item(payers[0]!.address));
-        await new Promise((r) => setImmediate(r));
         const [first, second, other] = [item(tight.address), item(tight.address), item(payers[1]!.address)];
-        const results = Promise.allSettled([blocker, operator.pull("CELO", first), operator.pull("CELO", second), operator.pull("CELO", other)]);
-        await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(sentBefore + 3);
-        await mine();
-        const settled = await results;
-        expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
-        const refusal = (settled[2] as PromiseRejectedResult).reason;
+        const pulls = [operator.pull("CELO", first)];
+        await new Promise((r) => setImmediate(r)); // the first is now being sent
+        pulls.push(operator.pull("CELO", second), operator.pull("CELO", other));
+        const results = Promise.allSettled(pulls);
+        // The first and the other payer's go out before either is mined; the second waits.
+        await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(sentBefore + 2);
+        const settled = await settledMining(results, mine);
+        expect(settled.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+        const refusal = (settled[1] as PromiseRejectedResult).reason;
         expect(refusal).toBeInstanceOf(ContractRefused);
         expect((refusal as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
         expect(await paidOnChain(first)).toBe(1_000_000n);
         expect(await paidOnChain(second)).toBe(0n);
         expect(await paidOnChain(other)).toBe(1_000_000n);
-        // Three transactions (the blocker, the first, the other payer's): none sent to revert.
-        expect(await sentByOperator()).toBe(sentBefore + 3);
+        // Two transactions: none sent to revert at BillPay's gas.
+        expect(await sentByOperator()).toBe(sentBefore + 2);
+      });
+    } finally {
+      await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
+    }
+  });
+
+  it("a batch of one payer's bills waits for his pull in flight, and is refused by name when his allowance no longer covers it", async () => {
+    const tight = payers[4]!;
+    await celo.setSpendingAllowance(tight, "USDC", 2_500_000n);
+    try {
+      await miningPaused(async (mine) => {
+        const sentBefore = await sentByOperator();
+        const lone = item(tight.address, 1_000_000n);
+        const batch = [item(tight.address), item(tight.address)];
+        const results = Promise.allSettled([operator.pull("CELO", lone), operator.pullBatch("CELO", batch)]);
+        await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(sentBefore + 1);
+        const settled = await settledMining(results, mine);
+        expect(settled.map((r) => r.status)).toEqual(["fulfilled", "rejected"]);
+        expect(((settled[1] as PromiseRejectedResult).reason as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
+        expect(await sentByOperator()).toBe(sentBefore + 1);
+        for (const i of batch) expect(await paidOnChain(i)).toBe(0n);
       });
     } finally {
       await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
