@@ -30,7 +30,7 @@ import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
 import { RefundIdTaken } from "../chain/refund-on-node.ts";
-import { ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
+import { ledgerPullOf, ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
 import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
@@ -443,7 +443,7 @@ async function lateDelivery(deps: VendDeps, order: Order, attempt: BillerAttempt
 
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
 export async function ledgerPaymentFor(deps: Pick<FlowDeps, "ledger">, o: Order): Promise<LedgerPayment | null> {
-  if (o.rail === "pull") return (await deps.ledger.order(o.onchainOrderId)).payments[0] ?? null;
+  if (o.rail === "pull") return ledgerPullOf(deps, o);
   return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
 }
 

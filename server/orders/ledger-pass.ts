@@ -245,10 +245,11 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       const undecided: LedgerPayment[] = [];
       for (const p of payments) {
         const order = known.get(p.orderId!.toLowerCase());
-        if (!order || order.rail !== "pull") {
-          // The service pulls only for pull orders it wrote first: a pull with none (or under
-          // an x402 order's id, which the service never pulls under) was sent by someone else
-          // holding the operator key. Said at once, loudly; then refunded.
+        if (!order || order.rail !== "pull" || order.chain !== chain) {
+          // The service pulls only for pull orders it wrote first, on their own chain: a pull
+          // with none (or under an x402 order's id, which the service never pulls under, or
+          // under an order's id on another chain) was sent by someone else holding the
+          // operator key. Said at once, loudly; then refunded.
           const recorded = await deps.orphans.recordPull(chain, p);
           if (recorded === "again") {
             deps.log.warn("an orphan pull dropped from the chain landed again; refunding it", { chain, orderId: p.orderId, txHash: p.txHash });

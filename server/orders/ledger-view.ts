@@ -6,7 +6,7 @@
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Hex } from "viem";
 import type { RefundKey } from "../../lib/refund-logs.ts";
-import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
+import { isPaymentOf, x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import type { Order } from "./store.ts";
 
 export interface LedgerView {
@@ -15,11 +15,20 @@ export interface LedgerView {
   refunded: bigint;
 }
 
+/**
+ * A pulled order's pull as the ledger shows it: under its order id, and on its own chain. An
+ * order id carries no chain, so the same id on another chain is someone else's pull (whoever
+ * held the operator key there), never this order's.
+ */
+export async function ledgerPullOf(deps: { ledger: LedgerClient }, o: Order): Promise<LedgerPayment | null> {
+  return (await deps.ledger.order(o.onchainOrderId)).payments.find(isPaymentOf(o)) ?? null;
+}
+
 export async function ledgerUnderKey(deps: { ledger: LedgerClient }, o: Order): Promise<LedgerView> {
   const chainId = chainInfo(o.chain).chainId;
   const shown =
     o.rail === "pull"
-      ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find((p) => p.chainId === chainId) ?? null, refunds: r.refunds }))
+      ? await deps.ledger.order(o.onchainOrderId).then((r) => ({ payment: r.payments.find(isPaymentOf(o)) ?? null, refunds: r.refunds }))
       : await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o));
   const refunds = shown.refunds.filter((r) => r.chainId === chainId);
   return { payment: shown.payment, refunds, refunded: refunds.reduce((s, r) => s + BigInt(r.amount), 0n) };

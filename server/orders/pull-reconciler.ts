@@ -14,6 +14,7 @@ import { fulfil, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
 import { deepEnough } from "./payment-watch.ts";
+import { ledgerPullOf } from "./ledger-view.ts";
 
 /**
  * PULLING -> PAID when the chain's pull is exactly the order's; NEEDS_REVIEW (nothing vended
@@ -34,9 +35,9 @@ export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPay
 }
 
 export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> {
-  const { payments } = await deps.ledger.order(o.onchainOrderId);
-  if (payments[0]) {
-    const paid = await pulledFromLedger(deps, o, payments[0]);
+  const pull = await ledgerPullOf(deps, o);
+  if (pull) {
+    const paid = await pulledFromLedger(deps, o, pull);
     if (paid.status === "PAID") await fulfil(deps, paid);
     return;
   }

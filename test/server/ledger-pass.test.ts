@@ -19,7 +19,7 @@ import { openDb, type Db } from "../../server/db.ts";
 import type { LedgerPayment } from "../../server/ledger-client.ts";
 import { Orphans, reconcileAuthorizationPayments, reconcileOrphanPulls, type LedgerPassDeps } from "../../server/orders/ledger-pass.ts";
 import { RefusedPayments } from "../../server/orders/refused-payments.ts";
-import { OrderStore } from "../../server/orders/store.ts";
+import { newOrderIds, OrderStore } from "../../server/orders/store.ts";
 import { ContractRefused } from "../../server/chain/operator.ts";
 import { freshDatabase } from "../support/stack.ts";
 
@@ -244,6 +244,40 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
     const later = ledgerWith(1_500n, { block: 10n, indexed: 40n, nonce: 3 });
     await pass(later);
     expect(later.asked.map((a) => a.from)).toEqual([1_500n, 1_500n, 1_500n]);
+  });
+
+  it("a pull under the id of a pull order on another chain is an orphan pull: an order id carries no chain", async () => {
+    const orders = new OrderStore(db);
+    const pullId = `0x${"1".repeat(64)}`;
+    const { orders: made } = await orders.createPullOrders(
+      [
+        {
+          ...newOrderIds(),
+          bodyHash: "bill",
+          bill: {},
+          vend: null,
+          chain: "BASE",
+          token: "USDC",
+          tokenAddress: "0x00000000000000000000000000000000000000aa",
+          payer: "0x00000000000000000000000000000000000000bb",
+          amount: 1000n,
+          batchId: null,
+          scheduleId: null,
+          idempotencyKey: null,
+        },
+      ],
+      60,
+    );
+    // Served on Base under the id the ledger shows a pull under on Celo.
+    await db.query(`UPDATE bill_order SET onchain_order_id = $2, status = 'SUCCESS' WHERE request_id = $1`, [made[0]!.requestId, pullId]);
+    try {
+      const counted = orphanPulls;
+      const recorded = await pass(ledgerWith(1_000n));
+      expect(recorded.pulls.map((p) => [p.chain, p.order_id])).toEqual([["CELO", pullId]]);
+      expect(orphanPulls).toBe(counted + 1);
+    } finally {
+      await db.query(`DELETE FROM bill_order WHERE request_id = $1`, [made[0]!.requestId]);
+    }
   });
 
   it("an orphan pull the chain dropped before its refund is not retried for ever; landing again, it is refunded", async () => {
