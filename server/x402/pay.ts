@@ -185,6 +185,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
    * Paid calls that settled nothing cost the service a signature check, maybe a facilitator
    * call, and cost the caller nothing: counted per payer and per client address, and past
    * either budget (RATE_LIMIT_UNSETTLED_*) a paid call is refused before its payment is checked.
+   * The payer is counted only for a payment his own signature holds: anyone can name any
+   * payer in junk, and would otherwise spend an honest payer's budget, refusing his payments.
    */
   const unsettledKeys = (client: string, payment: DecodedPayment | undefined) =>
     [["unsettledAddress", client], ...(payment ? [["unsettledPayer", payment.authorization.from.toLowerCase()]] : [])] as Array<[LimitName, string]>;
@@ -195,11 +197,20 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     for (const [name, key] of unsettledKeys(client, payment)) await limits.count(name, key);
   };
 
+  /** Whether the payment's signature is its payer's (a refused payment's, checked only once the caller's budget allowed the call). */
+  async function signedByPayer(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment): Promise<boolean> {
+    const client = deployedClientFor(deps.deployments, option.chain)!;
+    const domain = { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address };
+    return checkSignature(payment, domain, client).then(
+      () => true,
+      () => false,
+    );
+  }
+
   /**
-   * Keeps a payment refused only for its time window, when its signature is the payer's (so
-   * junk is never kept) and the payer holds the amount, within the bounds
-   * (orders/refused-payments.ts). Answers what the payer is told of a landing of it, or
-   * undefined when its signature does not hold.
+   * Keeps a payment refused only for its time window, whose signature the caller found the
+   * payer's (so junk is never kept), when the payer holds the amount, within the bounds
+   * (orders/refused-payments.ts). Answers what the payer is told of a landing of it.
    */
   async function keepRefusal(
     payment: DecodedPayment,
@@ -210,13 +221,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     hash: string,
     ctx: ChallengeContext,
     code: PaymentProblem,
-  ): Promise<string | undefined> {
+  ): Promise<string> {
     const client = deployedClientFor(deps.deployments, option.chain)!;
-    try {
-      await checkSignature(payment, { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address }, client);
-    } catch {
-      return undefined;
-    }
     // Only a payer who holds the amount now could land it: wallets of no funds sign for free,
     // and would otherwise fill the kept refusals, leaving others' landings to an operator.
     const balance = await tokenBalance(client, token.address, payment.authorization.from).catch(() => undefined);
@@ -319,8 +325,15 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // caller or payer whose payments keep failing to settle is held off before more work.
     if (!presented) await countNewBill(client, bodyHash);
     if (request.presentedPayment) await checkUnsettled(client, presented);
+    // A malformed payment id is refused before any check of the payment or read of the chain.
+    const paymentId = presented && paymentIdOf(presented, request.idempotencyKey);
     const pricing = startStage("price");
-    const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash);
+    const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash).catch(async (err: unknown) => {
+      // A number the biller was asked about and says is wrong: a call with a payment is not
+      // counted as a new bill, so each such guess counts here, as a wrong replay's does.
+      if (presented && err instanceof ServiceError && err.code === "CUSTOMER_NOT_VERIFIED") await limits.take("challengeAddress", client);
+      throw err;
+    });
     const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);
     pricing();
     if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
@@ -371,17 +384,18 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       checking();
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
-      await countUnsettled(client, presented);
+      // The signature was not reached, or did not hold: checked now, for whom to count.
+      const signed = presented !== undefined && err.code !== "SIGNATURE_INVALID" && (await signedByPayer(presented, option, token));
+      await countUnsettled(client, signed ? presented : undefined);
       // Refused only for its time window, it may still land (the payer, a relayer, anyone holding
       // it can submit it): kept, when its signature is the payer's and he holds the amount, so a
       // landing is refunded.
-      const kept = LANDABLE.has(err.code) && presented ? await keepRefusal(presented, bill, option, token, quote, hash, ctx, err.code) : undefined;
+      const kept = LANDABLE.has(err.code) && signed ? await keepRefusal(presented!, bill, option, token, quote, hash, ctx, err.code) : undefined;
       return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: kept === undefined ? err.detail : `${err.detail}. ${kept}` } };
     }
 
     // A payment id the payer used before (payment-identifier, Idempotency-Key): the first
     // order's answer for the same bill, and this payment is not used (orders/payment-id.ts).
-    const paymentId = paymentIdOf(payment, request.idempotencyKey);
     const answerUnderId = async (earlier: Order) => {
       // Nothing settles on this call: it is counted as any paid call that settled nothing,
       // so retrying an id costs the payer its budget, not the service a signature check each.

@@ -158,6 +158,17 @@ describe("refunds are never free and never starved", () => {
     const second = await post(electricity(stranger, "9999999999998"));
     expect(second.status).toBe(422);
     expect(await second.json()).toMatchObject({ code: "CUSTOMER_NOT_VERIFIED", reason: expect.any(String) });
+    // Asked with a payment attached (signed by anyone: a call with a payment is not counted as
+    // a new bill), each wrong number the biller is asked about still counts against the caller.
+    const guessing = createApp({ config: { ...service.config, RATE_LIMIT_CHALLENGE_ADDRESS: { points: 2, seconds: 600 } }, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow });
+    const anyone = new x402HTTPClient(x402ClientFor(accounts(9), paying.chains.deployments));
+    const challenged = await post(electricity(accounts(9), SANDBOX_NUMBERS.prepaidMeter));
+    const junk = anyone.encodePaymentSignatureHeader(await anyone.createPaymentPayload(anyone.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json())));
+    const guess = (meter: string) =>
+      guessing.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...junk }, body: JSON.stringify(electricity(stranger, meter)) });
+    expect((await guess("9999999999990")).status).toBe(422);
+    expect((await guess("9999999999991")).status).toBe(422);
+    expect((await guess("9999999999992")).status).toBe(429);
     // A right number still pays, and products without a check are not affected.
     expect((await pay(stranger, electricity(stranger, SANDBOX_NUMBERS.prepaidMeter))).body).toMatchObject({ status: "SUCCESS" });
     expect((await pay(stranger, airtime(stranger, SANDBOX_NUMBERS.phone, 1551))).body).toMatchObject({ status: "SUCCESS" });

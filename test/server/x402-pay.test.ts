@@ -365,6 +365,40 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await limited.json()).toMatchObject({ code: "RATE_LIMITED" });
   });
 
+  it("junk naming a payer counts against its sender's budget of unsettled payments, never the payer's: his own payment still goes through", async () => {
+    const app = createApp({
+      config: loadConfig({ WORKER_GRACE_SECONDS: "0", LOG_REQUESTS: "0", RATE_LIMIT_UNSETTLED_PAYER: "2/600" }),
+      db,
+      deployments: stack.deployments,
+      rates: new ConfiguredRate(1_550_000n),
+      flow,
+    });
+    const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    // A stranger signs payments with his own key and writes the payer's address into them:
+    // one for the price, one for another amount, one more. None is the payer's signature.
+    const stranger = privateKeyToAccount(generatePrivateKey());
+    for (const [nairaAmount, value, code] of [[1131, undefined, "SIGNATURE_INVALID"], [1132, "1", "AMOUNT_MISMATCH"], [1133, undefined, "SIGNATURE_INVALID"]] as const) {
+      const body = bill("08011111111", { nairaAmount });
+      const challenged = await post(body);
+      const client = new x402HTTPClient(x402ClientFor(stranger, stack.deployments));
+      const signed = await client.createPaymentPayload(client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()));
+      const authorization = (signed.payload as { authorization: Record<string, string> }).authorization;
+      authorization.from = payer.address;
+      if (value) authorization.value = value;
+      const answer = await send(body, client.encodePaymentSignatureHeader(signed));
+      expect(answer.status).toBe(402);
+      expect(await answer.json()).toMatchObject({ code });
+    }
+    // The payer's own payment is checked and settled, not held off.
+    const before = await usdc();
+    const body = bill("08011111111", { nairaAmount: 1134 });
+    const { headers, payload } = await paymentFor(body);
+    const paid = await send(body, headers);
+    expect(paid.status).toBe(200);
+    expect(((await paid.json()) as Result).status).toBe("SUCCESS");
+    expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
+  });
+
   it("a payment whose nonce the service's node cannot read makes no order and reaches no facilitator: CHAIN_UNAVAILABLE, and the same payment goes through once the node answers", async () => {
     // The node, through a proxy that answers EIP-3009's authorizationState with an error
     // (the signature check's reads still pass): the intake cannot tell whether the nonce
