@@ -7,6 +7,7 @@
  * challenge's limit is always in memory: a 402 stores nothing, so that limit bounds only
  * one instance's work, and a shared counter would cost the very write the 402 no longer makes.
  */
+import { isIPv6 } from "node:net";
 import { getConnInfo } from "@hono/node-server/conninfo";
 import pLimit, { type LimitFunction } from "p-limit";
 import type { Context, MiddlewareHandler } from "hono";
@@ -39,6 +40,32 @@ const SETTINGS: Record<LimitName, keyof Config> = {
  */
 const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress", "unsettledAddress", "unsettledPayer", "agentAddress"]);
 
+/** Limits keyed by the client's address (the number check's too, when its caller is an address). */
+const BY_ADDRESS: ReadonlySet<LimitName> = new Set(["linkAddress", "challengeAddress", "orderAddress", "unsettledAddress", "agentAddress"]);
+
+/**
+ * The unit a client address is limited as: an IPv4 address itself, an IPv6 address's /64.
+ * One subscriber is usually given a whole /64, and a host may take any of its 2^64 addresses
+ * at will, so each would otherwise bring a budget of its own.
+ */
+export function addressGroup(address: string): string {
+  const ip = address.replace(/%.*$/, ""); // a zone id names the interface, not the client
+  // Not IPv6, or one carrying an IPv4 address (NAT64 and the like): each such address is its own client.
+  if (!isIPv6(ip) || ip.includes(".")) return address;
+  const [head = "", tail] = ip.split("::");
+  const words = (part: string) => (part === "" ? [] : part.split(":"));
+  const groups = tail === undefined ? words(head) : [...words(head), ...Array(8 - words(head).length - words(tail).length).fill("0"), ...words(tail)];
+  return `${groups
+    .slice(0, 4)
+    .map((w) => parseInt(w, 16).toString(16))
+    .join(":")}::/64`;
+}
+
+function limitKey(name: LimitName, key: string): string {
+  if (BY_ADDRESS.has(name)) return addressGroup(key);
+  return name === "verify" && key.startsWith("address:") ? `address:${addressGroup(key.slice("address:".length))}` : key;
+}
+
 export class Limits {
   private readonly limiters = new Map<LimitName, RateLimiterAbstract>();
 
@@ -60,13 +87,13 @@ export class Limits {
   async check(name: LimitName, key: string): Promise<void> {
     const limiter = this.limiters.get(name);
     if (!limiter) return;
-    const res = await limiter.get(key);
+    const res = await limiter.get(limitKey(name, key));
     if (res && res.consumedPoints >= limiter.points) throw limitedError(name, res);
   }
 
   /** Counts one call against `name` for `key`, after the fact: never refuses. */
   async count(name: LimitName, key: string): Promise<void> {
-    await this.limiters.get(name)?.penalty(key, 1);
+    await this.limiters.get(name)?.penalty(limitKey(name, key), 1);
   }
 
   /** Counts one call against `name` for `key`; RATE_LIMITED once the budget is spent. */
@@ -74,7 +101,7 @@ export class Limits {
     const limiter = this.limiters.get(name);
     if (!limiter) return;
     try {
-      await limiter.consume(key);
+      await limiter.consume(limitKey(name, key));
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err; // the store failed: that is an error, not a limit
       throw limitedError(name, err);

@@ -226,6 +226,9 @@ describe("abuse resistance", () => {
       // Two clients behind the proxy: each has its own budget (2).
       expect([await order(proxied.url, "203.0.113.7"), await order(proxied.url, "203.0.113.7"), await order(proxied.url, "203.0.113.7")]).toEqual([404, 404, 429]);
       expect(await order(proxied.url, "203.0.113.8")).toBe(404);
+      // An IPv6 client is limited by its /64, which one host holds whole: another address in it is the same client.
+      expect([await order(proxied.url, "2001:db8:1:2::1"), await order(proxied.url, "2001:db8:1:2:ffff::9"), await order(proxied.url, "2001:0db8:0001:0002:0:0:0:5")]).toEqual([404, 404, 429]);
+      expect(await order(proxied.url, "2001:db8:1:3::1")).toBe(404);
       // A client cannot name itself: what the proxy appended (the rightmost) is believed.
       expect(await order(proxied.url, "198.51.100.1, 203.0.113.7")).toBe(429);
       // Not behind a trusted proxy, X-Forwarded-For is nobody's word.
