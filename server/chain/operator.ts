@@ -116,8 +116,8 @@ export class ChainOperator {
   private gathering = new Map<ChainKey, GatheredPull[]>();
   /** The latest receipts this key's transactions were mined with, by hash, as its own node gave them. */
   private receipts = new Map<string, TransactionReceipt>();
-  /** Per chain and payer: settles once every pull of his sent so far is mined or has failed (afterPayersPulls). */
-  private payerPulls = new Map<string, Promise<void>>();
+  /** Per chain and payer with a transaction of his in flight: settles once every one is mined or has failed (holdPayers). */
+  private inFlight = new Map<string, Promise<void>>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -157,59 +157,69 @@ export class ChainOperator {
    * Pulls gather: one that arrives while this key is sending the previous transaction waits
    * for that send to finish (a few milliseconds, well inside a block) and goes out with every
    * other pull that arrived meanwhile, as one pullBatch. A lone pull goes out at once, alone.
-   * A payer's next pull waits for his previous one to be mined (afterPayersPulls).
+   * A payer with a transaction of his in flight is held out of the group until it is mined
+   * (inFlight).
    */
   pull(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
-    return this.afterPayersPulls(chain, [item.payer], () => this.gather(chain, item, onSigned, onReplaced));
+    return new Promise<Hex>((resolve, reject) => this.gather(chain, { item, onSigned, onReplaced, resolve, reject }));
+  }
+
+  private gather(chain: ChainKey, entry: GatheredPull): void {
+    const open = this.gathering.get(chain);
+    if (open) {
+      open.push(entry);
+      return;
+    }
+    const group = [entry];
+    this.gathering.set(chain, group);
+    const previous = this.queues.get(`${chain}:${this.keys.operator.address}`) ?? Promise.resolve();
+    let ready: GatheredPull[] = [];
+    void previous
+      .catch(() => {})
+      .then(() => {
+        // The group closes as this key's previous send ends; later pulls open the next one.
+        this.gathering.delete(chain);
+        ready = group.filter((m) => !this.inFlight.has(this.payerKey(chain, m.item.payer)));
+        // The others gather again once their payer's transaction is mined.
+        for (const m of group) if (!ready.includes(m)) void this.inFlight.get(this.payerKey(chain, m.item.payer))!.then(() => this.gather(chain, m));
+        if (ready.length === 0) return;
+        const sending = this.sendGathered(chain, ready);
+        this.holdPayers(chain, ready.map((m) => m.item.payer), sending);
+        return sending;
+      })
+      // sendGathered answers every member itself; this is only for a fault before it could.
+      .catch((err: unknown) => {
+        for (const m of ready) m.reject(err);
+      });
+  }
+
+  private payerKey(chain: ChainKey, payer: string): string {
+    return `${chain}:${payer.toLowerCase()}`;
   }
 
   /**
-   * Runs `send` (a transaction carrying pulls of `payers`) once every earlier pull of theirs is
-   * mined or has failed, and holds their next pulls until it is. The gas estimate runs at the
-   * latest block: two pulls of one payer in flight at once would each pass it against the same
-   * allowance, and the second revert on chain at BillPay's gas, costing him nothing (he sends
-   * no transaction). So a payer's pulls go one block after another; other payers' do not wait.
-   * Within this instance: another instance's operator key is not held (docs/money.md).
+   * Marks `payers` as having a transaction in flight until `sending` settles (mined, or
+   * failed). The gas estimate runs at the latest block: a pull of a payer estimated while
+   * another transaction carrying a pull of his is unmined would pass it against the same
+   * allowance, and revert on chain at BillPay's gas, costing him nothing (he sends no
+   * transaction). So his next pulls are held back until then: they go one block later,
+   * together; pulls of his that arrive together still go in one transaction, whose estimate
+   * covers them all, and other payers' do not wait. Within this instance: another instance's
+   * operator key is not held (docs/money.md).
    */
-  private afterPayersPulls<T>(chain: ChainKey, payers: readonly string[], send: () => Promise<T>): Promise<T> {
-    const keys = [...new Set(payers.map((p) => `${chain}:${p.toLowerCase()}`))];
-    const earlier = keys.flatMap((k) => this.payerPulls.get(k) ?? []);
-    // Nothing to wait for: sent at once, so that a pull still joins the group open now.
-    const run = earlier.length === 0 ? send() : Promise.all(earlier).then(send);
-    const done = run.then(
+  private holdPayers(chain: ChainKey, payers: readonly string[], sending: Promise<unknown>): void {
+    const done = sending.then(
       () => {},
       () => {},
     );
-    for (const k of keys) this.payerPulls.set(k, done);
-    void done.then(() => {
-      for (const k of keys) if (this.payerPulls.get(k) === done) this.payerPulls.delete(k);
-    });
-    return run;
-  }
-
-  private gather(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
-    return new Promise<Hex>((resolve, reject) => {
-      const entry: GatheredPull = { item, onSigned, onReplaced, resolve, reject };
-      const open = this.gathering.get(chain);
-      if (open) {
-        open.push(entry);
-        return;
-      }
-      const group = [entry];
-      this.gathering.set(chain, group);
-      const previous = this.queues.get(`${chain}:${this.keys.operator.address}`) ?? Promise.resolve();
-      void previous
-        .catch(() => {})
-        .then(() => {
-          // The group closes as this key's previous send ends; later pulls open the next one.
-          this.gathering.delete(chain);
-          return this.sendGathered(chain, group);
-        })
-        // sendGathered answers every member itself; this is only for a fault before it could.
-        .catch((err: unknown) => {
-          for (const m of group) m.reject(err);
-        });
-    });
+    for (const k of new Set(payers.map((p) => this.payerKey(chain, p)))) {
+      const before = this.inFlight.get(k);
+      const all = before ? Promise.all([before, done]).then(() => {}) : done;
+      this.inFlight.set(k, all);
+      void all.then(() => {
+        if (this.inFlight.get(k) === all) this.inFlight.delete(k);
+      });
+    }
   }
 
   /**
@@ -300,14 +310,15 @@ export class ChainOperator {
     }
   }
 
-  /** Many pulls in one transaction, all or nothing; once its payers' earlier pulls are mined (afterPayersPulls). */
+  /** Many pulls in one transaction, all or nothing; sent once no transaction of its payers is in flight (holdPayers). */
   pullBatch(chain: ChainKey, items: PullItem[], onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
+    const payers = items.map((i) => i.payer);
+    const earlier = [...new Set(payers.flatMap((p) => this.inFlight.get(this.payerKey(chain, p)) ?? []))];
+    if (earlier.length > 0) return Promise.all(earlier).then(() => this.pullBatch(chain, items, onSigned, onReplaced));
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    return this.afterPayersPulls(
-      chain,
-      items.map((i) => i.payer),
-      () => this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced),
-    );
+    const sending = this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+    this.holdPayers(chain, payers, sending);
+    return sending;
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */

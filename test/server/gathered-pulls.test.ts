@@ -251,7 +251,17 @@ describe("gathered pulls", () => {
     }
   });
 
-  it("a batch of one payer's bills waits for his pull in flight, and is refused by name when his allowance no longer covers it", async () => {
+  it("a payer's pulls that arrive together still go in one transaction, whose estimate covers them all", async () => {
+    const blocker = operator.pull("CELO", item(payers[0]!.address));
+    await new Promise((r) => setImmediate(r));
+    const together = [item(payers[3]!.address), item(payers[3]!.address), item(payers[2]!.address)];
+    const hashes = await Promise.all([blocker, ...together.map((i) => operator.pull("CELO", i))]);
+    expect(new Set(hashes.slice(1)).size).toBe(1);
+    expect(hashes[1]).not.toBe(hashes[0]);
+    for (const i of together) expect(await paidOnChain(i)).toBe(1_000_000n);
+  });
+
+  it("a batch of one payer's bills and a pull of his are never in flight together: whichever goes second is estimated once the first is mined, and refused by name", async () => {
     const tight = payers[4]!;
     await celo.setSpendingAllowance(tight, "USDC", 2_500_000n);
     try {
@@ -262,10 +272,13 @@ describe("gathered pulls", () => {
         const results = Promise.allSettled([operator.pull("CELO", lone), operator.pullBatch("CELO", batch)]);
         await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(sentBefore + 1);
         const settled = await settledMining(results, mine);
-        expect(settled.map((r) => r.status)).toEqual(["fulfilled", "rejected"]);
-        expect(((settled[1] as PromiseRejectedResult).reason as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
+        // 1 + 2 USDC against an allowance of 2.5: one goes, the other is refused before it is sent.
+        expect(settled.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+        const refused = settled.find((r): r is PromiseRejectedResult => r.status === "rejected")!;
+        expect((refused.reason as ContractRefused).errorName).toBe("SpendingAllowanceExceeded");
         expect(await sentByOperator()).toBe(sentBefore + 1);
-        for (const i of batch) expect(await paidOnChain(i)).toBe(0n);
+        const pulled = [await paidOnChain(lone), ...(await Promise.all(batch.map(paidOnChain)))];
+        expect(pulled).toEqual(settled[0]!.status === "fulfilled" ? [1_000_000n, 0n, 0n] : [0n, 1_000_000n, 1_000_000n]);
       });
     } finally {
       await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
