@@ -70,7 +70,8 @@ export class ContractRefused extends Error {
 }
 
 /** A refund sent (its hash, and the gas it cost the refunder key in wei), or one BillPay had already made. */
-export type RefundOutcome = { txHash: Hex; gasWei: bigint; block: bigint } | { alreadyRefunded: true };
+/** A refund sent and mined; or BillPay's answer that it holds the key (or the order id) refunded already, by name. */
+export type RefundOutcome = { txHash: Hex; gasWei: bigint; block: bigint } | { alreadyRefunded: true; errorName: string };
 
 export interface PullItem {
   requestId: string;
@@ -204,20 +205,20 @@ export class ChainOperator {
    * allowance, and revert on chain at BillPay's gas, costing him nothing (he sends no
    * transaction). So his next pulls are held back until then: they go one block later,
    * together; pulls of his that arrive together still go in one transaction, whose estimate
-   * covers them all, and other payers' do not wait. Within this instance: another instance's
-   * operator key is not held (docs/money.md).
+   * covers them all, and other payers' do not wait. Held per payer, whatever the token (a
+   * payer's pulls in another token wait a block too: rare, and safe). Within this instance:
+   * another instance's operator key is not held (docs/money.md).
    */
   private holdPayers(chain: ChainKey, payers: readonly string[], sending: Promise<unknown>): void {
     const done = sending.then(
       () => {},
       () => {},
     );
+    // Only a payer with nothing in flight is sent (gather, pullBatch): one transaction each at a time.
     for (const k of new Set(payers.map((p) => this.payerKey(chain, p)))) {
-      const before = this.inFlight.get(k);
-      const all = before ? Promise.all([before, done]).then(() => {}) : done;
-      this.inFlight.set(k, all);
-      void all.then(() => {
-        if (this.inFlight.get(k) === all) this.inFlight.delete(k);
+      this.inFlight.set(k, done);
+      void done.then(() => {
+        if (this.inFlight.get(k) === done) this.inFlight.delete(k);
       });
     }
   }
@@ -326,10 +327,11 @@ export class ChainOperator {
     return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] });
   }
 
-  /** Refunds an x402 order with the payer's own signed authorization. */
+  /** Refunds an x402 order with the payer's own signed authorization, under its order id (or `orderId`, when that is taken). */
   refundAuthorization(args: {
     chain: ChainKey;
     requestId: string;
+    orderId?: Hex;
     token: Hex;
     authorization: Authorization;
     signature: Hex;
@@ -337,7 +339,7 @@ export class ChainOperator {
   }): Promise<RefundOutcome> {
     return this.refundOnce(args.chain, {
       functionName: "refundAuthorization",
-      args: [onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
+      args: [args.orderId ?? onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
     });
   }
 
@@ -346,8 +348,8 @@ export class ChainOperator {
    * permit (payee BillPay, spender x402's proxy), that Permit2 spent its nonce, and refunds at
    * most its amount, once per (owner, nonce).
    */
-  refundPermit2(args: { chain: ChainKey; requestId: string; permit: Permit2Refund; amount: bigint }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [onChainOrderId(args.requestId), args.permit, args.amount] });
+  refundPermit2(args: { chain: ChainKey; requestId: string; orderId?: Hex; permit: Permit2Refund; amount: bigint }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [args.orderId ?? onChainOrderId(args.requestId), args.permit, args.amount] });
   }
 
   private walletFor(key: string, chain: ChainKey, signer: Account, rpcUrl: string): WalletClient<Transport, Chain, Account> {
@@ -364,7 +366,7 @@ export class ChainOperator {
       const { hash, gasWei, block } = await this.send(chain, this.keys.refunder, call);
       return { txHash: hash, gasWei, block };
     } catch (err) {
-      if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true };
+      if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true, errorName: err.errorName };
       throw err;
     }
   }

@@ -15,10 +15,14 @@ import type { Deployments } from "../../lib/deployments.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { isRefundUnder, REFUND_EVENTS, refundOf, type RefundKey } from "../../lib/refund-logs.ts";
 
-/** BillPay's order id for a refund is taken by something else, and the payment's key is not refunded: BillPay will refuse its refund under that id for ever. */
+/**
+ * BillPay answered OrderExists, and holds the payment's key not refunded: the refund's order id
+ * was taken by something else (whoever held the operator or refunder key), no refund of this
+ * payment exists, and BillPay will refuse one under that id for ever.
+ */
 export class RefundIdTaken extends Error {
   constructor(chain: ChainKey) {
-    super(`BillPay on ${chain} holds the refund's order id taken (OrderExists), and the payment's key not refunded: no refund of this payment exists, nor can one under that id`);
+    super(`BillPay on ${chain} holds the refund's order id taken (OrderExists), and the payment's key not refunded: no refund of this payment exists, nor can one go under that id`);
     this.name = "RefundIdTaken";
   }
 }
@@ -26,40 +30,42 @@ export class RefundIdTaken extends Error {
 export interface RefundOnChain {
   txHash: Hex;
   block: bigint;
-}
-
-/** The newest refund under `key` in BillPay's logs on the service's node, from block `from` to its head; null when it holds none. */
-export async function refundOnNode(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey, from: bigint): Promise<RefundOnChain | null> {
-  const d = deps.deployments.chains[chain];
-  const client = deployedClientFor(deps.deployments, chain);
-  if (!d || !client) return null;
-  const logs = await client.getLogs({ address: d.billPay.address as Hex, events: REFUND_EVENTS, fromBlock: from, toBlock: "latest", strict: true });
-  let newest: RefundOnChain | null = null;
-  for (const log of logs) {
-    if (log.removed || log.blockNumber === null || log.transactionHash === null) continue;
-    if (!isRefundUnder(key, refundOf(log as Parameters<typeof refundOf>[0]))) continue;
-    if (!newest || log.blockNumber >= newest.block) newest = { txHash: log.transactionHash, block: log.blockNumber };
-  }
-  return newest;
+  amount: bigint;
 }
 
 /**
- * Whether BillPay on the service's node holds `key` itself refunded: a pull's order, or an
- * x402 payment's authorization (token, payer, nonce) or Permit2 nonce (payer, nonce: Permit2's
- * nonces are the owner's across tokens). BillPay also answers "already refunded" when only the
- * order id is taken (`OrderExists`), by whoever held the operator or refunder key: then no
- * refund of this payment exists, nor ever can under that id.
+ * What the service's node shows, at one head, of a refund under `key`: the newest in BillPay's
+ * logs from block `from`, and whether BillPay holds the key itself refunded (a pull's order, or
+ * an x402 payment's authorization (token, payer, nonce) or Permit2 nonce (payer, nonce:
+ * Permit2's nonces are the owner's across tokens)). Both are read at the same block, so a node
+ * behind a balancer cannot answer one from a block the other has not reached.
  */
-export async function keyRefundedOnNode(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey): Promise<boolean> {
+export async function refundOnNode(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey, from: bigint): Promise<{ refund: RefundOnChain | null; keyRefunded: boolean }> {
   const d = deps.deployments.chains[chain];
   const client = deployedClientFor(deps.deployments, chain);
   if (!d || !client) throw new Error(`no deployment of BillPay on ${chain}`);
   const address = d.billPay.address as Hex;
-  if ("orderId" in key) return (await client.readContract({ address, abi: billPayAbi, functionName: "orderOf", args: [key.orderId] })).refunded;
+  const head = await client.getBlockNumber();
+  const [logs, keyRefunded] = await Promise.all([
+    client.getLogs({ address, events: REFUND_EVENTS, fromBlock: from < head ? from : head, toBlock: head, strict: true }),
+    keyRefundedAt(client, address, key, head),
+  ]);
+  let refund: RefundOnChain | null = null;
+  for (const log of logs) {
+    if (log.removed || log.blockNumber === null || log.transactionHash === null) continue;
+    const r = refundOf(log as Parameters<typeof refundOf>[0]);
+    if (!isRefundUnder(key, r)) continue;
+    if (!refund || log.blockNumber >= refund.block) refund = { txHash: log.transactionHash, block: log.blockNumber, amount: r.amount };
+  }
+  return { refund, keyRefunded };
+}
+
+function keyRefundedAt(client: NonNullable<ReturnType<typeof deployedClientFor>>, address: Hex, key: RefundKey, blockNumber: bigint): Promise<boolean> {
+  if ("orderId" in key) return client.readContract({ address, abi: billPayAbi, functionName: "orderOf", args: [key.orderId], blockNumber }).then((o) => o.refunded);
   if (key.rail === "permit2") {
     const slot = keccak256(encodeAbiParameters([{ type: "address" }, { type: "uint256" }], [key.payer, BigInt(key.nonce)]));
-    return client.readContract({ address, abi: billPayAbi, functionName: "permit2Refunded", args: [slot] });
+    return client.readContract({ address, abi: billPayAbi, functionName: "permit2Refunded", args: [slot], blockNumber });
   }
   const slot = keccak256(encodeAbiParameters([{ type: "address" }, { type: "address" }, { type: "bytes32" }], [key.token, key.payer, key.nonce]));
-  return client.readContract({ address, abi: billPayAbi, functionName: "authorizationRefunded", args: [slot] });
+  return client.readContract({ address, abi: billPayAbi, functionName: "authorizationRefunded", args: [slot], blockNumber });
 }

@@ -29,7 +29,8 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
-import { RefundIdTaken } from "../chain/refund-on-node.ts";
+import { RefundIdTaken, type RefundOnChain } from "../chain/refund-on-node.ts";
+import { refundOrderIdOnceTaken } from "../chain/order-id.ts";
 import { ledgerPullOf, ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
 import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
@@ -493,15 +494,18 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     }
     const wait = await refundWait(deps, refunding, amount);
     if (wait) return deferRefund(deps, refunding, wait);
-    const outcome = refunding.rail === "pull" ? await refundPull(deps, refunding, amount) : await refundX402(deps, refunding, amount);
-    deps.refundBudgets.forget(chain, refunding.tokenAddress);
-    // BillPay answered "already refunded" (a run that crashed after sending, or another
-    // actor): the refund it holds is found on chain, recorded and watched as one sent here.
-    const sent = "block" in outcome ? outcome : await refundFound(deps, chain, refundKeyOf(refunding), (await ledgerUnderKey(deps, refunding)).refunds, BigInt(paid.blockNumber));
-    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: amount.toString(), txHash: sent.txHash, reason, ...("block" in outcome ? {} : { found: "already refunded" }) });
+    const sent = await sendRefund(deps, refunding, amount, BigInt(paid.blockNumber));
+    if (sent.amount !== amount) {
+      // A refund the service did not send (a leaked refunder key's) gave back another amount, and BillPay refunds a key once: an operator decides.
+      deps.log.error("refund held for review: BillPay holds the payment refunded by another amount", { requestId: refunding.requestId, txHash: sent.txHash, refunded: sent.amount.toString(), owed: amount.toString() });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", {
+        failureReason: `${reason}; its payment was refunded on chain by a refund the service did not send (transaction ${sent.txHash}) of ${sent.amount}, not the ${amount} owed, and BillPay refunds it once`,
+      });
+    }
+    deps.log.info("refunded on chain", { requestId: refunding.requestId, rail: refunding.rail, amount: amount.toString(), txHash: sent.txHash, reason, ...(sent.gasWei === undefined ? { found: "already refunded" } : {}) });
     deps.metrics.refunds.inc({ chain: refunding.chain, token: refunding.token, rail: refunding.rail });
     deps.metrics.refundedUnits.inc({ chain: refunding.chain, token: refunding.token }, Number(amount));
-    if ("gasWei" in outcome) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(outcome.gasWei));
+    if (sent.gasWei !== undefined) deps.metrics.refundGasWei.inc({ chain: refunding.chain }, Number(sent.gasWei));
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: sent.txHash }, deps.refundWatches.recording(refunding, sent.txHash, sent.block, ["REFUNDING"]));
   } catch (err) {
@@ -512,9 +516,9 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
       return deferRefund(deps, refunding, { seconds: 60, why: "BillPay's refund budget could not take it when sent" });
     }
     if (err instanceof RefundIdTaken) {
-      // Someone else holds the order id (a leaked operator or refunder key): an operator refunds it by hand.
-      deps.log.error("refund held for review: BillPay's order id for it is taken, and the payment is not refunded", { requestId: refunding.requestId });
-      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refuses the refund: its order id is taken, and the payment is not refunded (OrderExists)` });
+      // Both its order ids are taken (a leaked operator or refunder key, twice): an operator decides.
+      deps.log.error("refund held for review: BillPay's order ids for it are taken, and the payment is not refunded", { requestId: refunding.requestId });
+      return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refuses the refund: its order ids are taken, and the payment is not refunded (OrderExists)` });
     }
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
@@ -523,6 +527,31 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     }
     deps.log.error("refund failed; the worker will retry", { requestId: refunding.requestId, error: errorText(err) });
     return refunding;
+  }
+}
+
+/**
+ * Sends the order's refund of `amount`, and answers the refund that gives its payment back:
+ * the one sent (with its gas), or, when BillPay answers that it holds it refunded already (a
+ * run that died after sending, or another actor), the one found on chain, recorded and watched
+ * as one sent here (refund-watch.ts refundFound). An x402 refund whose order id someone else
+ * took (OrderExists, the payment's key not refunded) goes once more under another id: it is
+ * bounded by the payment's key, which BillPay refunds once, whatever the id.
+ */
+async function sendRefund(deps: RefundDeps, o: Order, amount: bigint, paidIn: bigint): Promise<RefundOnChain & { gasWei?: bigint }> {
+  const chain = o.chain as ChainKey;
+  const found = async (refusal: string) => refundFound(deps, chain, refundKeyOf(o), (await ledgerUnderKey(deps, o)).refunds, paidIn, refusal);
+  const outcome = o.rail === "pull" ? await refundPull(deps, o, amount) : await refundX402(deps, o, amount);
+  deps.refundBudgets.forget(chain, o.tokenAddress);
+  if ("block" in outcome) return { ...outcome, amount };
+  try {
+    return await found(outcome.errorName);
+  } catch (err) {
+    if (!(err instanceof RefundIdTaken) || o.rail === "pull") throw err;
+    deps.log.warn("an x402 refund's order id is taken, and its payment not refunded: sent under another id", { requestId: o.requestId });
+    const again = await refundX402(deps, o, amount, refundOrderIdOnceTaken(o.requestId));
+    deps.refundBudgets.forget(chain, o.tokenAddress);
+    return "block" in again ? { ...again, amount } : found(again.errorName);
   }
 }
 
@@ -593,7 +622,7 @@ function refundPull(deps: Pick<FlowDeps, "operator">, o: Order, amount: bigint) 
   return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount });
 }
 
-function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: bigint) {
+function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: bigint, orderId?: Hex) {
   const stored = refunding.payment as unknown as StoredPayment;
   const a = stored.authorization;
   if (stored.method === "permit2") {
@@ -601,6 +630,7 @@ function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: 
     return deps.operator.refundPermit2({
       chain: refunding.chain as ChainKey,
       requestId: refunding.requestId,
+      orderId,
       permit: {
         token: refunding.tokenAddress as Hex,
         amount: BigInt(a.value),
@@ -617,6 +647,7 @@ function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: 
   return deps.operator.refundAuthorization({
       chain: refunding.chain as ChainKey,
       requestId: refunding.requestId,
+      orderId,
       token: refunding.tokenAddress as Hex,
       authorization: {
         from: a.from as Hex,

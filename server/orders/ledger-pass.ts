@@ -19,7 +19,7 @@ import { ContractRefused } from "../chain/operator.ts";
 import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
-import { x402RailOf, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, x402RailOf, type LedgerPayment } from "../ledger-client.ts";
 import { refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
@@ -245,7 +245,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       const undecided: LedgerPayment[] = [];
       for (const p of payments) {
         const order = known.get(p.orderId!.toLowerCase());
-        if (!order || order.rail !== "pull" || order.chain !== chain) {
+        if (!order || !isPaymentOf(order)(p)) {
           // The service pulls only for pull orders it wrote first, on their own chain: a pull
           // with none (or under an x402 order's id, which the service never pulls under, or
           // under an order's id on another chain) was sent by someone else holding the
@@ -291,7 +291,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
       const outcome = await deps.operator.refund({ chain: o.chain, orderId: o.order_id as Hex, amount: BigInt(o.amount) });
       deps.refundBudgets.forget(o.chain, o.token_address);
       // BillPay answered "already refunded": the refund it holds is found on chain and watched as one sent here.
-      const sent = "block" in outcome ? outcome : await orphanRefundFound(deps, o);
+      const sent = "block" in outcome ? outcome : await orphanRefundFound(deps, o, outcome.errorName);
       await deps.orphans.pullRefunded(o.chain, o.order_id, sent.txHash, sent.block);
       deps.log.warn("refunded a pull no order accounts for", { chain: o.chain, orderId: o.order_id });
       refunded++;
@@ -313,10 +313,10 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
  * order id on its chain in the ledger, else on the service's own node. Throws when neither
  * shows it yet: the pull stays to be refunded, and is tried again next pass.
  */
-async function orphanRefundFound(deps: LedgerPassDeps, o: OrphanPullRow) {
+async function orphanRefundFound(deps: LedgerPassDeps, o: OrphanPullRow, refusal: string) {
   const chainId = chainInfo(o.chain).chainId;
   const shown = (await deps.ledger.order(o.order_id)).refunds.filter((r) => r.chainId === chainId);
-  return refundFound(deps, o.chain, { orderId: o.order_id as Hex }, shown, 0n);
+  return refundFound(deps, o.chain, { orderId: o.order_id as Hex }, shown, 0n, refusal);
 }
 
 /**

@@ -39,3 +39,8 @@ export function refundKeyOf(o: Order): RefundKey {
   if (o.rail === "pull") return { orderId: o.onchainOrderId as Hex };
   return { rail: x402RailOf(o), token: o.tokenAddress as Hex, payer: o.payer as Hex, nonce: o.authNonce as Hex };
 }
+
+/** The newest of the refunds the ledger shows (by block), if any. */
+export function newestRefund(refunds: LedgerRefund[]): LedgerRefund | undefined {
+  return refunds.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
+}

@@ -29,8 +29,8 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import type { LedgerClient, LedgerRefund } from "../ledger-client.ts";
 import type { RefundKey } from "../../lib/refund-logs.ts";
-import { keyRefundedOnNode, RefundIdTaken, refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
-import { ledgerUnderKey } from "./ledger-view.ts";
+import { RefundIdTaken, refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
+import { ledgerUnderKey, newestRefund } from "./ledger-view.ts";
 import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
@@ -123,16 +123,17 @@ export interface RefundWatchDeps {
 }
 
 /**
- * The refund BillPay already holds under a key, when it answers "already refunded" to a refund
- * the service sends (one a crashed run sent, or another actor's): the newest the ledger shows
- * under the key (`shown`), else the newest the service's own node holds under it, by the
- * ledger's predicate, from REORG_WATCH_BLOCKS under the ledger's indexed block (or the
- * payment's block, `paidIn`, if later) to its head. The node may be a block or two ahead of
- * the ledger, and a refund the ledger has not shown yet is as exposed to a reorganisation as
- * any: its caller records it with the move to REFUNDED and watches it. Throws when neither
- * holds one: nothing is recorded as refunded, or left unwatched, on BillPay's answer alone.
- * RefundIdTaken when BillPay itself holds the key not refunded (only the order id was taken:
- * no such refund exists, and retrying cannot help); otherwise the caller tries again.
+ * The refund BillPay already holds under a key, when it answers "already refunded" (`refusal`,
+ * its error's name) to a refund the service sends (one a crashed run sent, or another
+ * actor's): the newest the ledger shows under the key (`shown`), else the newest the service's
+ * own node holds under it, by the ledger's predicate, from REORG_WATCH_BLOCKS under the
+ * ledger's indexed block (or the payment's block, `paidIn`, if later) to its head. The node may
+ * be a block or two ahead of the ledger, and a refund the ledger has not shown yet is as
+ * exposed to a reorganisation as any: its caller records it with the move to REFUNDED and
+ * watches it. Throws when neither holds one: nothing is recorded as refunded, or left
+ * unwatched, on BillPay's answer alone. RefundIdTaken when BillPay said OrderExists and holds
+ * the key itself not refunded (only the order id was taken: no such refund exists); otherwise
+ * the caller tries again.
  */
 export async function refundFound(
   deps: { ledger: LedgerClient; deployments: Deployments },
@@ -140,17 +141,18 @@ export async function refundFound(
   key: RefundKey,
   shown: LedgerRefund[],
   paidIn: bigint,
+  refusal: string,
 ): Promise<RefundOnChain> {
-  const newest = shown.reduce<LedgerRefund | undefined>((n, r) => (!n || BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n), undefined);
-  if (newest) return { txHash: newest.txHash as Hex, block: BigInt(newest.blockNumber) };
+  const newest = newestRefund(shown);
+  if (newest) return { txHash: newest.txHash as Hex, block: BigInt(newest.blockNumber), amount: BigInt(newest.amount) };
   const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId);
   if (indexed === null) throw new Error("BillPay holds the key refunded, and the ledger has indexed nothing yet to show where");
   const reach = indexed > REORG_WATCH_BLOCKS ? indexed - REORG_WATCH_BLOCKS : 0n;
   const from = paidIn > reach ? paidIn : reach;
   const onNode = await refundOnNode(deps, chain, key, from);
-  if (!onNode && !(await keyRefundedOnNode(deps, chain, key))) throw new RefundIdTaken(chain);
-  if (!onNode) throw new Error(`BillPay holds the key refunded, but neither the ledger (indexed to block ${indexed}) nor the service's node (from block ${from}) shows the refund yet`);
-  return onNode;
+  if (onNode.refund) return onNode.refund;
+  if (refusal === "OrderExists" && !onNode.keyRefunded) throw new RefundIdTaken(chain);
+  throw new Error(`BillPay answered ${refusal}, but neither the ledger (indexed to block ${indexed}) nor the service's node (from block ${from}) shows the refund yet`);
 }
 
 /**

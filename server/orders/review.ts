@@ -74,7 +74,7 @@ import { deepEnough } from "./payment-watch.ts";
 import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { ORDER_HOLDS_ORPHAN } from "./ledger-pass.ts";
-import { ledgerUnderKey, type LedgerView } from "./ledger-view.ts";
+import { ledgerUnderKey, newestRefund, type LedgerView } from "./ledger-view.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, transitionIn, type Order } from "./store.ts";
 
 export const REVIEW_ACTIONS = ["refund", "serve", "close", "hold"] as const;
@@ -376,7 +376,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       const paid = BigInt(p.amount);
       if (view.refunded >= paid) {
         // The money went back already (by hand, or a refund the order never heard of): nothing is sent.
-        const last = view.refunds.reduce((n, r) => (BigInt(r.blockNumber) > BigInt(n.blockNumber) ? r : n));
+        const last = newestRefund(view.refunds)!;
         // Watched as any refund (orders/refund-watch.ts): it may be only a block deep.
         const done = await deps.orders.advance(
           order,

@@ -443,6 +443,32 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       expect(await usdc(payer.address)).toBe(before - price);
     });
 
+  it("a refund found on chain that gave back less than the order is owed (a leaked refunder key's) holds the order for an operator; it is never closed as refunded", async () => {
+    const payer = hardhatAccount(19);
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1610 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    const order = await orderOf(requestId);
+    const before = await usdc(payer.address);
+    // Whoever holds the refunder key refunds the payment's key first, one unit short.
+    const stored = order.payment as unknown as { authorization: Record<string, string>; signature: Hex };
+    const a = stored.authorization;
+    const authorization = { from: a.from as Hex, to: a.to as Hex, value: BigInt(a.value!), validAfter: BigInt(a.validAfter!), validBefore: BigInt(a.validBefore!), nonce: a.nonce as Hex };
+    const theirs = await service.flow.operator.refundAuthorization({ chain: "CELO", requestId, token: order.tokenAddress as Hex, authorization, signature: stored.signature, amount: order.amount - 1n });
+    expect("txHash" in theirs).toBe(true);
+    expect(await usdc(payer.address)).toBe(before + order.amount - 1n);
+
+    // The service's refund finds the key refunded, by another amount: held, saying so; nothing more is sent.
+    const held = await refund(service.flow, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"]);
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toContain(`of ${order.amount - 1n}, not the ${order.amount} owed`);
+    expect(errors).toContain("refund held for review: BillPay holds the payment refunded by another amount");
+    expect(await usdc(payer.address)).toBe(before + order.amount - 1n);
+  });
+
   // Last: it moves the chain's clock three days on.
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
     const payer = hardhatAccount(9);

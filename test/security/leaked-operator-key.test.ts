@@ -13,6 +13,7 @@ import { mcpAgent } from "../../lib/agent-client.ts";
 import { operatorAccount } from "../../lib/local-accounts.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { refundOrderIdOnceTaken } from "../../server/chain/order-id.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
@@ -64,36 +65,55 @@ describe("a leaked operator key", () => {
     await paying?.close();
   });
 
-  it("a pull under an x402 order's own order id is an orphan pull too, alerted and refunded; that order's refund, its id taken, goes to an operator and is never marked refunded without a refund", async () => {
+  it("a pull under an x402 order's own order id is an orphan pull too, alerted and refunded; that order's refund goes under another id, and with both taken, to an operator, never marked refunded without a refund", async () => {
     const [payer, victim] = [accounts(15), accounts(16)];
     await celo.approveAndAllow(victim, "USDC", USDC(10));
-    const served = await payX402(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 }));
-    expect(served).toMatchObject({ status: "SUCCESS" });
-    const requestId = served.request_id as string;
-    // The biller took it back: it waits for an operator's refund.
-    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
-    const order = (await service.flow.orders.get(requestId))!;
-    const [payerBefore, victimBefore] = [await usdc(payer.address), await usdc(victim.address)];
-
-    // Whoever holds the key pulls from another payer under that order's id (known from the chain once refunded, or guessed from the service's own).
-    await celo.pull(order.onchainOrderId as Hex, victim.address, "USDC", USDC(1));
-    await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
-    await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
-    expect(errors.filter((e) => e.startsWith("a pull with no order reached BillPay"))).toHaveLength(1);
-    expect(await usdc(victim.address)).toBe(victimBefore);
-
-    // The operator's refund of the x402 order: BillPay answers that its id is taken, and no
-    // refund of its payment exists. Held for an operator, saying why; nothing is sent.
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
-    const refunded = await resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
-    expect(refunded.record).toMatchObject({ outcome: "FAILED", status_after: "NEEDS_REVIEW" });
-    const after = (await service.flow.orders.get(requestId))!;
-    expect(after.status).toBe("NEEDS_REVIEW");
+    /** A served x402 bill the biller took back: it waits for an operator's refund. */
+    const takenBack = async (nairaAmount: number) => {
+      const served = await payX402(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount }));
+      expect(served).toMatchObject({ status: "SUCCESS" });
+      const requestId = served.request_id as string;
+      await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+      await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+      return (await service.flow.orders.get(requestId))!;
+    };
+    const alerts = () => errors.filter((e) => e.startsWith("a pull with no order reached BillPay")).length;
+    /** Whoever holds the key pulls from another payer under `id` (an order id is known from the chain once used, or worked out from the request id). */
+    const pullUnder = async (id: Hex) => {
+      const alerted = alerts();
+      await celo.pull(id, victim.address, "USDC", USDC(0.5));
+      await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+      await expect.poll(() => reconcileOrphanPulls(service.flow), { timeout: 10_000, interval: 200 }).toBe(1);
+      expect(alerts()).toBe(alerted + 1);
+    };
+    const victimBefore = await usdc(victim.address);
+
+    // Its own id taken: alerted and refunded to the victim; the order's refund goes under another id, once.
+    const order = await takenBack(1550);
+    const payerBefore = await usdc(payer.address);
+    await pullUnder(order.onchainOrderId as Hex);
+    expect(await usdc(victim.address)).toBe(victimBefore);
+    const refunded = await resolveOrder(review, { requestId: order.requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
+    expect(refunded.record, refunded.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "REFUNDED" });
+    expect(await usdc(payer.address)).toBe(payerBefore + order.amount);
+    const receipt = await celo.publicClient.getTransactionReceipt({ hash: refunded.order!.refundTxHash as Hex });
+    expect(receipt.logs.some((l) => l.topics[1] === refundOrderIdOnceTaken(order.requestId))).toBe(true);
+    expect(await service.db.query(`SELECT tx_hash FROM refund_watch WHERE request_id = $1`, [order.requestId])).toEqual([{ tx_hash: receipt.transactionHash.toLowerCase() }]);
+
+    // Both its ids taken: held for an operator, saying why; nothing is sent, nothing marked refunded.
+    const second = await takenBack(1560);
+    const payerThen = await usdc(payer.address);
+    await pullUnder(second.onchainOrderId as Hex);
+    await pullUnder(refundOrderIdOnceTaken(second.requestId));
+    const held = await resolveOrder(review, { requestId: second.requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
+    expect(held.record).toMatchObject({ outcome: "FAILED", status_after: "NEEDS_REVIEW" });
+    const after = (await service.flow.orders.get(second.requestId))!;
     expect(after.refundTxHash ?? null).toBeNull();
-    expect(after.failureReason).toContain("its order id is taken, and the payment is not refunded");
-    expect(errors).toContain("refund held for review: BillPay's order id for it is taken, and the payment is not refunded");
-    expect(await usdc(payer.address)).toBe(payerBefore);
+    expect(after.failureReason).toContain("its order ids are taken, and the payment is not refunded");
+    expect(errors).toContain("refund held for review: BillPay's order ids for it are taken, and the payment is not refunded");
+    expect(await usdc(payer.address)).toBe(payerThen);
+    expect(await usdc(victim.address)).toBe(victimBefore);
   });
 
   it("pulls at most the pull budget, only from payers with an allowance; each pull with no order is alerted at once and refunded, and the refund gives the key nothing back", async () => {

@@ -136,6 +136,8 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   const billPayHolds = new Set<string>();
   /** BillPay's refund logs the node holds, as eth_getLogs answers them, and the ranges it was asked for. */
   const nodeLogs: object[] = [];
+  /** The node's head block. */
+  const nodeHead = 100n;
   const logsAsked: Array<{ fromBlock: string }> = [];
   let rpc: Server;
   let rpcUrl = "";
@@ -146,9 +148,9 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       req.on("end", () => {
         const asked = JSON.parse(body) as { id: number; method: string; params: [string] } | Array<{ id: number; method: string; params: [string] }>;
         const answer = (r: { id: number; method: string; params: [string] }) => {
-          const held = typeof r.params[0] === "string" ? node.get(r.params[0].toLowerCase()) : undefined;
+          const held = typeof r.params?.[0] === "string" ? node.get(r.params[0].toLowerCase()) : undefined;
           const hex = (n: bigint) => `0x${n.toString(16)}`;
-          const tx = { hash: r.params[0], blockHash: null, blockNumber: null, from: `0x${"0".repeat(40)}`, to: `0x${"0".repeat(40)}`, nonce: "0x0", gas: "0x0", gasPrice: "0x0", value: "0x0", input: "0x", type: "0x0", v: "0x1b", r: "0x1", s: "0x1", transactionIndex: null };
+          const tx = { hash: r.params?.[0], blockHash: null, blockNumber: null, from: `0x${"0".repeat(40)}`, to: `0x${"0".repeat(40)}`, nonce: "0x0", gas: "0x0", gasPrice: "0x0", value: "0x0", input: "0x", type: "0x0", v: "0x1b", r: "0x1", s: "0x1", transactionIndex: null };
           const receipt = held?.mined !== undefined && {
             transactionHash: r.params[0], blockHash: `0x${"b".repeat(64)}`, blockNumber: hex(held.mined), status: "0x1", logs: [], gasUsed: "0x0", cumulativeGasUsed: "0x0",
             effectiveGasPrice: "0x0", transactionIndex: "0x0", from: tx.from, to: tx.to, contractAddress: null, logsBloom: `0x${"0".repeat(512)}`, type: "0x0",
@@ -164,6 +166,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
             : r.method === "eth_getTransactionByHash" ? (held?.pending ? tx : null)
             : r.method === "eth_call" ? orderOf(r.params[0] as unknown as { data?: string })
             : r.method === "eth_getLogs" ? (logsAsked.push(r.params[0] as unknown as { fromBlock: string }), nodeLogs)
+            : r.method === "eth_blockNumber" ? hex(nodeHead)
             : null;
           return { jsonrpc: "2.0", id: r.id, result };
         };
@@ -394,7 +397,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
     const row = async (id = pullId) =>
       (await db.query(`SELECT status, refund_tx_hash, refund_block::text AS refund_block FROM orphan_pull WHERE order_id = $1`, [id]))[0];
     const saved = refund;
-    refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true });
+    refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true, errorName: "AlreadyRefunded" });
     lost = 0;
     try {
       // Neither the ledger, indexed to 40, nor the node shows where: nothing is recorded, and
@@ -416,7 +419,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       expect(await row()).toEqual({ status: "REFUNDED", refund_tx_hash: `0x${"e".repeat(64)}`, refund_block: "43" });
 
       // Shown by the ledger already: that refund is recorded, and the node is not asked.
-      refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true });
+      refund = async (a) => (refunds.push(a.orderId), { alreadyRefunded: true, errorName: "AlreadyRefunded" });
       logsAsked.length = 0;
       await pass(ledgerWith(1_000n, { block: 50n, indexed: 60n, nonce: 7, refundedIn: 52n }));
       expect(await row(`0x${"8".repeat(64)}`)).toEqual({ status: "REFUNDED", refund_tx_hash: `0x${"f".repeat(64)}`, refund_block: "52" });
