@@ -50,15 +50,17 @@ const BY_ADDRESS: ReadonlySet<LimitName> = new Set(["linkAddress", "challengeAdd
  */
 export function addressGroup(address: string): string {
   const ip = address.replace(/%.*$/, ""); // a zone id names the interface, not the client
-  // Not IPv6, or one carrying an IPv4 address (NAT64 and the like): each such address is its own client.
+  // Not IPv6, or one carrying an IPv4 address written with dots: each such address is its own client.
   if (!isIPv6(ip) || ip.includes(".")) return address;
   const [head = "", tail] = ip.split("::");
   const words = (part: string) => (part === "" ? [] : part.split(":"));
-  const groups = tail === undefined ? words(head) : [...words(head), ...Array(8 - words(head).length - words(tail).length).fill("0"), ...words(tail)];
-  return `${groups
-    .slice(0, 4)
-    .map((w) => parseInt(w, 16).toString(16))
-    .join(":")}::/64`;
+  const groups = (tail === undefined ? words(head) : [...words(head), ...Array(8 - words(head).length - words(tail).length).fill("0"), ...words(tail)]).map((w) =>
+    parseInt(w, 16).toString(16),
+  );
+  // An IPv4 address mapped into IPv6 (::ffff:0:0/96), or behind NAT64's well-known prefix (64:ff9b::/96), in hex.
+  const prefix = groups.slice(0, 6).join(":");
+  if (prefix === "0:0:0:0:0:ffff" || prefix === "64:ff9b:0:0:0:0") return address;
+  return `${groups.slice(0, 4).join(":")}::/64`;
 }
 
 function limitKey(name: LimitName, key: string): string {
@@ -132,6 +134,11 @@ const DESCRIPTIONS: Record<LimitName, string> = {
 export class RecentKeys {
   private readonly keys = new Set<string>();
   constructor(private readonly capacity: number) {}
+
+  /** Whether `key` is remembered. */
+  has(key: string): boolean {
+    return this.keys.has(key);
+  }
 
   /** Remembers `key`; true when it was not remembered already. */
   add(key: string): boolean {

@@ -44,9 +44,11 @@ export async function refundLanding(deps: FlowDeps, record: RefusedPayment, paym
  * spent with no payment to BillPay (cancelled, used elsewhere), a payment of another amount
  * (held for an operator), an orphan an operator already refunded by hand or kept, or a ledger
  * not yet caught up; each refusal is kept too, so a payment landing under it after all is
- * refunded to the payer.
+ * refunded to the payer. `cancelled`: the ledger, caught up, shows no payment to BillPay under
+ * the nonce, so the payer spent it himself (the authorization was never public), and the
+ * offer is his doing; anything else may be a replay of public calldata by anyone.
  */
-export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<ServiceError> {
+export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<{ refusal: ServiceError; cancelled: boolean }> {
   const chainId = chainInfo(record.chain).chainId;
   const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainId, onChain.block, deps.ledgerWaitMs).then(
     () => true,
@@ -64,11 +66,11 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
   const open = orphan === undefined || orphan === "NEEDS_REVIEW";
   const kept = open ? (await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)))) !== null : false;
   const later = kept ? "; should a payment under it still reach BillPay, it is refunded" : "";
-  const refuse = (detail: string, extra: Record<string, unknown> = {}) => new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra });
+  const refuse = (detail: string, extra: Record<string, unknown> = {}, cancelled = false) => ({ refusal: new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra }), cancelled });
   if (!caughtUp || shown === undefined) {
     return refuse(`the chain shows this authorization's nonce already spent, and the ledger has not caught up to tell by what: it pays for no bill; sign a new authorization${later}`);
   }
-  if (shown === null) return refuse(`the chain shows this authorization's nonce already spent, with no payment to BillPay under it (cancelled, or used elsewhere): it pays for no bill${later}`);
+  if (shown === null) return refuse(`the chain shows this authorization's nonce already spent, with no payment to BillPay under it (cancelled, or used elsewhere): it pays for no bill${later}`, {}, true);
   if (BigInt(shown.amount) !== record.amount) {
     return refuse(`a payment of ${shown.amount} (not this authorization's ${record.amount}) already reached BillPay under its nonce (transaction ${shown.txHash}), outside any order: it is held for an operator, and this authorization pays for no bill`, { landed_tx: shown.txHash });
   }

@@ -185,8 +185,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
    * Paid calls that settled nothing cost the service a signature check, maybe a facilitator
    * call, and cost the caller nothing: counted per payer and per client address, and past
    * either budget (RATE_LIMIT_UNSETTLED_*) a paid call is refused before its payment is checked.
-   * The payer is counted only for a payment his own signature holds: anyone can name any
-   * payer in junk, and would otherwise spend an honest payer's budget, refusing his payments.
+   * The payer is counted only for a payment to BillPay that his own signature holds, offered
+   * while its nonce was unspent: anyone can name any payer in junk, or replay a payment he
+   * signed for someone else (or landed himself) from the chain's calldata, and would
+   * otherwise spend an honest payer's budget, refusing his payments. The sender's address
+   * is counted always.
    */
   const unsettledKeys = (client: string, payment: DecodedPayment | undefined) =>
     [["unsettledAddress", client], ...(payment ? [["unsettledPayer", payment.authorization.from.toLowerCase()]] : [])] as Array<[LimitName, string]>;
@@ -325,6 +328,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // caller or payer whose payments keep failing to settle is held off before more work.
     if (!presented) await countNewBill(client, bodyHash);
     if (request.presentedPayment) await checkUnsettled(client, presented);
+    // Pricing a bill this instance has not priced lately may ask the biller to check its
+    // number (customer-check.ts checkUpfront); a wrong one counts against the caller's new
+    // bills below: once they are spent, it is not asked. A bill priced here (its 402) goes on.
+    if (presented && !seenBills.has(bodyHash)) await limits.check("challengeAddress", client);
     // A malformed payment id is refused before any check of the payment or read of the chain.
     const paymentId = presented && paymentIdOf(presented, request.idempotencyKey);
     const pricing = startStage("price");
@@ -384,8 +391,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       checking();
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
-      // The signature was not reached, or did not hold: checked now, for whom to count.
-      const signed = presented !== undefined && err.code !== "SIGNATURE_INVALID" && (await signedByPayer(presented, option, token));
+      // The signature was not reached, or did not hold: checked now, for whom to count (only a
+      // payment to BillPay: his payments to others are public, on chain, for anyone to replay).
+      const toUs = presented !== undefined && presented.authorization.to.toLowerCase() === d.billPay.address.toLowerCase();
+      const signed = toUs && err.code !== "SIGNATURE_INVALID" && (await signedByPayer(presented!, option, token));
       await countUnsettled(client, signed ? presented : undefined);
       // Refused only for its time window, it may still land (the payer, a relayer, anyone holding
       // it can submit it): kept, when its signature is the payer's and he holds the amount, so a
@@ -440,8 +449,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     }
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     if (onChain.used) {
-      const refusal = await spentAtIntake(deps.flow, refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, "its nonce was already spent on chain when it was offered"), onChain);
-      await countUnsettled(client, payment);
+      const { refusal, cancelled } = await spentAtIntake(deps.flow, refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, "its nonce was already spent on chain when it was offered"), onChain);
+      // A payment that landed is public calldata anyone may replay: the payer is counted only
+      // for a nonce he spent himself (cancelled: the authorization was never on chain).
+      await countUnsettled(client, cancelled ? payment : undefined);
       throw refusal;
     }
     // x402's receipt needs only the payment: signed while the bill vends, not after it.

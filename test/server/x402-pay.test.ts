@@ -28,6 +28,7 @@ import { lockAsCrashedRequest } from "../support/orders.ts";
 import { startRpcProxy } from "../support/rpc-proxy.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
+import { paymentHeader, requirementsOf } from "../support/x402-wire.ts";
 
 type Result = { success: boolean; status: string; request_id: string; tx_hash: string | null; purchased_code: string | null; units: string | null; refund?: { status: string; tx_hash: string | null } };
 
@@ -376,6 +377,7 @@ describe("x402 route: paying a bill end to end", () => {
     const send = (body: unknown, headers: Record<string, string>) => app.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
     // A stranger signs payments with his own key and writes the payer's address into them:
     // one for the price, one for another amount, one more. None is the payer's signature.
+    // (The payer's budget here: 2.)
     const stranger = privateKeyToAccount(generatePrivateKey());
     for (const [nairaAmount, value, code] of [[1131, undefined, "SIGNATURE_INVALID"], [1132, "1", "AMOUNT_MISMATCH"], [1133, undefined, "SIGNATURE_INVALID"]] as const) {
       const body = bill("08011111111", { nairaAmount });
@@ -388,6 +390,15 @@ describe("x402 route: paying a bill end to end", () => {
       const answer = await send(body, client.encodePaymentSignatureHeader(signed));
       expect(answer.status).toBe(402);
       expect(await answer.json()).toMatchObject({ code });
+    }
+    // A payment the payer signed to someone else (public once it lands there), replayed here:
+    // his signature holds, but it is not to BillPay.
+    for (const nairaAmount of [1135, 1136]) {
+      const body = bill("08011111111", { nairaAmount });
+      const req = requirementsOf(await post(body));
+      const elsewhere = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), accounts(12).address);
+      const answer = await send(body, paymentHeader(elsewhere, req));
+      expect(answer.status).toBe(402);
     }
     // The payer's own payment is checked and settled, not held off.
     const before = await usdc();
