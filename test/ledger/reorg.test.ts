@@ -27,7 +27,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
-import { deliveredBy } from "../support/orders.ts";
+import { deliveredBy, takenBackByBiller } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
@@ -246,8 +246,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const price = (await orderOf(requestId)).amount;
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
     // As the biller taking the bill back leaves it for an operator, who refunds it.
-    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    await takenBackByBiller(service, requestId);
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
     const refunded = await reorganisedAway(() => resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" }));
     expect(refunded.record.outcome, refunded.record.detail ?? "").toBe("DONE");
@@ -296,8 +295,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(served).toMatchObject({ status: "SUCCESS" });
     const requestId = served.request_id as string;
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
-    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    await takenBackByBiller(service, requestId);
     const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
     // The refund's signed transaction, as anyone watching the chain saw it before the reorganisation.
     const signed = await reorganisedAway(async () => {
@@ -402,8 +400,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       const price = (await orderOf(requestId)).amount;
       await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
       // The biller took it back; the order is held, as whoever works it holds it, so the worker keeps out.
-      await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-      await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+      await takenBackByBiller(service, requestId);
       const held = (await service.flow.orders.claim(requestId, 120))!;
       const real = service.flow.operator;
       let sent: Hex | undefined;
@@ -449,8 +446,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(served).toMatchObject({ status: "SUCCESS" });
     const requestId = served.request_id as string;
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
-    await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+    await takenBackByBiller(service, requestId);
     const order = await orderOf(requestId);
     const before = await usdc(payer.address);
     // Whoever holds the refunder key refunds the payment's key first, one unit short.

@@ -21,6 +21,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
+import { takenBackByBiller } from "../support/orders.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -74,8 +75,7 @@ describe("a leaked operator key", () => {
       const served = await payX402(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount }));
       expect(served).toMatchObject({ status: "SUCCESS" });
       const requestId = served.request_id as string;
-      await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
-      await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+      await takenBackByBiller(service, requestId);
       return (await service.flow.orders.get(requestId))!;
     };
     const alerts = () => errors.filter((e) => e.startsWith("a pull with no order reached BillPay")).length;

@@ -53,3 +53,9 @@ export async function deliveredBy(service: ServiceStack, requestId: unknown): Pr
     attempts.map(async (a) => ((await (await fetch(`${service.urls.biller}/sandbox/transactions/${a.billerRequestId}`, { headers: keys })).json()) as { status: string }).status),
   );
 }
+
+/** As the biller taking a served bill back leaves it: held for an operator, its code gone and its attempt reversed. */
+export async function takenBackByBiller(service: ServiceStack, requestId: string): Promise<void> {
+  await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
+  await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
+}
