@@ -69,8 +69,7 @@ export class ContractRefused extends Error {
   }
 }
 
-/** A refund sent (its hash, and the gas it cost the refunder key in wei), or one BillPay had already made. */
-/** A refund sent and mined; or BillPay's answer that it holds the key (or the order id) refunded already, by name. */
+/** A refund sent and mined (its hash, the gas it cost the refunder key in wei, its block); or BillPay's answer, by name, that it holds the key (or the order id) refunded already. */
 export type RefundOutcome = { txHash: Hex; gasWei: bigint; block: bigint } | { alreadyRefunded: true; errorName: string };
 
 export interface PullItem {
