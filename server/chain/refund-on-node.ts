@@ -46,19 +46,24 @@ export async function refundOnNode(deps: { deployments: Deployments }, chain: Ch
   if (!d || !client) throw new Error(`no deployment of BillPay on ${chain}`);
   const address = d.billPay.address as Hex;
   const head = await client.getBlockNumber();
-  const [logs, keyRefunded] = await Promise.all([
-    client.getLogs({ address, events: REFUND_EVENTS, fromBlock: from < head ? from : head, toBlock: head, strict: true }),
-    keyRefundedAt(client, address, key, head),
-  ]);
+  // Newest first, LOG_SPAN blocks a request (providers cap a getLogs range): a ledger far
+  // behind makes the range long, and the refund is most likely near the head.
   let refund: RefundOnChain | null = null;
-  for (const log of logs) {
-    if (log.removed || log.blockNumber === null || log.transactionHash === null) continue;
-    const r = refundOf(log as Parameters<typeof refundOf>[0]);
-    if (!isRefundUnder(key, r)) continue;
-    if (!refund || log.blockNumber >= refund.block) refund = { txHash: log.transactionHash, block: log.blockNumber, amount: r.amount };
+  for (let to = head; to >= from && !refund; to -= LOG_SPAN) {
+    const lowest = to - LOG_SPAN + 1n > from ? to - LOG_SPAN + 1n : from;
+    for (const log of await client.getLogs({ address, events: REFUND_EVENTS, fromBlock: lowest, toBlock: to, strict: true })) {
+      if (log.removed || log.blockNumber === null || log.transactionHash === null) continue;
+      const r = refundOf(log as Parameters<typeof refundOf>[0]);
+      if (!isRefundUnder(key, r)) continue;
+      if (!refund || log.blockNumber >= refund.block) refund = { txHash: log.transactionHash, block: log.blockNumber, amount: r.amount };
+    }
+    if (lowest === 0n) break;
   }
-  return { refund, keyRefunded };
+  return { refund, keyRefunded: await keyRefundedAt(client, address, key, head) };
 }
+
+/** Blocks one getLogs request spans (within what public providers allow). */
+const LOG_SPAN = 2_000n;
 
 function keyRefundedAt(client: NonNullable<ReturnType<typeof deployedClientFor>>, address: Hex, key: RefundKey, blockNumber: bigint): Promise<boolean> {
   if ("orderId" in key) return client.readContract({ address, abi: billPayAbi, functionName: "orderOf", args: [key.orderId], blockNumber }).then((o) => o.refunded);

@@ -137,8 +137,13 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
   /** BillPay's refund logs the node holds, as eth_getLogs answers them, and the ranges it was asked for. */
   const nodeLogs: object[] = [];
   /** The node's head block. */
-  const nodeHead = 100n;
-  const logsAsked: Array<{ fromBlock: string }> = [];
+  let nodeHead = 100n;
+  /** eth_getLogs: the logs in the range asked, which is noted. */
+  const logsIn = (range: { fromBlock: string; toBlock: string }) => {
+    logsAsked.push(range);
+    return nodeLogs.filter((l) => BigInt((l as { blockNumber: string }).blockNumber) >= BigInt(range.fromBlock) && BigInt((l as { blockNumber: string }).blockNumber) <= BigInt(range.toBlock));
+  };
+  const logsAsked: Array<{ fromBlock: string; toBlock: string }> = [];
   let rpc: Server;
   let rpcUrl = "";
   beforeAll(async () => {
@@ -165,7 +170,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
             r.method === "eth_getTransactionReceipt" ? receipt || null
             : r.method === "eth_getTransactionByHash" ? (held?.pending ? tx : null)
             : r.method === "eth_call" ? orderOf(r.params[0] as unknown as { data?: string })
-            : r.method === "eth_getLogs" ? (logsAsked.push(r.params[0] as unknown as { fromBlock: string }), nodeLogs)
+            : r.method === "eth_getLogs" ? logsIn(r.params[0] as unknown as { fromBlock: string; toBlock: string })
             : r.method === "eth_blockNumber" ? hex(nodeHead)
             : null;
           return { jsonrpc: "2.0", id: r.id, result };
@@ -183,6 +188,7 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
     billPayHolds.clear();
     nodeLogs.length = 0;
     logsAsked.length = 0;
+    nodeHead = 100n;
   });
 
   const pass = async (ledger: ReturnType<typeof ledgerWith>) => {
@@ -408,9 +414,17 @@ for (const kind of ["pglite", "postgresql"] as const) describe(`the ledger pass 
       expect(logsAsked.map((a) => BigInt(a.fromBlock))).toEqual([10n]);
       // The node holds it in block 41, a block ahead of the ledger, beside another order's
       // refund: this pull's is recorded, and watched there.
+      // The node is far ahead: it is asked newest first, 2,000 blocks a request.
+      nodeHead = 5_000n;
+      logsAsked.length = 0;
       nodeLogs.push(refundLog(`0x${"9".repeat(64)}`, 41n, `0x${"c".repeat(64)}`), refundLog(pullId, 41n, refundTx));
       await pass(ledgerWith(1_000n, { block: 10n, indexed: 40n }));
       expect(await row()).toEqual({ status: "REFUNDED", refund_tx_hash: refundTx, refund_block: "41" });
+      expect(logsAsked.map((a) => [BigInt(a.fromBlock), BigInt(a.toBlock)])).toEqual([
+        [3_001n, 5_000n],
+        [1_001n, 3_000n],
+        [10n, 1_000n],
+      ]);
       // Reorganised away before the ledger ever showed it, the pull standing: lost, sent again.
       nodeLogs.length = 0;
       refund = async (a) => (refunds.push(a.orderId), { txHash: `0x${"e".repeat(64)}`, block: 43n });
