@@ -257,7 +257,7 @@ export class AgentHub {
     for (const { schedule, dueAt } of retries) await this.runSchedule(schedule, dueAt);
     for (const s of await schedules.due(20)) {
       const due = s.nextRunAt!;
-      if (!(await schedules.claim(s, nextDue(s, due)))) continue;
+      if (!(await schedules.claim(s, nextDue(s, due, this.deps.config.SCHEDULE_MIN_INTERVAL_SECONDS)))) continue;
       await this.runSchedule(s, due);
       ran++;
     }

@@ -210,9 +210,15 @@ export class ScheduleStore {
   }
 }
 
-/** The next due time after a run at `due`: never in the past, so missed times collapse into one run. */
-export function nextDue(s: Schedule, due: Date, now = new Date()): Date | null {
+/**
+ * The next due time after a run at `due`: never in the past, so missed times collapse into one
+ * run, and never sooner than `minIntervalSeconds` after `due`. checkCron refuses a pattern whose
+ * next runs come closer than that, but a pattern can hide a short gap further on (the last
+ * minute of a month, say): the interval holds here, whatever the pattern.
+ */
+export function nextDue(s: Schedule, due: Date, minIntervalSeconds: number, now = new Date()): Date | null {
   if (!s.cron) return null;
   if (s.maxRuns !== null && s.runs + 1 >= s.maxRuns) return null;
-  return nextCronRun(s.cron, due.getTime() > now.getTime() ? due : now);
+  const earliest = due.getTime() + minIntervalSeconds * 1000 - 1; // nextCronRun is strictly after
+  return nextCronRun(s.cron, new Date(Math.max(earliest, now.getTime())));
 }

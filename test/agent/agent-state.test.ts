@@ -280,18 +280,34 @@ for (const kind of ["pglite", "postgresql"] as const) {
       const first = checkCron("*/5 * * * * *", 1);
       const s = await schedules.create({ wallet: WALLET, bill, chain: "CELO", token: "USDC", runAt: null, cron: "*/5 * * * * *", firstRun: first, maxRuns: null, maxPerWallet: 10, apiKeyHash: null });
       const due = { ...s, nextRunAt: first };
-      const wins = await Promise.all(Array.from({ length: 4 }, () => schedules.claim(due, nextDue(due, first))));
+      const wins = await Promise.all(Array.from({ length: 4 }, () => schedules.claim(due, nextDue(due, first, 1))));
       expect(wins.filter(Boolean)).toHaveLength(1);
       const [listed] = await schedules.list(WALLET, "ACTIVE");
       expect(listed).toMatchObject({ runs: 1, lastRuns: [expect.objectContaining({ dueAt: first, outcome: null })] });
 
       const again = { ...s, nextRunAt: listed!.nextRunAt };
       await schedules.cancel(WALLET, s.id);
-      expect(await schedules.claim(again, nextDue(again, again.nextRunAt!))).toBe(false);
+      expect(await schedules.claim(again, nextDue(again, again.nextRunAt!, 1))).toBe(false);
       expect(await codeOf(schedules.cancel(WALLET, s.id))).toBe("SCHEDULE_NOT_ACTIVE");
       expect(await codeOf(schedules.cancel("0x00000000000000000000000000000000000000dd", s.id))).toBe("SCHEDULE_NOT_FOUND");
       expect(() => checkCron("* * * * * *", 2)).toThrow(/more often/);
       expect(() => checkCron("61 * * * *", 1)).toThrow(/not a cron/);
+    });
+
+    it("never runs a schedule sooner than the minimum interval after its last run, however its pattern hides a short gap", () => {
+      // At :00 and :59 of six hours of the 1st and the 31st: from early on the 31st its first
+      // six runs are an hour or more apart, and checkCron lets it through; later, 23:59 on the
+      // 31st and 00:00 on the 1st come a minute apart.
+      const pattern = "0 0,59 0,4,8,12,16,23 1,31 * *";
+      const now = new Date("2026-12-31T16:30:00Z");
+      expect(checkCron(pattern, 300, new Date("2026-12-31T00:30:00Z"))).toEqual(new Date("2026-12-31T00:59:00Z"));
+      const s = { cron: pattern, maxRuns: null, runs: 0 } as unknown as Parameters<typeof nextDue>[0];
+      const last = new Date("2026-12-31T23:59:00Z");
+      expect(nextDue(s, last, 60, last)).toEqual(new Date("2027-01-01T00:00:00Z"));
+      // With five minutes between runs, the one a minute later is passed over for the next after it.
+      expect(nextDue(s, last, 300, last)).toEqual(new Date("2027-01-01T00:59:00Z"));
+      // Missed times still collapse into one run from now.
+      expect(nextDue(s, new Date("2026-12-31T12:00:00Z"), 300, now)).toEqual(new Date("2026-12-31T16:59:00Z"));
     });
   });
 }
@@ -308,7 +324,7 @@ describe("schedules across a restart", () => {
     try {
       const due = await new ScheduleStore(after).due(10);
       expect(due.map((x) => x.id)).toEqual([s.id]);
-      expect(await new ScheduleStore(after).claim(due[0]!, nextDue(due[0]!, due[0]!.nextRunAt!))).toBe(true);
+      expect(await new ScheduleStore(after).claim(due[0]!, nextDue(due[0]!, due[0]!.nextRunAt!, 1))).toBe(true);
     } finally {
       await after.close();
     }
