@@ -440,6 +440,49 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       expect(await usdc(payer.address)).toBe(before - price);
     });
 
+  it("a pull's refund sent by a run that died before recording it is found on the service's node while the ledger is a block behind: recorded with its transaction and watched", async () => {
+    const account = hardhatAccount(4);
+    const agent = await linkedAgent(account);
+    try {
+      const paid = await agent.pay();
+      expect(paid).toMatchObject({ status: "SUCCESS" });
+      const requestId = paid.request_id as string;
+      await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+      await takenBackByBiller(service, requestId);
+      const held = (await service.flow.orders.claim(requestId, 120))!;
+      const before = await usdc(account.address);
+      // The run that sends the refund dies before it records it.
+      const real = service.flow.operator;
+      let sent: Hex | undefined;
+      const dying = Object.assign(Object.create(real) as typeof real, {
+        refund: async (a: Parameters<typeof real.refund>[0]) => {
+          const outcome = await real.refund(a);
+          sent = "txHash" in outcome ? outcome.txHash : undefined;
+          throw new Error("the process died");
+        },
+      });
+      expect((await refund({ ...service.flow, operator: dying }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
+      const order = await orderOf(requestId);
+      expect(await usdc(account.address)).toBe(before + order.amount);
+      // Tried again, BillPay answers AlreadyRefunded; the ledger, a block behind, shows the pull and no refund.
+      const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: sent! })).blockNumber;
+      const ledger = Object.assign(Object.create(service.flow.ledger) as typeof service.flow.ledger, {
+        indexedBlock: async () => refundBlock - 1n,
+        order: async (id: string) => ({ ...(await service.flow.ledger.order(id)), refunds: [] }),
+      });
+      const refunded = await refund({ ...service.flow, ledger }, order, "refund retried", ["REFUNDING"]);
+      expect(refunded.status).toBe("REFUNDED");
+      expect(refunded.refundTxHash?.toLowerCase()).toBe(sent!.toLowerCase());
+      expect(await service.db.query(`SELECT tx_hash, block_number::text AS block, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([
+        { tx_hash: sent!.toLowerCase(), block: refundBlock.toString(), lost_at: null },
+      ]);
+      expect(await usdc(account.address)).toBe(before + order.amount);
+      await service.flow.orders.release(requestId, held.leaseToken);
+    } finally {
+      await agent.close();
+    }
+  });
+
   it("a refund found on chain that gave back less than the order is owed (a leaked refunder key's) holds the order for an operator; it is never closed as refunded", async () => {
     const payer = hardhatAccount(19);
     const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1610 }));
