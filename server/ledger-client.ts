@@ -10,10 +10,12 @@
  * fallback, quicker while the push is not connected.
  */
 import { createClient, desc } from "@ponder/client";
+import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../lib/chains.ts";
 import { amountIn } from "../lib/token-amounts.ts";
 import * as schema from "../ponder/ponder.schema.ts";
 import type { PaymentRail } from "../lib/payment-logs.ts";
+import type { RefundKey } from "../lib/refund-logs.ts";
 
 /** The rails of x402 payments: EIP-3009's, and Permit2's through x402's exact proxy. */
 export type SignedRail = Exclude<PaymentRail, "pull">;
@@ -76,11 +78,24 @@ export function isAuthorizationPayment(key: { chainId: number; rail?: SignedRail
     p.rail === rail && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
 }
 
-/** Picks an order's payment under its unique key: a pull by (chain, BillPay order id), x402 by (chain, rail, token, payer, nonce). */
-export function isPaymentOf(o: { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown }): (p: LedgerPayment) => boolean {
+type KeyedOrder = { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
+
+/**
+ * An order's unique key on its chain, as the ledger keys its payment and its refunds: a pull
+ * by BillPay's order id, an x402 payment by (rail, token, payer, nonce). The one place an
+ * order's key is read from the order.
+ */
+export function orderKeyOf(o: KeyedOrder): RefundKey {
+  if (o.rail === "pull") return { orderId: o.onchainOrderId as Hex };
+  return { rail: x402RailOf(o), token: o.tokenAddress as Hex, payer: o.payer as Hex, nonce: o.authNonce as Hex };
+}
+
+/** Picks an order's payment under its unique key, on its own chain (orderKeyOf). */
+export function isPaymentOf(o: KeyedOrder): (p: LedgerPayment) => boolean {
   const chainId = chainInfo(o.chain).chainId;
-  if (o.rail !== "pull") return isAuthorizationPayment({ chainId, rail: x402RailOf(o), token: o.tokenAddress, payer: o.payer, nonce: o.authNonce! });
-  const id = o.onchainOrderId.toLowerCase();
+  const key = orderKeyOf(o);
+  if (!("orderId" in key)) return isAuthorizationPayment({ chainId, ...key });
+  const id = key.orderId.toLowerCase();
   return (p) => p.rail === "pull" && p.chainId === chainId && p.orderId?.toLowerCase() === id;
 }
 

@@ -23,7 +23,7 @@ import type { Metrics } from "../metrics.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
-import { isPaymentOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import type { LedgerHealth } from "../ledger-health.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -31,7 +31,7 @@ import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
 import type { PaymentWatches } from "./payment-watch.ts";
 import { RefundIdTaken, type RefundOnChain } from "../chain/refund-on-node.ts";
 import { refundOrderIdOnceTaken } from "../chain/order-id.ts";
-import { ledgerPullOf, ledgerUnderKey, refundKeyOf } from "./ledger-view.ts";
+import { ledgerUnderKey } from "./ledger-view.ts";
 import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
@@ -444,8 +444,7 @@ async function lateDelivery(deps: VendDeps, order: Order, attempt: BillerAttempt
 
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
 export async function ledgerPaymentFor(deps: Pick<FlowDeps, "ledger">, o: Order): Promise<LedgerPayment | null> {
-  if (o.rail === "pull") return ledgerPullOf(deps, o);
-  return (await deps.ledger.authorization(o.chain as ChainKey, o.tokenAddress, o.payer, o.authNonce!, x402RailOf(o))).payment;
+  return (await ledgerUnderKey(deps, o)).payment;
 }
 
 /**
@@ -540,7 +539,7 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
  */
 async function sendRefund(deps: RefundDeps, o: Order, amount: bigint, paidIn: bigint): Promise<RefundOnChain & { gasWei?: bigint }> {
   const chain = o.chain as ChainKey;
-  const found = async (refusal: string) => refundFound(deps, chain, refundKeyOf(o), (await ledgerUnderKey(deps, o)).refunds, paidIn, refusal);
+  const found = async (refusal: string) => refundFound(deps, chain, orderKeyOf(o), (await ledgerUnderKey(deps, o)).refunds, paidIn, refusal);
   const outcome = o.rail === "pull" ? await refundPull(deps, o, amount) : await refundX402(deps, o, amount);
   deps.refundBudgets.forget(chain, o.tokenAddress);
   if ("block" in outcome) return { ...outcome, amount };

@@ -10,11 +10,10 @@ import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
-import { fulfil, move, type FlowDeps } from "./fulfil.ts";
+import { fulfil, ledgerPaymentFor, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
 import { deepEnough } from "./payment-watch.ts";
-import { ledgerPullOf } from "./ledger-view.ts";
 
 /**
  * PULLING -> PAID when the chain's pull is exactly the order's; NEEDS_REVIEW (nothing vended
@@ -35,7 +34,7 @@ export async function pulledFromLedger(deps: FlowDeps, o: Order, pull: LedgerPay
 }
 
 export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> {
-  const pull = await ledgerPullOf(deps, o);
+  const pull = await ledgerPaymentFor(deps, o);
   if (pull) {
     const paid = await pulledFromLedger(deps, o, pull);
     if (paid.status === "PAID") await fulfil(deps, paid);

@@ -86,6 +86,21 @@ describe("a payment reorganised off the chain after its bill was served", () => 
 
   const delivered = (requestId: unknown) => deliveredBy(service, requestId);
 
+  /** The operator of a run that sends a refund through `method` and dies before it records it; `sent()` is the refund's hash. */
+  function dyingAfterSending(method: "refund" | "refundAuthorization") {
+    const real = service.flow.operator;
+    let sent: Hex | undefined;
+    const send = real[method].bind(real) as (a: never) => ReturnType<typeof real.refund>;
+    const operator = Object.assign(Object.create(real) as typeof real, {
+      [method]: async (a: never) => {
+        const outcome = await send(a);
+        sent = "txHash" in outcome ? outcome.txHash : undefined;
+        throw new Error("the process died");
+      },
+    });
+    return { operator, sent: () => sent! };
+  }
+
   const metric = async (name: string) =>
     (await (await fetch(`${url}/metrics`)).text())
       .split("\n")
@@ -402,22 +417,13 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       // The biller took it back; the order is held, as whoever works it holds it, so the worker keeps out.
       await takenBackByBiller(service, requestId);
       const held = (await service.flow.orders.claim(requestId, 120))!;
-      const real = service.flow.operator;
-      let sent: Hex | undefined;
+      const dying = dyingAfterSending("refundAuthorization");
       const refunded = await reorganisedAway(async () => {
-        // The run that sends the refund dies before it records it.
-        const dying = Object.assign(Object.create(real) as typeof real, {
-          refundAuthorization: async (a: Parameters<typeof real.refundAuthorization>[0]) => {
-            const outcome = await real.refundAuthorization(a);
-            sent = "txHash" in outcome ? outcome.txHash : undefined;
-            throw new Error("the process died");
-          },
-        });
-        expect((await refund({ ...service.flow, operator: dying }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
+        expect((await refund({ ...service.flow, operator: dying.operator }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
         expect(await usdc(payer.address)).toBe(before);
         // Tried again, BillPay answers that the payment is refunded. The ledger may still be a
         // block behind the node: then it shows the payment, and no refund, as it did before it.
-        const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: sent! })).blockNumber;
+        const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: dying.sent() })).blockNumber;
         const ledger = onlyTheNode
           ? Object.assign(Object.create(service.flow.ledger) as typeof service.flow.ledger, {
               indexedBlock: async () => refundBlock - 1n,
@@ -427,8 +433,8 @@ describe("a payment reorganised off the chain after its bill was served", () => 
         return refund({ ...service.flow, ledger }, await orderOf(requestId), "refund retried", ["REFUNDING"]);
       });
       expect(refunded.status).toBe("REFUNDED");
-      expect(refunded.refundTxHash?.toLowerCase()).toBe(sent!.toLowerCase());
-      expect(await service.db.query(`SELECT tx_hash, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([{ tx_hash: sent!.toLowerCase(), lost_at: null }]);
+      expect(refunded.refundTxHash?.toLowerCase()).toBe(dying.sent().toLowerCase());
+      expect(await service.db.query(`SELECT tx_hash, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([{ tx_hash: dying.sent().toLowerCase(), lost_at: null }]);
       await service.flow.orders.release(requestId, held.leaseToken);
       expect(await usdc(payer.address)).toBe(before - price); // the chain no longer holds the refund
       await mine();
@@ -436,7 +442,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       await expect
         .poll(async () => (await watchRefunds(service.flow).catch(() => 0), (await orderOf(requestId)).status), { timeout: 30_000, interval: 250 })
         .toBe("NEEDS_REVIEW");
-      expect((await orderOf(requestId)).failureReason).toContain(`its refund (transaction ${sent!.toLowerCase()}) was reorganised off the chain while its payment stands`);
+      expect((await orderOf(requestId)).failureReason).toContain(`its refund (transaction ${dying.sent().toLowerCase()}) was reorganised off the chain while its payment stands`);
       expect(await usdc(payer.address)).toBe(before - price);
     });
 
@@ -451,30 +457,21 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       await takenBackByBiller(service, requestId);
       const held = (await service.flow.orders.claim(requestId, 120))!;
       const before = await usdc(account.address);
-      // The run that sends the refund dies before it records it.
-      const real = service.flow.operator;
-      let sent: Hex | undefined;
-      const dying = Object.assign(Object.create(real) as typeof real, {
-        refund: async (a: Parameters<typeof real.refund>[0]) => {
-          const outcome = await real.refund(a);
-          sent = "txHash" in outcome ? outcome.txHash : undefined;
-          throw new Error("the process died");
-        },
-      });
-      expect((await refund({ ...service.flow, operator: dying }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
+      const dying = dyingAfterSending("refund");
+      expect((await refund({ ...service.flow, operator: dying.operator }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"])).status).toBe("REFUNDING");
       const order = await orderOf(requestId);
       expect(await usdc(account.address)).toBe(before + order.amount);
       // Tried again, BillPay answers AlreadyRefunded; the ledger, a block behind, shows the pull and no refund.
-      const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: sent! })).blockNumber;
+      const refundBlock = (await celo.publicClient.getTransactionReceipt({ hash: dying.sent() })).blockNumber;
       const ledger = Object.assign(Object.create(service.flow.ledger) as typeof service.flow.ledger, {
         indexedBlock: async () => refundBlock - 1n,
         order: async (id: string) => ({ ...(await service.flow.ledger.order(id)), refunds: [] }),
       });
       const refunded = await refund({ ...service.flow, ledger }, order, "refund retried", ["REFUNDING"]);
       expect(refunded.status).toBe("REFUNDED");
-      expect(refunded.refundTxHash?.toLowerCase()).toBe(sent!.toLowerCase());
+      expect(refunded.refundTxHash?.toLowerCase()).toBe(dying.sent().toLowerCase());
       expect(await service.db.query(`SELECT tx_hash, block_number::text AS block, lost_at FROM refund_watch WHERE request_id = $1`, [requestId])).toEqual([
-        { tx_hash: sent!.toLowerCase(), block: refundBlock.toString(), lost_at: null },
+        { tx_hash: dying.sent().toLowerCase(), block: refundBlock.toString(), lost_at: null },
       ]);
       expect(await usdc(account.address)).toBe(before + order.amount);
       await service.flow.orders.release(requestId, held.leaseToken);

@@ -38,22 +38,7 @@ describe("gathered pulls", () => {
 
   /** The operator key's transactions sent so far, mined or not. */
   const sentByOperator = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
-  /**
-   * Runs `body` with mining paused, as on a chain whose blocks come seconds apart (the local
-   * chains otherwise mine each transaction at once); `mine` makes one block. Mining as the
-   * local chains do is restored after, whatever happened.
-   */
-  async function miningPaused<T>(body: (mine: () => Promise<unknown>) => Promise<T>): Promise<T> {
-    const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
-    try {
-      return await body(() => rpc("evm_mine"));
-    } finally {
-      await rpc("evm_setAutomine", [true]);
-      await rpc("evm_setIntervalMining", [1000]);
-    }
-  }
+
 
   /** `results` once settled, mining a block at each look (whatever was sent meanwhile is mined too). */
   async function settledMining<T>(results: Promise<T>, mine: () => Promise<unknown>): Promise<T> {
@@ -96,7 +81,7 @@ describe("gathered pulls", () => {
 
   it("after a batch one payer's refusal stopped, sends the others' pulls one after another, none waiting for the last to be mined", async () => {
     // Mining paused: were each pull to wait for the one before it to be mined, the second would never go out.
-    await miningPaused(async (mine) => {
+    await celo.miningPaused(async (mine) => {
       const mined = await sentByOperator();
       const blocker = operator.pull("CELO", item(payers[0]!.address));
       await new Promise((r) => setImmediate(r));
@@ -181,7 +166,7 @@ describe("gathered pulls", () => {
 
   it("raises a gathered batch's fee for all of its members or none: one that refuses (its order written off) leaves every member on the transaction already sent", async () => {
     const bumping = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 2 });
-    await miningPaused(async (mine) => {
+    await celo.miningPaused(async (mine) => {
       const blocker = bumping.pull("CELO", item(payers[0]!.address));
       await new Promise((r) => setImmediate(r));
       const [kept, writtenOff] = [item(payers[1]!.address), item(payers[2]!.address)];
@@ -226,7 +211,7 @@ describe("gathered pulls", () => {
     await celo.setSpendingAllowance(tight, "USDC", 1_500_000n);
     try {
       // A pull sent is not yet mined when the next is estimated, at the latest block.
-      await miningPaused(async (mine) => {
+      await celo.miningPaused(async (mine) => {
         const sentBefore = await sentByOperator();
         const [first, second, other] = [item(tight.address), item(tight.address), item(payers[1]!.address)];
         const pulls = [operator.pull("CELO", first)];
@@ -265,7 +250,7 @@ describe("gathered pulls", () => {
     const tight = payers[4]!;
     await celo.setSpendingAllowance(tight, "USDC", 2_500_000n);
     try {
-      await miningPaused(async (mine) => {
+      await celo.miningPaused(async (mine) => {
         const sentBefore = await sentByOperator();
         const lone = item(tight.address, 1_000_000n);
         const batch = [item(tight.address), item(tight.address)];

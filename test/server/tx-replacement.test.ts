@@ -17,6 +17,10 @@ describe("a stuck transaction", () => {
   let celo: ChainActors;
   const rpc = (method: string, params: unknown[] = []) => celo.publicClient.request({ method: method as never, params: params as never });
 
+  /** What BillPay holds pulled under a request's order id. */
+  const paidOnChain = async (requestId: string) =>
+    (await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] })).paid;
+
   beforeAll(async () => {
     stack = await startTestChains();
     celo = chainActors(stack.deployments, "CELO");
@@ -36,37 +40,34 @@ describe("a stuck transaction", () => {
 
     const signed: Hex[] = [];
     const replaced: Array<[Hex, Hex]> = [];
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
-    const requestId = "req_202611230000bbbbbbbbbbbbbbbbbbbb";
-    const pulling = operator.pull(
-      "CELO",
-      { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
-      async (hash) => void signed.push(hash),
-      async (previous, next) => void replaced.push([previous, next]),
-    );
-    // The first transaction waits in the pool; note its fee.
-    await expect.poll(() => signed.length, { timeout: 5_000 }).toBe(1);
-    const pending = () => celo.publicClient.getTransaction({ hash: signed[0]! }).then(() => true, () => false);
-    await expect.poll(pending, { timeout: 5_000 }).toBe(true);
-    const original = await celo.publicClient.getTransaction({ hash: signed[0]! });
-    await expect.poll(() => replaced.length, { timeout: 5_000 }).toBe(1);
-    expect(replaced[0]![0]).toBe(signed[0]);
-    await rpc("evm_mine");
-    const mined = await pulling;
+    await celo.miningPaused(async (mine) => {
+      const requestId = "req_202611230000bbbbbbbbbbbbbbbbbbbb";
+      const pulling = operator.pull(
+        "CELO",
+        { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
+        async (hash) => void signed.push(hash),
+        async (previous, next) => void replaced.push([previous, next]),
+      );
+      // The first transaction waits in the pool; note its fee.
+      await expect.poll(() => signed.length, { timeout: 5_000 }).toBe(1);
+      const pending = () => celo.publicClient.getTransaction({ hash: signed[0]! }).then(() => true, () => false);
+      await expect.poll(pending, { timeout: 5_000 }).toBe(true);
+      const original = await celo.publicClient.getTransaction({ hash: signed[0]! });
+      await expect.poll(() => replaced.length, { timeout: 5_000 }).toBe(1);
+      expect(replaced[0]![0]).toBe(signed[0]);
+      await mine();
+      const mined = await pulling;
 
-    expect(mined).toBe(replaced[0]![1]);
-    const tx = await celo.publicClient.getTransaction({ hash: mined });
-    expect(tx.nonce).toBe(original.nonce);
-    expect(tx.maxFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxFeePerGas! * 125n);
-    expect(tx.maxPriorityFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxPriorityFeePerGas! * 125n);
-    await expect(celo.publicClient.getTransactionReceipt({ hash: signed[0]! })).rejects.toThrow();
-    // Pulled once.
-    expect(await celo.balanceOf("USDC", payer.address)).toBe(before - 1_000_000n);
-    const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
-    expect(order.paid).toBe(1_000_000n);
-    await rpc("evm_setAutomine", [true]);
-    await rpc("evm_setIntervalMining", [1000]);
+      expect(mined).toBe(replaced[0]![1]);
+      const tx = await celo.publicClient.getTransaction({ hash: mined });
+      expect(tx.nonce).toBe(original.nonce);
+      expect(tx.maxFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxFeePerGas! * 125n);
+      expect(tx.maxPriorityFeePerGas! * 100n).toBeGreaterThanOrEqual(original.maxPriorityFeePerGas! * 125n);
+      await expect(celo.publicClient.getTransactionReceipt({ hash: signed[0]! })).rejects.toThrow();
+      // Pulled once.
+      expect(await celo.balanceOf("USDC", payer.address)).toBe(before - 1_000_000n);
+      expect(await paidOnChain(requestId)).toBe(1_000_000n);
+    });
   });
 
   it("a replacement its caller refuses (the order was written off meanwhile) is not sent: the fee stays, and the transaction already sent is waited for", async () => {
@@ -75,9 +76,7 @@ describe("a stuck transaction", () => {
     const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 3 });
     const signed: Hex[] = [];
     let refusals = 0;
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
-    try {
+    await celo.miningPaused(async (mine) => {
       const requestId = "req_202611230000cccccccccccccccccccc";
       const pulling = operator.pull(
         "CELO",
@@ -95,18 +94,14 @@ describe("a stuck transaction", () => {
       // Past the next replacement's time: no other is even asked for.
       await new Promise((r) => setTimeout(r, 800));
       expect(refusals).toBe(1);
-      await rpc("evm_mine");
+      await mine();
       // The transaction first sent is the one mined, at its first fee.
       expect(await pulling).toBe(signed[0]);
       const mined = await celo.publicClient.getTransaction({ hash: signed[0]! });
       expect(mined.blockNumber).not.toBeNull();
       expect(mined.maxFeePerGas).toBe(original.maxFeePerGas);
-      const order = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(requestId)] });
-      expect(order.paid).toBe(1_000_000n);
-    } finally {
-      await rpc("evm_setAutomine", [true]);
-      await rpc("evm_setIntervalMining", [1000]);
-    }
+      expect(await paidOnChain(requestId)).toBe(1_000_000n);
+    });
   });
 
   it("a replacement its caller cannot record (its database failing) is not sent, and the send fails so the caller learns of it", async () => {
@@ -114,22 +109,20 @@ describe("a stuck transaction", () => {
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
     const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 3 });
     const broken = new Error("the database is unreachable");
-    await rpc("evm_setAutomine", [false]);
-    await rpc("evm_setIntervalMining", [0]);
-    try {
-      const pulling = operator.pull(
-        "CELO",
-        { requestId: "req_202611230000dddddddddddddddddddd", payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
-        async () => {},
-        async () => {
-          throw broken;
-        },
-      );
-      await expect(pulling).rejects.toBe(broken);
-    } finally {
-      await rpc("evm_mine");
-      await rpc("evm_setAutomine", [true]);
-      await rpc("evm_setIntervalMining", [1000]);
-    }
+    await celo.miningPaused(async (mine) => {
+      try {
+        const pulling = operator.pull(
+          "CELO",
+          { requestId: "req_202611230000dddddddddddddddddddd", payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n },
+          async () => {},
+          async () => {
+            throw broken;
+          },
+        );
+        await expect(pulling).rejects.toBe(broken);
+      } finally {
+        await mine(); // the pull left in the pool
+      }
+    });
   });
 });

@@ -278,6 +278,23 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     async mine(blocks: number) {
       for (let i = 0; i < blocks; i++) await publicClient.request({ method: "evm_mine" as never, params: [] as never });
     },
+
+    /**
+     * Runs `body` with mining paused, as on a chain whose blocks come seconds apart (the local
+     * chains otherwise mine each transaction at once, and an idle block a second); `mine`
+     * makes one block. Mining as the local chains do is restored after, whatever happened.
+     */
+    async miningPaused<T>(body: (mine: () => Promise<unknown>) => Promise<T>): Promise<T> {
+      const rpc = (method: string, params: unknown[] = []) => publicClient.request({ method: method as never, params: params as never });
+      await rpc("evm_setAutomine", [false]);
+      await rpc("evm_setIntervalMining", [0]);
+      try {
+        return await body(() => rpc("evm_mine"));
+      } finally {
+        await rpc("evm_setAutomine", [true]);
+        await rpc("evm_setIntervalMining", [1000]);
+      }
+    },
   };
 }
 
