@@ -406,6 +406,15 @@ const MIGRATIONS: string[] = [
   // The block of an orphan pull's refund, so the ledger pass watches it as deep as the
   // ledger follows a reorganisation (orders/ledger-pass.ts): one lost is sent again.
   `ALTER TABLE orphan_pull ADD COLUMN refund_block numeric(78);`,
+  // A payer's pulls held across instances (chain/payer-holds.ts): the operator key whose
+  // transaction carries a pull of his, until it is mined or has failed.
+  `CREATE TABLE payer_pull_hold (
+     chain  text        NOT NULL,
+     payer  text        NOT NULL,
+     holder text        NOT NULL,
+     until  timestamptz NOT NULL,
+     PRIMARY KEY (chain, payer)
+   );`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

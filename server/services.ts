@@ -13,6 +13,7 @@ import { VtpassClient } from "./biller/vtpass/client.ts";
 import { BillerAttempts } from "./orders/attempts.ts";
 import { ChainOperator, type HotKeys } from "./chain/operator.ts";
 import { KeyLeases } from "./chain/key-lease.ts";
+import { DbPayerHolds } from "./chain/payer-holds.ts";
 import { ChainHeads } from "../lib/chain-heads.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
@@ -81,7 +82,15 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, keys
     catalogue: new Catalogue(biller, config.CATALOGUE_TTL_MS),
     customerChecks: new CustomerChecks(biller, config.VERIFY_CACHE_MS, (payer) => orders.failedVerifications(payer, config.VERIFY_UPFRONT_WINDOW_SECONDS), config.VERIFY_UPFRONT_AFTER_FAILURES),
     refundBudgets: new RefundBudgets(deployments, config.REFUND_BUDGET_CACHE_MS, config.REFUND_PRESSURE_PERCENT, config.REFUND_PAYER_SHARE_PERCENT),
-    operator: new ChainOperator(deployments, keys, { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS }, heads, (address) => keyLeases.confirm(address)),
+    operator: new ChainOperator(
+      deployments,
+      keys,
+      { replaceAfterMs: config.TX_REPLACE_AFTER_MS, maxReplacements: config.TX_MAX_REPLACEMENTS },
+      heads,
+      (address) => keyLeases.confirm(address),
+      // Instances share a PostgreSQL server; PGlite belongs to one process, so there is none to hold against.
+      db.pool ? new DbPayerHolds(db, keys.operator.address) : undefined,
+    ),
     heads,
     vendDeadlineMs: config.VEND_DEADLINE_MS,
     requeryIntervalMs: config.REQUERY_INTERVAL_MS,

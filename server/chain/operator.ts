@@ -35,6 +35,7 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "./order-id.ts";
 import type { Authorization } from "../x402-protocol/payment.ts";
 import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
+import type { PayerHolds } from "./payer-holds.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
 /** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
@@ -127,7 +128,14 @@ export class ChainOperator {
     private readonly heads?: ChainHeads,
     /** Called right before each signature with the signing key: throws when this instance may no longer sign with it (chain/key-lease.ts confirm). */
     private readonly fence: (address: string) => Promise<void> = async () => {},
+    /** Payers' holds shared with other instances (chain/payer-holds.ts); none where this instance is the only one. */
+    private readonly holds?: PayerHolds,
   ) {}
+
+  /** The longest a send can be in flight (its replacements, then the last receipt wait), and a minute for its queue: a hold outliving it was lost. */
+  private get holdSeconds(): number {
+    return Math.ceil((this.replacement.replaceAfterMs * this.replacement.maxReplacements + RECEIPT_TIMEOUT_MS) / 1000) + 60;
+  }
 
   private nextBlock(chain: ChainKey): NextBlock {
     const heads = this.heads;
@@ -157,8 +165,8 @@ export class ChainOperator {
    * Pulls gather: one that arrives while this key is sending the previous transaction waits
    * for that send to finish (a few milliseconds, well inside a block) and goes out with every
    * other pull that arrived meanwhile, as one pullBatch. A lone pull goes out at once, alone.
-   * A payer with a transaction of his in flight is held out of the group until it is mined
-   * (inFlight).
+   * A payer with a transaction of his in flight, from this instance or another, is held out
+   * of the group until it is mined (inFlight, holds).
    */
   pull(chain: ChainKey, item: PullItem, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     return new Promise<Hex>((resolve, reject) => this.gather(chain, { item, onSigned, onReplaced, resolve, reject }));
@@ -183,7 +191,8 @@ export class ChainOperator {
         // The others gather again once their payer's transaction is mined.
         for (const m of group) if (!ready.includes(m)) void this.inFlight.get(this.payerKey(chain, m.item.payer))!.then(() => this.gather(chain, m));
         if (ready.length === 0) return;
-        const sending = this.sendGathered(chain, ready);
+        // Held here before anything is awaited, so that the next group cannot take these payers meanwhile.
+        const sending = this.sendWhereHeld(chain, ready);
         this.holdPayers(chain, ready.map((m) => m.item.payer), sending);
         return sending;
       })
@@ -198,6 +207,40 @@ export class ChainOperator {
   }
 
   /**
+   * Sends the members whose payers this instance now holds against other instances (holds),
+   * and gives the holds back once the transaction is mined or has failed. A member whose
+   * payer another instance holds gathers again after the next block: his pull is estimated
+   * once that instance's transaction is mined.
+   */
+  private async sendWhereHeld(chain: ChainKey, members: GatheredPull[]): Promise<void> {
+    const held = await this.takeHolds(chain, members.map((m) => m.item.payer));
+    const going = members.filter((m) => held.has(m.item.payer.toLowerCase()));
+    for (const m of members) if (!going.includes(m)) void this.heldElsewhere(chain).then(() => this.gather(chain, m));
+    try {
+      if (going.length > 0) await this.sendGathered(chain, going);
+    } finally {
+      await this.releaseHolds(chain, held);
+    }
+  }
+
+  /** The payers (lower case) this instance holds now: all of them where no other instance shares the database. */
+  private async takeHolds(chain: ChainKey, payers: readonly string[]): Promise<Set<string>> {
+    if (!this.holds) return new Set(payers.map((p) => p.toLowerCase()));
+    return this.holds.take(chain, payers, this.holdSeconds);
+  }
+
+  private async releaseHolds(chain: ChainKey, held: Set<string>): Promise<void> {
+    // A release lost (the database unreachable a moment) leaves the hold to lapse at its end:
+    // the payer's pulls on other instances wait until then, and nothing is sent to revert.
+    if (this.holds && held.size > 0) await this.holds.release(chain, [...held]).catch(() => {});
+  }
+
+  /** Until the next block, at most a polling interval: another instance's transaction may be mined by then. */
+  private heldElsewhere(chain: ChainKey): Promise<void> {
+    return this.nextBlock(chain)().wait();
+  }
+
+  /**
    * Marks `payers` as having a transaction in flight until `sending` settles (mined, or
    * failed). The gas estimate runs at the latest block: a pull of a payer estimated while
    * another transaction carrying a pull of his is unmined would pass it against the same
@@ -205,8 +248,8 @@ export class ChainOperator {
    * transaction). So his next pulls are held back until then: they go one block later,
    * together; pulls of his that arrive together still go in one transaction, whose estimate
    * covers them all, and other payers' do not wait. Held per payer, whatever the token (a
-   * payer's pulls in another token wait a block too: rare, and safe). Within this instance:
-   * another instance's operator key is not held (docs/money.md).
+   * payer's pulls in another token wait a block too: rare, and safe). This map holds them
+   * within this instance; `holds` between instances on one database (sendWhereHeld).
    */
   private holdPayers(chain: ChainKey, payers: readonly string[], sending: Promise<unknown>): void {
     const done = sending.then(
@@ -310,13 +353,27 @@ export class ChainOperator {
     }
   }
 
-  /** Many pulls in one transaction, all or nothing; sent once no transaction of its payers is in flight (holdPayers). */
+  /** Many pulls in one transaction, all or nothing; sent once no transaction of its payers is in flight, here or on another instance (holdPayers, holds). */
   pullBatch(chain: ChainKey, items: PullItem[], onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
     const payers = items.map((i) => i.payer);
     const earlier = [...new Set(payers.flatMap((p) => this.inFlight.get(this.payerKey(chain, p)) ?? []))];
     if (earlier.length > 0) return Promise.all(earlier).then(() => this.pullBatch(chain, items, onSigned, onReplaced));
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-    const sending = this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+    const sending = (async () => {
+      // All of its payers or none: a hold taken while another instance keeps one of them is given back at once.
+      for (;;) {
+        const held = await this.takeHolds(chain, payers);
+        if (payers.every((p) => held.has(p.toLowerCase()))) {
+          try {
+            return await this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+          } finally {
+            await this.releaseHolds(chain, held);
+          }
+        }
+        await this.releaseHolds(chain, held);
+        await this.heldElsewhere(chain);
+      }
+    })();
     this.holdPayers(chain, payers, sending);
     return sending;
   }
