@@ -35,7 +35,7 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "./order-id.ts";
 import type { Authorization } from "../x402-protocol/payment.ts";
 import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
-import type { PayerHolds } from "./payer-holds.ts";
+import { whileHeld, type PayerHolds } from "./payer-holds.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
 /** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
@@ -104,6 +104,8 @@ interface GatheredPull {
   reject(err: unknown): void;
   /** The hash this member's caller last recorded, once it has recorded one. */
   recordedAs?: Hex;
+  /** Since when another instance holds its payer (holds), once it has found so. */
+  heldElsewhereSince?: number;
 }
 
 /** A member withdrew at signing: the group is signed again without it. */
@@ -131,11 +133,6 @@ export class ChainOperator {
     /** Payers' holds shared with other instances (chain/payer-holds.ts); none where this instance is the only one. */
     private readonly holds?: PayerHolds,
   ) {}
-
-  /** The longest a send can be in flight (its replacements, then the last receipt wait), and a minute for its queue: a hold outliving it was lost. */
-  private get holdSeconds(): number {
-    return Math.ceil((this.replacement.replaceAfterMs * this.replacement.maxReplacements + RECEIPT_TIMEOUT_MS) / 1000) + 60;
-  }
 
   private nextBlock(chain: ChainKey): NextBlock {
     const heads = this.heads;
@@ -215,29 +212,33 @@ export class ChainOperator {
   private async sendWhereHeld(chain: ChainKey, members: GatheredPull[]): Promise<void> {
     const held = await this.takeHolds(chain, members.map((m) => m.item.payer));
     const going = members.filter((m) => held.has(m.item.payer.toLowerCase()));
-    for (const m of members) if (!going.includes(m)) void this.heldElsewhere(chain).then(() => this.gather(chain, m));
-    try {
-      if (going.length > 0) await this.sendGathered(chain, going);
-    } finally {
-      await this.releaseHolds(chain, held);
-    }
+    for (const m of members) if (!going.includes(m)) this.waitElsewhere(chain, m);
+    if (going.length > 0) await whileHeld(this.holds, chain, held, () => this.sendGathered(chain, going));
   }
 
   /** The payers (lower case) this instance holds now: all of them where no other instance shares the database. */
   private async takeHolds(chain: ChainKey, payers: readonly string[]): Promise<Set<string>> {
     if (!this.holds) return new Set(payers.map((p) => p.toLowerCase()));
-    return this.holds.take(chain, payers, this.holdSeconds);
+    return this.holds.take(chain, payers);
   }
 
-  private async releaseHolds(chain: ChainKey, held: Set<string>): Promise<void> {
-    // A release lost (the database unreachable a moment) leaves the hold to lapse at its end:
-    // the payer's pulls on other instances wait until then, and nothing is sent to revert.
-    if (this.holds && held.size > 0) await this.holds.release(chain, [...held]).catch(() => {});
+  /** A member whose payer another instance holds gathers again after the next block; past the hold's length, it fails, unsent. */
+  private waitElsewhere(chain: ChainKey, m: GatheredPull): void {
+    m.heldElsewhereSince ??= Date.now();
+    if (Date.now() - m.heldElsewhereSince > this.holds!.seconds * 1000) {
+      m.reject(new PayerHeldElsewhere(m.item.payer, this.holds!.seconds));
+      return;
+    }
+    void this.heldElsewhere(chain).then(() => this.gather(chain, m));
   }
 
-  /** Until the next block, at most a polling interval: another instance's transaction may be mined by then. */
+  /**
+   * Until the next block, at most a polling interval, and at least a twentieth of a second
+   * (once the heads are closed at shutdown they answer at once): another instance's
+   * transaction may be mined by then.
+   */
   private heldElsewhere(chain: ChainKey): Promise<void> {
-    return this.nextBlock(chain)().wait();
+    return Promise.all([this.nextBlock(chain)().wait(), new Promise((r) => setTimeout(r, 50))]).then(() => {});
   }
 
   /**
@@ -360,17 +361,15 @@ export class ChainOperator {
     if (earlier.length > 0) return Promise.all(earlier).then(() => this.pullBatch(chain, items, onSigned, onReplaced));
     const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
     const sending = (async () => {
+      const since = Date.now();
       // All of its payers or none: a hold taken while another instance keeps one of them is given back at once.
       for (;;) {
         const held = await this.takeHolds(chain, payers);
-        if (payers.every((p) => held.has(p.toLowerCase()))) {
-          try {
-            return await this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
-          } finally {
-            await this.releaseHolds(chain, held);
-          }
-        }
-        await this.releaseHolds(chain, held);
+        const send = () => this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+        if (payers.every((p) => held.has(p.toLowerCase()))) return whileHeld(this.holds, chain, held, send);
+        await this.holds!.release(chain, [...held]).catch(() => {});
+        const busy = payers.find((p) => !held.has(p.toLowerCase()))!;
+        if (Date.now() - since > this.holds!.seconds * 1000) throw new PayerHeldElsewhere(busy, this.holds!.seconds);
         await this.heldElsewhere(chain);
       }
     })();
@@ -538,6 +537,13 @@ export type Replaced = (previous: Hex, next: Hex, how?: "mined" | "restored") =>
 
 /** A caller will not have a transaction replaced at a higher fee (its order was written off): the one sent is waited for as it is. */
 export class ReplacementRefused extends Error {}
+
+/** Another instance kept a transaction carrying the payer's pull in flight for longer than a hold lasts: this pull was never sent. */
+export class PayerHeldElsewhere extends Error {
+  constructor(payer: string, seconds: number) {
+    super(`another instance has had a pull of payer ${payer} in flight for over ${seconds} s; this pull was not sent`);
+  }
+}
 
 /** Learns a transaction's hash before it is sent (throwing stops it); `previous`, one it takes the place of. */
 export type Signed = (hash: Hex, previous?: Hex) => Promise<void>;

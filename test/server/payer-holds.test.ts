@@ -31,7 +31,7 @@ describe("a payer's pulls held across instances", () => {
   let operatorRole: Hex;
   const keyA = operatorAccount();
   const keyB = accounts(12); // a second operator key, as a second instance has
-  const [tight, other] = [accounts(13), accounts(14)];
+  const [tight, other, third] = [accounts(13), accounts(14), accounts(15)];
   /** What each take of instance B's holds answered, so the test knows B found the payer held. */
   const takenByB: Array<Set<string>> = [];
   let a: ChainOperator;
@@ -43,7 +43,7 @@ describe("a payer's pulls held across instances", () => {
     celo = chainActors(stack.deployments, "CELO");
     operatorRole = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "OPERATOR_ROLE" });
     await celo.grantOrRevokeRole(true, operatorRole, keyB.address);
-    for (const p of [tight, other]) await celo.approveAndAllow(p, "USDC", 100_000_000n);
+    for (const p of [tight, other, third]) await celo.approveAndAllow(p, "USDC", 100_000_000n);
     database = await freshDatabase("payer_holds");
     db = await openDb({ url: database.url, poolSize: 4 });
     for (const key of [keyA, keyB]) {
@@ -54,11 +54,13 @@ describe("a payer's pulls held across instances", () => {
     a = new ChainOperator(stack.deployments, { operator: keyA, refunder: refunderAccount() }, undefined, undefined, undefined, new DbPayerHolds(db, keyA.address));
     const holdsB = new DbPayerHolds(db, keyB.address);
     const watched: PayerHolds = {
+      seconds: holdsB.seconds,
       take: async (...args) => {
         const held = await holdsB.take(...args);
         takenByB.push(held);
         return held;
       },
+      renew: (...args) => holdsB.renew(...args),
       release: (...args) => holdsB.release(...args),
     };
     b = new ChainOperator(stack.deployments, { operator: keyB, refunder: refunderAccount() }, undefined, undefined, undefined, watched);
@@ -135,6 +137,40 @@ describe("a payer's pulls held across instances", () => {
     } finally {
       await celo.setSpendingAllowance(tight, "USDC", 100_000_000n);
     }
+  });
+
+  it("a batch of two payers, one held by another instance, keeps no hold on the other while it waits", async () => {
+    await celo.miningPaused(async (mine) => {
+      const sentA = await sentBy(keyA.address);
+      const pullA = a.pull("CELO", item(tight.address));
+      await expect.poll(() => sentBy(keyA.address), { timeout: 20_000 }).toBe(sentA + 1);
+      takenByB.length = 0;
+      const batch = [item(tight.address), item(third.address)];
+      const batchB = b.pullBatch("CELO", batch);
+      await expect.poll(() => takenByB.some((held) => held.has(third.address.toLowerCase()) && !held.has(tight.address.toLowerCase())), { timeout: 20_000 }).toBe(true);
+      // The first instance pulls the other payer meanwhile: B does not keep his hold while its batch waits.
+      const thirdA = a.pull("CELO", item(third.address));
+      await expect.poll(() => sentBy(keyA.address), { timeout: 20_000 }).toBe(sentA + 2);
+      const results = Promise.allSettled([pullA, thirdA, batchB]);
+      let settled: PromiseSettledResult<Hex>[] | undefined;
+      void results.then((r) => (settled = r));
+      await expect.poll(async () => settled !== undefined || (await mine(), false), { timeout: 20_000, interval: 100 }).toBe(true);
+      expect(settled!.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled"]);
+      for (const i of batch) expect(await paidOnChain(i)).toBe(1_000_000n);
+    });
+    expect(await holdsLeft()).toBe(0);
+  });
+
+  it("two instances taking the same payers in crossed order never deadlock, and never both hold one", async () => {
+    const holdsA = new DbPayerHolds(db, keyA.address);
+    const holdsB = new DbPayerHolds(db, keyB.address);
+    const payers = Array.from({ length: 8 }, (_, i) => `0x${(i + 1).toString(16).padStart(40, "0")}`);
+    for (let round = 0; round < 20; round++) {
+      const [byA, byB] = await Promise.all([holdsA.take("BASE", payers), holdsB.take("BASE", [...payers].reverse())]);
+      for (const p of payers) expect(Number(byA.has(p)) + Number(byB.has(p))).toBe(1);
+      await Promise.all([holdsA.release("BASE", [...byA]), holdsB.release("BASE", [...byB].reverse())]);
+    }
+    expect(await holdsLeft()).toBe(0);
   });
 
   it("a hold whose instance died, or that outlived its end, holds nobody, and the purge removes a lapsed one", async () => {
