@@ -121,6 +121,8 @@ export class ChainOperator {
   private receipts = new Map<string, TransactionReceipt>();
   /** Per chain and payer with a transaction of his in flight: settles once every one is mined or has failed (holdPayers). */
   private inFlight = new Map<string, Promise<void>>();
+  /** Per chain, a closed group taking its payers' holds: settles once its transaction is in the key's queue (sendWhereHeld). */
+  private queuing = new Map<ChainKey, Promise<void>>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -177,7 +179,10 @@ export class ChainOperator {
     }
     const group = [entry];
     this.gathering.set(chain, group);
-    const previous = this.queues.get(`${chain}:${this.keys.operator.address}`) ?? Promise.resolve();
+    const key = `${chain}:${this.keys.operator.address}`;
+    // A group still taking its holds has not queued its send yet: this one waits for that send too.
+    const queuing = this.queuing.get(chain);
+    const previous = queuing ? queuing.then(() => this.queues.get(key)) : (this.queues.get(key) ?? Promise.resolve());
     let ready: GatheredPull[] = [];
     void previous
       .catch(() => {})
@@ -189,7 +194,13 @@ export class ChainOperator {
         for (const m of group) if (!ready.includes(m)) void this.inFlight.get(this.payerKey(chain, m.item.payer))!.then(() => this.gather(chain, m));
         if (ready.length === 0) return;
         // Held here before anything is awaited, so that the next group cannot take these payers meanwhile.
-        const sending = this.sendWhereHeld(chain, ready);
+        let onQueued!: () => void;
+        const queued = new Promise<void>((resolve) => (onQueued = resolve));
+        this.queuing.set(chain, queued);
+        void queued.then(() => {
+          if (this.queuing.get(chain) === queued) this.queuing.delete(chain);
+        });
+        const sending = this.sendWhereHeld(chain, ready, onQueued);
         this.holdPayers(chain, ready.map((m) => m.item.payer), sending);
         return sending;
       })
@@ -207,13 +218,21 @@ export class ChainOperator {
    * Sends the members whose payers this instance now holds against other instances (holds),
    * and gives the holds back once the transaction is mined or has failed. A member whose
    * payer another instance holds gathers again after the next block: his pull is estimated
-   * once that instance's transaction is mined.
+   * once that instance's transaction is mined. `queued` is called once the send is in the
+   * key's queue (or there is none), so that pulls arriving meanwhile gather behind it.
    */
-  private async sendWhereHeld(chain: ChainKey, members: GatheredPull[]): Promise<void> {
-    const held = await this.takeHolds(chain, members.map((m) => m.item.payer));
-    const going = members.filter((m) => held.has(m.item.payer.toLowerCase()));
-    for (const m of members) if (!going.includes(m)) this.waitElsewhere(chain, m);
-    if (going.length > 0) await whileHeld(this.holds, chain, held, () => this.sendGathered(chain, going));
+  private async sendWhereHeld(chain: ChainKey, members: GatheredPull[], queued: () => void): Promise<void> {
+    let sending: Promise<void> | undefined;
+    try {
+      const held = await this.takeHolds(chain, members.map((m) => m.item.payer));
+      const going = members.filter((m) => held.has(m.item.payer.toLowerCase()));
+      for (const m of members) if (!going.includes(m)) this.waitElsewhere(chain, m);
+      // The send takes its place in the key's queue before its first await (send).
+      if (going.length > 0) sending = whileHeld(this.holds, chain, held, () => this.sendGathered(chain, going));
+    } finally {
+      queued();
+    }
+    await sending;
   }
 
   /** The payers (lower case) this instance holds now: all of them where no other instance shares the database. */
