@@ -90,11 +90,18 @@ export class BillerAttempts {
     await this.db.query(write.sql(1), write.params);
   }
 
-  /** `recordOutcome` as a write that goes with the order's move, in its statement (OrderStore.advance). */
+  /**
+   * `recordOutcome` as a write that goes with the order's move, in its statement
+   * (OrderStore.advance). An answer that says nothing (pending: a requery that timed out or
+   * lagged; no record) never takes the place of one that did (delivered, failed, reversed):
+   * which attempt delivered a bill must not be forgotten because a later look went unanswered.
+   */
   recordingOutcome(billerRequestId: string, result: VendResult): AlongsideWrite {
     const detail = result.state === "delivered" ? { transactionId: result.transactionId, codes: result.codes, units: result.units } : { reason: result.reason };
     return {
-      sql: (n) => `UPDATE biller_attempt SET outcome = $${n + 1}, outcome_detail = $${n + 2}, outcome_at = now() WHERE biller_request_id = $${n}`,
+      sql: (n) =>
+        `UPDATE biller_attempt SET outcome = $${n + 1}, outcome_detail = $${n + 2}, outcome_at = now() WHERE biller_request_id = $${n}
+         AND NOT ($${n + 1} IN ('pending', 'unknown') AND outcome IN ('delivered', 'failed', 'reversed'))`,
       params: [billerRequestId, outcomeOf(result), JSON.stringify(detail)],
     };
   }

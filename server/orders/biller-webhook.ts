@@ -15,7 +15,15 @@
  * can make the service do is one requery per known order, at most RATE_LIMIT_WEBHOOK_ORDER a
  * minute (past it: 429, and VTpass sends again later). BILLER_WEBHOOK_TOKEN, when set, must
  * come as `?token=` on the URL registered with the biller. The answer is "success" only once
- * what the callback asked for is done (or there is nothing to do), so a failure is sent again.
+ * what the callback asked for is done (or there is nothing to do), so a failure is sent again:
+ *   - an order someone else is working on (a request, the worker, an operator) is not acted
+ *     on now: the webhook is asked for again, since the worker asks only the order's latest
+ *     attempt, and a delivery or reversal of another would go unseen;
+ *   - a requery that does not show what the body says (it timed out, or lags the callback:
+ *     a reversal the requery still calls delivered) is asked for again. A served order is
+ *     looked at again only by its webhooks, so a reversal acknowledged unseen would never be
+ *     refunded. A body the requery never confirms (a forgery) costs one requery a time,
+ *     within the order's webhook limit.
  */
 import type { Hono } from "hono";
 import { sameSecret } from "../../lib/same-secret.ts";
@@ -23,11 +31,22 @@ import { webhookRequestId } from "../biller/vtpass/answers.ts";
 import { problemResponse } from "../errors.ts";
 import type { Limits } from "../limits.ts";
 import { errorText } from "../log-safety.ts";
-import { actOnBillerState, FINISHED, type FlowDeps } from "./fulfil.ts";
+import { outcomeOf, type AttemptOutcome } from "./attempts.ts";
+import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
 
 export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
 /** The acknowledgement VTpass waits for. */
 const SUCCESS = { response: "success" } as const;
+
+/** The statuses in which actOnBillerState requeries the attempt a webhook names. */
+const ASKED: ReadonlySet<string> = new Set(["PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED", "NEEDS_REVIEW"]);
+
+/** Whether what a requery last showed of an attempt (`seen`) confirms what the webhook's body said of it. */
+function confirms(said: AttemptOutcome, seen: AttemptOutcome | null | undefined): boolean {
+  if (said === "pending" || said === "unknown") return true; // the body claims nothing final
+  if (said === "failed") return seen === "failed" || seen === "reversed";
+  return seen === said;
+}
 
 export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Limits; token?: string }): void {
   const { flow } = deps;
@@ -42,7 +61,7 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     } catch (err) {
       return problemResponse("INVALID_JSON", (err as Error).message);
     }
-    const { type, requestId } = webhookRequestId(body);
+    const { type, requestId, says } = webhookRequestId(body);
     if (type === "variations-update") {
       const serviceID = (body as { serviceID?: unknown }).serviceID;
       if (typeof serviceID === "string") {
@@ -64,16 +83,19 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     await deps.limits.take("webhookOrder", attempt.requestId);
     const order = await flow.orders.claim(attempt.requestId, flow.leaseSeconds, "webhook");
     if (!order) {
-      // The worker or a request finishing an unfinished order asks the biller itself. A final
-      // order is held only for other work (an operator's decision, the payment watch) that will
-      // not: the biller is asked to send it again, as VTpass does for an answer other than success.
-      const now = await flow.orders.get(attempt.requestId);
-      if (now && FINISHED.has(now.status)) return problemResponse("BILLER_UNAVAILABLE", "the order is being decided right now; send the webhook again");
-      return c.json(SUCCESS);
+      // Whoever holds it asks the order's latest attempt at most, not necessarily this one:
+      // the biller is asked to send it again, as VTpass does for an answer other than success.
+      return problemResponse("BILLER_UNAVAILABLE", "the order is being worked on right now; send the webhook again");
     }
     try {
       // The attempt the webhook names is requeried by its own id (not the order's latest).
       const now = await actOnBillerState(flow, order, attempt);
+      // Orders in other states (never vended: settling, refused, failed unpaid) are not asked about.
+      const seen = (await flow.attempts.byBillerRequestId(attempt.billerRequestId))?.outcome;
+      if (ASKED.has(order.status) && !confirms(outcomeOf(says), seen)) {
+        flow.log.warn("the biller's requery does not show what its webhook says yet; asked to send it again", { requestId: order.requestId, billerRequestId: attempt.billerRequestId, says: outcomeOf(says), seen });
+        return problemResponse("BILLER_UNAVAILABLE", "the biller's requery does not show this update yet; send the webhook again");
+      }
       flow.log.info("biller webhook acted on", { requestId: order.requestId, before: order.status, after: now.status });
       return c.json(SUCCESS);
     } catch (err) {

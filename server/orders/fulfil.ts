@@ -389,10 +389,17 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
       if (!wasDelivered) return now.state === "delivered" ? lateDelivery(deps, order, target, now) : order;
       if (now.state !== "failed" || !now.reversed) return order;
       // The biller paid twice and took one back: the bill stands while another delivery does.
-      const standing = await anotherDeliveryStands(deps, attempts, target, before, deliverer);
-      if (standing) {
-        deps.log.warn("the biller reversed one delivery of a bill another attempt still delivers; nothing is refunded", { requestId: order.requestId, reversed: target.billerRequestId, standing: standing.billerRequestId });
+      const others = await otherAttemptsNow(deps, attempts, target);
+      if (others.delivered) {
+        deps.log.warn("the biller reversed one delivery of a bill another attempt still delivers; nothing is refunded", { requestId: order.requestId, reversed: target.billerRequestId, standing: others.delivered.billerRequestId });
         return order;
+      }
+      if (others.pending) {
+        // It may yet deliver the bill: neither refunded nor served until an operator decides.
+        deps.log.error("the biller reversed a delivered bill while another attempt of it is still pending; held for an operator", { requestId: order.requestId, reversed: target.billerRequestId, pending: others.pending.billerRequestId });
+        return move(deps, order, ["SUCCESS"], "NEEDS_REVIEW", {
+          failureReason: `the biller reversed pay attempt ${target.attempt} (${target.billerRequestId}) after delivering it, while attempt ${others.pending.attempt} (${others.pending.billerRequestId}) is still pending at the biller; nothing is refunded until an operator decides`,
+        });
       }
       deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: target.billerRequestId });
       return refund(deps, order, `the biller reversed the bill after delivering it (${now.reason})`, ["SUCCESS"]);
@@ -402,21 +409,33 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
     case "NEEDS_REVIEW": {
       if (!named) return order;
       const now = await askAttempt(deps, named);
-      return now.state === "delivered" && before.get(named.billerRequestId) !== "delivered" ? lateDelivery(deps, order, named, now) : order;
+      if (now.state !== "delivered" || before.get(named.billerRequestId) === "delivered") return order;
+      const flagged = await lateDelivery(deps, order, named, now);
+      if (flagged.status !== "REFUNDING" || flagged.refundTxHash) return flagged;
+      // Delivered before its refund went out: the payer holds the bill, so the refund is held for an operator.
+      return move(deps, flagged, ["REFUNDING"], "NEEDS_REVIEW", {
+        failureReason: `${flagged.failureReason ?? "refund"}; the biller then delivered pay attempt ${named.attempt} (${named.billerRequestId}) before the refund was sent: held for an operator`,
+      });
     }
     default:
       return order;
   }
 }
 
-/** Another attempt of the order seen delivered that the biller, asked again by its own id, still calls delivered; undefined when none. */
-async function anotherDeliveryStands(deps: VendDeps, attempts: BillerAttempt[], except: BillerAttempt, seen: Map<string, string | null>, deliverer: string | undefined): Promise<BillerAttempt | undefined> {
+/**
+ * Every other attempt of the order, asked again by its own id, as the failed bill's path asks
+ * them (otherAttemptsSay): one the biller calls delivered (the bill stands), else one it still
+ * holds pending (it may yet deliver). An attempt it has no record of counts as neither.
+ */
+async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except: BillerAttempt): Promise<{ delivered?: BillerAttempt; pending?: BillerAttempt }> {
+  let pending: BillerAttempt | undefined;
   for (const a of attempts) {
     if (a.billerRequestId === except.billerRequestId) continue;
-    if (a.billerRequestId !== deliverer && seen.get(a.billerRequestId) !== "delivered") continue;
-    if ((await askAttempt(deps, a)).state === "delivered") return a;
+    const said = await askAttempt(deps, a);
+    if (said.state === "delivered") return { delivered: a };
+    if (said.state === "pending" && !said.unknownRequest) pending ??= a;
   }
-  return undefined;
+  return { pending };
 }
 
 /**

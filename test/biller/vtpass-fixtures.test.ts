@@ -233,12 +233,14 @@ describe("the VTpass client against VTpass's documented samples", () => {
     expect(delivered(await client.requery("2025031016099807136")).charge.amountKobo).toBe(200n);
   });
 
-  it("takes only the request id from a webhook; its data reads as a requery: delivered, or reversed", async () => {
+  it("takes the request id from a webhook as a pointer, and what it says as what a requery must confirm: delivered, or reversed", async () => {
     const delivered = fixture("webhook-delivered").answer;
-    expect(webhookRequestId(delivered)).toEqual({ type: "transaction-update", requestId: "ELAET1RA7PC06250-12S5962-2102P" });
+    expect(webhookRequestId(delivered)).toMatchObject({ type: "transaction-update", requestId: "ELAET1RA7PC06250-12S5962-2102P", says: { state: "delivered" } });
     expect(readTransactionAnswer(delivered.data, "requery")).toMatchObject({ state: "delivered" });
     const reversal = fixture("webhook-reversal").answer;
-    expect(webhookRequestId(reversal)).toEqual({ type: "transaction-update", requestId: "ELAET1A7PC06250-12S592-2102P" });
+    expect(webhookRequestId(reversal)).toMatchObject({ type: "transaction-update", requestId: "ELAET1A7PC06250-12S592-2102P", says: { state: "failed", reversed: true } });
     expect(readTransactionAnswer(reversal.data, "requery")).toMatchObject({ state: "failed", reversed: true });
+    // A body that says nothing final (no data, an unreadable one) claims nothing.
+    expect(webhookRequestId({ type: "transaction-update" }).says).toMatchObject({ state: "pending" });
   });
 });

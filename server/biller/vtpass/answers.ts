@@ -224,11 +224,12 @@ export function readServices(body: unknown): BillerService[] | undefined {
 
 /**
  * A transaction-update webhook (transaction-update-webhook-api): `{type, data}` where data
- * is requery-shaped. Only the request id is taken from it, as a pointer: what happened is
- * read from a requery, never from the body.
+ * is requery-shaped. The request id is a pointer: what happened is read from a requery,
+ * never from the body. What the body says (`says`) is only what the requery is expected to
+ * confirm: until it does, the biller is asked to send the webhook again.
  */
-export function webhookRequestId(body: unknown): { type: string | null; requestId: string | null } {
-  if (!isObject(body)) return { type: null, requestId: null };
+export function webhookRequestId(body: unknown): { type: string | null; requestId: string | null; says: VendResult } {
+  if (!isObject(body)) return { type: null, requestId: null, says: { state: "pending", reason: "unexpected answer" } };
   const data = isObject(body.data) ? body.data : {};
-  return { type: text(body.type), requestId: text(data.requestId) ?? text(data.request_id) };
+  return { type: text(body.type), requestId: text(data.requestId) ?? text(data.request_id), says: readTransactionAnswer(data, "requery") };
 }

@@ -1,0 +1,179 @@
+/**
+ * What the biller says after a bill was paid for, against the real local stack (chain, ledger,
+ * facilitator, biller sandbox): a bill is never both delivered to the payer and refunded,
+ * and a reversal is never acknowledged unseen.
+ *   - a requery that goes unanswered does not erase which attempt delivered the bill;
+ *   - a reversal asks every other attempt again, not only those last seen delivered;
+ *   - a reversal's webhook the requery does not confirm yet is asked for again, and refunded
+ *     once it is; a webhook for an order someone else is working on is asked for again;
+ *   - a delivery seen before a waiting refund was sent holds the refund for an operator.
+ */
+import { x402HTTPClient } from "@x402/core/http";
+import type { Account } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { x402ClientFor } from "../../lib/x402-payer.ts";
+import type { VendResult } from "../../server/biller/upstream.ts";
+import { actOnBillerState, type FlowDeps } from "../../server/orders/fulfil.ts";
+import { workOnce } from "../../server/orders/worker.ts";
+import type { ServiceStack } from "../../stack/service-stack.ts";
+import { chainActors, type ChainActors } from "../support/actors.ts";
+import { x402Bill } from "../support/bills.ts";
+import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
+
+type Body = Record<string, unknown>;
+const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's sandbox table)
+
+describe("the biller's word after payment: never delivered and refunded, never a reversal unseen", () => {
+  const accounts = freshAccounts();
+  let paying: SharedPayingStack;
+  let service: ServiceStack;
+  let celo: ChainActors;
+  let url: string;
+
+  beforeAll(async () => {
+    paying = await startPayingStackOnSharedChains(accounts, { BILLER_UNKNOWN_GRACE_MS: "0", LEDGER_WAIT_MS: "4000" }, { sandbox: { pendingRequeries: 1_000 } });
+    service = paying.service;
+    celo = chainActors(paying.chains.deployments, "CELO");
+    url = service.urls.service;
+  });
+  afterAll(async () => {
+    await paying?.close();
+  });
+
+  const post = (body: Body, headers: Record<string, string> = {}) =>
+    fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const usdc = (who: Account) => celo.balanceOf("USDC", who.address);
+  const keys = () => ({ "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY });
+  const sandbox = async (billerRequestId: string, action: string, body: Body = {}, query = "") => {
+    const res = await fetch(`${service.urls.biller}/sandbox/transactions/${billerRequestId}/${action}${query}`, { method: "POST", headers: { ...keys(), "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect(res.status, await res.clone().text()).toBe(200);
+  };
+  const attemptsOf = (requestId: string) => service.flow.attempts.of(requestId);
+  const orderOf = async (requestId: string) => (await service.flow.orders.get(requestId))!;
+  /** The webhook VTpass sends for a transaction, its data in the requery's shape. */
+  const webhook = (billerRequestId: string, status: string) =>
+    fetch(`${url}/api/biller/webhook`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ type: "transaction-update", data: { code: "000", content: { transactions: { status } }, requestId: billerRequestId } }),
+    });
+
+  /** Pays `body` with the official x402 client; answers the order's request id. */
+  async function pay(payer: Account, body: Body): Promise<string> {
+    const challenged = await post(body);
+    expect(challenged.status).toBe(402);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const paid = (await (await post(body, client.encodePaymentSignatureHeader(payload))).json()) as Body;
+    return paid.request_id as string;
+  }
+  const showmax = (payer: Account, variation_code: string, nairaAmount: number) =>
+    x402Bill(payer.address, { serviceID: "showmax", serviceCategory: "CABLE", network: "SHOWMAX", billersCode: PENDING_NUMBER, variation_code, nairaAmount });
+
+  /** A bill whose first attempt the biller has no record of (so a second goes out), both left pending. */
+  async function twoAttempts(payer: Account, variation_code: string, nairaAmount: number) {
+    const requestId = await pay(payer, showmax(payer, variation_code, nairaAmount));
+    const [a1] = await attemptsOf(requestId);
+    await sandbox(a1!.billerRequestId, "hide");
+    await workOnce(service.flow);
+    const [, a2] = await attemptsOf(requestId);
+    expect(a2).toBeDefined();
+    return { requestId, a1: a1!, a2: a2! };
+  }
+
+  it("a requery that goes unanswered does not erase which attempt delivered the bill: the other attempt's reversal refunds nothing", async () => {
+    const payer = accounts(11);
+    const start = await usdc(payer);
+    const { requestId, a1, a2 } = await twoAttempts(payer, "mobile_only", 1450);
+    const price = (await orderOf(requestId)).amount;
+    // Attempt 1 is delivered late, and its webhook serves the order.
+    await sandbox(a1.billerRequestId, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    // VTpass sends attempt 1's webhook again; this time its requery goes unanswered (a timeout reads as pending).
+    const unanswered: FlowDeps = {
+      ...service.flow,
+      biller: Object.assign(Object.create(service.flow.biller), { requery: async (): Promise<VendResult> => ({ state: "pending", reason: "no answer in time" }) }),
+    };
+    expect((await actOnBillerState(unanswered, await orderOf(requestId), a1)).status).toBe("SUCCESS");
+    expect((await attemptsOf(requestId))[0]!.outcome).toBe("delivered");
+    // The biller then fails attempt 2 (reversed): the bill stands, delivered by attempt 1.
+    await sandbox(a2.billerRequestId, "resolve", { status: "reversed" });
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("SUCCESS");
+    expect(await usdc(payer)).toBe(start - price);
+  });
+
+  it("a reversal asks every other attempt again: one delivered with no webhook keeps the bill standing, and nothing is refunded", async () => {
+    const payer = accounts(12);
+    const start = await usdc(payer);
+    const { requestId, a1, a2 } = await twoAttempts(payer, "full", 2900);
+    const price = (await orderOf(requestId)).amount;
+    await sandbox(a2.billerRequestId, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    // Attempt 1 is delivered too, its webhook never arriving; then the biller takes attempt 2 back.
+    await sandbox(a1.billerRequestId, "resolve", { status: "delivered" }, "?notify=0");
+    await sandbox(a2.billerRequestId, "reverse");
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("SUCCESS");
+    expect(await usdc(payer)).toBe(start - price);
+    expect((await attemptsOf(requestId)).map((a) => a.outcome)).toEqual(["delivered", "reversed"]);
+  });
+
+  it("a reversal's webhook the requery does not show yet is asked for again; once it does, the payer is refunded, once", async () => {
+    const payer = accounts(13);
+    const start = await usdc(payer);
+    const requestId = await pay(payer, x402Bill(payer.address));
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    const [attempt] = await attemptsOf(requestId);
+    // The callback says reversed; the requery still says delivered (it lags, or the body is forged).
+    const early = await webhook(attempt!.billerRequestId, "reversed");
+    expect(early.status).toBe(503);
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    // The biller reverses it (its own webhook left out); the callback comes again and is now confirmed.
+    await sandbox(attempt!.billerRequestId, "reverse", {}, "?notify=0");
+    const again = await webhook(attempt!.billerRequestId, "reversed");
+    expect(again.status).toBe(200);
+    expect(await again.json()).toEqual({ response: "success" });
+    expect((await orderOf(requestId)).status).toBe("REFUNDED");
+    expect(await usdc(payer)).toBe(start);
+    // Sent once more, it changes nothing.
+    expect((await webhook(attempt!.billerRequestId, "reversed")).status).toBe(200);
+    expect(await usdc(payer)).toBe(start);
+  });
+
+  it("a webhook for an order someone else is working on is asked for again, not acknowledged unseen; sent again, it serves the bill", async () => {
+    const payer = accounts(14);
+    const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
+    expect((await orderOf(requestId)).status).toBe("PENDING");
+    const [attempt] = await attemptsOf(requestId);
+    await sandbox(attempt!.billerRequestId, "resolve", { status: "delivered" }, "?notify=0");
+    const held = (await service.flow.orders.claim(requestId, 60, "work"))!;
+    try {
+      expect((await webhook(attempt!.billerRequestId, "delivered")).status).toBe(503);
+    } finally {
+      await service.flow.orders.release(requestId, held.leaseToken);
+    }
+    expect((await orderOf(requestId)).status).toBe("PENDING");
+    expect((await webhook(attempt!.billerRequestId, "delivered")).status).toBe(200);
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+  });
+
+  it("a delivery seen while the bill's refund waits to be sent holds the refund for an operator, and nothing is refunded", async () => {
+    const payer = accounts(15);
+    const start = await usdc(payer);
+    const { requestId, a1 } = await twoAttempts(payer, "mobile_only", 1450);
+    const price = (await orderOf(requestId)).amount;
+    // The bill failed and its refund waits (for the refund budget, say): REFUNDING, nothing sent.
+    expect(await service.flow.orders.transition(requestId, ["PENDING"], "REFUNDING", { failureReason: "biller: transaction failed" })).toBeDefined();
+    // Then the biller delivers attempt 1 after all, and says so.
+    await sandbox(a1.billerRequestId, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("NEEDS_REVIEW");
+    const order = await orderOf(requestId);
+    expect(order.failureReason).toMatch(/delivered pay attempt 1 .* before the refund was sent: held for an operator/);
+    expect(order.purchasedCodes?.map((c) => c.label)).toEqual(["Voucher (attempt 1)"]);
+    // The worker sends nothing for it.
+    await workOnce(service.flow);
+    expect((await orderOf(requestId)).status).toBe("NEEDS_REVIEW");
+    expect(await usdc(payer)).toBe(start - price);
+  });
+});
