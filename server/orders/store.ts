@@ -552,18 +552,24 @@ export class OrderStore {
   ): Promise<Order | undefined> {
     const { requestId } = newOrderIds();
     const key = [r.chain, r.tokenAddress.toLowerCase(), r.payer.toLowerCase(), r.nonce.toLowerCase(), r.rail];
+    // The orphan's row is locked first (an operator holding it meanwhile is waited for, and its
+    // status read as it then stands); it is claimed only when the order was made: an order
+    // already holding the key (on the other rail: its nonce of the same value) leaves it as it was.
     const rows = await this.db.query<Row>(
       `WITH orphan AS (
-         SELECT status FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5
+         SELECT status FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5 FOR UPDATE
+       ), made AS (
+         INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount, auth_nonce, payment, requirements,
+                                 status, rail, onchain_order_id, auth_valid_before, tx_hash, failure_reason, late_refund)
+         SELECT $6, NULL, $7, $8, $1, $9, $2, $3, $10, $4, $11, $12, 'REFUNDING', 'x402', $13, $14, $15, $16, true
+          WHERE NOT EXISTS (SELECT 1 FROM orphan WHERE status <> 'NEEDS_REVIEW')
+         ON CONFLICT DO NOTHING
+         RETURNING ${COLUMNS}
        ), claimed AS (
-         UPDATE orphan_payment SET status = 'CLAIMED' WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5 AND status = 'NEEDS_REVIEW' RETURNING 1
+         UPDATE orphan_payment SET status = 'CLAIMED' WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5 AND status = 'NEEDS_REVIEW'
+            AND EXISTS (SELECT 1 FROM made) RETURNING 1
        )
-       INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount, auth_nonce, payment, requirements,
-                               status, rail, onchain_order_id, auth_valid_before, tx_hash, failure_reason, late_refund)
-       SELECT $6, NULL, $7, $8, $1, $9, $2, $3, $10, $4, $11, $12, 'REFUNDING', 'x402', $13, $14, $15, $16, true
-        WHERE EXISTS (SELECT 1 FROM claimed) OR NOT EXISTS (SELECT 1 FROM orphan)
-       ON CONFLICT DO NOTHING
-       RETURNING ${COLUMNS}`,
+       SELECT * FROM made`,
       [
         ...key,
         requestId,
