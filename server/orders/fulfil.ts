@@ -461,6 +461,16 @@ async function lateDelivery(deps: VendDeps, order: Order, attempt: BillerAttempt
   );
 }
 
+/**
+ * Whether the biller delivered, or may yet have delivered, the order's bill: a code was given,
+ * or an attempt was never seen failed or reversed (pending, unknown, or sent before outcomes
+ * were kept). A payment landing for such an order after it was written off is held for an
+ * operator to serve, never refunded by itself (x402-flow.ts landedAfterRefusal, ledger-pass.ts).
+ */
+export async function mayHaveBeenVended(deps: Pick<VendDeps, "attempts">, o: Order): Promise<boolean> {
+  return o.purchasedCode !== null || (await deps.attempts.of(o.requestId)).some((a) => a.outcome !== "failed" && a.outcome !== "reversed");
+}
+
 /** The ledger's record of what was paid for an order: its pull, or its x402 payment. */
 export async function ledgerPaymentFor(deps: Pick<FlowDeps, "ledger">, o: Order): Promise<LedgerPayment | null> {
   return (await ledgerUnderKey(deps, o)).payment;

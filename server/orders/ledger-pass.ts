@@ -20,7 +20,7 @@ import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { isPaymentOf, x402RailOf, type LedgerPayment } from "../ledger-client.ts";
-import { refund, type FlowDeps } from "./fulfil.ts";
+import { mayHaveBeenVended, move, refund, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
@@ -265,6 +265,14 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
           }
         } else if (order.status === "PULLING") {
           undecided.push(p);
+        } else if (order.status === "PAYMENT_FAILED" && (await mayHaveBeenVended(deps, order))) {
+          // Written off after its bill was vended (a reorganisation took the pull, and an operator
+          // closed it), and then the pull landed: the payer holds the bill, so an operator serves it.
+          deps.log.error("the pull of a bill already vended landed after its order was written off; held for an operator to serve it", { requestId: order.requestId, txHash: p.txHash });
+          await move(deps, order, ["PAYMENT_FAILED"], "NEEDS_REVIEW", {
+            failureReason: `the pull landed (transaction ${p.txHash}) after the order was written off, and its bill had been vended (or may have been): serve it (nothing is vended again), or refund it if the biller shows the bill failed or taken back`,
+            txHash: p.txHash,
+          });
         } else if (order.status === "PAYMENT_FAILED") {
           // Written off as never pulled, and then the pull landed: give the money back.
           const reason = "the pull landed after the order was written off";

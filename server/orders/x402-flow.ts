@@ -23,7 +23,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402-protocol/payment.ts";
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type FacilitatorAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
-import { FINISHED, fulfil, move, refund, type FlowDeps } from "./fulfil.ts";
+import { FINISHED, fulfil, mayHaveBeenVended, move, refund, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
@@ -83,9 +83,7 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
     deps.log.warn("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
     return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", { failureReason: mismatch, txHash: payment.txHash });
   }
-  // An attempt the biller may have delivered counts: one seen delivered, or one never seen
-  // failed or reversed (pending, unknown, or sent before outcomes were kept).
-  if (o.purchasedCode !== null || (await deps.attempts.of(o.requestId)).some((a) => a.outcome !== "failed" && a.outcome !== "reversed")) {
+  if (await mayHaveBeenVended(deps, o)) {
     deps.log.error("the payment of a bill already vended landed after its order was written off; held for an operator to serve it", { requestId: o.requestId, txHash: payment.txHash });
     return move(deps, o, ["REFUSED", "PAYMENT_FAILED"], "NEEDS_REVIEW", {
       failureReason: `the payment landed (transaction ${payment.txHash}) after the order was written off, and its bill had been vended (or may have been): serve it (nothing is vended again), or refund it if the biller shows the bill failed or taken back`,

@@ -790,6 +790,22 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await usdc(account)).toBe(before);
     });
 
+    it("holds for an operator, never refunds, a pull that landed after its order was written off when its bill had been vended", async () => {
+      const account = accounts(18);
+      const { flow } = service;
+      const before = await usdc(account);
+      // Served, then a reorganisation took its pull and an operator closed it as not charged.
+      const vended = await pullOrder(account);
+      await flow.orders.transition(vended.requestId, ["PULLING"], "PAYMENT_FAILED", { failureReason: "closed by an operator: no payment at the head", purchasedCode: "1234-5678" });
+      // Then the pull lands after all.
+      await flow.operator.pull("CELO", { requestId: vended.requestId, payer: account.address, token: celo.tokenAddress("USDC"), amount: 1_001_000n });
+      await ledgerAtHead();
+      await reconcileOrphanPulls(flow);
+      expect(await flow.orders.get(vended.requestId)).toMatchObject({ status: "NEEDS_REVIEW", failureReason: expect.stringMatching(/after the order was written off, and its bill had been vended/) });
+      await reconcileOrphanPulls(flow);
+      expect(await usdc(account)).toBe(before - 1_001_000n);
+    });
+
     it("refunds, once, a pull the server has no order for", async () => {
       const account = accounts(19);
       await celo.approveAndAllow(account, "USDC", 10n * USD);
