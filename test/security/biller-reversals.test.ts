@@ -158,6 +158,19 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect((await orderOf(requestId)).status).toBe("SUCCESS");
   });
 
+  it("a bill the biller keeps pending counts as stuck from when it was paid for, however often it is requeried", async () => {
+    const payer = accounts(16);
+    const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
+    const stuck = async () =>
+      (await (await fetch(`${url}/metrics`)).text()).split("\n").find((l) => l.startsWith("billpay_orders_stuck "))!.split(" ").pop();
+    const before = Number(await stuck());
+    // Paid for an hour ago, and requeried at every pass since: still pending at the biller.
+    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
+    await workOnce(service.flow);
+    expect((await orderOf(requestId)).status).toBe("PENDING");
+    expect(Number(await stuck())).toBe(before + 1);
+  });
+
   it("a delivery seen while the bill's refund waits to be sent holds the refund for an operator, and nothing is refunded", async () => {
     const payer = accounts(15);
     const start = await usdc(payer);
