@@ -427,10 +427,10 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
  * them (otherAttemptsSay): one the biller calls delivered (the bill stands), else one it still
  * holds pending (it may yet deliver). An attempt it has no record of counts as neither.
  */
-async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except: BillerAttempt): Promise<{ delivered?: BillerAttempt; pending?: BillerAttempt }> {
+export async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except?: BillerAttempt): Promise<{ delivered?: BillerAttempt; pending?: BillerAttempt }> {
   let pending: BillerAttempt | undefined;
   for (const a of attempts) {
-    if (a.billerRequestId === except.billerRequestId) continue;
+    if (a.billerRequestId === except?.billerRequestId) continue;
     const said = await askAttempt(deps, a);
     if (said.state === "delivered") return { delivered: a };
     if (said.state === "pending" && !said.unknownRequest) pending ??= a;

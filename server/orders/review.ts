@@ -69,7 +69,7 @@ import { paymentMismatch, x402RailOf, type LedgerInflow } from "../ledger-client
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
-import { fulfil, refund, type FlowDeps } from "./fulfil.ts";
+import { fulfil, otherAttemptsNow, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
 import { inflowsText, spentPermit2Verdict } from "./spent-permit2.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
@@ -388,7 +388,8 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
         if (!done) throw new Refused("the order moved on meanwhile; nothing was done");
         return { record: await deps.reviews.finish(id, "DONE", `the ledger already shows the payment refunded (${view.refunded}, transaction ${last.txHash}); nothing was sent`, done.status, last.txHash), order: done };
       }
-      if (await deliveryStands(deps, order)) throw new Refused(DELIVERED);
+      const stands = await deliveryStands(deps, order);
+      if (stands) throw new Refused(stands);
       // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
       await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
       const reason = `refunded by an operator (${by})`;
@@ -406,16 +407,22 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   }
 }
 
-const DELIVERED = "the biller delivered this bill (an attempt of it last read delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back";
+const DELIVERED = "the biller delivered this bill (an attempt of it, asked again now, is delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back";
 
 /**
- * A delivery that stands: a refund would give the bill away (the ledger pass holds such a
- * landing for exactly this). An attempt's latest outcome decides; a code kept with no attempt
- * seen failed or reversed (kept before outcomes were) counts as one.
+ * Why a refund would give the bill away, or undefined when it would not (the ledger pass holds
+ * such a landing for exactly this). Every attempt is asked again now, by its own id, as the
+ * worker does before it refunds a failed bill: an operator's screen may be older than the
+ * biller's word. One delivered stands; one still pending may yet deliver. With no attempt, a
+ * code kept (before outcomes were) counts as a delivery.
  */
-async function deliveryStands(deps: ReviewDeps, order: Order): Promise<boolean> {
+async function deliveryStands(deps: ReviewDeps, order: Order): Promise<string | undefined> {
   const attempts = await deps.attempts.of(order.requestId);
-  return attempts.some((a) => a.outcome === "delivered") || (order.purchasedCode !== null && !attempts.some((a) => a.outcome === "reversed" || a.outcome === "failed"));
+  if (attempts.length === 0) return order.purchasedCode !== null ? DELIVERED : undefined;
+  const now = await otherAttemptsNow(deps, attempts);
+  if (now.delivered) return DELIVERED;
+  if (now.pending) return `the biller still holds pay attempt ${now.pending.attempt} (${now.pending.billerRequestId}) pending: it may yet deliver the bill, so nothing is refunded until it answers delivered, failed or taken back`;
+  return undefined;
 }
 
 /**
@@ -427,7 +434,8 @@ async function deliveryStands(deps: ReviewDeps, order: Order): Promise<boolean> 
  * order (spent-permit2.ts). The order stays NEEDS_REVIEW until closed with the refund.
  */
 async function holdForHandRefund(deps: ReviewDeps, order: Order, id: string): Promise<ReviewResult> {
-  if (await deliveryStands(deps, order)) throw new Refused(DELIVERED);
+  const stands = await deliveryStands(deps, order);
+  if (stands) throw new Refused(stands);
   const nonce = await authorizationOnChain(deps, order);
   if (!nonce.used) throw new Refused("the order's Permit2 nonce is not spent on chain: nothing can have been settled under it; close it once its permit has lapsed");
   const v = await spentPermit2Verdict(deps, order).catch((err: unknown) => {

@@ -6,7 +6,9 @@
  *   - a reversal asks every other attempt again, not only those last seen delivered;
  *   - a reversal's webhook the requery does not confirm yet is asked for again, and refunded
  *     once it is; a webhook for an order someone else is working on is asked for again;
- *   - a delivery seen before a waiting refund was sent holds the refund for an operator.
+ *   - a delivery seen before a waiting refund was sent holds the refund for an operator;
+ *   - an operator's refund asks the biller afresh: refused while a delivery stands or an
+ *     attempt is still pending.
  */
 import { x402HTTPClient } from "@x402/core/http";
 import type { Account } from "viem";
@@ -14,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { VendResult } from "../../server/biller/upstream.ts";
 import { actOnBillerState, type FlowDeps } from "../../server/orders/fulfil.ts";
+import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -156,6 +159,28 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect((await orderOf(requestId)).status).toBe("PENDING");
     expect((await webhook(attempt!.billerRequestId, "delivered")).status).toBe(200);
     expect((await orderOf(requestId)).status).toBe("SUCCESS");
+  });
+
+  it("an operator's refund asks the biller afresh: refused while an attempt is pending, and while one stands delivered", async () => {
+    const payer = accounts(17);
+    const start = await usdc(payer);
+    const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
+    const price = (await orderOf(requestId)).amount;
+    // Held for an operator while the biller still holds its attempt pending (as a landing after a write-off is).
+    expect(await service.flow.orders.transition(requestId, ["PENDING"], "NEEDS_REVIEW", { failureReason: "held for the test" })).toBeDefined();
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const decide = () => resolveOrder(review, { requestId, action: "refund", reason: "the payer asked", operator: "alice" });
+    const pending = await decide();
+    expect(pending.record.outcome).toBe("REFUSED");
+    expect(pending.record.detail).toMatch(/still holds pay attempt 1 .* pending/);
+    // The biller delivers it (its webhook never arriving): the operator's screen still shows it pending.
+    const [attempt] = await attemptsOf(requestId);
+    await sandbox(attempt!.billerRequestId, "resolve", { status: "delivered" }, "?notify=0");
+    const delivered = await decide();
+    expect(delivered.record.outcome).toBe("REFUSED");
+    expect(delivered.record.detail).toMatch(/the biller delivered this bill/);
+    expect((await orderOf(requestId)).status).toBe("NEEDS_REVIEW");
+    expect(await usdc(payer)).toBe(start - price);
   });
 
   it("a bill the biller keeps pending counts as stuck from when it was paid for, however often it is requeried", async () => {
