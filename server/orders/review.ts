@@ -7,8 +7,8 @@
  *
  * A NEEDS_REVIEW order can be
  *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
- *     its token, and never a bill whose delivery stands (an attempt last read delivered: a
- *     refund would give it away); exactly what the ledger shows paid is refunded (never the
+ *     its token, and never a bill whose delivery stands or may yet (an attempt, asked again
+ *     now, delivered or still pending: a refund would give it away); exactly what the ledger shows paid is refunded (never the
  *     order's own amount when that differs, never anything when the ledger shows nothing), through the usual
  *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
  *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
