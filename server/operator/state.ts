@@ -72,14 +72,16 @@ export class OperatorState {
   }
 
   /**
-   * Unfinished orders nobody holds (no live lease) for longer than the limit. A bill pending at
-   * the biller counts from when its order was made, as the audit counts it: each requery moves
-   * it (PENDING again), so its last move would never grow old however long the biller keeps it.
+   * Unfinished orders nobody holds (no live lease) for longer than the limit, oldest first. A
+   * bill pending at the biller counts from when its order was made, as the audit counts it: each
+   * requery moves it (PENDING again), so its last move would never grow old however long the
+   * biller keeps it.
    */
   async stuck(limit = 50) {
     const rows = await this.deps.db.query<OrderRow>(
       `${ORDER_COLUMNS} WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
-         AND (CASE WHEN status = 'PENDING' THEN created_at ELSE updated_at END) < now() - make_interval(secs => $2) ORDER BY updated_at LIMIT $3`,
+         AND (CASE WHEN status = 'PENDING' THEN created_at ELSE updated_at END) < now() - make_interval(secs => $2)
+         ORDER BY (CASE WHEN status = 'PENDING' THEN created_at ELSE updated_at END) LIMIT $3`,
       [UNFINISHED_STATUSES, this.deps.stuckAfterSeconds, limit],
     );
     return rows;

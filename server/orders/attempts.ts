@@ -101,7 +101,7 @@ export class BillerAttempts {
     return {
       sql: (n) =>
         `UPDATE biller_attempt SET outcome = $${n + 1}, outcome_detail = $${n + 2}, outcome_at = now() WHERE biller_request_id = $${n}
-         AND NOT ($${n + 1} IN ('pending', 'unknown') AND outcome IN ('delivered', 'failed', 'reversed'))`,
+         AND (outcome IS NULL OR NOT ($${n + 1} IN ('pending', 'unknown') AND outcome IN ('delivered', 'failed', 'reversed')))`,
       params: [billerRequestId, outcomeOf(result), JSON.stringify(detail)],
     };
   }

@@ -411,10 +411,11 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
       const now = await askAttempt(deps, named);
       if (now.state !== "delivered" || before.get(named.billerRequestId) === "delivered") return order;
       const flagged = await lateDelivery(deps, order, named, now);
-      if (flagged.status !== "REFUNDING" || flagged.refundTxHash) return flagged;
-      // Delivered before its refund went out: the payer holds the bill, so the refund is held for an operator.
+      if (flagged.status !== "REFUNDING") return flagged;
+      // Delivered while its refund was still to go (or to be confirmed: a run that sent it may
+      // have died first): the payer holds the bill, so an operator decides, from the ledger.
       return move(deps, flagged, ["REFUNDING"], "NEEDS_REVIEW", {
-        failureReason: `${flagged.failureReason ?? "refund"}; the biller then delivered pay attempt ${named.attempt} (${named.billerRequestId}) before the refund was sent: held for an operator`,
+        failureReason: `${flagged.failureReason ?? "refund"}; the biller then delivered pay attempt ${named.attempt} (${named.billerRequestId}) while the refund was not yet done: held for an operator (the ledger shows whether a refund went)`,
       });
     }
     default:
@@ -433,6 +434,8 @@ export async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[]
     if (a.billerRequestId === except?.billerRequestId) continue;
     const said = await askAttempt(deps, a);
     if (said.state === "delivered") return { delivered: a };
+    // A delivery the biller answered once stands though it now has no record of the attempt (the safe reading).
+    if (said.state === "pending" && said.unknownRequest && a.outcome === "delivered") return { delivered: a };
     if (said.state === "pending" && !said.unknownRequest) pending ??= a;
   }
   return { pending };

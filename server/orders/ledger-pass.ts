@@ -2,7 +2,8 @@
  * The ledger pass: reads every payment the ledger shows reaching BillPay, on both rails, and
  * makes sure each one is accounted for exactly once, whoever submitted it and however late:
  *   - a pull with no order, or whose order was written off: refunded to its payer, keyed by
- *     (chain, order id) in orphan_pull (BillPay refunds an order id once in any case);
+ *     (chain, order id) in orphan_pull (BillPay refunds an order id once in any case); but a
+ *     written-off order's pull whose bill was vended (or may have been) is held for an operator to serve;
  *   - an x402 payment whose order was refused or written off (the payer was told it did not
  *     settle): refunded through its order, or held for review if the amount differs;
  *   - an x402 payment with no order at all (sent to BillPay by hand, not through the

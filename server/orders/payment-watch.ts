@@ -19,7 +19,8 @@
  *     allowance is gone), or it has not been for RECOLLECT_REVIEW_SECONDS, the order goes
  *     to NEEDS_REVIEW: an operator decides.
  *   - refunding or refunded: nothing was kept, so nothing is owed either way; the order
- *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it.
+ *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it
+ *     (a payment for a bill that was vended, or may have been, is held for an operator to serve).
  * A collected payment is watched again like any other.
  *
  * Bounds: what is collected again is exactly the order's amount, under the order's own key

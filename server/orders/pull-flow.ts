@@ -9,7 +9,7 @@ import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import { ContractRefused, ReplacementRefused } from "../chain/operator.ts";
+import { ContractRefused, PayerHeldElsewhere, ReplacementRefused } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import { isPaymentOf } from "../ledger-client.ts";
@@ -163,6 +163,11 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
       if (writtenOff.some((o) => o === undefined)) return Promise.all(orders.map(async (o) => (await deps.orders.get(o.requestId)) ?? o));
       const reason = "scheduleId" in guard ? "the schedule was cancelled before its pull was sent" : "the api_key was retired before the pull was sent";
       throw new ServiceError("scheduleId" in guard ? "SCHEDULE_NOT_ACTIVE" : "API_KEY_RETIRED", `${reason}; nothing was charged`, { request_ids: ids });
+    }
+    if (err instanceof PayerHeldElsewhere) {
+      // Never signed: nothing was sent, so the orders fail now rather than wait for the worker.
+      await Promise.all(orders.map((o) => move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: err.message })));
+      throw new ServiceError("SERVICE_BUSY", `${err.message}; nothing was charged`, { request_ids: ids });
     }
     if (!(err instanceof ContractRefused)) {
       deps.log.warn("pull outcome unknown; the worker will reconcile", { requestIds: ids, error: errorText(err) });

@@ -27,7 +27,7 @@
  *     of its amount from its payer into BillPay is unaccounted for (spent-permit2.ts); with it
  *     unspent, only once the permit has lapsed by the chain's clock: NEEDS_REVIEW ->
  *     PAYMENT_FAILED (final, "not charged"). Should a payment land under the key later, the
- *     ledger pass refunds it, as for any written-off order (one indexed while the close runs
+ *     ledger pass refunds it, as for any written-off order whose bill was not vended (one indexed while the close runs
  *     is taken up by the close). With a payment shown, closing is refused: that money must be
  *     refunded or served.
  *   - held for a refund by hand, then closed as refunded by hand naming the refund's
@@ -421,7 +421,9 @@ async function deliveryStands(deps: ReviewDeps, order: Order): Promise<string | 
   if (attempts.length === 0) return order.purchasedCode !== null ? DELIVERED : undefined;
   const now = await otherAttemptsNow(deps, attempts);
   if (now.delivered) return DELIVERED;
-  if (now.pending) return `the biller still holds pay attempt ${now.pending.attempt} (${now.pending.billerRequestId}) pending: it may yet deliver the bill, so nothing is refunded until it answers delivered, failed or taken back`;
+  if (now.pending) {
+    return `the biller answers pay attempt ${now.pending.attempt} (${now.pending.billerRequestId}) as pending, or did not answer: it may yet deliver the bill, so nothing is refunded until it answers delivered, failed or taken back; try again later`;
+  }
   return undefined;
 }
 

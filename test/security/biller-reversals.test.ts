@@ -172,7 +172,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const decide = () => resolveOrder(review, { requestId, action: "refund", reason: "the payer asked", operator: "alice" });
     const pending = await decide();
     expect(pending.record.outcome).toBe("REFUSED");
-    expect(pending.record.detail).toMatch(/still holds pay attempt 1 .* pending/);
+    expect(pending.record.detail).toMatch(/answers pay attempt 1 .* as pending/);
     // The biller delivers it (its webhook never arriving): the operator's screen still shows it pending.
     const [attempt] = await attemptsOf(requestId);
     await sandbox(attempt!.billerRequestId, "resolve", { status: "delivered" }, "?notify=0");
@@ -183,7 +183,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect(await usdc(payer)).toBe(start - price);
   });
 
-  it("a bill the biller keeps pending counts as stuck from when it was paid for, however often it is requeried", async () => {
+  it("a bill the biller keeps pending counts as stuck from when its order was made, however often it is requeried, and what the biller said is kept", async () => {
     const payer = accounts(16);
     const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
     const stuck = async () =>
@@ -193,6 +193,8 @@ describe("the biller's word after payment: never delivered and refunded, never a
     await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
     await workOnce(service.flow);
     expect((await orderOf(requestId)).status).toBe("PENDING");
+    // What the biller last said of the attempt is kept on it.
+    expect((await attemptsOf(requestId))[0]!.outcome).toBe("pending");
     expect(Number(await stuck())).toBe(before + 1);
   });
 
@@ -207,7 +209,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     await sandbox(a1.billerRequestId, "resolve", { status: "delivered" });
     await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("NEEDS_REVIEW");
     const order = await orderOf(requestId);
-    expect(order.failureReason).toMatch(/delivered pay attempt 1 .* before the refund was sent: held for an operator/);
+    expect(order.failureReason).toMatch(/delivered pay attempt 1 .* while the refund was not yet done: held for an operator/);
     expect(order.purchasedCodes?.map((c) => c.label)).toEqual(["Voucher (attempt 1)"]);
     // The worker sends nothing for it.
     await workOnce(service.flow);

@@ -56,6 +56,15 @@ export async function deliveredBy(service: ServiceStack, requestId: unknown): Pr
 
 /** As the biller taking a served bill back leaves it: held for an operator, its code gone and its attempt reversed. */
 export async function takenBackByBiller(service: ServiceStack, requestId: string): Promise<void> {
+  // The biller reverses each attempt (its staff's route, its webhook left out), as an operator's refund asks it afresh.
+  const attempts = await service.db.query<{ biller_request_id: string }>(`SELECT biller_request_id FROM biller_attempt WHERE request_id = $1`, [requestId]);
+  for (const a of attempts) {
+    const res = await fetch(`${service.urls.biller}/sandbox/transactions/${a.biller_request_id}/reverse?notify=0`, {
+      method: "POST",
+      headers: { "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY },
+    });
+    if (!res.ok) throw new Error(`the sandbox would not reverse ${a.biller_request_id}: ${res.status}`);
+  }
   await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW', purchased_code = NULL WHERE request_id = $1`, [requestId]);
   await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE request_id = $1`, [requestId]);
 }
