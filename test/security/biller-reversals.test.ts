@@ -20,11 +20,10 @@ import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
-import { x402Bill } from "../support/bills.ts";
+import { PENDING_NUMBER, x402Bill } from "../support/bills.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
-const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's sandbox table)
 
 describe("the biller's word after payment: never delivered and refunded, never a reversal unseen", () => {
   const accounts = freshAccounts();

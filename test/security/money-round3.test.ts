@@ -36,14 +36,13 @@ import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors, type SignedAuthorization } from "../support/actors.ts";
-import { x402Bill } from "../support/bills.ts";
+import { PENDING_NUMBER, x402Bill } from "../support/bills.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
 import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
-const PENDING_NUMBER = "201000000000"; // the sandbox's pending number (VTpass's sandbox table)
 
 describe("money safety, third round", () => {
   const accounts = freshAccounts();

@@ -16,3 +16,6 @@ export const x402Bill = (wallet: string, extra: Record<string, unknown> = {}): R
   wallet_address: wallet,
   ...extra,
 });
+
+/** The number VTpass's sandbox table keeps pending (until the test resolves it through the sandbox's staff routes). */
+export const PENDING_NUMBER = "201000000000";
