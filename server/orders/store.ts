@@ -724,15 +724,14 @@ export class OrderStore {
    * is working on it.
    */
   async claim(requestId: string, leaseSeconds: number, by: ClaimKind = "work"): Promise<Order | undefined> {
-    // Webhooks do not keep each other out: each requeries its own attempt, and what each
-    // finds is one guarded transition (a copy refused would be a callback nobody acts on).
+    // Copies of one webhook keep each other out too: one refused is answered 503 and the biller
+    // sends it again (orders/biller-webhook.ts), and none can release the lease another works under.
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $2), lease_token = $3
        WHERE request_id = $1 AND (lease_until IS NULL OR lease_until < now()
-         OR (status = ANY($4::text[]) AND (position($5::text IN coalesce(lease_token, '')) = 0
-           OR ($6::boolean AND position($7::text IN coalesce(lease_token, '')) > 0))))
+         OR (status = ANY($4::text[]) AND position($5::text IN coalesce(lease_token, '')) = 0))
        RETURNING ${COLUMNS}`,
-      [requestId, leaseSeconds, this.leaseToken(`${HELD_LEASE}${by}:`), FINAL_STATUSES, `/${HELD_LEASE}`, by === "webhook", `/${HELD_LEASE}webhook:`],
+      [requestId, leaseSeconds, this.leaseToken(`${HELD_LEASE}${by}:`), FINAL_STATUSES, `/${HELD_LEASE}`],
     );
     return row && toOrder(row);
   }
