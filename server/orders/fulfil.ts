@@ -426,7 +426,8 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
 /**
  * Every other attempt of the order, asked again by its own id, as the failed bill's path asks
  * them (otherAttemptsSay): one the biller calls delivered (the bill stands), else one it still
- * holds pending (it may yet deliver). An attempt it has no record of counts as neither.
+ * holds pending (it may yet deliver). An attempt it has no record of counts as neither, unless
+ * it once answered delivered: that delivery stands.
  */
 export async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except?: BillerAttempt): Promise<{ delivered?: BillerAttempt; pending?: BillerAttempt }> {
   let pending: BillerAttempt | undefined;
