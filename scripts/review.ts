@@ -41,18 +41,41 @@ interface Parsed {
   json: boolean;
 }
 
+/**
+ * The options each command takes (beside --as and --json). Any other is refused: a misspelt
+ * --refund-tx read as absent would close a held orphan as kept, not as refunded by hand.
+ */
+const OPTIONS: Record<Command, readonly string[]> = {
+  list: [],
+  show: [],
+  refund: ["reason"],
+  serve: ["reason"],
+  close: ["reason", "refund-tx"],
+  hold: ["reason"],
+  "hold-orphan": ["chain", "token", "payer", "nonce", "reason"],
+  "close-orphan": ["chain", "token", "payer", "nonce", "reason", "refund-tx"],
+};
+
 function parseArgs(argv: string[]): Parsed {
   const [command, ...rest] = argv;
   if (!REVIEW_COMMANDS.includes(command as Command)) throw new UsageError(`unknown command "${command ?? ""}"; commands: ${REVIEW_COMMANDS.join(", ")}`);
+  const takes = ["as", ...OPTIONS[command as Command]];
   const options: Record<string, string> = {};
   const positional: string[] = [];
   let json = false;
   for (let i = 0; i < rest.length; i++) {
     const arg = rest[i]!;
     if (arg === "--json") json = true;
-    else if (arg.startsWith("--") && rest[i + 1] !== undefined) options[arg.slice(2)] = rest[++i]!;
-    else if (arg.startsWith("--")) throw new UsageError(`${arg} needs a value`);
-    else positional.push(arg);
+    else if (arg.startsWith("--")) {
+      const name = arg.slice(2);
+      if (!takes.includes(name)) {
+        const hint = name === "refund-tx" ? " (only close and close-orphan name a refund's transaction: hold first, send the refund, then close with it)" : "";
+        throw new UsageError(`${command} takes no ${arg}${hint}; its options: ${takes.map((t) => `--${t}`).join(", ")}, --json`);
+      }
+      if (name in options) throw new UsageError(`${arg} is given twice`);
+      if (rest[i + 1] === undefined) throw new UsageError(`${arg} needs a value`);
+      options[name] = rest[++i]!;
+    } else positional.push(arg);
   }
   return { command: command as Command, positional, options, json };
 }
@@ -148,7 +171,6 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
     case "hold": {
       const id = positional[0];
       if (!id) throw new UsageError(`${command} needs the order's request_id`);
-      if (command !== "close" && options["refund-tx"]) throw new UsageError("only close names a refund transaction (--refund-tx)");
       const r = await call("POST", `/ops/review/orders/${encodeURIComponent(id)}`, { action: command, reason: reason(), ...(options["refund-tx"] ? { refund_tx_hash: options["refund-tx"] } : {}) });
       return decided(r, json, problem);
     }
@@ -159,7 +181,6 @@ export async function runReview(argv: string[], env: { url: string; token?: stri
         if (!v) throw new UsageError(`${command} needs --${name}`);
         return v;
       };
-      if (command === "hold-orphan" && options["refund-tx"]) throw new UsageError("hold-orphan names no transaction: hold, send the refund, then close-orphan --refund-tx");
       const body = {
         chain: need("chain").toUpperCase(),
         token_address: need("token"),

@@ -264,6 +264,13 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(shown.lines.join("\n")).toMatch(/ledger under its key: 0\.25 USDC on CELO paid/);
     const noReason = runReview(["refund", order.requestId], { url, token: TOKEN, operator: "bob" });
     await expect(noReason).rejects.toThrow(/needs --reason/);
+    // A misspelt or foreign option is refused, never read as absent (nothing is sent).
+    await expect(runReview(["close-orphan", "--chain", "CELO", "--refund_tx", "0x01", "--reason", "x"], { url, token: TOKEN, operator: "bob" })).rejects.toThrow(
+      /close-orphan takes no --refund_tx; its options: .*--refund-tx/,
+    );
+    await expect(runReview(["refund", order.requestId, "--refund-tx", "0x01", "--reason", "x"], { url, token: TOKEN, operator: "bob" })).rejects.toThrow(/refund takes no --refund-tx/);
+    await expect(runReview(["refund", order.requestId, "--reason", "a", "--reason", "b"], { url, token: TOKEN, operator: "bob" })).rejects.toThrow(/given twice/);
+    expect((await actions(order.requestId)).length).toBe(2);
     const refunded = await runReview(["refund", order.requestId, "--reason", "support ticket 42: refund what landed"], { url, token: TOKEN, operator: "bob" });
     expect(refunded.ok, refunded.lines.join("\n")).toBe(true);
     expect(refunded.lines[0]).toMatch(/^taken: #\d+ .* refund by bob \(support ticket 42: refund what landed\): DONE -> REFUNDED, amount 0\.25 USDC on CELO/);
