@@ -92,12 +92,18 @@ export class OperatorState {
     return rows;
   }
 
+  /**
+   * The newest 100 of each kind, those still open first: a payment waiting for an operator is
+   * never pushed off the page by ones already settled (`npm run review -- list` lists them all).
+   */
   async orphans() {
     const pulls = await this.deps.db.query<Record<string, string | null>>(
-      `SELECT chain, order_id, payer, amount::text AS amount, pull_tx_hash, status, refund_tx_hash, created_at::text AS created_at FROM orphan_pull ORDER BY created_at DESC LIMIT 100`,
+      `SELECT chain, order_id, payer, token_address, amount::text AS amount, pull_tx_hash, status, refund_tx_hash, created_at::text AS created_at FROM orphan_pull
+        ORDER BY (status = 'REFUNDING') DESC, created_at DESC LIMIT 100`,
     );
     const payments = await this.deps.db.query<Record<string, string | null>>(
-      `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment ORDER BY created_at DESC LIMIT 100`,
+      `SELECT chain, token_address, payer, auth_nonce, amount::text AS amount, tx_hash, status, created_at::text AS created_at FROM orphan_payment
+        ORDER BY (status IN ('NEEDS_REVIEW', '${ORPHAN_HELD_FOR_HAND_REFUND}')) DESC, created_at DESC LIMIT 100`,
     );
     return { pulls, payments };
   }

@@ -1,4 +1,6 @@
 /**
+ * Orphan x402 payments in the service's own tables.
+ *
  * A refused payment that landed anyway becomes a refunding order and claims its orphan, in one
  * statement (OrderStore.createLandedRefund), on PGlite and on PostgreSQL: the orphan is claimed
  * only when the order is made. An order already holding the payment's key (one of the other
@@ -8,7 +10,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
 import type { RefusedPayment } from "../../server/orders/refused-payments.ts";
-import { OrderStore } from "../../server/orders/store.ts";
+import { OperatorState, type OperatorStateDeps } from "../../server/operator/state.ts";
+import { ORPHAN_HELD_FOR_HAND_REFUND, OrderStore } from "../../server/orders/store.ts";
 import { freshDatabase } from "../support/stack.ts";
 
 const TOKEN = "0x00000000000000000000000000000000000000c0";
@@ -83,3 +86,26 @@ for (const kind of ["pglite", "postgresql"] as const) {
     });
   });
 }
+
+describe("the console's list of payments no order accounts for", () => {
+  it("shows those still waiting for an operator first: settled ones never push one off the page", async () => {
+    const db = await openDb({});
+    try {
+      const state = new OperatorState({ db, ledgerUrl: "http://127.0.0.1:9" } as unknown as OperatorStateDeps);
+      const row = (n: number, status: string, ageSeconds: number) =>
+        db.query(
+          `INSERT INTO orphan_payment (chain, token_address, payer, auth_nonce, amount, tx_hash, status, rail, created_at)
+           VALUES ('CELO', $1, $2, $3, 1, $4, $5, 'authorization', now() - make_interval(secs => $6))`,
+          [TOKEN, payer(1000 + n), NONCE, `0x${"66".repeat(32)}`, status, ageSeconds],
+        );
+      await row(0, "NEEDS_REVIEW", 3600); // the oldest, and waiting
+      await row(1, ORPHAN_HELD_FOR_HAND_REFUND, 3000);
+      for (let n = 2; n < 130; n++) await row(n, "RESOLVED", 60);
+      const listed = (await state.orphans()).payments;
+      expect(listed).toHaveLength(100);
+      expect(listed.slice(0, 2).map((p) => p.status)).toEqual([ORPHAN_HELD_FOR_HAND_REFUND, "NEEDS_REVIEW"]);
+    } finally {
+      await db.close();
+    }
+  });
+});
