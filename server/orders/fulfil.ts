@@ -265,17 +265,15 @@ async function askAttempt(deps: VendDeps, attempt: BillerAttempt): Promise<VendR
  * nothing new is sent and nothing refunded while it is. Undefined when none did anything.
  */
 async function otherAttemptsSay(deps: VendDeps, order: Order, except: string): Promise<VendResult | undefined> {
-  let pending: VendResult | undefined;
-  for (const a of await deps.attempts.of(order.requestId)) {
-    if (a.billerRequestId === except) continue;
-    const result = await askAttempt(deps, a);
-    if (result.state === "delivered") {
-      deps.log.warn("an earlier pay attempt was delivered after all", { requestId: order.requestId, billerRequestId: a.billerRequestId, attempt: a.attempt });
-      return result;
-    }
-    if (result.state === "pending" && !result.unknownRequest) pending ??= result;
+  const attempts = await deps.attempts.of(order.requestId);
+  const { delivered, pending } = await otherAttemptsNow(deps, attempts, attempts.find((a) => a.billerRequestId === except));
+  if (delivered?.said.state === "delivered") {
+    deps.log.warn("an earlier pay attempt was delivered after all", { requestId: order.requestId, billerRequestId: delivered.attempt.billerRequestId, attempt: delivered.attempt.attempt });
+    return delivered.said;
   }
-  return pending;
+  // A delivery the biller answered once and has no record of now: neither sent again nor refunded; the order waits (and counts as stuck).
+  if (delivered) return { state: "pending", reason: `pay attempt ${delivered.attempt.attempt} was delivered, and the biller now has no record of it` };
+  return pending?.said;
 }
 
 /**
@@ -391,14 +389,15 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
       // The biller paid twice and took one back: the bill stands while another delivery does.
       const others = await otherAttemptsNow(deps, attempts, target);
       if (others.delivered) {
-        deps.log.warn("the biller reversed one delivery of a bill another attempt still delivers; nothing is refunded", { requestId: order.requestId, reversed: target.billerRequestId, standing: others.delivered.billerRequestId });
+        deps.log.warn("the biller reversed one delivery of a bill another attempt still delivers; nothing is refunded", { requestId: order.requestId, reversed: target.billerRequestId, standing: others.delivered.attempt.billerRequestId });
         return order;
       }
       if (others.pending) {
         // It may yet deliver the bill: neither refunded nor served until an operator decides.
-        deps.log.error("the biller reversed a delivered bill while another attempt of it is still pending; held for an operator", { requestId: order.requestId, reversed: target.billerRequestId, pending: others.pending.billerRequestId });
+        const { attempt: waiting } = others.pending;
+        deps.log.error("the biller reversed a delivered bill while another attempt of it is still pending; held for an operator", { requestId: order.requestId, reversed: target.billerRequestId, pending: waiting.billerRequestId });
         return move(deps, order, ["SUCCESS"], "NEEDS_REVIEW", {
-          failureReason: `the biller reversed pay attempt ${target.attempt} (${target.billerRequestId}) after delivering it, while attempt ${others.pending.attempt} (${others.pending.billerRequestId}) is still pending at the biller; nothing is refunded until an operator decides`,
+          failureReason: `the biller reversed pay attempt ${target.attempt} (${target.billerRequestId}) after delivering it, while attempt ${waiting.attempt} (${waiting.billerRequestId}) is still pending at the biller; nothing is refunded until an operator decides`,
         });
       }
       deps.log.warn("the biller reversed a delivered bill; refunding the payer", { requestId: order.requestId, billerRequestId: target.billerRequestId });
@@ -424,22 +423,28 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
 }
 
 /**
- * Every other attempt of the order, asked again by its own id, as the failed bill's path asks
- * them (otherAttemptsSay): one the biller calls delivered (the bill stands), else one it still
- * holds pending (it may yet deliver). An attempt it has no record of counts as neither, unless
- * it once answered delivered: that delivery stands.
+ * Every other attempt of the order, asked again by its own id, before a new attempt, a failed
+ * bill's refund (otherAttemptsSay), a reversal's refund or an operator's: one the biller calls
+ * delivered (the bill stands), else one it still holds pending (it may yet deliver). An attempt
+ * it has no record of counts as neither, unless it once answered delivered: that delivery stands.
  */
-export async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except?: BillerAttempt): Promise<{ delivered?: BillerAttempt; pending?: BillerAttempt }> {
-  let pending: BillerAttempt | undefined;
+export async function otherAttemptsNow(deps: VendDeps, attempts: BillerAttempt[], except?: BillerAttempt): Promise<{ delivered?: AttemptSaid; pending?: AttemptSaid }> {
+  let pending: AttemptSaid | undefined;
   for (const a of attempts) {
     if (a.billerRequestId === except?.billerRequestId) continue;
     const said = await askAttempt(deps, a);
-    if (said.state === "delivered") return { delivered: a };
+    if (said.state === "delivered") return { delivered: { attempt: a, said } };
     // A delivery the biller answered once stands though it now has no record of the attempt (the safe reading).
-    if (said.state === "pending" && said.unknownRequest && a.outcome === "delivered") return { delivered: a };
-    if (said.state === "pending" && !said.unknownRequest) pending ??= a;
+    if (said.state === "pending" && said.unknownRequest && a.outcome === "delivered") return { delivered: { attempt: a, said } };
+    if (said.state === "pending" && !said.unknownRequest) pending ??= { attempt: a, said };
   }
   return { pending };
+}
+
+/** An attempt, and what the biller said of it just now. */
+interface AttemptSaid {
+  attempt: BillerAttempt;
+  said: VendResult;
 }
 
 /**

@@ -422,7 +422,7 @@ async function deliveryStands(deps: ReviewDeps, order: Order): Promise<string | 
   const now = await otherAttemptsNow(deps, attempts);
   if (now.delivered) return DELIVERED;
   if (now.pending) {
-    return `the biller answers pay attempt ${now.pending.attempt} (${now.pending.billerRequestId}) as pending, or did not answer: it may yet deliver the bill, so nothing is refunded until it answers delivered, failed or taken back; try again later`;
+    return `the biller answers pay attempt ${now.pending.attempt.attempt} (${now.pending.attempt.billerRequestId}) as pending, or did not answer: it may yet deliver the bill, so nothing is refunded until it answers delivered, failed or taken back; try again later`;
   }
   return undefined;
 }
