@@ -10,8 +10,9 @@
  * - `current`: the ledger is within `maxLagBlocks` of the head and has moved (or stood at the
  *   head) within `stallMs`;
  * - `behind`: more than `maxLagBlocks` behind, but still moving (a backfill, a burst);
- * - `stalled`: behind the head and still for longer than `stallMs` while the chain moved;
- * - `unreadable`: the ledger could not be read (down, or not yet listening);
+ * - `stalled`: behind the head and still for longer than `stallMs` while the chain moved, or
+ *   unreadable for longer than `stallMs` (a process alive and silent is healed as a stalled one);
+ * - `unreadable`: the ledger could not be read (down, or not yet listening), for at most `stallMs`;
  * - `unknown`: the chain's head could not be read (the chain's fault, not the ledger's).
  */
 import { z } from "zod";
@@ -84,6 +85,8 @@ export async function readIndexedBlocks(ledgerUrl: string, timeoutMs = READ_TIME
 export class LedgerWatch {
   /** Per chain: the ledger's block at the last look, and when it last moved or stood at the head. */
   private readonly moved = new Map<number, { indexed: bigint | null; at: number }>();
+  /** When the ledger last stopped answering, while it still does not. */
+  private unreadableSince?: number;
   private readonly clients;
   private last: ChainProgress[] = [];
   private timer?: NodeJS.Timeout;
@@ -134,6 +137,7 @@ export class LedgerWatch {
   /** Forgets what the ledger did before (a restarted ledger starts its stall clock afresh). */
   reset(): void {
     this.moved.clear();
+    this.unreadableSince = undefined;
   }
 
   private async look(): Promise<ChainProgress[]> {
@@ -143,6 +147,8 @@ export class LedgerWatch {
       Promise.all(this.clients.map((client) => client.getBlockNumber().catch(() => null))),
     ]);
     const t = now();
+    if (indexed instanceof Error) this.unreadableSince ??= t;
+    else this.unreadableSince = undefined;
     this.last = this.options.chains.map((c, i) => this.judge(c, heads[i]!, indexed, t));
     return this.last;
   }
@@ -150,6 +156,12 @@ export class LedgerWatch {
   private judge(c: WatchedChain, head: bigint | null, indexed: Map<number, bigint> | Error, t: number): ChainProgress {
     const base = { chain: c.chain, chainId: c.chainId, head, indexed: null, lagBlocks: null, stillMs: 0 };
     if (indexed instanceof Error) {
+      // A ledger process that lives but no longer answers (a blocked loop, a wedged database
+      // pool) would otherwise never be restarted: past the stall bound it is stalled.
+      const silentMs = t - this.unreadableSince!;
+      if (silentMs > this.bounds.stallMs) {
+        return { ...base, stillMs: silentMs, state: "stalled", problem: `ledger stalled: it could not be read for ${Math.round(silentMs / 1000)} s (${indexed.message})` };
+      }
       return { ...base, state: "unreadable", problem: `the ledger could not be read: ${indexed.message}` };
     }
     const block = indexed.get(c.chainId) ?? null;

@@ -4,7 +4,8 @@
  * ledger that stands still behind a moving chain for longer than LEDGER_STALL_SECONDS is
  * stopped and this process exits with LEDGER_STALLED_EXIT (75, "try again"), for its
  * supervisor (systemd's Restart=on-failure, docs/production.md) to start it again; Ponder
- * resumes from its checkpoint. Exits with Ponder's own code when Ponder exits.
+ * resumes from its checkpoint. Exits with Ponder's own code when Ponder exits by itself, and
+ * with LEDGER_STALLED_EXIT when it exits with 0 unasked.
  */
 import { deployedChains, deploymentsPath, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { localPort } from "../lib/local-ports.ts";
@@ -45,8 +46,10 @@ const stopWith = (code: number) => {
   void ledger.stop().then(() => process.exit(code));
 };
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => stopWith(0));
+// Ponder exits 0 on a signal of its own (someone stopped its process, not this one): the
+// ledger is down all the same, and systemd's Restart=on-failure restarts only a failure.
 ledger.process.on("exit", (code) => {
-  if (!stopping) process.exit(code ?? 1);
+  if (!stopping) process.exit(code ? code : LEDGER_STALLED_EXIT);
 });
 
 const watch = new LedgerWatch({
