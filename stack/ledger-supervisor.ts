@@ -12,6 +12,7 @@
  * no longer expire subscriptions (stack/subscription-keeper.ts); a restart is the last resort.
  */
 import type { ChildProcess } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
 import { deployedChains, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { LedgerWatch, stateChangeLines, type ChainProgress, type LedgerBounds } from "../lib/ledger-watch.ts";
 import { freePort, startLedger, type Ledger, type LedgerOptions } from "./ledger-process.ts";
@@ -62,19 +63,30 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
   let currentSince = Date.now();
   const logChanges = stateChangeLines(options.log);
 
-  const restart = async (why: string) => {
+  /** The restart under way, which `stop` waits for; aborted by `stop` to end its backoff. */
+  let restartRun: Promise<void> | undefined;
+  const stopped = new AbortController();
+
+  const restart = (why: string) => {
     if (restarting || stopping) return;
+    restartRun = restartLoop(why);
+  };
+  const restartLoop = async (why: string) => {
     restarting = true;
     try {
       for (;;) {
         restarts += 1;
         options.log(`ledger: restarting (${why}); restart ${restarts}, in ${backoffMs / 1000} s`);
         await ledger.stop();
-        await new Promise((r) => setTimeout(r, backoffMs));
+        await sleep(backoffMs, undefined, { signal: stopped.signal }).catch(() => {}); // ends early on stop
         backoffMs = Math.min(backoffMs * 2, MAX_BACKOFF_MS);
         if (stopping) return;
         try {
-          ledger = await startLedger({ ...options, port });
+          const started = await startLedger({ ...options, port });
+          // Stopped while this one started (an in-memory index backfills for minutes): it
+          // stops too, rather than outlive the stack on the ledger's port.
+          if (stopping) return void (await started.stop());
+          ledger = started;
           watchExit(ledger);
           watch.reset();
           currentSince = Date.now();
@@ -92,7 +104,7 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
   const watchExit = (l: Ledger) =>
     l.process.once("exit", (code, signal) => {
       if (stopping || restarting) return;
-      void restart(`the ledger exited (${signal ?? `code ${code}`})`);
+      restart(`the ledger exited (${signal ?? `code ${code}`})`);
     });
   watchExit(ledger);
 
@@ -100,7 +112,7 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
     if (stopping || restarting) return;
     logChanges(progress);
     const stalled = progress.find((p) => p.state === "stalled");
-    if (stalled) return void restart(stalled.problem!);
+    if (stalled) return restart(stalled.problem!);
     if (progress.every((p) => p.state === "current")) {
       if (Date.now() - currentSince >= HEALED_AFTER_MS) backoffMs = FIRST_BACKOFF_MS;
     } else currentSince = Date.now();
@@ -123,8 +135,10 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
     latest: () => watch.latest(),
     async stop(signal) {
       stopping = true;
+      stopped.abort();
       watch.stop();
       await ledger.stop(signal);
+      await restartRun;
     },
   };
 }
