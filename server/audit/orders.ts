@@ -148,6 +148,8 @@ export function auditOrders(
           if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
           else if (lower(o.refund_tx_hash) !== lower(last.tx_hash)) out.discrepancies.push(`${what} was closed as refunded by hand with ${last.tx_hash}, but names ${o.refund_tx_hash ?? "no"} refund`);
         } else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
+        // Short of the payment (a leaked refunder key's refund, closed as refunded all the same): the rest is owed.
+        else if (refunded < paid.amount) out.discrepancies.push(`${what} is marked refunded, but the ledger shows ${refunded} refunded of its payment of ${paid.amount}`);
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;

@@ -117,4 +117,18 @@ describe("the audit of orders served on their receipt", () => {
     expect(audit.awaitingLedger).toEqual([]);
     expect(audit.discrepancies).toContain(`order ord_late (x402, SUCCESS, 1000000) was served, but the ledger shows a payment of 999999 by ${PAYER}`);
   });
+
+  it("flags a refunded order whose refunds on chain fall short of its payment, and passes one refunded exactly", () => {
+    const order = (requestId: string, nonce: string) => ({ ...served(requestId, nonce), status: "REFUNDED" }) as unknown as OpsOrder;
+    const payment = (nonce: string) => ({ id: `42220-0x${nonce.slice(2).repeat(32)}-1`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount: 1_000_000n });
+    const refund = (nonce: string, amount: bigint) => ({ id: `42220-0x${"cc".repeat(32)}-${nonce}`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount });
+    const audit = auditOrders(
+      { orders: [order("ord_short", "0x06"), order("ord_whole", "0x07")], orphans: { pulls: [], payments: [] } },
+      [payment("0x06"), payment("0x07")],
+      [refund("0x06", 400_000n), refund("0x07", 1_000_000n)],
+      Date.now(),
+      3_600,
+    );
+    expect(audit.discrepancies).toEqual(["order ord_short (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows 400000 refunded of its payment of 1000000"]);
+  });
 });
