@@ -14,6 +14,11 @@
  * turn it into another state is ignored, so two instances racing on one task cannot reopen
  * it. Tasks are never listed: a task holds a bill (a phone, a meter), and every caller here is
  * unauthenticated, so a task is seen only by whoever holds its id.
+ *
+ * A task keeps its messages (the SDK appends each message sent on a task to its history
+ * before the skill runs), and a caller may send a linked wallet's api_key and PIN on an open
+ * task. Those are never stored: each is replaced by "[redacted]" before the task is written,
+ * wherever in the task it stands, in a data part or in a text part holding JSON.
  */
 import { Task, TaskState } from "@a2a-js/sdk";
 import type { ListTasksResponse } from "@a2a-js/sdk";
@@ -24,6 +29,26 @@ export const A2A_TASK_CAPACITY = 10_000;
 export const A2A_TASK_TTL_MS = 60 * 60_000;
 
 const FINISHED = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED];
+
+/** The arguments that are a linked wallet's credentials (agent/tools.ts). */
+const CREDENTIALS = new Set(["api_key", "pin"]);
+const API_KEY_TEXT = /bpk_[A-Za-z0-9_-]{43}/g;
+
+/** `value` (a task as JSON) with every credential replaced, however deep, JSON text included. */
+function withoutCredentials(value: unknown): unknown {
+  if (typeof value === "string") {
+    const text = value.replace(API_KEY_TEXT, "[redacted]");
+    if (!/^\s*[{[]/.test(text)) return text;
+    try {
+      return JSON.stringify(withoutCredentials(JSON.parse(text)));
+    } catch {
+      return text; // not JSON after all
+    }
+  }
+  if (Array.isArray(value)) return value.map(withoutCredentials);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, CREDENTIALS.has(k) && v !== undefined && v !== null ? "[redacted]" : withoutCredentials(v)]));
+}
 
 export class DbTaskStore implements TaskStore {
   private savesSinceTrim = 0;
@@ -42,7 +67,7 @@ export class DbTaskStore implements TaskStore {
       `INSERT INTO a2a_task (id, state, task, updated_at) VALUES ($1, $2, $3, $4)
        ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, task = EXCLUDED.task, updated_at = EXCLUDED.updated_at, seq = nextval('a2a_task_seq')
        WHERE NOT (a2a_task.state = ANY($5::int[]) AND EXCLUDED.state <> a2a_task.state)`,
-      [task.id, state, JSON.stringify(Task.toJSON(task)), new Date(this.now()), FINISHED],
+      [task.id, state, JSON.stringify(withoutCredentials(Task.toJSON(task))), new Date(this.now()), FINISHED],
     );
     if (++this.savesSinceTrim >= this.trimEvery) {
       this.savesSinceTrim = 0;

@@ -102,4 +102,31 @@ describe("the A2A task store, in the database", () => {
     await store.save(task("listed?"));
     expect(await store.list()).toMatchObject({ tasks: [], totalSize: 0 });
   });
+
+  it("never stores a wallet's api_key or PIN sent on a task, in a data part or in JSON text, and keeps the rest of the call", async () => {
+    await clear();
+    const store = new DbTaskStore(db);
+    const key = `bpk_${"k".repeat(43)}`;
+    const call = { skill: "pay_bill", arguments: { api_key: key, pin: "4821", billersCode: "08011111111", nairaAmount: 500 } };
+    const message = (parts: Task["history"][number]["parts"]) => ({ messageId: "m2", contextId: "ctx", taskId: "with-key", role: Role.ROLE_USER, parts, metadata: undefined, extensions: [], referenceTaskIds: [] });
+    const saved: Task = {
+      ...task("with-key"),
+      history: [
+        message([{ content: { $case: "data", value: call }, metadata: undefined, filename: "", mediaType: "application/json" }]),
+        message([{ content: { $case: "text", value: JSON.stringify(call) }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
+        message([{ content: { $case: "text", value: `pay it with ${key}` }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
+      ],
+    };
+    await store.save(saved);
+    const [row] = await db.query<{ task: unknown }>(`SELECT task FROM a2a_task WHERE id = 'with-key'`);
+    const stored = typeof row!.task === "string" ? row!.task : JSON.stringify(row!.task);
+    expect(stored).not.toContain(key);
+    expect(stored).not.toContain("4821");
+    const loaded = (await store.load("with-key"))!;
+    const redacted = { skill: "pay_bill", arguments: { api_key: "[redacted]", pin: "[redacted]", billersCode: "08011111111", nairaAmount: 500 } };
+    expect(loaded.history[0]!.parts[0]!.content).toEqual({ $case: "data", value: redacted });
+    expect(JSON.parse((loaded.history[1]!.parts[0]!.content as { value: string }).value)).toEqual(redacted);
+    expect(loaded.history[2]!.parts[0]!.content).toEqual({ $case: "text", value: "pay it with [redacted]" });
+    expect(loaded.metadata).toEqual(saved.metadata); // the priced call, which carries no credential, is kept as it was
+  });
 });
