@@ -133,7 +133,7 @@ export function createApp(deps: AppDeps): Hono {
     problemResponse("BODY_TOO_LARGE", `the body must be at most ${config.MAX_BODY_BYTES} bytes`),
   );
 
-  const proofDeps = { links: hub.deps.links, deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
+  const proofDeps = { deployments: deps.deployments, windowSeconds: config.LINK_SIGNATURE_WINDOW_SECONDS };
   const payments = x402Payments({ config, deployments: deps.deployments, flow: deps.flow, versions, limits, offers: hub.deps.offers, proof: proofDeps, receipts: hub.deps.receipts });
   mountX402Routes(app, { config, payments, billBodyLimit });
   mountDiscovery(app, { config, payments });

@@ -81,7 +81,7 @@ export const ERRORS = {
   REVIEW_REFUSED: { status: 409, title: "The operator's action was refused: what the ledger and the chain show does not allow it, and nothing was moved" },
   SERVICE_BUSY: { status: 503, title: "Too much of this kind of work is in progress; retry in a moment" },
   RATE_LIMITED: { status: 429, title: "Too many requests of this kind; retry after the time given" },
-  ORDER_PROOF_INVALID: { status: 401, title: "The proof presented is not this order's secret nor its payer's api_key" },
+  ORDER_PROOF_INVALID: { status: 401, title: "The proof presented is not this order's secret nor its payer's signature" },
   INTERNAL: { status: 500, title: "Internal error" },
 } as const;
 

@@ -297,7 +297,7 @@ export function openApiDocument(options: { deployments?: Deployments; ledgerUrl?
                 in: "header",
                 required: false,
                 schema: { type: "string" },
-                description: "Bearer <order_secret from the paying response> or Bearer <the paying wallet's api_key>: shows purchased_code",
+                description: "Bearer <order_secret from the paying response>: shows purchased_code (as does the paying wallet's signed proof, X-Wallet-Signature and X-Wallet-Timestamp)",
               },
               {
                 name: "x-wallet-signature",

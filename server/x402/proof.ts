@@ -4,12 +4,14 @@
  * needs one of
  *   - `Authorization: Bearer <the order's secret>` (`ors_...`), returned once in the paying
  *     x402 response and stored only as its SHA-256;
- *   - `Authorization: Bearer <the paying wallet's current agent api_key>` (`bpk_...`);
  *   - the paying wallet's signature of lib/order-proof.ts's message, fresh within
  *     LINK_SIGNATURE_WINDOW_SECONDS (X-Wallet-Signature, X-Wallet-Timestamp): a contract
  *     wallet is asked within a gas cap.
  * The paying response itself carries the code. A replay of the stored payment does not
  * without a proof: once settled, the authorization and its signature are public on chain.
+ * An agent's api_key alone is no proof: a key without its PIN cannot pay, so it reads no code
+ * either; an agent reads its codes with transaction_history and the PIN, which counts a wrong
+ * PIN towards the wallet's lockout (agent/tools.ts).
  */
 import { isHex, type Hex } from "viem";
 import { sharedClientFor } from "../../lib/chain-client.ts";
@@ -18,16 +20,10 @@ import { messageSigner } from "../../lib/contract-signature.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
-import { hashApiKey, sameDigest } from "../credentials.ts";
+import { sameDigest } from "../credentials.ts";
 import { hashOrderSecret, type Order } from "../orders/store.ts";
 
-/** The one thing asked of the agent hub's links: whose wallet an api_key opens (agent/links.ts LinkStore). */
-export interface LinkKeys {
-  authenticate(apiKey: string): Promise<{ wallet: string; apiKeyHash?: string | null }>;
-}
-
 export interface ProofDeps {
-  links: LinkKeys;
   deployments: Deployments;
   /** How fresh a wallet's signed proof must be. */
   windowSeconds: number;
@@ -42,15 +38,11 @@ export async function orderProof(header: (name: string) => string | undefined, o
   }
   const authorization = header("authorization");
   if (!authorization) return false;
-  const links = deps.links;
   const match = /^Bearer\s+(\S+)$/i.exec(authorization.trim());
   const proof = match?.[1];
   if (proof?.startsWith("ors_") && order.secretHash && sameDigest(hashOrderSecret(proof), order.secretHash)) return true;
-  if (proof?.startsWith("bpk_")) {
-    const link = await links.authenticate(proof).catch(() => undefined);
-    if (link && link.wallet.toLowerCase() === order.payer.toLowerCase() && sameDigest(hashApiKey(proof), link.apiKeyHash!)) return true;
-  }
-  throw new ServiceError("ORDER_PROOF_INVALID", "send Authorization: Bearer <order_secret from the paying response> or the paying wallet's api_key, or the wallet's signed proof (X-Wallet-Signature, X-Wallet-Timestamp)");
+  const agentKey = proof?.startsWith("bpk_") ? "; an agent's api_key alone shows no code: an agent reads its codes with transaction_history and its PIN" : "";
+  throw new ServiceError("ORDER_PROOF_INVALID", `send Authorization: Bearer <order_secret from the paying response>, or the paying wallet's signed proof (X-Wallet-Signature, X-Wallet-Timestamp)${agentKey}`);
 }
 
 /** Whether the order's payer signed the proof message for this order at a time within the window. */

@@ -533,6 +533,14 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await newest({ pin: a.pin })).toMatchObject({ request_id: paid.data.request_id, purchased_code: paid.data.purchased_code });
       expect(await newest({ pin: a.pin })).not.toHaveProperty("purchased_code_withheld");
       expect(errorCode(await a.call("transaction_history", { pin: "0000" }))).toBe("PIN_INVALID");
+      // The order route takes no api_key for proof: a key without its PIN reads no code there either.
+      const orderUrl = `${url}/api/orders/${paid.data.request_id}`;
+      expect(await (await fetch(orderUrl)).json()).toMatchObject({ status: "SUCCESS", purchased_code: null, purchased_code_withheld: true });
+      const byKey = await fetch(orderUrl, { headers: { authorization: `Bearer ${a.apiKey}` } });
+      const refused = await byKey.text();
+      expect(byKey.status).toBe(401);
+      expect(JSON.parse(refused)).toMatchObject({ code: "ORDER_PROOF_INVALID", detail: expect.stringContaining("an agent reads its codes with transaction_history and its PIN") });
+      expect(refused).not.toContain(paid.data.purchased_code as string);
     });
 
     it("schedules a one-off and a recurring bill; each due time runs once, even with two instances; a cancelled one never runs", async () => {
