@@ -28,7 +28,7 @@ import type { LedgerHealth } from "../ledger-health.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import type { AttemptPay, BillerAttempt, BillerAttempts } from "./attempts.ts";
-import type { PaymentWatches } from "./payment-watch.ts";
+import { deepEnough, type PaymentWatches } from "./payment-watch.ts";
 import { RefundIdTaken, type RefundOnChain } from "../chain/refund-on-node.ts";
 import { refundOrderIdOnceTaken } from "../chain/order-id.ts";
 import { ledgerUnderKey } from "./ledger-view.ts";
@@ -120,6 +120,7 @@ export type RefundDeps = Pick<
   | "refundWaitReviewSeconds"
   | "operator"
   | "refundWatches"
+  | "confirmations"
   | "deployments"
   | "metrics"
   | "log"
@@ -507,7 +508,8 @@ async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWait
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
  * an order held for review whose payment is of another amount is refunded, when an operator
- * decides so, by exactly what the ledger shows paid under its key; refundAmount.) A pulled
+ * decides so, by exactly what the ledger shows paid under its key; refundAmount.) And only
+ * once the payment is as deep as a bill is vended on (CONFIRMATIONS_<CHAIN>). A pulled
  * order is refunded by its order id, an x402 one with the payer's own authorization (or its
  * own Permit2 permit);
  * BillPay refunds each once.
@@ -524,6 +526,13 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
   try {
     const paid = await awaitLedgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
+    // As deep as a bill is vended on: a payment a block old (a late landing the ledger pass
+    // found) may yet be replaced by its nonce's cancellation, and BillPay's refund of an
+    // authorization checks only that its nonce is used. The worker tries again.
+    if (!(await deepEnough(deps, chain, paid))) {
+      deps.log.info("refund waits for its payment's confirmations", { requestId: refunding.requestId, block: paid.blockNumber });
+      return refunding;
+    }
     const amount = await refundAmount(deps, refunding, paid);
     if (typeof amount === "string") {
       deps.log.error("refund held for review: the ledger's payment is not the order's", { requestId: refunding.requestId, mismatch: amount });

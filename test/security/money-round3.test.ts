@@ -8,8 +8,9 @@
  *     its orphan claimed by that refund so an operator cannot also refund it by hand;
  *   - authorizations whose nonce is spent (EIP-3009 cancelled): refused at intake, no order,
  *     no facilitator call, counted against the payer;
- *   - an honest payment refused as not yet valid and landed later: refunded with no operator;
- *     junk is not kept, and what is kept is bounded per payer;
+ *   - an honest payment refused as not yet valid and landed later: refunded with no operator,
+ *     once its payment is as deep as a bill is vended on; junk is not kept, and what is kept
+ *     is bounded per payer;
  *   - recycled stakes (fresh wallets landing refused payments): late refunds take the late
  *     slice only, and an honest failed bill is refunded at once meanwhile;
  *   - the biller's webhook for an earlier attempt: requeried by that attempt's own id; a late
@@ -348,6 +349,31 @@ describe("money safety, third round", () => {
     expect(told).toEqual([...Array<boolean>(PER_PAYER - 1).fill(true), false, false]);
     const kept = await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [payer.address.toLowerCase()]);
     expect(kept.length).toBe(PER_PAYER);
+  });
+
+  it("a late landing is refunded only once its payment is as deep as a bill is vended on: a block that may yet be replaced refunds nothing", async () => {
+    const payer = accounts(18);
+    const start = await usdc(payer.address);
+    const body = airtime(payer, SANDBOX_NUMBERS.phone, 1630);
+    const req = await required(body);
+    const soon = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 2n, validBefore: now() + 300n });
+    expect(JSON.stringify(await (await post(body, header(soon, req))).json())).toContain("it is refunded to the payer on chain");
+    await expect.poll(() => now() > soon.validAfter, { timeout: 10_000 }).toBe(true);
+    await new Promise((r) => setTimeout(r, 1_100));
+    // A depth the chain will not reach during the test: its payment stays "a block that may be replaced".
+    service.flow.confirmations.CELO = 1_000;
+    try {
+      await celo.submitAuthorization("USDC", soon);
+      await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDING");
+      await passes(2);
+      expect((await ordersUnder(soon))!.status).toBe("REFUNDING");
+      expect(await usdc(payer.address)).toBe(start - soon.value);
+    } finally {
+      service.flow.confirmations.CELO = 0;
+    }
+    // Deep enough: refunded, once.
+    await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
   });
 
   it("the biller's webhook for an earlier attempt is requeried by that attempt's own id: a delivery after the refund is recorded, alerted and given to the payer, and nothing is refunded twice", async () => {
