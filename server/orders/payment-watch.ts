@@ -34,7 +34,7 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { paymentKey, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -43,6 +43,7 @@ import type { FacilitatorClient } from "@x402/core/server";
 import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
 import type { AlongsideWrite, Order, OrderStatus, OrderStore } from "./store.ts";
+import { ledgerUnderKey } from "./ledger-view.ts";
 
 /**
  * What watching payments may touch: the ledger (what it shows), the orders, the hot keys and
@@ -242,10 +243,19 @@ export async function watchPayments(deps: WatchDeps): Promise<number> {
     if (indexed === null) continue;
     const shown = await paymentsSince(deps, chainId, rows);
     for (const w of rows) {
-      const p = shown.get(w.payment_key);
+      // Read by its key when the time-ordered read missed it: a block that replaced the watched
+      // one may carry an earlier time, and a payment in it would otherwise be taken for lost.
+      const p = shown.get(w.payment_key) ?? (BigInt(w.block_number) <= indexed ? await paymentUnderKey(deps, w) : undefined);
       if (p) {
         const final = BigInt(p.blockNumber) + REORG_WATCH_BLOCKS <= indexed;
         const holding = w.lost_at ? w.recollect_tx_hash : w.tx_hash;
+        // Another transaction under the order's key: its payer may have signed two under one
+        // nonce (the bill's, and one of a unit) and landed the other once a reorganisation took
+        // the first. Only exactly the order's payment stands for it.
+        if (p.txHash !== holding && (await otherPayment(deps, w, p))) {
+          acted++;
+          continue;
+        }
         if (p.txHash !== holding || w.outcome === "RECOLLECTING") await deps.orders.paymentMovedTo(w.request_id, p.txHash);
         if (w.outcome === "RECOLLECTING") {
           deps.log.info("a lost payment is on chain again", { requestId: w.request_id, chain, txHash: p.txHash });
@@ -265,6 +275,12 @@ export async function watchPayments(deps: WatchDeps): Promise<number> {
     }
   }
   return acted;
+}
+
+/** What the ledger shows under the watched order's key, whatever its block's time. */
+async function paymentUnderKey(deps: WatchDeps, w: WatchRow): Promise<LedgerPayment | undefined> {
+  const order = await deps.orders.get(w.request_id);
+  return (order && (await ledgerUnderKey(deps, order)).payment) ?? undefined;
 }
 
 /** The ledger's payments of the watched rails from the oldest watched block's time, by key. */
@@ -289,10 +305,7 @@ const REFUNDS: OrderStatus[] = ["REFUNDING", "REFUNDED"];
 
 /** What a lost payment's order needs; true when something was done. */
 async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
-  if (w.lost_at === null && (await deps.watches.lost(w.request_id))) {
-    deps.log.error("a confirmed payment was reorganised off the chain", { requestId: w.request_id, chain: w.chain, rail: w.rail, block: w.block_number, txHash: w.tx_hash });
-    deps.metrics.paymentsLost.inc({ chain: w.chain, rail: w.rail });
-  }
+  await markLost(deps, w);
   // One actor per attempt, across instances; the next only once this one has had time to show.
   if (!(await deps.watches.takeAttempt(w.request_id, RECOLLECT_RETRY_SECONDS))) return false;
   // Whoever is working the order finishes first (a final order's lease is nominal).
@@ -316,6 +329,32 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
   } finally {
     await deps.orders.release(order.requestId, order.leaseToken);
   }
+}
+
+/** Records the watched payment lost, once: logged, counted, and listed among the losses. */
+async function markLost(deps: WatchDeps, w: WatchRow): Promise<void> {
+  if (w.lost_at === null && (await deps.watches.lost(w.request_id))) {
+    deps.log.error("a confirmed payment was reorganised off the chain", { requestId: w.request_id, chain: w.chain, rail: w.rail, block: w.block_number, txHash: w.tx_hash });
+    deps.metrics.paymentsLost.inc({ chain: w.chain, rail: w.rail });
+  }
+}
+
+/**
+ * Whether `p`, found under the watched order's key in another transaction, is not exactly the
+ * order's payment (paymentMismatch): the order then waits for an operator, and its watch
+ * closes, as for a payment that could not be collected again.
+ */
+async function otherPayment(deps: WatchDeps, w: WatchRow, p: LedgerPayment): Promise<boolean> {
+  const order = await deps.orders.get(w.request_id);
+  const mismatch = order && paymentMismatch(order, p);
+  if (!mismatch) return false;
+  await markLost(deps, w);
+  deps.log.error("a watched payment's key holds another payment now; the order waits for an operator", { requestId: w.request_id, chain: w.chain, txHash: p.txHash, mismatch });
+  const why = `after a reorganisation its key holds another payment (transaction ${p.txHash}): ${mismatch}`;
+  await deps.orders.transition(w.request_id, SERVED, "NEEDS_REVIEW", { failureReason: `its payment was reorganised off the chain; ${why}` });
+  await deps.watches.close(w.request_id, "REVIEW", why);
+  deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "review" });
+  return true;
 }
 
 /** The served order goes to an operator: its money could not be collected again. */

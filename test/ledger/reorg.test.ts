@@ -168,6 +168,28 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await expect.poll(async () => (await audit()).discrepancies, { timeout: 10_000, interval: 500 }).toEqual([]);
   });
 
+  it("x402: a payer who signed a second authorization of one unit under the same nonce, and lands it once a reorganisation took his payment, gets an operator, not a bill for a unit", async () => {
+    const payer = hardhatAccount(17);
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    const order = await orderOf(paid.request_id);
+    // Before the watch collects the bill's own authorization again, the unit lands under its nonce.
+    const unit = await celo.signAuthorization(payer, "USDC", 1n, celo.billPay, { nonce: order.authNonce as Hex });
+    const landed = await celo.submitAuthorization("USDC", unit);
+    // Past the dropped fork's height, so the ledger has left it for this one.
+    await mine();
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    // The ledger leaves the dropped fork in its own time: the watch runs, as the worker's does, until it has.
+    await expect.poll(async () => (await watchPayments(service.flow), (await orderOf(paid.request_id)).status), { timeout: 30_000, interval: 250 }).toBe("NEEDS_REVIEW");
+    const held = await orderOf(paid.request_id);
+    expect(held.failureReason).toContain("the chain shows 0.000001 USDC on CELO paid under this key; the order is for");
+    expect(errors).toContain("a watched payment's key holds another payment now; the order waits for an operator");
+    expect(errors).toContain("a confirmed payment was reorganised off the chain");
+    expect((await service.flow.watches.losses()).find((l) => l.request_id === paid.request_id)).toMatchObject({ outcome: "REVIEW", detail: expect.stringContaining(landed.transactionHash) });
+    // The bill was delivered once; what its payer still owes is an operator's to take up.
+    expect(await delivered(paid.request_id)).toEqual(["delivered"]);
+  });
+
   it("x402 through Permit2 (USD₮ on Base): the payer's still-valid permit is settled again through the proxy; charged once, served once, audited clean", async () => {
     const payer = hardhatAccount(12);
     const base = chainActors(paying.chains.deployments, "BASE");
@@ -509,6 +531,8 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
     const payer = hardhatAccount(9);
     const before = await usdc(payer.address);
+    const reviews = () => metric('billpay_lost_payment_outcomes_total{chain="CELO",rail="authorization",outcome="review"}');
+    const reviewsBefore = await reviews();
     const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })));
     expect(paid).toMatchObject({ status: "SUCCESS" });
     await rpc("evm_increaseTime", [3 * 86_400]); // past the authorization (a quote lives a day)
@@ -518,6 +542,6 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(loss.detail).toContain("expired");
     expect((await orderOf(paid.request_id)).status).toBe("NEEDS_REVIEW");
     expect(await usdc(payer.address)).toBe(before);
-    expect(await metric('billpay_lost_payment_outcomes_total{chain="CELO",rail="authorization",outcome="review"}')).toBe(1);
+    expect(await reviews()).toBe(reviewsBefore + 1);
   });
 });
