@@ -427,7 +427,12 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // The first request under this very id, written between the two lookups (two requests
     // under one id at once): answered as under that id, in flight (PAYMENT_ID_IN_FLIGHT).
     if (settling && paymentId && settling.idempotencyKey === storedKey(paymentId)) return answerUnderId(settling);
-    if (settling) return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
+    if (settling) {
+      // This payment settles nothing: counted as any such call, so a flood of fresh
+      // authorizations behind one settling bill costs the payer his budget, not the service.
+      await countUnsettled(client, payment);
+      return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
+    }
 
     // Read from the chain before any order or facilitator (started with the checks above): a
     // Permit2 payment cannot settle before the payer has approved Permit2 (said with the call

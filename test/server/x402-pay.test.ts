@@ -498,6 +498,23 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await usdc()).toBe(beforeSecond);
     // Ended here so later passes leave it be.
     await flow.orders.transition(settling.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test: ended by hand" });
+
+    // Such a payment settles nothing, so it counts against its payer's budget of those: fresh
+    // authorizations behind one settling bill are refused past it, before any check of theirs.
+    const flooder = accounts(13);
+    const body3 = bill("08011111111", { nairaAmount: 1117, wallet_address: flooder.address });
+    const signFor = async () => {
+      const challenged = await post(body3);
+      const client = new x402HTTPClient(x402ClientFor(flooder, stack.deployments));
+      const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()));
+      return { headers: client.encodePaymentSignatureHeader(payload), payload };
+    };
+    const held = await lockAsCrashedRequest(flow, { body: body3, payload: (await signFor()).payload, payer: flooder.address, tokenAddress: celo.tokenAddress("USDC"), tag: billHash(paymentRequestSchema.parse(body3), { chain: "CELO", token: "USDC" }) });
+    const budget = service.config.RATE_LIMIT_UNSETTLED_PAYER.points;
+    const statuses: number[] = [];
+    for (let i = 0; i <= budget; i++) statuses.push((await post(body3, (await signFor()).headers)).status);
+    expect(statuses).toEqual([...Array<number>(budget).fill(200), 429]);
+    await flow.orders.transition(held.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test: ended by hand" });
   });
 
   it("settles one payment once although many copies arrive at once", async () => {
