@@ -24,6 +24,7 @@ export const UNIT_TESTS = [
   "test/server/fault-logs.test.ts",
   "test/server/ledger-match.test.ts",
   "test/server/ledger-watch.test.ts",
+  "test/server/contract-signature.test.ts",
   "test/server/ledger-pass.test.ts",
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",

@@ -4,7 +4,19 @@
  * whole eth_call allowance. A wallet that runs past the cap, reverts or answers anything but
  * the magic value does not accept it.
  */
-import { encodeFunctionData, hashMessage, parseAbi, recoverMessageAddress, type Hex, type PublicClient } from "viem";
+import {
+  encodeDeployData,
+  encodeFunctionData,
+  erc6492SignatureValidatorAbi,
+  erc6492SignatureValidatorByteCode,
+  hashMessage,
+  hexToBool,
+  isErc6492Signature,
+  parseAbi,
+  recoverMessageAddress,
+  type Hex,
+  type PublicClient,
+} from "viem";
 
 const ERC1271_ABI = parseAbi(["function isValidSignature(bytes32 hash, bytes signature) view returns (bytes4)"]);
 const MAGIC_VALUE = "0x1626ba7e";
@@ -21,17 +33,29 @@ export async function contractAccepts(client: Pick<PublicClient, "call">, wallet
   }
 }
 
-/** ERC-6492's suffix: a signature wrapped for a contract wallet not deployed yet. */
-const ERC6492_SUFFIX = "6492".repeat(16);
+/**
+ * Whether an ERC-6492 signature (a wallet not deployed yet, with the factory call that
+ * deploys it) holds, asked of ERC-6492's own validator in one call that deploys nothing, as
+ * viem's verifyHash asks it, within the same gas cap: the factory call is anyone's code too.
+ */
+export async function counterfactualAccepts(client: Pick<PublicClient, "call">, wallet: Hex, hash: Hex, signature: Hex, gas = CONTRACT_SIGNATURE_GAS): Promise<boolean> {
+  try {
+    const data = encodeDeployData({ abi: erc6492SignatureValidatorAbi, bytecode: erc6492SignatureValidatorByteCode, args: [wallet, hash, signature] });
+    const answer = await client.call({ data, gas });
+    return answer.data !== undefined && hexToBool(answer.data);
+  } catch {
+    return false;
+  }
+}
 
 /**
  * Who signed `message` (EIP-191) for `address`: "wallet" when the signature recovers to it
- * (on any chain); "contract" when its code on `client`'s chain accepts it (ERC-1271 within
- * the gas cap; an ERC-6492 signature of a wallet not yet deployed is left to viem, which
- * deploys it in the call); else null. `client` absent: ordinary wallets only.
+ * (on any chain); "contract" when its code on `client`'s chain accepts it (ERC-1271), or, for
+ * an ERC-6492 signature, when the wallet it would deploy would (each within the gas cap);
+ * else null. `client` absent: ordinary wallets only.
  */
 export async function messageSigner(
-  client: Pick<PublicClient, "getCode" | "call" | "verifyMessage"> | undefined,
+  client: Pick<PublicClient, "getCode" | "call"> | undefined,
   address: Hex,
   message: string,
   signature: Hex,
@@ -39,12 +63,12 @@ export async function messageSigner(
   const recovered = await recoverMessageAddress({ message, signature }).catch(() => undefined);
   if (recovered && recovered.toLowerCase() === address.toLowerCase()) return "wallet";
   if (!client) return null;
+  if (isErc6492Signature(signature)) return (await counterfactualAccepts(client, address, hashMessage(message), signature)) ? "contract" : null;
   try {
+    // No code and a signature that does not recover to it: nothing could accept it.
     const code = await client.getCode({ address });
-    if (code && code !== "0x" && !signature.toLowerCase().endsWith(ERC6492_SUFFIX)) {
-      return (await contractAccepts(client, address, hashMessage(message), signature)) ? "contract" : null;
-    }
-    return (await client.verifyMessage({ address, message, signature })) ? "contract" : null;
+    if (!code || code === "0x") return null;
+    return (await contractAccepts(client, address, hashMessage(message), signature)) ? "contract" : null;
   } catch {
     return null;
   }
