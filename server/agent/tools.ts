@@ -267,11 +267,13 @@ export function agentTools(batchMax: number): ToolDefinition[] {
     define({
       name: "cancel_schedule",
       title: "Cancel a schedule",
-      description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes).",
-      input: { api_key: apiKey, schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
-      paying: false,
+      // With the PIN, as a schedule is made: a bill the wallet relies on (a meter's) is not
+      // stopped by whoever holds a leaked key alone.
+      description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes). Needs the PIN, as schedule_bill does.",
+      input: { api_key: apiKey, pin, schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
+      paying: true,
       authenticated: true,
-      examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","schedule_id":"sch_..."}}'],
+      examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","pin":"1234","schedule_id":"sch_..."}}'],
       run: (args, link, ctx) => ctx.hub.cancelSchedule(link!, args.schedule_id),
     }),
   ];

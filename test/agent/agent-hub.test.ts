@@ -572,7 +572,10 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(new Set(recurringNow.last_runs.map((r) => r.request_id)).size).toBe(recurringNow.runs);
       expect(new Set(recurringNow.last_runs.map((r) => r.due_at)).size).toBe(recurringNow.runs);
 
-      const cancelled = await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id });
+      // The key alone stops nothing: the PIN is asked, as for schedule_bill.
+      expect(errorCode(await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id }))).toBe("PIN_MISSING");
+      expect(errorCode(await a.call("cancel_schedule", { pin: "0000", schedule_id: recurring.data.schedule_id }))).toBe("PIN_INVALID");
+      const cancelled = await a.call("cancel_schedule", { pin: a.pin, schedule_id: recurring.data.schedule_id });
       expect(cancelled.data).toMatchObject({ status: "CANCELLED", next_run_at: null });
       await new Promise((r) => setTimeout(r, 2_100));
       await runBoth();
@@ -583,8 +586,8 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const spent = history.reduce((s, t) => s + BigInt(t.amount.units), 0n);
       expect(await usdc(a.account)).toBe(before - spent);
 
-      expect(errorCode(await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id }))).toBe("SCHEDULE_NOT_ACTIVE");
-      expect(errorCode(await a.call("cancel_schedule", { schedule_id: "sch_00000000000000000000" }))).toBe("SCHEDULE_NOT_FOUND");
+      expect(errorCode(await a.call("cancel_schedule", { pin: a.pin, schedule_id: recurring.data.schedule_id }))).toBe("SCHEDULE_NOT_ACTIVE");
+      expect(errorCode(await a.call("cancel_schedule", { pin: a.pin, schedule_id: "sch_00000000000000000000" }))).toBe("SCHEDULE_NOT_FOUND");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: new Date().toISOString(), cron: "0 9 * * *" }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111") }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), cron: "not a cron" }))).toBe("VALIDATION_FAILED");
