@@ -130,7 +130,7 @@ class ToolExecutor implements AgentExecutor {
       return reply([textPart(error.detail), dataPart({ error })]);
     }
     const baseUrl = request.context.state.get("baseUrl") as string | undefined;
-    const result = await callTool(tool, parsed.data, { ...this.ctx, baseUrl }, this.log);
+    const result = await callTool(tool, parsed.data, { ...this.ctx, baseUrl, client: this.callContext(request).client }, this.log);
     reply([textPart(`${tool.name}: ${result.isError ? "refused" : "done"}`), dataPart(result.structuredContent)]);
   }
 

@@ -76,7 +76,7 @@ export function mcpHandler(options: {
     // The api_key may come as Authorization: Bearer instead of in every call's arguments.
     const authorization = request.headers.get("authorization");
     const bearer = bearerApiKey(authorization);
-    const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin };
+    const ctx = { ...options.ctx, baseUrl: options.baseUrl ?? new URL(request.url).origin, client: call.client };
     const server = new Server({ name: options.name, version: options.version }, { capabilities: { tools: { listChanged: false } }, jsonSchemaValidator });
     server.setRequestHandler(ListToolsRequestSchema, () => listed);
     // Arguments are checked here, as A2A checks them, so a bad call is the catalogue's

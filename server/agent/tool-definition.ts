@@ -9,6 +9,8 @@ export interface ToolContext {
   tools: ToolDefinition[];
   /** Where the caller reached the service (PUBLIC_URL, or the request's origin locally), for absolute URLs. */
   baseUrl?: string;
+  /** The caller's network address (server/limits.ts clientAddress), for budgets of callers with no key. */
+  client?: string;
 }
 
 export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {

@@ -142,8 +142,9 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       paying: false,
       authenticated: false,
       examples: ['{"skill":"verify_customer","arguments":{"serviceCategory":"ELECTRICITY","serviceID":"ikeja-electric","billersCode":"1111111111111","variation_code":"prepaid"}}'],
-      // Keyless callers share one budget; a linked wallet has its own.
-      run: ({ api_key: _key, ...q }, link, ctx) => ctx.hub.verifyCustomer(q, link ? `wallet:${link.wallet}` : "keyless"),
+      // A linked wallet has its own budget; a caller with no key, its address's, shared with
+      // the REST route's (so one client cannot spend every keyless caller's).
+      run: ({ api_key: _key, ...q }, link, ctx) => ctx.hub.verifyCustomer(q, link ? `wallet:${link.wallet}` : ctx.client ? `address:${ctx.client}` : "keyless"),
     }),
     define({
       name: "list_international_options",

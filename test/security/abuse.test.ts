@@ -236,6 +236,25 @@ describe("abuse resistance", () => {
       // The operators' routes without a token answer this machine only: a client the proxy names is not it.
       expect((await fetch(`${proxied.url}/ops/orphans`, { headers: { "x-forwarded-for": "203.0.113.7" } })).status).toBe(403);
       expect((await fetch(`${proxied.url}/ops/orphans`)).status).toBe(200);
+
+      // A number check with no api_key, over MCP, counts against the caller's address, as the
+      // REST route's does: one client spending its budget leaves every other keyless caller theirs.
+      const verifying = await serve({ TRUSTED_PROXIES: "127.0.0.1", RATE_LIMIT_VERIFY: "2/60" });
+      try {
+        const check = async (forwardedFor: string) => {
+          const res = await fetch(`${verifying.url}/api/mcp`, {
+            method: "POST",
+            headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "x-forwarded-for": forwardedFor },
+            body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "verify_customer", arguments: { serviceCategory: "ELECTRICITY", serviceID: "ikeja-electric", billersCode: "1111111111111", variation_code: "prepaid" } } }),
+          });
+          const answer = (await res.json()) as { result: { structuredContent?: { error?: { code?: string } } } };
+          return answer.result.structuredContent?.error?.code ?? "ok";
+        };
+        expect([await check("203.0.113.30"), await check("203.0.113.30"), await check("203.0.113.30")]).toEqual(["ok", "ok", "RATE_LIMITED"]);
+        expect(await check("203.0.113.31")).toBe("ok");
+      } finally {
+        await verifying.close();
+      }
     } finally {
       await proxied.close();
       await direct.close();

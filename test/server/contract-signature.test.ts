@@ -4,7 +4,7 @@
  * deployed, runs within the gas cap, as anyone may write that code; and a wallet with no code
  * whose signature does not recover costs no call at all.
  */
-import { concat, encodeAbiParameters, type Hex } from "viem";
+import { concat, encodeAbiParameters, type Hex, type PublicClient } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
 import { CONTRACT_SIGNATURE_GAS, messageSigner } from "../../lib/contract-signature.ts";
@@ -20,7 +20,7 @@ function node(code: Hex | undefined, answer: Hex) {
     client: {
       getCode: async () => code,
       call: async (args: { to?: Hex; data?: Hex; gas?: bigint }) => (calls.push({ to: args.to, gas: args.gas }), { data: answer }),
-    },
+    } as unknown as Pick<PublicClient, "getCode" | "call">,
   };
 }
 
