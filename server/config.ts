@@ -217,6 +217,12 @@ export const configSchema = z.object({
   /** The shortest gap allowed between two runs of a recurring schedule. */
   SCHEDULE_MIN_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(300),
   SCHEDULE_MAX_PER_WALLET: z.coerce.number().int().min(1).default(50),
+  /**
+   * Runs in a row a schedule may fail for want of the wallet's funds or allowances before it is
+   * cancelled: a schedule costs nothing to make, and each run costs the service a price and a
+   * read of the chain.
+   */
+  SCHEDULE_MAX_UNPAID_RUNS: z.coerce.number().int().min(1).default(3),
   LOG_REQUESTS: z.enum(["0", "1"]).default("1").transform((v) => v === "1"),
   /** A Server-Timing header on the x402 route's answers: where each request's time went, stage by stage (server/stage-timing.ts). */
   SERVER_TIMING: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),

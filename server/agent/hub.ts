@@ -28,7 +28,7 @@ import { customerView, type CustomerQuestion } from "../biller/customer-check.ts
 import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Link, LinkStore } from "./links.ts";
-import { checkCron, nextDue, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
+import { checkCron, nextDue, UNPAYABLE, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
 
 /** A bill as an agent names it: the REST bill without the wallet, chain and token (those come from the link or the call). */
 export interface HubDeps {
@@ -293,6 +293,9 @@ export class AgentHub {
       const error = err instanceof ServiceError ? `${err.code}: ${err.detail}` : "INTERNAL: the run failed unexpectedly; it was not paid";
       await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
       this.deps.flow.log.warn("scheduled bill not paid", { scheduleId: s.id, error: err instanceof ServiceError ? err.code : (err as Error).message });
+      if (err instanceof ServiceError && UNPAYABLE.has(err.code) && (await this.deps.schedules.cancelUnpayable(s.id, due, this.deps.config.SCHEDULE_MAX_UNPAID_RUNS))) {
+        this.deps.flow.log.warn("schedule cancelled: the wallet could not pay its runs", { scheduleId: s.id, runs: this.deps.config.SCHEDULE_MAX_UNPAID_RUNS });
+      }
     }
   }
 

@@ -100,6 +100,9 @@ export function checkCron(pattern: string, minIntervalSeconds: number, now = new
   return runs[0]!;
 }
 
+/** Refusals of a run that only the wallet's owner can mend (server/chain/wallet-state.ts requireFunds). */
+export const UNPAYABLE: ReadonlySet<string> = new Set(["SPENDING_ALLOWANCE_INSUFFICIENT", "TOKEN_ALLOWANCE_INSUFFICIENT", "BALANCE_INSUFFICIENT"]);
+
 export class ScheduleStore {
   constructor(private readonly db: Db) {}
 
@@ -197,6 +200,28 @@ export class ScheduleStore {
       result.outcome,
       result.error ?? null,
     ]);
+  }
+
+  /**
+   * Cancels an active schedule whose last `runs` runs were all refused for want of the wallet's
+   * funds or allowances (UNPAYABLE); true when it did. The run's error says so.
+   */
+  async cancelUnpayable(scheduleId: string, dueAt: Date, runs: number): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE bill_schedule SET status = 'CANCELLED', cancelled_at = now(), next_run_at = NULL
+       WHERE id = $1 AND status = 'ACTIVE'
+         AND (SELECT count(*) FROM (SELECT outcome, error FROM schedule_run WHERE schedule_id = $1 ORDER BY due_at DESC LIMIT $2) last
+              WHERE last.outcome = 'NOT_PAID' AND split_part(last.error, ':', 1) = ANY($3::text[])) = $2
+       RETURNING id`,
+      [scheduleId, runs, [...UNPAYABLE]],
+    );
+    if (rows.length === 0) return false;
+    await this.db.query(`UPDATE schedule_run SET error = error || $3 WHERE schedule_id = $1 AND due_at = $2`, [
+      scheduleId,
+      dueAt,
+      `; the schedule is cancelled after ${runs} runs in a row the wallet could not pay`,
+    ]);
+    return true;
   }
 
   /** Runs claimed but never finished (the instance died mid-run), older than `seconds`. */

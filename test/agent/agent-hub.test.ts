@@ -8,6 +8,7 @@
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
 import { createWalletClient, erc20Abi, http, keccak256, toBytes, type Account, type Hex } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { linkAgent, linkHeaders, mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
@@ -592,6 +593,30 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111") }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), cron: "not a cron" }))).toBe("VALIDATION_FAILED");
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111"), run_at: "2020-01-01T00:00:00Z" }))).toBe("VALIDATION_FAILED");
+    });
+
+    it("cancels a schedule whose wallet could not pay its last runs in a row: a schedule costs nothing to make, and its runs are not left to cost the service for ever", async () => {
+      // A wallet linked with no allowance at all, as anyone can link one.
+      const wallet = privateKeyToAccount(generatePrivateKey());
+      const key = await linkAgent(url, wallet, { pin: "1234" });
+      const made = await mcp.call("schedule_bill", { api_key: key, pin: "1234", ...airtime("08011111111", 100), cron: "*/2 * * * * *" });
+      expect(made.data).toMatchObject({ status: "ACTIVE", kind: "recurring" });
+      const id = made.data.schedule_id as string;
+      const runNow = async () => {
+        await service.db.query(`UPDATE bill_schedule SET next_run_at = date_trunc('milliseconds', now()) - interval '1 second' WHERE id = $1 AND status = 'ACTIVE'`, [id]);
+        await service.hub.runDueSchedules();
+      };
+      const listed = async () => ((await mcp.call("list_schedules", { api_key: key })).data.schedules as Array<{ schedule_id: string; status: string; runs: number; last_runs: Array<{ outcome: string; error: string }> }>).find((x) => x.schedule_id === id)!;
+      await runNow();
+      await runNow();
+      expect(await listed()).toMatchObject({ status: "ACTIVE", runs: 2 });
+      await runNow();
+      const cancelled = await listed();
+      expect(cancelled).toMatchObject({ status: "CANCELLED", runs: 3 });
+      expect(cancelled.last_runs.every((r) => r.outcome === "NOT_PAID" && r.error.startsWith("SPENDING_ALLOWANCE_INSUFFICIENT"))).toBe(true);
+      expect(cancelled.last_runs[0]!.error).toContain("the schedule is cancelled after 3 runs in a row the wallet could not pay");
+      await runNow();
+      expect((await listed()).runs).toBe(3);
     });
   });
 
