@@ -241,6 +241,12 @@ export const configSchema = z.object({
    * paid call is 429 before its payment is checked. Payments that settle are never counted.
    */
   RATE_LIMIT_UNSETTLED_PAYER: rateLimit("20/600"),
+  /**
+   * Agent-hub pulls that reverted on chain, at BillPay's gas, per payer: one small transaction
+   * of his (a lower allowance, a transfer out) after the service's estimate makes a whole
+   * pullBatch revert. Past it his paying calls are refused before anything is sent.
+   */
+  RATE_LIMIT_REVERTED_PAYER: rateLimit("2/3600"),
   RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),
   /** Number checks (verify_customer), per client address on REST and per wallet (or all keyless callers together) on the agent tools. */
   RATE_LIMIT_VERIFY: rateLimit("30/60"),

@@ -61,6 +61,7 @@ export const ERRORS = {
   TOKEN_ALLOWANCE_INSUFFICIENT: { status: 402, title: "The token allowance to BillPay is less than the price" },
   BALANCE_INSUFFICIENT: { status: 402, title: "The wallet's token balance is less than the price" },
   PULL_REFUSED: { status: 402, title: "BillPay refused the pull; nothing was taken" },
+  PULL_REVERTED: { status: 402, title: "BillPay's pull reverted on chain: the wallet's allowance or balance moved after it was checked; nothing was taken" },
   PULL_BUDGET_EXHAUSTED: { status: 503, title: "BillPay's pull budget for the token is spent for now (it refills over its period); nothing was taken, try again later" },
   IDEMPOTENCY_KEY_REUSED: { status: 409, title: "This idempotency_key already paid for a different bill" },
   BATCH_TOO_LARGE: { status: 400, title: "The batch has more bills than one transaction takes" },

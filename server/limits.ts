@@ -16,7 +16,19 @@ import type { Config } from "./config.ts";
 import type { Db } from "./db.ts";
 import { ServiceError } from "./errors.ts";
 
-export type LimitName = "linkAddress" | "linkWallet" | "payingKey" | "challengeAddress" | "orderAddress" | "webhookOrder" | "unsettledAddress" | "unsettledPayer" | "verify" | "agentAddress" | "toolKey";
+export type LimitName =
+  | "linkAddress"
+  | "linkWallet"
+  | "payingKey"
+  | "challengeAddress"
+  | "orderAddress"
+  | "webhookOrder"
+  | "unsettledAddress"
+  | "unsettledPayer"
+  | "verify"
+  | "agentAddress"
+  | "toolKey"
+  | "revertedPayer";
 
 const SETTINGS: Record<LimitName, keyof Config> = {
   linkAddress: "RATE_LIMIT_LINK_ADDRESS",
@@ -30,6 +42,7 @@ const SETTINGS: Record<LimitName, keyof Config> = {
   verify: "RATE_LIMIT_VERIFY",
   agentAddress: "RATE_LIMIT_AGENT_ADDRESS",
   toolKey: "RATE_LIMIT_TOOL_KEY",
+  revertedPayer: "RATE_LIMIT_REVERTED_PAYER",
 };
 
 /**
@@ -128,6 +141,7 @@ const DESCRIPTIONS: Record<LimitName, string> = {
   verify: "number checks from this caller",
   agentAddress: "MCP and A2A requests from this address",
   toolKey: "reading tool calls with this api_key",
+  revertedPayer: "pulls of this wallet that reverted on chain (its allowance or balance moved after the service checked it)",
 };
 
 /** A bounded memory of keys seen lately (oldest forgotten first). */

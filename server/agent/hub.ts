@@ -127,6 +127,7 @@ export class AgentHub {
     options: { chain?: string; token?: string; idempotencyKey?: string; scheduleId?: string; allowDuplicate?: boolean } = {},
   ) {
     const option = this.pullOption(link, options.chain, options.token);
+    await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
     const priced = await this.price(link, bill, option.chain, option.token);
     let idempotencyKey = options.idempotencyKey;
     if (!idempotencyKey && !options.allowDuplicate && !options.scheduleId) {
@@ -135,15 +136,17 @@ export class AgentHub {
       if (earlier) return { ...(await this.paidResult(earlier)), replayed: true };
       idempotencyKey = key;
     }
-    const { orders, replay } = await startPullOrders(this.deps.flow, {
-      wallet: link.wallet as Hex,
-      ...option,
-      bills: [priced],
-      batch: false,
-      idempotencyKey,
-      scheduleId: options.scheduleId,
-      guard: pullGuard(link, options.scheduleId),
-    });
+    const { orders, replay } = await this.pulling(link, () =>
+      startPullOrders(this.deps.flow, {
+        wallet: link.wallet as Hex,
+        ...option,
+        bills: [priced],
+        batch: false,
+        idempotencyKey,
+        scheduleId: options.scheduleId,
+        guard: pullGuard(link, options.scheduleId),
+      }),
+    );
     return { ...(await this.paidResult(orders[0]!)), ...(replay ? { replayed: true } : {}) };
   }
 
@@ -166,15 +169,18 @@ export class AgentHub {
     const max = this.deps.config.BATCH_MAX_BILLS;
     if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
     const option = this.pullOption(link, options.chain, options.token);
+    await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
     const priced = await Promise.all(bills.map((bill) => this.price(link, bill, option.chain, option.token)));
-    const { orders, replay } = await startPullOrders(this.deps.flow, {
-      wallet: link.wallet as Hex,
-      ...option,
-      bills: priced,
-      batch: true,
-      idempotencyKey: options.idempotencyKey,
-      guard: pullGuard(link),
-    });
+    const { orders, replay } = await this.pulling(link, () =>
+      startPullOrders(this.deps.flow, {
+        wallet: link.wallet as Hex,
+        ...option,
+        bills: priced,
+        batch: true,
+        idempotencyKey: options.idempotencyKey,
+        guard: pullGuard(link),
+      }),
+    );
     const results = await Promise.all(orders.map((o) => this.paidResult(o)));
     return {
       batch_id: orders[0]!.batchId,
@@ -187,6 +193,20 @@ export class AgentHub {
       results,
       ...(replay ? { replayed: true } : {}),
     };
+  }
+
+  /**
+   * Starts a wallet's pull; one that reverted on chain (PULL_REVERTED: its allowance or balance
+   * moved after the estimate, one small transaction of his against a whole pull at BillPay's
+   * gas) counts against the wallet, whose paying calls are refused past RATE_LIMIT_REVERTED_PAYER.
+   */
+  private async pulling<T>(link: Link, start: () => Promise<T>): Promise<T> {
+    try {
+      return await start();
+    } catch (err) {
+      if (err instanceof ServiceError && err.code === "PULL_REVERTED") await this.deps.limits.count("revertedPayer", link.wallet.toLowerCase());
+      throw err;
+    }
   }
 
   /** A paying tool's answer for one order: its result and, once pulled, the bill's signed receipt (orders/receipts.ts). */

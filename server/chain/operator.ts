@@ -60,6 +60,9 @@ const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "Permit2Alread
 export { onChainOrderId };
 
 /** BillPay (or the token) refused the call: nothing was sent, or the transaction reverted. */
+/** ContractRefused's name for a transaction mined and reverted, its gas spent (an estimate's refusal without a reason is "Reverted"). */
+export const REVERTED = "RevertedOnChain";
+
 export class ContractRefused extends Error {
   constructor(
     readonly errorName: string,
@@ -343,6 +346,11 @@ export class ChainOperator {
           continue;
         }
         if (err instanceof ContractRefused) {
+          // A batch mined and reverted: a pull refused alone now is what made it revert (its
+          // payer's allowance or balance moved after the estimate), and is told so.
+          const reverted = err.errorName === REVERTED;
+          const blamed = (e: unknown) =>
+            reverted && e instanceof ContractRefused && e.errorName !== REVERTED ? new ContractRefused(REVERTED, e.args, `the pulls sent with it reverted on chain, and alone it is refused: ${e.errorName}`) : e;
           // Nothing moved: each pull by itself, so a refusal is its own payer's alone. Payers
           // go at once: the key's queue sends their pulls one after another, and none waits
           // for another payer's to be mined (one payer's refusal must not hold the others up
@@ -361,7 +369,7 @@ export class ChainOperator {
                   // A pull of its own after the batch: another transaction, signed under its guard.
                   async (hash) => m.onSigned?.(hash, m.recordedAs),
                   m.onReplaced,
-                ).then(m.resolve, m.reject);
+                ).then(m.resolve, (e: unknown) => m.reject(blamed(e)));
               }
             }),
           );
@@ -540,7 +548,7 @@ export class ChainOperator {
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined, "mined");
-    if (receipt.status !== "success") throw new ContractRefused("Reverted", [], `transaction ${mined} reverted`);
+    if (receipt.status !== "success") throw new ContractRefused(REVERTED, [], `transaction ${mined} reverted`);
     return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
 }

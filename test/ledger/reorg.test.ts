@@ -5,7 +5,9 @@
  * height, so the ledger drops the payment it had confirmed, as a real reorganisation does.
  * Payments are served on their own receipt, before the ledger holds them. The service must notice, say so, and collect the money again under the same key (the
  * payer's authorization; the same order id), or send the order to an operator, never
- * charging twice; a refunded bill whose payment went is closed as never paid.
+ * charging twice; a refunded bill whose payment went is closed as never paid. The chain's own
+ * clock and ordering are held here too: a confirmation depth, and a payer's transaction put
+ * ahead of an agent's pull in the same block.
  */
 import { createWalletClient, erc20Abi, http, maxUint256, serializeTransaction, type Account, type Hex } from "viem";
 import { viemChain } from "../../lib/chains.ts";
@@ -13,7 +15,8 @@ import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount } from "../../lib/local-accounts.ts";
+import { hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
 import { waitForLedgerBlock } from "../../server/ledger-client.ts";
@@ -390,6 +393,47 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       await rpc("evm_setAutomine", [true]);
       await rpc("evm_setIntervalMining", [1_000]);
       service.flow.confirmations.CELO = 0;
+    }
+  });
+
+  it("an agent's pull its payer makes revert (his allowance lowered after the service's estimate) costs him his budget: past it his pays are refused before anything is sent", async () => {
+    const account = hardhatAccount(18);
+    await celo.approveAndAllow(account, "USDC", USDC(100));
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const mcp = await mcpAgent(url);
+    // A bill of its own each time: the same bill again within minutes answers with its first order.
+    const pay = async (nairaAmount: number) =>
+      (await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount })).data;
+    const code = (data: Body) => (data.error as { code?: string } | undefined)?.code;
+    const operatorSent = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
+    const wallet = createWalletClient({ account, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    const budget = service.config.RATE_LIMIT_REVERTED_PAYER.points;
+    try {
+      for (let i = 0; i < budget; i++) {
+        await rpc("evm_setIntervalMining", [0]);
+        await rpc("evm_setAutomine", [false]);
+        const sent = await operatorSent();
+        const answer = pay(1_700 + i);
+        await expect.poll(operatorSent, { timeout: 10_000, interval: 50 }).toBeGreaterThan(sent); // the pull waits in the pool
+        // His own small transaction, paying more to go first in the block: his allowance to nothing.
+        await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n });
+        await rpc("evm_mine");
+        const refused = await answer;
+        expect(code(refused)).toBe("PULL_REVERTED");
+        await rpc("evm_setAutomine", [true]);
+        await celo.setSpendingAllowance(account, "USDC", USDC(100));
+      }
+      // Past his budget: refused before any pull is priced or sent.
+      const sent = await operatorSent();
+      const limited = await pay(1_750);
+      expect(code(limited)).toBe("RATE_LIMITED");
+      expect(JSON.stringify(limited)).toContain("pulls of this wallet that reverted on chain");
+      expect(await operatorSent()).toBe(sent);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1_000]);
+      await mcp.close();
     }
   });
 

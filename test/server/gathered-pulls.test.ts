@@ -6,11 +6,12 @@
  * ever pulled twice (BillPay keys every pull by its order id).
  */
 import { randomBytes } from "node:crypto";
-import { decodeFunctionData, type Address, type Hex } from "viem";
+import { createWalletClient, decodeFunctionData, http, type Address, type Hex } from "viem";
+import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, type PullItem } from "../../server/chain/operator.ts";
+import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
@@ -94,6 +95,30 @@ describe("gathered pulls", () => {
       expect((await results).map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
       for (const i of good) expect(await paidOnChain(i)).toBe(1_000_000n);
       expect(await paidOnChain(bad)).toBe(0n);
+    });
+  });
+
+  it("a batch one payer made revert on chain (his allowance lowered after the estimate) pulls the others alone, and tells his pull it reverted", async () => {
+    const cheat = accounts(19);
+    await celo.approveAndAllow(cheat, "USDC", 100_000_000n);
+    const wallet = createWalletClient({ account: cheat, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    await celo.miningPaused(async (mine) => {
+      const mined = await sentByOperator();
+      const blocker = operator.pull("CELO", item(payers[0]!.address));
+      await new Promise((r) => setImmediate(r));
+      const [good, his] = [item(payers[1]!.address), item(cheat.address)];
+      const results = Promise.allSettled([blocker, operator.pull("CELO", good), operator.pull("CELO", his)]);
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 2); // the blocker, then the two together
+      // His own transaction, paying more to go first in the block: his allowance to nothing.
+      await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n });
+      const settled = await settledMining(results, mine);
+      expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
+      const refusal = (settled[2] as PromiseRejectedResult).reason as ContractRefused;
+      expect(refusal).toBeInstanceOf(ContractRefused);
+      expect(refusal.errorName).toBe(REVERTED);
+      expect(refusal.message).toMatch(/reverted on chain, and alone it is refused: (SpendingAllowanceExceeded|ERC20InsufficientAllowance)/);
+      expect(await paidOnChain(good)).toBe(1_000_000n);
+      expect(await paidOnChain(his)).toBe(0n);
     });
   });
 
