@@ -364,10 +364,15 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         const skew = Number(CLOCK_SKEW_SECONDS);
         const terms = { billHash: bodyHash, chain: option.chain, token: option.token, amount: offered };
         const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
+        // The grace is for x402 v1, which echoes no offer. A v2 payment echoes its challenge's
+        // requirements, offer included: one without a good offer was not made from a challenge
+        // of this price, and is held to the price shown now.
         quote =
           (offeredVersion
             ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
-            : await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)) ?? shown;
+            : payment.x402Version === 1
+              ? await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)
+              : undefined) ?? shown;
       }
       const checking = startStage("payment checks");
       checkPayment(payment, {

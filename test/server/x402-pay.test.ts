@@ -246,7 +246,9 @@ describe("x402 route: paying a bill end to end", () => {
     const ask = (b: unknown, h: Record<string, string> = {}) =>
       moved.request("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", ...h }, body: JSON.stringify(b) });
     const other = (await (await ask(bill("08011111111", { nairaAmount: 1242 }))).json()) as { accepts: Array<{ extra: { offer: string } }> };
-    await db.query(`UPDATE rate_version SET live_until = now() - interval '10 minutes' WHERE id = $1`, [extra.rateVersion]);
+    // Superseded a minute ago, within the grace: the grace is x402 v1's, which echoes no offer;
+    // a v2 payment that drops its offer is held to the price shown now.
+    await db.query(`UPDATE rate_version SET live_until = now() - interval '1 minute' WHERE id = $1`, [extra.rateVersion]);
     const client = new x402HTTPClient(x402ClientFor(payer, stack.deployments));
     const withOffer = (offer: string | undefined) => {
       const { offer: _o, ...rest } = extra;
@@ -258,7 +260,9 @@ describe("x402 route: paying a bill end to end", () => {
       expect(res.status).toBe(402);
       return ((await res.json()) as { code: string }).code;
     };
-    // No offer (as x402 v1 sends): the old price is past the grace. Another bill's offer, or
+    expect(await refusedWith(undefined)).toBe("AMOUNT_MISMATCH");
+    await db.query(`UPDATE rate_version SET live_until = now() - interval '10 minutes' WHERE id = $1`, [extra.rateVersion]);
+    // No offer: the old price is past the grace too. Another bill's offer, or
     // this one's with its expiry moved, is no offer of this price for this bill.
     expect(await refusedWith(undefined)).toBe("AMOUNT_MISMATCH");
     expect(await refusedWith(other.accepts[0]!.extra.offer)).toBe("AMOUNT_MISMATCH");
