@@ -21,6 +21,12 @@ export interface ChainStatus {
   indexed: bigint | null;
   lagBlocks: number | null;
   lagSeconds: number | null;
+  /**
+   * Seconds since the head block of the service's node was made. The ledger is held against
+   * this node's head: a node that stops following its chain freezes both, and only its head's
+   * age shows it.
+   */
+  headAgeSeconds: number | null;
   /** The ledger's state on this chain at the service's last look (server/ledger-health.ts). */
   ledger: ChainProgress | null;
   keys: Array<{ role: "operator" | "refunder"; address: string; gasWei: bigint | null }>;

@@ -185,7 +185,7 @@ export class OperatorState {
       (Object.keys(this.deps.deployments.chains) as ChainKey[]).map(async (chain) => {
         const d = this.deps.deployments.chains[chain]!;
         const ledger = this.deps.ledgerHealth.latest().find((p) => p.chain === chain) ?? null;
-        const out: ChainStatus = { chain, chainId: d.chainId, head: null, indexed: null, lagBlocks: null, lagSeconds: null, ledger, keys: [], tokens: [], errors: [] };
+        const out: ChainStatus = { chain, chainId: d.chainId, head: null, indexed: null, lagBlocks: null, lagSeconds: null, headAgeSeconds: null, ledger, keys: [], tokens: [], errors: [] };
         const indexed = status ? Object.values(status).find((s) => s.id === d.chainId)?.block ?? null : null;
         if (!status) out.errors.push("the ledger's /status could not be read");
         const client = publicClientFor(chain, rpcUrlFor(chain, d));
@@ -193,6 +193,7 @@ export class OperatorState {
         try {
           const head = await withTimeout(client.getBlock({ blockTag: "latest" }), `${chain} head`);
           out.head = head.number;
+          out.headAgeSeconds = Math.max(0, Math.floor(Date.now() / 1000) - Number(head.timestamp));
           if (indexed) {
             out.indexed = BigInt(indexed.number);
             out.lagBlocks = Math.max(0, Number(head.number - out.indexed));

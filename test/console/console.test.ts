@@ -183,13 +183,16 @@ describe("operator console and metrics", () => {
     expect(text).toMatch(/^billpay_treasury_mismatch\{chain="CELO",token="USDC"\} 0$/m);
     expect(text).toMatch(/^billpay_treasury_onchain_units\{chain="CELO",token="USDC"\} 1001000$/m);
     expect(text).toMatch(/^billpay_ledger_lag_blocks\{chain="CELO"\} \d+$/m);
+    // The local chains make a block a second: the service's node follows its chain.
+    const headAge = Number(/^billpay_chain_head_age_seconds\{chain="CELO"\} (\d+)$/m.exec(text)?.[1]);
+    expect(headAge).toBeLessThan(30);
     expect(text).toMatch(/^billpay_hot_key_gas_wei\{chain="CELO",role="refunder",address="0x[0-9a-fA-F]{40}"\} \d/m);
     expect(text).toMatch(/^billpay_orders_needs_review 0$/m);
     expect(text).toMatch(/^billpay_refund_budget_available_units\{chain="CELO",token="USDC"\} \d+/m);
     // Every metric the shipped alert rules use is one this service exports.
     const rules = parse(await readFile("ops/prometheus/billpay-rules.yml", "utf8")) as { groups: Array<{ rules: Array<{ alert: string; expr: string }> }> };
     const alerts = rules.groups.flatMap((g) => g.rules);
-    expect(alerts.map((r) => r.alert)).toEqual(expect.arrayContaining(["BillPayTreasuryMismatch", "BillPayOrdersStuck", "BillPayOrdersNeedReview", "BillPayRefundBudgetLow", "BillPayHotKeyGasLow", "BillPayLedgerBehind"]));
+    expect(alerts.map((r) => r.alert)).toEqual(expect.arrayContaining(["BillPayTreasuryMismatch", "BillPayOrdersStuck", "BillPayOrdersNeedReview", "BillPayRefundBudgetLow", "BillPayHotKeyGasLow", "BillPayLedgerBehind", "BillPayChainHeadStale"]));
     for (const rule of alerts) {
       for (const metric of rule.expr.match(/billpay_[a-z_]+/g) ?? []) expect(text, `${rule.alert} uses ${metric}`).toMatch(new RegExp(`^# TYPE ${metric.replace(/_(count|sum|bucket)$/, "")} `, "m"));
     }
