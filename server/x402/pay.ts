@@ -313,6 +313,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const seen = presented && (await deps.flow.orders.findByPayment(option.chain, token.address, presented.authorization.from, presented.authorization.nonce));
     lookedUp();
     if (seen) {
+      // A replay is a look at its order, as GET /api/orders is: it signs receipts, and may ask
+      // a contract wallet's code for a proof, so it shares that route's budget per address.
+      await limits.take("orderAddress", client);
       let replayed: Order;
       try {
         replayed = replayOf(seen, presented!, bodyHash);

@@ -116,6 +116,8 @@ describe("abuse resistance", () => {
     const statuses: number[] = [];
     for (let i = 0; i < 4; i++) statuses.push((await fetch(`${url}/api/orders/${result.request_id}`)).status);
     expect(statuses).toEqual([200, 200, 200, 429]);
+    // A replay of the payment is a look at its order too: the same budget.
+    expect((await post(body, client.encodePaymentSignatureHeader(payload))).status).toBe(429);
   });
 
   it("keeps the tables bounded: a flood of new bills writes no row; expired link signatures are purged", async () => {
