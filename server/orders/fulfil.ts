@@ -508,8 +508,8 @@ async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWait
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
  * an order held for review whose payment is of another amount is refunded, when an operator
- * decides so, by exactly what the ledger shows paid under its key; refundAmount.) And only
- * once the payment is as deep as a bill is vended on (CONFIRMATIONS_<CHAIN>). A pulled
+ * decides so, by exactly what the ledger shows paid under its key; refundAmount.) A late
+ * landing's, only once its payment is as deep as a bill is vended on (CONFIRMATIONS_<CHAIN>). A pulled
  * order is refunded by its order id, an x402 one with the payer's own authorization (or its
  * own Permit2 permit);
  * BillPay refunds each once.
@@ -526,10 +526,12 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
   try {
     const paid = await awaitLedgerPaymentFor(deps, refunding);
     if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
-    // As deep as a bill is vended on: a payment a block old (a late landing the ledger pass
-    // found) may yet be replaced by its nonce's cancellation, and BillPay's refund of an
-    // authorization checks only that its nonce is used. The worker tries again.
-    if (!(await deepEnough(deps, chain, paid))) {
+    // A late landing's, as deep as a bill is vended on: a payment the ledger pass found a block
+    // after it landed may yet be replaced by its nonce's cancellation, and BillPay's refund of
+    // an authorization checks only that its nonce is used. The worker tries again. (Any other
+    // order's payment reached that depth before it was PAID; a pull's refund needs BillPay's
+    // own record of the pull, which goes with it.)
+    if (refunding.lateRefund && !(await deepEnough(deps, chain, paid))) {
       deps.log.info("refund waits for its payment's confirmations", { requestId: refunding.requestId, block: paid.blockNumber });
       return refunding;
     }
