@@ -66,6 +66,8 @@ export interface LedgerOptions {
   stallTimeoutMs?: number;
   /** The ledger's nice increment (0 to 19); absent, LEDGER_NICE decides (default 0: lib/ledger-config.ts). */
   nice?: number;
+  /** Stops the ledger, and the start with it, when aborted (a supervisor stopped while it restarts one). */
+  signal?: AbortSignal;
 }
 
 export interface Ledger {
@@ -115,7 +117,7 @@ async function waitReady(url: string, child: ChildProcess, options: LedgerOption
   /** Catching up after /ready: each chain's block and when it last moved; a chain behind that stands still stalls it. */
   const moved = new Map<number, { block: bigint; at: number }>();
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`ledger exited with code ${child.exitCode} before it was ready`);
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`ledger exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready`);
     try {
       const res = await fetch(`${url}/ready`, { signal: AbortSignal.timeout(1_000) });
       if (res.ok) {
@@ -226,6 +228,9 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
     clearTimeout(timer);
   };
 
+  const abort = () => void stop();
+  options.signal?.addEventListener("abort", abort, { once: true });
+  child.once("exit", () => options.signal?.removeEventListener("abort", abort));
   try {
     await waitReady(url, child, options, deployments);
   } catch (err) {

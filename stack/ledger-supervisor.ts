@@ -82,17 +82,15 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
         backoffMs = Math.min(backoffMs * 2, MAX_BACKOFF_MS);
         if (stopping) return;
         try {
-          const started = await startLedger({ ...options, port });
-          // Stopped while this one started (an in-memory index backfills for minutes): it
-          // stops too, rather than outlive the stack on the ledger's port.
-          if (stopping) return void (await started.stop());
-          ledger = started;
+          // Stopped meanwhile (an in-memory index backfills for minutes), the one starting stops too.
+          ledger = await startLedger({ ...options, port, signal: stopped.signal });
           watchExit(ledger);
           watch.reset();
           currentSince = Date.now();
           options.log(`ledger: restarted and backfilled (schema ${ledger.schema}); watching it against the chains again`);
           return;
         } catch (err) {
+          if (stopping) return;
           why = `the restart failed: ${(err as Error).message}`;
         }
       }
@@ -135,9 +133,10 @@ export async function superviseLedger(options: SupervisorOptions): Promise<Super
     latest: () => watch.latest(),
     async stop(signal) {
       stopping = true;
-      stopped.abort();
       watch.stop();
-      await ledger.stop(signal);
+      const stoppedNow = ledger.stop(signal);
+      stopped.abort(); // ends a restart's backoff, and stops the ledger it is starting
+      await stoppedNow;
       await restartRun;
     },
   };

@@ -8,7 +8,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, ledgerDatabaseFor } from "../../stack/ledger-process.ts";
+import { freePort, ledgerDatabaseFor, startLedger } from "../../stack/ledger-process.ts";
+import { IN_MEMORY } from "../../lib/ledger-config.ts";
 import { startScript } from "../support/processes.ts";
 import { dropDatabase, freshDatabase, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
@@ -75,5 +76,18 @@ describe("a ledger whose parent is killed outright", () => {
     expect(await listening(port)).toBe(false);
     // It shut down as on Ctrl-C, not by a kill of its own.
     expect(ledger.output()).toContain("Received SIGTERM");
+  });
+
+  it("a start whose signal is aborted stops the ledger it was starting, and fails at once, as a supervisor stopped mid-restart needs", async () => {
+    const stop = new AbortController();
+    const starting = startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: IN_MEMORY, signal: stop.signal });
+    const failed = starting.then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    await new Promise((r) => setTimeout(r, 300)); // spawned, and seconds from ready
+    stop.abort();
+    // Not ready, however long a backfill would have taken: the start fails, its ledger gone.
+    expect((await failed)?.message).toMatch(/^ledger exited \(.+\) before it was ready$/);
   });
 });
