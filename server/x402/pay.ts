@@ -15,7 +15,7 @@ import { paymentTerms } from "./terms.ts";
 import { OFFER_RECEIPT_KEY, type BillReceipt, type Receipts, type X402Receipt } from "../orders/receipts.ts";
 import { chainInfo, x402TransferOf, type ChainKey } from "../../lib/chains.ts";
 import { permit2ApprovalNeeded } from "../../lib/permit2.ts";
-import type { Hex } from "viem";
+import type { Hex, PublicClient } from "viem";
 import type { Deployments, TokenDeployment } from "../../lib/deployments.ts";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { Config } from "../config.ts";
@@ -118,6 +118,10 @@ export interface X402Payments {
   unreadPayment(client: string): Promise<void>;
 }
 
+/** The EIP-712 domain a token's authorizations are signed under. */
+type TokenDomain = { name: string; version: string; chainId: number; address: string };
+const tokenDomain = (chain: ChainKey, token: TokenDeployment): TokenDomain => ({ name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(chain).chainId, address: token.address });
+
 /** Refusals that leave a good payment able to land later: only its time window was wrong. */
 const LANDABLE = new Set<PaymentProblem>(["AUTHORIZATION_NOT_YET_VALID", "AUTHORIZATION_TOO_LONG", "AUTHORIZATION_EXPIRES_TOO_SOON"]);
 
@@ -201,10 +205,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
   };
 
   /** Whether the payment's signature is its payer's (a refused payment's, checked only once the caller's budget allowed the call). */
-  async function signedByPayer(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment): Promise<boolean> {
-    const client = deployedClientFor(deps.deployments, option.chain)!;
-    const domain = { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address };
-    return checkSignature(payment, domain, client).then(
+  async function signedByPayer(payment: DecodedPayment, domain: TokenDomain, node: PublicClient): Promise<boolean> {
+    return checkSignature(payment, domain, node).then(
       () => true,
       () => false,
     );
@@ -224,11 +226,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     hash: string,
     ctx: ChallengeContext,
     code: PaymentProblem,
+    node: PublicClient,
   ): Promise<string> {
-    const client = deployedClientFor(deps.deployments, option.chain)!;
     // Only a payer who holds the amount now could land it: wallets of no funds sign for free,
     // and would otherwise fill the kept refusals, leaving others' landings to an operator.
-    const balance = await tokenBalance(client, token.address, payment.authorization.from).catch(() => undefined);
+    const balance = await tokenBalance(node, token.address, payment.authorization.from).catch(() => undefined);
     if (balance === undefined) return "The payer's balance could not be read, so it is not kept: should it be submitted anyway, an operator must refund it";
     if (balance < quote.amount) return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
@@ -284,10 +286,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
    * the nonce and the payer's balance (chain/payment-state.ts). A read that fails is
    * `"unread"`: the caller makes nothing of the payment then (CHAIN_UNAVAILABLE).
    */
-  function readChain(payment: DecodedPayment, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
+  function readChain(payment: DecodedPayment, node: PublicClient, option: ReturnType<typeof resolveOption>, token: TokenDeployment, amount: bigint) {
     const unread = () => "unread" as const;
     return Promise.all([
-      payment.method === "permit2" ? permit2ApprovalNeeded(deployedClientFor(deps.deployments, option.chain)!, token.address as Hex, payment.authorization.from, amount).catch(unread) : undefined,
+      payment.method === "permit2" ? permit2ApprovalNeeded(node, token.address as Hex, payment.authorization.from, amount).catch(unread) : undefined,
       paymentAtIntake(deps.flow, { chain: option.chain, tokenAddress: token.address, payer: payment.authorization.from, authNonce: payment.authorization.nonce, payment: { method: payment.method } }).catch(unread),
     ]);
   }
@@ -299,6 +301,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const ctx = context(request.resourceUrl);
     const d = deps.deployments.chains[option.chain]!;
     const token = d.tokens.find((t) => t.symbol === option.token)!;
+    // The service's own node for the chain (deployedOption refused one with no deployment), and the token's signing domain.
+    const node = deployedClientFor(deps.deployments, option.chain)!;
+    const domain = tokenDomain(option.chain, token);
     const bodyHash = billHash(bill, option);
 
     let presented: DecodedPayment | undefined;
@@ -390,24 +395,20 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       });
       // The chain's part of the payment, read from here on beside the signature check and
       // the order lookups, and awaited where it decides something (below).
-      chainRead = readChain(payment, option, token, quote.amount);
-      await checkSignature(
-        payment,
-        { name: token.name, version: token.eip712Version ?? "", chainId: chainInfo(option.chain).chainId, address: token.address },
-        deployedClientFor(deps.deployments, option.chain)!,
-      );
+      chainRead = readChain(payment, node, option, token, quote.amount);
+      await checkSignature(payment, domain, node);
       checking();
     } catch (err) {
       if (!(err instanceof PaymentRejected)) throw err;
       // The signature was not reached, or did not hold: checked now, for whom to count (only a
       // payment to BillPay: his payments to others are public, on chain, for anyone to replay).
       const toUs = presented !== undefined && presented.authorization.to.toLowerCase() === d.billPay.address.toLowerCase();
-      const signed = toUs && err.code !== "SIGNATURE_INVALID" && (await signedByPayer(presented!, option, token));
+      const signed = toUs && err.code !== "SIGNATURE_INVALID" && (await signedByPayer(presented!, domain, node));
       await countUnsettled(client, signed ? presented : undefined);
       // Refused only for its time window, it may still land (the payer, a relayer, anyone holding
       // it can submit it): kept, when its signature is the payer's and he holds the amount, so a
       // landing is refunded.
-      const kept = LANDABLE.has(err.code) && signed ? await keepRefusal(presented!, bill, option, token, quote, hash, ctx, err.code) : undefined;
+      const kept = LANDABLE.has(err.code) && signed ? await keepRefusal(presented!, bill, option, token, quote, hash, ctx, err.code, node) : undefined;
       return { kind: "challenge", challenge, warning, rejected: { code: err.code, detail: kept === undefined ? err.detail : `${err.detail}. ${kept}` } };
     }
 
