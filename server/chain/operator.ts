@@ -59,10 +59,14 @@ const ALREADY_REFUNDED = new Set(["AuthorizationAlreadyRefunded", "Permit2Alread
 
 export { onChainOrderId };
 
-/** BillPay (or the token) refused the call: nothing was sent, or the transaction reverted. */
-/** ContractRefused's name for a transaction mined and reverted, its gas spent (an estimate's refusal without a reason is "Reverted"). */
-export const REVERTED = "RevertedOnChain";
+/** ContractRefused's name for a transaction mined and reverted, its gas spent, for no reason read (an estimate's refusal without a reason is "Reverted"). */
+export const REVERTED_ON_CHAIN = "RevertedOnChain";
+/** ContractRefused's name for a pull mined and reverted because its payer moved his allowance or funds after the estimate (blame). */
+export const REVERTED_BY_PAYER = "RevertedByPayer";
+/** BillPay's and the token's refusals of a pull that only its payer's own transactions bring about. */
+const PAYER_REFUSALS = new Set(["SpendingAllowanceExceeded", "SpendingLimitExceeded", "ERC20InsufficientAllowance", "ERC20InsufficientBalance"]);
 
+/** BillPay (or the token) refused the call: nothing was sent, or the transaction reverted. */
 export class ContractRefused extends Error {
   constructor(
     readonly errorName: string,
@@ -300,7 +304,7 @@ export class ChainOperator {
     if (group.length === 1) {
       const [only] = group;
       const call: Write = { functionName: "pull", args: [onChainOrderId(only!.item.requestId), only!.item.payer, only!.item.token, only!.item.amount] };
-      await this.write(chain, this.keys.operator, call, only!.onSigned, only!.onReplaced).then(only!.resolve, only!.reject);
+      await this.write(chain, this.keys.operator, call, only!.onSigned, only!.onReplaced).then(only!.resolve, async (e: unknown) => only!.reject(await this.blame(chain, call, e)));
       return;
     }
     let members = group;
@@ -346,11 +350,10 @@ export class ChainOperator {
           continue;
         }
         if (err instanceof ContractRefused) {
-          // A batch mined and reverted: a pull refused alone now is what made it revert (its
-          // payer's allowance or balance moved after the estimate), and is told so.
-          const reverted = err.errorName === REVERTED;
-          const blamed = (e: unknown) =>
-            reverted && e instanceof ContractRefused && e.errorName !== REVERTED ? new ContractRefused(REVERTED, e.args, `the pulls sent with it reverted on chain, and alone it is refused: ${e.errorName}`) : e;
+          // A batch mined and reverted: a pull its payer's own doing refuses alone now is
+          // what made it revert (his allowance or funds moved after the estimate), told so.
+          const reverted = err.errorName === REVERTED_ON_CHAIN;
+          const blamed = (e: unknown) => (reverted ? payerDoing(e, "the pulls sent with it reverted on chain") : e);
           // Nothing moved: each pull by itself, so a refusal is its own payer's alone. Payers
           // go at once: the key's queue sends their pulls one after another, and none waits
           // for another payer's to be mined (one payer's refusal must not hold the others up
@@ -369,7 +372,7 @@ export class ChainOperator {
                   // A pull of its own after the batch: another transaction, signed under its guard.
                   async (hash) => m.onSigned?.(hash, m.recordedAs),
                   m.onReplaced,
-                ).then(m.resolve, (e: unknown) => m.reject(blamed(e)));
+                ).then(m.resolve, async (e: unknown) => m.reject(blamed(await this.blame(chain, { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] }, e))));
               }
             }),
           );
@@ -392,7 +395,8 @@ export class ChainOperator {
       // All of its payers or none: a hold taken while another instance keeps one of them is given back at once.
       for (;;) {
         const held = await this.takeHolds(chain, payers);
-        const send = () => this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+        const call: Write = { functionName: "pullBatch", args: [requests] };
+        const send = () => this.write(chain, this.keys.operator, call, onSigned, onReplaced).catch(async (e: unknown) => Promise.reject(await this.blame(chain, call, e)));
         if (payers.every((p) => held.has(p.toLowerCase()))) return whileHeld(this.holds, chain, held, send);
         await this.holds!.release(chain, [...held]).catch(() => {});
         const busy = payers.find((p) => !held.has(p.toLowerCase()))!;
@@ -402,6 +406,25 @@ export class ChainOperator {
     })();
     this.holdPayers(chain, payers, sending);
     return sending;
+  }
+
+  /**
+   * A pull mined and reverted, explained: the same call estimated again on the chain as it now
+   * stands names what refused it. Its payer's own doing (his allowance or funds moved after
+   * the service's estimate) is REVERTED_BY_PAYER, and so is a call that would pass now: only
+   * its payers move their allowances and funds back and forth, while the service's own
+   * bounds (its pull budget, a pause) would still refuse it by name. Anything else as it is.
+   */
+  private async blame(chain: ChainKey, call: Write, err: unknown): Promise<unknown> {
+    if (!(err instanceof ContractRefused) || err.errorName !== REVERTED_ON_CHAIN) return err;
+    const d = this.deployments.chains[chain]!;
+    const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+    const target = { address: d.billPay.address as Hex, abi, ...call, account: this.keys.operator, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0];
+    const why = await client.estimateContractGas(target).then(
+      () => undefined,
+      (e: unknown) => refusal(e),
+    );
+    return why ? payerDoing(why, err.message) : new ContractRefused(REVERTED_BY_PAYER, [], `${err.message}; it would pass now: its payer's allowance or funds moved, and moved back`);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
@@ -548,7 +571,7 @@ export class ChainOperator {
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined, "mined");
-    if (receipt.status !== "success") throw new ContractRefused(REVERTED, [], `transaction ${mined} reverted`);
+    if (receipt.status !== "success") throw new ContractRefused(REVERTED_ON_CHAIN, [], `transaction ${mined} reverted`);
     return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
 }
@@ -590,6 +613,11 @@ async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: 
     if (Date.now() >= deadline) return null;
     await block.wait();
   }
+}
+
+/** A refusal its payer brought about (PAYER_REFUSALS) as REVERTED_BY_PAYER, saying what reverted; any other error as it is. */
+function payerDoing(e: unknown, what: string): unknown {
+  return e instanceof ContractRefused && PAYER_REFUSALS.has(e.errorName) ? new ContractRefused(REVERTED_BY_PAYER, e.args, `${what}; its payer's doing: ${e.errorName}`) : e;
 }
 
 /** The contract's (or token's) reason for refusing, when the error carries one. */

@@ -9,7 +9,7 @@ import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import { ContractRefused, PayerHeldElsewhere, ReplacementRefused, REVERTED } from "../chain/operator.ts";
+import { ContractRefused, PayerHeldElsewhere, ReplacementRefused, REVERTED_BY_PAYER } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import { isPaymentOf } from "../ledger-client.ts";
@@ -66,8 +66,8 @@ const REFUSALS: Record<string, ErrorCode> = {
   ERC20InsufficientBalance: "BALANCE_INSUFFICIENT",
   // The operator-wide cap that bounds a leaked operator key: the service's limit, not the payer's.
   PullBudgetExceeded: "PULL_BUDGET_EXHAUSTED",
-  // Mined and reverted, at BillPay's gas: counted against the payer (agent/hub.ts).
-  [REVERTED]: "PULL_REVERTED",
+  // Mined and reverted, at BillPay's gas, by the payer's own doing: counted against him (agent/hub.ts).
+  [REVERTED_BY_PAYER]: "PULL_REVERTED",
 };
 
 /** Each order's own key: the caller's for a single bill, `<key>#<position>` in a batch. */

@@ -15,7 +15,7 @@ import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent } from "../../lib/agent-client.ts";
-import { hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
+import { deployerAccount, hardhatAccount, operatorAccount } from "../../lib/local-accounts.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
@@ -31,7 +31,7 @@ import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { deliveredBy, takenBackByBiller } from "../support/orders.ts";
-import { startPayingStack } from "../support/stack.ts";
+import { budgetsOf, restoreBudgets, startPayingStack } from "../support/stack.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -396,7 +396,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     }
   });
 
-  it("an agent's pull its payer makes revert (his allowance lowered after the service's estimate) costs him his budget: past it his pays are refused before anything is sent", async () => {
+  it("an agent's pull its payer makes revert (his allowance lowered after the service's estimate) costs him his budget, one the service's own bound made revert does not: past it his pays are refused before anything is sent", async () => {
     const account = hardhatAccount(18);
     await celo.approveAndAllow(account, "USDC", USDC(100));
     const key = newApiKey();
@@ -409,7 +409,23 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const operatorSent = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
     const wallet = createWalletClient({ account, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
     const budget = service.config.RATE_LIMIT_REVERTED_PAYER.points;
+    const admin = createWalletClient({ account: deployerAccount(), chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    const fast = { maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n };
+    const budgets = await budgetsOf(paying.chains.deployments);
     try {
+      // A pull the service's own bound makes revert (its admin lowers the pull budget in the
+      // same block) is answered by that bound's name, and not counted against the payer.
+      await rpc("evm_setIntervalMining", [0]);
+      await rpc("evm_setAutomine", [false]);
+      const sentFirst = await operatorSent();
+      const bounded = pay(1_690);
+      await expect.poll(operatorSent, { timeout: 10_000, interval: 50 }).toBeGreaterThan(sentFirst);
+      await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setPullBudget", args: [celo.tokenAddress("USDC"), 1n, 3_600n], ...fast });
+      await rpc("evm_mine");
+      expect(code(await bounded)).toBe("PULL_BUDGET_EXHAUSTED");
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1_000]);
+      await restoreBudgets(paying.chains.deployments, budgets);
       for (let i = 0; i < budget; i++) {
         await rpc("evm_setIntervalMining", [0]);
         await rpc("evm_setAutomine", [false]);
@@ -417,7 +433,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
         const answer = pay(1_700 + i);
         await expect.poll(operatorSent, { timeout: 10_000, interval: 50 }).toBeGreaterThan(sent); // the pull waits in the pool
         // His own small transaction, paying more to go first in the block: his allowance to nothing.
-        await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n });
+        await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], ...fast });
         await rpc("evm_mine");
         const refused = await answer;
         expect(code(refused)).toBe("PULL_REVERTED");

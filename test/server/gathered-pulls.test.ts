@@ -11,7 +11,7 @@ import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED, type PullItem } from "../../server/chain/operator.ts";
+import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED_BY_PAYER, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
@@ -115,8 +115,8 @@ describe("gathered pulls", () => {
       expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
       const refusal = (settled[2] as PromiseRejectedResult).reason as ContractRefused;
       expect(refusal).toBeInstanceOf(ContractRefused);
-      expect(refusal.errorName).toBe(REVERTED);
-      expect(refusal.message).toMatch(/reverted on chain, and alone it is refused: (SpendingAllowanceExceeded|ERC20InsufficientAllowance)/);
+      expect(refusal.errorName).toBe(REVERTED_BY_PAYER);
+      expect(refusal.message).toMatch(/reverted on chain; its payer's doing: (SpendingAllowanceExceeded|ERC20InsufficientAllowance)/);
       expect(await paidOnChain(good)).toBe(1_000_000n);
       expect(await paidOnChain(his)).toBe(0n);
     });
