@@ -92,8 +92,9 @@ export const configSchema = z.object({
   SERVICE_FEES_USD: fees.prefault("AIRTIME=0,DATA=0,ELECTRICITY=0.10,CABLE=0.10,BANK=0.25,EDUCATION=0.10"),
   QUOTE_TTL_SECONDS: z.coerce.number().int().min(30).max(86_400).default(86_400),
   /**
-   * A payment that echoes no signed offer (x402 v1 sends none) is honoured at a price other
-   * than today's only when a rate version live within this many seconds gave it.
+   * A payment that cannot echo its bill's signed offer (x402 v1 sends none; an MCP call that
+   * named no wallet was offered a bill of no wallet) is honoured at a price other than today's
+   * only when a rate version live within this many seconds gave it.
    */
   PRICE_GRACE_SECONDS: z.coerce.number().int().min(0).max(3_600).default(300),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(16_384),

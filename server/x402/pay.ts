@@ -90,6 +90,12 @@ export interface PayRequest {
   header: (name: string) => string | undefined;
   /** The v1 body names networks as legacy x402@1 clients do (`?networks=v1`). */
   v1NetworkNames?: boolean;
+  /**
+   * The offer the payment echoes cannot be this bill's: its challenge priced the bill for no
+   * wallet (an MCP call naming none), and the bill is the signer's. The price grace applies, as
+   * for x402 v1, which echoes no offer.
+   */
+  offerForAnotherWallet?: boolean;
 }
 
 export type PayOutcome =
@@ -372,13 +378,14 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         const skew = Number(CLOCK_SKEW_SECONDS);
         const terms = { billHash: bodyHash, chain: option.chain, token: option.token, amount: offered };
         const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
-        // The grace is for x402 v1, which echoes no offer. A v2 payment echoes its challenge's
+        // The grace is for a payment that cannot echo this bill's offer: x402 v1's, or one whose
+        // challenge priced the bill for no wallet. Any other v2 payment echoes its challenge's
         // requirements, offer included: one without a good offer was not made from a challenge
         // of this price, and is held to the price shown now.
         quote =
           (offeredVersion
             ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
-            : payment.x402Version === 1
+            : payment.x402Version === 1 || request.offerForAnotherWallet
               ? await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)
               : undefined) ?? shown;
       }

@@ -24,6 +24,8 @@ import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
+import { createApp } from "../../server/app.ts";
+import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { airtimeBill } from "../support/bills.ts";
 import { deliveredBy } from "../support/orders.ts";
@@ -304,6 +306,26 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     // Every answer before it was the payment's own refusal; the earlier suites' refusals used the rest of the budget.
     expect(new Set(answers.slice(0, -1))).toEqual(new Set(["INVALID_PAYMENT_HEADER"]));
     expect(answers.length).toBeLessThanOrEqual(UNSETTLED_BUDGET + 1);
+  });
+
+  it("an agent that names no wallet is held to the price now, or within the grace: its challenge's offer was for a bill of no wallet", async () => {
+    const payer = accounts(16);
+    const before = await usdc(payer.address);
+    const required = requiredOf(await call(bill({ nairaAmount: 1510 })));
+    const payment = await sign(payer, required, onCelo);
+    // Another instance whose rate has moved, the version that priced the challenge superseded a minute ago.
+    const moved = createApp({ config: service.config, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(775_000n), flow: service.flow });
+    const version = (payment.accepted.extra as { rateVersion: string }).rateVersion;
+    await service.db.query(`UPDATE rate_version SET live_until = now() - interval '1 minute' WHERE id = $1`, [version]);
+    const res = await moved.request("http://localhost/api/mcp", {
+      method: "POST",
+      headers: { host: "localhost", "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "pay_bill", arguments: bill({ nairaAmount: 1510 }), _meta: { "x402/payment": payment } } }),
+    });
+    const answer = ((await res.json()) as { result: CallToolResult }).result;
+    expect(answer.isError).toBeFalsy();
+    expect(answer.structuredContent).toMatchObject({ status: "SUCCESS" });
+    expect(before - (await usdc(payer.address))).toBe(BigInt(payment.accepted.amount));
   });
 
   it("the audit agrees with every order the MCP payments made", async () => {
