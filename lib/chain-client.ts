@@ -22,6 +22,7 @@ export function publicClientFor(chain: ChainKey, rpcUrl: string, retries = 0): P
     // read right after a transaction then names a block before it, and "the ledger has
     // indexed the head" would be believed of a ledger that has not reached the transaction.
     cacheTime: 0,
+    ccipRead: false, // as sharedClientFor: no call fetches a URL a contract names
   });
 }
 
@@ -62,6 +63,10 @@ export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
       transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false }),
       pollingInterval: POLLING_INTERVAL_MS,
       cacheTime: 0, // as publicClientFor: every head read is the node's head now
+      // A contract the service calls may be anyone's (a payer's wallet asked for its
+      // signature): one that reverts with OffchainLookup (EIP-3668) would have viem fetch the
+      // URL it names. The service reads nothing off chain through a call.
+      ccipRead: false,
     });
     shared.set(key, client);
   }

@@ -4,10 +4,13 @@
  * deployed, runs within the gas cap, as anyone may write that code; and a wallet with no code
  * whose signature does not recover costs no call at all.
  */
-import { concat, encodeAbiParameters, type Hex, type PublicClient } from "viem";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { concat, encodeAbiParameters, encodeErrorResult, parseAbi, type Hex, type PublicClient } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { CONTRACT_SIGNATURE_GAS, messageSigner } from "../../lib/contract-signature.ts";
+import { publicClientFor, sharedClientFor } from "../../lib/chain-client.ts";
+import { CONTRACT_SIGNATURE_GAS, contractAccepts, messageSigner } from "../../lib/contract-signature.ts";
 
 const ERC6492_SUFFIX = `0x${"6492".repeat(16)}` as Hex;
 const MAGIC = `0x1626ba7e${"0".repeat(56)}` as Hex;
@@ -20,6 +23,8 @@ function node(code: Hex | undefined, answer: Hex) {
     client: {
       getCode: async () => code,
       call: async (args: { to?: Hex; data?: Hex; gas?: bigint }) => (calls.push({ to: args.to, gas: args.gas }), { data: answer }),
+      // viem's own check, which runs a 6492 factory call with no gas cap: never to be asked.
+      verifyMessage: async () => (calls.push({ to: "verifyMessage" }), true),
     } as unknown as Pick<PublicClient, "getCode" | "call">,
   };
 }
@@ -58,5 +63,39 @@ describe("who signed a message", () => {
     const yes = node("0x", "0x01");
     expect(await messageSigner(yes.client, wallet, "hello", wrapped(junk))).toBe("contract");
     expect(yes.calls).toEqual([{ to: undefined, gas: CONTRACT_SIGNATURE_GAS }]);
+  });
+
+  it("never fetches a URL a wallet's code names (EIP-3668 OffchainLookup): the service's clients read nothing off chain", async () => {
+    let fetched = 0;
+    const server = createServer((req, res) => {
+      if (req.method !== "POST") {
+        fetched++;
+        return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ data: "0x" }));
+      }
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () => {
+        const { id, method } = JSON.parse(body) as { id: number; method: string };
+        res.setHeader("content-type", "application/json");
+        if (method !== "eth_call") return void res.end(JSON.stringify({ jsonrpc: "2.0", id, result: "0x6080" }));
+        // The wallet reverts with OffchainLookup(sender, urls, callData, callback, extraData), naming this server.
+        const lookup = encodeErrorResult({
+          abi: parseAbi(["error OffchainLookup(address sender, string[] urls, bytes callData, bytes4 callbackFunction, bytes extraData)"]),
+          errorName: "OffchainLookup",
+          args: [wallet, [`${url}/lookup/{sender}/{data}`], "0x", "0x12345678", "0x"],
+        });
+        res.end(JSON.stringify({ jsonrpc: "2.0", id, error: { code: 3, message: "execution reverted", data: lookup } }));
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      for (const client of [sharedClientFor("CELO", url), publicClientFor("CELO", url)]) {
+        expect(await contractAccepts(client, wallet, `0x${"ab".repeat(32)}`, junk)).toBe(false);
+      }
+      expect(fetched).toBe(0);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   });
 });
