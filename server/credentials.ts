@@ -17,7 +17,9 @@
 import { createHash, createHmac, randomBytes, scrypt as scryptCallback, timingSafeEqual, type ScryptOptions } from "node:crypto";
 
 const API_KEY_PREFIX = "bpk_";
-export const API_KEY_PATTERN = /^bpk_[A-Za-z0-9_-]{43}$/;
+/** An api_key anywhere in a text (logs, stored messages); API_KEY_PATTERN is one whole key. */
+export const API_KEY_IN_TEXT = /bpk_[A-Za-z0-9_-]{43}/g;
+export const API_KEY_PATTERN = new RegExp(`^${API_KEY_IN_TEXT.source}$`);
 export const PIN_PATTERN = /^\d{4,6}$/;
 
 /** The least pepper accepted: 32 bytes, as many as the HMAC's output. */

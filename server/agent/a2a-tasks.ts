@@ -17,13 +17,15 @@
  *
  * A task keeps its messages (the SDK appends each message sent on a task to its history
  * before the skill runs), and a caller may send a linked wallet's api_key and PIN on an open
- * task. Those are never stored: each is replaced by "[redacted]" before the task is written,
- * wherever in the task it stands, in a data part or in a text part holding JSON.
+ * task. Those are never stored: in the caller's messages, each is replaced by "[redacted]"
+ * before the task is written, in a data part or in a text part (as JSON, or an api_key in
+ * prose). The service's own messages are kept as they are.
  */
-import { Task, TaskState } from "@a2a-js/sdk";
+import { Role, Task, TaskState, type Message, type Part } from "@a2a-js/sdk";
 import type { ListTasksResponse } from "@a2a-js/sdk";
 import type { TaskStore } from "@a2a-js/sdk/server";
 import type { Db } from "../db.ts";
+import { API_KEY_IN_TEXT } from "../credentials.ts";
 
 export const A2A_TASK_CAPACITY = 10_000;
 export const A2A_TASK_TTL_MS = 60 * 60_000;
@@ -32,22 +34,58 @@ const FINISHED = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, T
 
 /** The arguments that are a linked wallet's credentials (agent/tools.ts). */
 const CREDENTIALS = new Set(["api_key", "pin"]);
-const API_KEY_TEXT = /bpk_[A-Za-z0-9_-]{43}/g;
+const REDACTED = "[redacted]";
 
-/** `value` (a task as JSON) with every credential replaced, however deep, JSON text included. */
+/** `value` with every credential argument replaced, however deep; itself when it holds none. */
 function withoutCredentials(value: unknown): unknown {
-  if (typeof value === "string") {
-    const text = value.replace(API_KEY_TEXT, "[redacted]");
-    if (!/^\s*[{[]/.test(text)) return text;
-    try {
-      return JSON.stringify(withoutCredentials(JSON.parse(text)));
-    } catch {
-      return text; // not JSON after all
-    }
+  if (Array.isArray(value)) {
+    const out = value.map(withoutCredentials);
+    return out.some((v, i) => v !== value[i]) ? out : value;
   }
-  if (Array.isArray(value)) return value.map(withoutCredentials);
   if (value === null || typeof value !== "object") return value;
-  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, CREDENTIALS.has(k) && v !== undefined && v !== null ? "[redacted]" : withoutCredentials(v)]));
+  let changed = false;
+  const out = Object.fromEntries(
+    Object.entries(value).map(([k, v]) => {
+      const next = CREDENTIALS.has(k) && typeof v === "string" ? REDACTED : withoutCredentials(v);
+      changed ||= next !== v;
+      return [k, next];
+    }),
+  );
+  return changed ? out : value;
+}
+
+/** A text with any api_key replaced; JSON in it written again only when a credential was in it. */
+function textWithoutCredentials(text: string): string {
+  const plain = text.replace(API_KEY_IN_TEXT, REDACTED);
+  if (!/^\s*[{[]/.test(plain)) return plain;
+  try {
+    const parsed: unknown = JSON.parse(plain);
+    const cleaned = withoutCredentials(parsed);
+    return cleaned === parsed ? plain : JSON.stringify(cleaned);
+  } catch {
+    return plain; // not JSON after all
+  }
+}
+
+function partWithoutCredentials(part: Part): Part {
+  const content = part.content;
+  if (content?.$case === "data") return { ...part, content: { ...content, value: withoutCredentials(content.value) as typeof content.value } };
+  if (content?.$case === "text") return { ...part, content: { ...content, value: textWithoutCredentials(content.value) } };
+  return part;
+}
+
+/** The caller's messages without credentials; the service's own as they are. */
+function messageWithoutCredentials(m: Message): Message {
+  return m.role === Role.ROLE_USER ? { ...m, parts: m.parts.map(partWithoutCredentials) } : m;
+}
+
+/** The task as it may be stored: its caller's messages without credentials. */
+function storable(task: Task): Task {
+  return {
+    ...task,
+    history: task.history.map(messageWithoutCredentials),
+    ...(task.status?.message ? { status: { ...task.status, message: messageWithoutCredentials(task.status.message) } } : {}),
+  };
 }
 
 export class DbTaskStore implements TaskStore {
@@ -67,7 +105,7 @@ export class DbTaskStore implements TaskStore {
       `INSERT INTO a2a_task (id, state, task, updated_at) VALUES ($1, $2, $3, $4)
        ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, task = EXCLUDED.task, updated_at = EXCLUDED.updated_at, seq = nextval('a2a_task_seq')
        WHERE NOT (a2a_task.state = ANY($5::int[]) AND EXCLUDED.state <> a2a_task.state)`,
-      [task.id, state, JSON.stringify(withoutCredentials(Task.toJSON(task))), new Date(this.now()), FINISHED],
+      [task.id, state, JSON.stringify(Task.toJSON(storable(task))), new Date(this.now()), FINISHED],
     );
     if (++this.savesSinceTrim >= this.trimEvery) {
       this.savesSinceTrim = 0;

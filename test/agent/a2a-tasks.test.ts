@@ -108,13 +108,18 @@ describe("the A2A task store, in the database", () => {
     const store = new DbTaskStore(db);
     const key = `bpk_${"k".repeat(43)}`;
     const call = { skill: "pay_bill", arguments: { api_key: key, pin: "4821", billersCode: "08011111111", nairaAmount: 500 } };
-    const message = (parts: Task["history"][number]["parts"]) => ({ messageId: "m2", contextId: "ctx", taskId: "with-key", role: Role.ROLE_USER, parts, metadata: undefined, extensions: [], referenceTaskIds: [] });
+    const message = (parts: Task["history"][number]["parts"], role = Role.ROLE_USER) => ({ messageId: "m2", contextId: "ctx", taskId: "with-key", role, parts, metadata: undefined, extensions: [], referenceTaskIds: [] });
+    // The service's own answer may name a pin (describe_capabilities' rules): kept as it is, as is JSON text that holds no credential.
+    const answer = message([{ content: { $case: "data", value: { limits: { pin: "4 to 6 digits" } } }, metadata: undefined, filename: "", mediaType: "application/json" }], Role.ROLE_AGENT);
+    const plainJson = '{ "skill": "list_plans",  "arguments": { "serviceID": "mtn" } }';
     const saved: Task = {
       ...task("with-key"),
       history: [
         message([{ content: { $case: "data", value: call }, metadata: undefined, filename: "", mediaType: "application/json" }]),
         message([{ content: { $case: "text", value: JSON.stringify(call) }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
         message([{ content: { $case: "text", value: `pay it with ${key}` }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
+        answer,
+        message([{ content: { $case: "text", value: plainJson }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
       ],
     };
     await store.save(saved);
@@ -127,6 +132,8 @@ describe("the A2A task store, in the database", () => {
     expect(loaded.history[0]!.parts[0]!.content).toEqual({ $case: "data", value: redacted });
     expect(JSON.parse((loaded.history[1]!.parts[0]!.content as { value: string }).value)).toEqual(redacted);
     expect(loaded.history[2]!.parts[0]!.content).toEqual({ $case: "text", value: "pay it with [redacted]" });
+    expect(loaded.history[3]).toEqual(answer);
+    expect(loaded.history[4]!.parts[0]!.content).toEqual({ $case: "text", value: plainJson });
     expect(loaded.metadata).toEqual(saved.metadata); // the priced call, which carries no credential, is kept as it was
   });
 });
