@@ -252,10 +252,9 @@ export async function watchPayments(deps: WatchDeps): Promise<number> {
         // Another transaction under the order's key: its payer may have signed two under one
         // nonce (the bill's, and one of a unit) and landed the other once a reorganisation took
         // the first. Only exactly the order's payment stands for it.
-        if (p.txHash !== holding && (await otherPayment(deps, w, p))) {
-          acted++;
-          continue;
-        }
+        const other = p.txHash !== holding ? await otherPayment(deps, w, p) : "its own";
+        if (other === "held") acted++;
+        if (other !== "its own") continue; // held for an operator, or the order is being worked: the next pass
         if (p.txHash !== holding || w.outcome === "RECOLLECTING") await deps.orders.paymentMovedTo(w.request_id, p.txHash);
         if (w.outcome === "RECOLLECTING") {
           deps.log.info("a lost payment is on chain again", { requestId: w.request_id, chain, txHash: p.txHash });
@@ -340,21 +339,36 @@ async function markLost(deps: WatchDeps, w: WatchRow): Promise<void> {
 }
 
 /**
- * Whether `p`, found under the watched order's key in another transaction, is not exactly the
- * order's payment (paymentMismatch): the order then waits for an operator, and its watch
- * closes, as for a payment that could not be collected again.
+ * `p`, found under the watched order's key in another transaction: "its own" when it is
+ * exactly the order's payment (paymentMismatch). Otherwise the order goes to an operator
+ * ("held": served or refunding, it moves to NEEDS_REVIEW; in any other state it stays, for
+ * the ledger pass and the audit) and its watch closes, as for a payment that could not be
+ * collected again; "busy" while someone else works the order (the next pass decides).
  */
-async function otherPayment(deps: WatchDeps, w: WatchRow, p: LedgerPayment): Promise<boolean> {
-  const order = await deps.orders.get(w.request_id);
-  const mismatch = order && paymentMismatch(order, p);
-  if (!mismatch) return false;
-  await markLost(deps, w);
-  deps.log.error("a watched payment's key holds another payment now; the order waits for an operator", { requestId: w.request_id, chain: w.chain, txHash: p.txHash, mismatch });
-  const why = `after a reorganisation its key holds another payment (transaction ${p.txHash}): ${mismatch}`;
-  await deps.orders.transition(w.request_id, SERVED, "NEEDS_REVIEW", { failureReason: `its payment was reorganised off the chain; ${why}` });
-  await deps.watches.close(w.request_id, "REVIEW", why);
-  deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "review" });
-  return true;
+async function otherPayment(deps: WatchDeps, w: WatchRow, p: LedgerPayment): Promise<"its own" | "held" | "busy"> {
+  const seen = await deps.orders.get(w.request_id);
+  if (!seen || !paymentMismatch(seen, p)) return "its own";
+  // Whoever is working the order finishes first, as for a lost payment (actOnLoss).
+  const order = await deps.orders.claim(w.request_id, deps.leaseSeconds);
+  if (!order) return "busy";
+  try {
+    const mismatch = paymentMismatch(order, p);
+    if (!mismatch) return "its own";
+    await markLost(deps, w);
+    const why = `after a reorganisation its key holds another payment (transaction ${p.txHash}): ${mismatch}`;
+    const held = await deps.orders.transition(order.requestId, [...SERVED, ...REFUNDS], "NEEDS_REVIEW", { failureReason: `its payment was reorganised off the chain; ${why}` });
+    deps.log.error(held ? "a watched payment's key holds another payment now; the order waits for an operator" : `a watched payment's key holds another payment now; the order, ${order.status}, is left as it is`, {
+      requestId: order.requestId,
+      chain: w.chain,
+      txHash: p.txHash,
+      mismatch,
+    });
+    await deps.watches.close(order.requestId, "REVIEW", why);
+    deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "review" });
+    return "held";
+  } finally {
+    await deps.orders.release(order.requestId, order.leaseToken);
+  }
 }
 
 /** The served order goes to an operator: its money could not be collected again. */
