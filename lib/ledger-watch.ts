@@ -11,8 +11,9 @@
  *   head) within `stallMs`;
  * - `behind`: more than `maxLagBlocks` behind, but still moving (a backfill, a burst);
  * - `stalled`: behind the head and still for longer than `stallMs` while the chain moved, or
- *   unreadable for longer than `stallMs` (a process alive and silent is healed as a stalled one);
- * - `unreadable`: the ledger could not be read (down, or not yet listening), for at most `stallMs`;
+ *   unreadable for longer than SILENT_STALLS x `stallMs` (a process alive and silent is healed
+ *   as a still one is; the longer bound lets a busy machine's slow answers pass);
+ * - `unreadable`: the ledger could not be read (down, or not yet listening), for less than that;
  * - `unknown`: the chain's head could not be read (the chain's fault, not the ledger's).
  */
 import { z } from "zod";
@@ -73,6 +74,8 @@ export interface WatchedChain {
 }
 
 const READ_TIMEOUT_MS = 3_000;
+/** How many stall bounds a ledger may stay unreadable before it is stalled (a minute by default). */
+export const SILENT_STALLS = 6;
 
 /** Reads each chain's indexed block from the ledger's `/ledger/readable`. */
 export async function readIndexedBlocks(ledgerUrl: string, timeoutMs = READ_TIMEOUT_MS): Promise<Map<number, bigint>> {
@@ -159,7 +162,7 @@ export class LedgerWatch {
       // A ledger process that lives but no longer answers (a blocked loop, a wedged database
       // pool) would otherwise never be restarted: past the stall bound it is stalled.
       const silentMs = t - this.unreadableSince!;
-      if (silentMs > this.bounds.stallMs) {
+      if (silentMs > SILENT_STALLS * this.bounds.stallMs) {
         return { ...base, stillMs: silentMs, state: "stalled", problem: `ledger stalled: it could not be read for ${Math.round(silentMs / 1000)} s (${indexed.message})` };
       }
       return { ...base, state: "unreadable", problem: `the ledger could not be read: ${indexed.message}` };

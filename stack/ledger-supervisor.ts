@@ -1,11 +1,12 @@
 /**
  * The stack's ledger, supervised: started as `startLedger` starts it, then held against each
- * chain's head every second (lib/ledger-watch.ts). A ledger that exits, or stands still behind
- * a moving chain for longer than its bound, is stopped and started again on the same port,
- * after a backoff that grows while restarts do not help (1 s, 2 s, 4 s ... 60 s) and starts
- * over once the ledger has stayed current for a minute. Every step is a log line. Ponder
- * resumes from its checkpoint where its index is kept (PostgreSQL, a PGlite directory); an
- * index held in memory is made again from BillPay's deployment block.
+ * chain's head every second (lib/ledger-watch.ts). A ledger that exits, stands still behind
+ * a moving chain for longer than its bound, or stops answering for six bounds, is stopped and
+ * started again on the same port, after a backoff that grows while restarts do not help
+ * (1 s, 2 s, 4 s ... 60 s) and starts over once the ledger has stayed current for a minute.
+ * Every step is a log line. Ponder resumes from its checkpoint where its index is kept
+ * (PostgreSQL, a PGlite directory); an index held in memory is made again from BillPay's
+ * deployment block.
  *
  * What it heals is whatever the cause turns out to be: Ponder's own realtime sync re-subscribes
  * a quiet WebSocket and falls back to polling (patches/, docs/ledger.md), and the local chains
