@@ -249,7 +249,7 @@ export const configSchema = z.object({
    */
   RATE_LIMIT_REVERTED_PAYER: rateLimit("2/3600"),
   RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),
-  /** Number checks (verify_customer), per client address on REST and per wallet (or all keyless callers together) on the agent tools. */
+  /** Number checks (verify_customer), per client address on REST and per wallet (or, with no key, per client address) on the agent tools. */
   RATE_LIMIT_VERIFY: rateLimit("30/60"),
   /** Requests to /api/mcp and /api/a2a, per client address (each may reach the chain, the ledger or the biller). */
   RATE_LIMIT_AGENT_ADDRESS: rateLimit("1200/60"),

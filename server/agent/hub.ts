@@ -127,7 +127,6 @@ export class AgentHub {
     options: { chain?: string; token?: string; idempotencyKey?: string; scheduleId?: string; allowDuplicate?: boolean } = {},
   ) {
     const option = this.pullOption(link, options.chain, options.token);
-    await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
     const priced = await this.price(link, bill, option.chain, option.token);
     let idempotencyKey = options.idempotencyKey;
     if (!idempotencyKey && !options.allowDuplicate && !options.scheduleId) {
@@ -136,7 +135,7 @@ export class AgentHub {
       if (earlier) return { ...(await this.paidResult(earlier)), replayed: true };
       idempotencyKey = key;
     }
-    const { orders, replay } = await this.pulling(link, () =>
+    const { orders, replay } = await this.pulling(link, (admit) =>
       startPullOrders(this.deps.flow, {
         wallet: link.wallet as Hex,
         ...option,
@@ -145,6 +144,7 @@ export class AgentHub {
         idempotencyKey,
         scheduleId: options.scheduleId,
         guard: pullGuard(link, options.scheduleId),
+        admit,
       }),
     );
     return { ...(await this.paidResult(orders[0]!)), ...(replay ? { replayed: true } : {}) };
@@ -169,9 +169,8 @@ export class AgentHub {
     const max = this.deps.config.BATCH_MAX_BILLS;
     if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
     const option = this.pullOption(link, options.chain, options.token);
-    await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
     const priced = await Promise.all(bills.map((bill) => this.price(link, bill, option.chain, option.token)));
-    const { orders, replay } = await this.pulling(link, () =>
+    const { orders, replay } = await this.pulling(link, (admit) =>
       startPullOrders(this.deps.flow, {
         wallet: link.wallet as Hex,
         ...option,
@@ -179,6 +178,7 @@ export class AgentHub {
         batch: true,
         idempotencyKey: options.idempotencyKey,
         guard: pullGuard(link),
+        admit,
       }),
     );
     const results = await Promise.all(orders.map((o) => this.paidResult(o)));
@@ -198,11 +198,12 @@ export class AgentHub {
   /**
    * Starts a wallet's pull; one that reverted on chain (PULL_REVERTED: its allowance or balance
    * moved after the estimate, one small transaction of his against a whole pull at BillPay's
-   * gas) counts against the wallet, whose paying calls are refused past RATE_LIMIT_REVERTED_PAYER.
+   * gas) counts against the wallet, whose new pulls are refused past RATE_LIMIT_REVERTED_PAYER
+   * (`admit`: a call its idempotency key answers with its first order is still answered).
    */
-  private async pulling<T>(link: Link, start: () => Promise<T>): Promise<T> {
+  private async pulling<T>(link: Link, start: (admit: () => Promise<void>) => Promise<T>): Promise<T> {
     try {
-      return await start();
+      return await start(() => this.deps.limits.check("revertedPayer", link.wallet.toLowerCase()));
     } catch (err) {
       if (err instanceof ServiceError && err.code === "PULL_REVERTED") await this.deps.limits.count("revertedPayer", link.wallet.toLowerCase());
       throw err;

@@ -53,7 +53,7 @@ export function missingCredential(tool: ToolDefinition, args: Record<string, unk
     );
   }
   if (tool.paying && args.pin === undefined) {
-    return new ServiceError("PIN_MISSING", `${tool.name} moves money and needs the PIN set when linking: send it as the argument pin (4 to 6 digits)`);
+    return new ServiceError("PIN_MISSING", `${tool.name} needs the PIN set when linking: send it as the argument pin (4 to 6 digits)`);
   }
   return undefined;
 }

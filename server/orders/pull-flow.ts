@@ -44,6 +44,8 @@ export interface PullInput {
   idempotencyKey?: string;
   /** Checked in the statement that records the signed pull: a cancelled schedule or a retired key never pays. */
   guard: PullGuard;
+  /** Asked once no earlier order answers the call, before the wallet is read or anything made: a budget of the caller's may refuse it. */
+  admit?: () => Promise<void>;
 }
 
 /** The pull was not sent: the guard no longer held, or the order was written off meanwhile. */
@@ -83,6 +85,7 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
     const seen = await deps.orders.findByIdempotencyKeys(input.wallet, keys as string[]);
     if (seen.length > 0) return { orders: await sameBills(deps, seen, keys as string[], input), replay: true };
   }
+  await input.admit?.();
   const total = input.bills.reduce((sum, b) => sum + b.amount, 0n);
   const [state] = await readWalletState(deps.deployments, input.chain, input.wallet, [input.tokenAddress]);
   requireFunds(state!, total, input.token);

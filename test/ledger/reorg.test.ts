@@ -403,8 +403,8 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
     const mcp = await mcpAgent(url);
     // A bill of its own each time: the same bill again within minutes answers with its first order.
-    const pay = async (nairaAmount: number) =>
-      (await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount })).data;
+    const pay = async (nairaAmount: number, extra: Body = {}) =>
+      (await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount, ...extra })).data;
     const code = (data: Body) => (data.error as { code?: string } | undefined)?.code;
     const operatorSent = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
     const wallet = createWalletClient({ account, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
@@ -412,6 +412,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const admin = createWalletClient({ account: deployerAccount(), chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
     const fast = { maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n };
     const budgets = await budgetsOf(paying.chains.deployments);
+    let firstId: string | undefined;
     try {
       // A pull the service's own bound makes revert (its admin lowers the pull budget in the
       // same block) is answered by that bound's name, and not counted against the payer.
@@ -430,13 +431,14 @@ describe("a payment reorganised off the chain after its bill was served", () => 
         await rpc("evm_setIntervalMining", [0]);
         await rpc("evm_setAutomine", [false]);
         const sent = await operatorSent();
-        const answer = pay(1_700 + i);
+        const answer = pay(1_700 + i, i === 0 ? { idempotency_key: "reverted-first" } : {});
         await expect.poll(operatorSent, { timeout: 10_000, interval: 50 }).toBeGreaterThan(sent); // the pull waits in the pool
         // His own small transaction, paying more to go first in the block: his allowance to nothing.
         await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], ...fast });
         await rpc("evm_mine");
         const refused = await answer;
         expect(code(refused)).toBe("PULL_REVERTED");
+        if (i === 0) firstId = (refused.error as { request_ids: string[] }).request_ids[0];
         await rpc("evm_setAutomine", [true]);
         await celo.setSpendingAllowance(account, "USDC", USDC(100));
       }
@@ -445,6 +447,11 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       const limited = await pay(1_750);
       expect(code(limited)).toBe("RATE_LIMITED");
       expect(JSON.stringify(limited)).toContain("pulls of this wallet that reverted on chain");
+      expect(await operatorSent()).toBe(sent);
+      // A call its idempotency key answers with its first order is still answered: nothing new is pulled.
+      const again = await pay(1_700, { idempotency_key: "reverted-first" });
+      expect(code(again)).toBeUndefined();
+      expect(again).toMatchObject({ request_id: firstId });
       expect(await operatorSent()).toBe(sent);
     } finally {
       await rpc("evm_setAutomine", [true]);
