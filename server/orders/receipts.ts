@@ -36,7 +36,7 @@ import { privateKeyToAccount, sign, type PrivateKeyAccount } from "viem/accounts
 import { chainInfo } from "../../lib/chains.ts";
 import { didDocumentUrl, didWebFor } from "../../lib/receipt-verifier.ts";
 import type { X402_RECEIPT_FORMATS } from "../config.ts";
-import { paymentConfirmed, type Order } from "./store.ts";
+import { paidForItsBill, type Order } from "./store.ts";
 
 /** Where the extension's client helper (extractReceiptFromResponse) reads a receipt in a settlement. */
 export const OFFER_RECEIPT_KEY = "offer-receipt";
@@ -163,9 +163,9 @@ export class Receipts {
     };
   }
 
-  /** The bill's receipt, once the chain has shown the order's payment (paymentConfirmed); else none. */
+  /** The bill's receipt, once the chain has shown the order's payment for it (paidForItsBill); else none. */
   async billReceipt(order: Order): Promise<BillReceipt | undefined> {
-    if (!paymentConfirmed(order)) return undefined;
+    if (!paidForItsBill(order)) return undefined;
     const message = {
       requestId: order.requestId,
       billHash: order.bodyHash,
@@ -202,7 +202,7 @@ export class Receipts {
    * whenever a second ticked in between).
    */
   async x402Receipt(order: Order, resourceUrl: string): Promise<X402Receipt | undefined> {
-    if (!paymentConfirmed(order)) return undefined;
+    if (!paidForItsBill(order)) return undefined;
     const payload: ReceiptPayload = {
       version: 1,
       network: chainInfo(order.chain).caip2,

@@ -75,6 +75,16 @@ export function paymentConfirmed<T extends Pick<Order, "status" | "txHash">>(o: 
 }
 
 /**
+ * Whether the order's payment paid for its bill: confirmed by the chain (paymentConfirmed),
+ * and no late landing's refund. That one pays for no bill: the service refused the payment,
+ * and the bill it carries is whoever offered it, who need not be its payer. Receipts and a
+ * settlement's success are said only of this.
+ */
+export function paidForItsBill<T extends Pick<Order, "status" | "txHash" | "lateRefund">>(o: T): o is T & { txHash: string } {
+  return paymentConfirmed(o) && !o.lateRefund;
+}
+
+/**
  * Wraps an `UPDATE bill_order ... RETURNING *` that moves orders to `finalParam` (a text
  * parameter): in the same statement, each order that became final with a callback_url
  * queues its callback; answers the moved rows. `before`: other CTEs of the statement.

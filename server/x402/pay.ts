@@ -22,7 +22,7 @@ import type { Config } from "../config.ts";
 import { ServiceError } from "../errors.ts";
 import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
 import type { FlowDeps } from "../orders/fulfil.ts";
-import { paymentConfirmed, type Order } from "../orders/store.ts";
+import { paidForItsBill, paymentConfirmed, type Order } from "../orders/store.ts";
 import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
 import { spentAtIntake } from "../orders/late-landing.ts";
 import { startStage } from "../stage-timing.ts";
@@ -528,10 +528,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
 /**
  * What a settled order's payment-response says (x402 SettleResponse), with x402's signed
  * receipt where the offer-receipt extension's client helper reads it; none while its
- * settlement is only reported pending, or the order is held for review (paymentConfirmed).
+ * settlement is only reported pending, or the order is held for review, nor for a late
+ * landing's refund (paidForItsBill).
  */
 export function settlementOf(order: Order, receipts?: OrderReceipts): SettleResponse | undefined {
-  if (!paymentConfirmed(order)) return undefined;
+  if (!paidForItsBill(order)) return undefined;
   return {
     success: true,
     transaction: order.txHash,

@@ -257,7 +257,11 @@ describe("money safety, third round", () => {
     await celo.transfer(payer, "USDC", celo.billPay, auth.value); // (the withdrawal above goes back to the treasury)
     // Offered again, it is the same refunded order: nothing vended, nothing charged.
     const again = await post(body, headers);
-    expect(((await again.json()) as Body).request_id).toBe(refund.requestId);
+    const againBody = (await again.json()) as Body;
+    expect(againBody.request_id).toBe(refund.requestId);
+    // It paid for no bill: no receipt, and no settlement said to have paid for this one.
+    expect(againBody.receipt).toBeUndefined();
+    expect(again.headers.get("payment-response")).toBeNull();
     expect((await orderOf(refund.requestId)).status).toBe("REFUNDED");
     expect(await usdc(payer.address)).toBe(start);
   });
