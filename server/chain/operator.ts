@@ -420,11 +420,14 @@ export class ChainOperator {
     const d = this.deployments.chains[chain]!;
     const client = sharedClientFor(chain, rpcUrlFor(chain, d));
     const target = { address: d.billPay.address as Hex, abi, ...call, account: this.keys.operator, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0];
-    const why = await client.estimateContractGas(target).then(
-      () => undefined,
-      (e: unknown) => refusal(e),
+    const now = await client.estimateContractGas(target).then(
+      () => "passes" as const,
+      (e: unknown) => refusal(e) ?? ("unread" as const),
     );
-    return why ? payerDoing(why, err.message) : new ContractRefused(REVERTED_BY_PAYER, [], `${err.message}; it would pass now: its payer's allowance or funds moved, and moved back`);
+    // The node did not answer, or refused with no name: nothing is said of the payer.
+    if (now === "unread") return err;
+    if (now === "passes") return new ContractRefused(REVERTED_BY_PAYER, [], `${err.message}; it would pass now: its payer's allowance or funds moved, and moved back`);
+    return payerDoing(now, err.message);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
