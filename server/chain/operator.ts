@@ -89,6 +89,9 @@ export interface PullItem {
 
 type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorization" | "refundPermit2"; args: readonly unknown[] };
 
+/** BillPay's pull of one item, keyed by its order's id. */
+const pullCall = (item: PullItem): Write => ({ functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] });
+
 /**
  * The hot keys, as viem Accounts: a local key (lib/local-accounts.ts, or *_PRIVATE_KEY), or
  * any remote or KMS signer built with viem's `toAccount` (an address and async signing
@@ -303,7 +306,7 @@ export class ChainOperator {
   private async sendGathered(chain: ChainKey, group: GatheredPull[]): Promise<void> {
     if (group.length === 1) {
       const [only] = group;
-      const call: Write = { functionName: "pull", args: [onChainOrderId(only!.item.requestId), only!.item.payer, only!.item.token, only!.item.amount] };
+      const call = pullCall(only!.item);
       await this.write(chain, this.keys.operator, call, only!.onSigned, only!.onReplaced).then(only!.resolve, async (e: unknown) => only!.reject(await this.blame(chain, call, e)));
       return;
     }
@@ -365,14 +368,15 @@ export class ChainOperator {
           await Promise.all(
             [...byPayer.values()].map(async (own) => {
               for (const m of own) {
+                const call = pullCall(m.item);
                 await this.write(
                   chain,
                   this.keys.operator,
-                  { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] },
+                  call,
                   // A pull of its own after the batch: another transaction, signed under its guard.
                   async (hash) => m.onSigned?.(hash, m.recordedAs),
                   m.onReplaced,
-                ).then(m.resolve, async (e: unknown) => m.reject(blamed(await this.blame(chain, { functionName: "pull", args: [onChainOrderId(m.item.requestId), m.item.payer, m.item.token, m.item.amount] }, e))));
+                ).then(m.resolve, async (e: unknown) => m.reject(blamed(await this.blame(chain, call, e))));
               }
             }),
           );

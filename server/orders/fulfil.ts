@@ -509,10 +509,9 @@ async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWait
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
  * an order held for review whose payment is of another amount is refunded, when an operator
  * decides so, by exactly what the ledger shows paid under its key; refundAmount.) A late
- * landing's, only once its payment is as deep as a bill is vended on (CONFIRMATIONS_<CHAIN>). A pulled
- * order is refunded by its order id, an x402 one with the payer's own authorization (or its
- * own Permit2 permit);
- * BillPay refunds each once.
+ * landing's, only once its payment is as deep as a bill is vended on (CONFIRMATIONS_<CHAIN>).
+ * A pulled order is refunded by its order id, an x402 one with the payer's own authorization
+ * (or its own Permit2 permit); BillPay refunds each once.
  * A refund the budget cannot take now, or that would take the payer past its share of it,
  * waits (refundWait) instead of being sent; one that has waited past the deadline goes to
  * an operator.

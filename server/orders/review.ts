@@ -8,10 +8,11 @@
  * A NEEDS_REVIEW order can be
  *   - refunded: only when the ledger shows a payment under its key, by the order's payer in
  *     its token, and never a bill whose delivery stands or may yet (an attempt, asked again
- *     now, delivered or still pending: a refund would give it away); exactly what the ledger shows paid is refunded (never the
- *     order's own amount when that differs, never anything when the ledger shows nothing), through the usual
- *     refund path (fulfil.ts `refund`: BillPay's refund / refundAuthorization with the
- *     refunder key, within the refund budget; BillPay itself refunds a key once, and an
+ *     now, delivered or still pending: a refund would give it away); exactly what the ledger
+ *     shows paid is refunded (never the order's own amount when that differs, never anything
+ *     when the ledger shows nothing), through the usual refund path (fulfil.ts `refund`:
+ *     BillPay's refund / refundAuthorization with the refunder key, within the refund
+ *     budget; BillPay itself refunds a key once, and an
  *     x402 refund at most the signed authorization's value). NEEDS_REVIEW -> REFUNDING ->
  *     REFUNDED. The amount approved is kept with the action (review_action.amount): it is
  *     the only figure the refund path sends for an order whose payment is not exactly its
@@ -27,8 +28,8 @@
  *     of its amount from its payer into BillPay is unaccounted for (spent-permit2.ts); with it
  *     unspent, only once the permit has lapsed by the chain's clock: NEEDS_REVIEW ->
  *     PAYMENT_FAILED (final, "not charged"). Should a payment land under the key later, the
- *     ledger pass refunds it, as for any written-off order whose bill was not vended (one indexed while the close runs
- *     is taken up by the close). With a payment shown, closing is refused: that money must be
+ *     ledger pass refunds it, as for any written-off order whose bill was not vended (one
+ *     indexed while the close runs is taken up by the close). With a payment shown, closing is refused: that money must be
  *     refunded or served.
  *   - held for a refund by hand, then closed as refunded by hand naming the refund's
  *     transaction: only a Permit2 order held because its payer sent BillPay a transfer of its
