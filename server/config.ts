@@ -245,7 +245,8 @@ export const configSchema = z.object({
   /**
    * Agent-hub pulls that reverted on chain, at BillPay's gas, per payer: one small transaction
    * of his (a lower allowance, a transfer out) after the service's estimate makes a whole
-   * pullBatch revert. Past it his paying calls are refused before anything is sent.
+   * pullBatch revert. Past it his paying calls are refused before anything is sent. Kept per
+   * instance (server/limits.ts PER_INSTANCE): it is checked on every agent pay.
    */
   RATE_LIMIT_REVERTED_PAYER: rateLimit("2/3600"),
   RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),

@@ -48,10 +48,10 @@ const SETTINGS: Record<LimitName, keyof Config> = {
 /**
  * Limits kept in each instance's memory whatever the database (see the file's comment): each
  * bounds work on the instance that does it, checked on hot paths (every 402, every paid
- * x402 call, every MCP and A2A request), where a shared counter would cost a database round
+ * x402 call, every MCP and A2A request, every agent pay), where a shared counter would cost a database round
  * trip per call. With N instances a caller gets N budgets; each instance's work stays bounded.
  */
-const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress", "unsettledAddress", "unsettledPayer", "agentAddress"]);
+const PER_INSTANCE: ReadonlySet<LimitName> = new Set(["challengeAddress", "unsettledAddress", "unsettledPayer", "agentAddress", "revertedPayer"]);
 
 /** Limits keyed by the client's address (the number check's too, when its caller is an address). */
 const BY_ADDRESS: ReadonlySet<LimitName> = new Set(["linkAddress", "challengeAddress", "orderAddress", "unsettledAddress", "agentAddress"]);
