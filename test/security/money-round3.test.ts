@@ -80,6 +80,17 @@ describe("money safety, third round", () => {
     expect(res.status).toBe(402);
     return requirementsOf(res);
   }
+  /** The bill's requirements, and an authorization of its price valid only from a few seconds on (refused as not yet valid, kept). */
+  async function notYetValid(payer: Account, body: Body) {
+    const req = await required(body);
+    const soon = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 3n, validBefore: now() + 300n });
+    return { req, soon };
+  }
+  /** Until `auth` is valid by the chain's clock too (a block's second past its start). */
+  async function untilValid(auth: SignedAuthorization) {
+    await expect.poll(() => now() > auth.validAfter, { timeout: 10_000 }).toBe(true);
+    await new Promise((r) => setTimeout(r, 1_100));
+  }
   /** A PAYMENT-SIGNATURE header around a signed authorization (the x402 v2 wire format). */
   const header = paymentHeader;
   /** The official client's payment for a bill: its header and the authorization inside it. */
@@ -298,8 +309,7 @@ describe("money safety, third round", () => {
     const payer = accounts(7);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1620);
-    const req = await required(body);
-    const soon = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 3n, validBefore: now() + 300n });
+    const { req, soon } = await notYetValid(payer, body);
     const refused = await post(body, header(soon, req));
     expect(refused.status).toBe(402);
     const reason = (await refused.json()) as Body;
@@ -307,8 +317,7 @@ describe("money safety, third round", () => {
     expect(JSON.stringify(reason)).toContain("it is refunded to the payer on chain");
     expect(await ordersUnder(soon)).toBeUndefined();
     // Once valid, a relayer submits it: BillPay is paid, and the service refunds it by itself.
-    await expect.poll(() => now() > soon.validAfter, { timeout: 10_000 }).toBe(true);
-    await new Promise((r) => setTimeout(r, 1_100));
+    await untilValid(soon);
     await celo.submitAuthorization("USDC", soon);
     expect(await usdc(payer.address)).toBe(start - soon.value);
     await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDED");
@@ -359,11 +368,9 @@ describe("money safety, third round", () => {
     const payer = accounts(18);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1630);
-    const req = await required(body);
-    const soon = await celo.signAuthorization(payer, "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 2n, validBefore: now() + 300n });
+    const { req, soon } = await notYetValid(payer, body);
     expect(JSON.stringify(await (await post(body, header(soon, req))).json())).toContain("it is refunded to the payer on chain");
-    await expect.poll(() => now() > soon.validAfter, { timeout: 10_000 }).toBe(true);
-    await new Promise((r) => setTimeout(r, 1_100));
+    await untilValid(soon);
     // A depth the chain will not reach during the test: its payment stays "a block that may be replaced".
     service.flow.confirmations.CELO = 1_000;
     try {
