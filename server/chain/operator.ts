@@ -40,6 +40,12 @@ import { whileHeld, type PayerHolds } from "./payer-holds.ts";
 const RECEIPT_TIMEOUT_MS = 60_000;
 /** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
 const KEPT_RECEIPTS = 256;
+/**
+ * How long the payers of a gathered batch that reverted on chain have their pulls sent apart
+ * from other payers' (sendGathered). An hour: the window of the revert budget
+ * (RATE_LIMIT_REVERTED_PAYER's default), which a revert of his own pulls is counted in.
+ */
+const APART_AFTER_REVERT_MS = 60 * 60 * 1000;
 
 
 export interface ReplacementPolicy {
@@ -91,6 +97,11 @@ type Write = { functionName: "pull" | "pullBatch" | "refund" | "refundAuthorizat
 
 /** BillPay's pull of one item, keyed by its order's id. */
 const pullCall = (item: PullItem): Write => ({ functionName: "pull", args: [onChainOrderId(item.requestId), item.payer, item.token, item.amount] });
+/** BillPay's pullBatch of many items, all or nothing. */
+const batchCall = (items: readonly PullItem[]): Write => ({
+  functionName: "pullBatch",
+  args: [items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }))],
+});
 
 /**
  * The hot keys, as viem Accounts: a local key (lib/local-accounts.ts, or *_PRIVATE_KEY), or
@@ -133,6 +144,8 @@ export class ChainOperator {
   private inFlight = new Map<string, Promise<void>>();
   /** Per chain, a closed group taking its payers' holds: settles once its transaction is in the key's queue (sendWhereHeld). */
   private queuing = new Map<ChainKey, Promise<void>>();
+  /** Per chain and payer in a gathered batch that reverted on chain: until when his pulls go apart from others' (sendGathered). */
+  private apartUntil = new Map<string, number>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -296,14 +309,39 @@ export class ChainOperator {
   }
 
   /**
-   * Sends a gathered group: alone as `pull`, or together as `pullBatch`. BillPay's pullBatch is
-   * all or nothing, so when it refuses (one payer's allowance or balance moved since the
-   * service checked), each pull goes again by itself and only the refused ones fail. An item
-   * whose caller withdraws at signing (its guard no longer holds) is dropped and the rest are
+   * Sends a gathered group: its payers set apart (setApart) each in a transaction of his own
+   * pulls, everyone else's together (sendTogether).
+   */
+  private async sendGathered(chain: ChainKey, group: GatheredPull[]): Promise<void> {
+    // A payer whose pulls were in a gathered batch that reverted goes apart for a while, in a
+    // transaction of his own pulls only. A revert he brings about there is his alone, and is
+    // named (blame); in a batch with others it could not be (sendTogether).
+    const apart = new Map<string, GatheredPull[]>();
+    const together: GatheredPull[] = [];
+    for (const m of group) {
+      const k = this.payerKey(chain, m.item.payer);
+      if ((this.apartUntil.get(k) ?? 0) > Date.now()) apart.set(k, [...(apart.get(k) ?? []), m]);
+      else together.push(m);
+    }
+    await Promise.all([...apart.values(), together].filter((g) => g.length > 0).map((g) => this.sendTogether(chain, g)));
+  }
+
+  /** Each payer of a gathered batch that reverted on chain: his pulls go apart for APART_AFTER_REVERT_MS. */
+  private setApart(chain: ChainKey, members: readonly GatheredPull[]): void {
+    const now = Date.now();
+    for (const [k, until] of this.apartUntil) if (until <= now) this.apartUntil.delete(k);
+    for (const m of members) this.apartUntil.set(this.payerKey(chain, m.item.payer), now + APART_AFTER_REVERT_MS);
+  }
+
+  /**
+   * Sends pulls alone as `pull`, or together as `pullBatch`. BillPay's pullBatch is all or
+   * nothing, so when it refuses (one payer's allowance or balance moved since the service
+   * checked), each pull goes again by itself and only the refused ones fail. An item whose
+   * caller withdraws at signing (its guard no longer holds) is dropped and the rest are
    * signed again. None of this can charge an order twice: BillPay keys every pull by its
    * order id and refuses a second (OrderExists).
    */
-  private async sendGathered(chain: ChainKey, group: GatheredPull[]): Promise<void> {
+  private async sendTogether(chain: ChainKey, group: GatheredPull[]): Promise<void> {
     if (group.length === 1) {
       const [only] = group;
       const call = pullCall(only!.item);
@@ -341,9 +379,9 @@ export class ChainOperator {
         for (const [i, m] of members.entries()) if (recorded[i]!.status === "fulfilled") m.recordedAs = next;
         if (failed) throw failed.reason;
       };
+      const batch = batchCall(members.map((m) => m.item));
       try {
-        const requests = members.map(({ item: i }) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
-        const hash = await this.write(chain, this.keys.operator, { functionName: "pullBatch", args: [requests] }, onSigned, onReplaced);
+        const hash = await this.write(chain, this.keys.operator, batch, onSigned, onReplaced);
         for (const m of members) m.resolve(hash);
         return;
       } catch (err) {
@@ -357,6 +395,19 @@ export class ChainOperator {
           // what made it revert (his allowance or funds moved after the estimate), told so.
           const reverted = err.errorName === REVERTED_ON_CHAIN;
           const blamed = (e: unknown) => (reverted ? payerDoing(e, "the pulls sent with it reverted on chain") : e);
+          const payers = new Set(members.map((m) => m.item.payer.toLowerCase()));
+          if (reverted && payers.size === 1) {
+            // One payer's pulls alone: a revert his doing explains (blame) is his, and is
+            // answered as a lone pull's is, without a second try.
+            const answer = await this.blame(chain, batch, err);
+            if (answer instanceof ContractRefused && answer.errorName === REVERTED_BY_PAYER) {
+              for (const m of members) m.reject(answer);
+              return;
+            }
+          }
+          // Several payers: which of them moved his allowance and moved it back within the
+          // block cannot be told. Each goes apart for a while, so that a second time is named.
+          if (reverted) this.setApart(chain, members);
           // Nothing moved: each pull by itself, so a refusal is its own payer's alone. Payers
           // go at once: the key's queue sends their pulls one after another, and none waits
           // for another payer's to be mined (one payer's refusal must not hold the others up
@@ -393,13 +444,12 @@ export class ChainOperator {
     const payers = items.map((i) => i.payer);
     const earlier = [...new Set(payers.flatMap((p) => this.inFlight.get(this.payerKey(chain, p)) ?? []))];
     if (earlier.length > 0) return Promise.all(earlier).then(() => this.pullBatch(chain, items, onSigned, onReplaced));
-    const requests = items.map((i) => ({ orderId: onChainOrderId(i.requestId), payer: i.payer, token: i.token, amount: i.amount }));
+    const call = batchCall(items);
     const sending = (async () => {
       const since = Date.now();
       // All of its payers or none: a hold taken while another instance keeps one of them is given back at once.
       for (;;) {
         const held = await this.takeHolds(chain, payers);
-        const call: Write = { functionName: "pullBatch", args: [requests] };
         const send = () => this.write(chain, this.keys.operator, call, onSigned, onReplaced).catch(async (e: unknown) => Promise.reject(await this.blame(chain, call, e)));
         if (payers.every((p) => held.has(p.toLowerCase()))) return whileHeld(this.holds, chain, held, send);
         await this.holds!.release(chain, [...held]).catch(() => {});

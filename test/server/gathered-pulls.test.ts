@@ -41,6 +41,11 @@ describe("gathered pulls", () => {
   const sentByOperator = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
 
 
+  /** BillPay's function a transaction called, and how many pulls it carried. */
+  const called = async (hash: Hex) => {
+    const { functionName, args } = decodeFunctionData({ abi: billPayAbi, data: (await celo.publicClient.getTransaction({ hash })).input });
+    return { functionName, pulls: functionName === "pullBatch" ? (args[0] as unknown[]).length : 1 };
+  };
   /** `results` once settled, mining a block at each look (whatever was sent meanwhile is mined too). */
   async function settledMining<T>(results: Promise<T>, mine: () => Promise<unknown>): Promise<T> {
     let settled: T | undefined;
@@ -57,11 +62,8 @@ describe("gathered pulls", () => {
     const hashes = await Promise.all([sending, ...rest.map((i) => operator.pull("CELO", i))]);
     expect(new Set(hashes.slice(1)).size).toBe(1);
     expect(hashes[1]).not.toBe(hashes[0]);
-    const called = async (hash: Hex) => decodeFunctionData({ abi: billPayAbi, data: (await celo.publicClient.getTransaction({ hash })).input });
-    expect((await called(hashes[0]!)).functionName).toBe("pull");
-    const batch = await called(hashes[1]!);
-    expect(batch.functionName).toBe("pullBatch");
-    expect((batch.args[0] as unknown[]).length).toBe(rest.length);
+    expect(await called(hashes[0]!)).toEqual({ functionName: "pull", pulls: 1 });
+    expect(await called(hashes[1]!)).toEqual({ functionName: "pullBatch", pulls: rest.length });
     for (const i of [first, ...rest]) expect(await paidOnChain(i)).toBe(1_000_000n);
   });
 
@@ -98,7 +100,11 @@ describe("gathered pulls", () => {
     });
   });
 
+  /** An operator of its own: the payers of a gathered batch that reverted stay apart on it for an hour. */
+  const ownOperator = () => new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() });
+
   it("a batch one payer made revert on chain (his allowance lowered after the estimate) pulls the others alone, and tells his pull it reverted", async () => {
+    const operator = ownOperator();
     const cheat = accounts(19);
     await celo.approveAndAllow(cheat, "USDC", 100_000_000n);
     const wallet = createWalletClient({ account: cheat, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
@@ -118,6 +124,62 @@ describe("gathered pulls", () => {
       expect(refusal.errorName).toBe(REVERTED_BY_PAYER);
       expect(refusal.message).toMatch(/reverted on chain; its payer's doing: (SpendingAllowanceExceeded|ERC20InsufficientAllowance)/);
       expect(await paidOnChain(good)).toBe(1_000_000n);
+      expect(await paidOnChain(his)).toBe(0n);
+    });
+  });
+
+  it("a payer who lowers his allowance ahead of a gathered batch and restores it behind it, in the same block, goes apart: the next time, his own pull reverts, and is named", async () => {
+    const operator = ownOperator();
+    const [blocker, cheat, inFirst, ...inSecond] = [8, 12, 9, 10, 11].map((i) => accounts(i));
+    for (const p of [blocker, cheat, inFirst, ...inSecond]) await celo.approveAndAllow(p!, "USDC", 100_000_000n);
+    const wallet = createWalletClient({ account: cheat!, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    const setAllowance = async (amount: bigint, priorityFee: bigint) =>
+      wallet.writeContract({
+        address: celo.billPay,
+        abi: billPayAbi,
+        functionName: "setSpendingAllowance",
+        args: [celo.tokenAddress("USDC"), amount],
+        nonce: await celo.publicClient.getTransactionCount({ address: cheat!.address, blockTag: "pending" }),
+        maxPriorityFeePerGas: priorityFee,
+        maxFeePerGas: 500_000_000_000n,
+      });
+    // His allowance to nothing, paying more to go ahead of the operator's transactions; back
+    // again, paying nothing extra to go behind them: the block that mines them holds both.
+    const dodge = async () => {
+      await setAllowance(0n, 50_000_000_000n);
+      await setAllowance(100_000_000n, 0n);
+    };
+    // A lone pull, then the others while it is being sent: they go out together.
+    const round = async (others: PullItem[], mine: () => Promise<unknown>, sent: number) => {
+      const mined = await sentByOperator();
+      const first = operator.pull("CELO", item(blocker!.address));
+      await new Promise((r) => setImmediate(r));
+      const results = Promise.allSettled([first, ...others.map((i) => operator.pull("CELO", i))]);
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + sent);
+      await dodge();
+      return settledMining(results, mine);
+    };
+
+    await celo.miningPaused(async (mine) => {
+      // The first time the batch reverts, and every pull goes again alone and passes: which
+      // payer made it revert cannot be told, so nobody is named.
+      const first = [item(inFirst!.address), item(cheat!.address)];
+      const settled = await round(first, mine, 2);
+      expect(settled.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled"]);
+      for (const i of first) expect(await paidOnChain(i)).toBe(1_000_000n);
+
+      // The second time his pull goes apart from the others', which still go together.
+      const [a, b, his] = [item(inSecond[0]!.address), item(inSecond[1]!.address), item(cheat!.address)];
+      const again = await round([a, b, his], mine, 3);
+      expect(again.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled", "rejected"]);
+      const together = (again[1] as PromiseFulfilledResult<Hex>).value;
+      expect((again[2] as PromiseFulfilledResult<Hex>).value).toBe(together);
+      expect(await called(together)).toEqual({ functionName: "pullBatch", pulls: 2 });
+      const refusal = (again[3] as PromiseRejectedResult).reason as ContractRefused;
+      expect(refusal).toBeInstanceOf(ContractRefused);
+      expect(refusal.errorName).toBe(REVERTED_BY_PAYER);
+      expect(refusal.message).toMatch(/would pass now/);
+      for (const i of [a, b]) expect(await paidOnChain(i)).toBe(1_000_000n);
       expect(await paidOnChain(his)).toBe(0n);
     });
   });
