@@ -10,7 +10,7 @@ import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Catalogue } from "../../server/biller/catalogue/catalogue.ts";
 import { purchasedCodeText, type VendResult } from "../../server/biller/upstream.ts";
-import { codesFromText, readTransactionAnswer, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
+import { codesFromText, readTransactionAnswer, readVariations, toVariation, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";
 import { ServiceError } from "../../server/errors.ts";
 import { listen } from "../support/http-server.ts";
@@ -226,6 +226,45 @@ describe("the VTpass client against VTpass's documented samples", () => {
     serving("variations-foreign-airtime");
     const plans = await client.internationalVariations("5", "4");
     expect(plans.plans[0]).toMatchObject({ variation_code: "4987", fixedPrice: "Yes", charged_amount: null, variation_rate: null });
+  });
+
+  it("never sells a plan the biller fixes at a price it cannot read: such a plan is no open amount", async () => {
+    // VTpass's shape (vtpass.com/documentation/variation-codes/), with prices it does not document.
+    const body = {
+      response_description: "000",
+      content: {
+        serviceID: "mtn-data",
+        variations: [
+          { variation_code: "float", name: "1GB", variation_amount: "6.1499999999999995", fixedPrice: "Yes" },
+          { variation_code: "sign", name: "2GB", variation_amount: "N1,000", fixedPrice: "Yes" },
+          { variation_code: "no-price", name: "3GB", fixedPrice: "Yes" },
+          { variation_code: "unsaid", name: "4GB", variation_amount: "1500.00" },
+          { variation_code: "open", name: "Any", variation_amount: "0.00", fixedPrice: "No" },
+        ],
+      },
+    };
+    const none = async () => [];
+    const catalogue = new Catalogue(
+      {
+        services: async () => [{ serviceID: "mtn-data", name: "MTN Data", minimumAmount: 1, maximumAmount: 1_000_000 }],
+        variations: async () => readVariations(body)!.map(toVariation),
+        internationalCountries: none,
+        internationalProductTypes: none,
+        internationalOperators: none,
+        internationalVariations: async () => ({ plans: [] }) as never,
+      },
+      0,
+    );
+    const data = { serviceCategory: "DATA" as const, serviceID: "mtn-data", network: "MTN", billersCode: "08011111111", nairaAmount: 1 };
+    for (const code of ["float", "sign", "no-price"]) {
+      const refused = await catalogue.check({ ...data, variation_code: code }).catch((e: ServiceError) => e);
+      expect(refused, code).toMatchObject({ code: "PLAN_AMBIGUOUS", message: expect.stringMatching(/fixed price that cannot be read/) });
+    }
+    // A plan that does not say whether its price is fixed is held to the price it lists.
+    await expect(catalogue.check({ ...data, variation_code: "unsaid" })).rejects.toMatchObject({ code: "PLAN_AMOUNT_MISMATCH" });
+    expect((await catalogue.check({ ...data, nairaAmount: 1500, variation_code: "unsaid" })).vend).toMatchObject({ variationCode: "unsaid", amount: "1500" });
+    // An open plan still takes the bill's amount.
+    expect((await catalogue.check({ ...data, variation_code: "open" })).vend).toMatchObject({ variationCode: "open", amount: "1" });
   });
 
   it("reads an international pay answer, both `amount` and `Amount`", async () => {

@@ -49,11 +49,19 @@ export const planOptions = (plans: Variation[]): PlanOption[] =>
     return { variation_code: p.variation_code, name: p.name, nairaAmount: price === null ? null : nairaNumber(price) };
   });
 
-/** Codes listed more than once with different prices. */
-function conflicting(plans: Variation[]): Set<string> {
+/**
+ * A plan the biller fixes at a price that cannot be read ("6.1499999999999995", "N1,000",
+ * missing): what it charges is unknown, and taking it for an open amount would vend it for
+ * whatever the bill says. Not VTpass's "Yes" at 0.00, which is how its open plans (banks) read.
+ */
+const unreadablePrice = (v: Variation) => v.fixedPrice === "Yes" && koboOrUndefined(v.variation_amount) === undefined;
+
+/** Codes whose price cannot be known: listed more than once at different prices, or fixed at a price that cannot be read. */
+function unclearPrices(plans: Variation[]): Set<string> {
   const prices = new Map<string, Set<string>>();
   for (const p of plans) prices.set(p.variation_code, (prices.get(p.variation_code) ?? new Set()).add(String(planPrice(p))));
-  return new Set([...prices].filter(([, s]) => s.size > 1).map(([code]) => code));
+  const conflicting = [...prices].filter(([, s]) => s.size > 1).map(([code]) => code);
+  return new Set([...conflicting, ...plans.filter(unreadablePrice).map((p) => p.variation_code)]);
 }
 
 const refuse = (code: "PLAN_REQUIRED" | "PLAN_UNKNOWN" | "PLAN_AMBIGUOUS" | "PLAN_AMOUNT_MISMATCH" | "SUBSCRIPTION_TYPE_INVALID", detail: string, options: PlanOption[], extra: Record<string, unknown> = {}) =>
@@ -63,8 +71,9 @@ const refuse = (code: "PLAN_REQUIRED" | "PLAN_UNKNOWN" | "PLAN_AMBIGUOUS" | "PLA
 function namedPlan(bill: DomesticBill, plans: Variation[], code: string): Variation {
   const found = plans.filter((p) => p.variation_code === code);
   if (found.length === 0) throw refuse("PLAN_UNKNOWN", `${bill.serviceID} has no plan "${code}"`, planOptions(plans));
-  if (conflicting(plans).has(code)) {
-    throw refuse("PLAN_AMBIGUOUS", `the biller lists ${code} of ${bill.serviceID} more than once at different prices, so what it charges cannot be known; choose another plan`, planOptions(found));
+  if (unclearPrices(plans).has(code)) {
+    const how = found.some(unreadablePrice) ? `at a fixed price that cannot be read ("${found.find(unreadablePrice)!.variation_amount}")` : "more than once at different prices";
+    throw refuse("PLAN_AMBIGUOUS", `the biller lists ${code} of ${bill.serviceID} ${how}, so what it charges cannot be known; choose another plan`, planOptions(found));
   }
   const plan = found[0]!;
   const price = planPrice(plan);
@@ -79,7 +88,7 @@ function namedPlan(bill: DomesticBill, plans: Variation[], code: string): Variat
 /** The fixed-price plans priced exactly the bill's amount (codes with conflicting prices left out). */
 function pricedAt(bill: DomesticBill, plans: Variation[]): Variation[] {
   const amount = kobo(bill.nairaAmount);
-  const unclear = conflicting(plans);
+  const unclear = unclearPrices(plans);
   return plans.filter((p) => planPrice(p) === amount && !unclear.has(p.variation_code));
 }
 

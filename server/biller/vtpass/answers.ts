@@ -197,8 +197,11 @@ export function readVariations(body: unknown): Json[] | undefined {
 export const toVariation = (v: Json): Variation => ({
   variation_code: String(v.variation_code),
   name: String(v.name),
-  variation_amount: String(v.variation_amount ?? "0.00"),
-  fixedPrice: String(v.fixedPrice ?? "No"),
+  // Missing, it is no price: a fixed plan without one cannot be sold (catalogue/plans.ts).
+  variation_amount: String(v.variation_amount ?? ""),
+  // VTpass lists fixedPrice with every plan (vtpass.com/documentation/variation-codes/). One
+  // that does not say it is open is held to its listed price: the safe reading.
+  fixedPrice: String(v.fixedPrice ?? "Yes"),
 });
 
 export const toInternationalVariation = (v: Json): InternationalVariation => ({
