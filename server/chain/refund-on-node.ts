@@ -8,7 +8,7 @@
  * Matched by the ledger's own predicate (lib/refund-logs.ts), in BillPay's logs from `from` to
  * the node's head: only BillPay's own events, so nobody else's contract can plant one.
  */
-import { encodeAbiParameters, keccak256, type Hex } from "viem";
+import { encodeAbiParameters, keccak256, TransactionNotFoundError, type Hex } from "viem";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -60,6 +60,25 @@ export async function refundOnNode(deps: { deployments: Deployments }, chain: Ch
     if (lowest === 0n) break;
   }
   return { refund, keyRefunded: await keyRefundedAt(client, address, key, head) };
+}
+
+/** Whether BillPay, at the node's head, holds `key` refunded: a refund under it stands on chain. */
+export async function keyRefundedOnNode(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey): Promise<boolean> {
+  const d = deps.deployments.chains[chain];
+  const client = deployedClientFor(deps.deployments, chain);
+  if (!d || !client) throw new Error(`no deployment of BillPay on ${chain}`);
+  return keyRefundedAt(client, d.billPay.address as Hex, key, await client.getBlockNumber());
+}
+
+/** Whether the node holds the transaction unmined, in its pool (where a reorganisation puts back what it took). */
+export async function transactionPending(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
+  const client = deployedClientFor(deps.deployments, chain);
+  if (!client) throw new Error(`no deployment of BillPay on ${chain}`);
+  const tx = await client.getTransaction({ hash }).catch((err: unknown) => {
+    if (err instanceof TransactionNotFoundError) return null;
+    throw err;
+  });
+  return tx !== null && tx.blockNumber === null;
 }
 
 /** Blocks one getLogs request spans (within what public providers allow). */

@@ -34,7 +34,8 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { keyRefundedOnNode, transactionPending } from "../chain/refund-on-node.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -312,6 +313,18 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
   if (!order) return false;
   try {
     if (REFUNDS.includes(order.status)) {
+      // A refund that stands without its payment is BillPay's own money paid out: an x402
+      // refund needs only its nonce spent, and the payer's cancelAuthorization in the payment's
+      // place spends it too. An operator's, as the audit also names it. Read from BillPay on
+      // the service's node, not the ledger, which may show neither while it takes the
+      // reorganisation in; a refund the node holds unmined may yet land: the next pass.
+      const chain = order.chain as ChainKey;
+      const [stands, pending] = await Promise.all([keyRefundedOnNode(deps, chain, orderKeyOf(order)), order.refundTxHash ? transactionPending(deps, chain, order.refundTxHash as Hex) : false]);
+      if (pending) return false;
+      if (stands) {
+        const why = "its refund stands on chain without it";
+        return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a refunded payment was reorganised off the chain while its refund stands; the order waits for an operator");
+      }
       const why = "its payment was reorganised off the chain, so nothing was kept and nothing is refunded";
       await deps.orders.transition(order.requestId, REFUNDS, "PAYMENT_FAILED", { failureReason: `${order.failureReason ?? "refunding"}; ${why}` });
       await deps.watches.close(order.requestId, "VOID", why);
@@ -374,8 +387,13 @@ async function otherPayment(deps: WatchDeps, w: WatchRow, p: LedgerPayment): Pro
 /** The served order goes to an operator: its money could not be collected again. */
 async function review(deps: WatchDeps, o: Order, w: WatchRow, why: string): Promise<boolean> {
   const reason = `its payment was reorganised off the chain after the ledger confirmed it, and could not be collected again: ${why}`;
-  deps.log.error("a lost payment could not be collected again; the order waits for an operator", { requestId: o.requestId, chain: o.chain, why });
-  await deps.orders.transition(o.requestId, SERVED, "NEEDS_REVIEW", { failureReason: reason });
+  return holdForReview(deps, o, w, SERVED, why, reason, "a lost payment could not be collected again; the order waits for an operator");
+}
+
+/** A lost payment's order held for an operator: logged, moved to NEEDS_REVIEW, its watch closed, counted. */
+async function holdForReview(deps: WatchDeps, o: Order, w: WatchRow, from: OrderStatus[], why: string, reason: string, line: string): Promise<boolean> {
+  deps.log.error(line, { requestId: o.requestId, chain: o.chain, why });
+  await deps.orders.transition(o.requestId, from, "NEEDS_REVIEW", { failureReason: reason });
   await deps.watches.close(o.requestId, "REVIEW", why);
   deps.metrics.lostPaymentOutcomes.inc({ chain: w.chain, rail: w.rail, outcome: "review" });
   return true;

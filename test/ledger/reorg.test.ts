@@ -595,6 +595,48 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   });
 
   // Last: it moves the chain's clock three days on.
+  it("a refunded bill whose payment a reorganisation replaced with the payer's cancellation of its nonce, while its refund landed again, is held for an operator: BillPay paid out a refund of nothing", async () => {
+    const payer = hardhatAccount(8);
+    const before = await usdc(payer.address);
+    // The refund's signed transaction, as anyone watching the chain saw it before the reorganisation.
+    const { failed, nonce, signed } = await reorganisedAway(async () => {
+      const failed = await pay(payer, x402Bill(payer.address, { billersCode: "08099999999", nairaAmount: 1590 }));
+      expect(failed).toMatchObject({ status: "FAILED_VENDING" });
+      const order = await orderOf(failed.request_id);
+      expect(order.status).toBe("REFUNDED");
+      const tx = await celo.publicClient.getTransaction({ hash: order.refundTxHash as Hex });
+      const signed = serializeTransaction(
+        { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
+        { r: tx.r, s: tx.s, yParity: tx.yParity! },
+      );
+      return { failed, nonce: order.authNonce as Hex, signed };
+    });
+    // In the payment's place, in one block: his cancellation of its nonce, then the refund,
+    // landed again (BillPay's refundAuthorization asks only that the nonce be spent).
+    const relanded = await celo.miningPaused(async (mineOne) => {
+      await celo.cancelAuthorization(payer, "USDC", nonce, { sentOnly: true });
+      const relanded = await celo.publicClient.request({ method: "eth_sendRawTransaction", params: [signed] });
+      await mineOne();
+      return relanded;
+    });
+    const receipt = await celo.publicClient.waitForTransactionReceipt({ hash: relanded });
+    expect(receipt.status).toBe("success");
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, receipt.blockNumber);
+    await mine();
+
+    const loss = await watchUntil(failed.request_id, "REVIEW");
+    expect(loss.detail).toBe("its refund stands on chain without it");
+    const order = await orderOf(failed.request_id);
+    expect(order.status).toBe("NEEDS_REVIEW");
+    expect(order.failureReason).toContain("its refund stands on chain without it");
+    // What the operator is held for: the payer was refunded a payment that no longer exists,
+    // which the audit names too. After every test that audits: the chain keeps that refund,
+    // and those audits expect a clean one.
+    expect(await usdc(payer.address)).toBe(before + order.amount);
+    const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
+    expect(audit.discrepancies).toContainEqual(expect.stringMatching(/has no inbound payment/));
+  });
+
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
     const payer = hardhatAccount(9);
     const before = await usdc(payer.address);
@@ -611,4 +653,5 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before);
     expect(await reviews()).toBe(reviewsBefore + 1);
   });
+
 });

@@ -171,8 +171,8 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       );
     },
 
-    /** The payer burns a nonce without paying: the chain then reads it as used. */
-    async cancelAuthorization(payer: Account, symbol: TokenSymbol, nonce: Hex = randomNonce()) {
+    /** The payer burns a nonce without paying: the chain then reads it as used (once mined: `sentOnly` does not wait for it). */
+    async cancelAuthorization(payer: Account, symbol: TokenSymbol, nonce: Hex = randomNonce(), { sentOnly = false } = {}) {
       const token = tokenAddress(symbol);
       const info = d.tokens.find((t) => t.address === token)!;
       const signature = await wallet(payer).signTypedData({
@@ -181,14 +181,13 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
         primaryType: "CancelAuthorization",
         message: { authorizer: payer.address, nonce },
       });
-      await mined(
-        await wallet(payer).writeContract({
-          address: token,
-          abi: eip3009TokenAbi,
-          functionName: "cancelAuthorization",
-          args: [payer.address, nonce, signature],
-        }),
-      );
+      const sent = await wallet(payer).writeContract({
+        address: token,
+        abi: eip3009TokenAbi,
+        functionName: "cancelAuthorization",
+        args: [payer.address, nonce, signature],
+      });
+      if (!sentOnly) await mined(sent);
       return nonce;
     },
 
