@@ -120,3 +120,26 @@ export function paymentsInLogs(tx: { to: string | null; input?: Hex; logs: reado
   }
   return payments;
 }
+
+/** What the predicate reads of a receipt: its block, and its logs. */
+export interface BlockReceipt {
+  blockHash: Hex;
+  logs: readonly RawLog[];
+}
+
+/**
+ * A transaction's receipt as it stands in the block an event was read from. Ponder's RPC cache
+ * keys a receipt by the transaction's hash alone and keeps it through a reorganisation (it drops
+ * cached results by block number only), so a transaction included again in the replacing block,
+ * its logs at other positions, would be judged by the receipt of the block that went: a payment
+ * taken for other inflow. A cached receipt of another block is read again past the cache
+ * (`fresh`); a node that still answers another block is an error, and the ledger stops to try
+ * again (its supervisor restarts it) rather than book the transfer by the wrong logs.
+ */
+export async function receiptInBlock<R extends BlockReceipt>(blockHash: Hex, cached: () => Promise<R>, fresh: () => Promise<R>): Promise<R> {
+  const first = await cached();
+  if (sameAddress(first.blockHash, blockHash)) return first;
+  const again = await fresh();
+  if (sameAddress(again.blockHash, blockHash)) return again;
+  throw new Error(`the node gives the receipt in block ${again.blockHash}, not in ${blockHash}, where its transfer was read`);
+}

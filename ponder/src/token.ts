@@ -9,7 +9,8 @@
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
 import { type Hex } from "viem";
-import { authorizationNonceOf, mayCarryAuthorization, permit2NonceOf } from "../../lib/payment-logs.ts";
+import { authorizationNonceOf, mayCarryAuthorization, permit2NonceOf, receiptInBlock } from "../../lib/payment-logs.ts";
+import { freshReceipt } from "./fresh-receipt.ts";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
@@ -19,7 +20,8 @@ type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 
 /** The payment's rail and nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
 async function signedPaymentOf({ event, context }: TransferEvent): Promise<{ rail: "authorization" | "permit2"; nonce: Hex } | null> {
-  const receipt = await context.client.getTransactionReceipt({ hash: event.transaction.hash });
+  const hash = event.transaction.hash;
+  const receipt = await receiptInBlock(event.block.hash, () => context.client.getTransactionReceipt({ hash }), () => freshReceipt(context.chain.id, hash));
   const transfer = { token: event.log.address, from: event.args.from, to: event.args.to, value: event.args.value, logIndex: event.log.logIndex };
   const nonce = authorizationNonceOf(receipt.logs, transfer);
   if (nonce) return { rail: "authorization", nonce };
