@@ -80,6 +80,8 @@ export const configSchema = z.object({
   RPC_BATCH_SIZE: z.string().optional().refine((v) => parseRpcBatchSize(v) !== undefined, RPC_BATCH_SIZE_RULE),
   NGN_PER_USD: decimal(RATE_SCALE, "NGN_PER_USD").prefault("1550"),
   RATE_SOURCE_URL: z.string().url().optional(),
+  /** Prices at NGN_PER_USD on purpose, without a rate source: a real network refuses to start on neither (startup-checks.ts). */
+  RATE_FIXED: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
   RATE_SOURCE_FIELD: z.string().default("ngnPerUsd"),
   RATE_TIMEOUT_MS: z.coerce.number().int().positive().default(3_000),
   RATE_CACHE_MS: z.coerce.number().int().nonnegative().default(60_000),

@@ -29,6 +29,8 @@ import type { NetworkProfile } from "../lib/networks.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import type { Config } from "./config.ts";
 import { errorText } from "./log-safety.ts";
+import { formatScaled } from "./pricing/decimal.ts";
+import { RATE_SCALE } from "./pricing/price.ts";
 
 const ROLES = { operator: keccak256(toBytes("OPERATOR_ROLE")), refunder: keccak256(toBytes("REFUNDER_ROLE")) };
 /** BillPay's DEFAULT_ADMIN_ROLE: roles, budgets, withdrawals. A hot key must never hold it. */
@@ -84,6 +86,9 @@ export function policyFailures(config: Config, network: NetworkProfile, keys: { 
     if (isLocalRpcUrl(config[name]) && !config.FACILITATOR_SELF_HOSTED) {
       out.push(`${name} (${config[name]}) is on this machine: name the chain's real facilitator (or set FACILITATOR_SELF_HOSTED=1 for one you run here)`);
     }
+  }
+  if (!config.RATE_SOURCE_URL && !config.RATE_FIXED) {
+    out.push(`RATE_SOURCE_URL is not set: every bill would be priced at NGN_PER_USD (${formatScaled(config.NGN_PER_USD, RATE_SCALE)}) for ever, whatever the naira does; name a rate source, or set RATE_FIXED=1 to price at NGN_PER_USD on purpose`);
   }
   if (!config.PIN_PEPPER) out.push("PIN_PEPPER is not set: set a secret of at least 32 characters, kept outside the database, to hash agents' PINs under");
   if (!config.OPS_TOKEN) out.push("OPS_TOKEN is not set: /console, /ops/* and /metrics would answer anyone a proxy on this host forwards; set a secret of at least 16 characters");

@@ -240,6 +240,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
       OPS_TOKEN: randomBytes(24).toString("hex"),
       FACILITATOR_URL_CELO: `http://127.0.0.1:${facilitatorPort}`,
       FACILITATOR_SELF_HOSTED: "1",
+      RATE_FIXED: "1",
       BILLER_BASE_URL: biller.url,
       BILLER_API_KEY: billerKeys.apiKey,
       BILLER_SECRET_KEY: billerKeys.secretKey,

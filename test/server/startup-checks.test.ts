@@ -138,7 +138,7 @@ describe("start-up checks", () => {
     expect(() => resolveNetwork("polygon")).toThrow('NETWORK "polygon" is not a profile');
   });
 
-  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys, a facilitator on loopback, no OPS_TOKEN and one key for two roles", () => {
+  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys, a facilitator on loopback, a rate that never moves, no OPS_TOKEN and one key for two roles", () => {
     const remote = resolveNetwork("celo-sepolia");
     const failures = policyFailures(loadConfig({}), remote, keys);
     expect(failures).toEqual([
@@ -148,6 +148,7 @@ describe("start-up checks", () => {
       "BILLER_SECRET_KEY is the sandbox biller's key: set the biller's real credentials",
       "BILLER_PUBLIC_KEY is the sandbox biller's key: set the biller's real credentials",
       expect.stringContaining("FACILITATOR_URL_CELO (http://127.0.0.1:8402) is on this machine"),
+      "RATE_SOURCE_URL is not set: every bill would be priced at NGN_PER_USD (1550) for ever, whatever the naira does; name a rate source, or set RATE_FIXED=1 to price at NGN_PER_USD on purpose",
       expect.stringContaining("PIN_PEPPER is not set"),
       expect.stringContaining("OPS_TOKEN is not set"),
     ]);
@@ -160,11 +161,12 @@ describe("start-up checks", () => {
       BILLER_SECRET_KEY: "k2",
       BILLER_PUBLIC_KEY: "k3",
       FACILITATOR_URL_CELO: "https://facilitator.example.org",
+      RATE_SOURCE_URL: "https://rates.example.org/ngn",
       PIN_PEPPER: "a".repeat(64),
       OPS_TOKEN: "o".repeat(32),
     });
     expect(policyFailures(configured, remote, own)).toEqual([]);
-    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", PIN_PEPPER: "a".repeat(64), OPS_TOKEN: "o".repeat(32) });
+    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", RATE_FIXED: "1", PIN_PEPPER: "a".repeat(64), OPS_TOKEN: "o".repeat(32) });
     expect(policyFailures(selfHosted, remote, own)).toEqual([]);
   });
 
