@@ -1,6 +1,8 @@
 /**
  * `npm run deploy -- --network <profile>`: deploys BillPay to a real network (celo,
  * celo-sepolia, base, base-sepolia) with Hardhat Ignition and writes deployments/<profile>.json.
+ * A file that holds other chains keeps them: both chains of `NETWORK=celo,base` are deployed
+ * one after the other into deployments/celo+base.json (--out), the file that profile reads.
  *
  *   Options: --deployment-id <id> (Ignition's journal under ignition/deployments/, default the
  *            profile; run again with the same id to resume), --out <file>, --confirmations <n>.
@@ -28,7 +30,7 @@ import { network } from "hardhat";
 import { createPublicClient, getAddress, http, isAddress, type Address } from "viem";
 import { billPayModule } from "../ignition/modules/BillPay.ts";
 import { MULTICALL3_ADDRESS } from "../lib/chains.ts";
-import { pullBudgetFromEnv, refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
+import { pullBudgetFromEnv, readDeployments, refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
 import { NETWORK_NAMES, resolveNetwork, type ChainInfo } from "../lib/networks.ts";
 
@@ -133,6 +135,8 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
   const deploymentId = values["deployment-id"] ?? profile.name;
   if (!/^[A-Za-z0-9_-]+$/.test(deploymentId)) throw new UsageError("--deployment-id may hold letters, digits, - and _ only");
   const out = values.out ?? `deployments/${profile.name}.json`;
+  // Read before anything is deployed: a file that cannot be kept stops the deploy here.
+  const others = (await readDeployments(out)).chains;
 
   const rpcUrl = (rpcUrlsFromEnv(chain.key) ?? chain.rpcUrls)[0]!;
   const roles: DeployRoles = { admin: roleAddress("ADMIN_ADDRESS"), pauser: roleAddress("PAUSER_ADDRESS"), operator: roleAddress("OPERATOR_ADDRESS"), refunder: roleAddress("REFUNDER_ADDRESS") };
@@ -184,7 +188,7 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
     pullBudget,
     tokens: tokens.map((t) => ({ symbol: t.symbol, name: t.name, decimals: t.decimals, eip712Version: t.eip712Version, address: t.address, block })),
   };
-  await writeDeployments({ chains: { [chain.key]: deployment } }, out);
+  await writeDeployments({ chains: { ...others, [chain.key]: deployment } }, out);
   log(`BillPay ${deployment.billPay.address} at block ${block}; written to ${out}`);
 
   if (!chain.explorer) log("source verification skipped: the profile has no block explorer");

@@ -13,7 +13,7 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { network } from "hardhat";
 import { createPublicClient, createWalletClient, defineChain, http, keccak256, parseEther, toBytes, type Address, type Hex } from "viem";
@@ -23,7 +23,7 @@ import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { linkAgent, mcpAgent } from "../../lib/agent-client.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { MULTICALL3_ADDRESS } from "../../lib/chains.ts";
-import { readDeployments, type Deployments } from "../../lib/deployments.ts";
+import { readDeployments, writeDeployments, type Deployments } from "../../lib/deployments.ts";
 import { hardhatAccount } from "../../lib/local-accounts.ts";
 import { resolveNetwork } from "../../lib/networks.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
@@ -208,10 +208,16 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     expect(d.refundBudget).toEqual({ limit: "50000000", periodSeconds: 86_400 });
     expect((await rpc.readContract({ address: billPay, abi: billPayAbi, functionName: "refundBudget", args: [usdc] }))[0]).toBe(50_000_000n);
     expect(d.billPay.block).toBeGreaterThan(0);
-    // Run again: Ignition's journal says it is done, and nothing new is deployed.
-    const again = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", deployOut, "--confirmations", "1"], deployEnv());
+    // Run again, into a file that holds another chain (as both chains of a pair are deployed
+    // in turn): Ignition's journal says it is done, nothing new is deployed, and the other chain is kept.
+    const pairOut = join(dirname(deployOut), "pair.json");
+    const other = { ...d, chainId: 84532 };
+    await writeDeployments({ chains: { BASE: other } }, pairOut);
+    const again = await runScript("scripts/deploy.ts", ["--network", "celo-sepolia", "--deployment-id", deploymentId, "--out", pairOut, "--confirmations", "1"], deployEnv());
     expect(again.code, again.out).toBe(0);
-    expect((await readDeployments(deployOut)).chains.CELO!.billPay).toEqual(d.billPay);
+    const pair = await readDeployments(pairOut);
+    expect(pair.chains.CELO!.billPay).toEqual(d.billPay);
+    expect(pair.chains.BASE).toEqual(other);
     expect([...proxy.methods].filter((m) => DEV_METHOD.test(m) && !DEV_NODE_PROBES.includes(m))).toEqual([]);
   }, 180_000);
 
