@@ -10,7 +10,9 @@ import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Catalogue } from "../../server/biller/catalogue/catalogue.ts";
 import { purchasedCodeText, type VendResult } from "../../server/biller/upstream.ts";
-import { codesFromText, readTransactionAnswer, readVariations, toVariation, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
+import { codesFromText, readTransactionAnswer, readVariations, toInternationalVariation, toVariation, webhookRequestId } from "../../server/biller/vtpass/answers.ts";
+import { InternationalCatalogue } from "../../server/biller/catalogue/international.ts";
+import { TtlCache } from "../../server/biller/catalogue/ttl-cache.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";
 import { ServiceError } from "../../server/errors.ts";
 import { listen } from "../support/http-server.ts";
@@ -265,6 +267,23 @@ describe("the VTpass client against VTpass's documented samples", () => {
     expect((await catalogue.check({ ...data, nairaAmount: 1500, variation_code: "unsaid" })).vend).toMatchObject({ variationCode: "unsaid", amount: "1500" });
     // An open plan still takes the bill's amount.
     expect((await catalogue.check({ ...data, variation_code: "open" })).vend).toMatchObject({ variationCode: "open", amount: "1" });
+  });
+
+  it("never sells an international plan code the biller lists twice at different charges", async () => {
+    const plan = (code: string, charged: string) =>
+      toInternationalVariation({ variation_code: code, name: code, variation_amount: "0.00", fixedPrice: "Yes", charged_amount: charged, charged_currency: "NGN", variation_rate: null });
+    const international = new InternationalCatalogue(
+      {
+        internationalCountries: async () => [{ code: "GH", name: "Ghana", currency: "GHS", prefix: "233" }],
+        internationalProductTypes: async () => [{ product_type_id: "4", name: "Mobile Data" }],
+        internationalOperators: async () => [{ operator_id: "5", name: "Ghana MTN" }],
+        internationalVariations: async () => ({ currency: "GHS", plans: [plan("twice", "1000.00"), plan("twice", "1500.00"), plan("once", "1000.00")] }),
+      },
+      new TtlCache(0),
+    );
+    const bill = { serviceID: "foreign-airtime", billersCode: "233241234567", country_code: "GH", product_type_id: "4", operator_id: "5", nairaAmount: 1000 };
+    await expect(international.check({ ...bill, variation_code: "twice" })).rejects.toMatchObject({ code: "PLAN_AMBIGUOUS" });
+    expect(await international.check({ ...bill, variation_code: "once" })).toMatchObject({ variationCode: "once", chargeKobo: "100000" });
   });
 
   it("reads an international pay answer, both `amount` and `Amount`", async () => {

@@ -87,6 +87,9 @@ function pricingOf(plan: InternationalVariation): Pricing {
   return { kind: "flexible", rate: plan.variation_rate, min: plan.variation_amount_min, max: plan.variation_amount_max };
 }
 
+/** What a plan's pricing asks, as one comparable string. */
+const priceKey = (p: Pricing): string => (p.kind === "fixed" ? `fixed ${p.chargeKobo}` : p.kind === "flexible" ? `flexible ${p.rate} ${p.min} ${p.max}` : "unpriced");
+
 const unknown = (what: string, value: string, known: string[]) =>
   new ServiceError("INTERNATIONAL_OPTION_UNKNOWN", `no ${what} "${value}"; known: ${known.join(", ") || "none"}`, { known });
 
@@ -158,8 +161,13 @@ export class InternationalCatalogue {
     const plans = await this.plans(operator, type);
     const codes = plans.map((p) => p.variation_code).join(", ");
     if (bill.variation_code === undefined) throw new ServiceError("PLAN_REQUIRED", `${operator.name} needs a variation_code: one of ${codes}`);
-    const plan = plans.find((p) => p.variation_code === bill.variation_code);
-    if (!plan) throw new ServiceError("PLAN_UNKNOWN", `${operator.name} has no plan "${bill.variation_code}"; its plans: ${codes}`);
+    const found = plans.filter((p) => p.variation_code === bill.variation_code);
+    if (found.length === 0) throw new ServiceError("PLAN_UNKNOWN", `${operator.name} has no plan "${bill.variation_code}"; its plans: ${codes}`);
+    // Listed more than once at different prices, what the biller charges cannot be known (as for a domestic plan: plans.ts).
+    if (new Set(found.map((p) => priceKey(pricingOf(p)))).size > 1) {
+      throw new ServiceError("PLAN_AMBIGUOUS", `${operator.name} lists ${bill.variation_code} more than once at different prices, so what it charges cannot be known; choose another plan`);
+    }
+    const plan = found[0]!;
 
     const pricing = pricingOf(plan);
     const base = {
