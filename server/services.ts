@@ -90,6 +90,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, keys
       (address) => keyLeases.confirm(address),
       // Instances share a PostgreSQL server; PGlite belongs to one process, so there is none to hold against.
       db.pool ? new DbPayerHolds(db, keys.operator.address) : undefined,
+      config.RATE_LIMIT_REVERTED_PAYER.seconds * 1000,
     ),
     heads,
     vendDeadlineMs: config.VEND_DEADLINE_MS,

@@ -40,12 +40,6 @@ import { whileHeld, type PayerHolds } from "./payer-holds.ts";
 const RECEIPT_TIMEOUT_MS = 60_000;
 /** Receipts kept for the caller that reads its payment from one (orders/pull-flow.ts). */
 const KEPT_RECEIPTS = 256;
-/**
- * How long the payers of a gathered batch that reverted on chain have their pulls sent apart
- * from other payers' (sendGathered). An hour: the window of the revert budget
- * (RATE_LIMIT_REVERTED_PAYER's default), which a revert of his own pulls is counted in.
- */
-const APART_AFTER_REVERT_MS = 60 * 60 * 1000;
 
 
 export interface ReplacementPolicy {
@@ -157,6 +151,12 @@ export class ChainOperator {
     private readonly fence: (address: string) => Promise<void> = async () => {},
     /** Payers' holds shared with other instances (chain/payer-holds.ts); none where this instance is the only one. */
     private readonly holds?: PayerHolds,
+    /**
+     * How long the payers of a gathered batch that reverted, and would pass now, have their
+     * pulls sent apart from other payers' (sendGathered): the window of the revert budget
+     * (RATE_LIMIT_REVERTED_PAYER), in which a revert of his own pulls then counts.
+     */
+    private readonly apartMs = 60 * 60 * 1000,
   ) {}
 
   private nextBlock(chain: ChainKey): NextBlock {
@@ -326,11 +326,11 @@ export class ChainOperator {
     await Promise.all([...apart.values(), together].filter((g) => g.length > 0).map((g) => this.sendTogether(chain, g)));
   }
 
-  /** Each payer of a gathered batch that reverted on chain: his pulls go apart for APART_AFTER_REVERT_MS. */
+  /** Each payer of a gathered batch that reverted on chain and would pass now: his pulls go apart for `apartMs`, in this instance. */
   private setApart(chain: ChainKey, members: readonly GatheredPull[]): void {
     const now = Date.now();
     for (const [k, until] of this.apartUntil) if (until <= now) this.apartUntil.delete(k);
-    for (const m of members) this.apartUntil.set(this.payerKey(chain, m.item.payer), now + APART_AFTER_REVERT_MS);
+    for (const m of members) this.apartUntil.set(this.payerKey(chain, m.item.payer), now + this.apartMs);
   }
 
   /**
@@ -395,19 +395,18 @@ export class ChainOperator {
           // what made it revert (his allowance or funds moved after the estimate), told so.
           const reverted = err.errorName === REVERTED_ON_CHAIN;
           const blamed = (e: unknown) => (reverted ? payerDoing(e, "the pulls sent with it reverted on chain") : e);
-          const payers = new Set(members.map((m) => m.item.payer.toLowerCase()));
-          if (reverted && payers.size === 1) {
-            // One payer's pulls alone: a revert his doing explains (blame) is his, and is
-            // answered as a lone pull's is, without a second try.
-            const answer = await this.blame(chain, batch, err);
-            if (answer instanceof ContractRefused && answer.errorName === REVERTED_BY_PAYER) {
+          // A batch that would pass now: a payer moved his allowance or funds and moved them
+          // back within the block, which no pull sent again alone can name (it passes).
+          if (reverted && (await this.estimateAgain(chain, batch)) === "passes") {
+            // One payer's pulls alone: his, each of them counted against him as a lone pull's revert is.
+            if (new Set(members.map((m) => m.item.payer.toLowerCase())).size === 1) {
+              const answer = passesNow(err);
               for (const m of members) m.reject(answer);
               return;
             }
+            // Several: which of them did it cannot be told. Each goes apart for a while, so a second time is named.
+            this.setApart(chain, members);
           }
-          // Several payers: which of them moved his allowance and moved it back within the
-          // block cannot be told. Each goes apart for a while, so that a second time is named.
-          if (reverted) this.setApart(chain, members);
           // Nothing moved: each pull by itself, so a refusal is its own payer's alone. Payers
           // go at once: the key's queue sends their pulls one after another, and none waits
           // for another payer's to be mined (one payer's refusal must not hold the others up
@@ -471,17 +470,22 @@ export class ChainOperator {
    */
   private async blame(chain: ChainKey, call: Write, err: unknown): Promise<unknown> {
     if (!(err instanceof ContractRefused) || err.errorName !== REVERTED_ON_CHAIN) return err;
+    const now = await this.estimateAgain(chain, call);
+    // The node did not answer, or refused with no name: nothing is said of the payer.
+    if (now === "unread") return err;
+    if (now === "passes") return passesNow(err);
+    return payerDoing(now, err.message);
+  }
+
+  /** The call estimated again on the chain as it now stands: it passes, is refused by name, or could not be read. */
+  private async estimateAgain(chain: ChainKey, call: Write): Promise<"passes" | "unread" | ContractRefused> {
     const d = this.deployments.chains[chain]!;
     const client = sharedClientFor(chain, rpcUrlFor(chain, d));
     const target = { address: d.billPay.address as Hex, abi, ...call, account: this.keys.operator, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0];
-    const now = await client.estimateContractGas(target).then(
+    return client.estimateContractGas(target).then(
       () => "passes" as const,
       (e: unknown) => refusal(e) ?? ("unread" as const),
     );
-    // The node did not answer, or refused with no name: nothing is said of the payer.
-    if (now === "unread") return err;
-    if (now === "passes") return new ContractRefused(REVERTED_BY_PAYER, [], `${err.message}; it would pass now: its payer's allowance or funds moved, and moved back`);
-    return payerDoing(now, err.message);
   }
 
   /** Refunds a pulled order (by BillPay's order id) to its payer. */
@@ -671,6 +675,9 @@ async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: 
     await block.wait();
   }
 }
+
+/** A revert whose call would pass now: only its payers move their allowances and funds back and forth (blame). */
+const passesNow = (err: ContractRefused) => new ContractRefused(REVERTED_BY_PAYER, [], `${err.message}; it would pass now: its payer's allowance or funds moved, and moved back`);
 
 /** A refusal its payer brought about (PAYER_REFUSALS) as REVERTED_BY_PAYER, saying what reverted; any other error as it is. */
 function payerDoing(e: unknown, what: string): unknown {
