@@ -594,7 +594,6 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before + order.amount - 1n);
   });
 
-  // Last: it moves the chain's clock three days on.
   it("a refunded bill whose payment a reorganisation replaced with the payer's cancellation of its nonce, while its refund landed again, is held for an operator: BillPay paid out a refund of nothing", async () => {
     const payer = hardhatAccount(8);
     const before = await usdc(payer.address);
@@ -637,6 +636,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(audit.discrepancies).toContainEqual(expect.stringMatching(/has no inbound payment/));
   });
 
+  // Last: it moves the chain's clock three days on.
   it("x402: an authorization that expired before it could be submitted again sends the order to an operator; the payer is not charged", async () => {
     const payer = hardhatAccount(9);
     const before = await usdc(payer.address);
