@@ -30,7 +30,7 @@ export const UNIT_TESTS = [
   "test/server/payment-checks.test.ts",
   "test/server/rates.test.ts",
   "test/server/refused-payments.test.ts",
-  "test/server/receipt-in-block.test.ts",
+  "test/server/logs-in-block.test.ts",
   "test/server/refund-logs.test.ts",
   "test/stack/shared-chains.test.ts",
 ];

@@ -20,7 +20,7 @@
  *     transaction's, and the ledger reads no call traces. That reading is the safe one: such a
  *     payment is never served or refunded by the service, and the audit shows it as inflow.
  */
-import { decodeEventLog, toEventSelector, type Hex } from "viem";
+import { decodeEventLog, hexToNumber, toEventSelector, type Hex, type RpcLog } from "viem";
 import { billPayAbi } from "./generated/abis.ts";
 import { permit2NonceKey, PROXY_SETTLED, proxySettlementIn, X402_EXACT_PROXY } from "./permit2.ts";
 
@@ -128,18 +128,24 @@ export interface BlockReceipt {
 }
 
 /**
- * A transaction's receipt as it stands in the block an event was read from. Ponder's RPC cache
+ * A transaction's logs as they stand in the block an event was read from. Ponder's RPC cache
  * keys a receipt by the transaction's hash alone and keeps it through a reorganisation (it drops
  * cached results by block number only), so a transaction included again in the replacing block,
  * its logs at other positions, would be judged by the receipt of the block that went: a payment
- * taken for other inflow. A cached receipt of another block is read again past the cache
- * (`fresh`); a node that still answers another block is an error, and the ledger stops to try
- * again (its supervisor restarts it) rather than book the transfer by the wrong logs.
+ * taken for other inflow. A receipt of another block gives way to the logs of the event's own
+ * block, read by its hash (`inBlock`: eth_getLogs by block hash, which Ponder does not cache,
+ * and which answers for that block or not at all).
  */
-export async function receiptInBlock<R extends BlockReceipt>(blockHash: Hex, cached: () => Promise<R>, fresh: () => Promise<R>): Promise<R> {
-  const first = await cached();
-  if (sameAddress(first.blockHash, blockHash)) return first;
-  const again = await fresh();
-  if (sameAddress(again.blockHash, blockHash)) return again;
-  throw new Error(`the node gives the receipt in block ${again.blockHash}, not in ${blockHash}, where its transfer was read`);
+export async function logsInBlock(blockHash: Hex, receipt: () => Promise<BlockReceipt>, inBlock: () => Promise<readonly RawLog[]>): Promise<readonly RawLog[]> {
+  const r = await receipt();
+  return sameAddress(r.blockHash, blockHash) ? r.logs : inBlock();
+}
+
+/** An EIP-1193 request function asking for logs (a viem client's `request`, Ponder's too). */
+export type GetLogsRequest = (args: { method: "eth_getLogs"; params: [{ blockHash: Hex; address: Hex[] }] }) => Promise<unknown>;
+
+/** The logs `addresses` emitted in transaction `txHash` of the block `blockHash` (EIP-234's filter by block hash). */
+export async function transactionLogsInBlock(request: GetLogsRequest, blockHash: Hex, txHash: Hex, addresses: Hex[]): Promise<RawLog[]> {
+  const logs = (await request({ method: "eth_getLogs", params: [{ blockHash, address: addresses }] })) as RpcLog[];
+  return logs.flatMap((l) => (sameAddress(l.transactionHash ?? "", txHash) && l.logIndex !== null ? [{ address: l.address, topics: l.topics, data: l.data, logIndex: hexToNumber(l.logIndex) }] : []));
 }

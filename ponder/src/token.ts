@@ -9,8 +9,8 @@
 import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
 import { type Hex } from "viem";
-import { authorizationNonceOf, mayCarryAuthorization, permit2NonceOf, receiptInBlock } from "../../lib/payment-logs.ts";
-import { freshReceipt } from "./fresh-receipt.ts";
+import { authorizationNonceOf, logsInBlock, mayCarryAuthorization, permit2NonceOf, transactionLogsInBlock } from "../../lib/payment-logs.ts";
+import { X402_EXACT_PROXY } from "../../lib/permit2.ts";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
@@ -21,11 +21,13 @@ type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 /** The payment's rail and nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
 async function signedPaymentOf({ event, context }: TransferEvent): Promise<{ rail: "authorization" | "permit2"; nonce: Hex } | null> {
   const hash = event.transaction.hash;
-  const receipt = await receiptInBlock(event.block.hash, () => context.client.getTransactionReceipt({ hash }), () => freshReceipt(context.chain.id, hash));
+  // The logs the predicate reads come from the token and x402's proxy (lib/payment-logs.ts).
+  const inBlock = () => transactionLogsInBlock((args) => context.client.request(args), event.block.hash, hash, [event.log.address, X402_EXACT_PROXY]);
+  const logs = await logsInBlock(event.block.hash, () => context.client.getTransactionReceipt({ hash }), inBlock);
   const transfer = { token: event.log.address, from: event.args.from, to: event.args.to, value: event.args.value, logIndex: event.log.logIndex };
-  const nonce = authorizationNonceOf(receipt.logs, transfer);
+  const nonce = authorizationNonceOf(logs, transfer);
   if (nonce) return { rail: "authorization", nonce };
-  const permit2Nonce = permit2NonceOf(event.transaction, receipt.logs, transfer);
+  const permit2Nonce = permit2NonceOf(event.transaction, logs, transfer);
   return permit2Nonce ? { rail: "permit2", nonce: permit2Nonce } : null;
 }
 
