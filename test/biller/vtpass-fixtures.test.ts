@@ -261,6 +261,11 @@ describe("the VTpass client against VTpass's documented samples", () => {
     for (const code of ["float", "sign", "no-price"]) {
       const refused = await catalogue.check({ ...data, variation_code: code }).catch((e: ServiceError) => e);
       expect(refused, code).toMatchObject({ code: "PLAN_AMBIGUOUS", message: expect.stringMatching(/fixed price that cannot be read/) });
+      // Offered as what is sold: never as a plan of open amount.
+      expect((refused as ServiceError).extra.options).toEqual([
+        { variation_code: "unsaid", name: "4GB", nairaAmount: 1500 },
+        { variation_code: "open", name: "Any", nairaAmount: null },
+      ]);
     }
     // A plan that does not say whether its price is fixed is held to the price it lists.
     await expect(catalogue.check({ ...data, variation_code: "unsaid" })).rejects.toMatchObject({ code: "PLAN_AMOUNT_MISMATCH" });

@@ -43,18 +43,19 @@ export function planPrice(v: Variation): bigint | null {
   return k === undefined || k === 0n ? null : k;
 }
 
-export const planOptions = (plans: Variation[]): PlanOption[] =>
-  plans.map((p) => {
-    const price = planPrice(p);
-    return { variation_code: p.variation_code, name: p.name, nairaAmount: price === null ? null : nairaNumber(price) };
-  });
-
 /**
  * A plan the biller fixes at a price that cannot be read ("6.1499999999999995", "N1,000",
  * missing): what it charges is unknown, and taking it for an open amount would vend it for
  * whatever the bill says. Not VTpass's "Yes" at 0.00, which is how its open plans (banks) read.
  */
 const unreadablePrice = (v: Variation) => v.fixedPrice === "Yes" && koboOrUndefined(v.variation_amount) === undefined;
+
+/** The plans as offered: one at a price that cannot be read is not sold, so not offered. */
+export const planOptions = (plans: Variation[]): PlanOption[] =>
+  plans.filter((p) => !unreadablePrice(p)).map((p) => {
+    const price = planPrice(p);
+    return { variation_code: p.variation_code, name: p.name, nairaAmount: price === null ? null : nairaNumber(price) };
+  });
 
 /** Codes whose price cannot be known: listed more than once at different prices, or fixed at a price that cannot be read. */
 function unclearPrices(plans: Variation[]): Set<string> {
@@ -72,8 +73,10 @@ function namedPlan(bill: DomesticBill, plans: Variation[], code: string): Variat
   const found = plans.filter((p) => p.variation_code === code);
   if (found.length === 0) throw refuse("PLAN_UNKNOWN", `${bill.serviceID} has no plan "${code}"`, planOptions(plans));
   if (unclearPrices(plans).has(code)) {
-    const how = found.some(unreadablePrice) ? `at a fixed price that cannot be read ("${found.find(unreadablePrice)!.variation_amount}")` : "more than once at different prices";
-    throw refuse("PLAN_AMBIGUOUS", `the biller lists ${code} of ${bill.serviceID} ${how}, so what it charges cannot be known; choose another plan`, planOptions(found));
+    const unreadable = found.find(unreadablePrice);
+    const how = unreadable ? `at a fixed price that cannot be read ("${unreadable.variation_amount}")` : "more than once at different prices";
+    // The options: the code's own prices where it has two, else the plans that are sold.
+    throw refuse("PLAN_AMBIGUOUS", `the biller lists ${code} of ${bill.serviceID} ${how}, so what it charges cannot be known; choose another plan`, planOptions(unreadable ? plans : found));
   }
   const plan = found[0]!;
   const price = planPrice(plan);
