@@ -32,7 +32,7 @@ import { billPayModule } from "../ignition/modules/BillPay.ts";
 import { MULTICALL3_ADDRESS } from "../lib/chains.ts";
 import { pullBudgetFromEnv, readDeployments, refundBudgetFromEnv, rpcUrlsFromEnv, writeDeployments, type ChainDeployment } from "../lib/deployments.ts";
 import { isWellKnownAddress } from "../lib/local-accounts.ts";
-import { NETWORK_NAMES, resolveNetwork, type ChainInfo } from "../lib/networks.ts";
+import { NETWORK_NAMES, resolveNetwork, type ChainInfo, type ChainKey } from "../lib/networks.ts";
 
 const RPC_TIMEOUT_MS = 30_000;
 const VERIFY_TIMEOUT_MS = 180_000;
@@ -135,8 +135,16 @@ export async function runDeploy(argv: string[], log: (line: string) => void = co
   const deploymentId = values["deployment-id"] ?? profile.name;
   if (!/^[A-Za-z0-9_-]+$/.test(deploymentId)) throw new UsageError("--deployment-id may hold letters, digits, - and _ only");
   const out = values.out ?? `deployments/${profile.name}.json`;
-  // Read before anything is deployed: a file that cannot be kept stops the deploy here.
+  // Read before anything is deployed: a file that cannot be kept stops the deploy here. It
+  // holds one network's chains, as a profile serves them: mainnets and testnets do not mix.
   const others = (await readDeployments(out)).chains;
+  for (const [key, kept] of Object.entries(others) as Array<[ChainKey, ChainDeployment]>) {
+    if (key === chain.key) continue;
+    const itsProfile = NETWORK_NAMES.map((n) => resolveNetwork(n)).find((p) => !p.local && p.chains[key]?.chainId === kept.chainId);
+    if (itsProfile?.testnet !== profile.testnet) {
+      throw new UsageError(`${out} holds ${key} on chain ${kept.chainId}, not a ${profile.testnet ? "testnet" : "mainnet"} as ${profile.name} is: deploy into another file`);
+    }
+  }
 
   const rpcUrl = (rpcUrlsFromEnv(chain.key) ?? chain.rpcUrls)[0]!;
   const roles: DeployRoles = { admin: roleAddress("ADMIN_ADDRESS"), pauser: roleAddress("PAUSER_ADDRESS"), operator: roleAddress("OPERATOR_ADDRESS"), refunder: roleAddress("REFUNDER_ADDRESS") };

@@ -180,6 +180,21 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
     expect(await refusal(["--network", "local"], deployEnv())).toContain("deployed by `npm run chains`");
     expect(await refusal(["--network", "polygon"], deployEnv())).toContain('NETWORK "polygon" is not a profile');
     expect(await refusal(["--network", "celo-sepolia", "--verify-later"], deployEnv())).toContain("Unknown option '--verify-later'");
+    // A file that holds a mainnet chain is not written with a testnet's.
+    const mainnetPair = join(dirname(deployOut), "mainnet-pair.json");
+    const somewhere = hardhatAccount(5).address;
+    const onBase = {
+      chainId: 8453,
+      rpcUrl: "https://mainnet.base.org",
+      genesisHash: keccak256(toBytes("base")),
+      billPay: { address: somewhere, block: 1 },
+      multicall3: MULTICALL3_ADDRESS,
+      roles: { admin: somewhere, operator: somewhere, refunder: somewhere, pauser: somewhere },
+      refundBudget: { limit: "1", periodSeconds: 1 },
+      tokens: [{ symbol: "USDC", name: "USD Coin", decimals: 6, eip712Version: "2", address: somewhere, block: 1 }],
+    };
+    await writeDeployments({ chains: { BASE: onBase } }, mainnetPair);
+    expect(await refusal(["--network", "celo-sepolia", "--out", mainnetPair], deployEnv())).toContain("holds BASE on chain 8453, not a testnet as celo-sepolia is");
     expect(proxy.methods.has("eth_sendTransaction") || proxy.methods.has("eth_sendRawTransaction")).toBe(false);
   }, 120_000);
 
