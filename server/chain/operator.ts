@@ -138,7 +138,7 @@ export class ChainOperator {
   private inFlight = new Map<string, Promise<void>>();
   /** Per chain, a closed group taking its payers' holds: settles once its transaction is in the key's queue (sendWhereHeld). */
   private queuing = new Map<ChainKey, Promise<void>>();
-  /** Per chain and payer in a gathered batch that reverted on chain: until when his pulls go apart from others' (sendGathered). */
+  /** Per chain and payer in a gathered batch that reverted on chain and would pass now: until when his pulls go apart from others' (sendGathered). */
   private apartUntil = new Map<string, number>();
 
   constructor(
@@ -313,8 +313,8 @@ export class ChainOperator {
    * pulls, everyone else's together (sendTogether).
    */
   private async sendGathered(chain: ChainKey, group: GatheredPull[]): Promise<void> {
-    // A payer whose pulls were in a gathered batch that reverted goes apart for a while, in a
-    // transaction of his own pulls only. A revert he brings about there is his alone, and is
+    // A payer whose pulls were in a gathered batch that reverted, and would pass now, goes
+    // apart for a while, in a transaction of his own pulls only. A revert he brings about there is his alone, and is
     // named (blame); in a batch with others it could not be (sendTogether).
     const apart = new Map<string, GatheredPull[]>();
     const together: GatheredPull[] = [];
