@@ -2,8 +2,8 @@
  * What a facilitator's verify or settle call came to, read from what @x402/core's HTTP
  * client returns or throws. Four kinds, because each asks something different of the order:
  *   - answered: the facilitator spoke about the payment (valid or not, settled or not,
- *     or `settlement_pending` with the hash it broadcast), on a 2xx or a non-2xx with a
- *     verify/settle body (VerifyError / SettleError);
+ *     or pending under the hash it broadcast: isSettlementPending), on a 2xx or a non-2xx
+ *     with a verify/settle body (VerifyError / SettleError);
  *   - refused the service: 401 (credentials), 402 (out of settlement credits) or 429 (rate
  *     limit), the answers Celo's hosted facilitator documents for /settle (celo-org/docs,
  *     build/agents/x402, "If a call to /settle fails, the status code tells you why"). It
@@ -15,7 +15,7 @@
  * Celo documents those three statuses but not their bodies, so the status alone decides.
  * @x402/core 2.27.0 (pinned) keeps the status on VerifyError/SettleError; for any other body
  * it throws a plain Error whose message starts "Facilitator <op> failed (<status>)", which is
- * read here (test/facilitator/facilitator-answer.test.ts holds that to the installed client).
+ * read here (test/facilitator/celo-facilitator.test.ts holds that to the installed client).
  */
 import { SettleError, VerifyError, type SettleResponse, type VerifyResponse } from "@x402/core/types";
 
@@ -23,7 +23,7 @@ import { SettleError, VerifyError, type SettleResponse, type VerifyResponse } fr
 export const SERVICE_REFUSALS = { 401: "FACILITATOR_UNAUTHORIZED", 402: "FACILITATOR_OUT_OF_CREDITS", 429: "FACILITATOR_RATE_LIMITED" } as const;
 export type ServiceRefusalStatus = keyof typeof SERVICE_REFUSALS;
 
-/** x402 v2's non-terminal settle outcome: broadcast, not yet confirmed (specification v2, section 9). */
+/** @x402/evm's facilitator's non-terminal settle outcome: broadcast, its receipt not seen in time. */
 export const SETTLEMENT_PENDING = "settlement_pending";
 
 export type FacilitatorAnswer<T> =
@@ -98,7 +98,15 @@ export async function settleAnswer(call: () => Promise<SettleResponse>): Promise
   }
 }
 
-/** Broadcast but not confirmed: the payment may still land, under this hash. */
+/**
+ * Broadcast but not confirmed: the payment may still land, under this hash. x402's
+ * specification (v2, section 9) names no pending outcome, and its failed settlement carries
+ * `"transaction": ""`; @x402/evm's facilitator answers `settlement_pending` with the hash, and
+ * others answer a failure of their own name with one. A failure that names a transaction
+ * broadcast something, so whatever its reason it is read as pending, the safe reading: the
+ * order keeps the hash and the chain decides, instead of the payer being told he was not
+ * charged by a transaction that then lands.
+ */
 export function isSettlementPending(r: SettleResponse): boolean {
-  return !r.success && r.errorReason === SETTLEMENT_PENDING;
+  return !r.success && (r.errorReason === SETTLEMENT_PENDING || /^0x[0-9a-fA-F]{64}$/.test(r.transaction ?? ""));
 }
