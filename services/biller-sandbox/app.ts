@@ -29,7 +29,10 @@
  * numbers, 201000000000 pending, 500000000000 an unexpected answer, 400000000000 no
  * answer, 300000000000 a timeout, anything else failed. The pages show none of those
  * bodies; this sends 099 with a pending record, an HTML page, a closed connection, a late
- * answer, and 016. A pending transaction stays pending until "one of our staff" resolves it
+ * answer, and 016. Nor do they say what a later requery of the unexpected, unanswered or
+ * late pay shows: here the transaction was delivered (the client's "pending, ask again"
+ * must find it). The client's other reading, 015 after a grace (never received: pay again),
+ * is driven by the control route that hides a transaction. A pending transaction stays pending until "one of our staff" resolves it
  * (callback page): here, on its `pendingRequeries`+1th requery, or by the sandbox's own
  * control route, which then calls the webhook.
  *
@@ -244,6 +247,9 @@ export function billerSandboxApp(options: SandboxOptions) {
     const url = typeof options.webhookUrl === "function" ? options.webhookUrl() : options.webhookUrl;
     if (!url) return;
     const payload = JSON.stringify({ type: "transaction-update", data: transactionAnswer(t, "requery") });
+    // Five tries: "this will be done 5 times before giving up" (vtpass.com/documentation/
+    // callback-api-integration/). The page gives no intervals: these (100 ms, then 200, ...)
+    // are this sandbox's own, short for tests; the service must not rely on their spacing.
     for (let attempt = 1; attempt <= 5; attempt++) {
       try {
         const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: payload, signal: AbortSignal.timeout(10_000) });

@@ -291,6 +291,14 @@ describe("the VTpass client against VTpass's documented samples", () => {
     expect(await international.check({ ...bill, variation_code: "once" })).toMatchObject({ variationCode: "once", chargeKobo: "100000" });
   });
 
+  it("takes a processed transaction of a status the page does not list (\"failed\") as pending, to be asked again: never refunded on that word", () => {
+    const processed = (status: string) => ({ code: "000", content: { transactions: { status, transactionId: "17" } }, response_description: "TRANSACTION PROCESSED" });
+    for (const kind of ["pay", "requery"] as const) {
+      expect(readTransactionAnswer(processed("failed"), kind)).toEqual({ state: "pending", reason: "transaction failed" });
+      expect(readTransactionAnswer(processed("reversed"), kind)).toMatchObject({ state: "failed", reversed: true });
+    }
+  });
+
   it("reads an international pay answer, both `amount` and `Amount`", async () => {
     serving("pay-foreign-airtime");
     expect(delivered(await client.requery("2025031016099807136")).charge.amountKobo).toBe(200n);

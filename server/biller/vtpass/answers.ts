@@ -140,11 +140,12 @@ export function readTransactionAnswer(body: unknown, kind: "pay" | "requery"): V
         };
       case "reversed":
         return { state: "failed", code, reason: "transaction reversed", reversed: true };
-      // Not on the current response-codes page, but the safe reading of the word.
-      case "failed":
-        return { state: "failed", code, reason: "transaction failed" };
       default:
-        // initiated, pending, resolved ("contact us"), or a status the page does not list.
+        // initiated, pending, resolved ("contact us"), or a status the page does not list
+        // ("failed" among them): "Take any response that differs from the guidelines provided
+        // here as pending, and initiate a transaction requery" (vtpass.com/documentation/
+        // response-codes/). A failure is refunded on 016, 040 or a reversal only, never on a
+        // word the biller may yet follow with a delivery.
         return { state: "pending", reason: `transaction ${String(tx.status ?? "status unknown")}` };
     }
   }
