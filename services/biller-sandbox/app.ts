@@ -220,7 +220,7 @@ export function billerSandboxApp(options: SandboxOptions) {
     }
   }
 
-  /** A pay or requery answer (requery: also the webhook's data). */
+  /** A pay or requery answer (requery: also the webhook's data, as sendWebhook adjusts it). */
   function transactionAnswer(t: Transaction, kind: "pay" | "requery") {
     const code = t.status === "failed" ? "016" : t.status === "reversed" ? "040" : t.status === "pending" && kind === "pay" ? "099" : "000";
     const description = {
@@ -246,7 +246,11 @@ export function billerSandboxApp(options: SandboxOptions) {
   async function sendWebhook(t: Transaction): Promise<void> {
     const url = typeof options.webhookUrl === "function" ? options.webhookUrl() : options.webhookUrl;
     if (!url) return;
-    const payload = JSON.stringify({ type: "transaction-update", data: transactionAnswer(t, "requery") });
+    // The record as a requery gives it, with what the page's sample says otherwise
+    // (transaction-update-webhook-api, test/fixtures/vtpass/webhook-delivered.json): a delivery
+    // described "TRANSACTION DELIVERED", and no transaction_date.
+    const data = { ...transactionAnswer(t, "requery"), ...(t.status === "delivered" ? { response_description: "TRANSACTION DELIVERED" } : {}), transaction_date: null };
+    const payload = JSON.stringify({ type: "transaction-update", data });
     // Five tries: "this will be done 5 times before giving up" (vtpass.com/documentation/
     // callback-api-integration/). The page gives no intervals: these (100 ms, then 200, ...)
     // are this sandbox's own, short for tests; the service must not rely on their spacing.
