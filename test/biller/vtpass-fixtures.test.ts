@@ -20,6 +20,8 @@ import { listen } from "../support/http-server.ts";
 const DIR = join(import.meta.dirname, "../fixtures/vtpass");
 interface Fixture {
   page: string;
+  /** "copied": not read from the page (its note says from where); absent: the page's own sample. */
+  source?: "copied";
   operation: string;
   note: string;
   request?: Record<string, unknown>;
@@ -60,6 +62,8 @@ describe("the VTpass client against VTpass's documented samples", () => {
       const f = fixture(name.replace(/\.json$/, ""));
       expect(f.page, name).toMatch(/^https:\/\/www\.vtpass\.com\/documentation\//);
       expect(f.note, name).not.toBe("");
+      // A sample not read from its page (the store lacks it, or no page has one) says so twice: in its note and as copied.
+      expect(f.source, name).toBe(/^NOT /.test(f.note) ? "copied" : undefined);
     }
   });
 
@@ -90,6 +94,9 @@ describe("the VTpass client against VTpass's documented samples", () => {
       serving(name);
       expect(delivered(await client.requery("2025031010146932932")).charge.amountKobo, name).toBeGreaterThan(0n);
     }
+    // The requery page's own older sample: the top-level amount a string, the date an object.
+    serving("requery-dstv-old");
+    expect(delivered(await client.requery("34762wj2iiwiwjjjajahhhaa768whjjdhshdddsh"))).toMatchObject({ transactionId: "1586355735881", charge: { amountKobo: 100_000n, totalKobo: 98_500n, feeKobo: 0n } });
   });
 
   it("reads electricity tokens and units whole: IKEDC's 'Token : ...', its requery's extras, Eko's two tokens", async () => {
