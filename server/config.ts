@@ -145,6 +145,21 @@ export const configSchema = z.object({
   BILLER_UNKNOWN_GRACE_MS: z.coerce.number().int().min(0).default(120_000),
   /** Pay attempts one order may make (each under its own request id) before it waits for an operator. */
   BILLER_MAX_PAY_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
+  /**
+   * When a delivered bill is asked again, in seconds after its order was made, then after each
+   * ask: a reversal the biller's webhooks never brought is still refunded (orders/reversal-checks.ts).
+   */
+  BILLER_REVERSAL_CHECKS_SECONDS: z
+    .string()
+    .default("600,3600,21600,86400")
+    .transform((v, ctx) => {
+      const each = v.split(",").map((s) => Number(s.trim()));
+      if (each.length === 0 || each.some((n) => !Number.isInteger(n) || n < 0)) {
+        ctx.addIssue({ code: "custom", message: `expected whole seconds separated by commas, got "${v}"` });
+        return z.NEVER;
+      }
+      return each;
+    }),
   /** Optional secret the biller's webhook URL must carry as ?token= (set it in the URL registered with the biller). */
   BILLER_WEBHOOK_TOKEN: z.string().min(16).optional(),
   VEND_DEADLINE_MS: z.coerce.number().int().min(0).default(20_000),

@@ -415,6 +415,11 @@ const MIGRATIONS: string[] = [
      until  timestamptz NOT NULL,
      PRIMARY KEY (chain, payer)
    );`,
+  // A delivered bill asked again on a schedule (orders/reversal-checks.ts): how many times,
+  // and when last, so that a reversal its webhooks never brought is still refunded.
+  `ALTER TABLE bill_order ADD COLUMN reversal_checks integer NOT NULL DEFAULT 0;
+   ALTER TABLE bill_order ADD COLUMN reversal_checked_at timestamptz;
+   CREATE INDEX bill_order_reversal_due ON bill_order (created_at) WHERE status = 'SUCCESS';`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

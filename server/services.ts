@@ -117,6 +117,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, keys
     recollectReviewSeconds: config.RECOLLECT_REVIEW_SECONDS,
     leaseSeconds: config.ORDER_LEASE_SECONDS,
     graceSeconds: config.WORKER_GRACE_SECONDS,
+    reversalChecksSeconds: config.BILLER_REVERSAL_CHECKS_SECONDS,
   };
 }
 

@@ -21,9 +21,9 @@
  *     attempt, and a delivery or reversal of another would go unseen;
  *   - a requery that does not show what the body says (it timed out, or lags the callback:
  *     a reversal the requery still calls delivered) is asked for again. A served order is
- *     looked at again only by its webhooks, so a reversal acknowledged unseen would never be
- *     refunded. A body the requery never confirms (a forgery) costs one requery a time,
- *     within the order's webhook limit.
+ *     otherwise asked again only a few times on a schedule (reversal-checks.ts), so a reversal
+ *     acknowledged unseen could wait hours to be refunded, or never be. A body the requery
+ *     never confirms (a forgery) costs one requery a time, within the order's webhook limit.
  */
 import type { Hono } from "hono";
 import { sameSecret } from "../../lib/same-secret.ts";

@@ -890,4 +890,28 @@ export class OrderStore {
     );
     return row && toOrder(row);
   }
+
+  /**
+   * Claims a delivered bill (SUCCESS) whose next ask of the biller is due: made within
+   * `windowSeconds`, asked fewer times than `afterSeconds` has entries, and `afterSeconds[n]`
+   * past its making (n = 0) or its last ask. The ask is counted as it is claimed, once.
+   */
+  async claimReversalCheck(afterSeconds: readonly number[], windowSeconds: number, leaseSeconds: number, skip: string[] = []): Promise<Order | undefined> {
+    const [row] = await this.db.query<Row>(
+      `UPDATE bill_order SET lease_until = now() + make_interval(secs => $3), lease_token = $5,
+              reversal_checks = reversal_checks + 1, reversal_checked_at = now()
+       WHERE request_id = (
+         SELECT request_id FROM bill_order
+         WHERE status = 'SUCCESS' AND created_at > now() - make_interval(secs => $2)
+           AND reversal_checks < cardinality($1::int[])
+           -- A final order's lease is nominal unless one holding it said so (claim).
+           AND (lease_until IS NULL OR lease_until < now() OR position($6::text IN coalesce(lease_token, '')) = 0)
+           AND COALESCE(reversal_checked_at, created_at) + make_interval(secs => ($1::int[])[reversal_checks + 1]) <= now()
+           AND NOT (request_id = ANY($4::text[]))
+         ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+       RETURNING ${COLUMNS}`,
+      [afterSeconds, windowSeconds, leaseSeconds, skip, this.leaseToken(`${HELD_LEASE}work:`), `/${HELD_LEASE}`],
+    );
+    return row && toOrder(row);
+  }
 }

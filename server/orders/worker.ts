@@ -9,7 +9,9 @@
  *             followed up by the id it was sent under, never sent again: orders/attempts.ts);
  *   PENDING   the biller is still working: requery the latest attempt;
  *   REFUNDING the refund has not landed: send it again (BillPay refunds once);
- *   PULLING   a pull whose request died: see orders/pull-reconciler.ts.
+ *   PULLING   a pull whose request died: see orders/pull-reconciler.ts;
+ *   SUCCESS   asked again on a schedule, for a reversal its webhooks never brought
+ *             (orders/reversal-checks.ts).
  * Orders are claimed with a lease, so several instances never work one order at once.
  */
 import { errorText } from "../log-safety.ts";
@@ -19,11 +21,12 @@ import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } fr
 import { reconcilePulling } from "./pull-reconciler.ts";
 import { watchPayments } from "./payment-watch.ts";
 import { watchRefunds } from "./refund-watch.ts";
+import { checkReversals, type ReversalCheckDeps } from "./reversal-checks.ts";
 import type { Callbacks } from "./callbacks.ts";
 import type { KeyLeases } from "../chain/key-lease.ts";
 import { closeExpiredRefusals, reconcileSettling } from "./x402-flow.ts";
 
-export interface WorkerDeps extends FlowDeps {
+export interface WorkerDeps extends FlowDeps, ReversalCheckDeps {
   orphans: Orphans;
   /** This instance's lease on its hot keys (chain/key-lease.ts). */
   keyLeases: KeyLeases;
@@ -77,8 +80,9 @@ export async function workOnce(deps: WorkerDeps): Promise<number> {
 
 /**
  * Runs a pass every `intervalMs`, one at a time: unfinished orders, then the ledger pass
- * (payments no live order accounts for, both rails), then expired refusals, then whatever
- * `also` adds (due schedules). Callbacks run beside it on their own loop (callbacks.ts): a
+ * (payments no live order accounts for, both rails), then expired refusals, the payment and
+ * refund watches, the delivered bills due to be asked again, then whatever `also` adds (due
+ * schedules). Callbacks run beside it on their own loop (callbacks.ts): a
  * receiver that never answers must not hold up refunds.
  */
 export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<() => Promise<unknown>> = []): { stop(): Promise<void> } {
@@ -90,6 +94,7 @@ export function startWorker(deps: WorkerDeps, intervalMs: number, also: Array<()
     ["expired refusals", () => closeExpiredRefusals(deps)],
     ["payments after confirmation", () => watchPayments(deps)],
     ["refunds after confirmation", () => watchRefunds(deps)],
+    ["delivered bills asked again", () => checkReversals(deps)],
     ...also.map((task, i): [string, () => Promise<unknown>] => [`task ${i + 1} of the caller's`, task]),
   ];
   let busy = false;

@@ -18,6 +18,7 @@ import type { VendResult } from "../../server/biller/upstream.ts";
 import { actOnBillerState, type FlowDeps } from "../../server/orders/fulfil.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
+import { checkReversals } from "../../server/orders/reversal-checks.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { PENDING_NUMBER, x402Bill } from "../support/bills.ts";
@@ -214,5 +215,30 @@ describe("the biller's word after payment: never delivered and refunded, never a
     await workOnce(service.flow);
     expect((await orderOf(requestId)).status).toBe("NEEDS_REVIEW");
     expect(await usdc(payer)).toBe(start - price);
+  });
+  it("a delivered bill the biller reverses with no webhook reaching the service is asked again on the schedule, found reversed, and refunded once", async () => {
+    const payer = accounts(18);
+    const start = await usdc(payer);
+    const requestId = await pay(payer, x402Bill(payer.address, { nairaAmount: 1510 }));
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    const [attempt] = await attemptsOf(requestId);
+    // Reversed by the biller's staff, its webhook never reaching the service.
+    await sandbox(attempt!.billerRequestId, "reverse", {}, "?notify=0");
+    // Not due on the stack's own schedule (the first ask ten minutes after the order).
+    await checkReversals(service.flow);
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    // Due at once: asked, found reversed, refunded on chain (each pass asks a few bills, oldest first).
+    const now = { ...service.flow, reversalChecksSeconds: [0, 3_600] };
+    await expect.poll(async () => (await checkReversals(now), (await orderOf(requestId)).status), { timeout: 30_000, interval: 200 }).toBe("REFUNDED");
+    expect(await usdc(payer)).toBe(start);
+
+    // A bill that stands is asked once per entry of the schedule, and left as it is: its next ask is an hour away.
+    const other = accounts(19);
+    const served = await pay(other, x402Bill(other.address, { nairaAmount: 1520 }));
+    const checks = async () => (await service.db.query<{ n: number }>(`SELECT reversal_checks AS n FROM bill_order WHERE request_id = $1`, [served]))[0]!.n;
+    await expect.poll(async () => (await checkReversals(now), await checks()), { timeout: 30_000, interval: 200 }).toBe(1);
+    await checkReversals(now);
+    expect(await checks()).toBe(1);
+    expect((await orderOf(served)).status).toBe("SUCCESS");
   });
 });

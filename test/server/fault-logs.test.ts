@@ -57,7 +57,7 @@ describe("outages are logged once, and their end", () => {
       { ...newOrderIds(), vend: null, bodyHash: "h", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x2", amount: 1n, authNonce: `0x${"01".repeat(32)}`, authValidBefore: 1n, payment: {}, requirements: {}, secretHash: "s" } as never,
       60,
     );
-    const deps = { orders, orphans: new Orphans(db), refused: new RefusedPayments(db), deployments: { chains: {} }, log, graceSeconds: 3_600, leaseSeconds: 60 } as unknown as WorkerDeps;
+    const deps = { orders, orphans: new Orphans(db), refused: new RefusedPayments(db), deployments: { chains: {} }, log, graceSeconds: 3_600, leaseSeconds: 60, reversalChecksSeconds: [] } as unknown as WorkerDeps;
     const worker = startWorker(deps, 20, [flaky]);
     await expect.poll(() => calls, { timeout: 5_000, interval: 20 }).toBeGreaterThan(6);
     await worker.stop();
