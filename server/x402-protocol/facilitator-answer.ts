@@ -101,12 +101,12 @@ export async function settleAnswer(call: () => Promise<SettleResponse>): Promise
 /**
  * Broadcast but not confirmed: the payment may still land, under this hash. x402's
  * specification (v2, section 9) names no pending outcome, and its failed settlement carries
- * `"transaction": ""`; @x402/evm's facilitator answers `settlement_pending` with the hash, and
- * others answer a failure of their own name with one. A failure that names a transaction
- * broadcast something, so whatever its reason it is read as pending, the safe reading: the
- * order keeps the hash and the chain decides, instead of the payer being told he was not
- * charged by a transaction that then lands.
+ * `"transaction": ""`; @x402/evm's facilitator answers `settlement_pending` with the hash. A
+ * failure of another name that carries a hash is no such word: @x402/evm answers
+ * `invalid_transaction_state` with the hash of a settlement mined and reverted, which can never
+ * land. It is a refusal (refusedBy), and the order is watched like any refused one: should
+ * something of it land after all, the ledger pass refunds it.
  */
 export function isSettlementPending(r: SettleResponse): boolean {
-  return !r.success && (r.errorReason === SETTLEMENT_PENDING || /^0x[0-9a-fA-F]{64}$/.test(r.transaction ?? ""));
+  return !r.success && r.errorReason === SETTLEMENT_PENDING;
 }
