@@ -148,14 +148,16 @@ export const configSchema = z.object({
   /**
    * When a delivered bill is asked again, in seconds after its order was made, then after each
    * ask: a reversal the biller's webhooks never brought is still refunded (orders/reversal-checks.ts).
+   * Empty: never. Each a minute to a week apart, at most ten asks.
    */
   BILLER_REVERSAL_CHECKS_SECONDS: z
     .string()
     .default("600,3600,21600,86400")
     .transform((v, ctx) => {
+      if (v.trim() === "") return [];
       const each = v.split(",").map((s) => Number(s.trim()));
-      if (each.length === 0 || each.some((n) => !Number.isInteger(n) || n < 0)) {
-        ctx.addIssue({ code: "custom", message: `expected whole seconds separated by commas, got "${v}"` });
+      if (each.length > 10 || each.some((n) => !Number.isInteger(n) || n < 60 || n > 604_800)) {
+        ctx.addIssue({ code: "custom", message: `expected at most ten whole seconds from 60 to 604800, separated by commas, got "${v}"` });
         return z.NEVER;
       }
       return each;

@@ -415,11 +415,15 @@ const MIGRATIONS: string[] = [
      until  timestamptz NOT NULL,
      PRIMARY KEY (chain, payer)
    );`,
-  // A delivered bill asked again on a schedule (orders/reversal-checks.ts): how many times,
-  // and when last, so that a reversal its webhooks never brought is still refunded.
-  `ALTER TABLE bill_order ADD COLUMN reversal_checks integer NOT NULL DEFAULT 0;
-   ALTER TABLE bill_order ADD COLUMN reversal_checked_at timestamptz;
-   CREATE INDEX bill_order_reversal_due ON bill_order (created_at) WHERE status = 'SUCCESS';`,
+  // A delivered bill asked again on a schedule (orders/reversal-checks.ts), so that a reversal
+  // its webhooks never brought is still refunded: how many times so far, and when next. NULL
+  // checks: an order made before the schedule existed, never asked by it (no burst of asks at
+  // the upgrade). Each index holds only what may fall due: bills never asked, and the next ask.
+  `ALTER TABLE bill_order ADD COLUMN reversal_checks integer;
+   ALTER TABLE bill_order ALTER COLUMN reversal_checks SET DEFAULT 0;
+   ALTER TABLE bill_order ADD COLUMN reversal_due_at timestamptz;
+   CREATE INDEX bill_order_reversal_first ON bill_order (created_at) WHERE status = 'SUCCESS' AND reversal_checks = 0;
+   CREATE INDEX bill_order_reversal_due ON bill_order (reversal_due_at) WHERE status = 'SUCCESS' AND reversal_due_at IS NOT NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -4,11 +4,13 @@
  * sent "5 times before giving up" (callback-api-integration). A reversal whose webhooks all went
  * unanswered (the service down, a proxy failing) would leave the payer charged for nothing: the
  * served order is otherwise looked at again only by its webhooks (biller-webhook.ts). So each
- * delivered bill's attempts are asked again at BILLER_REVERSAL_CHECKS_SECONDS after its order
- * was made, then after each ask, and acted on as a webhook's would be (fulfil.ts
- * actOnBillerState: a reversal refunded on chain once, bounded by the ledger's payment; a
- * delivery of another attempt recorded and alerted). Bounded for the biller: a few asks per
- * bill, at most CHECKS_PER_PASS a pass, none for a bill older than twice the schedule.
+ * delivered bill's delivering attempt is asked again at BILLER_REVERSAL_CHECKS_SECONDS after
+ * its order was made, then after each ask, and acted on as a webhook naming it would be
+ * (fulfil.ts actOnBillerState: a reversal refunded on chain once, bounded by the ledger's
+ * payment, or held for an operator while another attempt is pending). Bounded for the biller:
+ * as many asks per bill as the schedule has entries, at most CHECKS_PER_PASS a pass; a bill
+ * not asked within twice the schedule and an hour of its making never is. Bills served before
+ * the schedule existed are not asked (their reversal_checks is NULL: server/db.ts).
  */
 import { errorText } from "../log-safety.ts";
 import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
@@ -33,7 +35,11 @@ export async function checkReversals(deps: ReversalCheckDeps): Promise<number> {
     if (!order) break;
     asked.push(order.requestId);
     try {
-      const now = await actOnBillerState(deps, order);
+      // The attempt that delivered the bill, which need not be the latest (an earlier one may
+      // have delivered after a later was sent): its reversal is what a refund answers.
+      const attempts = await deps.attempts.of(order.requestId);
+      const delivering = attempts.find((a) => a.outcome === "delivered") ?? attempts.at(-1);
+      const now = await actOnBillerState(deps, order, delivering);
       if (now.status !== order.status) deps.log.warn("a delivered bill asked again came back changed", { requestId: order.requestId, before: order.status, after: now.status });
     } catch (err) {
       // Counted all the same: the next ask is the schedule's next, and the webhooks still come.

@@ -892,21 +892,23 @@ export class OrderStore {
   }
 
   /**
-   * Claims a delivered bill (SUCCESS) whose next ask of the biller is due: made within
-   * `windowSeconds`, asked fewer times than `afterSeconds` has entries, and `afterSeconds[n]`
-   * past its making (n = 0) or its last ask. The ask is counted as it is claimed, once.
+   * Claims a delivered bill (SUCCESS) whose next ask of the biller is due: its first,
+   * `afterSeconds[0]` after its making (if made within `windowSeconds`), or a later one at the
+   * time its last ask set. The ask is counted as it is claimed, once, and sets when the next is
+   * due (none past the schedule's last entry).
    */
   async claimReversalCheck(afterSeconds: readonly number[], windowSeconds: number, leaseSeconds: number, skip: string[] = []): Promise<Order | undefined> {
     const [row] = await this.db.query<Row>(
       `UPDATE bill_order SET lease_until = now() + make_interval(secs => $3), lease_token = $5,
-              reversal_checks = reversal_checks + 1, reversal_checked_at = now()
+              reversal_checks = reversal_checks + 1,
+              reversal_due_at = CASE WHEN reversal_checks + 1 < cardinality($1::int[]) THEN now() + make_interval(secs => ($1::int[])[reversal_checks + 2]) END
        WHERE request_id = (
          SELECT request_id FROM bill_order
-         WHERE status = 'SUCCESS' AND created_at > now() - make_interval(secs => $2)
-           AND reversal_checks < cardinality($1::int[])
+         WHERE status = 'SUCCESS' AND reversal_checks < cardinality($1::int[])
+           AND ((reversal_checks = 0 AND created_at <= now() - make_interval(secs => ($1::int[])[1]) AND created_at > now() - make_interval(secs => $2))
+                OR reversal_due_at <= now())
            -- A final order's lease is nominal unless one holding it said so (claim).
            AND (lease_until IS NULL OR lease_until < now() OR position($6::text IN coalesce(lease_token, '')) = 0)
-           AND COALESCE(reversal_checked_at, created_at) + make_interval(secs => ($1::int[])[reversal_checks + 1]) <= now()
            AND NOT (request_id = ANY($4::text[]))
          ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
        RETURNING ${COLUMNS}`,

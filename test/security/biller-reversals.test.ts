@@ -216,6 +216,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect((await orderOf(requestId)).status).toBe("NEEDS_REVIEW");
     expect(await usdc(payer)).toBe(start - price);
   });
+
   it("a delivered bill the biller reverses with no webhook reaching the service is asked again on the schedule, found reversed, and refunded once", async () => {
     const payer = accounts(18);
     const start = await usdc(payer);
@@ -240,5 +241,20 @@ describe("the biller's word after payment: never delivered and refunded, never a
     await checkReversals(now);
     expect(await checks()).toBe(1);
     expect((await orderOf(served)).status).toBe("SUCCESS");
+  });
+
+  it("the scheduled ask asks the attempt that delivered the bill, not the latest: its reversal, with no webhook, is refunded once", async () => {
+    const payer = accounts(10);
+    const start = await usdc(payer);
+    const { requestId, a1, a2 } = await twoAttempts(payer, "mobile_only", 1450);
+    // Attempt 1 delivers late and serves the order; attempt 2, the latest, is failed by the biller.
+    await sandbox(a1.billerRequestId, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    await sandbox(a2.billerRequestId, "resolve", { status: "reversed" }, "?notify=0");
+    // Then attempt 1 is reversed, its webhook never reaching the service.
+    await sandbox(a1.billerRequestId, "reverse", {}, "?notify=0");
+    const now = { ...service.flow, reversalChecksSeconds: [0, 3_600] };
+    await expect.poll(async () => (await checkReversals(now), (await orderOf(requestId)).status), { timeout: 30_000, interval: 200 }).toBe("REFUNDED");
+    expect(await usdc(payer)).toBe(start);
   });
 });

@@ -429,4 +429,10 @@ describe("configuration", () => {
     expect(config.SERVICE_FEES_USD.AIRTIME).toBe(0n);
     expect(config.NGN_PER_USD).toBe(1_550_000n);
   });
+
+  it("reads the delivered bills' ask schedule: empty is never, a value out of a minute to a week is refused", () => {
+    expect(loadConfig({}).BILLER_REVERSAL_CHECKS_SECONDS).toEqual([600, 3_600, 21_600, 86_400]);
+    expect(loadConfig({ BILLER_REVERSAL_CHECKS_SECONDS: "" }).BILLER_REVERSAL_CHECKS_SECONDS).toEqual([]);
+    for (const bad of ["0,3600", "60,604801", "ten", "60,,60"]) expect(() => loadConfig({ BILLER_REVERSAL_CHECKS_SECONDS: bad }), bad).toThrow(/BILLER_REVERSAL_CHECKS_SECONDS/);
+  });
 });
