@@ -144,8 +144,18 @@ export async function logsInBlock(blockHash: Hex, receipt: () => Promise<BlockRe
 /** An EIP-1193 request function asking for logs (a viem client's `request`, Ponder's too). */
 export type GetLogsRequest = (args: { method: "eth_getLogs"; params: [{ blockHash: Hex; address: Hex[] }] }) => Promise<unknown>;
 
-/** The logs `addresses` emitted in transaction `txHash` of the block `blockHash` (EIP-234's filter by block hash). */
-export async function transactionLogsInBlock(request: GetLogsRequest, blockHash: Hex, txHash: Hex, addresses: Hex[]): Promise<RawLog[]> {
-  const logs = (await request({ method: "eth_getLogs", params: [{ blockHash, address: addresses }] })) as RpcLog[];
-  return logs.flatMap((l) => (sameAddress(l.transactionHash ?? "", txHash) && l.logIndex !== null ? [{ address: l.address, topics: l.topics, data: l.data, logIndex: hexToNumber(l.logIndex) }] : []));
+/** Whose logs the x402 predicate reads of a token's transfer: the token's own, and x402's proxy's (authorizationNonceOf, permit2NonceOf). */
+export const predicateLogSources = (token: Hex): Hex[] => [token, X402_EXACT_PROXY];
+
+/**
+ * The logs of transaction `txHash` in the block `blockHash` that the predicate reads of the
+ * transfer at `transfer.logIndex` (EIP-234's filter by block hash). The transfer's own log must
+ * be among them: a node that answers nothing for a block it does not know (some do, rather
+ * than an error) fails here, instead of the transfer being judged by no logs at all.
+ */
+export async function transactionLogsInBlock(request: GetLogsRequest, blockHash: Hex, txHash: Hex, transfer: { token: Hex; logIndex: number }): Promise<RawLog[]> {
+  const logs = (await request({ method: "eth_getLogs", params: [{ blockHash, address: predicateLogSources(transfer.token) }] })) as RpcLog[];
+  const own = logs.flatMap((l) => (sameAddress(l.transactionHash ?? "", txHash) && l.logIndex !== null ? [{ address: l.address, topics: l.topics, data: l.data, logIndex: hexToNumber(l.logIndex) }] : []));
+  if (!own.some((l) => l.logIndex === transfer.logIndex)) throw new Error(`the node gave no log ${transfer.logIndex} of ${txHash} in block ${blockHash}, where its transfer was read`);
+  return own;
 }

@@ -10,7 +10,6 @@ import { ponder, type IndexingFunctionArgs } from "ponder:registry";
 import { payment, treasuryTransfer } from "ponder:schema";
 import { type Hex } from "viem";
 import { authorizationNonceOf, logsInBlock, mayCarryAuthorization, permit2NonceOf, transactionLogsInBlock } from "../../lib/payment-logs.ts";
-import { X402_EXACT_PROXY } from "../../lib/permit2.ts";
 import { updateAccount, updateTreasury } from "./accounts.ts";
 import { logId } from "./ids.ts";
 
@@ -21,8 +20,7 @@ type TransferEvent = IndexingFunctionArgs<"TokenIn:Transfer">;
 /** The payment's rail and nonce, by the predicate the service's receipt check shares (lib/payment-logs.ts). */
 async function signedPaymentOf({ event, context }: TransferEvent): Promise<{ rail: "authorization" | "permit2"; nonce: Hex } | null> {
   const hash = event.transaction.hash;
-  // The logs the predicate reads come from the token and x402's proxy (lib/payment-logs.ts).
-  const inBlock = () => transactionLogsInBlock((args) => context.client.request(args), event.block.hash, hash, [event.log.address, X402_EXACT_PROXY]);
+  const inBlock = () => transactionLogsInBlock((args) => context.client.request(args), event.block.hash, hash, { token: event.log.address, logIndex: event.log.logIndex });
   const logs = await logsInBlock(event.block.hash, () => context.client.getTransactionReceipt({ hash }), inBlock);
   const transfer = { token: event.log.address, from: event.args.from, to: event.args.to, value: event.args.value, logIndex: event.log.logIndex };
   const nonce = authorizationNonceOf(logs, transfer);
