@@ -73,6 +73,15 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   }
   const mine = (blocks = 4, on: ChainActors = celo) => on.mine(blocks);
 
+  /** A transaction as it was signed and sent, which anyone who saw it can send again. */
+  async function signedAsSent(hash: Hex): Promise<Hex> {
+    const tx = await celo.publicClient.getTransaction({ hash });
+    return serializeTransaction(
+      { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
+      { r: tx.r, s: tx.s, yParity: tx.yParity! },
+    );
+  }
+
   /** Runs the watch (as the worker does) until the order's lost payment reaches `outcome`. */
   async function watchUntil(requestId: unknown, outcome: LossOutcome) {
     await expect
@@ -341,11 +350,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const signed = await reorganisedAway(async () => {
       const refunded = await resolveOrder(review, { requestId, action: "refund", reason: "the biller took it back", operator: "bob" });
       expect(refunded.record.outcome, refunded.record.detail ?? "").toBe("DONE");
-      const tx = await celo.publicClient.getTransaction({ hash: refunded.order!.refundTxHash as Hex });
-      return serializeTransaction(
-        { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
-        { r: tx.r, s: tx.s, yParity: tx.yParity! },
-      );
+      return signedAsSent(refunded.order!.refundTxHash as Hex);
     });
     await mine();
     await expect.poll(async () => (await watchRefunds(service.flow).catch(() => 0), (await orderOf(requestId)).status), { timeout: 30_000, interval: 250 }).toBe("NEEDS_REVIEW");
@@ -603,12 +608,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       expect(failed).toMatchObject({ status: "FAILED_VENDING" });
       const order = await orderOf(failed.request_id);
       expect(order.status).toBe("REFUNDED");
-      const tx = await celo.publicClient.getTransaction({ hash: order.refundTxHash as Hex });
-      const signed = serializeTransaction(
-        { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
-        { r: tx.r, s: tx.s, yParity: tx.yParity! },
-      );
-      return { failed, nonce: order.authNonce as Hex, signed };
+      return { failed, nonce: order.authNonce as Hex, signed: await signedAsSent(order.refundTxHash as Hex) };
     });
     // In the payment's place, in one block: his cancellation of its nonce, then the refund,
     // landed again (BillPay's refundAuthorization asks only that the nonce be spent).
