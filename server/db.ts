@@ -418,7 +418,8 @@ const MIGRATIONS: string[] = [
   // A delivered bill asked again on a schedule (orders/reversal-checks.ts), so that a reversal
   // its webhooks never brought is still refunded: how many times so far, and when next. NULL
   // checks: an order made before the schedule existed, never asked by it (no burst of asks at
-  // the upgrade). Each index holds only what may fall due: bills never asked, and the next ask.
+  // the upgrade). The indexes: delivered bills never asked (the window bounds their scan), and
+  // asks to come.
   `ALTER TABLE bill_order ADD COLUMN reversal_checks integer;
    ALTER TABLE bill_order ALTER COLUMN reversal_checks SET DEFAULT 0;
    ALTER TABLE bill_order ADD COLUMN reversal_due_at timestamptz;

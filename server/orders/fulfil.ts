@@ -360,12 +360,18 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
  * A delivery the biller reports for an attempt that did not settle the order (an earlier one,
  * late) is recorded on the order, alerted and its codes given to the payer (lateDelivery).
  */
+/** A served order's delivering attempt, by what was last seen of each (actOnBillerState). */
+export const deliveringAttempt = (attempts: readonly BillerAttempt[]): BillerAttempt | undefined =>
+  attempts.find((a) => a.outcome === "delivered") ?? attempts.find((a) => a.outcome === "reversed") ?? attempts.at(-1);
+
 export async function actOnBillerState(deps: VendDeps, order: Order, named?: BillerAttempt): Promise<Order> {
   const attempts = await deps.attempts.of(order.requestId);
   const latest = attempts.at(-1);
   const asked = named && named.billerRequestId !== latest?.billerRequestId ? named : undefined;
-  // The attempt that delivered a served order: the one last seen delivered (the latest, for orders older than outcomes).
-  const deliverer = attempts.find((a) => a.outcome === "delivered")?.billerRequestId ?? latest?.billerRequestId;
+  // The attempt that delivered a served order: the one last seen delivered; else one last seen
+  // reversed (its reversal was recorded, by askAttempt, by a run that died before acting on
+  // it: it is the delivery that went); else the latest, for orders older than outcomes.
+  const deliverer = deliveringAttempt(attempts)?.billerRequestId;
   const before = new Map(attempts.map((a) => [a.billerRequestId, a.outcome]));
   switch (order.status) {
     case "PAID":

@@ -9,11 +9,11 @@
  * (fulfil.ts actOnBillerState: a reversal refunded on chain once, bounded by the ledger's
  * payment, or held for an operator while another attempt is pending). Bounded for the biller:
  * as many asks per bill as the schedule has entries, at most CHECKS_PER_PASS a pass; a bill
- * not asked within twice the schedule and an hour of its making never is. Bills served before
+ * not asked within twice the schedule and an hour of its making never is. Orders made before
  * the schedule existed are not asked (their reversal_checks is NULL: server/db.ts).
  */
 import { errorText } from "../log-safety.ts";
-import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
+import { actOnBillerState, deliveringAttempt, type FlowDeps } from "./fulfil.ts";
 
 /** Asks at most this many bills a pass (a worker pass every WORKER_INTERVAL_MS). */
 const CHECKS_PER_PASS = 10;
@@ -37,9 +37,7 @@ export async function checkReversals(deps: ReversalCheckDeps): Promise<number> {
     try {
       // The attempt that delivered the bill, which need not be the latest (an earlier one may
       // have delivered after a later was sent): its reversal is what a refund answers.
-      const attempts = await deps.attempts.of(order.requestId);
-      const delivering = attempts.find((a) => a.outcome === "delivered") ?? attempts.at(-1);
-      const now = await actOnBillerState(deps, order, delivering);
+      const now = await actOnBillerState(deps, order, deliveringAttempt(await deps.attempts.of(order.requestId)));
       if (now.status !== order.status) deps.log.warn("a delivered bill asked again came back changed", { requestId: order.requestId, before: order.status, after: now.status });
     } catch (err) {
       // Counted all the same: the next ask is the schedule's next, and the webhooks still come.

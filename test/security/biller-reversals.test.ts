@@ -257,4 +257,22 @@ describe("the biller's word after payment: never delivered and refunded, never a
     await expect.poll(async () => (await checkReversals(now), (await orderOf(requestId)).status), { timeout: 30_000, interval: 200 }).toBe("REFUNDED");
     expect(await usdc(payer)).toBe(start);
   });
+
+  it("a reversal recorded by a run that died before acting on it is still acted on: the attempt recorded reversed is the delivery that went", async () => {
+    const payer = accounts(9);
+    const start = await usdc(payer);
+    const { requestId, a1 } = await twoAttempts(payer, "mobile_only", 1450);
+    const price = (await orderOf(requestId)).amount;
+    // Attempt 1 delivers late and serves the order; attempt 2, the latest, stays pending.
+    await sandbox(a1.billerRequestId, "resolve", { status: "delivered" });
+    await expect.poll(async () => (await orderOf(requestId)).status, { timeout: 15_000 }).toBe("SUCCESS");
+    // Attempt 1 is reversed; a run asked it, recorded "reversed", and died before acting.
+    await sandbox(a1.billerRequestId, "reverse", {}, "?notify=0");
+    await service.db.query(`UPDATE biller_attempt SET outcome = 'reversed' WHERE biller_request_id = $1`, [a1.billerRequestId]);
+    // Asked again, attempt 1 is still the delivery in question (not the pending latest): its
+    // reversal holds the order for an operator while attempt 2 may yet deliver. Nothing refunded.
+    const now = { ...service.flow, reversalChecksSeconds: [0, 3_600] };
+    await expect.poll(async () => (await checkReversals(now), (await orderOf(requestId)).status), { timeout: 30_000, interval: 200 }).toBe("NEEDS_REVIEW");
+    expect(await usdc(payer)).toBe(start - price);
+  });
 });
