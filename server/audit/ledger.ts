@@ -11,14 +11,14 @@
  *      review and stuck ones listed, and what operators resolved from review.
  * It first waits until the ledger has indexed each chain up to the head seen at start.
  */
-import { and, asc, createClient, eq, lte, sum } from "@ponder/client";
+import { and, asc, createClient, eq, isNull, lte, sum } from "@ponder/client";
 import { erc20Abi, formatUnits, type Address } from "viem";
 import { publicClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { deployedChains, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
 import { waitForLedgerBlock } from "../ledger-client.ts";
-import { auditOrders, readServiceRecords, type OrdersAudit, type ServiceRecords } from "./orders.ts";
+import { auditOrders, readServiceRecords, type OrdersAudit, type OtherInflow, type ServiceRecords } from "./orders.ts";
 
 const QUERY_TIMEOUT_MS = 30_000;
 
@@ -249,7 +249,7 @@ export async function runAudit(options: AuditOptions): Promise<AuditReport> {
   if (options.service) {
     try {
       const records = (await readRecords(options.service))!;
-      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600, servedBefore);
+      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600, servedBefore, await otherInflows(ledger, payments));
       discrepancies.push(...orders.discrepancies);
     } catch (err) {
       discrepancies.push(`the service's orders${"url" in options.service ? ` at ${options.service.url}` : ""} could not be read: ${(err as Error).message}`);
@@ -305,3 +305,17 @@ export function auditJson(report: AuditReport): string {
   return JSON.stringify({ ok: report.discrepancies.length === 0, ...report }, (_, v) => (typeof v === "bigint" ? v.toString() : v), 2);
 }
 
+
+/**
+ * Transfers into BillPay that no payment accounts for: inbound, no x402 nonce, and not the
+ * transfer of a pull (its payer's pull of that token and amount in the same transaction).
+ */
+async function otherInflows(ledger: ReturnType<typeof createClient<typeof schema>>, payments: Array<typeof schema.payment.$inferSelect>): Promise<OtherInflow[]> {
+  const t = schema.treasuryTransfer;
+  const rows = await withTimeout("other inflows", ledger.db.select().from(t).where(and(eq(t.inbound, true), isNull(t.authorizationNonce))));
+  const pullKey = (chainId: number, tx: string, from: string, token: string, amount: bigint) => `${chainId}:${lower(tx)}:${lower(from)}:${lower(token)}:${amount}`;
+  const pulled = new Set(payments.filter((p) => p.rail === "pull").map((p) => pullKey(p.chainId, p.txHash, p.payer, p.token, p.amount)));
+  return rows
+    .filter((r) => !pulled.has(pullKey(r.chainId, r.txHash, r.from, r.token, r.amount)))
+    .map((r) => ({ chainId: r.chainId, token: r.token, from: r.from, amount: r.amount, txHash: r.txHash, timestamp: r.timestamp }));
+}

@@ -3,7 +3,9 @@
  *   - every served order (SUCCESS) has a payment of exactly its amount, payer and token;
  *   - every refunded order has a payment, and refunds no larger than it in total;
  *   - every ledger payment has an order, or an orphan record, that served, refunded or holds
- *     it for review; a payment under an order written off (PAYMENT_FAILED) is a discrepancy;
+ *     it for review; a payment under an order written off (PAYMENT_FAILED) is a discrepancy,
+ *     and a transfer from its payer of exactly its amount that no payment accounts for is
+ *     listed for an operator (it may be its payment, booked otherwise);
  *   - orders waiting for an operator (NEEDS_REVIEW, and orphan x402 payments) and orders
  *     unfinished for longer than `stuckAfterSeconds` are listed, not counted as discrepancies;
  *   - what operators decided (server/orders/review.ts: an order refunded, served or closed
@@ -18,6 +20,17 @@ import { ORPHAN_HELD_FOR_HAND_REFUND, type OrderStore } from "../orders/store.ts
 import type { ReviewDeps, ReviewRecord } from "../orders/review.ts";
 
 const TIMEOUT_MS = 30_000;
+
+/** A transfer into BillPay that no payment accounts for (not an x402 payment, not a pull): the ledger's "other inflow". */
+export interface OtherInflow {
+  chainId: number;
+  token: string;
+  from: string;
+  amount: bigint;
+  txHash: string;
+  /** Its block's time, in seconds. */
+  timestamp: bigint;
+}
 
 export interface LedgerMoney {
   id: string;
@@ -101,6 +114,7 @@ export function auditOrders(
   nowMs: number,
   stuckAfterSeconds: number,
   servedBefore?: ReadonlySet<string>,
+  otherInflows: readonly OtherInflow[] = [],
 ): OrdersAudit {
   const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], resolved: [], stuck: [], awaitingLedger: [], discrepancies: [] };
   // Each order's and orphan payment's last decision that was taken (not refused, not cut short).
@@ -112,6 +126,14 @@ export function auditOrders(
   // Permit2 orders held for a refund by hand of their payer's transfer into BillPay (orders/review.ts).
   const handRefundHolds = new Set((records.reviews ?? []).filter((r) => r.hand_refund_inflow && r.request_id).map((r) => r.request_id!));
   const decision = (r: ReviewRecord) => `${r.action} by ${r.operator} at ${r.created_at} (${r.reason}): ${r.outcome}${r.detail ? `, ${r.detail}` : ""}`;
+  // Each inflow is named for one order at most.
+  const inflowsLeft = [...otherInflows];
+  const unclaimed = (o: OpsOrder): OtherInflow | undefined => {
+    const chainId = chainInfo(o.chain).chainId;
+    const made = Date.parse(o.created_at) / 1000 - 60; // a clock a minute off
+    const i = inflowsLeft.findIndex((f) => f.chainId === chainId && lower(f.token) === lower(o.token_address) && lower(f.from) === lower(o.payer) && f.amount === BigInt(o.amount) && Number(f.timestamp) >= made);
+    return i < 0 ? undefined : inflowsLeft.splice(i, 1)[0];
+  };
   const keyOf = (m: LedgerMoney) => (m.rail === "pull" ? `pull:${pullKey(m.chainId, m.orderId)}` : `auth:${authKey(m.chainId, m.rail, m.token, m.payer, m.authorizationNonce)}`);
   const paymentByKey = new Map(payments.map((p) => [keyOf(p), p]));
   const refundedByKey = new Map<string, bigint>();
@@ -153,9 +175,15 @@ export function auditOrders(
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;
-      case "PAYMENT_FAILED":
+      case "PAYMENT_FAILED": {
         if (paid && refunded < paid.amount) out.discrepancies.push(`${what} was written off, but the ledger shows a payment of ${paid.amount} not refunded`);
+        // Closed as not charged on the ledger's word that no payment came under its key. A
+        // transfer of exactly its amount from its payer that no payment accounts for (made
+        // after the order) may be its payment, booked otherwise: an operator looks.
+        const inflow = o.rail !== "pull" && !paid ? unclaimed(o) : undefined;
+        if (inflow) out.review.push(`${what} was closed as not charged, but the ledger shows a transfer of exactly its amount from its payer into BillPay that no payment accounts for (${inflow.txHash}): refund it by hand if it was this bill's`);
         break;
+      }
       case "NEEDS_REVIEW":
         out.review.push(`${what}: ${o.failure_reason ?? "held for review"}`);
         break;

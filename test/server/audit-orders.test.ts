@@ -131,4 +131,25 @@ describe("the audit of orders served on their receipt", () => {
     );
     expect(audit.discrepancies).toEqual(["order ord_short (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows 400000 refunded of its payment of 1000000"]);
   });
+
+  it("lists an x402 order closed as not charged when a transfer of exactly its amount from its payer, made after it, came in booked as no payment; each transfer names one order", () => {
+    const failed = (requestId: string, nonce: string, amount = "1000000") => ({ ...served(requestId, nonce), status: "PAYMENT_FAILED", amount }) as unknown as OpsOrder;
+    const made = Math.floor(Date.now() / 1000);
+    const inflow = (amount: bigint, tx: string, timestamp = BigInt(made)) => ({ chainId: 42220, token: TOKEN, from: PAYER, amount, txHash: tx, timestamp });
+    const [a, early] = [`0x${"a1".repeat(32)}`, `0x${"c3".repeat(32)}`];
+    const audit = auditOrders(
+      { orders: [failed("ord_one", "0x06"), failed("ord_two", "0x07"), failed("ord_other_amount", "0x08", "999999")], orphans: { pulls: [], payments: [] } },
+      [],
+      [],
+      Date.now(),
+      3_600,
+      undefined,
+      // One transfer of the amount made after the orders, and one made a day before them.
+      [inflow(1_000_000n, a), inflow(1_000_000n, early, BigInt(made - 86_400))],
+    );
+    expect(audit.review).toEqual([
+      `order ord_one (x402, PAYMENT_FAILED, 1000000) was closed as not charged, but the ledger shows a transfer of exactly its amount from its payer into BillPay that no payment accounts for (${a}): refund it by hand if it was this bill's`,
+    ]);
+    expect(audit.discrepancies).toEqual([]);
+  });
 });
