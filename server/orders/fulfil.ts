@@ -135,6 +135,7 @@ export type VendDeps = RefundDeps &
   Pick<
     FlowDeps,
     | "biller"
+    | "catalogue"
     | "attempts"
     | "customerChecks"
     | "vendDeadlineMs"
@@ -299,15 +300,16 @@ export async function followUp(deps: VendDeps, order: Order, last?: BillerAttemp
 }
 
 /** Notes for operators when the biller charged other than the bill (a plan repriced since the quote, a fee it added). */
-function chargeFlags(order: Order, charge: BillerCharge): string | undefined {
+function chargeFlags(order: Order, charge: BillerCharge): { flag?: string; repriced: boolean } {
   const priced = BigInt(planOf(order).chargeKobo);
   const flags: string[] = [];
-  if (charge.amountKobo !== null && charge.amountKobo !== priced) flags.push(`the biller charged ${formatKobo(charge.amountKobo)} NGN; the bill was priced at ${formatKobo(priced)} NGN`);
+  const repriced = charge.amountKobo !== null && charge.amountKobo !== priced;
+  if (repriced) flags.push(`the biller charged ${formatKobo(charge.amountKobo!)} NGN; the bill was priced at ${formatKobo(priced)} NGN`);
   if (charge.feeKobo !== null && charge.feeKobo > 0n) flags.push(`the biller added a convenience fee of ${formatKobo(charge.feeKobo)} NGN`);
   else if (charge.totalKobo !== null && charge.amountKobo !== null && charge.totalKobo > charge.amountKobo) {
     flags.push(`the biller debited ${formatKobo(charge.totalKobo)} NGN for a ${formatKobo(charge.amountKobo)} NGN bill`);
   }
-  return flags.length > 0 ? flags.join("; ") : undefined;
+  return { ...(flags.length > 0 ? { flag: flags.join("; ") } : {}), repriced };
 }
 
 export async function applyVendResult(deps: VendDeps, order: Order, result: VendResult | Delivered | { review: string }): Promise<Order> {
@@ -317,8 +319,11 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
   }
   switch (result.state) {
     case "delivered": {
-      const flag = chargeFlags(order, result.charge);
+      const { flag, repriced } = chargeFlags(order, result.charge);
       if (flag) deps.log.warn("biller charge differs from the bill; flagged for operators", { requestId: order.requestId, flag });
+      // Charged otherwise, the plan was most likely repriced since its list was read: the next
+      // bill reads the product's plans afresh, not the cached list for up to CATALOGUE_TTL_MS.
+      if (repriced) deps.catalogue.forgetPlans(planOf(order).serviceID);
       deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
       const outcome = "unrecordedAttempt" in result ? deps.attempts.recordingOutcome(result.unrecordedAttempt, result) : undefined;
       return move(

@@ -182,6 +182,10 @@ describe("attacks on the money paths", () => {
     const dataAuth = await celo.signAuthorization(victim, "USDC", BigInt(dataReq.accepted.amount), celo.billPay, { validBefore: now() + 600n });
     expect(((await (await post(dataBill, header(dataAuth, dataReq))).json()) as Body).status).toBe("SUCCESS");
     expect(await orderOf(dataAuth)).toMatchObject({ status: "SUCCESS", billerAmount: "120", flag: expect.stringContaining("charged 120") });
+    // That answer makes the next bill read the product's plans afresh: the old price is sold no more.
+    const stale = await post(bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-10mb-100", nairaAmount: 100 }));
+    expect(await stale.json()).toMatchObject({ code: "PLAN_AMOUNT_MISMATCH", plan_amount: 120 });
+    expect((await required(bill(attacker.address, { serviceID: "mtn-data", serviceCategory: "DATA", variation_code: "mtn-10mb-100", nairaAmount: 120 }))).accepted).toBeDefined();
 
     // The agent rail checks the same catalogue before it creates an order or pulls.
     const link = { wallet: agentWallet.address, approvedChain: "CELO" as const, approvedToken: "USDC" as const, channel: "MCP", linkedAt: new Date(), apiKeyHash: "00" };
