@@ -16,6 +16,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { createHash } from "node:crypto";
 import type { Writable } from "node:stream";
 import pino from "pino";
+import { API_KEY_IN_TEXT } from "./credentials.ts";
 
 export type LogFields = Record<string, unknown>;
 export interface Log {
@@ -50,7 +51,7 @@ export function orderRef(requestId: string): string {
 function scrubText(text: string): string {
   return text
     .replace(REQUEST_ID, (id) => orderRef(id))
-    .replace(/bpk_[A-Za-z0-9_-]{43}/g, "bpk_[redacted]")
+    .replace(API_KEY_IN_TEXT, "bpk_[redacted]")
     .replace(/ors_[A-Za-z0-9_-]{32}/g, "ors_[redacted]")
     .replace(/\b(https?|wss?):\/\/[^\s"'<>]+/gi, (url) => {
       try {

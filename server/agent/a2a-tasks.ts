@@ -36,17 +36,22 @@ const FINISHED = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, T
 const CREDENTIALS = new Set(["api_key", "pin"]);
 const REDACTED = "[redacted]";
 
-/** `value` with every credential argument replaced, however deep; itself when it holds none. */
-function withoutCredentials(value: unknown): unknown {
+/** Deeper than any tool's arguments go (three levels): past it a part is kept as redacted whole, never walked. */
+const MAX_DEPTH = 8;
+
+/** `value` with every credential argument replaced (whatever its type), however deep; itself when it holds none. */
+function withoutCredentials(value: unknown, depth = 0): unknown {
+  if (value === null || typeof value !== "object") return value;
+  // A part nested past any tool's (a body of brackets, say) is not walked, so it cannot overflow the stack.
+  if (depth > MAX_DEPTH) return REDACTED;
   if (Array.isArray(value)) {
-    const out = value.map(withoutCredentials);
+    const out = value.map((v) => withoutCredentials(v, depth + 1));
     return out.some((v, i) => v !== value[i]) ? out : value;
   }
-  if (value === null || typeof value !== "object") return value;
   let changed = false;
   const out = Object.fromEntries(
     Object.entries(value).map(([k, v]) => {
-      const next = CREDENTIALS.has(k) && typeof v === "string" ? REDACTED : withoutCredentials(v);
+      const next = CREDENTIALS.has(k) && v !== null && v !== undefined ? REDACTED : withoutCredentials(v, depth + 1);
       changed ||= next !== v;
       return [k, next];
     }),

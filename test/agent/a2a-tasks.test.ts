@@ -136,4 +136,23 @@ describe("the A2A task store, in the database", () => {
     expect(loaded.history[4]!.parts[0]!.content).toEqual({ $case: "text", value: plainJson });
     expect(loaded.metadata).toEqual(saved.metadata); // the priced call, which carries no credential, is kept as it was
   });
+
+  it("stores no PIN sent as a number, and saves a message nested deeper than any call without walking it all", async () => {
+    await clear();
+    const store = new DbTaskStore(db);
+    const message = (parts: Task["history"][number]["parts"]) => ({ messageId: "m3", contextId: "ctx", taskId: "odd", role: Role.ROLE_USER, parts, metadata: undefined, extensions: [], referenceTaskIds: [] });
+    const numeric = { skill: "pay_bill", arguments: { pin: 48213, billersCode: "08011111111" } };
+    const deep = `${"[".repeat(20_000)}${"]".repeat(20_000)}`;
+    await store.save({
+      ...task("odd"),
+      history: [
+        message([{ content: { $case: "data", value: numeric }, metadata: undefined, filename: "", mediaType: "application/json" }]),
+        message([{ content: { $case: "text", value: deep }, metadata: undefined, filename: "", mediaType: "text/plain" }]),
+      ],
+    });
+    const [row] = await db.query<{ task: unknown }>(`SELECT task FROM a2a_task WHERE id = 'odd'`);
+    expect(typeof row!.task === "string" ? row!.task : JSON.stringify(row!.task)).not.toContain("48213");
+    const loaded = (await store.load("odd"))!;
+    expect(loaded.history[0]!.parts[0]!.content).toEqual({ $case: "data", value: { skill: "pay_bill", arguments: { pin: "[redacted]", billersCode: "08011111111" } } });
+  });
 });
