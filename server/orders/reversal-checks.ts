@@ -8,7 +8,8 @@
  * its order was made, then after each ask, and acted on as a webhook naming it would be
  * (fulfil.ts actOnBillerState: a reversal refunded on chain once, bounded by the ledger's
  * payment, or held for an operator while another attempt is pending). Bounded for the biller:
- * as many asks per bill as the schedule has entries, at most CHECKS_PER_PASS a pass; a bill
+ * as many asks per bill as the schedule has entries, at most CHECKS_PER_PASS a pass and none
+ * claimed past PASS_BUDGET_MS into it; a bill
  * not asked within twice the schedule and an hour of its making never is. Orders made before
  * the schedule existed are not asked (their reversal_checks is NULL: server/db.ts).
  */
@@ -17,6 +18,12 @@ import { actOnBillerState, deliveringAttempt, type FlowDeps } from "./fulfil.ts"
 
 /** Asks at most this many bills a pass (a worker pass every WORKER_INTERVAL_MS). */
 const CHECKS_PER_PASS = 10;
+/**
+ * Claims no further bill once a pass has spent this long: the worker's passes run one at a
+ * time, and a biller that answers slowly (each ask may wait BILLER_TIMEOUT_MS) must not hold
+ * up the refunds and settlements the next pass finishes first. What is left is due next pass.
+ */
+const PASS_BUDGET_MS = 5_000;
 
 export interface ReversalCheckDeps extends FlowDeps {
   /** BILLER_REVERSAL_CHECKS_SECONDS: when each ask is due, after the order was made or the ask before. */
@@ -30,7 +37,8 @@ export async function checkReversals(deps: ReversalCheckDeps): Promise<number> {
   // Twice the whole schedule: a worker stopped for a while still asks what fell due meanwhile.
   const windowSeconds = 2 * schedule.reduce((a, b) => a + b, 0) + 3_600;
   const asked: string[] = [];
-  while (asked.length < CHECKS_PER_PASS) {
+  const stopAt = Date.now() + PASS_BUDGET_MS;
+  while (asked.length < CHECKS_PER_PASS && Date.now() < stopAt) {
     const order = await deps.orders.claimReversalCheck(schedule, windowSeconds, deps.leaseSeconds, asked);
     if (!order) break;
     asked.push(order.requestId);
