@@ -231,6 +231,8 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   const abort = () => void stop();
   options.signal?.addEventListener("abort", abort, { once: true });
   child.once("exit", () => options.signal?.removeEventListener("abort", abort));
+  // Aborted while the deployments were read or the child spawned: the listener came too late to hear it.
+  if (options.signal?.aborted) abort();
   try {
     await waitReady(url, child, options, deployments);
   } catch (err) {

@@ -90,4 +90,13 @@ describe("a ledger whose parent is killed outright", () => {
     // Not ready, however long a backfill would have taken: the start fails, its ledger gone.
     expect((await failed)?.message).toMatch(/^ledger exited \(.+\) before it was ready$/);
   });
+
+  it("a start whose signal was aborted before its ledger was spawned stops that ledger too", async () => {
+    // Aborted while the start read its deployments: no listener was there yet to hear it.
+    const failed = await startLedger({ deploymentsFile: stack.deploymentsFile, pgliteDir: IN_MEMORY, signal: AbortSignal.abort() }).then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    expect(failed?.message).toMatch(/^ledger exited \(.+\) before it was ready$/);
+  });
 });
