@@ -22,6 +22,7 @@ export const UNIT_TESTS = [
   "test/server/audit-orders.test.ts",
   "test/server/client-address.test.ts",
   "test/server/fault-logs.test.ts",
+  "test/server/head-age.test.ts",
   "test/server/ledger-match.test.ts",
   "test/server/ledger-watch.test.ts",
   "test/server/contract-signature.test.ts",

@@ -122,7 +122,7 @@ export class Metrics {
   private readonly ledgerLagSeconds = this.gauge("billpay_ledger_lag_seconds", "Seconds between the head block and the ledger's last indexed block", ["chain"]);
   private readonly ledgerStalled = this.gauge("billpay_ledger_stalled", "1 while the ledger stands still behind a moving chain for longer than LEDGER_STALL_SECONDS, or cannot be read for six times that", ["chain"]);
   private readonly ledgerBehind = this.gauge("billpay_ledger_behind", "1 while the ledger is more than LEDGER_MAX_LAG_BLOCKS behind the chain's head", ["chain"]);
-  private readonly headAgeSeconds = this.gauge("billpay_chain_head_age_seconds", "Seconds since the head block of the service's node was made: a node that stops following its chain freezes the ledger's watch too", ["chain"]);
+  private readonly headAgeSeconds = this.gauge("billpay_chain_head_age_seconds", "Seconds since the head block of the service's node was made (the newest one read, while the node cannot be read): a node that stops following its chain, or answering, freezes the ledger's watch too", ["chain"]);
   private readonly ledgerStillSeconds = this.gauge("billpay_ledger_still_seconds", "How long the ledger has stood still behind the chain's head", ["chain"]);
   private readonly gas = this.gauge("billpay_hot_key_gas_wei", "Native balance of the operator and refunder keys", ["chain", "role", "address"]);
   private readonly treasuryOnChain = this.gauge("billpay_treasury_onchain_units", "BillPay's token balance on chain", ["chain", "token"]);

@@ -59,9 +59,17 @@ export interface OperatorStateDeps {
 
 export class OperatorState {
   private readonly ledgerSql;
+  /**
+   * Per chain, the time (seconds) of the newest head read from its node, first the service's
+   * start: a node that stops answering has its head's age grow from it, so the stale-head
+   * alert fires for a node gone silent as for one frozen.
+   */
+  private readonly lastHeadTime = new Map<ChainKey, number>();
 
   constructor(readonly deps: OperatorStateDeps) {
     this.ledgerSql = createClient(`${deps.ledgerUrl}/sql`, { schema });
+    const now = Math.floor(Date.now() / 1000);
+    for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) this.lastHeadTime.set(chain, now);
   }
 
   async orderCounts(): Promise<Array<{ status: string; rail: string; count: number; amount: bigint }>> {
@@ -193,7 +201,7 @@ export class OperatorState {
         try {
           const head = await withTimeout(client.getBlock({ blockTag: "latest" }), `${chain} head`);
           out.head = head.number;
-          out.headAgeSeconds = Math.max(0, Math.floor(Date.now() / 1000) - Number(head.timestamp));
+          this.lastHeadTime.set(chain, Number(head.timestamp));
           if (indexed) {
             out.indexed = BigInt(indexed.number);
             out.lagBlocks = Math.max(0, Number(head.number - out.indexed));
@@ -242,6 +250,7 @@ export class OperatorState {
         } catch (err) {
           out.errors.push(`${chain} could not be read: ${errorText(err).split("\n")[0]}`);
         }
+        out.headAgeSeconds = Math.max(0, Math.floor(Date.now() / 1000) - this.lastHeadTime.get(chain)!);
         return out;
       }),
     );
