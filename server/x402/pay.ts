@@ -513,6 +513,8 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // ledger): that payer did nothing wrong.
     const settlingUnderTx = order.status === "SETTLING" && order.txHash !== null;
     if (!paymentConfirmed(order) && !settlingUnderTx) await countUnsettled(client, payment);
+    // A copy that met its order already made (two sent at once) is a replay too, on the same budget.
+    if (replay) await limits.take("orderAddress", client);
     const showCode = replay ? await orderProof(request.header, order, deps.proof) : true;
     return answered({ kind: "order", order, challenge, warning, secret, showCode }, request.resourceUrl, early);
   }
