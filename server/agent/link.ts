@@ -18,8 +18,8 @@ import { messageSigner } from "../../lib/contract-signature.ts";
 import { parseSiweMessage, validateSiweMessage } from "viem/siwe";
 import { LINK_PATH, linkMessage } from "../../lib/agent-link.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
-import { publicClientFor } from "../../lib/chain-client.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
+import type { Deployments } from "../../lib/deployments.ts";
 import { ServiceError, validationFailed } from "../errors.ts";
 import { linkRequestSchema } from "../schemas.ts";
 import { hashApiKey, newApiKey } from "../credentials.ts";
@@ -63,8 +63,7 @@ export function readWalletHeaders(get: (name: string) => string | undefined): Wa
 
 /** Who signed, on `chain` for a contract wallet (lib/contract-signature.ts). */
 function signer(deps: LinkDeps, wallet: Hex, message: string, signature: Hex, chain: ChainKey): Promise<"wallet" | "contract" | null> {
-  const d = deps.deployments.chains[chain];
-  return messageSigner(d && publicClientFor(chain, rpcUrlFor(chain, d)), wallet, message, signature);
+  return messageSigner(deployedClientFor(deps.deployments, chain), wallet, message, signature);
 }
 
 /** The SIWE message's fields checked against this service, this chain and now; its nonce spent. */

@@ -14,10 +14,10 @@
  * PIN towards the wallet's lockout (agent/tools.ts).
  */
 import { isHex, type Hex } from "viem";
-import { sharedClientFor } from "../../lib/chain-client.ts";
+import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { messageSigner } from "../../lib/contract-signature.ts";
-import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
+import type { Deployments } from "../../lib/deployments.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
 import { ServiceError } from "../errors.ts";
 import { sameDigest } from "../credentials.ts";
@@ -50,7 +50,5 @@ async function walletProof(signature: string, timestamp: string | undefined, ord
   if (!isHex(signature) || !timestamp || !/^\d{1,16}$/.test(timestamp)) return false;
   if (Math.abs(Date.now() - Number(timestamp)) > deps.windowSeconds * 1000) return false;
   const chain = order.chain as ChainKey;
-  const d = deps.deployments.chains[chain];
-  const client = d && sharedClientFor(chain, rpcUrlFor(chain, d));
-  return (await messageSigner(client, order.payer as Hex, orderProofMessage(order.requestId, timestamp), signature)) !== null;
+  return (await messageSigner(deployedClientFor(deps.deployments, chain), order.payer as Hex, orderProofMessage(order.requestId, timestamp), signature)) !== null;
 }
