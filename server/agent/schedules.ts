@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { Cron } from "croner";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
-import { ServiceError } from "../errors.ts";
+import { ServiceError, type ErrorCode } from "../errors.ts";
 import type { AgentBill } from "../schemas.ts";
 
 export type ScheduleStatus = "ACTIVE" | "COMPLETED" | "CANCELLED";
@@ -101,7 +101,7 @@ export function checkCron(pattern: string, minIntervalSeconds: number, now = new
 }
 
 /** Refusals of a run that only the wallet's owner can mend (server/chain/wallet-state.ts requireFunds). */
-export const UNPAYABLE: ReadonlySet<string> = new Set(["SPENDING_ALLOWANCE_INSUFFICIENT", "TOKEN_ALLOWANCE_INSUFFICIENT", "BALANCE_INSUFFICIENT"]);
+export const UNPAYABLE: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["SPENDING_ALLOWANCE_INSUFFICIENT", "TOKEN_ALLOWANCE_INSUFFICIENT", "BALANCE_INSUFFICIENT"]);
 
 export class ScheduleStore {
   constructor(private readonly db: Db) {}
