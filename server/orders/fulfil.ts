@@ -366,7 +366,7 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
  * late) is recorded on the order, alerted and its codes given to the payer (lateDelivery).
  */
 /** A served order's delivering attempt, by what was last seen of each (actOnBillerState). */
-export const deliveringAttempt = (attempts: readonly BillerAttempt[]): BillerAttempt | undefined =>
+const deliveringAttempt = (attempts: readonly BillerAttempt[]): BillerAttempt | undefined =>
   attempts.find((a) => a.outcome === "delivered") ?? attempts.find((a) => a.outcome === "reversed") ?? attempts.at(-1);
 
 export async function actOnBillerState(deps: VendDeps, order: Order, named?: BillerAttempt): Promise<Order> {
@@ -376,7 +376,8 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
   // The attempt that delivered a served order: the one last seen delivered; else one last seen
   // reversed (its reversal was recorded, by askAttempt, by a run that died before acting on
   // it: it is the delivery that went); else the latest, for orders older than outcomes.
-  const deliverer = deliveringAttempt(attempts)?.billerRequestId;
+  const delivering = deliveringAttempt(attempts);
+  const deliverer = delivering?.billerRequestId;
   const before = new Map(attempts.map((a) => [a.billerRequestId, a.outcome]));
   switch (order.status) {
     case "PAID":
@@ -392,7 +393,8 @@ export async function actOnBillerState(deps: VendDeps, order: Order, named?: Bil
       return "order" in step ? step.order : applyVendResult(deps, order, step);
     }
     case "SUCCESS": {
-      const target = named ?? latest;
+      // Unnamed (the scheduled ask), the delivery in question: the attempt that delivered it.
+      const target = named ?? delivering;
       if (!target) return order;
       const now = await askAttempt(deps, target);
       const wasDelivered = target.billerRequestId === deliverer || before.get(target.billerRequestId) === "delivered";

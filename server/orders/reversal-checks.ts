@@ -14,7 +14,7 @@
  * the schedule existed are not asked (their reversal_checks is NULL: server/db.ts).
  */
 import { errorText } from "../log-safety.ts";
-import { actOnBillerState, deliveringAttempt, type FlowDeps } from "./fulfil.ts";
+import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
 
 /** Asks at most this many bills a pass (a worker pass every WORKER_INTERVAL_MS). */
 const CHECKS_PER_PASS = 10;
@@ -43,9 +43,9 @@ export async function checkReversals(deps: ReversalCheckDeps): Promise<number> {
     if (!order) break;
     asked.push(order.requestId);
     try {
-      // The attempt that delivered the bill, which need not be the latest (an earlier one may
-      // have delivered after a later was sent): its reversal is what a refund answers.
-      const now = await actOnBillerState(deps, order, deliveringAttempt(await deps.attempts.of(order.requestId)));
+      // Asks the attempt that delivered the bill, which need not be the latest (an earlier one
+      // may have delivered after a later was sent): its reversal is what a refund answers.
+      const now = await actOnBillerState(deps, order);
       if (now.status !== order.status) deps.log.warn("a delivered bill asked again came back changed", { requestId: order.requestId, before: order.status, after: now.status });
     } catch (err) {
       // Counted all the same: the next ask is the schedule's next, and the webhooks still come.
