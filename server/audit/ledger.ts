@@ -312,6 +312,8 @@ export function auditJson(report: AuditReport): string {
  */
 async function otherInflows(ledger: ReturnType<typeof createClient<typeof schema>>, payments: Array<typeof schema.payment.$inferSelect>): Promise<OtherInflow[]> {
   const t = schema.treasuryTransfer;
+  // The predicate of the ledger's own unbooked-inflows route (ponder/src/api), for every payer
+  // at once: its pulls are left out here, as the ledger's SQL over HTTP takes no subquery.
   const rows = await withTimeout("other inflows", ledger.db.select().from(t).where(and(eq(t.inbound, true), isNull(t.authorizationNonce))));
   const pullKey = (chainId: number, tx: string, from: string, token: string, amount: bigint) => `${chainId}:${lower(tx)}:${lower(from)}:${lower(token)}:${amount}`;
   const pulled = new Set(payments.filter((p) => p.rail === "pull").map((p) => pullKey(p.chainId, p.txHash, p.payer, p.token, p.amount)));
