@@ -480,9 +480,7 @@ export class ChainOperator {
   /** The call estimated again on the chain as it now stands: it passes, is refused by name, or could not be read. */
   private async estimateAgain(chain: ChainKey, call: Write): Promise<"passes" | "unread" | ContractRefused> {
     const d = this.deployments.chains[chain]!;
-    const client = sharedClientFor(chain, rpcUrlFor(chain, d));
-    const target = { address: d.billPay.address as Hex, abi, ...call, account: this.keys.operator, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0];
-    return client.estimateContractGas(target).then(
+    return estimateAtLatest(sharedClientFor(chain, rpcUrlFor(chain, d)), d.billPay.address as Hex, call, this.keys.operator).then(
       () => "passes" as const,
       (e: unknown) => refusal(e) ?? ("unread" as const),
     );
@@ -567,10 +565,7 @@ export class ChainOperator {
         // itself first, three round trips in a row before the estimate. The three go out as one
         // JSON-RPC batch through the shared client.
         const [estimate, nonce, fees] = await Promise.allSettled([
-          // At the latest block, named: geth and the op-geth nodes of Celo and Base estimate
-          // there by default, a local Hardhat node at the pending block; so the local chains
-          // estimate as the real ones do (a pull sent but not yet mined is not counted).
-          client.estimateContractGas({ ...target, account: signer, prepare: false, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0]),
+          estimateAtLatest(client, d.billPay.address as Hex, call, signer),
           client.getTransactionCount({ address: signer.address, blockTag: "pending" }),
           client.estimateFeesPerGas(),
         ]);
@@ -674,6 +669,16 @@ async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: 
     if (Date.now() >= deadline) return null;
     await block.wait();
   }
+}
+
+/**
+ * BillPay's `call` from `signer`, its gas estimated at the latest block, named: geth and the
+ * op-geth nodes of Celo and Base estimate there by default, a local Hardhat node at the pending
+ * block; so the local chains estimate as the real ones do (a pull sent but not yet mined is not
+ * counted). `prepare: false`: viem would otherwise fill a local account's nonce and fees first.
+ */
+function estimateAtLatest(client: ReturnType<typeof sharedClientFor>, billPay: Hex, call: Write, signer: Account): Promise<bigint> {
+  return client.estimateContractGas({ address: billPay, abi, ...call, account: signer, prepare: false, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0]);
 }
 
 /** A revert whose call would pass now: only its payers move their allowances and funds back and forth (blame). */
