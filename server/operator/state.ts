@@ -65,11 +65,10 @@ export class OperatorState {
    * alert fires for a node gone silent as for one frozen.
    */
   private readonly lastHeadTime = new Map<ChainKey, number>();
+  private readonly startedAt = Math.floor(Date.now() / 1000);
 
   constructor(readonly deps: OperatorStateDeps) {
     this.ledgerSql = createClient(`${deps.ledgerUrl}/sql`, { schema });
-    const now = Math.floor(Date.now() / 1000);
-    for (const chain of Object.keys(deps.deployments.chains) as ChainKey[]) this.lastHeadTime.set(chain, now);
   }
 
   async orderCounts(): Promise<Array<{ status: string; rail: string; count: number; amount: bigint }>> {
@@ -250,7 +249,7 @@ export class OperatorState {
         } catch (err) {
           out.errors.push(`${chain} could not be read: ${errorText(err).split("\n")[0]}`);
         }
-        out.headAgeSeconds = Math.max(0, Math.floor(Date.now() / 1000) - this.lastHeadTime.get(chain)!);
+        out.headAgeSeconds = Math.max(0, Math.floor(Date.now() / 1000) - (this.lastHeadTime.get(chain) ?? this.startedAt));
         return out;
       }),
     );
