@@ -246,8 +246,8 @@ export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDef
         decode: () => paid,
         client: ctx.client,
         header: ctx.header,
-        // Its challenge priced the bill for no wallet: the offer it echoes covers that bill, not this one.
-        offerForAnotherWallet: args.wallet_address === undefined,
+        // Its challenge priced the bill for no wallet: the offer it echoes was signed for that bill.
+        ...(args.wallet_address === undefined ? { offerWallet: ZERO_ADDRESS } : {}),
       });
       return outcomeOf(outcome);
     } catch (err) {

@@ -91,11 +91,11 @@ export interface PayRequest {
   /** The v1 body names networks as legacy x402@1 clients do (`?networks=v1`). */
   v1NetworkNames?: boolean;
   /**
-   * The offer the payment echoes cannot be this bill's: its challenge priced the bill for no
-   * wallet (an MCP call naming none), and the bill is the signer's. The price grace applies, as
-   * for x402 v1, which echoes no offer.
+   * The wallet the challenge priced the bill for, when it is not the bill's own: an MCP call
+   * naming none is challenged for no wallet, and its bill is then the signer's. The offer the
+   * payment echoes is read under that bill's hash: the same product, priced for no one.
    */
-  offerForAnotherWallet?: boolean;
+  offerWallet?: string;
 }
 
 export type PayOutcome =
@@ -376,16 +376,16 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       const offered = payment.authorization.value;
       if (offered !== shown.amount) {
         const skew = Number(CLOCK_SKEW_SECONDS);
-        const terms = { billHash: bodyHash, chain: option.chain, token: option.token, amount: offered };
+        const offeredFor = request.offerWallet === undefined ? bodyHash : billHash({ ...bill, wallet_address: request.offerWallet }, option);
+        const terms = { billHash: offeredFor, chain: option.chain, token: option.token, amount: offered };
         const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
-        // The grace is for a payment that cannot echo this bill's offer: x402 v1's, or one whose
-        // challenge priced the bill for no wallet. Any other v2 payment echoes its challenge's
-        // requirements, offer included: one without a good offer was not made from a challenge
-        // of this price, and is held to the price shown now.
+        // The grace is for a payment that cannot echo an offer: x402 v1's. A v2 payment echoes
+        // its challenge's requirements, offer included: one without a good offer was not made
+        // from a challenge of this price, and is held to the price shown now.
         quote =
           (offeredVersion
             ? await acceptedQuote(bill, ctx, option, offered, config.QUOTE_TTL_SECONDS + skew, offeredVersion)
-            : payment.x402Version === 1 || request.offerForAnotherWallet
+            : payment.x402Version === 1
               ? await acceptedQuote(bill, ctx, option, offered, config.PRICE_GRACE_SECONDS)
               : undefined) ?? shown;
       }

@@ -308,24 +308,42 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect(answers.length).toBeLessThanOrEqual(UNSETTLED_BUDGET + 1);
   });
 
-  it("an agent that names no wallet is held to the price now, or within the grace: its challenge's offer was for a bill of no wallet", async () => {
+  /** A pay_bill call with `payment` to an instance whose rate moved, the version that priced the challenge superseded `minutesAgo`. */
+  const payAfterRateMoved = async (args: Body, payment: PaymentPayload, minutesAgo: number) => {
+    const moved = createApp({ config: service.config, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(775_000n), flow: service.flow });
+    const version = (payment.accepted.extra as { rateVersion: string }).rateVersion;
+    await service.db.query(`UPDATE rate_version SET live_until = now() - make_interval(mins => $2) WHERE id = $1`, [version, minutesAgo]);
+    const res = await moved.request("http://localhost/api/mcp", {
+      method: "POST",
+      headers: { host: "localhost", "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "pay_bill", arguments: args, _meta: { "x402/payment": payment } } }),
+    });
+    return ((await res.json()) as { result: CallToolResult }).result;
+  };
+
+  it("an agent that names no wallet is held to its challenge's offer, signed for the bill of no wallet, past the grace", async () => {
     const payer = accounts(16);
     const before = await usdc(payer.address);
     const required = requiredOf(await call(bill({ nairaAmount: 1510 })));
     const payment = await sign(payer, required, onCelo);
-    // Another instance whose rate has moved, the version that priced the challenge superseded a minute ago.
-    const moved = createApp({ config: service.config, db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(775_000n), flow: service.flow });
-    const version = (payment.accepted.extra as { rateVersion: string }).rateVersion;
-    await service.db.query(`UPDATE rate_version SET live_until = now() - interval '1 minute' WHERE id = $1`, [version]);
-    const res = await moved.request("http://localhost/api/mcp", {
-      method: "POST",
-      headers: { host: "localhost", "content-type": "application/json", accept: "application/json, text/event-stream" },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "pay_bill", arguments: bill({ nairaAmount: 1510 }), _meta: { "x402/payment": payment } } }),
-    });
-    const answer = ((await res.json()) as { result: CallToolResult }).result;
-    expect(answer.isError).toBeFalsy();
+    // Superseded longer ago than PRICE_GRACE_SECONDS (300): only the offer can honour the price.
+    const answer = await payAfterRateMoved(bill({ nairaAmount: 1510 }), payment, 10);
+    expect(answer.isError, JSON.stringify(answer.structuredContent)).toBeFalsy();
     expect(answer.structuredContent).toMatchObject({ status: "SUCCESS" });
     expect(before - (await usdc(payer.address))).toBe(BigInt(payment.accepted.amount));
+  });
+
+  it("an offer signed for another bill of no wallet buys nothing at its price, however recent", async () => {
+    const payer = accounts(17);
+    const before = await usdc(payer.address);
+    const required = requiredOf(await call(bill({ nairaAmount: 1520 })));
+    const payment = await sign(payer, required, onCelo);
+    // The same amount for another number: the offer names the first bill, the price moved a minute ago.
+    const answer = await payAfterRateMoved(bill({ nairaAmount: 1520, billersCode: "08022222222" }), payment, 1);
+    expect(answer.isError).toBe(true);
+    expect(answer.structuredContent).toMatchObject({ code: "AMOUNT_MISMATCH" });
+    expect(await usdc(payer.address)).toBe(before);
+    expect(await ordersOf(payer)).toEqual([]);
   });
 
   it("the audit agrees with every order the MCP payments made", async () => {
