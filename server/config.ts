@@ -249,7 +249,7 @@ export const configSchema = z.object({
   /** Links (each a signature check), per client address and per wallet. */
   RATE_LIMIT_LINK_ADDRESS: rateLimit("30/60"),
   RATE_LIMIT_LINK_WALLET: rateLimit("10/60"),
-  /** Paying tool calls (pay_bill, pay_bill_batch, schedule_bill, cancel_schedule), per api_key. */
+  /** Paying tool calls (pay_bill, pay_bill_batch, schedule_bill), and calls sending a PIN, per api_key. */
   RATE_LIMIT_PAYING_KEY: rateLimit("120/60"),
   /** 402 challenges and quotes for bills this instance has not priced lately, per client address (kept per instance). */
   RATE_LIMIT_CHALLENGE_ADDRESS: rateLimit("600/60"),

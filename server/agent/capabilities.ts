@@ -267,7 +267,7 @@ export async function describeCapabilities(
     },
     ...(options.link ? { your_setup: setupCalls(hub, options.link) } : {}),
     transports: {
-      mcp: { url: `${base}/api/mcp`, how: "streamable HTTP, stateless; tools/call answers in structuredContent, and its JSON in result.content[0].text (describe_capabilities: a short summary there)" },
+      mcp: { url: `${base}/api/mcp`, how: "streamable HTTP, stateless; tools/call answers in structuredContent, and its JSON in result.content[0].text (describe_capabilities: a short summary after it)" },
       a2a: {
         url: `${base}/api/a2a`,
         agent_card: `${base}/.well-known/agent-card.json`,
@@ -292,10 +292,7 @@ export async function describeCapabilities(
   };
 }
 
-/**
- * describe_capabilities' MCP text: a few lines a text-only client can act on, pointing at the
- * structured content for the rest (the answer is several KB; carried twice, it was 19 KB).
- */
+/** describe_capabilities' MCP summary: a few lines a text-only client can act on, pointing at the answer for the rest. */
 export function capabilitiesSummary(answer: Record<string, unknown>): string {
   const a = answer as {
     service: string;

@@ -22,13 +22,15 @@ import { toolArguments, toolInputSchema, type ToolContext, type ToolDefinition }
 import { bearerApiKey, missingCredential, runTool, withBearer } from "./tools.ts";
 
 /**
- * The result of a tool call as MCP carries it: JSON text first (the interface reads content[0].text),
- * structured beside it; a tool with its own `text` (describe_capabilities) gives a short summary instead.
+ * The result of a tool call as MCP carries it: JSON text first (the interface reads every tool's
+ * answer at content[0].text), structured beside it; a tool with a `summary` (describe_capabilities)
+ * adds a few lines after it for a reader of text.
  */
 export async function callTool(tool: ToolDefinition, args: Record<string, unknown>, ctx: ToolContext, log: Log): Promise<CallToolResult> {
   try {
     const result = (await runTool(tool, args, ctx)) as Record<string, unknown>;
-    return { content: [{ type: "text", text: tool.text ? tool.text(result) : JSON.stringify(result) }], structuredContent: result };
+    const summary = tool.summary ? [{ type: "text" as const, text: tool.summary(result) }] : [];
+    return { content: [{ type: "text", text: JSON.stringify(result) }, ...summary], structuredContent: result };
   } catch (err) {
     const error =
       err instanceof ServiceError

@@ -23,11 +23,8 @@ export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Whether the tool needs a linked wallet's api_key. */
   authenticated: boolean;
   examples: string[];
-  /**
-   * MCP's text content for an answer, when not the answer's JSON (the default, which a client
-   * reading content[0].text relies on). For an answer too long to carry twice on the wire.
-   */
-  text?(result: Record<string, unknown>): string;
+  /** A few lines an MCP reader of text can act on, carried after the answer's JSON (content[0].text). */
+  summary?(result: Record<string, unknown>): string;
   run(args: z.infer<z.ZodObject<S>>, link: Link | null, ctx: ToolContext): Promise<unknown>;
 }
 

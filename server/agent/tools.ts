@@ -12,6 +12,7 @@ import type { AgentBill } from "../schemas.ts";
 import type { Link } from "./links.ts";
 import { ServiceError } from "../errors.ts";
 import { internationalOptionsSchema, paymentRequestSchema } from "../schemas.ts";
+import { placeOf, restPlaceFields } from "./bill-place.ts";
 import { capabilitiesSummary, capabilityDetail, describeCapabilities } from "./capabilities.ts";
 import type { ToolContext, ToolDefinition } from "./tool-definition.ts";
 
@@ -24,9 +25,12 @@ const idempotencyKey = z.string().min(1).max(64).regex(/^[\w.:-]+$/, "letters, d
 
 /** A bill, as the REST route takes it minus the wallet, chain and token. */
 const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wallet_address: true }).shape;
-const bill = z.object(billFields);
+/** A bill and where to pay it: the tools' names, and the REST bill's (agent/bill-place.ts). */
+const placedBill = { ...billFields, chain, token, ...restPlaceFields };
+/** A batch's bill: the REST bill's eight fields and more; a token or chain it names is the batch's. */
+const bill = z.object({ ...billFields, token, ...restPlaceFields });
 /** What a paying tool takes for one bill: the credentials, the bill, and where to pay it. */
-const payingBill = { api_key: apiKey, pin, ...billFields, chain, token };
+const payingBill = { api_key: apiKey, pin, ...placedBill };
 
 /** The api_key sent as `Authorization: Bearer bpk_...` on /api/mcp or /api/a2a, if any. */
 export function bearerApiKey(authorization: string | null | undefined): string | undefined {
@@ -58,11 +62,17 @@ export function missingCredential(tool: ToolDefinition, args: Record<string, unk
   return undefined;
 }
 
+/** A PIN a reading tool was sent, checked as a paying call's is: counted per key, then compared (locked out after too many). */
+async function checkSentPin(link: Link, pin: string, ctx: ToolContext): Promise<void> {
+  await ctx.hub.deps.limits.take("payingKey", link.apiKeyHash!);
+  await ctx.hub.checkPin(link, pin);
+}
+
 const define = <S extends z.ZodRawShape>(t: ToolDefinition<S>) => t as unknown as ToolDefinition;
 
-const billOf = (args: Record<string, unknown>): AgentBill => {
+const billOf = (args: object): AgentBill => {
   const out: Record<string, unknown> = {};
-  for (const key of Object.keys(billFields)) if (args[key] !== undefined) out[key] = args[key];
+  for (const key of Object.keys(billFields)) if ((args as Record<string, unknown>)[key] !== undefined) out[key] = (args as Record<string, unknown>)[key];
   return out as AgentBill;
 };
 
@@ -80,8 +90,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       paying: false,
       authenticated: false,
       examples: ['{"skill":"describe_capabilities","arguments":{}}', '{"skill":"describe_capabilities","arguments":{"detail":["tools","errors"]}}'],
-      // Short text: the answer itself (several KB) is the structured content, not repeated.
-      text: capabilitiesSummary,
+      summary: capabilitiesSummary,
       run: async (args, link, ctx) => describeCapabilities(ctx.hub, ctx.tools, { baseUrl: ctx.baseUrl, link, detail: args.detail }),
     }),
     define({
@@ -104,11 +113,11 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         "The price of a bill before paying it, on the link's chain and token (or those given): the amount in token units, its " +
         "breakdown (bill value at the rate, the rate and its source, service fee, facilitator fee, whether the minimum applied) " +
         "and its expiry. The price is locked until then: pay_bill for the same bill pays exactly it.",
-      input: { api_key: apiKey, ...billFields, chain, token },
+      input: { api_key: apiKey, ...placedBill },
       paying: false,
       authenticated: true,
       examples: ['{"skill":"get_quote","arguments":{"api_key":"bpk_...","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":500}}'],
-      run: (args, link, ctx) => ctx.hub.quote(link!, billOf(args), { chain: args.chain, token: args.token }),
+      run: (args, link, ctx) => ctx.hub.quote(link!, billOf(args), placeOf([args], link!.wallet)),
     }),
     define({
       name: "list_plans",
@@ -181,10 +190,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       examples: ['{"skill":"transaction_history","arguments":{"api_key":"bpk_...","limit":10}}', '{"skill":"transaction_history","arguments":{"api_key":"bpk_...","pin":"2468","limit":10}}'],
       run: async (args, link, ctx) => {
         // A PIN given is checked as a paying call's is (counted, locked out): codes are worth as much.
-        if (args.pin !== undefined) {
-          await ctx.hub.deps.limits.take("payingKey", link!.apiKeyHash!);
-          await ctx.hub.checkPin(link!, args.pin);
-        }
+        if (args.pin !== undefined) await checkSentPin(link!, args.pin, ctx);
         return ctx.hub.history(link!, args.limit, args.cursor, { showCode: args.pin !== undefined });
       },
     }),
@@ -209,7 +215,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         '{"skill":"pay_bill","arguments":{"api_key":"bpk_...","pin":"1234","serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":500}}',
       ],
       run: (args, link, ctx) =>
-        ctx.hub.payBill(link!, billOf(args), { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key, allowDuplicate: args.allow_duplicate }),
+        ctx.hub.payBill(link!, billOf(args), { ...placeOf([args], link!.wallet), idempotencyKey: args.idempotency_key, allowDuplicate: args.allow_duplicate }),
     }),
     define({
       name: "pay_bill_batch",
@@ -230,7 +236,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       authenticated: true,
       examples: ['{"skill":"pay_bill_batch","arguments":{"api_key":"bpk_...","pin":"1234","bills":[{"serviceID":"mtn","serviceCategory":"AIRTIME","network":"MTN","billersCode":"08011111111","nairaAmount":100}]}}'],
       run: (args, link, ctx) =>
-        ctx.hub.payBatch(link!, args.bills as AgentBill[], { chain: args.chain, token: args.token, idempotencyKey: args.idempotency_key }),
+        ctx.hub.payBatch(link!, args.bills.map(billOf), { ...placeOf([args, ...args.bills], link!.wallet), idempotencyKey: args.idempotency_key }),
     }),
     define({
       name: "schedule_bill",
@@ -252,7 +258,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         if ((args.run_at === undefined) === (args.cron === undefined)) {
           throw new ServiceError("VALIDATION_FAILED", "give exactly one of run_at (once) or cron (recurring)");
         }
-        return ctx.hub.scheduleBill(link!, billOf(args), { runAt: args.run_at, cron: args.cron, maxRuns: args.max_runs }, { chain: args.chain, token: args.token });
+        return ctx.hub.scheduleBill(link!, billOf(args), { runAt: args.run_at, cron: args.cron, maxRuns: args.max_runs }, placeOf([args], link!.wallet));
       },
     }),
     define({
@@ -268,14 +274,17 @@ export function agentTools(batchMax: number): ToolDefinition[] {
     define({
       name: "cancel_schedule",
       title: "Cancel a schedule",
-      // With the PIN, as a schedule is made: a bill the wallet relies on (a meter's) is not
-      // stopped by whoever holds a leaked key alone.
-      description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes). Needs the PIN, as schedule_bill does.",
-      input: { api_key: apiKey, pin, schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
-      paying: true,
+      // The interface asks the PIN of the three tools that pay, and the api_key alone here:
+      // cancelling moves no money. A PIN sent is checked (counted, locked out) as a paying call's.
+      description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes). A pin, if sent, is checked.",
+      input: { api_key: apiKey, pin: pin.optional(), schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
+      paying: false,
       authenticated: true,
-      examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","pin":"1234","schedule_id":"sch_..."}}'],
-      run: (args, link, ctx) => ctx.hub.cancelSchedule(link!, args.schedule_id),
+      examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","schedule_id":"sch_..."}}'],
+      run: async (args, link, ctx) => {
+        if (args.pin !== undefined) await checkSentPin(link!, args.pin, ctx);
+        return ctx.hub.cancelSchedule(link!, args.schedule_id);
+      },
     }),
   ];
 }

@@ -39,6 +39,7 @@ import { paymentRequiredOf, settlementOf, type PayOutcome, type X402Payments } f
 import { PaymentRejected, readPayment, type DecodedPayment } from "../x402-protocol/payment.ts";
 import { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
 import { toolInputSchema, type ToolDefinition } from "./tool-definition.ts";
+import { placeOf, restPlaceFields } from "./bill-place.ts";
 
 /** Where the payment and its settlement travel in an MCP message (the page's metadata keys; one place, lib/mcp-x402-client.ts). */
 export { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
@@ -51,13 +52,13 @@ export const mcpResourceUrl = (tool: string) => `mcp://tool/${tool}`;
 
 const ZERO_ADDRESS = `0x${"0".repeat(40)}`;
 
-/** A bill as pay_bill takes it for x402: the REST bill, with chain and token optional and the wallet the payer's. */
+/** A bill as pay_bill takes it for x402: the REST bill, with chain (or blockchain) and token optional and the wallet the payer's. */
 export const x402BillArguments = paymentRequestSchema
   .omit({ blockchain: true, token: true, wallet_address: true })
   .extend({
     chain: z.string().trim().min(1).max(16).optional(),
     token: z.string().trim().min(1).max(16).optional(),
-    wallet_address: paymentRequestSchema.shape.wallet_address.optional(),
+    ...restPlaceFields,
   });
 type X402BillArguments = z.infer<typeof x402BillArguments>;
 
@@ -156,7 +157,7 @@ export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDef
 
   /** The bill in REST's form, for one chain and token. */
   const billFor = (args: X402BillArguments, chain: string, token: string, wallet: string): PaymentRequest => {
-    const { chain: _c, token: _t, wallet_address: _w, ...fields } = args;
+    const { chain: _c, blockchain: _b, token: _t, wallet_address: _w, ...fields } = args;
     return { ...fields, blockchain: chain, token, wallet_address: wallet } as PaymentRequest;
   };
 
@@ -200,7 +201,8 @@ export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDef
     try {
       const parsed = x402BillArguments.safeParse(rawArgs);
       if (!parsed.success) throw validationFailed(parsed.error, "(arguments)");
-      const args = parsed.data;
+      // The REST bill's `blockchain` names the chain as `chain` does (agent/bill-place.ts).
+      const args = { ...parsed.data, ...placeOf([parsed.data]) };
       const resourceUrl = mcpResourceUrl(tool);
 
       if (paymentMeta === undefined) {

@@ -357,6 +357,39 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await usdc(a.account)).toBe(before);
     });
 
+    it("a bill in the REST body's eight fields pays as they say; two chains or tokens named, or another wallet, are refused and charge nothing", async () => {
+      const a = await agent(13);
+      const base = chainActors(stack.deployments, "BASE");
+      await base.approveAndAllow(a.account, "USDC", 100n * USD);
+      const onBase = () => base.balanceOf("USDC", a.account.address);
+      const eight = (nairaAmount: number) => ({ ...airtime("08011111111", nairaAmount), token: "USDC", blockchain: "BASE", wallet_address: a.account.address });
+      const [celoBefore, baseBefore] = [await usdc(a.account), await onBase()];
+      const refusals: Array<[string, Record<string, unknown>, string]> = [
+        ["pay_bill", { ...eight(1550), chain: "CELO" }, "VALIDATION_FAILED"],
+        ["pay_bill", { ...eight(1550), token: "USDT", wallet_address: accounts(9).address }, "WALLET_MISMATCH"],
+        ["schedule_bill", { ...eight(1550), wallet_address: accounts(9).address, cron: "0 9 1 * *" }, "WALLET_MISMATCH"],
+        ["get_quote", { ...eight(1550), chain: "CELO" }, "VALIDATION_FAILED"],
+        ["pay_bill_batch", { token: "USDC", bills: [eight(1550), { ...eight(1560), token: "USDT" }] }, "VALIDATION_FAILED"],
+        ["pay_bill_batch", { bills: [eight(1550), { ...eight(1560), blockchain: "CELO" }] }, "VALIDATION_FAILED"],
+        ["pay_bill_batch", { bills: [eight(1550), { ...eight(1560), wallet_address: accounts(9).address }] }, "WALLET_MISMATCH"],
+      ];
+      for (const [tool, args, code] of refusals) expect(errorCode(await a.call(tool, { pin: a.pin, ...args })), `${tool} ${JSON.stringify(args)}`).toBe(code);
+      expect([await usdc(a.account), await onBase()]).toEqual([celoBefore, baseBefore]);
+
+      // The link approved CELO; the bill names BASE, and is paid there.
+      const paid = await a.call("pay_bill", { pin: a.pin, ...eight(1550) });
+      expect(paid.data, JSON.stringify(paid.data)).toMatchObject({ status: "SUCCESS" });
+      const order = (await service.flow.orders.get(paid.data.request_id as string))!;
+      expect(order.chain).toBe("BASE");
+      const batch = await a.call("pay_bill_batch", { pin: a.pin, bills: [eight(1570), eight(1580)] });
+      const results = batch.data.results as Array<{ request_id: string; status: string }>;
+      expect(results.map((r) => r.status), JSON.stringify(batch.data)).toEqual(["SUCCESS", "SUCCESS"]);
+      const batchOrders = await Promise.all(results.map(async (r) => (await service.flow.orders.get(r.request_id))!));
+      expect(batchOrders.map((o) => o.chain)).toEqual(["BASE", "BASE"]);
+      expect(await usdc(a.account)).toBe(celoBefore);
+      expect(baseBefore - (await onBase())).toBe(order.amount + batchOrders[0]!.amount + batchOrders[1]!.amount);
+    });
+
     it("get_quote shows the price and breakdown that pay_bill then charges", async () => {
       const a = await agent(12);
       const bill = airtime("08011111111", 3100);
@@ -573,10 +606,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(new Set(recurringNow.last_runs.map((r) => r.request_id)).size).toBe(recurringNow.runs);
       expect(new Set(recurringNow.last_runs.map((r) => r.due_at)).size).toBe(recurringNow.runs);
 
-      // The key alone stops nothing: the PIN is asked, as for schedule_bill.
-      expect(errorCode(await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id }))).toBe("PIN_MISSING");
+      // The key alone cancels, as the interface has it (cancelling moves no money); a PIN sent is checked.
       expect(errorCode(await a.call("cancel_schedule", { pin: "0000", schedule_id: recurring.data.schedule_id }))).toBe("PIN_INVALID");
-      const cancelled = await a.call("cancel_schedule", { pin: a.pin, schedule_id: recurring.data.schedule_id });
+      const cancelled = await a.call("cancel_schedule", { schedule_id: recurring.data.schedule_id });
       expect(cancelled.data).toMatchObject({ status: "CANCELLED", next_run_at: null });
       await new Promise((r) => setTimeout(r, 2_100));
       await runBoth();

@@ -103,6 +103,12 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     const named = requiredOf(await call(bill({ chain: "CELO", token: "USDC" })));
     expect(named.accepts).toHaveLength(1);
     expect(named.accepts[0]!.asset.toLowerCase()).toBe(celo.tokenAddress("USDC").toLowerCase());
+    // The REST bill's name for the chain names it as well; two chains named are refused.
+    const rest = requiredOf(await call(bill({ blockchain: "BASE", token: "USDC" })));
+    expect(rest.accepts.map((a) => a.network)).toEqual([chainInfo("BASE").caip2]);
+    const both = await call(bill({ chain: "CELO", blockchain: "BASE" }));
+    expect(both.isError).toBe(true);
+    expect((both.structuredContent as { error: Body }).error).toMatchObject({ code: "VALIDATION_FAILED" });
     expect(await usdc(payer.address)).toBe(before);
   });
 

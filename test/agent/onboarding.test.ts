@@ -86,9 +86,11 @@ describe("onboarding an agent developer", () => {
       expect(data.products).toMatchObject({ AIRTIME: expect.arrayContaining(["mtn"]) });
       expect(data.detail).toMatchObject({ shown: [] });
 
-      // On the wire the answer is carried once: the text is a short summary pointing at the structured content.
+      // The answer's JSON at content[0].text, as the interface reads every tool's; a short summary after it.
       const raw = await mcp.client.callTool({ name: "describe_capabilities", arguments: {} });
-      const text = (raw.content as Array<{ type: string; text: string }>)[0]!.text;
+      const content = raw.content as Array<{ type: string; text: string }>;
+      expect(JSON.parse(content[0]!.text)).toEqual(raw.structuredContent);
+      const text = content[1]!.text;
       expect(Buffer.byteLength(text)).toBeLessThan(1024);
       expect(text).toContain("structuredContent");
       expect(text).toContain(`POST ${url}/api/pay/x402`);
