@@ -425,6 +425,8 @@ async function runProfile(profile: Profile) {
         RATE_LIMIT_AGENT_ADDRESS: UNLIMITED,
         RATE_LIMIT_LINK_ADDRESS: UNLIMITED,
         RATE_LIMIT_LINK_WALLET: UNLIMITED,
+        // One bill in three fails on purpose: no payer is held back for it here.
+        RATE_LIMIT_FAILED_VENDS_PAYER: "0/3600",
         ...depthEnv,
       },
     });

@@ -59,6 +59,8 @@ const env = {
   SERVER_PGLITE_DIR: join(dir, "service-pglite"),
   PIN_PEPPER_FILE: join(dir, "pin-pepper"),
   LOG_LEVEL: process.env.LOG_LEVEL ?? "warn",
+  // Each payer's one bill in ten fails on purpose, 30 in the run: above the bound a stranger is held to.
+  RATE_LIMIT_FAILED_VENDS_PAYER: process.env.RATE_LIMIT_FAILED_VENDS_PAYER ?? "0/3600",
 };
 const serviceUrl = `http://127.0.0.1:${ports.PORT}`;
 const stackLog = join(dir, "stack.log");

@@ -268,6 +268,12 @@ export const configSchema = z.object({
    * instance (server/limits.ts PER_INSTANCE): it is checked on every agent pay.
    */
   RATE_LIMIT_REVERTED_PAYER: rateLimit("2/3600"),
+  /**
+   * A payer's bills the biller failed (each refunded on chain at the service's gas), within the
+   * window; past it his payments are refused before anything is paid (orders/failing-payers.ts).
+   * Read from the orders, so shared by every instance. "0/<seconds>": never refused.
+   */
+  RATE_LIMIT_FAILED_VENDS_PAYER: rateLimit("20/3600"),
   RATE_LIMIT_UNSETTLED_ADDRESS: rateLimit("120/600"),
   /** Number checks (verify_customer), per client address on REST and per wallet (or, with no key, per client address) on the agent tools. */
   RATE_LIMIT_VERIFY: rateLimit("30/60"),

@@ -425,6 +425,9 @@ const MIGRATIONS: string[] = [
    ALTER TABLE bill_order ADD COLUMN reversal_due_at timestamptz;
    CREATE INDEX bill_order_reversal_first ON bill_order (created_at) WHERE status = 'SUCCESS' AND reversal_checks = 0;
    CREATE INDEX bill_order_reversal_due ON bill_order (reversal_due_at) WHERE status = 'SUCCESS' AND reversal_due_at IS NOT NULL;`,
+  // A payer's bills the biller failed (orders/failing-payers.ts), read before each of his
+  // payments: only those rows, so a payer of many good bills is not scanned.
+  `CREATE INDEX bill_order_failed_vend ON bill_order (payer, created_at) WHERE failure_reason LIKE 'biller: %';`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -29,6 +29,7 @@ import type { Gates, Limits } from "../limits.ts";
 import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Link, LinkStore } from "./links.ts";
 import { checkCron, nextDue, UNPAYABLE, type Schedule, type ScheduleStatus, type ScheduleStore } from "./schedules.ts";
+import { refuseFailingPayer } from "../orders/failing-payers.ts";
 
 /** A bill as an agent names it: the REST bill without the wallet, chain and token (those come from the link or the call). */
 export interface HubDeps {
@@ -198,12 +199,16 @@ export class AgentHub {
   /**
    * Starts a wallet's pull; one that reverted on chain (PULL_REVERTED: its allowance or balance
    * moved after the estimate, one small transaction of his against a whole pull at BillPay's
-   * gas) counts against the wallet, whose new pulls are refused past RATE_LIMIT_REVERTED_PAYER
-   * (`admit`: a call its idempotency key answers with its first order is still answered).
+   * gas) counts against the wallet, whose new pulls are refused past RATE_LIMIT_REVERTED_PAYER,
+   * as they are past RATE_LIMIT_FAILED_VENDS_PAYER bills the biller failed (`admit`: a call its
+   * idempotency key answers with its first order is still answered).
    */
   private async pulling<T>(link: Link, start: (admit: () => Promise<void>) => Promise<T>): Promise<T> {
     try {
-      return await start(() => this.deps.limits.check("revertedPayer", link.wallet.toLowerCase()));
+      return await start(async () => {
+        await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
+        await refuseFailingPayer(this.deps.flow.orders, link.wallet, this.deps.config.RATE_LIMIT_FAILED_VENDS_PAYER);
+      });
     } catch (err) {
       if (err instanceof ServiceError && err.code === "PULL_REVERTED") await this.deps.limits.count("revertedPayer", link.wallet.toLowerCase());
       throw err;

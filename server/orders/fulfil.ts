@@ -36,7 +36,7 @@ import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
-import { FINAL_STATUSES, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type AlongsideWrite, type Order, type OrderStatus, type OrderStore } from "./store.ts";
+import { FINAL_STATUSES, BILLER_FAILED, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type AlongsideWrite, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on (with `alongside` in the same statement); when another actor moved it first, returns it as it now stands. */
 export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}, alongside?: AlongsideWrite) {
@@ -346,7 +346,7 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
       const latest = await deps.attempts.latest(order.requestId);
       const other = latest && latest.attempt > 1 ? await otherAttemptsSay(deps, order, latest.billerRequestId) : undefined;
       if (other) return applyVendResult(deps, order, other);
-      return refund(deps, order, `biller: ${result.reason}`);
+      return refund(deps, order, `${BILLER_FAILED}${result.reason}`);
     }
     default:
       return move(deps, order, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason });

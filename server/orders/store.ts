@@ -46,6 +46,8 @@ export type { OrderStatus } from "./lifecycle.ts";
 
 /** How a refund's reason starts when the biller's number check said the number is wrong (counted per payer). */
 export const VERIFICATION_FAILED = "verification failed";
+/** The start of a refund reason for a bill the biller failed (orders/fulfil.ts), which orders/failing-payers.ts counts; the index bill_order_failed_vend names it too. */
+export const BILLER_FAILED = "biller: ";
 /** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
 export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
@@ -821,6 +823,17 @@ export class OrderStore {
       [payer.toLowerCase(), seconds, `${VERIFICATION_FAILED}%`],
     );
     return row?.n ?? 0;
+  }
+
+  /** When a payer's newest `limit` bills the biller failed within `seconds` were made, newest first. */
+  async failedVends(payer: string, seconds: number, limit: number): Promise<Date[]> {
+    const rows = await this.db.query<{ created_at: Date }>(
+      `SELECT created_at FROM bill_order
+       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND failure_reason LIKE '${BILLER_FAILED}%'
+       ORDER BY created_at DESC LIMIT $3`,
+      [payer.toLowerCase(), seconds, limit],
+    );
+    return rows.map((r) => new Date(r.created_at));
   }
 
   async release(requestId: string, leaseToken: string | null): Promise<void> {

@@ -36,6 +36,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import { buildChallenge, requirement, resolveOption, type Challenge, type ChallengeContext, type Option } from "./challenge.ts";
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, PaymentRejected, type DecodedPayment, type PaymentProblem } from "../x402-protocol/payment.ts";
 import { earlierUnderId, paymentIdOf, storedKey } from "../orders/payment-id.ts";
+import { refuseFailingPayer } from "../orders/failing-payers.ts";
 
 /** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
 export const BILL_DESCRIPTION = "Bill payment";
@@ -438,7 +439,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // facilitator that gave no answer, say): the new payment is not used, and the payer is
     // pointed at the first order, so signing again after a timeout never charges twice.
     const lookingUp = startStage("order lookups");
-    const settling = await deps.flow.orders.settlingForBill(payment.authorization.from, hash);
+    const [settling] = await Promise.all([
+      deps.flow.orders.settlingForBill(payment.authorization.from, hash),
+      // A payer whose bills keep failing at the biller pays for no new one a while (RATE_LIMITED).
+      refuseFailingPayer(deps.flow.orders, payment.authorization.from, config.RATE_LIMIT_FAILED_VENDS_PAYER),
+    ]);
     lookingUp();
     // The first request under this very id, written between the two lookups (two requests
     // under one id at once): answered as under that id, in flight (PAYMENT_ID_IN_FLIGHT).

@@ -317,4 +317,72 @@ describe("refunds are never free and never starved", () => {
     const other = accounts(12);
     expect((await pay(other, airtime(other, SANDBOX_NUMBERS.phone, 1581))).body).toMatchObject({ status: "SUCCESS" });
   });
+
+  it("a payer whose bills keep failing at the biller pays for no new bill a while, on either rail; others still pay", async () => {
+    // An instance allowing two failed bills a payer an hour (the default is 20), on the same database and chains.
+    const strict = createApp({
+      config: { ...service.config, RATE_LIMIT_FAILED_VENDS_PAYER: { points: 2, seconds: 3600 } },
+      db: service.db,
+      deployments: paying.chains.deployments,
+      rates: new ConfiguredRate(service.config.NGN_PER_USD),
+      flow: service.flow,
+    });
+    const postStrict = (body: Body, headers: Record<string, string> = {}) =>
+      strict.request("http://localhost/api/pay/x402", { method: "POST", headers: { host: "localhost", "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+    const payStrict = async (payer: Account, body: Body) => {
+      const challenged = await postStrict(body);
+      const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+      const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+      const paid = await postStrict(body, client.encodePaymentSignatureHeader(payload));
+      return { status: paid.status, body: (await paid.json()) as Body };
+    };
+    await celo.setRefundBudget("USDC", USDC(8), 86_400n);
+    await passes();
+
+    // x402: two bills to a number the biller fails, each settled and refunded; the third is refused unpaid.
+    const payer = accounts(18);
+    const start = await usdc(payer.address);
+    for (const naira of [200, 201]) {
+      const failed = await payStrict(payer, airtime(payer, "08099999999", naira));
+      expect(failed.body, JSON.stringify(failed.body)).toMatchObject({ status: "FAILED_VENDING" });
+    }
+    await passes();
+    expect(await usdc(payer.address)).toBe(start);
+    const refused = await payStrict(payer, airtime(payer, SANDBOX_NUMBERS.phone, 202));
+    expect(refused.status).toBe(429);
+    expect(refused.body).toMatchObject({ code: "RATE_LIMITED", retry_after_seconds: expect.any(Number) });
+    expect(refused.body.detail).toMatch(/failed at the biller/);
+    expect(await usdc(payer.address)).toBe(start);
+    // The default instance's twenty are not spent: the bound is the setting's, read from the orders.
+    expect((await pay(payer, airtime(payer, SANDBOX_NUMBERS.phone, 203))).body).toMatchObject({ status: "SUCCESS" });
+
+    // The agent hub: the same count, before any pull.
+    const wallet = accounts(19);
+    await celo.approveAndAllow(wallet, "USDC", USDC(100));
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: wallet.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const bill = (billersCode: string, nairaAmount: number) => ({ api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode, nairaAmount });
+    const toolStrict = async (name: string, args: Body) => {
+      const res = await strict.request("http://localhost/api/mcp", {
+        method: "POST",
+        headers: { host: "localhost", "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }),
+      });
+      return ((await res.json()) as { result: { structuredContent: Body } }).result.structuredContent;
+    };
+    const walletStart = await usdc(wallet.address);
+    for (const naira of [210, 211]) {
+      const failed = await toolStrict("pay_bill", bill("08099999999", naira));
+      expect(failed, JSON.stringify(failed)).toMatchObject({ status: "FAILED_VENDING" });
+    }
+    await passes();
+    expect(await usdc(wallet.address)).toBe(walletStart);
+    expect(((await toolStrict("pay_bill", bill(SANDBOX_NUMBERS.phone, 212))).error as Body).code).toBe("RATE_LIMITED");
+    expect(((await toolStrict("pay_bill_batch", { api_key: key, pin: "1234", bills: [bill(SANDBOX_NUMBERS.phone, 213)].map(({ api_key: _k, pin: _p, ...b }) => b) })).error as Body).code).toBe("RATE_LIMITED");
+    expect(await usdc(wallet.address)).toBe(walletStart);
+
+    // Another payer on the strict instance pays (one failed bill of his, from an earlier test, is under the bound).
+    const other = accounts(17);
+    expect((await payStrict(other, airtime(other, SANDBOX_NUMBERS.phone, 204))).body).toMatchObject({ status: "SUCCESS" });
+  });
 });
