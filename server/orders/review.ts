@@ -66,7 +66,7 @@ import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, x402RailOf, type LedgerInflow } from "../ledger-client.ts";
+import { paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -356,7 +356,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
     }
     case "serve": {
       const p = view.payment!;
-      if (!(await deepEnough(deps, order.chain, p))) throw new Refused(`the payment (block ${p.blockNumber}) is not yet as deep as ${deps.confirmations[chain] ?? 0} confirmations; try again shortly`);
+      await refuseShallow(deps, order.chain, p);
       const paid = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { txHash: p.txHash, failureReason: `served by an operator (${by})` });
       if (!paid) throw new Refused("the order moved on meanwhile; nothing was done");
       await deps.watches.record(paid, p);
@@ -391,6 +391,10 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       }
       const stands = await deliveryStands(deps, order);
       if (stands) throw new Refused(stands);
+      // As deep as a bill is vended on: an x402 refund asks BillPay only that its nonce be
+      // spent, so one sent for a shallow payment stands should a reorganisation put the
+      // payer's cancelAuthorization in the payment's place (the automatic refunds wait so too).
+      await refuseShallow(deps, order.chain, p);
       // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
       await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
       const reason = `refunded by an operator (${by})`;
@@ -409,6 +413,12 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
 }
 
 const DELIVERED = "the biller delivered this bill (an attempt of it, asked again now, is delivered): a refund would give it away; serve it, or refund it once the biller's answer to that attempt says it was taken back";
+
+/** Refused while the payment is not as deep as a bill is vended on (the confirmations of its chain). */
+async function refuseShallow(deps: ReviewDeps, chain: string, p: Pick<LedgerPayment, "chainId" | "blockNumber">): Promise<void> {
+  if (await deepEnough(deps, chain, p)) return;
+  throw new Refused(`the payment (block ${p.blockNumber}) is not yet as deep as ${deps.confirmations[chain as ChainKey] ?? 0} confirmations; try again shortly`);
+}
 
 /**
  * Why a refund would give the bill away, or undefined when it would not (the ledger pass holds

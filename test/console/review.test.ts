@@ -271,6 +271,19 @@ describe("an operator resolves what waits for review, from the console and the c
     await expect(runReview(["refund", order.requestId, "--refund-tx", "0x01", "--reason", "x"], { url, token: TOKEN, operator: "bob" })).rejects.toThrow(/refund takes no --refund-tx/);
     await expect(runReview(["refund", order.requestId, "--reason", "a", "--reason", "b"], { url, token: TOKEN, operator: "bob" })).rejects.toThrow(/given twice/);
     expect((await actions(order.requestId)).length).toBe(2);
+    // A payment not yet as deep as a bill is vended on is refunded by no one: BillPay's refund
+    // asks only that its nonce be spent, and a reorganisation could put the payer's
+    // cancelAuthorization in the payment's place, the refund standing.
+    service.flow.confirmations.CELO = 1_000;
+    try {
+      const shallow = await runReview(["refund", order.requestId, "--reason", "too soon"], { url, token: TOKEN, operator: "bob" });
+      expect(shallow.ok).toBe(false);
+      expect(shallow.lines.join("\n")).toMatch(/not yet as deep as 1000 confirmations/);
+    } finally {
+      service.flow.confirmations.CELO = 0;
+    }
+    expect(await usdc(second.address)).toBe(payerBefore);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
     const refunded = await runReview(["refund", order.requestId, "--reason", "support ticket 42: refund what landed"], { url, token: TOKEN, operator: "bob" });
     expect(refunded.ok, refunded.lines.join("\n")).toBe(true);
     expect(refunded.lines[0]).toMatch(/^taken: #\d+ .* refund by bob \(support ticket 42: refund what landed\): DONE -> REFUNDED, amount 0\.25 USDC on CELO/);
