@@ -82,7 +82,10 @@ function orderKeys(input: PullInput): Array<string | null> {
 export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise<{ orders: Order[]; replay: boolean }> {
   const keys = orderKeys(input);
   if (input.idempotencyKey) {
-    const seen = await deps.orders.findByIdempotencyKeys(input.wallet, keys as string[]);
+    // A key is one call's, whichever tool made it: a bill's key K and a batch's first K#0 are
+    // looked up together, so the other tool under the same key is refused, not paid again.
+    const otherTool = input.batch ? input.idempotencyKey : `${input.idempotencyKey}#0`;
+    const seen = await deps.orders.findByIdempotencyKeys(input.wallet, [...(keys as string[]), otherTool]);
     if (seen.length > 0) return { orders: await sameBills(deps, seen, keys as string[], input), replay: true };
   }
   await input.admit?.();

@@ -323,6 +323,12 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(again.data).toMatchObject({ request_id: paid.data.request_id, replayed: true });
       expect(await usdc(a.account)).toBe(before - amount);
       expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 999), idempotency_key: "first-bill" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      // The key is the call's, whichever tool makes it: a batch under it, or a bill under a batch's key, pays nothing.
+      expect(errorCode(await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111")], idempotency_key: "first-bill" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      const batch = await a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111", 1000)], idempotency_key: "first-batch" });
+      const batchAmount = BigInt((batch.data.results as Array<{ amount: { units: string } }>)[0]!.amount.units);
+      expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 1000), idempotency_key: "first-batch" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      expect(await usdc(a.account)).toBe(before - amount - batchAmount);
     });
 
     it("pay_bill refunds on chain when the biller fails the bill", async () => {
