@@ -428,6 +428,9 @@ const MIGRATIONS: string[] = [
   // A payer's bills the biller failed (orders/failing-payers.ts), read before each of his
   // payments: only those rows, so a payer of many good bills is not scanned.
   `CREATE INDEX bill_order_failed_vend ON bill_order (payer, created_at) WHERE failure_reason LIKE 'biller: %';`,
+  // Schedule runs left unfinished (agent/schedules.ts unfinishedRuns), read every worker pass:
+  // only those rows, not every run a schedule ever made.
+  `CREATE INDEX schedule_run_unfinished ON schedule_run (started_at) WHERE outcome IS NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
