@@ -11,7 +11,8 @@
  * A transaction not mined within `replaceAfterMs` is replaced: the same call, the same
  * nonce, each fee raised by a quarter (nodes ask for at least a tenth), up to
  * `maxReplacements` times. One nonce can be mined once, so the original and its
- * replacements together move money at most once; whichever is mined is the answer.
+ * replacements together move money at most once; whichever is mined is the answer. A refund
+ * still unmined after them is waited for by its next try (refundOnce), not signed again.
  */
 import {
   BaseError,
@@ -46,8 +47,28 @@ export interface ReplacementPolicy {
   /** How long a sent transaction may stay unmined before it is replaced at a higher fee. */
   replaceAfterMs: number;
   maxReplacements: number;
+  /** How long the last of them is waited for before the send fails as not mined (default a minute). */
+  lastWaitMs?: number;
 }
 const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxReplacements: 3 };
+/** Refunds sent and not mined in time, remembered so the next try waits for them (refundOnce). */
+const KEPT_UNMINED = 1_024;
+
+/** A transaction signed and sent, waited for: its hashes so far (the first, then replacements), and the request last signed. */
+interface Sent {
+  hashes: Hex[];
+  /** The hash the caller holds recorded (the last whose replacement it allowed). */
+  recorded: Hex;
+  request: Awaited<ReturnType<WalletClient<Transport, Chain, Account>["prepareTransactionRequest"]>>;
+  wallet: WalletClient<Transport, Chain, Account>;
+}
+
+/** A transaction neither mined nor replaced in time: what was sent, for a later try to wait for rather than sign another. */
+class NotMinedInTime extends Error {
+  constructor(readonly sent: Sent) {
+    super(`transaction ${sent.hashes[0]} (and ${sent.hashes.length - 1} replacement(s)) not mined in time`);
+  }
+}
 
 /** Each fee up by a quarter, rounded up. */
 const bump = (fee: bigint | undefined) => (fee === undefined ? undefined : (fee * 125n + 99n) / 100n);
@@ -140,6 +161,8 @@ export class ChainOperator {
   private queuing = new Map<ChainKey, Promise<void>>();
   /** Per chain and payer in a gathered batch that reverted on chain and would pass now: until when his pulls go apart from others' (sendGathered). */
   private apartUntil = new Map<string, number>();
+  /** Refunds sent and not mined in time, by chain and call: a later try of the same refund waits for its transaction, raising its fee, instead of signing another. */
+  private unminedRefunds = new Map<string, Sent>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -525,14 +548,43 @@ export class ChainOperator {
     return wallet;
   }
 
+  /**
+   * Sends a refund, once. A refund not mined in time (fees rose past its replacements) is
+   * remembered: the next try of the same refund waits for that transaction, raising its fee
+   * again, rather than sign another under the next nonce, which would queue behind it and,
+   * once both were mined, revert at the refunder's gas (BillPay refunds a key once).
+   */
   private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
+    const key = `${chain}:${JSON.stringify(call, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`;
     try {
-      const { hash, gasWei, block } = await this.send(chain, this.keys.refunder, call);
+      const earlier = this.unminedRefunds.get(key);
+      const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
+      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier) : await this.send(chain, this.keys.refunder, call);
+      this.unminedRefunds.delete(key);
       return { txHash: hash, gasWei, block };
     } catch (err) {
+      this.unminedRefunds.delete(key);
+      if (err instanceof NotMinedInTime) {
+        this.unminedRefunds.set(key, err.sent);
+        if (this.unminedRefunds.size > KEPT_UNMINED) this.unminedRefunds.delete(this.unminedRefunds.keys().next().value!);
+      }
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true, errorName: err.errorName };
       throw err;
     }
+  }
+
+  /**
+   * Whether a transaction sent earlier may still be mined: one of its hashes was, or its nonce
+   * is still free. A nonce taken by none of them (the pool dropped them, and another
+   * transaction took it) leaves nothing to wait for.
+   */
+  private async stillPending(chain: ChainKey, signer: Account, sent: Sent): Promise<boolean> {
+    const d = this.deployments.chains[chain]!;
+    const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+    const mined = await client.getTransactionCount({ address: signer.address, blockTag: "latest" });
+    if (mined <= sent.request.nonce) return true;
+    const receipts = await Promise.all(sent.hashes.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));
+    return receipts.some((r) => r !== null);
   }
 
   /**
@@ -589,18 +641,28 @@ export class ChainOperator {
       });
     this.queues.set(queue, sent);
     const { hash, request, wallet } = await sent;
+    return this.waitMined(chain, { hashes: [hash], recorded: hash, request, wallet }, onReplaced);
+  }
 
-    // Wait for the transaction; replace it at a higher fee when it sits unmined. As with the
-    // first, the caller records a replacement before it is sent (`recorded` is what it holds).
-    const hashes: Hex[] = [hash];
-    let recorded = hash;
-    let current = request;
+  /**
+   * Waits for a sent transaction; replaces it at a higher fee when it sits unmined. As with the
+   * first, the caller records a replacement before it is sent (`recorded` is what it holds).
+   * NotMinedInTime, with what was sent, when none of them is mined in time.
+   */
+  private async waitMined(chain: ChainKey, sent: Sent, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
+    const d = this.deployments.chains[chain]!;
+    const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+    const { wallet } = sent;
+    const signer = wallet.account;
+    const hashes: Hex[] = [...sent.hashes];
+    let recorded = sent.recorded;
+    let current = sent.request;
     let receipt: TransactionReceipt | null = null;
     // Cleared when the caller refuses a replacement: what was sent is then waited for as it is.
     let bumping = true;
     for (let replacements = 0; ; replacements++) {
       const last = !bumping || replacements >= this.replacement.maxReplacements;
-      receipt = await firstReceipt(client, hashes, last ? RECEIPT_TIMEOUT_MS : this.replacement.replaceAfterMs, this.nextBlock(chain));
+      receipt = await firstReceipt(client, hashes, last ? (this.replacement.lastWaitMs ?? RECEIPT_TIMEOUT_MS) : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
       current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
       await this.fence(signer.address);
@@ -621,7 +683,7 @@ export class ChainOperator {
         // The nonce was taken meanwhile (most likely by what we sent before): keep waiting for it.
       }
     }
-    if (!receipt) throw new Error(`transaction ${hash} (and ${hashes.length - 1} replacement(s)) not mined in time`);
+    if (!receipt) throw new NotMinedInTime({ hashes, recorded, request: current, wallet });
     const mined = receipt.transactionHash;
     this.receipts.set(mined.toLowerCase(), receipt);
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
