@@ -171,6 +171,9 @@ export class AgentHub {
     if (bills.length > max) throw new ServiceError("BATCH_TOO_LARGE", `a batch takes at most ${max} bills; got ${bills.length}`);
     const option = this.pullOption(link, options.chain, options.token);
     const priced = await Promise.all(bills.map((bill) => this.price(link, bill, option.chain, option.token)));
+    // One payer's failed bills are refunded within his share of the budget: a batch that could
+    // fail whole is held to it as a bill is, or its refunds would wait a budget period.
+    await this.deps.flow.refundBudgets?.assertRefundable(option.chain, option.token, priced.reduce((s, p) => s + p.amount, 0n), "this batch costs");
     const { orders, replay } = await this.pulling(link, (admit) =>
       startPullOrders(this.deps.flow, {
         wallet: link.wallet as Hex,

@@ -93,7 +93,7 @@ export class RefundBudgets {
    * were it to fail, its refund could not go out by the share's rule, and the payer's money
    * would wait on an operator.
    */
-  async assertRefundable(chain: ChainKey, symbol: string, amount: bigint): Promise<void> {
+  async assertRefundable(chain: ChainKey, symbol: string, amount: bigint, what = "this bill costs"): Promise<void> {
     const token = this.token(chain, symbol);
     if (!token) return; // not deployed here: the bill is refused for that elsewhere
     const { limit } = await this.read(chain, token.address);
@@ -101,7 +101,7 @@ export class RefundBudgets {
     if (amount <= share) return;
     throw new ServiceError(
       "BILL_ABOVE_REFUND_LIMIT",
-      `this bill costs ${formatUnits(amount, 6)} ${token.symbol}; the most BillPay refunds one payer in ${token.symbol} on ${chain} is ${formatUnits(share, 6)}, so a failed vend could not be refunded. Split the bill, or pay in another token`,
+      `${what} ${formatUnits(amount, 6)} ${token.symbol}; the most BillPay refunds one payer in ${token.symbol} on ${chain} is ${formatUnits(share, 6)}, so a failed vend could not be refunded. Split the bill, or pay in another token`,
       { amount: amount.toString(), refund_limit: share.toString() },
     );
   }

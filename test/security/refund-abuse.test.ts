@@ -106,6 +106,12 @@ describe("refunds are never free and never starved", () => {
       expect(answer.isError).toBe(true);
       expect((answer.data.error as Body).code).toBe("BILL_ABOVE_REFUND_LIMIT");
       expect(await usdc(agent.address)).toBe(before);
+      // A batch of bills each within the share, together above it (3 x 1.001 USDC > 2): refused whole, before the pull.
+      const bill = { serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 };
+      const batch: ToolAnswer = await mcp.call("pay_bill_batch", { api_key: key, pin: "1234", bills: [bill, { ...bill, nairaAmount: 1551 }, { ...bill, nairaAmount: 1552 }] });
+      expect((batch.data.error as Body).code).toBe("BILL_ABOVE_REFUND_LIMIT");
+      expect((batch.data.error as Body).detail).toMatch(/this batch costs 3\.00/);
+      expect(await usdc(agent.address)).toBe(before);
       // A bill within the budget still pays.
       expect((await mcp.call("pay_bill", { api_key: key, pin: "1234", serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1550 })).data).toMatchObject({ status: "SUCCESS" });
     } finally {
