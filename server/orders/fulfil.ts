@@ -598,6 +598,23 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
  * took (OrderExists, the payment's key not refunded) goes once more under another id: it is
  * bounded by the payment's key, which BillPay refunds once, whatever the id.
  */
+/**
+ * refund() for a caller holding no lease on the order (the ledger pass, a payment landed after
+ * its refusal): the order is claimed first, so that a worker of another instance, finding it
+ * REFUNDING and unleased, does not send the same refund beside this one (BillPay pays it once;
+ * the other reverts at the refunder's gas). Held elsewhere, it is left to its holder; the
+ * worker retries a REFUNDING order it finds unleased.
+ */
+export async function refundUnheld(deps: RefundDeps & Pick<FlowDeps, "leaseSeconds">, order: Order, reason: string): Promise<Order> {
+  const held = await deps.orders.claim(order.requestId, deps.leaseSeconds);
+  if (!held) return order;
+  try {
+    return await refund(deps, held, reason);
+  } finally {
+    await deps.orders.release(held.requestId, held.leaseToken).catch(() => {});
+  }
+}
+
 async function sendRefund(deps: RefundDeps, o: Order, amount: bigint, paidIn: bigint): Promise<RefundOnChain & { gasWei?: bigint }> {
   const chain = o.chain as ChainKey;
   const found = async (refusal: string) => refundFound(deps, chain, orderKeyOf(o), (await ledgerUnderKey(deps, o)).refunds, paidIn, refusal);

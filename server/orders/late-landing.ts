@@ -7,7 +7,7 @@ import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
 import { waitForLedgerBlock, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
-import { refund, type FlowDeps } from "./fulfil.ts";
+import { refundUnheld, type FlowDeps } from "./fulfil.ts";
 import type { RefusedPayment } from "./refused-payments.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
 
@@ -24,7 +24,7 @@ export async function refundLanding(deps: FlowDeps, record: RefusedPayment, paym
   deps.log.warn("a payment the service had refused landed on chain; refunding it to the payer", { requestId: order.requestId, chain: record.chain, payer: record.payer, why: record.reason });
   if (!options.now) return order; // the worker refunds it (an unleased REFUNDING order)
   try {
-    return await refund(deps, order, order.failureReason ?? "landed after its refusal");
+    return await refundUnheld(deps, order, order.failureReason ?? "landed after its refusal");
   } catch (err) {
     deps.log.error("could not refund a payment landed after its refusal; the worker will retry", { requestId: order.requestId, error: errorText(err) });
     return order;

@@ -21,7 +21,7 @@ import type { Hex } from "viem";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Db } from "../db.ts";
 import { isPaymentOf, x402RailOf, type LedgerPayment } from "../ledger-client.ts";
-import { mayHaveBeenVended, move, refund, type FlowDeps } from "./fulfil.ts";
+import { mayHaveBeenVended, move, refundUnheld, type FlowDeps } from "./fulfil.ts";
 import { landedAfterRefusal } from "./x402-flow.ts";
 import { refundLanding } from "./late-landing.ts";
 import { REORG_WATCH_BLOCKS } from "./payment-watch.ts";
@@ -278,7 +278,7 @@ export async function reconcileOrphanPulls(deps: LedgerPassDeps): Promise<number
           // Written off as never pulled, and then the pull landed: give the money back.
           const reason = "the pull landed after the order was written off";
           const refunding = await deps.orders.transition(order.requestId, ["PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: p.txHash });
-          if (refunding) await refund(deps, refunding, reason);
+          if (refunding) await refundUnheld(deps, refunding, reason);
         }
       }
       return undecided;

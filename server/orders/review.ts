@@ -349,7 +349,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       // pass while the order was held: it is taken up here, as a landing after a write-off.
       const late = order.rail === "pull" ? null : (await ledgerUnderKey(deps, closed).catch(() => null))?.payment;
       if (late) {
-        const after = await landedAfterRefusal(deps, closed, late);
+        const after = await landedAfterRefusal(deps, closed, late, true);
         return { record: await deps.reviews.finish(id, "ACCEPTED", `closed, but a payment landed under the key meanwhile (transaction ${late.txHash}): ${after.status}`, after.status), order: after };
       }
       return { record: await deps.reviews.finish(id, "DONE", "closed: PAYMENT_FAILED, nothing was charged and nothing moved; a payment landing under the key later is refunded by the ledger pass (held for an operator instead when the bill was vended)", closed.status), order: closed };

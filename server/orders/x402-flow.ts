@@ -23,7 +23,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402-protocol/payment.ts";
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type FacilitatorAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
-import { FINISHED, fulfil, mayHaveBeenVended, move, refund, type FlowDeps } from "./fulfil.ts";
+import { FINISHED, fulfil, mayHaveBeenVended, move, refund, refundUnheld, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
@@ -75,9 +75,10 @@ async function settledFromLedger(deps: SettleDeps, o: Order, payment: LedgerPaym
  * was told it did not settle, so exactly what the chain shows is refunded; a payment of
  * another amount waits for an operator. So does the payment of a bill that was vended (a
  * reorganisation took its payment, and an operator closed it as unpaid): it pays for that
- * bill now, and a refund would give the bill away.
+ * bill now, and a refund would give the bill away. `held`: the caller holds the order's lease
+ * (an operator's decision), else the refund claims it.
  */
-export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: LedgerPayment): Promise<Order> {
+export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: LedgerPayment, held = false): Promise<Order> {
   const mismatch = paymentMismatch(o, payment);
   if (mismatch) {
     deps.log.warn("a refused x402 payment landed with another amount; held for review", { requestId: o.requestId, mismatch });
@@ -95,7 +96,7 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
   const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash, lateRefund: true });
   if (!refunding) return (await deps.orders.get(o.requestId)) ?? o;
   deps.log.info("refunding a payment that landed after it was refused", { requestId: o.requestId });
-  return refund(deps, refunding, reason);
+  return held ? refund(deps, refunding, reason) : refundUnheld(deps, refunding, reason);
 }
 
 /** SETTLING -> REFUSED: nothing moved yet, and the worker watches the authorization until it expires. */

@@ -854,7 +854,20 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await ledgerAtHead();
       expect((await flow.ledger.order(failed.onchainOrderId)).payments).toHaveLength(1);
       await workOnce(flow);
-      await reconcileOrphanPulls(flow);
+      // While the ledger pass sends the late pull's refund, the order is leased: a worker of
+      // another instance, finding it REFUNDING, does not send the same refund beside it.
+      const refund = flow.operator.refund;
+      const claimedMeanwhile: Array<string | undefined> = [];
+      flow.operator.refund = async (args) => {
+        if (args.orderId === late.onchainOrderId) claimedMeanwhile.push((await flow.orders.claimUnfinished(["REFUNDING"], 0, 30))?.requestId);
+        return refund.call(flow.operator, args);
+      };
+      try {
+        await reconcileOrphanPulls(flow);
+      } finally {
+        flow.operator.refund = refund;
+      }
+      expect(claimedMeanwhile).toEqual([undefined]);
       expect(await flow.orders.get(failed.requestId)).toMatchObject({ status: "REFUNDED", refundTxHash: expect.stringMatching(/^0x/) });
       expect(await flow.orders.get(late.requestId)).toMatchObject({ status: "REFUNDED", failureReason: "the pull landed after the order was written off" });
       expect(await usdc(account)).toBe(before);
