@@ -12,7 +12,7 @@ import { cors } from "hono/cors";
 import { z } from "zod";
 import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Config } from "../config.ts";
-import { problemResponse, validationFailed } from "../errors.ts";
+import { problemBody, problemResponse, validationFailed } from "../errors.ts";
 import { parseJsonBody } from "../http-body.ts";
 import { clientAddress } from "../limits.ts";
 import { orderResult } from "../orders/fulfil.ts";
@@ -20,7 +20,7 @@ import type { Order } from "../orders/store.ts";
 import { billHash, quoteBill } from "../quote/quote.ts";
 import { quoteView } from "../quote/quote-view.ts";
 import { paymentRequestSchema } from "../schemas.ts";
-import { probeChallenge } from "./challenge.ts";
+import { probeChallenge, type Challenge } from "./challenge.ts";
 import { settlementOf, type OrderReceipts, type X402Payments } from "./pay.ts";
 import { decodePayment, type PaymentHeader } from "../x402-protocol/payment.ts";
 import { withStageClock } from "../stage-timing.ts";
@@ -59,12 +59,19 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const payments = deps.payments;
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>, receipts?: OrderReceipts) => {
+  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>, receipts?: OrderReceipts, challenge?: Challenge) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
       // The order's fields beside the problem's own (its status stays the HTTP status, 402).
       const { status: _outcome, success: _success, ...fields } = orderResult(order);
-      return problemResponse("PAYMENT_NOT_SETTLED", order.failureReason ?? "the payment did not settle; sign a new one", fields);
+      const detail = order.failureReason ?? "the payment did not settle; sign a new one";
+      if (!challenge) return problemResponse("PAYMENT_NOT_SETTLED", detail, fields);
+      // A 402 is a payment challenge (the interface, and x402's clients, read one from it): the
+      // bill's challenge, to sign anew, with the problem's fields beside it.
+      return c.json({ ...(challenge.v1Body as object), error: detail, ...problemBody("PAYMENT_NOT_SETTLED", detail, fields) }, 402, {
+        "content-type": "application/problem+json",
+        "PAYMENT-REQUIRED": challenge.v2Header,
+      });
     }
     const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
     const settlement = settlementOf(order, receipts);
@@ -166,7 +173,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         case "settling":
           return c.json({ ...orderResult(outcome.order, { showCode: false }), ...outcome.note }, 200, { "cache-control": "no-store" });
         case "order":
-          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note, outcome.receipts);
+          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note, outcome.receipts, outcome.challenge);
       }
     },
   );

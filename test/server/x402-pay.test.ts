@@ -326,7 +326,12 @@ describe("x402 route: paying a bill end to end", () => {
     const signed = await client.createPaymentPayload(client.getPaymentRequiredResponse((name) => challenged.headers.get(name), await challenged.json()));
     const refused = await send(poor, client.encodePaymentSignatureHeader(signed));
     expect(refused.status).toBe(402);
-    expect(await refused.json()).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false, reason: expect.stringMatching(/^facilitator: \w*insufficient_(funds|balance)/) });
+    const refusal = (await refused.json()) as Record<string, unknown>;
+    expect(refusal).toMatchObject({ code: "PAYMENT_NOT_SETTLED", charged: false, reason: expect.stringMatching(/^facilitator: \w*insufficient_(funds|balance)/) });
+    // A 402 is the bill's challenge as well, in the body and the header: an x402 client reads it and signs anew.
+    expect(refusal).toMatchObject({ x402Version: 1, error: expect.any(String), accepts: expect.arrayContaining([expect.objectContaining({ maxAmountRequired: signed.accepted.amount })]) });
+    const again = client.getPaymentRequiredResponse((name) => refused.headers.get(name), refusal);
+    expect(again.accepts.map((a) => a.amount)).toContain(signed.accepted.amount);
     expect(calls).toEqual(["verify"]);
     expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
   });
