@@ -24,8 +24,8 @@ export const ERRORS = {
   CUSTOMER_NOT_VERIFIED: { status: 422, title: "The bill's number was checked before payment and the biller says it is wrong; nothing was charged" },
   VERIFY_NOT_OFFERED: { status: 422, title: "The product has no number check" },
   BILL_ABOVE_REFUND_LIMIT: { status: 422, title: "The bill costs more than BillPay's refund budget in that token could ever refund" },
-  PAYMENT_ALREADY_USED: { status: 409, title: "This payment already paid for another bill" },
-  PAYMENT_NONCE_SPENT: { status: 409, title: "The chain shows this authorization's nonce already spent: it can pay for no bill; sign a new one" },
+  PAYMENT_ALREADY_USED: { status: 402, title: "This payment already paid for another bill" },
+  PAYMENT_NONCE_SPENT: { status: 402, title: "The chain shows this authorization's nonce already spent: it can pay for no bill; sign a new one" },
   // x402 scheme_exact_evm.md, Permit2: the payer's one-time approval of Permit2 is missing. Nothing was charged.
   PERMIT2_ALLOWANCE_REQUIRED: { status: 412, title: "Approve Permit2 for the token once (approval.calldata from the payer's wallet), then pay again; nothing was charged" },
   PAYMENT_NOT_SETTLED: { status: 402, title: "The payment did not settle; nothing was taken" },

@@ -95,7 +95,7 @@ export interface CallerContext {
 /** What paying a tool with x402 came to, whatever carried it (MCP here, A2A in agent/a2a-x402.ts). */
 export type ToolPayment =
   /** Pay this: no payment, or one that does not fit (`reason`); nothing was locked or charged. */
-  | { kind: "required"; challenge: Challenge; reason?: { code: string; detail: string } }
+  | { kind: "required"; challenge: Challenge; reason?: { code: string; detail: string; extra?: Record<string, unknown> } }
   /** The tool's result; `settlement` once the payment is settled on chain. */
   | { kind: "done"; body: Record<string, unknown>; settlement?: SettleResponse }
   /** The payment did not settle: nothing was taken (`challenge` to pay anew, when there is one). */
@@ -120,7 +120,7 @@ function paymentRequired(challenge: Challenge, reason?: { code: string; detail: 
 export function toolResultOf(payment: ToolPayment): CallToolResult {
   switch (payment.kind) {
     case "required":
-      return paymentRequired(payment.challenge, payment.reason);
+      return paymentRequired(payment.challenge, payment.reason, payment.reason?.extra);
     case "done":
       return result(payment.body, false, payment.settlement ? { [X402_PAYMENT_RESPONSE_META]: payment.settlement } : undefined);
     case "not-settled":

@@ -101,11 +101,16 @@ export interface PayRequest {
 
 export type PayOutcome =
   /** Pay this: no payment was presented, or the one presented does not fit (`rejected` says why). Nothing was locked. */
-  | { kind: "challenge"; challenge: Challenge; warning?: string; rejected?: { code: PaymentProblem; detail: string } }
+  | { kind: "challenge"; challenge: Challenge; warning?: string; rejected?: { code: PaymentProblem | UsedPayment; detail: string; extra?: Record<string, unknown> } }
   /** The order this payment made or already had; `note` says when this payment was not used. */
   | { kind: "order"; order: Order; challenge?: Challenge; warning?: string; secret?: string; showCode: boolean; note?: Record<string, string>; receipts?: OrderReceipts }
   /** The same bill's earlier payment is still settling: this payment was not used. */
   | { kind: "settling"; order: Order; warning?: string; note: Record<string, string> };
+
+/** A payment that can pay for no bill (spent already, or by another): the 402 again, to sign anew. */
+const USED_PAYMENT = new Set(["PAYMENT_NONCE_SPENT", "PAYMENT_ALREADY_USED"] as const);
+type UsedPayment = typeof USED_PAYMENT extends Set<infer C> ? C : never;
+const isUsedPayment = (err: unknown): err is ServiceError & { code: UsedPayment } => err instanceof ServiceError && USED_PAYMENT.has(err.code as UsedPayment);
 
 export interface X402Payments {
   deps: X402PayDeps;
@@ -359,6 +364,9 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);
     pricing();
     if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
+    // A payment that can pay for no bill: the bill's challenge, with why (x402 answers an
+    // unusable payment with its 402, and the interface names no other refusal of one).
+    const payAgain = (err: ServiceError & { code: UsedPayment }): PayOutcome => ({ kind: "challenge", challenge, warning, rejected: { code: err.code, detail: err.detail, extra: err.extra } });
 
     // A payment that does not fit this bill's price, or is not the payer's signature, is
     // answered like no payment: the challenge, plus the reason. Nothing is locked or settled.
@@ -479,6 +487,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // A payment that landed is public calldata anyone may replay: the payer is counted only
       // for a nonce he spent himself (cancelled: the authorization was never on chain).
       await countUnsettled(client, cancelled ? payment : undefined);
+      if (isUsedPayment(refusal)) return payAgain(refusal);
       throw refusal;
     }
     // x402's receipt needs only the payment: signed while the bill vends, not after it.
@@ -487,7 +496,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       early = { txHash: paid.txHash, receipt: deps.receipts.x402Receipt(paid, request.resourceUrl) };
       early.receipt.catch(() => {}); // awaited by the answer, which throws its failure there
     };
-    const { order, secret, replay } = await startX402Order(deps.flow, {
+    const started = await startX402Order(deps.flow, {
       bill,
       vend,
       bodyHash: hash,
@@ -508,8 +517,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // The facilitator found no allowance for Permit2 (the order is REFUSED): the payer's
       // doing, so it counts as any paid call that settled nothing.
       if (err instanceof ServiceError && err.code === "PERMIT2_ALLOWANCE_REQUIRED") await countUnsettled(client, payment);
+      if (isUsedPayment(err)) return err;
       throw err;
     });
+    if (started instanceof ServiceError) return payAgain(started);
+    const { order, secret, replay } = started;
     // Every call whose payment the chain has not shown settled by its answer counts, SETTLING
     // included: a payer who spends the nonce himself between the intake's read and the
     // settlement (EIP-3009's cancelAuthorization, Permit2's invalidateUnorderedNonces) leaves

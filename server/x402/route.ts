@@ -167,7 +167,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         case "challenge": {
           const { challenge, rejected } = outcome;
           // A payment that did not fit: the same 402, plus the reason (code, error).
-          const v1Body = rejected ? { ...challenge.v1Body, error: rejected.detail, code: rejected.code } : challenge.v1Body;
+          const v1Body = rejected ? { ...challenge.v1Body, error: rejected.detail, code: rejected.code, detail: rejected.detail, ...rejected.extra } : challenge.v1Body;
           return challengeResponse(c, { v1Body, v2Header: challenge.v2Header }, extraHeaders, v1Only);
         }
         case "settling":

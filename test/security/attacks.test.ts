@@ -130,7 +130,7 @@ describe("attacks on the money paths", () => {
 
       const res = await post(body, header(full, req));
       const result = (await res.json()) as Body;
-      expect(res.status, expectVend).toBe(409);
+      expect(res.status, expectVend).toBe(402);
       expect(result).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false });
       expect(result.detail).toMatch(/a payment of 1 \(not this authorization's \d+\) already reached BillPay under its nonce/);
       expect(result.purchased_code ?? null).toBeNull();
@@ -209,7 +209,7 @@ describe("attacks on the money paths", () => {
     for (const forged of [electricity(victim.address, SANDBOX_NUMBERS.prepaidMeter, 2500), body]) {
       const res = await post(forged, header(auth, req, junk));
       const text = await res.text();
-      expect(res.status).toBe(409);
+      expect(res.status).toBe(402);
       expect(JSON.parse(text).code).toBe("PAYMENT_ALREADY_USED");
       expect(text).not.toContain(paid.request_id);
       expect(text).not.toContain(paid.purchased_code);
@@ -322,11 +322,11 @@ describe("attacks on the money paths", () => {
     // (another number, the payer's wallet, as the authorization's `from` must be).
     const theirs = bill(victim.address, { nairaAmount: 1270, billersCode: "08022222222" });
     const copied = await post(theirs, header(auth, await required(theirs)));
-    expect(copied.status).toBe(409);
+    expect(copied.status).toBe(402);
     expect(await copied.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, landed_tx: expect.stringMatching(/^0x/), detail: expect.stringContaining("refunded to its payer") });
     // Offered by its payer for his own bill, it pays for none either: whoever offers it is no proof.
     const own = await post(body, header(auth, req));
-    expect(own.status).toBe(409);
+    expect(own.status).toBe(402);
     expect(((await own.json()) as Body).code).toBe("PAYMENT_NONCE_SPENT");
     expect(await orderOf(auth)).toBeUndefined();
     // The ledger pass refunds exactly it to its payer, once, with no operator; nothing was vended.

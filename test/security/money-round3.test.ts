@@ -216,7 +216,7 @@ describe("money safety, third round", () => {
     // and no refund of it is kept (BillPay's withdraw marks no key refunded, so the chain would
     // let the service refund it again through refundAuthorization).
     const meanwhile = await post(body, headers);
-    expect(meanwhile.status).toBe(409);
+    expect(meanwhile.status).toBe(402);
     expect(await meanwhile.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("an operator is refunding it by hand") });
     expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1 AND auth_nonce = $2`, [payer.address.toLowerCase(), auth.nonce.toLowerCase()])).toEqual([]);
     await passes();
@@ -229,7 +229,7 @@ describe("money safety, third round", () => {
     // The same authorization, now with the bill: refused at intake; no order, nothing vended.
     const orders = await orderCount();
     const offered = await post(body, headers);
-    expect(offered.status).toBe(409);
+    expect(offered.status).toBe(402);
     expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("an operator has settled it") });
     expect(await orderCount()).toBe(orders);
     expect(await ordersUnder(auth)).toBeUndefined();
@@ -250,7 +250,7 @@ describe("money safety, third round", () => {
     expect(await metric("billpay_orphan_payments_open")).toBe(openBefore + 1);
     const orders = await orderCount();
     const offered = await post(body, headers);
-    expect(offered.status).toBe(409);
+    expect(offered.status).toBe(402);
     expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer") });
     expect(await orderCount()).toBe(orders);
     // The next pass refunds it: exactly what landed, once, through an order of its own.
@@ -290,9 +290,9 @@ describe("money safety, third round", () => {
       await celo.cancelAuthorization(payer, "USDC", auth.nonce);
       const res = await post(body, header(auth, req));
       codes.push(res.status);
-      if (res.status === 409) expect(await res.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("with no payment to BillPay under it") });
+      if (res.status === 402) expect(await res.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("with no payment to BillPay under it") });
     }
-    expect(codes).toEqual(Array(10).fill(409));
+    expect(codes).toEqual(Array(10).fill(402));
     expect(await orderCount()).toBe(orders);
     expect(await metric('billpay_upstream_seconds_count{upstream="facilitator",operation="verify"')).toBe(verifies);
     expect(await usdc(payer.address)).toBe(start);

@@ -187,7 +187,7 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await unknownCountry.json()).toMatchObject({ status: 422, code: "INTERNATIONAL_OPTION_UNKNOWN" });
   });
 
-  it("runs a payment once: a replay returns the original result; another bill is refused (409)", async () => {
+  it("runs a payment once: a replay returns the original result; another bill is refused (402, the challenge again)", async () => {
     const { headers } = await paymentFor(bill("08011111111", { nairaAmount: 775 }));
     const first = (await (await post(bill("08011111111", { nairaAmount: 775 }), headers)).json()) as Result;
     const afterFirst = await usdc();
@@ -198,7 +198,7 @@ describe("x402 route: paying a bill end to end", () => {
     expect(order_secret).toMatch(/^ors_/);
     expect(await replay.json()).toEqual(shown);
     const swapped = await post(bill("08012345678", { nairaAmount: 775 }), headers);
-    expect(swapped.status).toBe(409);
+    expect(swapped.status).toBe(402);
     expect(((await swapped.json()) as { code: string }).code).toBe("PAYMENT_ALREADY_USED");
     expect(await usdc()).toBe(afterFirst);
   });
@@ -687,7 +687,7 @@ describe("x402 route: paying a bill end to end", () => {
     const before = await usdc();
     expect((await new HTTPFacilitatorClient({ url: facilitatorUrl }).settle(payload, payload.accepted)).success).toBe(true);
     const res = await post(body, headers);
-    expect(res.status).toBe(409);
+    expect(res.status).toBe(402);
     expect(await res.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer") });
     expect(await usdc()).toBe(before - BigInt(payload.accepted.amount));
     // The ledger pass refunds exactly it, once.

@@ -221,7 +221,7 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     for (const r of replays) expect(((await r.json()) as Result).request_id).toBe(result.request_id);
     // Reused for another bill: refused.
     const reused = await post(bill("08022222222"), headers);
-    expect(reused.status).toBe(409);
+    expect(reused.status).toBe(402);
     expect(((await reused.json()) as { code: string }).code).toBe("PAYMENT_ALREADY_USED");
     expect(await balance(payer.address)).toBe(before - amount);
   });
