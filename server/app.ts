@@ -245,6 +245,7 @@ export function createApp(deps: AppDeps): Hono {
     log: log(),
     baseUrl: config.PUBLIC_URL,
     tasks: new DbTaskStore(deps.db),
+    mcp: (request, c) => mcp(request, { client: clientAddress(c), header: (name) => c.req.header(name) }),
   });
 
   app.use(BILLER_WEBHOOK_PATH, billBodyLimit);

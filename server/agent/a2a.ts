@@ -24,7 +24,7 @@ import {
   type RequestContext,
   type TaskStore,
 } from "@a2a-js/sdk/server";
-import type { Hono } from "hono";
+import type { Context, Hono } from "hono";
 import { z } from "zod";
 import { problemBody, type ServiceError, validationFailed } from "../errors.ts";
 import { clientAddress } from "../limits.ts";
@@ -179,7 +179,20 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
 
 export function mountA2a(
   app: Hono,
-  options: { card: (baseUrl: string) => AgentCard; tools: ToolDefinition[]; ctx: ToolContext; log: Log; baseUrl?: string; x402?: A2aX402; tasks: TaskStore },
+  options: {
+    card: (baseUrl: string) => AgentCard;
+    tools: ToolDefinition[];
+    ctx: ToolContext;
+    log: Log;
+    baseUrl?: string;
+    x402?: A2aX402;
+    tasks: TaskStore;
+    /**
+     * MCP's handler, for a call in MCP's shape (`tools/call`, `tools/list`) sent here: the
+     * interface names no A2A method and shows its structured calls in that shape.
+     */
+    mcp?: (request: Request, c: Context) => Promise<Response>;
+  },
 ): void {
   const executor = new ToolExecutor(options.tools, options.ctx, options.log, options.x402);
   // One store for every base URL's handler and every instance (agent/a2a-tasks.ts): a task priced under one is paid under another.
@@ -219,6 +232,10 @@ export function mountA2a(
       return c.json({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "the body is not valid JSON" } });
     }
     const id = (body as { id?: string | number })?.id ?? null;
+    const method = (body as { method?: unknown })?.method;
+    if (options.mcp && (method === "tools/call" || method === "tools/list")) {
+      return options.mcp(new Request(c.req.raw.url, { method: "POST", headers: c.req.raw.headers, body: JSON.stringify(body) }), c);
+    }
     const mapError = legacy ? LegacyJsonRpcTransportHandler.mapToLegacyJSONRPCError : JsonRpcTransportHandler.mapToJSONRPCError;
     try {
       const context = defaultServerCallContextBuilder({

@@ -778,6 +778,21 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const badRpc = await (await fetch(`${url}/api/a2a`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 8, method: "no/such" }) })).json();
       expect(badRpc).toMatchObject({ id: 8, error: { code: expect.any(Number) } });
     });
+
+    it("takes the interface's structured call in MCP's shape too: tools/call on /api/a2a answers as /api/mcp does", async () => {
+      const a = await agent(17);
+      const call = async (method: string, params: Record<string, unknown>) => {
+        const res = await fetch(`${url}/api/a2a`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 9, method, params }) });
+        return (await res.json()) as { id: number; result?: { content?: Array<{ text: string }>; structuredContent?: Record<string, unknown>; tools?: unknown[]; isError?: boolean } };
+      };
+      const balance = await call("tools/call", { name: "check_balance", arguments: { api_key: a.apiKey, chain: "CELO" } });
+      expect(balance.id).toBe(9);
+      expect(JSON.parse(balance.result!.content![0]!.text)).toEqual(balance.result!.structuredContent);
+      expect(balance.result!.structuredContent).toMatchObject({ balances: expect.any(Array) });
+      expect((await call("tools/list", {})).result!.tools).toHaveLength(12);
+      const refused = await call("tools/call", { name: "pay_bill", arguments: { api_key: a.apiKey, ...airtime("08011111111") } });
+      expect(refused.result).toMatchObject({ isError: true, structuredContent: { error: { code: "PIN_MISSING" } } });
+    });
   });
 
   describe("reconciler", () => {
