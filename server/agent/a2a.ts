@@ -167,7 +167,7 @@ export function agentCard(options: { name: string; version: string; baseUrl: str
       id: t.name,
       name: t.title,
       description: `${t.description}${t.authenticated ? " Arguments include api_key." : ""}${t.paying ? " Arguments include pin." : ""}`,
-      tags: [t.paying ? "payment" : "read", "bill-payment"],
+      tags: [t.paying ? "payment" : t.changes ? "write" : "read", "bill-payment"],
       examples: t.examples,
       inputModes: ["application/json"],
       outputModes: ["application/json"],

@@ -66,7 +66,7 @@ export function mcpHandler(options: {
       title: tool.title,
       description: payable(tool) ? x402PayableDescription(tool) : tool.description,
       inputSchema: payable(tool) ? x402PayableSchema(tool) : toolInputSchema(tool),
-      annotations: { readOnlyHint: !tool.paying, openWorldHint: true },
+      annotations: { readOnlyHint: !tool.paying && !tool.changes, openWorldHint: true },
     })),
   };
   const byName = new Map(options.tools.map((t) => [t.name, t]));

@@ -20,6 +20,8 @@ export interface ToolDefinition<S extends z.ZodRawShape = z.ZodRawShape> {
   input: S;
   /** Whether the tool moves money (needs the PIN; locked after too many wrong PINs). */
   paying: boolean;
+  /** Whether a tool that moves no money still changes the wallet's state (cancel_schedule): not read-only. */
+  changes?: boolean;
   /** Whether the tool needs a linked wallet's api_key. */
   authenticated: boolean;
   examples: string[];

@@ -28,7 +28,7 @@ const billFields = paymentRequestSchema.omit({ token: true, blockchain: true, wa
 /** A bill and where to pay it: the tools' names, and the REST bill's (agent/bill-place.ts). */
 const placedBill = { ...billFields, chain, token, ...restPlaceFields };
 /** A batch's bill: the REST bill's eight fields and more; a token or chain it names is the batch's. */
-const bill = z.object({ ...billFields, token, ...restPlaceFields });
+const bill = z.object(placedBill);
 /** What a paying tool takes for one bill: the credentials, the bill, and where to pay it. */
 const payingBill = { api_key: apiKey, pin, ...placedBill };
 
@@ -279,6 +279,7 @@ export function agentTools(batchMax: number): ToolDefinition[] {
       description: "Cancels one of the wallet's active schedules: it never runs again (a run already under way finishes). A pin, if sent, is checked.",
       input: { api_key: apiKey, pin: pin.optional(), schedule_id: z.string().regex(/^sch_[0-9a-f]{20}$/, "must be a schedule_id from schedule_bill") },
       paying: false,
+      changes: true,
       authenticated: true,
       examples: ['{"skill":"cancel_schedule","arguments":{"api_key":"bpk_...","schedule_id":"sch_..."}}'],
       run: async (args, link, ctx) => {

@@ -81,11 +81,11 @@ function orderKeys(input: PullInput): Array<string | null> {
 
 export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise<{ orders: Order[]; replay: boolean }> {
   const keys = orderKeys(input);
+  // A key is one call's, whichever tool made it: a bill's key K and a batch's first K#0 are
+  // looked up together, so the other tool under the same key is refused, not paid again.
+  const otherTool = input.idempotencyKey && (input.batch ? input.idempotencyKey : `${input.idempotencyKey}#0`);
   if (input.idempotencyKey) {
-    // A key is one call's, whichever tool made it: a bill's key K and a batch's first K#0 are
-    // looked up together, so the other tool under the same key is refused, not paid again.
-    const otherTool = input.batch ? input.idempotencyKey : `${input.idempotencyKey}#0`;
-    const seen = await deps.orders.findByIdempotencyKeys(input.wallet, [...(keys as string[]), otherTool]);
+    const seen = await deps.orders.findByIdempotencyKeys(input.wallet, [...(keys as string[]), otherTool as string]);
     if (seen.length > 0) return { orders: await sameBills(deps, seen, keys as string[], input), replay: true };
   }
   await input.admit?.();
@@ -112,6 +112,15 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
     deps.leaseSeconds,
   );
   if (!created) return { orders: await sameBills(deps, orders, keys as string[], input), replay: true };
+  // The two forms of a key are not one unique key to the table: a call of the other tool under
+  // it, made at the same time, may have written its orders too. Looked for once these are
+  // written, so of two such calls at least the later one sees the other, and whichever sees
+  // the other takes its orders back (no pull was signed for them) and is refused: one is
+  // charged at most, and none when both see each other.
+  if (otherTool && (await deps.orders.findByIdempotencyKeys(input.wallet, [otherTool])).length > 0) {
+    await deps.orders.withdrawUnsent(orders.map((o) => o.requestId));
+    throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${input.idempotencyKey}" is being used by another call of the other tool; nothing was charged`);
+  }
 
   let last = orders;
   try {

@@ -489,13 +489,16 @@ export class OrderStore {
     if (inserted.length > 0) {
       // Part of this batch's keys were taken by another call with the same key (a batch of
       // another size): take back the rest, which no pull was signed for, and refuse.
-      await this.db.query(`DELETE FROM bill_order WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL`, [
-        inserted.map((r) => r.request_id),
-      ]);
+      await this.withdrawUnsent(inserted.map((r) => r.request_id));
       return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, orders.map((o) => o.idempotencyKey!)), created: false };
     }
     const keys = orders.map((o) => o.idempotencyKey).filter((k): k is string => k !== null);
     return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
+  }
+
+  /** Takes back pull orders no pull was signed for (PULLING, no transaction): as if never made. */
+  async withdrawUnsent(requestIds: string[]): Promise<void> {
+    await this.db.query(`DELETE FROM bill_order WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL`, [requestIds]);
   }
 
   async findByIdempotencyKeys(payer: string, keys: string[]): Promise<Order[]> {

@@ -250,6 +250,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(pay.inputSchema.required).toEqual(expect.arrayContaining(["serviceID", "billersCode", "nairaAmount"]));
       expect(pay.inputSchema.properties).toHaveProperty("api_key");
       expect(pay.inputSchema.properties).toHaveProperty("pin");
+      // Read-only only where nothing changes: cancel_schedule moves no money, yet stops the wallet's bills.
+      const readOnly = (name: string) => tools.find((t) => t.name === name)!.annotations?.readOnlyHint;
+      expect([readOnly("check_balance"), readOnly("pay_bill"), readOnly("cancel_schedule")]).toEqual([true, false, false]);
     });
 
     it("advertises tools without list-change notifications (a stateless server's list never changes)", () => {
@@ -329,6 +332,15 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       const batchAmount = BigInt((batch.data.results as Array<{ amount: { units: string } }>)[0]!.amount.units);
       expect(errorCode(await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 1000), idempotency_key: "first-batch" }))).toBe("IDEMPOTENCY_KEY_REUSED");
       expect(await usdc(a.account)).toBe(before - amount - batchAmount);
+      // The two tools under one key at once: one is charged at most.
+      const racing = await Promise.all([
+        a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 1010), idempotency_key: "racing" }),
+        a.call("pay_bill_batch", { pin: a.pin, bills: [airtime("08011111111", 1020)], idempotency_key: "racing" }),
+      ]);
+      const charged = racing.flatMap((r) => (r.data.results as Array<{ amount: { units: string } }> | undefined)?.map((x) => BigInt(x.amount.units)) ?? (r.isError ? [] : [BigInt((r.data.amount as { units: string }).units)]));
+      expect(charged.length).toBeLessThanOrEqual(1);
+      for (const r of racing) if (r.isError) expect(errorCode(r)).toBe("IDEMPOTENCY_KEY_REUSED");
+      expect(await usdc(a.account)).toBe(before - amount - batchAmount - charged.reduce((s, x) => s + x, 0n));
     });
 
     it("pay_bill refunds on chain when the biller fails the bill", async () => {
@@ -377,6 +389,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         ["get_quote", { ...eight(1550), chain: "CELO" }, "VALIDATION_FAILED"],
         ["pay_bill_batch", { token: "USDC", bills: [eight(1550), { ...eight(1560), token: "USDT" }] }, "VALIDATION_FAILED"],
         ["pay_bill_batch", { bills: [eight(1550), { ...eight(1560), blockchain: "CELO" }] }, "VALIDATION_FAILED"],
+        ["pay_bill_batch", { bills: [eight(1550), { ...eight(1560), chain: "CELO" }] }, "VALIDATION_FAILED"],
         ["pay_bill_batch", { bills: [eight(1550), { ...eight(1560), wallet_address: accounts(9).address }] }, "WALLET_MISMATCH"],
       ];
       for (const [tool, args, code] of refusals) expect(errorCode(await a.call(tool, { pin: a.pin, ...args })), `${tool} ${JSON.stringify(args)}`).toBe(code);
