@@ -559,14 +559,19 @@ export class ChainOperator {
     try {
       const earlier = this.unminedRefunds.get(key);
       const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
-      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier) : await this.send(chain, this.keys.refunder, call);
+      // Waited for again, its fee follows the market, never compounding try after try.
+      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, undefined, true) : await this.send(chain, this.keys.refunder, call);
       this.unminedRefunds.delete(key);
       return { txHash: hash, gasWei, block };
     } catch (err) {
-      this.unminedRefunds.delete(key);
       if (err instanceof NotMinedInTime) {
+        this.unminedRefunds.delete(key);
         this.unminedRefunds.set(key, err.sent);
         if (this.unminedRefunds.size > KEPT_UNMINED) this.unminedRefunds.delete(this.unminedRefunds.keys().next().value!);
+      } else if (err instanceof ContractRefused) {
+        // Mined (reverted, or refused at its estimate): nothing of it is left to wait for. Any
+        // other error (the node unreachable) keeps what was sent for the next try.
+        this.unminedRefunds.delete(key);
       }
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true, errorName: err.errorName };
       throw err;
@@ -647,9 +652,11 @@ export class ChainOperator {
   /**
    * Waits for a sent transaction; replaces it at a higher fee when it sits unmined. As with the
    * first, the caller records a replacement before it is sent (`recorded` is what it holds).
-   * NotMinedInTime, with what was sent, when none of them is mined in time.
+   * NotMinedInTime, with what was sent, when none of them is mined in time. `followMarket`
+   * (a transaction waited for again): replaced only when the chain's fees have risen past its
+   * own, at the higher of the two, so its fee never compounds over the tries of a day.
    */
-  private async waitMined(chain: ChainKey, sent: Sent, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
+  private async waitMined(chain: ChainKey, sent: Sent, onReplaced?: Replaced, followMarket = false): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
     const d = this.deployments.chains[chain]!;
     const client = sharedClientFor(chain, rpcUrlFor(chain, d));
     const { wallet } = sent;
@@ -664,7 +671,9 @@ export class ChainOperator {
       const last = !bumping || replacements >= this.replacement.maxReplacements;
       receipt = await firstReceipt(client, hashes, last ? (this.replacement.lastWaitMs ?? RECEIPT_TIMEOUT_MS) : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
-      current = { ...current, maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) } as typeof current;
+      const raised = followMarket ? await marketRaise(client, current) : { maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) };
+      if (!raised) continue; // the market is not above it: waited for as it is
+      current = { ...current, ...raised } as typeof current;
       await this.fence(signer.address);
       const serialized = await wallet.signTransaction(current);
       const replacement = keccak256(serialized);
@@ -741,6 +750,24 @@ async function firstReceipt(client: ReturnType<typeof sharedClientFor>, hashes: 
  */
 function estimateAtLatest(client: ReturnType<typeof sharedClientFor>, billPay: Hex, call: Write, signer: Account): Promise<bigint> {
   return client.estimateContractGas({ address: billPay, abi, ...call, account: signer, prepare: false, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0]);
+}
+
+/**
+ * The fees a transaction waited for again is replaced at: the chain's own estimate, at least a
+ * quarter above what it carries (a node takes a replacement only so), when the estimate is
+ * above its fee; undefined when it is not (the transaction is waited for as it is).
+ */
+async function marketRaise(client: ReturnType<typeof sharedClientFor>, current: { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint }) {
+  const market = await client.estimateFeesPerGas().catch(() => undefined);
+  if (!market) return undefined;
+  const above = (now: bigint | undefined, was: bigint | undefined) => (now !== undefined && was !== undefined ? now > was : false);
+  if (!above(market.maxFeePerGas, current.maxFeePerGas) && !above(market.gasPrice, current.gasPrice)) return undefined;
+  const higher = (now: bigint | undefined, was: bigint | undefined) => (was === undefined ? undefined : [now ?? 0n, bump(was)!].reduce((a, b) => (a > b ? a : b)));
+  return {
+    maxFeePerGas: higher(market.maxFeePerGas, current.maxFeePerGas),
+    maxPriorityFeePerGas: higher(market.maxPriorityFeePerGas, current.maxPriorityFeePerGas),
+    gasPrice: higher(market.gasPrice, current.gasPrice),
+  };
 }
 
 /** A revert whose call would pass now: only its payers move their allowances and funds back and forth (blame). */

@@ -126,29 +126,33 @@ describe("a stuck transaction", () => {
     });
   });
 
-  it("a refund not mined in time is waited for, its fee raised, when the refund is tried again: no second refund is signed behind it", async () => {
+  it("a refund not mined in time is waited for when the refund is tried again, its fee not raised past the market's: no second refund is signed behind it", async () => {
     const payer = hardhatAccount(10);
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
     const requestId = "req_202611230000eeeeeeeeeeeeeeeeeeee";
-    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 300 });
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 3_000 });
     await operator.pull("CELO", { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n });
     const before = await celo.balanceOf("USDC", payer.address);
     const refunder = refunderAccount().address;
     const nonces = async () => [await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" }), await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })];
     const [mined] = await nonces();
+    const fees = await celo.publicClient.estimateFeesPerGas();
     await celo.miningPaused(async (mine) => {
       // Fees rose past what the refund's one replacement offers: not mined in time.
       await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n })).rejects.toThrow(/not mined in time/);
       expect(await nonces()).toEqual([mined, mined! + 1]);
       // Tried again (the worker's next pass): the same nonce is waited for, and mined.
       const again = operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n });
-      await new Promise((r) => setTimeout(r, 100));
+      // Past its replacement time (300 ms), well within its last wait (3 s): a fee raised again would show.
+      await new Promise((r) => setTimeout(r, 450));
       expect(await nonces()).toEqual([mined, mined! + 1]);
       await mine();
       const outcome = await again;
       expect(outcome).toMatchObject({ txHash: expect.stringMatching(/^0x/) });
       const tx = await celo.publicClient.getTransaction({ hash: (outcome as { txHash: Hex }).txHash });
       expect(tx.nonce).toBe(mined);
+      // Its fee is the first try's (one replacement, a quarter up), not raised again: the market stood still.
+      expect(tx.maxFeePerGas! * 100n).toBeLessThanOrEqual(fees.maxFeePerGas * 125n + 100n);
     });
     // One refund transaction in all, and the payer refunded once.
     expect(await nonces()).toEqual([mined! + 1, mined! + 1]);
