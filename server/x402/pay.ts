@@ -111,6 +111,13 @@ export type PayOutcome =
 const USED_PAYMENT = new Set(["PAYMENT_NONCE_SPENT", "PAYMENT_ALREADY_USED"] as const);
 type UsedPayment = typeof USED_PAYMENT extends Set<infer C> ? C : never;
 const isUsedPayment = (err: unknown): err is ServiceError & { code: UsedPayment } => err instanceof ServiceError && USED_PAYMENT.has(err.code as UsedPayment);
+/** The bill's 402 again, saying why the payment presented pays for no bill. */
+const usedPayment = (challenge: Challenge, err: ServiceError & { code: UsedPayment }, warning?: string): PayOutcome => ({
+  kind: "challenge",
+  challenge,
+  warning,
+  rejected: { code: err.code, detail: err.detail, extra: err.extra },
+});
 
 export interface X402Payments {
   deps: X402PayDeps;
@@ -333,15 +340,23 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // A replay is a look at its order, as GET /api/orders is: it signs receipts, and may ask
       // a contract wallet's code for a proof, so it shares that route's budget per address.
       await limits.take("orderAddress", client);
+      // A 402 is the bill's challenge, to sign anew: for a payment that paid another bill, and
+      // for one whose order settled nothing.
+      const challengeNow = async () => buildChallenge(ctx, [(await price(bill, ctx, option, bodyHash)).priced], BILL_DESCRIPTION, request.v1NetworkNames);
       let replayed: Order;
       try {
         replayed = replayOf(seen, presented!, bodyHash);
       } catch (err) {
         // A payment copied from the chain with guessed bills: each wrong guess counts.
         await limits.take("challengeAddress", client);
-        throw err;
+        if (!isUsedPayment(err)) throw err;
+        return usedPayment(await challengeNow(), err, warning);
       }
-      return answered({ kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof) }, request.resourceUrl);
+      const unsettled = replayed.status === "PAYMENT_FAILED" || replayed.status === "REFUSED";
+      return answered(
+        { kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof), ...(unsettled ? { challenge: await challengeNow() } : {}) },
+        request.resourceUrl,
+      );
     }
 
     // Calls carrying a payment are not counted as new bills (it may be settling), but a
@@ -366,7 +381,7 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     if (!request.presentedPayment) return { kind: "challenge", challenge, warning };
     // A payment that can pay for no bill: the bill's challenge, with why (x402 answers an
     // unusable payment with its 402, and the interface names no other refusal of one).
-    const payAgain = (err: ServiceError & { code: UsedPayment }): PayOutcome => ({ kind: "challenge", challenge, warning, rejected: { code: err.code, detail: err.detail, extra: err.extra } });
+    const payAgain = (err: ServiceError & { code: UsedPayment }): PayOutcome => usedPayment(challenge, err, warning);
 
     // A payment that does not fit this bill's price, or is not the payer's signature, is
     // answered like no payment: the challenge, plus the reason. Nothing is locked or settled.
@@ -447,10 +462,13 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     // facilitator that gave no answer, say): the new payment is not used, and the payer is
     // pointed at the first order, so signing again after a timeout never charges twice.
     const lookingUp = startStage("order lookups");
-    const [settling] = await Promise.all([
+    const [settling, failing] = await Promise.all([
       deps.flow.orders.settlingForBill(payment.authorization.from, hash),
-      // A payer whose bills keep failing at the biller pays for no new one a while (RATE_LIMITED).
-      refuseFailingPayer(deps.flow.orders, payment.authorization.from, config.RATE_LIMIT_FAILED_VENDS_PAYER),
+      // A payer whose bills keep failing at the biller pays for no new one a while (RATE_LIMITED, below).
+      refuseFailingPayer(deps.flow.orders, payment.authorization.from, config.RATE_LIMIT_FAILED_VENDS_PAYER).then(
+        () => undefined,
+        (err: unknown) => err,
+      ),
     ]);
     lookingUp();
     // The first request under this very id, written between the two lookups (two requests
@@ -461,6 +479,11 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // authorizations behind one settling bill costs the payer his budget, not the service.
       await countUnsettled(client, payment);
       return { kind: "settling", order: settling, warning, note: STILL_SETTLING };
+    }
+    if (failing) {
+      // Refused unsettled: counted as any paid call that settled nothing, so resending it costs his budget.
+      await countUnsettled(client, payment);
+      throw failing;
     }
 
     // Read from the chain before any order or facilitator (started with the checks above): a

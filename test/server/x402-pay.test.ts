@@ -199,7 +199,9 @@ describe("x402 route: paying a bill end to end", () => {
     expect(await replay.json()).toEqual(shown);
     const swapped = await post(bill("08012345678", { nairaAmount: 775 }), headers);
     expect(swapped.status).toBe(402);
-    expect(((await swapped.json()) as { code: string }).code).toBe("PAYMENT_ALREADY_USED");
+    // The bill's challenge, to sign anew: in the body and the header.
+    expect(swapped.headers.get("payment-required")).toBeTruthy();
+    expect(await swapped.json()).toMatchObject({ code: "PAYMENT_ALREADY_USED", x402Version: 1, accepts: [expect.objectContaining({ payTo: expect.any(String) })] });
     expect(await usdc()).toBe(afterFirst);
   });
 
