@@ -294,6 +294,20 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(() => checkCron("61 * * * *", 1)).toThrow(/not a cron/);
     });
 
+    it("caps a wallet's schedules active or made within a day: a one-off done at once makes no room for the next", async () => {
+      const schedules = new ScheduleStore(db);
+      const owner = "0x00000000000000000000000000000000000000ee";
+      const now = new Date();
+      const oneOff = () => schedules.create({ wallet: owner, bill, chain: "CELO", token: "USDC", runAt: now, cron: null, firstRun: now, maxRuns: 1, maxPerWallet: 2, apiKeyHash: null });
+      const made = [await oneOff(), await oneOff()];
+      // Both ran at once and are done: none is active.
+      await db.query(`UPDATE bill_schedule SET status = 'COMPLETED' WHERE id = ANY($1::text[])`, [made.map((s) => s.id)]);
+      expect(await codeOf(oneOff())).toBe("VALIDATION_FAILED");
+      // A day on, the wallet may make them again.
+      await db.query(`UPDATE bill_schedule SET created_at = now() - interval '25 hours' WHERE id = ANY($1::text[])`, [made.map((s) => s.id)]);
+      expect(await codeOf(oneOff())).toBe("OK");
+    });
+
     it("never runs a schedule sooner than the minimum interval after its last run, however its pattern hides a short gap", () => {
       // At :00 and :59 of six hours of the 1st and the 31st: from early on the 31st its first
       // six runs are an hour or more apart, and checkCron lets it through; later, 23:59 on the
