@@ -22,9 +22,9 @@
  *   - The unpaid call may name no chain or token: then every chain and token that settles
  *     x402 is offered, each priced, and the payment's own `accepted` says which it chose.
  *   - The bill's wallet is the payment's signer unless the call names `wallet_address`. A
- *     price is honoured by its signed offer only for the wallet it was shown to (the offer
- *     covers the bill's hash, wallet included): an agent that names no wallet is held to the
- *     price now, or one a rate version live within PRICE_GRACE_SECONDS gave.
+ *     call naming none is priced for a bill of no wallet, and the signed offer its payment
+ *     echoes is read for that bill (x402/pay.ts offerWallet): the same product's price,
+ *     honoured until the offer expires; an offer for any other bill is worth nothing.
  *   - One payment pays one bill: `pay_bill_batch` is not paid with x402.
  */
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";

@@ -591,14 +591,6 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
 }
 
 /**
- * Sends the order's refund of `amount`, and answers the refund that gives its payment back:
- * the one sent (with its gas), or, when BillPay answers that it holds it refunded already (a
- * run that died after sending, or another actor), the one found on chain, recorded and watched
- * as one sent here (refund-watch.ts refundFound). An x402 refund whose order id someone else
- * took (OrderExists, the payment's key not refunded) goes once more under another id: it is
- * bounded by the payment's key, which BillPay refunds once, whatever the id.
- */
-/**
  * refund() for a caller holding no lease on the order (the ledger pass, a payment landed after
  * its refusal): the order is claimed first, so that a worker of another instance, finding it
  * REFUNDING and unleased, does not send the same refund beside this one (BillPay pays it once;
@@ -615,6 +607,14 @@ export async function refundUnheld(deps: RefundDeps & Pick<FlowDeps, "leaseSecon
   }
 }
 
+/**
+ * Sends the order's refund of `amount`, and answers the refund that gives its payment back:
+ * the one sent (with its gas), or, when BillPay answers that it holds it refunded already (a
+ * run that died after sending, or another actor), the one found on chain, recorded and watched
+ * as one sent here (refund-watch.ts refundFound). An x402 refund whose order id someone else
+ * took (OrderExists, the payment's key not refunded) goes once more under another id: it is
+ * bounded by the payment's key, which BillPay refunds once, whatever the id.
+ */
 async function sendRefund(deps: RefundDeps, o: Order, amount: bigint, paidIn: bigint): Promise<RefundOnChain & { gasWei?: bigint }> {
   const chain = o.chain as ChainKey;
   const found = async (refusal: string) => refundFound(deps, chain, orderKeyOf(o), (await ledgerUnderKey(deps, o)).refunds, paidIn, refusal);
