@@ -7,7 +7,7 @@
  */
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
-import { createWalletClient, erc20Abi, http, keccak256, toBytes, type Account, type Hex } from "viem";
+import { createWalletClient, erc20Abi, http, keccak256, serializeErc6492Signature, toBytes, type Account, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -215,6 +215,24 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       // A signature the contract does not accept links nothing.
       const forged = { ...headers, "x-wallet-signature": await accounts(8).signMessage!({ message: linkMessage("BillPay", `${Number(timestamp) + 1}`) }), "x-wallet-timestamp": `${Number(timestamp) + 1}` };
       expect(await link(forged, { ...body, wallet_address: wallet })).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
+    });
+
+    it("links a contract wallet not deployed yet (ERC-6492): its factory call is put to the validator, nothing is deployed, and another's signature links nothing", async () => {
+      const owner = accounts(10);
+      const { wallet, factory, factoryData } = await celo.counterfactualOwnedWallet(owner.address, keccak256(toBytes("agent-hub 6492")));
+      expect(await celo.publicClient.getCode({ address: wallet })).toBeUndefined();
+      const signed = async (signer: typeof owner, timestamp: string) => ({
+        "x-wallet-address": wallet,
+        "x-wallet-signature": serializeErc6492Signature({ address: factory, data: factoryData, signature: await signer.signMessage!({ message: linkMessage("BillPay", timestamp) }) }),
+        "x-wallet-timestamp": timestamp,
+      });
+      const timestamp = Date.now().toString();
+      // Another's signature, wrapped the same way: the wallet the factory would deploy refuses it.
+      expect(await link(await signed(accounts(8), timestamp), { ...body, wallet_address: wallet })).toMatchObject({ status: 401, body: { code: "SIGNATURE_INVALID" } });
+      const linked = await link(await signed(owner, `${Number(timestamp) + 1}`), { ...body, wallet_address: wallet, approved_chain: "CELO", approved_token: "USDC" });
+      expect(linked).toMatchObject({ status: 200, body: { scope_chain: "CELO", api_key: expect.stringMatching(/^bpk_/) } });
+      // Checked in a call that deploys nothing: the wallet is still to be made.
+      expect(await celo.publicClient.getCode({ address: wallet })).toBeUndefined();
     });
 
     it("answers only the configured hosts and origins (DNS rebinding)", async () => {

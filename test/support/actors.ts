@@ -3,7 +3,7 @@
  * payers approve and set allowances or sign EIP-3009 payments, the facilitator submits
  * them, the operator pulls and refunds, the admin withdraws.
  */
-import { createWalletClient, http, maxUint256, type Address, type Hash, type Hex } from "viem";
+import { createWalletClient, encodeFunctionData, http, maxUint256, type Address, type Hash, type Hex } from "viem";
 import type { Account } from "viem/accounts";
 import { billPayAbi, eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
@@ -217,6 +217,17 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
       const wallet = loadArtifact("test/OwnedWallet.sol", "OwnedWallet");
       const deployed = await mined(await admin.deployContract({ abi: wallet.abi, bytecode: wallet.bytecode, args: [owner] }));
       return deployed.contractAddress!;
+    },
+
+    /**
+     * An OwnedWallet not deployed yet: its address, and the factory and call that would deploy
+     * it (what an ERC-6492 signature carries). The factory is deployed; the wallet is not.
+     */
+    async counterfactualOwnedWallet(owner: Address, salt: Hex): Promise<{ wallet: Address; factory: Address; factoryData: Hex }> {
+      const artifact = loadArtifact("test/OwnedWalletFactory.sol", "OwnedWalletFactory");
+      const factory = (await mined(await admin.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode }))).contractAddress!;
+      const wallet = (await publicClient.readContract({ address: factory, abi: artifact.abi, functionName: "addressOf", args: [owner, salt] })) as Address;
+      return { wallet, factory, factoryData: encodeFunctionData({ abi: artifact.abi, functionName: "deploy", args: [owner, salt] }) };
     },
 
     /** A contract whose ERC-1271 check burns all the gas it is given. */
