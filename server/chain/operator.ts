@@ -60,13 +60,18 @@ interface Sent {
   /** The hash the caller holds recorded (the last whose replacement it allowed). */
   recorded: Hex;
   request: Awaited<ReturnType<WalletClient<Transport, Chain, Account>["prepareTransactionRequest"]>>;
+  /** The last transaction signed and sent, as sent: broadcast again should the pool have dropped it. */
+  serialized: Hex;
   wallet: WalletClient<Transport, Chain, Account>;
 }
 
 /** A transaction neither mined nor replaced in time: what was sent, for a later try to wait for rather than sign another. */
 class NotMinedInTime extends Error {
-  constructor(readonly sent: Sent) {
-    super(`transaction ${sent.hashes[0]} (and ${sent.hashes.length - 1} replacement(s)) not mined in time`);
+  declare readonly sent: Sent;
+  constructor(sent: Sent, cause?: unknown) {
+    super(`transaction ${sent.hashes[0]} (and ${sent.hashes.length - 1} replacement(s)) not mined in time${cause ? `: sending it failed (${(cause as Error).message?.split("\n")[0]})` : ""}`, { cause });
+    // Not enumerable: an error logged or serialized carries its message, not the signer's wallet client.
+    Object.defineProperty(this, "sent", { value: sent, enumerable: false });
   }
 }
 
@@ -560,7 +565,7 @@ export class ChainOperator {
       const earlier = this.unminedRefunds.get(key);
       const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
       // Waited for again, its fee follows the market, never compounding try after try.
-      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, undefined, true) : await this.send(chain, this.keys.refunder, call);
+      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, undefined, true) : await this.send(chain, this.keys.refunder, call, undefined, undefined, true);
       this.unminedRefunds.delete(key);
       return { txHash: hash, gasWei, block };
     } catch (err) {
@@ -601,8 +606,20 @@ export class ChainOperator {
     return (await this.send(chain, signer, call, onSigned, onReplaced)).hash;
   }
 
-  /** write, answering the mined transaction's hash, what its gas cost in wei, and its block. */
-  private async send(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
+  /**
+   * write, answering the mined transaction's hash, what its gas cost in wei, and its block.
+   * `keepSigned` (refunds): a transaction signed whose sending failed is NotMinedInTime with
+   * what was signed, so the next try waits for its nonce rather than sign another (the node
+   * may have taken it before the error).
+   */
+  private async send(
+    chain: ChainKey,
+    signer: Account,
+    call: Write,
+    onSigned?: (hash: Hex) => Promise<void>,
+    onReplaced?: Replaced,
+    keepSigned = false,
+  ): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
@@ -641,12 +658,14 @@ export class ChainOperator {
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
         await onSigned?.(hash);
-        await wallet.sendRawTransaction({ serializedTransaction: serialized });
-        return { hash, request, wallet };
+        await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch((err: unknown) => {
+          throw keepSigned ? new NotMinedInTime({ hashes: [hash], recorded: hash, request, serialized, wallet }, err) : err;
+        });
+        return { hash, request, serialized, wallet };
       });
     this.queues.set(queue, sent);
-    const { hash, request, wallet } = await sent;
-    return this.waitMined(chain, { hashes: [hash], recorded: hash, request, wallet }, onReplaced);
+    const { hash, request, serialized, wallet } = await sent;
+    return this.waitMined(chain, { hashes: [hash], recorded: hash, request, serialized, wallet }, onReplaced);
   }
 
   /**
@@ -664,6 +683,7 @@ export class ChainOperator {
     const hashes: Hex[] = [...sent.hashes];
     let recorded = sent.recorded;
     let current = sent.request;
+    let lastSent = sent.serialized;
     let receipt: TransactionReceipt | null = null;
     // Cleared when the caller refuses a replacement: what was sent is then waited for as it is.
     let bumping = true;
@@ -672,7 +692,12 @@ export class ChainOperator {
       receipt = await firstReceipt(client, hashes, last ? (this.replacement.lastWaitMs ?? RECEIPT_TIMEOUT_MS) : this.replacement.replaceAfterMs, this.nextBlock(chain));
       if (receipt || last) break;
       const raised = followMarket ? await marketRaise(client, current) : { maxFeePerGas: bump(current.maxFeePerGas), maxPriorityFeePerGas: bump(current.maxPriorityFeePerGas), gasPrice: bump(current.gasPrice) };
-      if (!raised) continue; // the market is not above it: waited for as it is
+      if (!raised) {
+        // The market is not above it: waited for as it is, sent again in case the pool dropped
+        // it (a node restarted, a provider evicted it); a node that holds it says so, unharmed.
+        await wallet.sendRawTransaction({ serializedTransaction: lastSent }).catch(() => {});
+        continue;
+      }
       current = { ...current, ...raised } as typeof current;
       await this.fence(signer.address);
       const serialized = await wallet.signTransaction(current);
@@ -688,11 +713,12 @@ export class ChainOperator {
       try {
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
         hashes.push(replacement);
+        lastSent = serialized;
       } catch {
         // The nonce was taken meanwhile (most likely by what we sent before): keep waiting for it.
       }
     }
-    if (!receipt) throw new NotMinedInTime({ hashes, recorded, request: current, wallet });
+    if (!receipt) throw new NotMinedInTime({ hashes, recorded, request: current, serialized: lastSent, wallet });
     const mined = receipt.transactionHash;
     this.receipts.set(mined.toLowerCase(), receipt);
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
@@ -761,7 +787,8 @@ async function marketRaise(client: ReturnType<typeof sharedClientFor>, current: 
   const market = await client.estimateFeesPerGas().catch(() => undefined);
   if (!market) return undefined;
   const above = (now: bigint | undefined, was: bigint | undefined) => (now !== undefined && was !== undefined ? now > was : false);
-  if (!above(market.maxFeePerGas, current.maxFeePerGas) && !above(market.gasPrice, current.gasPrice)) return undefined;
+  // Either fee: a tip the market has outbid leaves it behind as surely as a base fee it has.
+  if (!above(market.maxFeePerGas, current.maxFeePerGas) && !above(market.maxPriorityFeePerGas, current.maxPriorityFeePerGas) && !above(market.gasPrice, current.gasPrice)) return undefined;
   const higher = (now: bigint | undefined, was: bigint | undefined) => (was === undefined ? undefined : [now ?? 0n, bump(was)!].reduce((a, b) => (a > b ? a : b)));
   return {
     maxFeePerGas: higher(market.maxFeePerGas, current.maxFeePerGas),

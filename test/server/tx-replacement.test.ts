@@ -158,4 +158,32 @@ describe("a stuck transaction", () => {
     expect(await nonces()).toEqual([mined! + 1, mined! + 1]);
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before + 1_000_000n);
   });
+
+  it("a refund the pool dropped while it waited is sent again when the refund is tried again, under the same nonce", async () => {
+    const payer = hardhatAccount(9);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const requestId = "req_202611230000ffffffffffffffffffff";
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 3_000 });
+    await operator.pull("CELO", { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n });
+    const before = await celo.balanceOf("USDC", payer.address);
+    const refunder = refunderAccount().address;
+    const mined = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" });
+    await celo.miningPaused(async (mine) => {
+      await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n })).rejects.toThrow(/not mined in time/);
+      // The node forgets it (a restart, an eviction): nothing of the refund is pending any more.
+      const pending = await celo.publicClient.getBlock({ blockTag: "pending", includeTransactions: true });
+      const ours = pending.transactions.filter((t) => t.from.toLowerCase() === refunder.toLowerCase());
+      expect(ours.length).toBeGreaterThan(0);
+      for (const t of ours) await rpc("hardhat_dropTransaction", [t.hash]);
+      expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(mined);
+      // Tried again: sent again as it was, and mined once.
+      const again = operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n });
+      await expect.poll(() => celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" }), { timeout: 5_000 }).toBe(mined + 1);
+      await mine();
+      const outcome = (await again) as { txHash: Hex };
+      expect((await celo.publicClient.getTransaction({ hash: outcome.txHash })).nonce).toBe(mined);
+    });
+    expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" })).toBe(mined + 1);
+    expect(await celo.balanceOf("USDC", payer.address)).toBe(before + 1_000_000n);
+  });
 });
