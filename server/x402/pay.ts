@@ -341,8 +341,13 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       // a contract wallet's code for a proof, so it shares that route's budget per address.
       await limits.take("orderAddress", client);
       // A 402 is the bill's challenge, to sign anew: for a payment that paid another bill, and
-      // for one whose order settled nothing.
-      const challengeNow = async () => buildChallenge(ctx, [(await price(bill, ctx, option, bodyHash)).priced], BILL_DESCRIPTION, request.v1NetworkNames);
+      // for one whose order settled nothing. The bill priced now may be refused (the biller
+      // down, a plan gone): the answer is then the replay's own, with no challenge.
+      const challengeNow = () =>
+        price(bill, ctx, option, bodyHash).then(
+          (p) => buildChallenge(ctx, [p.priced], BILL_DESCRIPTION, request.v1NetworkNames),
+          () => undefined,
+        );
       let replayed: Order;
       try {
         replayed = replayOf(seen, presented!, bodyHash);
@@ -350,13 +355,13 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
         // A payment copied from the chain with guessed bills: each wrong guess counts.
         await limits.take("challengeAddress", client);
         if (!isUsedPayment(err)) throw err;
-        return usedPayment(await challengeNow(), err, warning);
+        const challenge = await challengeNow();
+        if (!challenge) throw err;
+        return usedPayment(challenge, err, warning);
       }
       const unsettled = replayed.status === "PAYMENT_FAILED" || replayed.status === "REFUSED";
-      return answered(
-        { kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof), ...(unsettled ? { challenge: await challengeNow() } : {}) },
-        request.resourceUrl,
-      );
+      const challenge = unsettled ? await challengeNow() : undefined;
+      return answered({ kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof), ...(challenge ? { challenge } : {}) }, request.resourceUrl);
     }
 
     // Calls carrying a payment are not counted as new bills (it may be settling), but a
@@ -465,9 +470,13 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const [settling, failing] = await Promise.all([
       deps.flow.orders.settlingForBill(payment.authorization.from, hash),
       // A payer whose bills keep failing at the biller pays for no new one a while (RATE_LIMITED, below).
+      // Only its refusal is held for below; any other error (the database) is thrown as it is.
       refuseFailingPayer(deps.flow.orders, payment.authorization.from, config.RATE_LIMIT_FAILED_VENDS_PAYER).then(
         () => undefined,
-        (err: unknown) => err,
+        (err: unknown) => {
+          if (err instanceof ServiceError && err.code === "RATE_LIMITED") return err;
+          throw err;
+        },
       ),
     ]);
     lookingUp();
