@@ -121,13 +121,14 @@ export class ScheduleStore {
   }): Promise<Schedule> {
     const id = `sch_${randomBytes(10).toString("hex")}`;
     // The per-wallet cap and the key are checked in the same statement as the insert. The cap
-    // counts the wallet's active schedules and any it made within a day: a one-off due at once
-    // is done (not active) as soon as it runs, and would otherwise make room for the next.
+    // counts the wallet's active schedules and those it made within a day that ran (a one-off
+    // due at once is done as soon as it runs, and would otherwise make room for the next); a
+    // cancelled one, by the wallet or its re-link, ran nothing more and frees its place.
     const wallet = s.wallet.toLowerCase();
     const [row] = await this.db.query<Row>(
       `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs, api_key_hash)
        SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9, $11
-       WHERE (SELECT count(*) FROM bill_schedule WHERE wallet = $2 AND (status = 'ACTIVE' OR created_at > now() - interval '1 day')) < $10
+       WHERE (SELECT count(*) FROM bill_schedule WHERE wallet = $2 AND (status = 'ACTIVE' OR (status = 'COMPLETED' AND created_at > now() - interval '1 day'))) < $10
          AND ($11::text IS NULL OR EXISTS (SELECT 1 FROM agent_link WHERE wallet = $2 AND api_key_hash = $11))
        RETURNING *`,
       [id, wallet, JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet, s.apiKeyHash],
@@ -135,7 +136,7 @@ export class ScheduleStore {
     if (row) return toSchedule(row);
     const [current] = s.apiKeyHash ? await this.db.query(`SELECT 1 FROM agent_link WHERE wallet = $1 AND api_key_hash = $2`, [wallet, s.apiKeyHash]) : [true];
     if (!current) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
-    throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} schedules active or made within a day; cancel one, or wait`);
+    throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} schedules active or completed within a day of their making; cancel one, or wait`);
   }
 
   async list(wallet: string, status?: ScheduleStatus): Promise<Array<Schedule & { lastRuns: ScheduleRun[] }>> {

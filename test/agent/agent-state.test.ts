@@ -305,6 +305,11 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(await codeOf(oneOff())).toBe("VALIDATION_FAILED");
       // A day on, the wallet may make them again.
       await db.query(`UPDATE bill_schedule SET created_at = now() - interval '25 hours' WHERE id = ANY($1::text[])`, [made.map((s) => s.id)]);
+      const third = await oneOff();
+      expect(await codeOf(oneOff())).toBe("OK");
+      expect(await codeOf(oneOff())).toBe("VALIDATION_FAILED");
+      // A cancelled schedule (by the wallet, or its re-link) runs nothing more, and frees its place.
+      await schedules.cancel(owner, third.id);
       expect(await codeOf(oneOff())).toBe("OK");
     });
 
