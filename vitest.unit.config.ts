@@ -20,6 +20,7 @@ export const UNIT_TESTS = [
   "test/ledger/ledger-database.test.ts",
   "test/ledger/ledger-dir.test.ts",
   "test/server/audit-orders.test.ts",
+  "test/server/callback-address.test.ts",
   "test/server/client-address.test.ts",
   "test/server/fault-logs.test.ts",
   "test/server/head-age.test.ts",

@@ -40,6 +40,7 @@ import { PaymentRejected, readPayment, type DecodedPayment } from "../x402-proto
 import { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
 import { toolInputSchema, type ToolDefinition } from "./tool-definition.ts";
 import { placeOf, restPlaceFields } from "./bill-place.ts";
+import { checkCallbackUrl } from "../orders/callbacks.ts";
 
 /** Where the payment and its settlement travel in an MCP message (the page's metadata keys; one place, lib/mcp-x402-client.ts). */
 export { PAYMENT_META as X402_PAYMENT_META, PAYMENT_RESPONSE_META as X402_PAYMENT_RESPONSE_META } from "../../lib/mcp-x402-client.ts";
@@ -203,6 +204,8 @@ export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDef
       if (!parsed.success) throw validationFailed(parsed.error, "(arguments)");
       // The REST bill's `blockchain` names the chain as `chain` does (agent/bill-place.ts).
       const args = { ...parsed.data, ...placeOf([parsed.data]) };
+      // Refused when the bill arrives, as the REST route refuses it, not only at delivery.
+      checkCallbackUrl(args.callback_url, payments.deps.config.CALLBACK_ALLOW_PRIVATE);
       const resourceUrl = mcpResourceUrl(tool);
 
       if (paymentMeta === undefined) {

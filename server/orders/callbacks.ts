@@ -41,13 +41,21 @@ for (const [net, prefix] of [
   ["169.254.0.0", 16],
   ["172.16.0.0", 12],
   ["192.168.0.0", 16],
+  ["192.0.0.0", 24],
+  ["192.0.2.0", 24],
   ["198.18.0.0", 15],
+  ["198.51.100.0", 24],
+  ["203.0.113.0", 24],
   ["224.0.0.0", 4],
+  ["240.0.0.0", 4],
 ] as const) {
   PRIVATE.addSubnet(net, prefix, "ipv4");
 }
 for (const [net, prefix] of [
   ["::", 127],
+  // Local-use NAT64 (RFC 8215) and documentation addresses: no public host is there.
+  ["64:ff9b:1::", 48],
+  ["2001:db8::", 32],
   ["fc00::", 7],
   ["fe80::", 10],
   ["ff00::", 8],
@@ -55,9 +63,41 @@ for (const [net, prefix] of [
   PRIVATE.addSubnet(net, prefix, "ipv6");
 }
 
-function isPrivateAddress(address: string): boolean {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)?.[1];
-  if (mapped) return PRIVATE.check(mapped, "ipv4");
+/** An IPv6 address's eight 16-bit words (a trailing dotted IPv4 read as the last two), or undefined. */
+function ipv6Words(address: string): number[] | undefined {
+  if (isIP(address) !== 6) return undefined;
+  let text = address.replace(/%.*$/, "");
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = text.split("::") as [string, string | undefined];
+  const part = (s: string) => (s === "" ? [] : s.split(":").map((w) => parseInt(w, 16)));
+  const words = tail === undefined ? part(head) : [...part(head), ...Array(8 - part(head).length - part(tail).length).fill(0), ...part(tail)];
+  return words.length === 8 ? words : undefined;
+}
+
+/**
+ * The IPv4 address an IPv6 one reaches through a translator: IPv4-mapped (::ffff:0:0/96),
+ * the well-known NAT64 prefix (64:ff9b::/96, RFC 6052) or 6to4 (2002::/16, RFC 3056). A
+ * gateway on the service's network forwards such an address to that IPv4 host, so it is
+ * judged by it: a DNS64 resolver gives public hosts NAT64 addresses, which stay allowed.
+ */
+function embeddedIpv4(address: string): string | undefined {
+  const w = ipv6Words(address);
+  if (!w) return undefined;
+  const v4 = (hi: number, lo: number) => `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  const zeros = (from: number, to: number) => w.slice(from, to).every((x) => x === 0);
+  if (zeros(0, 5) && w[5] === 0xffff) return v4(w[6]!, w[7]!);
+  if (w[0] === 0x64 && w[1] === 0xff9b && zeros(2, 6)) return v4(w[6]!, w[7]!);
+  if (w[0] === 0x2002) return v4(w[1]!, w[2]!);
+  return undefined;
+}
+
+export function isPrivateAddress(address: string): boolean {
+  const inside = embeddedIpv4(address);
+  if (inside) return PRIVATE.check(inside, "ipv4");
   const kind = isIP(address);
   return kind === 4 ? PRIVATE.check(address, "ipv4") : kind === 6 ? PRIVATE.check(address, "ipv6") : false;
 }
