@@ -431,6 +431,8 @@ const MIGRATIONS: string[] = [
   // Schedule runs left unfinished (agent/schedules.ts unfinishedRuns), read every worker pass:
   // only those rows, not every run a schedule ever made.
   `CREATE INDEX schedule_run_unfinished ON schedule_run (started_at) WHERE outcome IS NULL;`,
+  // Callbacks due, first attempts first (orders/callbacks.ts claim).
+  `CREATE INDEX callback_due_first ON callback_delivery (attempts, next_attempt_at) WHERE status = 'PENDING';`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -42,10 +42,7 @@ for (const [net, prefix] of [
   ["172.16.0.0", 12],
   ["192.168.0.0", 16],
   ["192.0.0.0", 24],
-  ["192.0.2.0", 24],
   ["198.18.0.0", 15],
-  ["198.51.100.0", 24],
-  ["203.0.113.0", 24],
   ["224.0.0.0", 4],
   ["240.0.0.0", 4],
 ] as const) {
@@ -53,9 +50,8 @@ for (const [net, prefix] of [
 }
 for (const [net, prefix] of [
   ["::", 127],
-  // Local-use NAT64 (RFC 8215) and documentation addresses: no public host is there.
+  // Local-use NAT64 (RFC 8215): translated inside a network, not to a public host.
   ["64:ff9b:1::", 48],
-  ["2001:db8::", 32],
   ["fc00::", 7],
   ["fe80::", 10],
   ["ff00::", 8],
@@ -243,12 +239,17 @@ export class Callbacks {
     void work.finally(() => this.running.delete(work));
   }
 
-  /** Claimed by pushing the next attempt out past the exchange's timeout first: another instance skips them. */
+  /**
+   * Claimed by pushing the next attempt out past the exchange's timeout first: another instance
+   * skips them. First attempts go before retries: receivers that never answer (any payer may
+   * name one, for the price of a small bill) hold their slots only for their retries, behind
+   * every other merchant's first delivery.
+   */
   private claim(limit: number): Promise<Due[]> {
     return this.db.query<Due>(
       `UPDATE callback_delivery SET next_attempt_at = now() + make_interval(secs => $2), attempts = attempts + 1
        WHERE request_id IN (SELECT request_id FROM callback_delivery WHERE status = 'PENDING' AND next_attempt_at <= now()
-                            ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+                            ORDER BY attempts, next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
        RETURNING request_id, url, attempts`,
       [limit, Math.ceil(this.options.timeoutMs / 1000) + 60],
     );

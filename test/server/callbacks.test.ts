@@ -220,6 +220,20 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     expect(await service.flow.callbacks!.status(slow)).toMatchObject({ status: "DELIVERED", last_outcome: "delivered" });
   });
 
+  it("first deliveries go before retries: receivers that never answer hold their slots only behind every other first delivery", async () => {
+    const retried = await orderWithCallback(`${receiver.url}/hook`);
+    const fresh = await orderWithCallback(`${receiver.url}/hook`);
+    // The retry has waited longer; the fresh one is due now, at its first attempt.
+    await service.db.query(`UPDATE callback_delivery SET status = 'PENDING', attempts = 3, next_attempt_at = now() - interval '1 hour' WHERE request_id = $1`, [retried]);
+    await service.db.query(`UPDATE callback_delivery SET status = 'PENDING', attempts = 0, next_attempt_at = now() WHERE request_id = $1`, [fresh]);
+    // One slot: the first delivery takes it.
+    expect(await callbacksWith({ concurrency: 1 }).deliverDue(1)).toBe(1);
+    expect(await service.flow.callbacks!.status(fresh)).toMatchObject({ status: "DELIVERED" });
+    expect(await service.flow.callbacks!.status(retried)).toMatchObject({ status: "PENDING", attempts: 3 });
+    await callbacksWith({ concurrency: 1 }).deliverDue(1);
+    expect(await service.flow.callbacks!.status(retried)).toMatchObject({ status: "DELIVERED" });
+  });
+
   it("connects only to the address it checked: a private answer is refused, a second answer never used", async () => {
     const id = await orderWithCallback(`${receiver.url}/hook`);
     const port = new URL(receiver.url).port;
