@@ -33,6 +33,7 @@ import type { Limits } from "../limits.ts";
 import { errorText } from "../log-safety.ts";
 import { outcomeOf, type AttemptOutcome } from "./attempts.ts";
 import { actOnBillerState, type FlowDeps } from "./fulfil.ts";
+import { paymentRequestSchema } from "../schemas.ts";
 
 export const BILLER_WEBHOOK_PATH = "/api/biller/webhook";
 /** The acknowledgement VTpass waits for. */
@@ -64,7 +65,9 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     const { type, requestId, says } = webhookRequestId(body);
     if (type === "variations-update") {
       const serviceID = (body as { serviceID?: unknown }).serviceID;
-      if (typeof serviceID === "string") {
+      // Only a product's name as bills name it: anything else (a key too long for the limits'
+      // table, a new counter row for every made-up name) is passed over.
+      if (paymentRequestSchema.shape.serviceID.safeParse(serviceID).success && typeof serviceID === "string") {
         // Each costs the next bill one read of the plans: counted like an order's webhooks.
         await deps.limits.take("webhookOrder", `variations:${serviceID}`);
         flow.catalogue.forgetPlans(serviceID);
