@@ -110,9 +110,16 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 
 const hostOf = (url: string) => new URL(url).hostname.replace(/^\[|\]$/g, "");
 
-/** Refuses, when the bill arrives, a callback_url whose host is plainly not public. */
+/**
+ * Refuses, when the bill arrives, a callback_url whose host is plainly not public, or that is
+ * not https: the result carries the purchased code (an electricity token, an exam PIN), worth
+ * money to whoever reads it on the way.
+ */
 export function checkCallbackUrl(url: string | undefined, allowPrivate: boolean): void {
   if (!url || allowPrivate) return;
+  if (new URL(url).protocol !== "https:") {
+    throw new ServiceError("CALLBACK_URL_NOT_ALLOWED", "callback_url must be https: the result it carries holds the purchased code");
+  }
   // A trailing dot names the same host ("localhost." is localhost).
   const host = hostOf(url).toLowerCase().replace(/\.$/, "");
   if (host === "localhost" || host.endsWith(".localhost") || host.endsWith(".internal") || isPrivateAddress(host)) {

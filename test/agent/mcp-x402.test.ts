@@ -110,7 +110,7 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect(both.isError).toBe(true);
     expect((both.structuredContent as { error: Body }).error).toMatchObject({ code: "VALIDATION_FAILED" });
     // A callback to a private address is refused when the bill arrives, as on the REST route.
-    const inside = await call(bill({ callback_url: "http://[64:ff9b::a00:5]/hook" }));
+    const inside = await call(bill({ callback_url: "https://[64:ff9b::a00:5]/hook" }));
     expect((inside.structuredContent as { error: Body }).error).toMatchObject({ code: "CALLBACK_URL_NOT_ALLOWED" });
     expect(await usdc(payer.address)).toBe(before);
   });

@@ -30,7 +30,7 @@ describe("a callback address", () => {
   });
 
   it("is refused when the bill arrives, unless private receivers are allowed (local runs)", () => {
-    expect(() => checkCallbackUrl("http://[64:ff9b::a00:5]/hook", false)).toThrow(/private or loopback/);
+    expect(() => checkCallbackUrl("https://[64:ff9b::a00:5]/hook", false)).toThrow(/private or loopback/);
     expect(() => checkCallbackUrl("https://[2002:a00:5::1]/hook", false)).toThrow(/private or loopback/);
     expect(() => checkCallbackUrl("https://[64:ff9b::808:808]/hook", false)).not.toThrow();
     expect(() => checkCallbackUrl("http://[64:ff9b::a00:5]/hook", true)).not.toThrow();

@@ -183,7 +183,18 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       rates: new ConfiguredRate(1_550_000n),
       flow: service.flow,
     });
-    for (const url of ["http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/hook", "http://localhost/hook", "http://localhost./hook", "http://app.localhost./hook", "http://LOCALHOST/hook", "http://169.254.169.254/latest"]) {
+    for (const url of [
+      "https://127.0.0.1:9/hook",
+      "https://10.1.2.3/hook",
+      "https://[::1]/hook",
+      "https://localhost/hook",
+      "https://localhost./hook",
+      "https://app.localhost./hook",
+      "https://LOCALHOST/hook",
+      "https://169.254.169.254/latest",
+      // Public, but in the clear: the result carries the purchased code.
+      "http://receiver.example/hook",
+    ]) {
       const res = await strict.request("/api/pay/x402", {
         method: "POST",
         headers: { "content-type": "application/json" },
