@@ -308,7 +308,9 @@ export function createApp(deps: AppDeps): Hono {
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${requestId}`);
     // Anyone holding the id sees where the order stands; the purchased code needs proof (x402/proof.ts).
     const showCode = await orderProof((name) => c.req.header(name), order, proofDeps);
-    const callback = await callbacks.status(order.requestId);
+    // Where the result is sent is the payer's to see (a receiver's URL may carry its own token), as the code is.
+    const status = await callbacks.status(order.requestId);
+    const callback = status && !showCode ? (({ url: _url, ...rest }) => rest)(status) : status;
     // Signed for the order as it stands, so a refunded order's receipt names the refund (orders/receipts.ts).
     const receipt = await hub.deps.receipts.billReceipt(order);
     return c.json({ ...orderResult(order, { showCode }), ...(callback ? { callback } : {}), ...(receipt ? { receipt } : {}) }, 200, { "cache-control": "no-store" });

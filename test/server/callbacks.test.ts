@@ -114,8 +114,13 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     const payload = JSON.parse(received[1]!.body) as { event: string; order: { request_id: string; status: string } };
     expect(payload).toMatchObject({ event: "order.final", order: { request_id: result.request_id, status: "SUCCESS" } });
     verify(received[1]!, callbackKeyOf(result.order_secret));
-    const order = (await (await fetch(`${service.urls.service}/api/orders/${result.request_id}`)).json()) as Record<string, unknown>;
+    const orderPath = `${service.urls.service}/api/orders/${result.request_id}`;
+    const order = (await (await fetch(orderPath, { headers: { authorization: `Bearer ${result.order_secret}` } })).json()) as Record<string, unknown>;
     expect(order.callback).toMatchObject({ url: `${receiver.url}/hook`, status: "DELIVERED", attempts: 2, last_status: 200, last_outcome: "delivered" });
+    // Anyone else holding the id sees how it went, not where it went.
+    const seen = (await (await fetch(orderPath)).json()) as { callback: Record<string, unknown> };
+    expect(seen.callback).toMatchObject({ status: "DELIVERED" });
+    expect(seen.callback).not.toHaveProperty("url");
     await deliverAll();
     expect(received).toHaveLength(2); // delivered once
   });
@@ -292,7 +297,8 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
     await callbacksWith({}, log).deliverDue();
     const refused = await shown(id);
     expect(refused).toMatchObject({ status: "PENDING", attempts: 1, last_status: null, last_outcome: "unreachable" });
-    expect(Object.keys(refused).sort()).toEqual(["attempts", "delivered_at", "last_outcome", "last_status", "status", "url"]);
+    // Without the payer's proof, not where the result goes either: a receiver's URL may carry its own token.
+    expect(Object.keys(refused).sort()).toEqual(["attempts", "delivered_at", "last_outcome", "last_status", "status"]);
     expect(JSON.stringify(refused)).not.toMatch(/ECONNREFUSED/);
     expect(String(warned[0]?.error)).toMatch(/ECONNREFUSED/);
 
