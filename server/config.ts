@@ -301,7 +301,7 @@ export const configSchema = z.object({
   /** PIN checks run at once, and how many may wait (an old scrypt hash costs 50 ms until it is rewritten). */
   PIN_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   PIN_QUEUE: z.coerce.number().int().min(0).default(64),
-  /** Callbacks (server/orders/callbacks.ts): private and loopback hosts allowed (local development only). */
+  /** Callbacks (server/orders/callbacks.ts): private and loopback hosts, and plain http, allowed (local development only). */
   CALLBACK_ALLOW_PRIVATE: z.enum(["0", "1"]).default("0").transform((v) => v === "1"),
   /** One delivery's whole exchange: DNS, connect, request and (capped) answer. */
   CALLBACK_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),

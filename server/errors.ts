@@ -10,7 +10,7 @@ export const ERRORS = {
   UNSUPPORTED_CHAIN: { status: 422, title: "The blockchain is not one the service settles on" },
   TOKEN_NOT_SETTLEABLE: { status: 422, title: "The token cannot settle an x402 payment on that chain" },
   // The bill against the biller's catalogue (server/biller/catalogue.ts), before any price is shown
-  CALLBACK_URL_NOT_ALLOWED: { status: 422, title: "The callback_url is a private or loopback address" },
+  CALLBACK_URL_NOT_ALLOWED: { status: 422, title: "The callback_url is a private or loopback address, or not https" },
   SERVICE_UNKNOWN: { status: 422, title: "The serviceID is not a product of the bill's category" },
   PLAN_REQUIRED: { status: 422, title: "The bill names no plan and its amount or network picks none; choose one of the options" },
   PLAN_AMBIGUOUS: { status: 422, title: "Several plans fit the bill, or the biller lists the plan at two prices; choose one of the options" },

@@ -82,9 +82,9 @@ export const paymentRequestSchema = z.object({
     .trim()
     .max(2048)
     .url()
-    .refine((u) => /^https?:\/\//i.test(u), "must be an http(s) URL")
+    .refine((u) => /^https?:\/\//i.test(u), "must be an https URL (http only where a local run allows it)")
     .optional()
-    .describe("Where to POST the order's final result, signed with HMAC-SHA256 (see the README)"),
+    .describe("An https URL where the order's final result is POSTed, signed with HMAC-SHA256 (see docs/x402.md, callbacks)"),
 });
 
 export type PaymentRequest = z.infer<typeof paymentRequestSchema>;

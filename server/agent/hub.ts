@@ -107,7 +107,6 @@ export class AgentHub {
   }
 
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
-    checkCallbackUrl(bill.callback_url, this.deps.config.CALLBACK_ALLOW_PRIVATE);
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
     const { hash, quote, vend } = await quoteBill(request, this.pricing, { chain, token });
     return { bill: request, bodyHash: hash, amount: quote.amount, vend };
@@ -136,7 +135,7 @@ export class AgentHub {
       if (earlier) return { ...(await this.paidResult(earlier)), replayed: true };
       idempotencyKey = key;
     }
-    const { orders, replay } = await this.pulling(link, (admit) =>
+    const { orders, replay } = await this.pulling(link, [bill], (admit) =>
       startPullOrders(this.deps.flow, {
         wallet: link.wallet as Hex,
         ...option,
@@ -174,7 +173,7 @@ export class AgentHub {
     // One payer's failed bills are refunded within his share of the budget: a batch that could
     // fail whole is held to it as a bill is, or its refunds would wait a budget period.
     await this.deps.flow.refundBudgets?.assertRefundable(option.chain, option.token, priced.reduce((s, p) => s + p.amount, 0n), "this batch costs");
-    const { orders, replay } = await this.pulling(link, (admit) =>
+    const { orders, replay } = await this.pulling(link, bills, (admit) =>
       startPullOrders(this.deps.flow, {
         wallet: link.wallet as Hex,
         ...option,
@@ -203,12 +202,14 @@ export class AgentHub {
    * Starts a wallet's pull; one that reverted on chain (PULL_REVERTED: its allowance or balance
    * moved after the estimate, one small transaction of his against a whole pull at BillPay's
    * gas) counts against the wallet, whose new pulls are refused past RATE_LIMIT_REVERTED_PAYER,
-   * as they are past RATE_LIMIT_FAILED_VENDS_PAYER bills the biller failed (`admit`: a call its
-   * idempotency key answers with its first order is still answered).
+   * as they are past RATE_LIMIT_FAILED_VENDS_PAYER bills the biller failed, and a bill whose
+   * callback_url this service would not call (`admit`: a call its idempotency key answers with
+   * its first order is still answered, whatever its bill says).
    */
-  private async pulling<T>(link: Link, start: (admit: () => Promise<void>) => Promise<T>): Promise<T> {
+  private async pulling<T>(link: Link, bills: AgentBill[], start: (admit: () => Promise<void>) => Promise<T>): Promise<T> {
     try {
       return await start(async () => {
+        for (const b of bills) checkCallbackUrl(b.callback_url, this.deps.config.CALLBACK_ALLOW_PRIVATE);
         await this.deps.limits.check("revertedPayer", link.wallet.toLowerCase());
         await refuseFailingPayer(this.deps.flow.orders, link.wallet, this.deps.config.RATE_LIMIT_FAILED_VENDS_PAYER);
       });
@@ -322,6 +323,12 @@ export class AgentHub {
       const error = err instanceof ServiceError ? `${err.code}: ${err.detail}` : "INTERNAL: the run failed unexpectedly; it was not paid";
       await this.deps.schedules.finishRun(s.id, due, { outcome: "NOT_PAID", error });
       this.deps.flow.log.warn("scheduled bill not paid", { scheduleId: s.id, error: err instanceof ServiceError ? err.code : (err as Error).message });
+      // A bill this service will never send (its callback_url refused since it was made): no run
+      // of it can pay, so the schedule stops now rather than run in vain for ever.
+      if (err instanceof ServiceError && err.code === "CALLBACK_URL_NOT_ALLOWED") {
+        await this.deps.schedules.cancel(s.wallet, s.id).catch(() => {});
+        this.deps.flow.log.warn("schedule cancelled: its callback_url is one this service no longer calls", { scheduleId: s.id });
+      }
       if (err instanceof ServiceError && UNPAYABLE.has(err.code) && (await this.deps.schedules.cancelUnpayable(s.id, due, this.deps.config.SCHEDULE_MAX_UNPAID_RUNS))) {
         this.deps.flow.log.warn("schedule cancelled: the wallet could not pay its runs", { scheduleId: s.id, runs: this.deps.config.SCHEDULE_MAX_UNPAID_RUNS });
       }

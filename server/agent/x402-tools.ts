@@ -204,11 +204,11 @@ export function x402ToolPayments(payments: X402Payments, tools: readonly ToolDef
       if (!parsed.success) throw validationFailed(parsed.error, "(arguments)");
       // The REST bill's `blockchain` names the chain as `chain` does (agent/bill-place.ts).
       const args = { ...parsed.data, ...placeOf([parsed.data]) };
-      // Refused when the bill arrives, as the REST route refuses it, not only at delivery.
-      checkCallbackUrl(args.callback_url, payments.deps.config.CALLBACK_ALLOW_PRIVATE);
       const resourceUrl = mcpResourceUrl(tool);
 
       if (paymentMeta === undefined) {
+        // Refused when the bill arrives, as on REST (a paid call is checked in pay(), past its replay look-up).
+        checkCallbackUrl(args.callback_url, payments.deps.config.CALLBACK_ALLOW_PRIVATE);
         const wallet = args.wallet_address ?? ZERO_ADDRESS;
         const bills = optionsFor(args).map((o) => billFor(args, o.chain, o.token, wallet));
         return { kind: "required", challenge: await payments.challengeFor(bills, resourceUrl, ctx.client, discoveryOf(tool)) };

@@ -64,10 +64,11 @@ export function mountBillerWebhook(app: Hono, deps: { flow: FlowDeps; limits: Li
     }
     const { type, requestId, says } = webhookRequestId(body);
     if (type === "variations-update") {
-      const serviceID = (body as { serviceID?: unknown }).serviceID;
-      // Only a product's name as bills name it: anything else (a key too long for the limits'
-      // table, a new counter row for every made-up name) is passed over.
-      if (paymentRequestSchema.shape.serviceID.safeParse(serviceID).success && typeof serviceID === "string") {
+      // Only a product's name as bills name it (trimmed, a slug of at most 64): anything else
+      // (a key too long for the limits' table) is passed over.
+      const named = paymentRequestSchema.shape.serviceID.safeParse((body as { serviceID?: unknown }).serviceID);
+      if (named.success) {
+        const serviceID = named.data;
         // Each costs the next bill one read of the plans: counted like an order's webhooks.
         await deps.limits.take("webhookOrder", `variations:${serviceID}`);
         flow.catalogue.forgetPlans(serviceID);

@@ -5,11 +5,12 @@
  *     the key being SHA-256 of the payer's own secret: the `order_secret` of an x402 order,
  *     the `api_key` of an agent-hub order (the wallet's current one). The payer computes it;
  *     nobody else can.
- *   - Delivered only to public addresses: a literal private, loopback or link-local host is
- *     refused when the bill arrives (422 CALLBACK_URL_NOT_ALLOWED); at delivery the name is
+ *   - Delivered only over https, to public addresses: a plain http URL, or a literal private,
+ *     loopback or link-local host (or one a translator reaches: NAT64, 6to4), is refused when
+ *     the bill arrives (422 CALLBACK_URL_NOT_ALLOWED); at delivery the name is
  *     resolved once, that address checked, and the connection made to it and no other (the
  *     name still gives Host and TLS SNI), so a second DNS answer cannot point it inside
- *     (CALLBACK_ALLOW_PRIVATE=1 skips the check, for local development).
+ *     (CALLBACK_ALLOW_PRIVATE=1 skips both checks, for local development).
  *   - Bounded, as anyone can name a receiver that is slow on purpose: deliveries run on their
  *     own loop, CALLBACK_CONCURRENCY at once, never inside the worker's pass; each exchange
  *     (DNS, connect, request, answer) is cut off at CALLBACK_TIMEOUT_MS; at most 64 KiB of an

@@ -37,6 +37,7 @@ import { buildChallenge, requirement, resolveOption, type Challenge, type Challe
 import { checkPayment, checkSignature, CLOCK_SKEW_SECONDS, PaymentRejected, type DecodedPayment, type PaymentProblem } from "../x402-protocol/payment.ts";
 import { earlierUnderId, paymentIdOf, storedKey } from "../orders/payment-id.ts";
 import { refuseFailingPayer } from "../orders/failing-payers.ts";
+import { checkCallbackUrl } from "../orders/callbacks.ts";
 
 /** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
 export const BILL_DESCRIPTION = "Bill payment";
@@ -346,7 +347,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       const challengeNow = () =>
         price(bill, ctx, option, bodyHash).then(
           (p) => buildChallenge(ctx, [p.priced], BILL_DESCRIPTION, request.v1NetworkNames),
-          () => undefined,
+          (err: unknown) => {
+            if (err instanceof ServiceError) return undefined; // refused now: no challenge to give
+            throw err;
+          },
         );
       let replayed: Order;
       try {
@@ -363,6 +367,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       const challenge = unsettled ? await challengeNow() : undefined;
       return answered({ kind: "order", order: replayed, warning, showCode: await orderProof(request.header, replayed, deps.proof), ...(challenge ? { challenge } : {}) }, request.resourceUrl);
     }
+
+    // Past the look-up of a payment seen before (its order answers as it stands, whatever its
+    // bill says): a callback_url this service would not call is refused before anything else.
+    checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
 
     // Calls carrying a payment are not counted as new bills (it may be settling), but a
     // caller or payer whose payments keep failing to settle is held off before more work.

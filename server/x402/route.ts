@@ -10,7 +10,6 @@ import { encodePaymentResponseHeader } from "@x402/core/http";
 import type { Context, Hono, MiddlewareHandler } from "hono";
 import { cors } from "hono/cors";
 import { z } from "zod";
-import { checkCallbackUrl } from "../orders/callbacks.ts";
 import type { Config } from "../config.ts";
 import { problemBody, problemResponse, validationFailed } from "../errors.ts";
 import { parseJsonBody } from "../http-body.ts";
@@ -148,7 +147,6 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       const parsed = paymentRequestSchema.safeParse(json);
       if (!parsed.success) return validationProblem(parsed.error);
       const bill = parsed.data;
-      checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
 
       const header = PAYMENT_HEADERS.find((h) => c.req.header(h) !== undefined) as PaymentHeader | undefined;
       const v1Only = v1NetworkNames(c);

@@ -687,6 +687,28 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await runNow();
       expect((await listed()).runs).toBe(3);
     });
+
+    it("cancels at its next run a schedule whose callback_url the service no longer calls, paying nothing", async () => {
+      const a = await agent(11);
+      const before = await usdc(a.account);
+      // Made when plain http was still taken (written as the store would have): every run would be refused.
+      const s = await service.hub.deps.schedules.create({
+        wallet: a.account.address,
+        bill: { ...airtime("08011111111", 100), serviceCategory: "AIRTIME" as const, callback_url: "http://receiver.example/hook" },
+        chain: "CELO",
+        token: "USDC",
+        runAt: null,
+        cron: "*/2 * * * * *",
+        firstRun: new Date(Date.now() - 1_000),
+        maxRuns: null,
+        maxPerWallet: 50,
+        apiKeyHash: null,
+      });
+      await service.hub.runDueSchedules();
+      const [listed] = ((await a.call("list_schedules")).data.schedules as Array<{ schedule_id: string; status: string; last_runs: Array<{ outcome: string; error: string }> }>).filter((x) => x.schedule_id === s.id);
+      expect(listed).toMatchObject({ status: "CANCELLED", last_runs: [{ outcome: "NOT_PAID", error: expect.stringMatching(/^CALLBACK_URL_NOT_ALLOWED/) }] });
+      expect(await usdc(a.account)).toBe(before);
+    });
   });
 
   describe("onboarding", () => {

@@ -1,3 +1,4 @@
+import { x402HTTPClient } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { Hono } from "hono";
 import { airtimeBill } from "../support/bills.ts";
@@ -234,6 +235,26 @@ describe("callbacks: a bill's final result POSTed, signed, retried", () => {
       await worker.stop(); // waits for the delivery in flight
     }
     expect(await service.flow.callbacks!.status(slow)).toMatchObject({ status: "DELIVERED", last_outcome: "delivered" });
+  });
+
+  it("a payment replayed after its callback_url became one this service refuses is answered with its order, not refused", async () => {
+    // Paid where http and loopback receivers are taken (this stack); replayed to an instance that takes neither.
+    const body = { ...airtime({ nairaAmount: 1560, callback_url: `${receiver.url}/hook` }), token: "USDC", blockchain: "CELO", wallet_address: payer.address };
+    const post = (fetcher: (url: string, init: RequestInit) => Response | Promise<Response>, headers: Record<string, string> = {}) =>
+      fetcher("/api/pay/x402", { method: "POST", headers: { "content-type": "application/json", host: "localhost", ...headers }, body: JSON.stringify(body) });
+    const here = (path: string, init: RequestInit) => fetch(`${service.urls.service}${path}`, init);
+    const challenged = await post(here);
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const paid = (await (await post(here, client.encodePaymentSignatureHeader(payload))).json()) as { status: string; request_id: string };
+    expect(paid.status).toBe("SUCCESS");
+    const strict = createApp({ config: loadConfig({ LOG_REQUESTS: "0" }), db: service.db, deployments: paying.chains.deployments, rates: new ConfiguredRate(1_550_000n), flow: service.flow });
+    const fresh = await post((path, init) => strict.request(path, init));
+    expect(fresh.status).toBe(422); // a new bill with it is refused
+    const replayed = await post((path, init) => strict.request(path, init), client.encodePaymentSignatureHeader(payload));
+    expect(replayed.status).toBe(200);
+    expect(await replayed.json()).toMatchObject({ status: "SUCCESS", request_id: paid.request_id });
+    await deliverAll(); // its own callback, out of the way of the tests of the queue
   });
 
   it("first deliveries go before retries: receivers that never answer hold their slots only behind every other first delivery", async () => {
