@@ -92,6 +92,9 @@ export function policyFailures(config: Config, network: NetworkProfile, keys: { 
   }
   if (!config.PIN_PEPPER) out.push("PIN_PEPPER is not set: set a secret of at least 32 characters, kept outside the database, to hash agents' PINs under");
   if (!config.OPS_TOKEN) out.push("OPS_TOKEN is not set: /console, /ops/* and /metrics would answer anyone a proxy on this host forwards; set a secret of at least 16 characters");
+  if (!config.BILLER_WEBHOOK_TOKEN) {
+    out.push("BILLER_WEBHOOK_TOKEN is not set: the biller's webhook (VTpass does not sign it) would take posts from anyone; set a secret of at least 16 characters and register the webhook URL with ?token=<it>");
+  }
   if (keys.operator.toLowerCase() === keys.refunder.toLowerCase()) {
     out.push(`the operator and refunder are one key (${keys.operator}): give each role its own, so a leaked key can only pull or only refund`);
   }

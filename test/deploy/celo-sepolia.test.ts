@@ -259,6 +259,7 @@ describe("deploy to a network that is not local, then serve on it (celo-sepolia 
       REFUNDER_PRIVATE_KEY: keys.refunder,
       PIN_PEPPER: randomBytes(32).toString("hex"),
       OPS_TOKEN: randomBytes(24).toString("hex"),
+      BILLER_WEBHOOK_TOKEN: randomBytes(24).toString("hex"),
       FACILITATOR_URL_CELO: `http://127.0.0.1:${facilitatorPort}`,
       FACILITATOR_SELF_HOSTED: "1",
       RATE_FIXED: "1",

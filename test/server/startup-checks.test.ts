@@ -138,7 +138,7 @@ describe("start-up checks", () => {
     expect(() => resolveNetwork("polygon")).toThrow('NETWORK "polygon" is not a profile');
   });
 
-  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys, a facilitator on loopback, a rate that never moves, no OPS_TOKEN and one key for two roles", () => {
+  it("on a real network, refuse Hardhat's keys, the sandbox biller's keys, a facilitator on loopback, a rate that never moves, no OPS_TOKEN or webhook token, and one key for two roles", () => {
     const remote = resolveNetwork("celo-sepolia");
     const failures = policyFailures(loadConfig({}), remote, keys);
     expect(failures).toEqual([
@@ -151,6 +151,7 @@ describe("start-up checks", () => {
       "RATE_SOURCE_URL is not set: every bill would be priced at NGN_PER_USD (1550) for ever, whatever the naira does; name a rate source, or set RATE_FIXED=1 to price at NGN_PER_USD on purpose",
       expect.stringContaining("PIN_PEPPER is not set"),
       expect.stringContaining("OPS_TOKEN is not set"),
+      expect.stringContaining("BILLER_WEBHOOK_TOKEN is not set"),
     ]);
     // One key for both hot roles is refused too.
     const shared = privateKeyToAccount(generatePrivateKey()).address;
@@ -164,9 +165,10 @@ describe("start-up checks", () => {
       RATE_SOURCE_URL: "https://rates.example.org/ngn",
       PIN_PEPPER: "a".repeat(64),
       OPS_TOKEN: "o".repeat(32),
+      BILLER_WEBHOOK_TOKEN: "w".repeat(32),
     });
     expect(policyFailures(configured, remote, own)).toEqual([]);
-    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", RATE_FIXED: "1", PIN_PEPPER: "a".repeat(64), OPS_TOKEN: "o".repeat(32) });
+    const selfHosted = loadConfig({ BILLER_API_KEY: "k1", BILLER_SECRET_KEY: "k2", BILLER_PUBLIC_KEY: "k3", FACILITATOR_SELF_HOSTED: "1", RATE_FIXED: "1", PIN_PEPPER: "a".repeat(64), OPS_TOKEN: "o".repeat(32), BILLER_WEBHOOK_TOKEN: "w".repeat(32) });
     expect(policyFailures(selfHosted, remote, own)).toEqual([]);
   });
 
