@@ -433,6 +433,8 @@ const MIGRATIONS: string[] = [
   `CREATE INDEX schedule_run_unfinished ON schedule_run (started_at) WHERE outcome IS NULL;`,
   // Callbacks due, first attempts first (orders/callbacks.ts claim).
   `CREATE INDEX callback_due_first ON callback_delivery (attempts, next_attempt_at) WHERE status = 'PENDING';`,
+  // Read by no query since the claim takes first attempts first; every write kept it up to date.
+  `DROP INDEX callback_due;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
