@@ -435,6 +435,9 @@ const MIGRATIONS: string[] = [
   `CREATE INDEX callback_due_first ON callback_delivery (attempts, next_attempt_at) WHERE status = 'PENDING';`,
   // Read by no query since the claim takes first attempts first; every write kept it up to date.
   `DROP INDEX callback_due;`,
+  // Every refund transaction signed for an order, recorded before it is sent (orders/fulfil.ts
+  // sendRefund): the payment watch waits while one may still land.
+  `ALTER TABLE bill_order ADD COLUMN refund_signed text[];`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

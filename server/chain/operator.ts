@@ -51,6 +51,8 @@ export interface ReplacementPolicy {
   lastWaitMs?: number;
 }
 const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxReplacements: 3 };
+/** Told a refund transaction's hash before it is sent (the order records it: orders/payment-watch.ts waits for it). */
+export type RefundSigned = (hash: Hex) => Promise<void>;
 /** Refunds sent and not mined in time, remembered so the next try waits for them (refundOnce). */
 const KEPT_UNMINED = 1_024;
 
@@ -514,9 +516,12 @@ export class ChainOperator {
     );
   }
 
-  /** Refunds a pulled order (by BillPay's order id) to its payer. */
-  refund(args: { chain: ChainKey; orderId: Hex; amount: bigint }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] });
+  /**
+   * Refunds a pulled order (by BillPay's order id) to its payer. `onSigned` (each refund
+   * method's): told each transaction's hash, a replacement's too, before it is sent.
+   */
+  refund(args: { chain: ChainKey; orderId: Hex; amount: bigint; onSigned?: RefundSigned }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] }, args.onSigned);
   }
 
   /** Refunds an x402 order with the payer's own signed authorization, under its order id (or `orderId`, when that is taken). */
@@ -528,11 +533,16 @@ export class ChainOperator {
     authorization: Authorization;
     signature: Hex;
     amount: bigint;
+    onSigned?: RefundSigned;
   }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, {
-      functionName: "refundAuthorization",
-      args: [args.orderId ?? onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
-    });
+    return this.refundOnce(
+      args.chain,
+      {
+        functionName: "refundAuthorization",
+        args: [args.orderId ?? onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
+      },
+      args.onSigned,
+    );
   }
 
   /**
@@ -540,8 +550,8 @@ export class ChainOperator {
    * permit (payee BillPay, spender x402's proxy), that Permit2 spent its nonce, and refunds at
    * most its amount, once per (owner, nonce).
    */
-  refundPermit2(args: { chain: ChainKey; requestId: string; orderId?: Hex; permit: Permit2Refund; amount: bigint }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [args.orderId ?? onChainOrderId(args.requestId), args.permit, args.amount] });
+  refundPermit2(args: { chain: ChainKey; requestId: string; orderId?: Hex; permit: Permit2Refund; amount: bigint; onSigned?: RefundSigned }): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [args.orderId ?? onChainOrderId(args.requestId), args.permit, args.amount] }, args.onSigned);
   }
 
   private walletFor(key: string, chain: ChainKey, signer: Account, rpcUrl: string): WalletClient<Transport, Chain, Account> {
@@ -559,13 +569,17 @@ export class ChainOperator {
    * again, rather than sign another under the next nonce, which would queue behind it and,
    * once both were mined, revert at the refunder's gas (BillPay refunds a key once).
    */
-  private async refundOnce(chain: ChainKey, call: Write): Promise<RefundOutcome> {
+  private async refundOnce(chain: ChainKey, call: Write, onSigned?: RefundSigned): Promise<RefundOutcome> {
     const key = `${chain}:${JSON.stringify(call, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`;
+    // A replacement is told before it is sent, as the first is.
+    const replaced: Replaced = async (_previous, next, how) => {
+      if (how === undefined) await onSigned?.(next);
+    };
     try {
       const earlier = this.unminedRefunds.get(key);
       const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
       // Waited for again, its fee follows the market, never compounding try after try.
-      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, undefined, true) : await this.send(chain, this.keys.refunder, call, undefined, undefined, true);
+      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, replaced, true) : await this.send(chain, this.keys.refunder, call, onSigned, replaced, true);
       this.unminedRefunds.delete(key);
       return { txHash: hash, gasWei, block };
     } catch (err) {
@@ -584,15 +598,18 @@ export class ChainOperator {
   }
 
   /**
-   * Whether a transaction sent earlier may still be mined: one of its hashes was, or its nonce
-   * is still free. A nonce taken by none of them (the pool dropped them, and another
-   * transaction took it) leaves nothing to wait for.
+   * Whether a transaction sent earlier is still to be waited for: one of its hashes was mined,
+   * or, its nonce still free, the node holds one of them. One the node holds none of (it
+   * refused the send, or its pool dropped them) is signed afresh, under the same free nonce.
    */
   private async stillPending(chain: ChainKey, signer: Account, sent: Sent): Promise<boolean> {
     const d = this.deployments.chains[chain]!;
     const client = sharedClientFor(chain, rpcUrlFor(chain, d));
     const mined = await client.getTransactionCount({ address: signer.address, blockTag: "latest" });
-    if (mined <= sent.request.nonce) return true;
+    if (mined <= sent.request.nonce) {
+      const held = await Promise.all(sent.hashes.map((hash) => client.getTransaction({ hash }).then((tx) => tx.blockNumber === null, () => false)));
+      return held.some(Boolean);
+    }
     const receipts = await Promise.all(sent.hashes.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));
     return receipts.some((r) => r !== null);
   }

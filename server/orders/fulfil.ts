@@ -695,12 +695,16 @@ const REFUND_NEVER = new Set([
   "Permit2Missing",
 ]);
 
-function refundPull(deps: Pick<FlowDeps, "operator">, o: Order, amount: bigint) {
-  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount });
+/** Each refund transaction signed for `o`, recorded before it is sent: the payment watch waits while one may land. */
+const recordingRefund = (deps: Pick<FlowDeps, "orders">, o: Order) => (hash: Hex) => deps.orders.refundSigned(o.requestId, hash);
+
+function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {
+  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount, onSigned: recordingRefund(deps, o) });
 }
 
-function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: bigint, orderId?: Hex) {
+function refundX402(deps: Pick<FlowDeps, "operator" | "orders">, refunding: Order, amount: bigint, orderId?: Hex) {
   const stored = refunding.payment as unknown as StoredPayment;
+  const onSigned = recordingRefund(deps, refunding);
   const a = stored.authorization;
   if (stored.method === "permit2") {
     // The stored authorization is the permit read into EIP-3009's shape (x402-protocol/payment.ts).
@@ -719,6 +723,7 @@ function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: 
         signature: stored.signature,
       },
       amount,
+      onSigned,
     });
   }
   return deps.operator.refundAuthorization({
@@ -736,6 +741,7 @@ function refundX402(deps: Pick<FlowDeps, "operator">, refunding: Order, amount: 
       },
       signature: stored.signature,
       amount,
+      onSigned,
     });
 }
 

@@ -317,10 +317,14 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
       // refund needs only its nonce spent, and the payer's cancelAuthorization in the payment's
       // place spends it too. An operator's, as the audit also names it. Read from BillPay on
       // the service's node, not the ledger, which may show neither while it takes the
-      // reorganisation in; a refund the node holds unmined may yet land: the next pass. In
-      // that order: a refund mined between the two reads is then read as standing.
+      // reorganisation in; a refund the node holds unmined may yet land: the next pass. Every
+      // refund transaction signed for the order is recorded before it is sent (one stuck on
+      // fees included), so each is asked. In that order: a refund mined between the two reads
+      // is then read as standing.
       const chain = order.chain as ChainKey;
-      if (order.refundTxHash && (await transactionPending(deps, chain, order.refundTxHash as Hex))) return false;
+      const signed = [...new Set([...(await deps.orders.signedRefunds(order.requestId)), ...(order.refundTxHash ? [order.refundTxHash.toLowerCase()] : [])])];
+      const pending = await Promise.all(signed.map((hash) => transactionPending(deps, chain, hash as Hex)));
+      if (pending.some(Boolean)) return false;
       if (await keyRefundedOnNode(deps, chain, orderKeyOf(order))) {
         const why = "its refund stands on chain without it";
         return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a refunded payment was reorganised off the chain while its refund stands; the order waits for an operator");

@@ -496,6 +496,17 @@ export class OrderStore {
     return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
   }
 
+  /** Records a refund transaction signed for the order, before it is sent. */
+  async refundSigned(requestId: string, hash: string): Promise<void> {
+    await this.db.query(`UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1`, [requestId, hash.toLowerCase()]);
+  }
+
+  /** Every refund transaction signed for the order, mined or not. */
+  async signedRefunds(requestId: string): Promise<string[]> {
+    const [row] = await this.db.query<{ refund_signed: string[] | null }>(`SELECT refund_signed FROM bill_order WHERE request_id = $1`, [requestId]);
+    return row?.refund_signed ?? [];
+  }
+
   /** Takes back pull orders no pull was signed for (PULLING, no transaction): as if never made. */
   async withdrawUnsent(requestIds: string[]): Promise<void> {
     await this.db.query(`DELETE FROM bill_order WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL`, [requestIds]);

@@ -139,7 +139,12 @@ describe("a stuck transaction", () => {
     const fees = await celo.publicClient.estimateFeesPerGas();
     await celo.miningPaused(async (mine) => {
       // Fees rose past what the refund's one replacement offers: not mined in time.
-      await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n })).rejects.toThrow(/not mined in time/);
+      // Each transaction is told before it is sent (the order records it for the payment watch).
+      const told: Array<{ hash: Hex; known: boolean }> = [];
+      const onSigned = async (hash: Hex) => void told.push({ hash, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
+      await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned })).rejects.toThrow(/not mined in time/);
+      expect(told).toHaveLength(2); // the first and its one replacement
+      expect(told.every((t) => !t.known)).toBe(true);
       expect(await nonces()).toEqual([mined, mined! + 1]);
       // Tried again (the worker's next pass): the same nonce is waited for, and mined.
       const again = operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n });
