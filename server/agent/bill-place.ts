@@ -5,17 +5,17 @@
  * not paid on the link's CELO because its field had the REST name.
  */
 import { z } from "zod";
-import { chainByKey, resolveTokenSymbol } from "../../lib/chains.ts";
+import { resolveTokenSymbol } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
 import { paymentRequestSchema } from "../schemas.ts";
 
 /** The REST bill's names for where and by whom it is paid, as the tools take them. */
 export const restPlaceFields = {
-  blockchain: z.string().min(1).max(16).optional().describe("The same as chain: the REST bill's name for it"),
+  blockchain: z.string().trim().min(1).max(16).optional().describe("The same as chain: the REST bill's name for it"),
   wallet_address: paymentRequestSchema.shape.wallet_address.optional().describe("The REST bill's paying wallet, if named"),
 };
 
-export interface NamedPlace {
+interface NamedPlace {
   chain?: string;
   blockchain?: string;
   token?: string;
@@ -23,7 +23,7 @@ export interface NamedPlace {
 }
 
 const differ = (what: string, names: Set<string>) =>
-  new ServiceError("VALIDATION_FAILED", `${what}: one call pays on one ${what === "token" ? "token" : "chain"}, and this one names ${[...names].join(" and ")}`);
+  new ServiceError("VALIDATION_FAILED", `${what}: one call pays on one ${what}, and this one names ${[...names].join(" and ")}`);
 
 /**
  * The one chain and token the named places agree on (undefined where none is named: the
@@ -31,7 +31,8 @@ const differ = (what: string, names: Set<string>) =>
  * one is given (the agent hub pays from the linked wallet only).
  */
 export function placeOf(named: NamedPlace[], wallet?: string): { chain?: string; token?: string } {
-  const chains = new Set(named.flatMap((n) => [n.chain, n.blockchain]).flatMap((c) => (c === undefined ? [] : [chainByKey(c)?.key ?? c.trim().toUpperCase()])));
+  // A chain's key is its name in upper case (lib/chains.ts chainByKey): one not served keeps its own, refused later by name.
+  const chains = new Set(named.flatMap((n) => [n.chain, n.blockchain]).flatMap((c) => (c === undefined ? [] : [c.trim().toUpperCase()])));
   const tokens = new Set(named.flatMap((n) => (n.token === undefined ? [] : [resolveTokenSymbol(n.token) ?? n.token.trim().toUpperCase()])));
   if (chains.size > 1) throw differ("chain", chains);
   if (tokens.size > 1) throw differ("token", tokens);

@@ -326,7 +326,10 @@ export class AgentHub {
       // A bill this service will never send (its callback_url refused since it was made): no run
       // of it can pay, so the schedule stops now rather than run in vain for ever.
       if (err instanceof ServiceError && err.code === "CALLBACK_URL_NOT_ALLOWED") {
-        await this.deps.schedules.cancel(s.wallet, s.id).catch(() => {});
+        // Already no longer ACTIVE (cancelled meanwhile): nothing to cancel; anything else is thrown.
+        await this.deps.schedules.cancel(s.wallet, s.id).catch((e: unknown) => {
+          if (!(e instanceof ServiceError)) throw e;
+        });
         this.deps.flow.log.warn("schedule cancelled: its callback_url is one this service no longer calls", { scheduleId: s.id });
       }
       if (err instanceof ServiceError && UNPAYABLE.has(err.code) && (await this.deps.schedules.cancelUnpayable(s.id, due, this.deps.config.SCHEDULE_MAX_UNPAID_RUNS))) {

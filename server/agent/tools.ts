@@ -62,7 +62,7 @@ export function missingCredential(tool: ToolDefinition, args: Record<string, unk
   return undefined;
 }
 
-/** A PIN a reading tool was sent, checked as a paying call's is: counted per key, then compared (locked out after too many). */
+/** A PIN checked: counted per key before the slow hash, then compared (locked out after too many). Paying tools' and any tool's that was sent one. */
 async function checkSentPin(link: Link, pin: string, ctx: ToolContext): Promise<void> {
   await ctx.hub.deps.limits.take("payingKey", link.apiKeyHash!);
   await ctx.hub.checkPin(link, pin);
@@ -301,8 +301,7 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
   if (link?.apiKeyHash && !tool.paying) await ctx.hub.deps.limits.take("toolKey", link.apiKeyHash);
   if (tool.paying) {
     // Counted per key before the PIN's slow hash: a flood of calls (or guesses) is cut off early.
-    await ctx.hub.deps.limits.take("payingKey", link!.apiKeyHash!);
-    await ctx.hub.checkPin(link!, String(args.pin));
+    await checkSentPin(link!, String(args.pin), ctx);
   }
   return tool.run(args as never, link, ctx);
 }

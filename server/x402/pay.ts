@@ -413,9 +413,12 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
       const offered = payment.authorization.value;
       if (offered !== shown.amount) {
         const skew = Number(CLOCK_SKEW_SECONDS);
-        const offeredFor = request.offerWallet === undefined ? bodyHash : billHash({ ...bill, wallet_address: request.offerWallet }, option);
-        const terms = { billHash: offeredFor, chain: option.chain, token: option.token, amount: offered };
-        const offeredVersion = deps.offers.read(payment.offer, terms, Math.floor(Date.now() / 1000), skew);
+        // The offer of this bill's own challenge (every challenge answered to a paid call prices
+        // the signer's bill), or of the walletless one an MCP call naming no wallet was first shown:
+        // the same product either way.
+        const offerOf = (hashed: string) =>
+          deps.offers.read(payment.offer, { billHash: hashed, chain: option.chain, token: option.token, amount: offered }, Math.floor(Date.now() / 1000), skew);
+        const offeredVersion = offerOf(bodyHash) ?? (request.offerWallet === undefined ? undefined : offerOf(billHash({ ...bill, wallet_address: request.offerWallet }, option)));
         // The grace is for a payment that cannot echo an offer: x402 v1's. A v2 payment echoes
         // its challenge's requirements, offer included: one without a good offer was not made
         // from a challenge of this price, and is held to the price shown now.

@@ -304,6 +304,20 @@ describe("pay_bill over MCP, paid per call with x402", () => {
     expect(await base.balanceOf("USD₮", payer.address)).toBe(before - BigInt(payment.accepted.amount));
   });
 
+  it("an agent that names no wallet, refused once, signs anew from the challenge it was answered: that offer is honoured too", async () => {
+    const payer = accounts(18);
+    const before = await usdc(payer.address);
+    const first = requiredOf(await call(bill({ nairaAmount: 1530 })));
+    // Signed for a unit less than asked: refused, and answered the challenge of the signer's own bill.
+    const short = await sign(payer, { ...first, accepts: first.accepts.map((a) => ({ ...a, amount: (BigInt(a.amount) - 1n).toString() })) }, onCelo);
+    const again = requiredOf(await call(bill({ nairaAmount: 1530 }), short));
+    const payment = await sign(payer, again, onCelo);
+    const answer = await payAfterRateMoved(bill({ nairaAmount: 1530 }), payment, 10);
+    expect(answer.isError, JSON.stringify(answer.structuredContent)).toBeFalsy();
+    expect(answer.structuredContent).toMatchObject({ status: "SUCCESS" });
+    expect(before - (await usdc(payer.address))).toBe(BigInt(payment.accepted.amount));
+  });
+
   it("a stranger sending payments that cannot be read pays with his budget: past it, RATE_LIMITED before any price is made", async () => {
     const answers: string[] = [];
     for (let i = 0; i < UNSETTLED_BUDGET + 1; i++) {
