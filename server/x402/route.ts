@@ -58,7 +58,18 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
   const payments = deps.payments;
 
   /** 200 with the order's result and, once settled, the settlement header of the payment's protocol. */
-  const orderResponse = (c: Context, order: Order, header: PaymentHeader, extraHeaders: Record<string, string> = {}, secret?: string, showCode = true, note?: Record<string, string>, receipts?: OrderReceipts, challenge?: Challenge) => {
+  const orderResponse = (
+    c: Context,
+    order: Order,
+    header: PaymentHeader,
+    extraHeaders: Record<string, string> = {},
+    secret?: string,
+    showCode = true,
+    note?: Record<string, string>,
+    receipts?: OrderReceipts,
+    challenge?: Challenge,
+    v1Only = false,
+  ) => {
     if (order.status === "PAYMENT_FAILED" || order.status === "REFUSED") {
       // The payer's own order, so its id is theirs to see: GET it to follow a late landing.
       // The order's fields beside the problem's own (its status stays the HTTP status, 402).
@@ -67,10 +78,8 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
       if (!challenge) return problemResponse("PAYMENT_NOT_SETTLED", detail, fields);
       // A 402 is a payment challenge (the interface, and x402's clients, read one from it): the
       // bill's challenge, to sign anew, with the problem's fields beside it.
-      return c.json({ ...(challenge.v1Body as object), error: detail, ...problemBody("PAYMENT_NOT_SETTLED", detail, fields) }, 402, {
-        "content-type": "application/problem+json",
-        "PAYMENT-REQUIRED": challenge.v2Header,
-      });
+      const v1Body = { ...(challenge.v1Body as object), error: detail, ...problemBody("PAYMENT_NOT_SETTLED", detail, fields) };
+      return challengeResponse(c, { v1Body, v2Header: challenge.v2Header }, { ...extraHeaders, "content-type": "application/problem+json" }, v1Only);
     }
     const headers: Record<string, string> = { ...extraHeaders, "cache-control": "no-store" };
     const settlement = settlementOf(order, receipts);
@@ -171,7 +180,7 @@ export function mountX402Routes(app: Hono, deps: X402RouteDeps): void {
         case "settling":
           return c.json({ ...orderResult(outcome.order, { showCode: false }), ...outcome.note }, 200, { "cache-control": "no-store" });
         case "order":
-          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note, outcome.receipts, outcome.challenge);
+          return orderResponse(c, outcome.order, header!, extraHeaders, outcome.secret, outcome.showCode, outcome.note, outcome.receipts, outcome.challenge, v1Only);
       }
     },
   );
