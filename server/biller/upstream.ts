@@ -46,6 +46,8 @@ export type VendResult =
       reversed?: boolean;
       /** The biller refused the request id itself (its date rule): nothing was processed, and a new id may be tried. */
       requestIdRefused?: boolean;
+      /** Refused for the merchant's account or the biller's state (a wallet run dry, a suspension), not for anything in the bill. */
+      merchantSide?: boolean;
     };
 
 /** What a number check found, beyond whether it is valid: what some products' bills need next. */

@@ -346,7 +346,8 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
       const latest = await deps.attempts.latest(order.requestId);
       const other = latest && latest.attempt > 1 ? await otherAttemptsSay(deps, order, latest.billerRequestId) : undefined;
       if (other) return applyVendResult(deps, order, other);
-      return refund(deps, order, `${BILLER_FAILED}${result.reason}`);
+      // Only a failure of the bill itself counts against its payer (orders/failing-payers.ts): not the merchant's account or the biller's state.
+      return refund(deps, order, result.merchantSide ? `the biller refused the service, not the bill: ${result.reason}` : `${BILLER_FAILED}${result.reason}`);
     }
     default:
       return move(deps, order, ["PAID", "PENDING"], "PENDING", { failureReason: result.reason });

@@ -306,6 +306,20 @@ describe("the VTpass client against VTpass's documented samples", () => {
     }
   });
 
+  it("tells a refusal of the bill from one of the merchant's account or the biller's state, as the response-codes page names them", () => {
+    const answer = (code: string, description: string) => ({ code, response_description: description });
+    // The bill's own: counted against its payer (orders/failing-payers.ts).
+    for (const [code, text] of [["016", "TRANSACTION FAILED"], ["013", "BELOW MINIMUM AMOUNT ALLOWED"], ["017", "ABOVE MAXIMUM AMOUNT ALLOWED"]]) {
+      const read = readTransactionAnswer(answer(code!, text!), "pay");
+      expect(read, code).toMatchObject({ state: "failed", code });
+      expect(read, code).not.toHaveProperty("merchantSide");
+    }
+    // The merchant's wallet, account or credentials, or the biller unreachable: not the payer's doing.
+    for (const [code, text] of [["018", "LOW WALLET BALANCE"], ["022", "ACCOUNT SUSPENDED"], ["030", "BILLER NOT REACHABLE AT THIS POINT"], ["087", "INVALID CREDENTIALS"], ["091", "TRANSACTION NOT PROCESSED"]]) {
+      expect(readTransactionAnswer(answer(code!, text!), "pay"), code).toMatchObject({ state: "failed", code, merchantSide: true });
+    }
+  });
+
   it("reads an international pay answer, both `amount` and `Amount`", async () => {
     serving("pay-foreign-airtime");
     expect(delivered(await client.requery("2025031016099807136")).charge.amountKobo).toBe(200n);

@@ -28,6 +28,15 @@ const PAY_REFUSALS = new Set([
   "016", "040", "091", "010", "011", "012", "013", "017", "018", "021", "022", "023", "024", "025", "026", "027", "028",
   "030", "031", "032", "034", "035", "085", "087",
 ]);
+/**
+ * Of those, the codes that refuse the merchant's account or the biller's state rather than the
+ * bill (https://www.vtpass.com/documentation/response-codes/): 018 LOW WALLET BALANCE, 021
+ * ACCOUNT LOCKED, 022 ACCOUNT SUSPENDED, 023 API ACCESS NOT ENABLE FOR USER, 024 ACCOUNT
+ * INACTIVE, 027 (the account's IP not allowed), 030 BILLER NOT REACHABLE AT THIS POINT, 034
+ * and 035 (the service suspended or inactive), 085 (our request id, not the bill), 087 INVALID
+ * CREDENTIALS, 091 TRANSACTION NOT PROCESSED. A payer is not held to them (orders/failing-payers.ts).
+ */
+const MERCHANT_SIDE = new Set(["018", "021", "022", "023", "024", "027", "030", "034", "035", "085", "087", "091"]);
 /** Codes of a requery answer that say the transaction itself failed or was reversed. */
 const REQUERY_FAILURES = new Set(["016", "040"]);
 /** 085: "IMPROPER REQUEST ID" (the date rule): this id was refused, not the bill. */
@@ -154,7 +163,13 @@ export function readTransactionAnswer(body: unknown, kind: "pay" | "requery"): V
   if (code === REVERSAL) return { state: "failed", code, reason: description(body, code), reversed: true };
   const failures = kind === "pay" ? PAY_REFUSALS : REQUERY_FAILURES;
   if (failures.has(code)) {
-    return { state: "failed", code, reason: description(body, code), ...(code === REQUEST_ID_REFUSED ? { requestIdRefused: true } : {}) };
+    return {
+      state: "failed",
+      code,
+      reason: description(body, code),
+      ...(code === REQUEST_ID_REFUSED ? { requestIdRefused: true } : {}),
+      ...(MERCHANT_SIDE.has(code) ? { merchantSide: true } : {}),
+    };
   }
   return { state: "pending", reason: `${kind} answered ${code || "(no code)"}: ${description(body, code)}; asked again later` };
 }
