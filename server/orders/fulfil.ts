@@ -323,7 +323,7 @@ export async function applyVendResult(deps: VendDeps, order: Order, result: Vend
       if (flag) deps.log.warn("biller charge differs from the bill; flagged for operators", { requestId: order.requestId, flag });
       // Charged otherwise, the plan was most likely repriced since its list was read: the next
       // bill reads the product's plans afresh, not the cached list for up to CATALOGUE_TTL_MS.
-      if (repriced) deps.catalogue.forgetPlans(planOf(order).serviceID);
+      if (repriced) deps.catalogue.forgetPlansOf(planOf(order));
       deps.log.info("bill delivered", { requestId: order.requestId, rail: order.rail, serviceID: (order.bill as { serviceID?: string }).serviceID });
       const outcome = "unrecordedAttempt" in result ? deps.attempts.recordingOutcome(result.unrecordedAttempt, result) : undefined;
       return move(

@@ -131,6 +131,25 @@ describe("the catalogue", () => {
     expect(variationReads).toBe(1);
   });
 
+  it("forgets the plans a bill was priced from: an international one's operator and product type, a domestic one's product", async () => {
+    const counting = Object.create(biller) as VtpassClient;
+    const reads = { domestic: 0, international: 0 };
+    counting.variations = (id: string) => (reads.domestic++, biller.variations(id));
+    counting.internationalVariations = (operator: string, type: string) => (reads.international++, biller.internationalVariations(operator, type));
+    const cached = new Catalogue(counting, 60_000);
+    const abroad = (await cached.check(ghanaTopUp())).vend;
+    await cached.check(ghanaTopUp());
+    expect(reads.international).toBe(1);
+    cached.forgetPlansOf(abroad);
+    await cached.check(ghanaTopUp());
+    expect(reads.international).toBe(2);
+    const home = (await cached.check(eight("DATA", "mtn-data", "MTN", "08011111111", 100))).vend;
+    expect(reads.domestic).toBe(1);
+    cached.forgetPlansOf(home);
+    await cached.check(eight("DATA", "mtn-data", "MTN", "08011111111", 100));
+    expect(reads.domestic).toBe(2);
+  });
+
   it("converts to the kobo, rounding half up, without floats", () => {
     expect(koboFor(20, "105.50")).toBe(211_000n);
     expect(koboFor(0.01, "105.5")).toBe(106n); // 1.055 NGN -> 1.06

@@ -117,6 +117,12 @@ export class Catalogue {
     this.cache.forget(`variations:${serviceID}`);
   }
 
+  /** Forgets the plans a vend plan was priced from: an international one's operator and product type, else its product's. */
+  forgetPlansOf(plan: Pick<VendPlan, "serviceID" | "international">): void {
+    if (plan.international) this.international.forgetPlans(plan.international.operator_id, plan.international.product_type_id);
+    else this.forgetPlans(plan.serviceID);
+  }
+
   /**
    * SERVICE_UNKNOWN unless the biller lists the product (in `category`, or in any): checked
    * against the cached product lists, so a stranger naming random products costs the biller

@@ -96,6 +96,9 @@ const unknown = (what: string, value: string, known: string[]) =>
 const below = (a: string, b: string | null) => b !== null && toScaled(a, 6)! < (toScaled(b, 6) ?? 0n);
 const above = (a: string, b: string | null) => b !== null && toScaled(b, 6) !== undefined && toScaled(a, 6)! > toScaled(b, 6)!;
 
+/** The cache key of an operator's plans of a product type (under `international:`). */
+const plansKey = (operatorId: string, productTypeId: string) => `plans:${operatorId}:${productTypeId}`;
+
 export class InternationalCatalogue {
   constructor(
     private readonly biller: InternationalBiller,
@@ -137,9 +140,14 @@ export class InternationalCatalogue {
     return all.find((o) => o.operator_id === id) ?? throwError(unknown(`operator_id for ${country.code} ${type.name}`, id, all.map((o) => o.operator_id)));
   }
 
+  /** Forgets an operator's plans of a product type (one was charged otherwise), so the next bill reads them afresh. */
+  forgetPlans(operatorId: string, productTypeId: string): void {
+    this.cache.forget(`international:${plansKey(operatorId, productTypeId)}`);
+  }
+
   private async plans(operator: Operator, type: ProductType) {
     return (
-      await this.read(`plans:${operator.operator_id}:${type.product_type_id}`, `plans of operator ${operator.operator_id}`, () =>
+      await this.read(plansKey(operator.operator_id, type.product_type_id), `plans of operator ${operator.operator_id}`, () =>
         this.biller.internationalVariations(operator.operator_id, type.product_type_id),
       )
     ).plans;
