@@ -145,7 +145,7 @@ export async function logsInBlock(blockHash: Hex, receipt: () => Promise<BlockRe
 export type GetLogsRequest = (args: { method: "eth_getLogs"; params: [{ blockHash: Hex; address: Hex[] }] }) => Promise<unknown>;
 
 /** Whose logs the x402 predicate reads of a token's transfer: the token's own, and x402's proxy's (authorizationNonceOf, permit2NonceOf). */
-export const predicateLogSources = (token: Hex): Hex[] => [token, X402_EXACT_PROXY];
+const predicateLogSources = (token: Hex): Hex[] => [token, X402_EXACT_PROXY];
 
 /**
  * The logs of transaction `txHash` in the block `blockHash` that the predicate reads of the
