@@ -1,5 +1,6 @@
 /** viem public clients for a chain at an RPC URL: one place for timeouts and polling. */
-import { createPublicClient, http, type PublicClient } from "viem";
+import { createPublicClient, fallback, http, webSocket, type PublicClient, type Transport } from "viem";
+import { getWebSocketRpcClient } from "viem/utils";
 import { viemChain, type ChainKey } from "./chains.ts";
 import { rpcUrlFor, type Deployments } from "./deployments.ts";
 import { activeNetwork } from "./networks.ts";
@@ -47,20 +48,82 @@ export function rpcBatchSize(): number {
 }
 
 /**
- * The service's one client for a chain at an RPC URL, kept for the process's life: requests
- * made in the same tick, by any caller, go to the node as one JSON-RPC batch (one HTTP request
- * instead of one each: the estimate, nonce and fees a transaction needs, say, or the wallet
- * checks of many agents at once). Each request still gets its own result or error.
- * RPC_BATCH_SIZE caps a batch (0 sends each request alone).
+ * The node's WebSocket, where the service reads through it (readNodesOverWebSocket): by URL,
+ * the readers holding it open. viem keeps one socket per URL and these options.
+ */
+const socketReaders = new Map<string, number>();
+const SOCKET_OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: { attempts: 5, delay: 1_000 } } as const;
+
+/**
+ * From now until the returned close, the service's clients (sharedClientFor) of the chains
+ * `rpcUrls` names read each node over its WebSocket, where it serves one (webSocketUrlFor),
+ * and over HTTP when the socket fails a request.
+ *
+ * Why: a read over the socket skips HTTP's per-request work on both ends, and the wait viem's
+ * JSON-RPC batching makes before it sends (a timer of at least a millisecond). A receipt read
+ * from the local node took 0.5 ms over the socket, 1.2 to 1.6 ms over plain HTTP and 2.8 ms
+ * batched (docs/benchmarks.md); the paid paths read the node right after the block, while it
+ * is busiest. Only processes that close it again open it (the service): an open socket holds
+ * a process alive, so scripts and the command line stay on HTTP and exit when done. Several
+ * services of one process (tests) share a socket; the last to close it closes it.
+ */
+export function readNodesOverWebSocket(nodes: Iterable<{ chain: ChainKey; rpcUrl: string }>): () => void {
+  const urls = [...nodes].map(({ chain, rpcUrl }) => ({ key: clientKey(chain, rpcUrl), ws: webSocketUrlFor(chain, rpcUrl) })).filter((u): u is { key: string; ws: string } => u.ws !== undefined);
+  for (const { key, ws } of urls) {
+    socketReaders.set(ws, (socketReaders.get(ws) ?? 0) + 1);
+    shared.delete(key); // made afresh, over the socket
+  }
+  let closed = false;
+  return () => {
+    if (closed) return;
+    closed = true;
+    for (const { key, ws } of urls) {
+      const left = (socketReaders.get(ws) ?? 1) - 1;
+      if (left > 0) {
+        socketReaders.set(ws, left);
+        continue;
+      }
+      socketReaders.delete(ws);
+      shared.delete(key); // back to HTTP
+      void getWebSocketRpcClient(ws, SOCKET_OPTIONS).then((c) => c.close(), () => {});
+    }
+  };
+}
+
+const clientKey = (chain: ChainKey, rpcUrl: string) => `${chain} ${rpcUrl}`;
+
+/** The shared client's way to the node: its WebSocket first while it is read through it, else HTTP. */
+function sharedTransport(chain: ChainKey, rpcUrl: string): Transport {
+  const batchSize = rpcBatchSize();
+  const overHttp = http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false });
+  const ws = webSocketUrlFor(chain, rpcUrl);
+  if (!ws || !socketReaders.has(ws)) return overHttp;
+  const overSocket = webSocket(ws, { ...SOCKET_OPTIONS, timeout: RPC_TIMEOUT_MS, retryCount: 0 });
+  // Once closed, a client made before stays off the socket: asking viem for it would open it anew.
+  const whileOpen: Transport = (params) => {
+    const t = overSocket(params);
+    return { ...t, request: ((args: unknown) => (socketReaders.has(ws) ? t.request(args as never) : Promise.reject(new Error(`the WebSocket to ${ws} is closed`)))) as typeof t.request };
+  };
+  // A read the socket fails (closed, reconnecting, timed out) is asked again over HTTP; a
+  // revert is the node's answer and is not (viem's fallback).
+  return fallback([whileOpen, overHttp], { retryCount: 0 });
+}
+
+/**
+ * The service's one client for a chain at an RPC URL, kept for the process's life. Over HTTP,
+ * requests made in the same tick, by any caller, go to the node as one JSON-RPC batch (one
+ * HTTP request instead of one each: the estimate, nonce and fees a transaction needs, say, or
+ * the wallet checks of many agents at once); each still gets its own result or error, and
+ * RPC_BATCH_SIZE caps a batch (0 sends each request alone). While the service reads the node
+ * over its WebSocket (readNodesOverWebSocket), each request is a message of its own on it.
  */
 export function sharedClientFor(chain: ChainKey, rpcUrl: string): PublicClient {
-  const key = `${chain} ${rpcUrl}`;
+  const key = clientKey(chain, rpcUrl);
   let client = shared.get(key);
   if (!client) {
-    const batchSize = rpcBatchSize();
     client = createPublicClient({
       chain: viemChain(chain, rpcUrl),
-      transport: http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false }),
+      transport: sharedTransport(chain, rpcUrl),
       pollingInterval: POLLING_INTERVAL_MS,
       cacheTime: 0, // as publicClientFor: every head read is the node's head now
       // A contract the service calls may be anyone's (a payer's wallet asked for its

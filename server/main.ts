@@ -3,7 +3,8 @@
  * with graceful shutdown: stop taking requests, finish those in flight, close the database.
  */
 import { serve } from "@hono/node-server";
-import { readDeployments } from "../lib/deployments.ts";
+import { readNodesOverWebSocket } from "../lib/chain-client.ts";
+import { deployedChains, readDeployments, requireChain, rpcUrlFor } from "../lib/deployments.ts";
 import { activeNetwork } from "../lib/networks.ts";
 import { createApp } from "./app.ts";
 import { loadConfig } from "./config.ts";
@@ -40,6 +41,7 @@ if (failures.length > 0) {
 const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR, poolSize: config.SERVER_DB_POOL_SIZE });
 const rates = rateSourceFor(config, db, processLog());
 const flow = buildFlow(config, deployments, db, keys);
+const closeSockets = readNodesOverWebSocket(deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) })));
 // One key, one instance: refused while another live instance signs with these keys (server/chain/key-lease.ts).
 try {
   await claimKeys(flow);
@@ -69,6 +71,7 @@ function shutdown(why: string, code: number) {
     flow.ledger.close();
     flow.ledgerHealth.stop();
     flow.heads.close();
+    closeSockets();
     await flow.keyLeases.release().catch(() => {}); // gives back only what this instance still holds
     await db.close();
     process.exit(code);

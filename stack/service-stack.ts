@@ -4,6 +4,7 @@
  * deployed. Used by `npm start`, the end-to-end tests and the x402 benchmark.
  */
 import { ChainHeads } from "../lib/chain-heads.ts";
+import { readNodesOverWebSocket } from "../lib/chain-client.ts";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { deployedChains, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
@@ -96,6 +97,8 @@ export async function startServiceStack(options: {
     const flow = buildFlow(config, deployments, db, options.keys);
     closers.push(async () => flow.ledger.close());
     closers.push(async () => flow.heads.close());
+    const closeSockets = readNodesOverWebSocket(chains);
+    closers.push(async () => closeSockets());
     flow.ledgerHealth.start(config.LEDGER_WATCH_INTERVAL_MS);
     closers.push(async () => flow.ledgerHealth.stop());
     await claimKeys(flow); // another live instance on these keys: refused, naming the key

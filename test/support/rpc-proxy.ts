@@ -31,6 +31,8 @@ export interface RpcProxy {
   failCalls(selector: string | undefined): void;
   /** How many eth_subscribe requests have passed so far. */
   subscribes(): number;
+  /** The WebSockets open through the proxy now. */
+  openSockets(): number;
   close(): Promise<void>;
 }
 
@@ -145,6 +147,7 @@ export async function startRpcProxy(target: string): Promise<RpcProxy> {
       failing = selector;
     },
     subscribes: () => subscribes,
+    openSockets: () => sockets.size,
     async close() {
       release();
       for (const s of [...sockets]) s.terminate();

@@ -1,0 +1,79 @@
+/**
+ * The service's reads of its node over the node's WebSocket (lib/chain-client.ts
+ * readNodesOverWebSocket), against a real local node behind a proxy that can hold every HTTP
+ * request and cut the sockets: while open, reads go over the socket; a socket that fails is
+ * read past over HTTP; once closed, no socket is left open (an open one holds the process
+ * alive) and a client made before stays off it.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { network } from "hardhat";
+import { readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
+import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
+
+describe("the service's reads of its node over the node's WebSocket", () => {
+  let node: Awaited<ReturnType<typeof network.createServer>>;
+  let proxy: RpcProxy;
+  const saved = process.env.CELO_WS_URL;
+
+  beforeAll(async () => {
+    node = await network.createServer({ network: "celoLocal" }, "127.0.0.1", 0);
+    const { port } = await node.listen();
+    proxy = await startRpcProxy(`http://127.0.0.1:${port}`);
+    process.env.CELO_WS_URL = proxy.wsUrl;
+  });
+
+  afterAll(async () => {
+    if (saved === undefined) delete process.env.CELO_WS_URL;
+    else process.env.CELO_WS_URL = saved;
+    await proxy?.close();
+    await node?.close();
+  });
+
+  it("reads over the socket while open, over HTTP when the socket fails, and leaves no socket open once closed", async () => {
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    let closed = false;
+    try {
+      const client = sharedClientFor("CELO", proxy.url);
+      // Every HTTP request held: only the socket can answer.
+      proxy.hang();
+      try {
+        expect(await client.getChainId()).toBe(42220);
+        expect(proxy.openSockets()).toBe(1);
+      } finally {
+        proxy.release();
+      }
+
+      // The socket cut under it: the read is answered all the same (over HTTP, or the socket made again).
+      proxy.cutSockets();
+      expect(await client.getChainId()).toBe(42220);
+
+      // A second reader of the same node shares the socket; it stays open until the last closes.
+      const second = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+      second();
+      expect(await sharedClientFor("CELO", proxy.url).getChainId()).toBe(42220);
+      await expect.poll(() => proxy.openSockets(), { timeout: 10_000 }).toBe(1);
+
+      close();
+      closed = true;
+      await expect.poll(() => proxy.openSockets(), { timeout: 10_000 }).toBe(0);
+      // Made before the close or after it, a client reads over HTTP and opens no socket again.
+      expect(await client.getChainId()).toBe(42220);
+      expect(await sharedClientFor("CELO", proxy.url).getChainId()).toBe(42220);
+      expect(proxy.openSockets()).toBe(0);
+    } finally {
+      if (!closed) close();
+    }
+  });
+
+  it("is not opened for a node that names no WebSocket (`<CHAIN>_WS_URL=none`): reads stay on HTTP", async () => {
+    process.env.CELO_WS_URL = "none";
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    try {
+      expect(await sharedClientFor("CELO", proxy.url).getChainId()).toBe(42220);
+      expect(proxy.openSockets()).toBe(0);
+    } finally {
+      close();
+      process.env.CELO_WS_URL = proxy.wsUrl;
+    }
+  });
+});
