@@ -92,6 +92,12 @@ export function readNodesOverWebSocket(nodes: Iterable<{ chain: ChainKey; rpcUrl
 
 const clientKey = (chain: ChainKey, rpcUrl: string) => `${chain} ${rpcUrl}`;
 
+/** Whether the service's client of this node reads it over its WebSocket now, and so can subscribe to it (readNodesOverWebSocket). */
+export function readsOverWebSocket(chain: ChainKey, rpcUrl: string): boolean {
+  const ws = webSocketUrlFor(chain, rpcUrl);
+  return ws !== undefined && socketReaders.has(ws);
+}
+
 /** The shared client's way to the node: its WebSocket first while it is read through it, else HTTP. */
 function sharedTransport(chain: ChainKey, rpcUrl: string): Transport {
   const batchSize = rpcBatchSize();

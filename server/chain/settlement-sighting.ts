@@ -14,12 +14,20 @@
  * is used once per token and payer, so a transaction that used it either paid what the payer
  * signed or did not pay BillPay at all; the receipt tells which.
  *
+ * Where the service reads its node over the node's WebSocket (lib/chain-client.ts), the node
+ * is also asked to push that log as its block arrives (`eth_subscribe("logs")`, filtered by
+ * the authorization's key): it costs the node no search, so it is taken at once, with no
+ * grace, and the receipt is read beside the facilitator's own read of it rather than after its
+ * answer. A pushed log is only a hash, as a searched one is, and a log the node withdraws
+ * (`removed`, a reorganisation) is none.
+ *
  * Permit2 payments are not sighted here: their nonce is Permit2's, logged by another
  * contract, and they keep waiting for the facilitator's hash.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseAbiItem, type Hex } from "viem";
-import { sharedClientFor } from "../../lib/chain-client.ts";
+import type { PublicClient } from "viem";
+import { readsOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
@@ -57,7 +65,9 @@ export async function sightAuthorization(
 ): Promise<Hex | undefined> {
   const d = deps.deployments.chains[chain];
   if (!d) return undefined;
-  const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+  const rpcUrl = rpcUrlFor(chain, d);
+  const client = sharedClientFor(chain, rpcUrl);
+  const pushed = readsOverWebSocket(chain, rpcUrl) ? pushedAuthorization(client, key, signal) : undefined;
   // The settlement is asked for now, so no block the node had announced before holds it.
   // Before the first head is heard, the first one heard is looked at too.
   const known = deps.heads.latest(chain);
@@ -76,5 +86,37 @@ export async function sightAuthorization(
     if (logs) from = head + 1n;
     return null;
   };
-  return (await untilDeadline(deps, chain, deadline, look, signal)) ?? undefined;
+  const searched = untilDeadline(deps, chain, deadline, look, signal).then((found) => found ?? undefined);
+  return pushed ? Promise.race([pushed, searched]) : searched;
+}
+
+/**
+ * The hash of the transaction whose log the node pushes for this authorization's key; never
+ * settles before `signal` aborts when none comes (the search beside it answers at its
+ * deadline). A subscription the node refuses or drops leaves the search alone.
+ */
+function pushedAuthorization(client: PublicClient, key: { token: Hex; payer: Hex; nonce: Hex }, signal: AbortSignal): Promise<Hex | undefined> {
+  return new Promise((resolve) => {
+    const done = (hash: Hex | undefined) => {
+      unwatch();
+      signal.removeEventListener("abort", aborted);
+      resolve(hash);
+    };
+    const aborted = () => done(undefined);
+    const unwatch = client.watchEvent({
+      address: key.token,
+      event: AUTHORIZATION_USED,
+      args: { authorizer: key.payer, nonce: key.nonce },
+      // Subscribed, never polled: this is read only while the client's transport is the node's WebSocket
+      // (PublicClient's type does not know which transport it holds).
+      ...({ poll: false } as unknown as { poll?: true }),
+      onLogs: (logs) => {
+        const used = logs.find((l) => !l.removed && l.transactionHash);
+        if (used) done(used.transactionHash!);
+      },
+      onError: () => {},
+    });
+    if (signal.aborted) aborted();
+    else signal.addEventListener("abort", aborted, { once: true });
+  });
 }

@@ -248,11 +248,17 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
   }
 
   const settling = startStage("facilitator settle");
+  let settleTimed = false;
+  // The stage ends once, when the answer or the chain's sighting of the payment comes first.
+  const decided = () => {
+    if (!settleTimed) settling();
+    settleTimed = true;
+  };
   const answer = settleAnswer(() => facilitator.settle(payload, requirements));
-  const sighted = await sightedFirst(deps, order, answer);
-  settling();
+  const sighted = await sightedFirst(deps, order, answer, decided);
   if (sighted) return sighted;
   const settled = await answer;
+  decided();
   if (settled.kind === "refused-service") return refusedService(deps, order, "settle", settled);
   if (settled.kind === "not-sent" && options.fresh) return unreachable(deps, order, settled.error, options);
   if (settled.kind === "not-sent" || settled.kind === "no-answer") {
@@ -286,7 +292,7 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
  * transaction shows nothing of the order's: the facilitator's answer then decides as before.
  * The answer that comes after a sighting is only logged when it disagrees with the chain.
  */
-async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<FacilitatorAnswer<SettleResponse>>): Promise<Order | undefined> {
+async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<FacilitatorAnswer<SettleResponse>>, decided: () => void): Promise<Order | undefined> {
   if (x402RailOf(order) !== "authorization" || !order.authNonce) return undefined;
   const chain = order.chain as ChainKey;
   const stop = new AbortController();
@@ -297,8 +303,13 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
     const sighting = sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs).catch(() => undefined);
     const txHash = await Promise.race([answered, sighting]);
     if (!txHash) return undefined;
+    decided();
+    const confirming = startStage("payment confirmed");
     const payment = await receiptPaymentOf(deps, order, txHash);
-    if (!payment) return undefined;
+    if (!payment) {
+      confirming();
+      return undefined;
+    }
     // A refusal, or another transaction, from a facilitator whose settlement the chain shows:
     // worth an operator's eye (a confused or lying facilitator); no answer at all is not.
     void answer.then((a) => {
@@ -309,7 +320,9 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
         deps.log.warn("the facilitator's answer disagrees with the chain, which shows the payment; the chain decides", { requestId: order.requestId, txHash, answer: errorReason ?? transaction ?? null });
       }
     });
-    return settledFromLedger(deps, order, payment, "receipt");
+    const paid = await settledFromLedger(deps, order, payment, "receipt");
+    confirming();
+    return paid;
   } finally {
     stop.abort();
   }
