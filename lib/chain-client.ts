@@ -1,9 +1,9 @@
 /** viem public clients for a chain at an RPC URL: one place for timeouts and polling. */
-import { createPublicClient, fallback, http, webSocket, type PublicClient, type Transport } from "viem";
-import { getWebSocketRpcClient } from "viem/utils";
+import { createPublicClient, fallback, http, type PublicClient, type Transport } from "viem";
 import { viemChain, type ChainKey } from "./chains.ts";
 import { rpcUrlFor, type Deployments } from "./deployments.ts";
 import { activeNetwork } from "./networks.ts";
+import { holdNodeSocket, isNodeSocketFailure, nodeSocketHeld, nodeSocketOpen, nodeSocketTransport } from "./node-socket.ts";
 
 export const RPC_TIMEOUT_MS = 10_000;
 /** viem polls every 4 s by default; local chains answer in milliseconds. */
@@ -48,16 +48,9 @@ export function rpcBatchSize(): number {
 }
 
 /**
- * The node's WebSocket, where the service reads through it (readNodesOverWebSocket): by URL,
- * the readers holding it open. viem keeps one socket per URL and these options.
- */
-const socketReaders = new Map<string, number>();
-const SOCKET_OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: { attempts: 5, delay: 1_000 } } as const;
-
-/**
  * From now until the returned close, the service's clients (sharedClientFor) of the chains
- * `rpcUrls` names read each node over its WebSocket, where it serves one (webSocketUrlFor),
- * and over HTTP when the socket fails a request.
+ * `nodes` names read each node over its WebSocket, where it serves one (webSocketUrlFor), and
+ * over HTTP while the socket is not open or when it fails a read (lib/node-socket.ts).
  *
  * Why: a read over the socket skips HTTP's per-request work on both ends, and the wait viem's
  * JSON-RPC batching makes before it sends (a timer of at least a millisecond). A receipt read
@@ -68,51 +61,37 @@ const SOCKET_OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: { attempts:
  * services of one process (tests) share a socket; the last to close it closes it.
  */
 export function readNodesOverWebSocket(nodes: Iterable<{ chain: ChainKey; rpcUrl: string }>): () => void {
-  const urls = [...nodes].map(({ chain, rpcUrl }) => ({ key: clientKey(chain, rpcUrl), ws: webSocketUrlFor(chain, rpcUrl) })).filter((u): u is { key: string; ws: string } => u.ws !== undefined);
-  for (const { key, ws } of urls) {
-    socketReaders.set(ws, (socketReaders.get(ws) ?? 0) + 1);
-    shared.delete(key); // made afresh, over the socket
-  }
-  let closed = false;
+  const held = [...nodes].flatMap(({ chain, rpcUrl }) => {
+    const ws = webSocketUrlFor(chain, rpcUrl);
+    if (!ws) return [];
+    shared.delete(clientKey(chain, rpcUrl)); // made afresh, with the socket
+    return [{ key: clientKey(chain, rpcUrl), release: holdNodeSocket(ws) }];
+  });
   return () => {
-    if (closed) return;
-    closed = true;
-    for (const { key, ws } of urls) {
-      const left = (socketReaders.get(ws) ?? 1) - 1;
-      if (left > 0) {
-        socketReaders.set(ws, left);
-        continue;
-      }
-      socketReaders.delete(ws);
-      shared.delete(key); // back to HTTP
-      void getWebSocketRpcClient(ws, SOCKET_OPTIONS).then((c) => c.close(), () => {});
+    for (const { key, release } of held) {
+      release();
+      shared.delete(key);
     }
   };
 }
 
 const clientKey = (chain: ChainKey, rpcUrl: string) => `${chain} ${rpcUrl}`;
 
-/** Whether the service's client of this node reads it over its WebSocket now, and so can subscribe to it (readNodesOverWebSocket). */
-export function readsOverWebSocket(chain: ChainKey, rpcUrl: string): boolean {
+/** The node's WebSocket URL while the service's client reads the node over it and it is open now (readNodesOverWebSocket); else undefined. */
+export function openSocketUrlFor(chain: ChainKey, rpcUrl: string): string | undefined {
   const ws = webSocketUrlFor(chain, rpcUrl);
-  return ws !== undefined && socketReaders.has(ws);
+  return ws && nodeSocketOpen(ws) ? ws : undefined;
 }
 
-/** The shared client's way to the node: its WebSocket first while it is read through it, else HTTP. */
+/** The shared client's way to the node: its WebSocket while one is held and open, else HTTP. */
 function sharedTransport(chain: ChainKey, rpcUrl: string): Transport {
   const batchSize = rpcBatchSize();
   const overHttp = http(rpcUrl, { timeout: RPC_TIMEOUT_MS, retryCount: 0, batch: batchSize > 0 ? { batchSize } : false });
   const ws = webSocketUrlFor(chain, rpcUrl);
-  if (!ws || !socketReaders.has(ws)) return overHttp;
-  const overSocket = webSocket(ws, { ...SOCKET_OPTIONS, timeout: RPC_TIMEOUT_MS, retryCount: 0 });
-  // Once closed, a client made before stays off the socket: asking viem for it would open it anew.
-  const whileOpen: Transport = (params) => {
-    const t = overSocket(params);
-    return { ...t, request: ((args: unknown) => (socketReaders.has(ws) ? t.request(args as never) : Promise.reject(new Error(`the WebSocket to ${ws} is closed`)))) as typeof t.request };
-  };
-  // A read the socket fails (closed, reconnecting, timed out) is asked again over HTTP; a
-  // revert is the node's answer and is not (viem's fallback).
-  return fallback([whileOpen, overHttp], { retryCount: 0 });
+  if (!ws || !nodeSocketHeld(ws)) return overHttp;
+  // Only the socket's own failures are asked again over HTTP: a revert, or any answer of the
+  // node's, is its answer whichever way it came.
+  return fallback([nodeSocketTransport(ws, RPC_TIMEOUT_MS), overHttp], { retryCount: 0, shouldThrow: (err) => !isNodeSocketFailure(err) });
 }
 
 /**

@@ -26,8 +26,8 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseAbiItem, type Hex } from "viem";
-import type { PublicClient } from "viem";
-import { readsOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
+import { openSocketUrlFor, sharedClientFor } from "../../lib/chain-client.ts";
+import { pushLogs } from "../../lib/node-socket.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
@@ -67,7 +67,8 @@ export async function sightAuthorization(
   if (!d) return undefined;
   const rpcUrl = rpcUrlFor(chain, d);
   const client = sharedClientFor(chain, rpcUrl);
-  const pushed = readsOverWebSocket(chain, rpcUrl) ? pushedAuthorization(client, key, signal) : undefined;
+  const ws = openSocketUrlFor(chain, rpcUrl);
+  const pushed = ws ? pushedAuthorization(ws, key, signal) : undefined;
   // The settlement is asked for now, so no block the node had announced before holds it.
   // Before the first head is heard, the first one heard is looked at too.
   const known = deps.heads.latest(chain);
@@ -95,28 +96,20 @@ export async function sightAuthorization(
  * settles before `signal` aborts when none comes (the search beside it answers at its
  * deadline). A subscription the node refuses or drops leaves the search alone.
  */
-function pushedAuthorization(client: PublicClient, key: { token: Hex; payer: Hex; nonce: Hex }, signal: AbortSignal): Promise<Hex | undefined> {
-  return new Promise((resolve) => {
+function pushedAuthorization(ws: string, key: { token: Hex; payer: Hex; nonce: Hex }, signal: AbortSignal): Promise<Hex | undefined> | undefined {
+  let unsubscribe: (() => void) | undefined;
+  const found = new Promise<Hex | undefined>((resolve) => {
     const done = (hash: Hex | undefined) => {
-      unwatch();
+      unsubscribe?.();
       signal.removeEventListener("abort", aborted);
       resolve(hash);
     };
     const aborted = () => done(undefined);
-    const unwatch = client.watchEvent({
-      address: key.token,
-      event: AUTHORIZATION_USED,
-      args: { authorizer: key.payer, nonce: key.nonce },
-      // Subscribed, never polled: this is read only while the client's transport is the node's WebSocket
-      // (PublicClient's type does not know which transport it holds).
-      ...({ poll: false } as unknown as { poll?: true }),
-      onLogs: (logs) => {
-        const used = logs.find((l) => !l.removed && l.transactionHash);
-        if (used) done(used.transactionHash!);
-      },
-      onError: () => {},
+    unsubscribe = pushLogs(ws, { address: key.token, event: AUTHORIZATION_USED, args: { authorizer: key.payer, nonce: key.nonce } }, (log) => {
+      if (!log.removed && log.transactionHash) done(log.transactionHash);
     });
     if (signal.aborted) aborted();
     else signal.addEventListener("abort", aborted, { once: true });
   });
+  return unsubscribe ? found : undefined;
 }

@@ -303,13 +303,12 @@ async function sightedFirst(deps: SettleDeps, order: Order, answer: Promise<Faci
     const sighting = sightAuthorization(deps, chain, key, stop.signal, Date.now() + deps.ledgerWaitMs).catch(() => undefined);
     const txHash = await Promise.race([answered, sighting]);
     if (!txHash) return undefined;
+    // A sighted transaction that shows nothing of the order's leaves the answer to decide, and
+    // the settle stage runs on until it comes.
+    const payment = await receiptPaymentOf(deps, order, txHash);
+    if (!payment) return undefined;
     decided();
     const confirming = startStage("payment confirmed");
-    const payment = await receiptPaymentOf(deps, order, txHash);
-    if (!payment) {
-      confirming();
-      return undefined;
-    }
     // A refusal, or another transaction, from a facilitator whose settlement the chain shows:
     // worth an operator's eye (a confused or lying facilitator); no answer at all is not.
     void answer.then((a) => {

@@ -2,12 +2,13 @@
  * The service's reads of its node over the node's WebSocket (lib/chain-client.ts
  * readNodesOverWebSocket), against a real local node behind a proxy that can hold every HTTP
  * request and cut the sockets: while open, reads go over the socket; a socket that fails is
- * read past over HTTP; once closed, no socket is left open (an open one holds the process
- * alive) and a client made before stays off it.
+ * read past over HTTP and opened again; reads never wait for a socket that is not open; once
+ * closed, no socket is left open (an open one holds the process alive) and a client made
+ * before stays off it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { network } from "hardhat";
-import { readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
+import { openSocketUrlFor, readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
 import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
 
 describe("the service's reads of its node over the node's WebSocket", () => {
@@ -34,6 +35,7 @@ describe("the service's reads of its node over the node's WebSocket", () => {
     let closed = false;
     try {
       const client = sharedClientFor("CELO", proxy.url);
+      await expect.poll(() => openSocketUrlFor("CELO", proxy.url), { timeout: 10_000 }).toBe(proxy.wsUrl);
       // Every HTTP request held: only the socket can answer.
       proxy.hang();
       try {
@@ -43,9 +45,16 @@ describe("the service's reads of its node over the node's WebSocket", () => {
         proxy.release();
       }
 
-      // The socket cut under it: the read is answered all the same (over HTTP, or the socket made again).
+      // The socket cut under it: the read is answered all the same, over HTTP, and the socket is opened again.
       proxy.cutSockets();
       expect(await client.getChainId()).toBe(42220);
+      await expect.poll(() => openSocketUrlFor("CELO", proxy.url), { timeout: 15_000 }).toBe(proxy.wsUrl);
+      proxy.hang();
+      try {
+        expect(await client.getChainId()).toBe(42220);
+      } finally {
+        proxy.release();
+      }
 
       // A second reader of the same node shares the socket; it stays open until the last closes.
       const second = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
@@ -62,6 +71,19 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       expect(proxy.openSockets()).toBe(0);
     } finally {
       if (!closed) close();
+    }
+  });
+
+  it("a WebSocket that cannot be opened: every read goes over HTTP, none waits for it", async () => {
+    process.env.CELO_WS_URL = "ws://127.0.0.1:1";
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    try {
+      const reads = await Promise.all(Array.from({ length: 5 }, () => sharedClientFor("CELO", proxy.url).getChainId()));
+      expect(reads).toEqual(Array(5).fill(42220));
+      expect(openSocketUrlFor("CELO", proxy.url)).toBeUndefined();
+    } finally {
+      close();
+      process.env.CELO_WS_URL = proxy.wsUrl;
     }
   });
 

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Hex } from "viem";
-import { readNodesOverWebSocket } from "../../lib/chain-client.ts";
+import { openSocketUrlFor, readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
 import { ChainHeads } from "../../lib/chain-heads.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { sightAuthorization } from "../../server/chain/settlement-sighting.ts";
@@ -49,11 +49,14 @@ describe("a settlement sighted from the log the node pushes", () => {
     const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
     const stop = new AbortController();
     try {
+      await expect.poll(() => openSocketUrlFor("CELO", proxy.url), { timeout: 10_000 }).toBe(proxy.wsUrl);
       const { auth, key } = await signed(3);
       const before = proxy.subscribes();
       const sighting = sightAuthorization({ deployments, heads }, "CELO", key, stop.signal, Date.now() + 60_000);
       // Subscribed before the settlement is sent (a local node mines it at once).
       await expect.poll(() => proxy.subscribes(), { timeout: 10_000 }).toBeGreaterThan(before);
+      // A read sent after it on the same socket is answered after the node has taken the subscription.
+      await sharedClientFor("CELO", proxy.url).getChainId();
       const receipt = await celo.submitAuthorization("USDC", auth);
       expect(await sighting).toBe(receipt.transactionHash);
     } finally {
@@ -66,12 +69,15 @@ describe("a settlement sighted from the log the node pushes", () => {
     const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
     const stop = new AbortController();
     try {
+      await expect.poll(() => openSocketUrlFor("CELO", proxy.url), { timeout: 10_000 }).toBe(proxy.wsUrl);
       const ours = await signed(4);
       const other = await signed(5);
       const before = proxy.subscribes();
       let found: Hex | undefined | "pending" = "pending";
       const sighting = sightAuthorization({ deployments, heads }, "CELO", ours.key, stop.signal, Date.now() + 60_000).then((h) => (found = h));
       await expect.poll(() => proxy.subscribes(), { timeout: 10_000 }).toBeGreaterThan(before);
+      // A read sent after it on the same socket is answered after the node has taken the subscription.
+      await sharedClientFor("CELO", proxy.url).getChainId();
       await celo.submitAuthorization("USDC", other.auth);
       // Ours is sent after the other one is mined: a sighting of the other would already be here.
       expect(found).toBe("pending");

@@ -1,0 +1,198 @@
+/**
+ * The service's WebSocket to a chain's node, owned here from open to close: one per URL, held
+ * by its readers (lib/chain-client.ts readNodesOverWebSocket) and closed by the last of them.
+ * viem's socket client carries the JSON-RPC (its requests, their ids, timeouts and the
+ * subscriptions' notifications); this module decides when a socket exists at all.
+ *
+ * Why not viem's own `webSocket` transport: it opens a socket on any request that finds none
+ * in viem's cache, so a read after the close, or a read in the moment a socket is still
+ * connecting, opened another that no one closed (an open socket holds a process alive); a
+ * connect has no deadline there (a node that drops packets stalled every read for the system's
+ * connect timeout); and its reconnect gives up for good after a few tries, leaving a dead
+ * socket in the cache. Here: a socket is opened only while held, with a deadline; a read is
+ * sent on it only while it is open, and over HTTP otherwise (the caller's fallback); a socket
+ * that fails a read or closes is closed and opened again a little later.
+ */
+import { BaseError, custom, encodeEventTopics, SocketClosedError, TimeoutError, WebSocketRequestError, RpcRequestError, type AbiEvent, type Hex, type Transport } from "viem";
+import { getWebSocketRpcClient, type SocketRpcClient } from "viem/utils";
+
+/** How long a socket may take to open; reads go over HTTP meanwhile. */
+const CONNECT_MS = 5_000;
+/** After a socket fails, how long before it is opened again; reads go over HTTP meanwhile. */
+const REOPEN_MS = 5_000;
+/** viem's socket options: a ping keeps idle proxies from closing it; reconnecting is this module's. */
+const OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: false } as const;
+const OPEN = 1; // WebSocket.OPEN
+
+type Client = SocketRpcClient<WebSocket>;
+
+/** A read the socket could not carry (not open, closed under it, timed out): the caller asks it over HTTP. */
+export class NodeSocketUnavailable extends BaseError {
+  constructor(url: string) {
+    super(`the WebSocket to ${url} is not open`, { name: "NodeSocketUnavailable" });
+  }
+}
+
+class NodeSocket {
+  holders = 0;
+  private client?: Client;
+  private opening = false;
+  private timer?: NodeJS.Timeout;
+
+  constructor(readonly url: string) {}
+
+  /** viem's client of the socket while it is open; a socket found closed is let go and opened again later. */
+  get open(): Client | undefined {
+    if (this.client && this.client.socket.readyState !== OPEN) this.failed();
+    return this.client;
+  }
+
+  start(): void {
+    if (this.client || this.opening || this.holders === 0) return;
+    this.opening = true;
+    const attempt = getWebSocketRpcClient(this.url, OPTIONS) as Promise<Client>;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("connect timed out")), CONNECT_MS)));
+    Promise.race([attempt, late]).then(
+      (client) => {
+        clearTimeout(timer);
+        this.opening = false;
+        if (this.holders === 0) client.close();
+        else this.client = client;
+      },
+      () => {
+        clearTimeout(timer);
+        this.opening = false;
+        // One that opens after its deadline is closed: no socket is left without an owner.
+        attempt.then((client) => client.close(), () => {});
+        this.later();
+      },
+    );
+  }
+
+  /** The socket failed a read or closed: it is closed, and opened again after REOPEN_MS. */
+  failed(): void {
+    const client = this.client;
+    this.client = undefined;
+    client?.close();
+    this.later();
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.client?.close();
+    this.client = undefined;
+  }
+
+  private later(): void {
+    if (this.holders === 0 || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.start();
+    }, REOPEN_MS);
+    this.timer.unref();
+  }
+}
+
+const sockets = new Map<string, NodeSocket>();
+
+/** Holds the socket to `url` open (opening it now) until the returned release; the last release closes it. */
+export function holdNodeSocket(url: string): () => void {
+  let socket = sockets.get(url);
+  if (!socket) sockets.set(url, (socket = new NodeSocket(url)));
+  socket.holders += 1;
+  socket.start();
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    socket.holders -= 1;
+    if (socket.holders > 0) return;
+    socket.stop();
+    if (sockets.get(url) === socket) sockets.delete(url);
+  };
+}
+
+/** Whether a socket to `url` is held (reads may go over it once it is open). */
+export function nodeSocketHeld(url: string): boolean {
+  return sockets.has(url);
+}
+
+/** Whether the socket to `url` is open now. */
+export function nodeSocketOpen(url: string): boolean {
+  return sockets.get(url)?.open !== undefined;
+}
+
+/** Errors of the socket itself, after which the same read is asked over HTTP; the node's own answers are not. */
+export function isNodeSocketFailure(err: unknown): boolean {
+  return err instanceof NodeSocketUnavailable || err instanceof SocketClosedError || err instanceof WebSocketRequestError || err instanceof TimeoutError;
+}
+
+/**
+ * A viem transport over the held socket to `url`: each request a message of its own, answered
+ * within `timeoutMs`. While no socket is open it fails at once (NodeSocketUnavailable), and a
+ * socket that fails a request is let go, for the caller's fallback to ask HTTP instead.
+ */
+export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
+  return custom(
+    {
+      async request({ method, params }: { method: string; params?: unknown }) {
+        const socket = sockets.get(url);
+        const client = socket?.open;
+        if (!socket || !client) throw new NodeSocketUnavailable(url);
+        const body = { method, params };
+        let answer;
+        try {
+          answer = await client.requestAsync({ body, timeout: timeoutMs });
+        } catch (err) {
+          socket.failed();
+          throw err instanceof BaseError ? err : new NodeSocketUnavailable(url);
+        }
+        if (answer.error) throw new RpcRequestError({ body, error: answer.error, url });
+        return answer.result;
+      },
+    },
+    { key: "nodeSocket", name: "the node's WebSocket", retryCount: 0 },
+  );
+}
+
+/**
+ * Asks the node, over the open socket to `url`, to push the logs of `event` at `address` that
+ * `args` select (`eth_subscribe("logs")`), each to `onLog` as the node sends it. Undefined when
+ * no socket is open (the caller searches instead); else the unsubscribe. A subscription the
+ * node refuses, or that its socket loses, pushes nothing more.
+ */
+export function pushLogs(
+  url: string,
+  filter: { address: Hex; event: AbiEvent; args: Record<string, unknown> },
+  onLog: (log: { transactionHash?: Hex | null; removed?: boolean }) => void,
+): (() => void) | undefined {
+  const client = sockets.get(url)?.open;
+  if (!client) return undefined;
+  const topics = encodeEventTopics({ abi: [filter.event], eventName: filter.event.name, args: filter.args } as Parameters<typeof encodeEventTopics>[0]);
+  let id: string | undefined;
+  let ended = false;
+  const unsubscribe = () => {
+    if (id) client.request({ body: { method: "eth_unsubscribe", params: [id] }, onResponse: () => {}, onError: () => {} });
+  };
+  client.request({
+    body: { method: "eth_subscribe", params: ["logs", { address: filter.address, topics }] },
+    onResponse: (message) => {
+      const m = message as { method?: string; params?: { result?: { transactionHash?: Hex | null; removed?: boolean } }; result?: unknown };
+      if (m.method === "eth_subscription") {
+        if (!ended && m.params?.result) onLog(m.params.result);
+        return;
+      }
+      if (typeof m.result === "string") {
+        id = m.result;
+        if (ended) unsubscribe();
+      }
+    },
+    onError: () => {},
+  });
+  return () => {
+    ended = true;
+    unsubscribe();
+  };
+}
