@@ -14,7 +14,7 @@
  * that fails a read or closes is closed and opened again a little later.
  */
 import { BaseError, custom, encodeEventTopics, SocketClosedError, TimeoutError, WebSocketRequestError, RpcRequestError, type AbiEvent, type Hex, type Transport } from "viem";
-import { getWebSocketRpcClient, type SocketRpcClient } from "viem/utils";
+import { getSocketRpcClient, type GetSocketRpcClientParameters, type SocketRpcClient } from "viem/utils";
 
 /** How long a socket may take to open; reads go over HTTP meanwhile. */
 const CONNECT_MS = 5_000;
@@ -25,17 +25,24 @@ const OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: false } as const;
 const OPEN = 1; // WebSocket.OPEN
 
 type Client = SocketRpcClient<WebSocket>;
+type SocketHandlers = Parameters<GetSocketRpcClientParameters<WebSocket>["getSocket"]>[0];
 
-/** A read the socket could not carry (not open, closed under it, timed out): the caller asks it over HTTP. */
+/** A read the socket could not carry (not open, closed under it): the caller asks it over HTTP. */
 export class NodeSocketUnavailable extends BaseError {
   constructor(url: string) {
     super(`the WebSocket to ${url} is not open`, { name: "NodeSocketUnavailable" });
   }
 }
 
+let opened = 0;
+
 class NodeSocket {
   holders = 0;
+  /** When the node last sent anything on the socket (ms): a read timed out on a socket silent since it was sent finds the socket dead. */
+  heardAt = 0;
   private client?: Client;
+  /** The socket being opened or open, so that a connect past its deadline, or at the close, can be cut. */
+  private raw?: WebSocket;
   private opening = false;
   private timer?: NodeJS.Timeout;
 
@@ -50,30 +57,34 @@ class NodeSocket {
   start(): void {
     if (this.client || this.opening || this.holders === 0) return;
     this.opening = true;
-    const attempt = getWebSocketRpcClient(this.url, OPTIONS) as Promise<Client>;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("connect timed out")), CONNECT_MS)));
-    Promise.race([attempt, late]).then(
+    // A key of its own: viem keeps socket clients by key and URL, and this one is this object's alone.
+    const attempt = getSocketRpcClient({ key: `node-socket-${++opened}`, url: this.url, ...OPTIONS, getSocket: (handlers) => this.connect(handlers) }) as Promise<Client>;
+    // A connect still under way at the deadline is cut, and the attempt fails.
+    const deadline = setTimeout(() => {
+      if (this.opening && !this.client) this.raw?.close();
+    }, CONNECT_MS);
+    deadline.unref();
+    attempt.then(
       (client) => {
-        clearTimeout(timer);
+        clearTimeout(deadline);
         this.opening = false;
         if (this.holders === 0) client.close();
         else this.client = client;
       },
       () => {
-        clearTimeout(timer);
+        clearTimeout(deadline);
         this.opening = false;
-        // One that opens after its deadline is closed: no socket is left without an owner.
-        attempt.then((client) => client.close(), () => {});
+        this.raw = undefined;
         this.later();
       },
     );
   }
 
-  /** The socket failed a read or closed: it is closed, and opened again after REOPEN_MS. */
+  /** The socket failed or was found closed: it is closed, and opened again after REOPEN_MS. */
   failed(): void {
     const client = this.client;
     this.client = undefined;
+    this.raw = undefined;
     client?.close();
     this.later();
   }
@@ -81,8 +92,11 @@ class NodeSocket {
   stop(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.client?.close();
+    const { client, raw } = this;
     this.client = undefined;
+    this.raw = undefined;
+    client?.close();
+    if (!client) raw?.close(); // one still connecting
   }
 
   private later(): void {
@@ -92,6 +106,56 @@ class NodeSocket {
       this.start();
     }, REOPEN_MS);
     this.timer.unref();
+  }
+
+  /**
+   * The WebSocket, as viem's own transport makes it (utils/rpc/webSocket.ts), but held here so
+   * that it can be closed while it connects. Node 22's WebSocket.
+   */
+  private async connect({ onClose, onError, onOpen, onResponse }: SocketHandlers) {
+    const socket = new WebSocket(this.url);
+    this.raw = socket;
+    const closed = () => {
+      socket.removeEventListener("close", closed);
+      socket.removeEventListener("message", message);
+      socket.removeEventListener("error", onError);
+      socket.removeEventListener("open", onOpen);
+      onClose();
+    };
+    const message = ({ data }: MessageEvent) => {
+      this.heardAt = Date.now();
+      if (typeof data === "string" && data.trim().length === 0) return;
+      try {
+        onResponse(JSON.parse(String(data)));
+      } catch (err) {
+        onError(err as Error);
+      }
+    };
+    socket.addEventListener("close", closed);
+    socket.addEventListener("message", message);
+    socket.addEventListener("error", onError);
+    socket.addEventListener("open", onOpen);
+    if (socket.readyState === WebSocket.CONNECTING) {
+      await new Promise((resolve, reject) => {
+        socket.addEventListener("open", resolve, { once: true });
+        socket.addEventListener("error", reject, { once: true });
+        socket.addEventListener("close", reject, { once: true });
+      });
+    }
+    const close = socket.close.bind(socket);
+    return Object.assign(socket, {
+      close() {
+        close();
+        closed();
+      },
+      ping() {
+        if (socket.readyState === OPEN) socket.send(JSON.stringify({ jsonrpc: "2.0", id: null, method: "net_version", params: [] }));
+      },
+      request({ body }: { body: unknown }) {
+        if (socket.readyState !== OPEN) throw new WebSocketRequestError({ body: body as never, url: socket.url, cause: new SocketClosedError({ url: socket.url }) });
+        socket.send(JSON.stringify(body));
+      },
+    });
   }
 }
 
@@ -131,8 +195,10 @@ export function isNodeSocketFailure(err: unknown): boolean {
 
 /**
  * A viem transport over the held socket to `url`: each request a message of its own, answered
- * within `timeoutMs`. While no socket is open it fails at once (NodeSocketUnavailable), and a
- * socket that fails a request is let go, for the caller's fallback to ask HTTP instead.
+ * within `timeoutMs`. While no socket is open it fails at once (NodeSocketUnavailable), as it
+ * does when the socket closes under a request; a request that times out on a socket silent
+ * since it was sent finds the socket dead, and it is let go. The caller's fallback then asks
+ * HTTP instead.
  */
 export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
   return custom(
@@ -142,11 +208,13 @@ export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
         const client = socket?.open;
         if (!socket || !client) throw new NodeSocketUnavailable(url);
         const body = { method, params };
+        const sentAt = Date.now();
         let answer;
         try {
           answer = await client.requestAsync({ body, timeout: timeoutMs });
         } catch (err) {
-          socket.failed();
+          // A slow answer on a socket that still speaks is the node's slowness, not the socket's.
+          if (!(err instanceof TimeoutError) || socket.heardAt < sentAt) socket.failed();
           throw err instanceof BaseError ? err : new NodeSocketUnavailable(url);
         }
         if (answer.error) throw new RpcRequestError({ body, error: answer.error, url });
@@ -170,7 +238,12 @@ export function pushLogs(
 ): (() => void) | undefined {
   const client = sockets.get(url)?.open;
   if (!client) return undefined;
-  const topics = encodeEventTopics({ abi: [filter.event], eventName: filter.event.name, args: filter.args } as Parameters<typeof encodeEventTopics>[0]);
+  let topics;
+  try {
+    topics = encodeEventTopics({ abi: [filter.event], eventName: filter.event.name, args: filter.args } as Parameters<typeof encodeEventTopics>[0]);
+  } catch {
+    return undefined; // a key that cannot be a topic: the caller searches, which refuses it as well
+  }
   let id: string | undefined;
   let ended = false;
   const unsubscribe = () => {

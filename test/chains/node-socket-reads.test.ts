@@ -41,6 +41,8 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       try {
         expect(await client.getChainId()).toBe(42220);
         expect(proxy.openSockets()).toBe(1);
+        // The node's refusal is its answer: not asked again over HTTP (held, it would never come back).
+        await expect(client.request({ method: "eth_getBlockByNumber", params: ["not a block", false] } as never)).rejects.toThrow();
       } finally {
         proxy.release();
       }
