@@ -7,11 +7,12 @@
  * Why not viem's own `webSocket` transport: it opens a socket on any request that finds none
  * in viem's cache, so a read after the close, or a read in the moment a socket is still
  * connecting, opened another that no one closed (an open socket holds a process alive); a
- * connect has no deadline there (a node that drops packets stalled every read for the system's
- * connect timeout); and its reconnect gives up for good after a few tries, leaving a dead
- * socket in the cache. Here: a socket is opened only while held, with a deadline; a read is
- * sent on it only while it is open, and over HTTP otherwise (the caller's fallback); a socket
- * that fails a read or closes is closed and opened again a little later.
+ * connect has no deadline of its own there (an upgrade never answered stalled every read for
+ * the WebSocket's own timeouts, minutes); and its reconnect gives up for good after a few
+ * tries, leaving a dead socket in the cache. Here: a socket is opened only while held, with a
+ * deadline; a read is sent on it only while it is open, and over HTTP otherwise (the caller's
+ * fallback); a socket found closed when a read looks, or that answers nothing, is let go and
+ * opened again a little later.
  */
 import { BaseError, custom, encodeEventTopics, SocketClosedError, TimeoutError, WebSocketRequestError, RpcRequestError, type AbiEvent, type Hex, type Transport } from "viem";
 import { getSocketRpcClient, type GetSocketRpcClientParameters, type SocketRpcClient } from "viem/utils";
@@ -113,6 +114,8 @@ class NodeSocket {
    * that it can be closed while it connects. Node 22's WebSocket.
    */
   private async connect({ onClose, onError, onOpen, onResponse }: SocketHandlers) {
+    // Released before viem asked for the socket: none is made.
+    if (this.holders === 0) throw new NodeSocketUnavailable(this.url);
     const socket = new WebSocket(this.url);
     this.raw = socket;
     const closed = () => {
@@ -136,10 +139,10 @@ class NodeSocket {
     socket.addEventListener("error", onError);
     socket.addEventListener("open", onOpen);
     if (socket.readyState === WebSocket.CONNECTING) {
+      // A socket that never opens fires "error" (Node 22's WebSocket fires no "close" then).
       await new Promise((resolve, reject) => {
         socket.addEventListener("open", resolve, { once: true });
         socket.addEventListener("error", reject, { once: true });
-        socket.addEventListener("close", reject, { once: true });
       });
     }
     const close = socket.close.bind(socket);
@@ -190,15 +193,17 @@ export function nodeSocketOpen(url: string): boolean {
 
 /** Errors of the socket itself, after which the same read is asked over HTTP; the node's own answers are not. */
 export function isNodeSocketFailure(err: unknown): boolean {
+  if (err instanceof SlowNodeAnswer) return false;
   return err instanceof NodeSocketUnavailable || err instanceof SocketClosedError || err instanceof WebSocketRequestError || err instanceof TimeoutError;
 }
 
 /**
  * A viem transport over the held socket to `url`: each request a message of its own, answered
  * within `timeoutMs`. While no socket is open it fails at once (NodeSocketUnavailable), as it
- * does when the socket closes under a request; a request that times out on a socket silent
- * since it was sent finds the socket dead, and it is let go. The caller's fallback then asks
- * HTTP instead.
+ * does when the socket closes under a request, and the caller's fallback asks HTTP instead. A
+ * request that times out on a socket that still answers (anything heard since it was sent, or
+ * a short probe answered) was the node's slowness: SlowNodeAnswer, not asked again, so one
+ * read waits `timeoutMs` at most, as over HTTP. Only a socket that answers nothing is let go.
  */
 export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
   return custom(
@@ -213,8 +218,8 @@ export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
         try {
           answer = await client.requestAsync({ body, timeout: timeoutMs });
         } catch (err) {
-          // A slow answer on a socket that still speaks is the node's slowness, not the socket's.
-          if (!(err instanceof TimeoutError) || socket.heardAt < sentAt) socket.failed();
+          if (err instanceof TimeoutError && (socket.heardAt >= sentAt || (await answersProbe(client)))) throw new SlowNodeAnswer(body, url);
+          socket.failed();
           throw err instanceof BaseError ? err : new NodeSocketUnavailable(url);
         }
         if (answer.error) throw new RpcRequestError({ body, error: answer.error, url });
@@ -223,6 +228,24 @@ export function nodeSocketTransport(url: string, timeoutMs: number): Transport {
     },
     { key: "nodeSocket", name: "the node's WebSocket", retryCount: 0 },
   );
+}
+
+/** How long a socket silent through a timed-out read has to answer a probe before it is let go. */
+const PROBE_MS = 2_000;
+
+/** Whether the node answers a cheap request on this socket within PROBE_MS. */
+function answersProbe(client: Client): Promise<boolean> {
+  return client.requestAsync({ body: { method: "net_version" }, timeout: PROBE_MS }).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** A read the node did not answer in time on a socket that still answers: its answer, not the socket's failure. */
+export class SlowNodeAnswer extends TimeoutError {
+  constructor(body: { method: string; params?: unknown }, url: string) {
+    super({ body, url });
+  }
 }
 
 /**

@@ -7,7 +7,10 @@
  * before stays off it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createServer as createTcpServer, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import { network } from "hardhat";
+import { TimeoutError } from "viem";
 import { openSocketUrlFor, readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
 import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
 
@@ -41,8 +44,10 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       try {
         expect(await client.getChainId()).toBe(42220);
         expect(proxy.openSockets()).toBe(1);
-        // The node's refusal is its answer: not asked again over HTTP (held, it would never come back).
-        await expect(client.request({ method: "eth_getBlockByNumber", params: ["not a block", false] } as never)).rejects.toThrow();
+        // The node's refusal is its answer: not asked again over HTTP (held, that would end in a timeout).
+        const refusal = await client.request({ method: "eth_getBlockByNumber", params: ["not a block", false] } as never).catch((err: unknown) => err);
+        expect(refusal).toBeInstanceOf(Error);
+        expect(refusal).not.toBeInstanceOf(TimeoutError);
       } finally {
         proxy.release();
       }
@@ -85,6 +90,30 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       expect(openSocketUrlFor("CELO", proxy.url)).toBeUndefined();
     } finally {
       close();
+      process.env.CELO_WS_URL = proxy.wsUrl;
+    }
+  });
+
+  it("a WebSocket whose upgrade is never answered: reads go over HTTP, and the close cuts the connect under way", async () => {
+    const held = new Set<Socket>();
+    let ended = 0;
+    const tcp = createTcpServer((s) => {
+      held.add(s);
+      s.on("close", () => (ended += 1));
+    });
+    await new Promise<void>((resolve) => tcp.listen(0, "127.0.0.1", resolve));
+    process.env.CELO_WS_URL = `ws://127.0.0.1:${(tcp.address() as AddressInfo).port}`;
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    try {
+      expect(await sharedClientFor("CELO", proxy.url).getChainId()).toBe(42220);
+      await expect.poll(() => held.size, { timeout: 10_000 }).toBe(1);
+      close();
+      // Left connecting, it would hold the process alive.
+      await expect.poll(() => ended, { timeout: 10_000 }).toBe(1);
+    } finally {
+      close();
+      for (const s of held) s.destroy();
+      tcp.close();
       process.env.CELO_WS_URL = proxy.wsUrl;
     }
   });
