@@ -24,6 +24,11 @@ const REOPEN_MS = 5_000;
 /** viem's socket options: a ping keeps idle proxies from closing it; reconnecting is this module's. */
 const OPTIONS = { keepAlive: { interval: 30_000 }, reconnect: false } as const;
 const OPEN = 1; // WebSocket.OPEN
+/**
+ * A socket the node has sent nothing on for this long (two pings unanswered, and no read or
+ * notification) has gone quiet without closing: it is let go when a reader next looks.
+ */
+const QUIET_MS = 2.5 * OPTIONS.keepAlive.interval;
 
 type Client = SocketRpcClient<WebSocket>;
 type SocketHandlers = Parameters<GetSocketRpcClientParameters<WebSocket>["getSocket"]>[0];
@@ -51,7 +56,7 @@ class NodeSocket {
 
   /** viem's client of the socket while it is open; a socket found closed is let go and opened again later. */
   get open(): Client | undefined {
-    if (this.client && this.client.socket.readyState !== OPEN) this.failed();
+    if (this.client && (this.client.socket.readyState !== OPEN || Date.now() - this.heardAt > QUIET_MS)) this.failed();
     return this.client;
   }
 
@@ -70,7 +75,10 @@ class NodeSocket {
         clearTimeout(deadline);
         this.opening = false;
         if (this.holders === 0) client.close();
-        else this.client = client;
+        else {
+          this.heardAt = Date.now();
+          this.client = client;
+        }
       },
       () => {
         clearTimeout(deadline);
