@@ -16,8 +16,9 @@
  *   waits, the head is polled too, so a wait is woken by the next block either way;
  * - a poll that finds a block the subscription did not push, twice in a row, makes a new
  *   subscription;
- * - a socket not subscribed within WS_SUBSCRIBE_MS is given up, and a closed one is made
- *   again after a backoff (1 s, doubling to 30 s, back to 1 s once heads arrive).
+ * - a socket not subscribed within WS_SUBSCRIBE_MS is given up, and one that is given up,
+ *   refused, fails or closes is made again after a backoff (1 s, doubling to 30 s, back to
+ *   1 s once heads arrive).
  * A block replaced at the same height (a reorganisation of the newest block) is a new head
  * too: waiters are woken to look again.
  */
@@ -174,18 +175,25 @@ export class ChainHeads {
     const socket = new WebSocket(url);
     const giveUp = setTimeout(() => socket.close(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
     giveUp.unref(); // a connect in progress must not keep a finished process alive
-    w.stop = () => {
+    // Ends this socket once, for good: its events are heard no more after it.
+    let ended = false;
+    const end = () => {
+      ended = true;
       clearTimeout(giveUp);
-      socket.onclose = null;
+      socket.onopen = socket.onmessage = socket.onerror = socket.onclose = null;
       socket.close();
+    };
+    const stop = () => {
+      end();
       w.subscribed = false;
     };
+    w.stop = stop;
     socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
     socket.onmessage = (event) => {
       try {
         const msg = JSON.parse(String(event.data)) as { id?: number; result?: unknown; method?: string; params?: { result?: Head } };
         if (msg.id === 1) {
-          if (typeof msg.result !== "string") return socket.close(); // refused: poll instead
+          if (typeof msg.result !== "string") return lost(); // refused: poll instead
           clearTimeout(giveUp);
           w.subscribed = true;
           w.pushedAt = Date.now();
@@ -203,16 +211,19 @@ export class ChainHeads {
         // not a head: ignored
       }
     };
-    // An error is always followed by a close event (WHATWG WebSocket), which falls back; closing
-    // here would recurse while the socket is still connecting (close fails it with an error).
-    socket.onerror = () => {};
-    socket.onclose = () => {
-      clearTimeout(giveUp);
-      w.stop = undefined;
+    // Lost: the chain falls back to polling, and the socket is made again after a backoff.
+    // Both events lead here, once: a socket that never opens (refused, or cut by the give-up
+    // while it connects) fires only "error" in Node 22, with no "close" after it.
+    const lost = () => {
+      if (ended) return;
+      end();
+      if (w.stop === stop) w.stop = undefined;
       w.subscribed = false;
       if (w.waiters.size > 0 && !w.polling) void this.poll(w);
       this.resubscribeLater(w, url);
     };
+    socket.onerror = lost;
+    socket.onclose = lost;
   }
 
   private resubscribeLater(w: Watch, url: string): void {
