@@ -3,7 +3,7 @@ import { createPublicClient, fallback, http, type PublicClient, type Transport }
 import { viemChain, type ChainKey } from "./chains.ts";
 import { rpcUrlFor, type Deployments } from "./deployments.ts";
 import { activeNetwork } from "./networks.ts";
-import { holdNodeSocket, isNodeSocketFailure, nodeSocketHeld, nodeSocketOpen, nodeSocketTransport } from "./node-socket.ts";
+import { holdNodeSocket, isNodeSocketFailure, nodeSocketHeld, nodeSocketOpen, nodeSocketTransport, type NodeSocketLog } from "./node-socket.ts";
 
 export const RPC_TIMEOUT_MS = 10_000;
 /** viem polls every 4 s by default; local chains answer in milliseconds. */
@@ -60,12 +60,12 @@ export function rpcBatchSize(): number {
  * a process alive, so scripts and the command line stay on HTTP and exit when done. Several
  * services of one process (tests) share a socket; the last to close it closes it.
  */
-export function readNodesOverWebSocket(nodes: Iterable<{ chain: ChainKey; rpcUrl: string }>): () => void {
+export function readNodesOverWebSocket(nodes: Iterable<{ chain: ChainKey; rpcUrl: string }>, log?: NodeSocketLog): () => void {
   const held = [...nodes].flatMap(({ chain, rpcUrl }) => {
     const ws = webSocketUrlFor(chain, rpcUrl);
     if (!ws) return [];
     shared.delete(clientKey(chain, rpcUrl)); // made afresh, with the socket
-    return [{ key: clientKey(chain, rpcUrl), release: holdNodeSocket(ws) }];
+    return [{ key: clientKey(chain, rpcUrl), release: holdNodeSocket(ws, log) }];
   });
   return () => {
     for (const { key, release } of held) {

@@ -42,6 +42,12 @@ export class NodeSocketUnavailable extends BaseError {
 
 let opened = 0;
 
+/** Where a socket's changes of state are told (the service's log); nothing is told without one. */
+export interface NodeSocketLog {
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+}
+
 class NodeSocket {
   holders = 0;
   /** When the node last sent anything on the socket (ms): a read timed out on a socket silent since it was sent finds the socket dead. */
@@ -51,8 +57,13 @@ class NodeSocket {
   private raw?: WebSocket;
   private opening = false;
   private timer?: NodeJS.Timeout;
+  /** Whether reads have gone over HTTP since a failure was told (told once, until the socket opens again). */
+  private down = false;
 
-  constructor(readonly url: string) {}
+  constructor(
+    readonly url: string,
+    private readonly log?: NodeSocketLog,
+  ) {}
 
   /** viem's client of the socket while it is open; a socket found closed is let go and opened again later. */
   get open(): Client | undefined {
@@ -78,12 +89,15 @@ class NodeSocket {
         else {
           this.heardAt = Date.now();
           this.client = client;
+          if (this.down) this.log?.info("reading the node over its WebSocket again", { url: this.url });
+          this.down = false;
         }
       },
-      () => {
+      (err: unknown) => {
         clearTimeout(deadline);
         this.opening = false;
         this.raw = undefined;
+        if (this.holders > 0) this.tellDown("could not open the node's WebSocket; reading the node over HTTP, and trying again every few seconds", err);
         this.later();
       },
     );
@@ -95,7 +109,15 @@ class NodeSocket {
     this.client = undefined;
     this.raw = undefined;
     client?.close();
+    if (client) this.tellDown("lost the node's WebSocket; reading the node over HTTP until it is open again");
     this.later();
+  }
+
+  /** Tells the first failure of a run of them (an unreachable socket retried every few seconds is not a line each time). */
+  private tellDown(msg: string, err?: unknown): void {
+    if (this.down) return;
+    this.down = true;
+    this.log?.warn(msg, { url: this.url, ...(err instanceof Error ? { error: err.message } : {}) });
   }
 
   stop(): void {
@@ -172,10 +194,13 @@ class NodeSocket {
 
 const sockets = new Map<string, NodeSocket>();
 
-/** Holds the socket to `url` open (opening it now) until the returned release; the last release closes it. */
-export function holdNodeSocket(url: string): () => void {
+/**
+ * Holds the socket to `url` open (opening it now) until the returned release; the last release
+ * closes it. `log` hears when the socket cannot be opened or is lost, and when it is open again.
+ */
+export function holdNodeSocket(url: string, log?: NodeSocketLog): () => void {
   let socket = sockets.get(url);
-  if (!socket) sockets.set(url, (socket = new NodeSocket(url)));
+  if (!socket) sockets.set(url, (socket = new NodeSocket(url, log)));
   socket.holders += 1;
   socket.start();
   let released = false;

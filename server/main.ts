@@ -41,7 +41,10 @@ if (failures.length > 0) {
 const db = await openDb({ url: config.SERVER_DATABASE_URL, pgliteDir: config.SERVER_PGLITE_DIR, poolSize: config.SERVER_DB_POOL_SIZE });
 const rates = rateSourceFor(config, db, processLog());
 const flow = buildFlow(config, deployments, db, keys);
-const closeSockets = readNodesOverWebSocket(deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) })));
+const closeSockets = readNodesOverWebSocket(
+  deployedChains(deployments).map((chain) => ({ chain, rpcUrl: rpcUrlFor(chain, requireChain(deployments, chain)) })),
+  processLog(),
+);
 // One key, one instance: refused while another live instance signs with these keys (server/chain/key-lease.ts).
 try {
   await claimKeys(flow);

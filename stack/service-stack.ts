@@ -97,7 +97,7 @@ export async function startServiceStack(options: {
     const flow = buildFlow(config, deployments, db, options.keys);
     closers.push(async () => flow.ledger.close());
     closers.push(async () => flow.heads.close());
-    const closeSockets = readNodesOverWebSocket(chains);
+    const closeSockets = readNodesOverWebSocket(chains, log());
     closers.push(async () => closeSockets());
     flow.ledgerHealth.start(config.LEDGER_WATCH_INTERVAL_MS);
     closers.push(async () => flow.ledgerHealth.stop());

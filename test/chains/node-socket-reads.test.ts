@@ -33,8 +33,13 @@ describe("the service's reads of its node over the node's WebSocket", () => {
     await node?.close();
   });
 
+  /** What the sockets told the service's log, as level and message. */
+  const told: string[] = [];
+  const log = { warn: (msg: string) => told.push(`warn ${msg}`), info: (msg: string) => told.push(`info ${msg}`) };
+
   it("reads over the socket while open, over HTTP when the socket fails, and leaves no socket open once closed", async () => {
-    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    told.length = 0;
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }], log);
     let closed = false;
     try {
       const client = sharedClientFor("CELO", proxy.url);
@@ -53,9 +58,12 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       }
 
       // The socket cut under it: the read is answered all the same, over HTTP, and the socket is opened again.
+      expect(told).toEqual([]);
       proxy.cutSockets();
       expect(await client.getChainId()).toBe(42220);
       await expect.poll(() => openSocketUrlFor("CELO", proxy.url), { timeout: 15_000 }).toBe(proxy.wsUrl);
+      // The operator hears of the loss, and of the socket open again.
+      expect(told).toEqual(["warn lost the node's WebSocket; reading the node over HTTP until it is open again", "info reading the node over its WebSocket again"]);
       proxy.hang();
       try {
         expect(await client.getChainId()).toBe(42220);
@@ -83,11 +91,14 @@ describe("the service's reads of its node over the node's WebSocket", () => {
 
   it("a WebSocket that cannot be opened: every read goes over HTTP, none waits for it", async () => {
     process.env.CELO_WS_URL = "ws://127.0.0.1:1";
-    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }]);
+    told.length = 0;
+    const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }], log);
     try {
       const reads = await Promise.all(Array.from({ length: 5 }, () => sharedClientFor("CELO", proxy.url).getChainId()));
       expect(reads).toEqual(Array(5).fill(42220));
       expect(openSocketUrlFor("CELO", proxy.url)).toBeUndefined();
+      // Said once, not once a try.
+      await expect.poll(() => told, { timeout: 10_000 }).toEqual(["warn could not open the node's WebSocket; reading the node over HTTP, and trying again every few seconds"]);
     } finally {
       close();
       process.env.CELO_WS_URL = proxy.wsUrl;
