@@ -173,7 +173,9 @@ export class ChainHeads {
    */
   private subscribe(w: Watch, url: string): void {
     const socket = new WebSocket(url);
-    const giveUp = setTimeout(() => socket.close(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
+    // Given up as lost, not only closed: a node that never answers the closing handshake of an
+    // open socket would send no "close" either.
+    const giveUp = setTimeout(() => lost(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
     giveUp.unref(); // a connect in progress must not keep a finished process alive
     // Ends this socket once, for good: its events are heard no more after it.
     let ended = false;
@@ -272,7 +274,8 @@ export class ChainHeads {
         if (this.pollNeeded(w)) {
           const quietSubscription = w.subscribed;
           const found = await this.readHead(w);
-          if (quietSubscription && found && ++w.missed >= MISSED_BEFORE_RESUBSCRIBE && w.wsUrl) {
+          // Still the same confirmed subscription after the read (one lost meanwhile is being made again already).
+          if (quietSubscription && w.subscribed && found && ++w.missed >= MISSED_BEFORE_RESUBSCRIBE && w.wsUrl) {
             // Open, confirmed, and silent while the chain moves: make it again.
             w.missed = 0;
             w.stop?.();
