@@ -117,7 +117,9 @@ class NodeSocket {
   private tellDown(msg: string, err?: unknown): void {
     if (this.down) return;
     this.down = true;
-    this.log?.warn(msg, { url: this.url, ...(err instanceof Error ? { error: err.message } : {}) });
+    // A connect that fails rejects with the socket's error event, not an Error.
+    const reason = err instanceof Error ? err.message : ((err as { error?: Error; message?: string } | undefined)?.error?.message ?? (err as { message?: string } | undefined)?.message);
+    this.log?.warn(msg, { url: this.url, ...(reason ? { error: reason } : {}) });
   }
 
   stop(): void {
@@ -196,7 +198,8 @@ const sockets = new Map<string, NodeSocket>();
 
 /**
  * Holds the socket to `url` open (opening it now) until the returned release; the last release
- * closes it. `log` hears when the socket cannot be opened or is lost, and when it is open again.
+ * closes it. `log` hears when the socket cannot be opened or is lost, and when it is open again
+ * (the first holder's: the service passes its one log).
  */
 export function holdNodeSocket(url: string, log?: NodeSocketLog): () => void {
   let socket = sockets.get(url);

@@ -35,7 +35,15 @@ describe("the service's reads of its node over the node's WebSocket", () => {
 
   /** What the sockets told the service's log, as level and message. */
   const told: string[] = [];
-  const log = { warn: (msg: string) => told.push(`warn ${msg}`), info: (msg: string) => told.push(`info ${msg}`) };
+  /** The `error` field of each warning. */
+  const reasons: unknown[] = [];
+  const log = {
+    warn: (msg: string, fields?: Record<string, unknown>) => {
+      told.push(`warn ${msg}`);
+      reasons.push(fields?.error);
+    },
+    info: (msg: string) => told.push(`info ${msg}`),
+  };
 
   it("reads over the socket while open, over HTTP when the socket fails, and leaves no socket open once closed", async () => {
     told.length = 0;
@@ -89,19 +97,29 @@ describe("the service's reads of its node over the node's WebSocket", () => {
     }
   });
 
-  it("a WebSocket that cannot be opened: every read goes over HTTP, none waits for it", async () => {
-    process.env.CELO_WS_URL = "ws://127.0.0.1:1";
+  it("a WebSocket that cannot be opened: every read goes over HTTP, none waits for it, and the operator is told once", async () => {
+    // A port that takes each connection and drops it at once: no upgrade ever succeeds.
+    let tries = 0;
+    const dropping = createTcpServer((s) => {
+      tries += 1;
+      s.destroy();
+    });
+    await new Promise<void>((r) => dropping.listen(0, "127.0.0.1", r));
+    process.env.CELO_WS_URL = `ws://127.0.0.1:${(dropping.address() as AddressInfo).port}`;
     told.length = 0;
     const close = readNodesOverWebSocket([{ chain: "CELO", rpcUrl: proxy.url }], log);
     try {
       const reads = await Promise.all(Array.from({ length: 5 }, () => sharedClientFor("CELO", proxy.url).getChainId()));
       expect(reads).toEqual(Array(5).fill(42220));
       expect(openSocketUrlFor("CELO", proxy.url)).toBeUndefined();
-      // Said once, not once a try.
-      await expect.poll(() => told, { timeout: 10_000 }).toEqual(["warn could not open the node's WebSocket; reading the node over HTTP, and trying again every few seconds"]);
+      // Tried again (every 5 s), and said once, not once a try; the reason goes with it.
+      await expect.poll(() => tries, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
+      expect(told).toEqual(["warn could not open the node's WebSocket; reading the node over HTTP, and trying again every few seconds"]);
+      expect(reasons.at(-1)).toBeTruthy();
     } finally {
       close();
       process.env.CELO_WS_URL = proxy.wsUrl;
+      await new Promise((r) => dropping.close(r));
     }
   });
 
