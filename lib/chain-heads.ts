@@ -23,6 +23,7 @@
  * too: waiters are woken to look again.
  */
 import type { PublicClient } from "viem";
+import WebSocket from "ws";
 import { publicClientFor, webSocketUrlFor } from "./chain-client.ts";
 import type { ChainKey } from "./chains.ts";
 
@@ -172,9 +173,13 @@ export class ChainHeads {
    * A socket that fails or closes leaves the chain to polling, and is made again after a backoff.
    */
   private subscribe(w: Watch, url: string): void {
+    // `ws`, not Node's own WebSocket: a socket given up must be cut at once, and Node's has no
+    // way to (its close() waits for the node's closing handshake, with no timeout, so a node
+    // that has gone mute kept one connection per try), nor any "close" for a socket that never
+    // opened. `terminate()` ends the connection whatever state it is in.
     const socket = new WebSocket(url);
-    // Given up as lost, not only closed: a node that never answers the closing handshake of an
-    // open socket would send no "close" either.
+    // The socket's errors are heard here for its whole life: `ws` throws one nobody hears.
+    socket.on("error", () => {});
     const giveUp = setTimeout(() => lost(), this.options.subscribeTimeoutMs ?? WS_SUBSCRIBE_MS);
     giveUp.unref(); // a connect in progress must not keep a finished process alive
     // Ends this socket once, for good: its events are heard no more after it.
@@ -183,7 +188,7 @@ export class ChainHeads {
       ended = true;
       clearTimeout(giveUp);
       socket.onopen = socket.onmessage = socket.onerror = socket.onclose = null;
-      socket.close();
+      socket.terminate();
     };
     const stop = () => {
       end();
@@ -199,6 +204,7 @@ export class ChainHeads {
           clearTimeout(giveUp);
           w.subscribed = true;
           w.pushedAt = Date.now();
+          w.missed = 0; // an earlier subscription's misses are not this one's
           // A block mined between the last poll and the subscription is announced by neither.
           void this.readHead(w);
           return;
@@ -213,9 +219,8 @@ export class ChainHeads {
         // not a head: ignored
       }
     };
-    // Lost: the chain falls back to polling, and the socket is made again after a backoff.
-    // Both events lead here, once: a socket that never opens (refused, or cut by the give-up
-    // while it connects) fires only "error" in Node 22, with no "close" after it.
+    // Lost (an error, a close, a refusal or the give-up, whichever comes first): the chain
+    // falls back to polling, and the socket is made again after a backoff.
     const lost = () => {
       if (ended) return;
       end();

@@ -97,8 +97,8 @@ class NodeSocket {
         clearTimeout(deadline);
         this.opening = false;
         this.raw = undefined;
+        this.later(); // before the log line: a log that throws must not stop the retries
         if (this.holders > 0) this.tellDown("could not open the node's WebSocket; reading the node over HTTP, and trying again every few seconds", err);
-        this.later();
       },
     );
   }
@@ -109,8 +109,8 @@ class NodeSocket {
     this.client = undefined;
     this.raw = undefined;
     client?.close();
-    if (client) this.tellDown("lost the node's WebSocket; reading the node over HTTP until it is open again");
     this.later();
+    if (client) this.tellDown("lost the node's WebSocket; reading the node over HTTP until it is open again");
   }
 
   /** Tells the first failure of a run of them (an unreachable socket retried every few seconds is not a line each time). */
