@@ -16,6 +16,7 @@
  */
 import { BaseError, custom, encodeEventTopics, SocketClosedError, TimeoutError, WebSocketRequestError, RpcRequestError, type AbiEvent, type Hex, type Transport } from "viem";
 import { getSocketRpcClient, type GetSocketRpcClientParameters, type SocketRpcClient } from "viem/utils";
+import WebSocket from "ws";
 
 /** How long a socket may take to open; reads go over HTTP meanwhile. */
 const CONNECT_MS = 5_000;
@@ -78,7 +79,7 @@ class NodeSocket {
     const attempt = getSocketRpcClient({ key: `node-socket-${++opened}`, url: this.url, ...OPTIONS, getSocket: (handlers) => this.connect(handlers) }) as Promise<Client>;
     // A connect still under way at the deadline is cut, and the attempt fails.
     const deadline = setTimeout(() => {
-      if (this.opening && !this.client) this.raw?.close();
+      if (this.opening && !this.client) this.raw?.terminate();
     }, CONNECT_MS);
     deadline.unref();
     attempt.then(
@@ -129,7 +130,7 @@ class NodeSocket {
     this.client = undefined;
     this.raw = undefined;
     client?.close();
-    if (!client) raw?.close(); // one still connecting
+    if (!client) raw?.terminate(); // one still connecting
   }
 
   private later(): void {
@@ -143,21 +144,26 @@ class NodeSocket {
 
   /**
    * The WebSocket, as viem's own transport makes it (utils/rpc/webSocket.ts), but held here so
-   * that it can be closed while it connects. Node 22's WebSocket.
+   * that it can be cut while it connects. `ws`'s, not Node's own: a socket let go is cut at
+   * once (`terminate()`), where Node's can only close() and wait for the node's closing
+   * handshake with no timeout (a node gone mute kept one connection per try).
    */
   private async connect({ onClose, onError, onOpen, onResponse }: SocketHandlers) {
     // Released before viem asked for the socket: none is made.
     if (this.holders === 0) throw new NodeSocketUnavailable(this.url);
     const socket = new WebSocket(this.url);
     this.raw = socket;
+    // Heard for the socket's whole life: `ws` throws an error nobody hears.
+    socket.on("error", () => {});
     const closed = () => {
       socket.removeEventListener("close", closed);
       socket.removeEventListener("message", message);
-      socket.removeEventListener("error", onError);
+      socket.removeEventListener("error", errored);
       socket.removeEventListener("open", onOpen);
       onClose();
     };
-    const message = ({ data }: MessageEvent) => {
+    const errored = (event: WebSocket.ErrorEvent) => onError(event.error instanceof Error ? event.error : new Error(event.message));
+    const message = ({ data }: WebSocket.MessageEvent) => {
       this.heardAt = Date.now();
       if (typeof data === "string" && data.trim().length === 0) return;
       try {
@@ -168,19 +174,17 @@ class NodeSocket {
     };
     socket.addEventListener("close", closed);
     socket.addEventListener("message", message);
-    socket.addEventListener("error", onError);
+    socket.addEventListener("error", errored);
     socket.addEventListener("open", onOpen);
     if (socket.readyState === WebSocket.CONNECTING) {
-      // A socket that never opens fires "error" (Node 22's WebSocket fires no "close" then).
       await new Promise((resolve, reject) => {
         socket.addEventListener("open", resolve, { once: true });
         socket.addEventListener("error", reject, { once: true });
       });
     }
-    const close = socket.close.bind(socket);
     return Object.assign(socket, {
       close() {
-        close();
+        socket.terminate();
         closed();
       },
       ping() {

@@ -11,7 +11,6 @@
  * subscription that goes quiet is polled beside and made again, a cut one is made again, and
  * a block replaced at the same height wakes the waiters.
  */
-import { createHash } from "node:crypto";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
@@ -19,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { network } from "hardhat";
 import { ChainHeads } from "../../lib/chain-heads.ts";
 import { publicClientFor } from "../../lib/chain-client.ts";
+import { startMuteWebSocket } from "../support/mute-websocket.ts";
 import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
 import { until } from "../support/until.ts";
 
@@ -92,47 +92,25 @@ describe("chain heads over a WebSocket that never answers", () => {
 
 describe("chain heads over a WebSocket that opens and then answers nothing, not even its closing", () => {
   it("gives the socket up at its deadline and subscribes again, though no close event ever comes", async () => {
-    // Answers the upgrade as a WebSocket server does (RFC 6455 4.2.2), then reads and answers nothing.
-    const connections: Socket[] = [];
-    /** Connections on which a text frame (the subscription asked for) arrived after the upgrade. */
-    let framesAfterUpgrade = 0;
-    const mute = createTcpServer((socket) => {
-      connections.push(socket.on("error", () => {}));
-      let request = "";
-      let upgraded = false;
-      socket.on("data", (chunk) => {
-        if (upgraded) {
-          if (chunk[0] === 0x81) framesAfterUpgrade += 1; // FIN + text
-          return;
-        }
-        request += chunk.toString("latin1");
-        if (!request.includes("\r\n\r\n")) return;
-        upgraded = true;
-        const key = /sec-websocket-key: *(\S+)/i.exec(request)?.[1] ?? "";
-        const accept = createHash("sha1").update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest("base64");
-        socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
-      });
-    });
-    await new Promise<void>((r) => mute.listen(0, "127.0.0.1", r));
+    const mute = await startMuteWebSocket();
     const saved = process.env.CELO_WS_URL;
-    process.env.CELO_WS_URL = `ws://127.0.0.1:${(mute.address() as AddressInfo).port}`;
+    process.env.CELO_WS_URL = mute.url;
     // No HTTP node at all: only the socket's own life is watched here.
     const heads = new ChainHeads(() => "http://127.0.0.1:1", { subscribeTimeoutMs: 300 });
     try {
       heads.latest("CELO"); // starts the watch, and its subscription
-      await expect.poll(() => connections.length, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+      await expect.poll(() => mute.connections.length, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
       // The upgrade was taken (the socket opened and asked for its subscription), so the retry
       // came from the give-up of an open socket, not from a failed handshake.
-      expect(framesAfterUpgrade).toBeGreaterThanOrEqual(1);
+      expect(mute.framesAfterUpgrade()).toBeGreaterThanOrEqual(1);
       expect(heads.subscribed("CELO")).toBe(false);
       // Each given-up socket is cut at once: none is left open beside the newest.
-      await expect.poll(() => connections.filter((c) => !c.destroyed && !c.readableEnded).length, { timeout: 5_000 }).toBeLessThanOrEqual(1);
+      await expect.poll(() => mute.openConnections(), { timeout: 5_000 }).toBeLessThanOrEqual(1);
     } finally {
       heads.close();
       if (saved === undefined) delete process.env.CELO_WS_URL;
       else process.env.CELO_WS_URL = saved;
-      for (const c of connections) c.destroy();
-      await new Promise((r) => mute.close(r));
+      await mute.close();
     }
   });
 });

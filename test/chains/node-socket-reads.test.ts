@@ -12,6 +12,8 @@ import type { AddressInfo } from "node:net";
 import { network } from "hardhat";
 import { TimeoutError } from "viem";
 import { openSocketUrlFor, readNodesOverWebSocket, sharedClientFor } from "../../lib/chain-client.ts";
+import { holdNodeSocket, isNodeSocketFailure, nodeSocketOpen, nodeSocketTransport } from "../../lib/node-socket.ts";
+import { startMuteWebSocket } from "../support/mute-websocket.ts";
 import { startRpcProxy, type RpcProxy } from "../support/rpc-proxy.ts";
 
 describe("the service's reads of its node over the node's WebSocket", () => {
@@ -128,6 +130,7 @@ describe("the service's reads of its node over the node's WebSocket", () => {
     let ended = 0;
     const tcp = createTcpServer((s) => {
       held.add(s);
+      s.resume(); // reads and drops the upgrade request, so that the client's end is heard
       s.on("close", () => (ended += 1));
     });
     await new Promise<void>((resolve) => tcp.listen(0, "127.0.0.1", resolve));
@@ -144,6 +147,24 @@ describe("the service's reads of its node over the node's WebSocket", () => {
       for (const s of held) s.destroy();
       tcp.close();
       process.env.CELO_WS_URL = proxy.wsUrl;
+    }
+  });
+
+  it("a socket the node has gone mute on is let go and cut at once, not left waiting on its closing handshake", async () => {
+    const mute = await startMuteWebSocket();
+    const release = holdNodeSocket(mute.url);
+    try {
+      await expect.poll(() => nodeSocketOpen(mute.url), { timeout: 10_000 }).toBe(true);
+      // A read nothing answers, on a socket that answers no probe either: the socket's failure (asked again over HTTP by the caller).
+      const { request } = nodeSocketTransport(mute.url, 300)({});
+      const failure = await request({ method: "eth_chainId" }).catch((err: unknown) => err);
+      expect(isNodeSocketFailure(failure)).toBe(true);
+      expect(mute.framesAfterUpgrade()).toBeGreaterThanOrEqual(1);
+      // Let go: its connection is cut now (a close would wait for the mute node forever).
+      await expect.poll(() => mute.openConnections(), { timeout: 3_000 }).toBe(0);
+    } finally {
+      release();
+      await mute.close();
     }
   });
 
