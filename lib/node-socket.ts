@@ -118,9 +118,7 @@ class NodeSocket {
   private tellDown(msg: string, err?: unknown): void {
     if (this.down) return;
     this.down = true;
-    // A connect that fails rejects with the socket's error event, not an Error.
-    const reason = err instanceof Error ? err.message : ((err as { error?: Error; message?: string } | undefined)?.error?.message ?? (err as { message?: string } | undefined)?.message);
-    this.log?.warn(msg, { url: this.url, ...(reason ? { error: reason } : {}) });
+    this.log?.warn(msg, { url: this.url, ...(err instanceof Error ? { error: err.message } : {}) });
   }
 
   stop(): void {
@@ -162,7 +160,9 @@ class NodeSocket {
       socket.removeEventListener("open", onOpen);
       onClose();
     };
-    const errored = (event: WebSocket.ErrorEvent) => onError(event.error instanceof Error ? event.error : new Error(event.message));
+    /** The socket's error event as an Error: what viem, the connect's caller and the log are given. */
+    const errorOf = (event: WebSocket.ErrorEvent) => (event.error instanceof Error ? event.error : new Error(event.message));
+    const errored = (event: WebSocket.ErrorEvent) => onError(errorOf(event));
     const message = ({ data }: WebSocket.MessageEvent) => {
       this.heardAt = Date.now();
       if (typeof data === "string" && data.trim().length === 0) return;
@@ -179,7 +179,7 @@ class NodeSocket {
     if (socket.readyState === WebSocket.CONNECTING) {
       await new Promise((resolve, reject) => {
         socket.addEventListener("open", resolve, { once: true });
-        socket.addEventListener("error", reject, { once: true });
+        socket.addEventListener("error", (event) => reject(errorOf(event)), { once: true });
       });
     }
     return Object.assign(socket, {
