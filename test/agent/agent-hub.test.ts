@@ -576,6 +576,9 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 100) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999", 200) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 300) });
+      // The answer comes on the refund's receipt; the history's on-chain part is the ledger's,
+      // which indexes that block on its own pace. Read once it has.
+      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
       // A page is one ledger call, however many orders it holds.
       const records = vi.spyOn(service.hub.deps.ledger, "records");
       const perOrder = [vi.spyOn(service.hub.deps.ledger, "order"), vi.spyOn(service.hub.deps.ledger, "authorization")];
