@@ -302,11 +302,11 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       `the order is held for a refund by hand of its payer's transfer ${transactionOf(held)}: send exactly ${inOrderToken(order, order.amount)} to ${order.payer} from BillPay (withdraw) or its admin, then close it with that transaction; nothing else closes it`,
     );
   }
-  if (input.action === "close" || input.action === "hold") {
-    if (order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n })[input.action]!);
-    // "No payment" is believed only of a ledger that has indexed the chain as it is now.
-    if (!(await ledgerAtHead(deps, chain))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: whether a payment landed under the order's key cannot be told; try again shortly`);
-  }
+  if ((input.action === "close" || input.action === "hold") && order.status !== "NEEDS_REVIEW") throw new Refused(whyNot(order, { payment: null, refunds: [], refunded: 0n })[input.action]!);
+  // Every decision reads the ledger as the chain is now: "no payment" (close, hold) is believed
+  // only then, and a payment or refund the service confirmed from its own node's receipt a
+  // block ago (serve, refund) may not be indexed yet, which would refuse them for nothing.
+  if (!(await ledgerAtHead(deps, chain))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: what was paid and refunded under the order's key cannot be told; try again shortly`);
   const view = await ledgerUnderKey(deps, order).catch((err: unknown) => {
     throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
   });

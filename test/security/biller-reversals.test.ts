@@ -183,6 +183,38 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect(await usdc(payer)).toBe(start - price);
   });
 
+  it("an operator's decision taken while the ledger is still a few blocks behind waits for it, and is not refused for a payment it has not indexed yet", async () => {
+    const payer = accounts(8);
+    const requestId = await pay(payer, x402Bill(payer.address));
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    expect(await service.flow.orders.transition(requestId, ["SUCCESS"], "NEEDS_REVIEW", { failureReason: "held for the test" })).toBeDefined();
+    // A ledger that, for its first moments, is three blocks short of the head and has not
+    // indexed the payment: as the ledger is when the service confirmed it from its receipt.
+    const real = service.flow.ledger;
+    const behindUntil = Date.now() + 1_000;
+    let heightsAsked = 0;
+    const lagging = new Proxy(real, {
+      get(target, key) {
+        if (key === "indexedBlock")
+          return async (chainId: number) => {
+            heightsAsked++;
+            const indexed = await target.indexedBlock(chainId);
+            return indexed !== null && Date.now() < behindUntil ? indexed - 3n : indexed;
+          };
+        if (key === "authorization")
+          return async (...args: Parameters<typeof real.authorization>) => (Date.now() < behindUntil ? { payment: null, refunds: [] } : target.authorization(...args));
+        const value = Reflect.get(target, key) as unknown;
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const review = { ...service.flow, ledger: lagging, reviews: new ReviewRecords(service.db), db: service.db };
+    const served = await resolveOrder(review, { requestId, action: "serve", reason: "the payment stands", operator: "alice" });
+    expect(served.record.outcome).toBe("DONE");
+    expect(served.order?.status).toBe("SUCCESS");
+    expect(heightsAsked).toBeGreaterThan(1);
+    expect(await attemptsOf(requestId)).toHaveLength(1); // followed up under its id, not paid again
+  });
+
   it("a bill the biller keeps pending counts as stuck from when its order was made, however often it is requeried, and what the biller said is kept", async () => {
     const payer = accounts(16);
     const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
