@@ -354,6 +354,8 @@ describe("an operator resolves what waits for review, from the console and the c
     });
     const paid = (await res.json()) as { request_id: string; status: string };
     expect(paid.status).toBe("SUCCESS");
+    // The answer came on the settlement's receipt; the page's buttons read the ledger's record of it.
+    await ledgerAtHead();
     // As the reorganisation watch does when a served order's payment could not be collected again in time.
     await service.flow.orders.transition(paid.request_id, ["SUCCESS"], "NEEDS_REVIEW", { failureReason: "its payment was reorganised off the chain (as a test sets it)" });
     const before = await usdc(served.address);

@@ -257,8 +257,10 @@ describe("refunds are never free and never starved", () => {
 
   it("a number check the biller cannot answer is retried, not refunded; only past its deadline is the bill refunded", async () => {
     // Refilled within two seconds (the last test left the budget nearly spent).
-    await celo.setRefundBudget("USDC", USDC(8), 2n);
-    await new Promise((r) => setTimeout(r, 2_100));
+    const refill = await celo.setRefundBudget("USDC", USDC(8), 2n);
+    const setAt = (await celo.publicClient.getBlock({ blockNumber: refill.blockNumber })).timestamp;
+    // Full once the chain's clock is a period past the set (a block's time, not the wall's).
+    await expect.poll(async () => (await celo.publicClient.getBlock()).timestamp >= setAt + 2n, { timeout: 15_000 }).toBe(true);
     // The biller unreachable for the number check: a closed port, a real connection refused.
     const c = service.config;
     const unreachable = new VtpassClient({ baseUrl: "http://127.0.0.1:9", apiKey: c.BILLER_API_KEY, secretKey: c.BILLER_SECRET_KEY, publicKey: c.BILLER_PUBLIC_KEY, timeoutMs: 500 });
