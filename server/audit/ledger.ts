@@ -18,7 +18,7 @@ import type { ChainKey } from "../../lib/chains.ts";
 import { deployedChains, rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import * as schema from "../../ponder/ponder.schema.ts";
 import { waitForLedgerBlock } from "../ledger-client.ts";
-import { auditOrders, readServiceRecords, type OrdersAudit, type OtherInflow, type ServiceRecords } from "./orders.ts";
+import { auditOrders, readServiceRecords, recordsBefore, type OrdersAudit, type OtherInflow, type ServiceRecords } from "./orders.ts";
 
 const QUERY_TIMEOUT_MS = 30_000;
 
@@ -71,10 +71,11 @@ export async function runAudit(options: AuditOptions): Promise<AuditReport> {
   const ledger = createClient(`${options.ledgerUrl}/sql`, { schema });
   const discrepancies: string[] = [];
 
-  // The orders served so far, read before the heads: each one's payment is in a block the
-  // ledger is about to catch up to. An order served after this (on its own receipt) may not be.
-  const servedBefore = await readRecords(options.service).then(
-    (r) => r && new Set(r.orders.filter((o) => o.status === "SUCCESS").map((o) => o.request_id)),
+  // The records as they stand before the heads are read: an order served or refunded by now
+  // has its payment and refund in a block the ledger is about to catch up to. One served or
+  // refunded after this (on its own receipt) may not be (orders.ts recordsBefore).
+  const before = await readRecords(options.service).then(
+    (r) => r && recordsBefore(r),
     () => undefined, // reported below, where the records are read again
   );
 
@@ -249,7 +250,7 @@ export async function runAudit(options: AuditOptions): Promise<AuditReport> {
   if (options.service) {
     try {
       const records = (await readRecords(options.service))!;
-      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600, servedBefore, await otherInflows(ledger, payments));
+      orders = auditOrders(records, payments, refunds, Date.now(), options.stuckAfterSeconds ?? 3_600, before, await otherInflows(ledger, payments));
       discrepancies.push(...orders.discrepancies);
     } catch (err) {
       discrepancies.push(`the service's orders${"url" in options.service ? ` at ${options.service.url}` : ""} could not be read: ${(err as Error).message}`);
@@ -291,7 +292,7 @@ export function formatAudit(report: AuditReport): string {
     if (report.orders.review.length) out.push(`held for review: ${report.orders.review.length}`, ...report.orders.review.map((r) => `  - ${r}`));
     if (report.orders.resolved.length) out.push(`resolved by operators: ${report.orders.resolved.length}`, ...report.orders.resolved.map((r) => `  - ${r}`));
     if (report.orders.stuck.length) out.push(`stuck: ${report.orders.stuck.length}`, ...report.orders.stuck.map((r) => `  - ${r}`));
-    if (report.orders.awaitingLedger.length) out.push(`served since the audit began, not in the ledger yet: ${report.orders.awaitingLedger.length}`, ...report.orders.awaitingLedger.map((r) => `  - ${r}`));
+    if (report.orders.awaitingLedger.length) out.push(`served or refunded since the audit began, not in the ledger yet: ${report.orders.awaitingLedger.length}`, ...report.orders.awaitingLedger.map((r) => `  - ${r}`));
   } else {
     out.push("orders: not reconciled (--ledger-only)");
   }

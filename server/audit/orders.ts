@@ -103,9 +103,24 @@ const pullKey = (chainId: number, orderId: string | null | undefined) => `${chai
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
 
 /**
- * `servedBefore`: the orders already served before the ledger was caught up to the chain's
- * head; each must show in it. One served since may not yet (awaitingLedger). Without it, every
- * served order must.
+ * What the service's records said before the ledger was caught up to the chains' heads: each
+ * order's status by request id, and each orphan pull's by `pull:<chain>:<order id>`.
+ */
+export type RecordsBefore = ReadonlyMap<string, string>;
+
+const orphanPullRef = (o: OrphanRow) => `pull:${field(o, "chain") ?? ""}:${lower(field(o, "order_id"))}`;
+
+/** The snapshot `auditOrders` takes as `before`. */
+export function recordsBefore(records: ServiceRecords): RecordsBefore {
+  return new Map([...records.orders.map((o) => [o.request_id, o.status] as const), ...records.orphans.pulls.map((o) => [orphanPullRef(o), field(o, "status") ?? ""] as const)]);
+}
+
+/**
+ * `before` (recordsBefore): the records as they stood before the ledger was caught up to the
+ * chains' heads. An order served or refunded by then has its payment and refund in a block the
+ * ledger has indexed, so each must show in it. One that became so since, on its own receipt
+ * (the service does not wait for the ledger), may not show yet: awaitingLedger, not a
+ * discrepancy. Without it, every order is held to the ledger as it stands.
  */
 export function auditOrders(
   records: ServiceRecords,
@@ -113,7 +128,7 @@ export function auditOrders(
   refunds: LedgerMoney[],
   nowMs: number,
   stuckAfterSeconds: number,
-  servedBefore?: ReadonlySet<string>,
+  before?: RecordsBefore,
   otherInflows: readonly OtherInflow[] = [],
 ): OrdersAudit {
   const out: OrdersAudit = { ordersChecked: records.orders.length, review: [], resolved: [], stuck: [], awaitingLedger: [], discrepancies: [] };
@@ -143,6 +158,8 @@ export function auditOrders(
   for (const r of refunds) refundTxsByKey.set(keyOf(r), (refundTxsByKey.get(keyOf(r)) ?? new Set()).add(lower(r.id.split("-")[1] ?? "")));
   const accounted = new Set<string>();
 
+  // Became `status` after the snapshot: its chain events may lie past the blocks the ledger was caught up to.
+  const since = (ref: string, status: string) => before !== undefined && before.get(ref) !== status;
   for (const o of records.orders) {
     const chainId = chainInfo(o.chain).chainId;
     const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.payment_rail, o.token_address, o.payer, o.auth_nonce)}`;
@@ -156,17 +173,19 @@ export function auditOrders(
     if (!paid && refunded > 0n) out.discrepancies.push(`${what}: refunded ${refunded} without a payment`);
     switch (o.status) {
       case "SUCCESS":
-        if (!paid && servedBefore && !servedBefore.has(o.request_id)) out.awaitingLedger.push(`${what} was served on its receipt while the audit ran`);
+        if (!paid && since(o.request_id, "SUCCESS")) out.awaitingLedger.push(`${what} was served on its receipt while the audit ran`);
         else if (!exact) out.discrepancies.push(`${what} was served, but the ledger shows ${paid ? `a payment of ${paid.amount} by ${paid.payer}` : "no payment"}`);
         if (refunded > 0n) out.discrepancies.push(`${what} was served and also refunded ${refunded}`);
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;
-      case "REFUNDED":
+      case "REFUNDED": {
         // A Permit2 order an operator held and closed as refunded by hand gave back its payer's
         // transfer into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
-        if (!paid) {
-          const last = decided.get(o.request_id);
-          const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
+        const last = decided.get(o.request_id);
+        const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
+        if (!byHand && (!paid || refunded < paid.amount) && since(o.request_id, "REFUNDED")) {
+          out.awaitingLedger.push(`${what} was refunded on its receipt while the audit ran`);
+        } else if (!paid) {
           if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
           else if (lower(o.refund_tx_hash) !== lower(last.tx_hash)) out.discrepancies.push(`${what} was closed as refunded by hand with ${last.tx_hash}, but names ${o.refund_tx_hash ?? "no"} refund`);
         } else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
@@ -175,6 +194,7 @@ export function auditOrders(
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;
+      }
       case "PAYMENT_FAILED": {
         if (paid && refunded < paid.amount) out.discrepancies.push(`${what} was written off, but the ledger shows a payment of ${paid.amount} not refunded`);
         // Closed as not charged on the ledger's word that no payment came under its key. A
@@ -209,6 +229,7 @@ export function auditOrders(
       continue;
     }
     if (o.status !== "REFUNDED") out.stuck.push(`orphan pull ${o.order_id} on ${o.chain} (${o.amount}) is not refunded yet`);
+    else if (!refundedByKey.get(key) && since(orphanPullRef(o), "REFUNDED")) out.awaitingLedger.push(`orphan pull ${o.order_id} on ${o.chain} was refunded on its receipt while the audit ran`);
     else if (!refundedByKey.get(key)) out.discrepancies.push(`orphan pull ${o.order_id} on ${o.chain} is marked refunded, but the ledger shows no refund`);
   }
   for (const o of records.orphans.payments) {

@@ -1,11 +1,11 @@
 /**
- * The audit and orders served on their own receipt: an order served while the audit ran may
- * not be in the ledger the audit read, and is listed as such; an order already served before
- * the audit caught the ledger up to the chain must be in it, or it is a discrepancy (a
- * payment the chain no longer holds).
+ * The audit and orders served or refunded on their own receipt: an order served or refunded
+ * while the audit ran may not be in the ledger the audit read, and is listed as such; an order
+ * already so before the audit caught the ledger up to the chain must be in it, or it is a
+ * discrepancy (a payment or refund the chain no longer holds).
  */
 import { describe, expect, it } from "vitest";
-import { auditOrders, type ServiceRecords } from "../../server/audit/orders.ts";
+import { auditOrders, recordsBefore, type ServiceRecords } from "../../server/audit/orders.ts";
 import type { OpsOrder } from "../../server/audit/order-record.ts";
 
 const PAYER = "0x00000000000000000000000000000000000000aa";
@@ -33,7 +33,7 @@ describe("the audit of orders served on their receipt", () => {
   const records: ServiceRecords = { orders: [served("ord_early", "0x01"), served("ord_late", "0x02")], orphans: { pulls: [], payments: [] } };
 
   it("lists an order served while the audit ran, and not yet in the ledger, as awaiting the ledger", () => {
-    const audit = auditOrders(records, [], [], Date.now(), 3_600, new Set(["ord_early"]));
+    const audit = auditOrders(records, [], [], Date.now(), 3_600, new Map([["ord_early", "SUCCESS"]]));
     expect(audit.awaitingLedger).toEqual(["order ord_late (x402, SUCCESS, 1000000) was served on its receipt while the audit ran"]);
     // Served before the ledger was caught up: it must be there.
     expect(audit.discrepancies).toEqual(["order ord_early (x402, SUCCESS, 1000000) was served, but the ledger shows no payment"]);
@@ -113,9 +113,38 @@ describe("the audit of orders served on their receipt", () => {
 
   it("holds an order served while the audit ran to its amount once the ledger shows its payment", () => {
     const payment = { id: "p", chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: "0x02", payer: PAYER, token: TOKEN, amount: 999_999n };
-    const audit = auditOrders(records, [payment], [], Date.now(), 3_600, new Set(["ord_early"]));
+    const audit = auditOrders(records, [payment], [], Date.now(), 3_600, new Map([["ord_early", "SUCCESS"]]));
     expect(audit.awaitingLedger).toEqual([]);
     expect(audit.discrepancies).toContain(`order ord_late (x402, SUCCESS, 1000000) was served, but the ledger shows a payment of 999999 by ${PAYER}`);
+  });
+
+  it("lists an order or orphan pull refunded while the audit ran, its refund (or payment) not in the ledger yet, as awaiting the ledger; one refunded before must show", () => {
+    const order = (requestId: string, nonce: string) => ({ ...served(requestId, nonce), status: "REFUNDED" }) as unknown as OpsOrder;
+    const payment = (nonce: string) => ({ id: `42220-0x${"dd".repeat(32)}-${nonce}`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount: 1_000_000n });
+    const pull = (id: string) => ({ chain: "CELO", order_id: id, payer: PAYER, token_address: TOKEN, amount: "500000", pull_tx_hash: `0x${"22".repeat(32)}`, status: "REFUNDED", refund_tx_hash: `0x${"33".repeat(32)}` });
+    const [pullBefore, pullSince] = [`0x${"0e".repeat(32)}`, `0x${"0f".repeat(32)}`];
+    const records: ServiceRecords = {
+      // Paid and refunded before the ledger was caught up; refunded since (its payment shown, its refund not); paid and refunded since (neither shown).
+      orders: [order("ord_before", "0x08"), order("ord_refund_since", "0x09"), order("ord_all_since", "0x0a")],
+      orphans: { pulls: [pull(pullBefore), pull(pullSince)], payments: [] },
+    };
+    // The records as read before the heads: the second order still PENDING, the third not made yet, the second pull not refunded yet.
+    const before = recordsBefore({
+      orders: [order("ord_before", "0x08"), { ...order("ord_refund_since", "0x09"), status: "PENDING" }],
+      orphans: { pulls: [pull(pullBefore), { ...pull(pullSince), status: "REFUNDING", refund_tx_hash: null }], payments: [] },
+    });
+    const audit = auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600, before);
+    expect(audit.awaitingLedger).toEqual([
+      "order ord_refund_since (x402, REFUNDED, 1000000) was refunded on its receipt while the audit ran",
+      "order ord_all_since (x402, REFUNDED, 1000000) was refunded on its receipt while the audit ran",
+      `orphan pull ${pullSince} on CELO was refunded on its receipt while the audit ran`,
+    ]);
+    expect(audit.discrepancies).toEqual([
+      "order ord_before (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no refund",
+      `orphan pull ${pullBefore} on CELO is marked refunded, but the ledger shows no refund`,
+    ]);
+    // Without the snapshot, every one is held to the ledger as it stands.
+    expect(auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600).discrepancies).toHaveLength(5);
   });
 
   it("flags a refunded order whose refunds on chain fall short of its payment, and passes one refunded exactly", () => {
