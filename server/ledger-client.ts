@@ -305,6 +305,27 @@ export class LedgerClient {
     return chain && chain.block > 0 ? BigInt(chain.block) : null;
   }
 
+  /**
+   * Waits (looking every 50 ms, up to `waitMs`) until the ledger has indexed `chainId` up to
+   * at least `block`. Where it stood at the last look, and why that look failed if it did (a
+   * ledger that is away may come back before the deadline).
+   */
+  async reachBlock(chainId: number, block: bigint, waitMs: number): Promise<{ reached: boolean; indexed: bigint | null; readError?: string }> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      let indexed: bigint | null = null;
+      let readError: string | undefined;
+      try {
+        indexed = await this.indexedBlock(chainId);
+      } catch (err) {
+        readError = (err as Error).message.split("\n")[0];
+      }
+      if (indexed !== null && indexed >= block) return { reached: true, indexed };
+      if (Date.now() >= deadline) return { reached: false, indexed, readError };
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
   /** A wallet's per-chain, per-token totals. */
   async accounts(wallet: string): Promise<LedgerAccount[]> {
     return (await this.get<{ accounts: LedgerAccount[] }>(`/ledger/wallets/${wallet.toLowerCase()}?limit=1`)).accounts;
@@ -331,18 +352,6 @@ export class LedgerNotCaughtUp extends Error {
 
 /** Waits until the ledger has indexed `chainId` up to at least `block`; LedgerNotCaughtUp when it does not in `timeoutMs`. */
 export async function waitForLedgerBlock(url: string, chainId: number, block: bigint, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  const ledger = new LedgerClient(url);
-  for (;;) {
-    let indexed: bigint | null = null;
-    let readError: string | undefined;
-    try {
-      indexed = await ledger.indexedBlock(chainId);
-    } catch (err) {
-      readError = (err as Error).message.split("\n")[0]; // a ledger that is away may come back before the deadline
-    }
-    if (indexed !== null && indexed >= block) return;
-    if (Date.now() > deadline) throw new LedgerNotCaughtUp(chainId, block, indexed, timeoutMs, readError);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const { reached, indexed, readError } = await new LedgerClient(url).reachBlock(chainId, block, timeoutMs);
+  if (!reached) throw new LedgerNotCaughtUp(chainId, block, indexed, timeoutMs, readError);
 }

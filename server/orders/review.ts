@@ -219,13 +219,7 @@ async function ledgerAtHead(deps: FlowDeps, chain: ChainKey, waitMs = 15_000): P
   const d = deps.deployments.chains[chain];
   if (!d) throw new Refused(`the service has no deployment on ${chain}`);
   const head = await publicClientFor(chain, rpcUrlFor(chain, d)).getBlockNumber();
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    const indexed = await deps.ledger.indexedBlock(chainInfo(chain).chainId).catch(() => null);
-    if (indexed !== null && indexed >= head) return true;
-    if (Date.now() >= deadline) return false;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  return (await deps.ledger.reachBlock(chainInfo(chain).chainId, head, waitMs)).reached;
 }
 
 /** An operator's decision on an order; `refundTxHash` only with a close, as refunded by hand. */

@@ -194,7 +194,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const behindUntil = Date.now() + 1_000;
     let heightsAsked = 0;
     const lagging = new Proxy(real, {
-      get(target, key) {
+      get(target, key, receiver) {
         if (key === "indexedBlock")
           return async (chainId: number) => {
             heightsAsked++;
@@ -203,8 +203,9 @@ describe("the biller's word after payment: never delivered and refunded, never a
           };
         if (key === "authorization")
           return async (...args: Parameters<typeof real.authorization>) => (Date.now() < behindUntil ? { payment: null, refunds: [] } : target.authorization(...args));
-        const value = Reflect.get(target, key) as unknown;
-        return typeof value === "function" ? value.bind(target) : value;
+        // Bound to the proxy: the client's own waits read the lagging height too.
+        const value = Reflect.get(target, key, receiver) as unknown;
+        return typeof value === "function" ? value.bind(receiver) : value;
       },
     });
     const review = { ...service.flow, ledger: lagging, reviews: new ReviewRecords(service.db), db: service.db };
