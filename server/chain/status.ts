@@ -7,8 +7,14 @@ export interface TokenStatus {
   address: string;
   onChain: bigint | null;
   ledger: bigint | null;
-  /** On-chain balance equals the ledger's (null when either could not be read). */
+  /**
+   * The ledger's balance equals BillPay's on chain at the block the ledger has indexed through
+   * (`ledgerBlock`), not at the head: a payment or refund in a block not indexed yet is lag, not
+   * a mismatch. Null when either could not be read.
+   */
   matches: boolean | null;
+  /** The block the ledger's balance stands at, and `matches` compares at (null: unknown). */
+  ledgerBlock: bigint | null;
   refundBudget: { limit: bigint; period: bigint; available: bigint } | null;
   /** The operator-wide pull budget: what the operator key (or whoever holds it) may still pull. */
   pullBudget: { limit: bigint; period: bigint; available: bigint } | null;

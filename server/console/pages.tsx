@@ -67,7 +67,7 @@ export const TreasuryTable: FC<{ chains: ChainStatus[]; audit: AuditReport | { e
   <div>
     <table id="treasury">
       <thead>
-        <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th>Match</th><th class="n">Refund budget left</th><th class="n">Pull budget left</th></tr>
+        <tr><th>Chain</th><th>Token</th><th class="n">On chain</th><th class="n">Ledger</th><th title="the ledger's balance against the chain's at the block the ledger has indexed through">Match</th><th class="n">Refund budget left</th><th class="n">Pull budget left</th></tr>
       </thead>
       <tbody>
         {rowsOrNone(chains.flatMap((c) => c.tokens.map((t) => ({ c, t }))), 7, ({ c, t }) => (

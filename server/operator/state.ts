@@ -186,7 +186,7 @@ export class OperatorState {
   async chains(): Promise<ChainStatus[]> {
     const [status, treasury] = await Promise.all([
       this.ledgerGet<Record<string, { id: number; block: { number: number; timestamp: number } | null }>>("/status").catch(() => null),
-      this.ledgerGet<{ treasury: Array<{ chainId: number; token: string; balance: string }> }>("/ledger/treasury").catch(() => null),
+      this.ledgerGet<{ treasury: Array<{ chainId: number; token: string; balance: string; indexedBlock?: number | null }> }>("/ledger/treasury").catch(() => null),
     ]);
     return Promise.all(
       (Object.keys(this.deps.deployments.chains) as ChainKey[]).map(async (chain) => {
@@ -227,11 +227,19 @@ export class OperatorState {
           );
           out.keys = keys.map((k, i) => ({ ...k, gasWei: reads[i] as bigint }));
           const calls = reads[keys.length] as Array<{ status: string; result?: unknown }>;
+          const rows = treasury?.treasury.filter((r) => r.chainId === d.chainId) ?? [];
+          // The ledger's balances stand at the block its rows were read at; BillPay's on chain is
+          // read at that block too, or any payment the ledger has not indexed yet would look
+          // like a mismatch (a chain with no rows yet: the block /status gave).
+          const ledgerAt = rows.find((r) => typeof r.indexedBlock === "number")?.indexedBlock ?? (rows.length === 0 ? indexed?.number : undefined);
+          const ledgerBlock = treasury && ledgerAt !== undefined && ledgerAt !== null ? BigInt(ledgerAt) : null;
+          const atLedgerBlock = ledgerBlock === null ? null : ledgerBlock === head.number ? "head" : await this.balancesAt(client, d, ledgerBlock);
           out.tokens = d.tokens.map((t, i) => {
             const [balance, budget, pulls] = calls.slice(i * 3, i * 3 + 3);
-            const ledgerRow = treasury?.treasury.find((r) => r.chainId === d.chainId && r.token.toLowerCase() === t.address.toLowerCase());
+            const ledgerRow = rows.find((r) => r.token.toLowerCase() === t.address.toLowerCase());
             const onChain = balance?.status === "success" ? (balance.result as bigint) : null;
             const ledger = ledgerRow ? BigInt(ledgerRow.balance) : treasury ? 0n : null;
+            const compared = atLedgerBlock === "head" ? onChain : (atLedgerBlock?.[i] ?? null);
             const bucket = (read: { status: string; result?: unknown } | undefined) => {
               const r = read?.status === "success" ? (read.result as readonly [bigint, bigint, bigint]) : null;
               return r ? { limit: r[0], period: r[1], available: r[2] } : null;
@@ -241,7 +249,8 @@ export class OperatorState {
               address: t.address,
               onChain,
               ledger,
-              matches: onChain === null || ledger === null ? null : onChain === ledger,
+              matches: compared === null || ledger === null ? null : compared === ledger,
+              ledgerBlock,
               refundBudget: bucket(budget),
               pullBudget: bucket(pulls),
             };
@@ -253,6 +262,19 @@ export class OperatorState {
         return out;
       }),
     );
+  }
+
+  /** BillPay's balance of each of the chain's tokens at `block`, in their order; null when the node cannot answer for that block (not there yet, or pruned). */
+  private async balancesAt(client: ReturnType<typeof publicClientFor>, d: Deployments["chains"][ChainKey] & object, block: bigint): Promise<Array<bigint | null> | null> {
+    try {
+      const calls = await withTimeout(
+        client.multicall({ allowFailure: true, blockNumber: block, contracts: d.tokens.map((t) => ({ address: t.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [d.billPay.address as Hex] }) as const) }),
+        `balances at block ${block}`,
+      );
+      return calls.map((c) => (c.status === "success" ? (c.result as bigint) : null));
+    } catch {
+      return null;
+    }
   }
 
   async health(): Promise<Health[]> {

@@ -250,18 +250,31 @@ app.get("/ledger/readable", async (c) => {
   const rows = ((result as { rows?: unknown[] }).rows ?? (result as unknown as unknown[])) as Array<{ chain_id: number | string; latest_checkpoint: string }>;
   const chains = rows.map((r) => ({
     chainId: Number(r.chain_id),
-    block: Number(r.latest_checkpoint.slice(26, 42)),
+    block: blockOf(r.latest_checkpoint),
     timestamp: Number(r.latest_checkpoint.slice(0, 10)),
   }));
   return c.json({ chains }, 200, { "cache-control": "no-store" });
 });
 
+const blockOf = (checkpoint: string) => Number(checkpoint.slice(26, 42));
+
+/**
+ * Each row with `indexedBlock`, the block its chain is indexed through, read in the same
+ * statement (one snapshot): the balance is BillPay's on chain at that block, which is what an
+ * operator's comparison must read (a block indexed after the rows would make any payment in it
+ * look like a mismatch).
+ */
 app.get("/ledger/treasury", async (c) => {
-  const rows = await db.select().from(treasury).orderBy(asc(treasury.chainId), asc(treasury.token));
-  const withOther = rows.map((r) => ({
+  const rows = await db
+    // The outer column named with its table: drizzle writes a lone table's columns unqualified.
+    .select({ row: treasury, checkpoint: sql<string | null>`(SELECT c.latest_checkpoint FROM _ponder_checkpoint c WHERE c.chain_id = ${treasury}.${sql.identifier("chain_id")})` })
+    .from(treasury)
+    .orderBy(asc(treasury.chainId), asc(treasury.token));
+  const withOther = rows.map(({ row: r, checkpoint }) => ({
     ...r,
     otherInflow: r.totalInflow - r.pullInflow - r.authorizationInflow,
     otherOutflow: r.totalOutflow - r.refunds - r.withdrawals,
+    indexedBlock: checkpoint ? blockOf(checkpoint) : null,
   }));
   return json(c, { treasury: withOther });
 });
