@@ -62,6 +62,14 @@ function pullGuard(link: Pick<Link, "apiKeyHash">, scheduleId?: string): PullGua
 }
 
 const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
+
+/**
+ * How long a read of the ledger's records waits for the ledger to index the block the service
+ * has seen last. A pay answers on its transaction's receipt, and the ledger indexes that block
+ * on its own pace (a poll a second on a real profile): without the wait, the history read just
+ * after a refund shows none, and the balance read just after a pull shows it unspent.
+ */
+const LEDGER_READ_WAIT_MS = 2_000;
 const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
 
 /** A periodic limit as check_balance shows it: null when the payer set none. */
@@ -342,11 +350,6 @@ export class AgentHub {
   async balance(link: Link, chain?: string) {
     const chains = chain ? [resolvePullOption(this.deps.deployments, chain, "USDC").chain] : (Object.keys(this.deps.deployments.chains) as ChainKey[]);
     let ledgerError: string | undefined;
-    // The ledger and every chain are read at once.
-    const ledgerAccounts = this.deps.ledger.accounts(link.wallet).catch((err: Error) => {
-      ledgerError = err.message;
-      return null;
-    });
     const perChain = await Promise.all(
       chains.map(async (key) => {
         const d = this.deps.deployments.chains[key]!;
@@ -355,7 +358,12 @@ export class AgentHub {
         return { key, tokens, states: await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses) };
       }),
     );
-    const accounts = await ledgerAccounts;
+    // The ledger's totals as of the blocks the chain was read at (or as far as it got).
+    const behind = await this.ledgerBehind(perChain.map(({ key, states }) => ({ chain: key, block: states[0]?.blockNumber ?? 0n })));
+    const accounts = await this.deps.ledger.accounts(link.wallet).catch((err: Error) => {
+      ledgerError = err.message;
+      return null;
+    });
     const balances = [];
     for (const { key, tokens, states } of perChain) {
       for (const [i, t] of tokens.entries()) {
@@ -391,6 +399,7 @@ export class AgentHub {
       approved_token: link.approvedToken,
       balances,
       ...(ledgerError ? { ledger_error: `ledger unavailable: ${ledgerError}` } : {}),
+      ...(behind ? { ledger_behind: behind } : {}),
     };
   }
 
@@ -409,6 +418,7 @@ export class AgentHub {
     }
     const orders = await this.deps.flow.orders.history(link.wallet, limit + 1, after);
     const page = orders.slice(0, limit);
+    const behind = await this.ledgerBehind([...new Set(page.map((o) => o.chain as ChainKey))].map((chain) => ({ chain, block: this.deps.flow.heads.latest(chain) })));
     // The whole page's payments and refunds in one ledger call.
     let records: { payments: LedgerPayment[]; refunds: LedgerRefund[] } | undefined;
     let ledgerError: string | undefined;
@@ -435,7 +445,28 @@ export class AgentHub {
         };
       });
     const last = page.at(-1);
-    return { transactions: items, next_cursor: orders.length > limit && last ? Buffer.from(last.requestId, "utf8").toString("base64url") : null };
+    return { transactions: items, next_cursor: orders.length > limit && last ? Buffer.from(last.requestId, "utf8").toString("base64url") : null, ...(behind ? { ledger_behind: behind } : {}) };
+  }
+
+  /**
+   * Waits (up to LEDGER_READ_WAIT_MS) for the ledger to index each chain up to its block; what
+   * it says where it did not get there, for the answer to carry (undefined when it did).
+   */
+  private async ledgerBehind(at: Array<{ chain: ChainKey; block: bigint }>): Promise<string | undefined> {
+    const short = await Promise.all(
+      at
+        .filter((a) => a.block > 0n)
+        .map(async ({ chain, block }) => {
+          const chainId = chainInfo(chain).chainId;
+          // A ledger that cannot be read is not waited for: the read that follows reports it.
+          const now = await this.deps.ledger.indexedBlock(chainId).catch(() => undefined);
+          if (now === undefined || (now !== null && now >= block)) return null;
+          const r = await this.deps.ledger.reachBlock(chainId, block, LEDGER_READ_WAIT_MS);
+          return r.reached ? null : `${chain}: indexed through block ${r.indexed ?? "none"} of ${block}`;
+        }),
+    );
+    const behind = short.filter((s) => s !== null);
+    return behind.length ? `the ledger has not indexed the newest blocks yet (${behind.join("; ")}): their payments and refunds do not show here yet` : undefined;
   }
 
   /** list_plans: a product's plans with their prices (null: any amount), from the catalogue every bill is checked against. */

@@ -576,9 +576,6 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 100) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999", 200) });
       await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111", 300) });
-      // The answer comes on the refund's receipt; the history's on-chain part is the ledger's,
-      // which indexes that block on its own pace. Read once it has.
-      await waitForLedgerBlock(ledger.url, 42220, await celo.publicClient.getBlockNumber());
       // A page is one ledger call, however many orders it holds.
       const records = vi.spyOn(service.hub.deps.ledger, "records");
       const perOrder = [vi.spyOn(service.hub.deps.ledger, "order"), vi.spyOn(service.hub.deps.ledger, "authorization")];
@@ -595,6 +592,46 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(second.data.next_cursor).toBeNull();
       expect(errorCode(await a.call("transaction_history", { cursor: "bm9wZQ" }))).toBe("CURSOR_INVALID");
       expect((await a.call("transaction_history", { limit: 500 })).isError).toBe(true);
+    });
+
+    it("transaction_history and check_balance wait for the ledger to index the newest block: a refund just answered shows in both", async () => {
+      const a = await agent(16);
+      const failed = await a.call("pay_bill", { pin: a.pin, ...airtime("08099999999", 200) });
+      expect(failed.data).toMatchObject({ status: "FAILED_VENDING", refund: { status: "REFUNDED" } });
+      // The ledger as it stood before the refund, for a second: three blocks short, and its
+      // records without the refund (as a ledger a poll behind answers).
+      const hubLedger = service.hub.deps.ledger;
+      const head = await celo.publicClient.getBlockNumber();
+      await waitForLedgerBlock(ledger.url, 42220, head);
+      let behindUntil = 0;
+      const lagging = () => Date.now() < behindUntil;
+      const realIndexed = hubLedger.indexedBlock.bind(hubLedger);
+      const realRecords = hubLedger.records.bind(hubLedger);
+      const realAccounts = hubLedger.accounts.bind(hubLedger);
+      const spies = [
+        vi.spyOn(hubLedger, "indexedBlock").mockImplementation(async (chainId) => {
+          const indexed = await realIndexed(chainId);
+          return indexed !== null && lagging() ? indexed - 3n : indexed;
+        }),
+        vi.spyOn(hubLedger, "records").mockImplementation(async (...args) => {
+          const r = await realRecords(...args);
+          return lagging() ? { ...r, refunds: [] } : r;
+        }),
+        vi.spyOn(hubLedger, "accounts").mockImplementation(async (wallet) => (lagging() ? [] : realAccounts(wallet))),
+      ];
+      try {
+        behindUntil = Date.now() + 1_000;
+        const history = await a.call("transaction_history", { limit: 1 });
+        const [newest] = history.data.transactions as Array<{ request_id: string; onchain: { refunds: Array<{ tx_hash: string }> } }>;
+        expect(newest!.request_id).toBe(failed.data.request_id);
+        expect(newest!.onchain.refunds).toEqual([expect.objectContaining({ tx_hash: (failed.data.refund as { tx_hash: string }).tx_hash })]);
+        expect(history.data).not.toHaveProperty("ledger_behind");
+        behindUntil = Date.now() + 1_000;
+        const balance = await a.call("check_balance", { chain: "CELO" });
+        expect((balance.data.balances as Array<{ token: string; ledger: { refunds: number } | null }>).find((b) => b.token === "USDC")!.ledger).toMatchObject({ refunds: 1 });
+      } finally {
+        for (const spy of spies) spy.mockRestore();
+      }
     });
 
     it("transaction_history shows purchased codes only with the PIN: with the key alone an exam PIN or a token is withheld", async () => {
