@@ -306,11 +306,11 @@ export class LedgerClient {
   }
 
   /**
-   * Waits (looking every 50 ms, up to `waitMs`) until the ledger has indexed `chainId` up to
-   * at least `block`. Where it stood at the last look, and why that look failed if it did (a
+   * Waits (looking every `everyMs`, up to `waitMs`) until the ledger has indexed `chainId` up
+   * to at least `block`. Where it stood at the last look, and why that look failed if it did (a
    * ledger that is away may come back before the deadline).
    */
-  async reachBlock(chainId: number, block: bigint, waitMs: number): Promise<{ reached: boolean; indexed: bigint | null; readError?: string }> {
+  async reachBlock(chainId: number, block: bigint, waitMs: number, everyMs = 50): Promise<{ reached: boolean; indexed: bigint | null; readError?: string }> {
     const deadline = Date.now() + waitMs;
     for (;;) {
       let indexed: bigint | null = null;
@@ -322,7 +322,7 @@ export class LedgerClient {
       }
       if (indexed !== null && indexed >= block) return { reached: true, indexed };
       if (Date.now() >= deadline) return { reached: false, indexed, readError };
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, everyMs));
     }
   }
 

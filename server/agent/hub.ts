@@ -64,12 +64,17 @@ function pullGuard(link: Pick<Link, "apiKeyHash">, scheduleId?: string): PullGua
 const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6) });
 
 /**
- * How long a read of the ledger's records waits for the ledger to index the block the service
- * has seen last. A pay answers on its transaction's receipt, and the ledger indexes that block
- * on its own pace (a poll a second on a real profile): without the wait, the history read just
- * after a refund shows none, and the balance read just after a pull shows it unspent.
+ * A pay answers on its transaction's receipt, and the ledger indexes that block on its own pace
+ * (a poll a second on a real profile). When what the ledger answers disagrees with what the
+ * service knows (a refund it confirmed, not in the records; an allowance the chain shows spent,
+ * unspent in the ledger), it is read again once it has indexed the block the service has seen,
+ * waited for this long at most (looking every LEDGER_LOOK_MS); else the answer says so
+ * (`ledger_behind`). Reads that agree, the usual case, wait for nothing.
  */
-const LEDGER_READ_WAIT_MS = 2_000;
+const LEDGER_CATCH_UP_MS = 2_000;
+const LEDGER_LOOK_MS = 200;
+/** An order in one of these has its payment confirmed: the ledger must show it once indexed. */
+const PAID_STATUSES: ReadonlySet<string> = new Set(["PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED"]);
 const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
 
 /** A periodic limit as check_balance shows it: null when the payer set none. */
@@ -350,6 +355,13 @@ export class AgentHub {
   async balance(link: Link, chain?: string) {
     const chains = chain ? [resolvePullOption(this.deps.deployments, chain, "USDC").chain] : (Object.keys(this.deps.deployments.chains) as ChainKey[]);
     let ledgerError: string | undefined;
+    const readAccounts = () =>
+      this.deps.ledger.accounts(link.wallet).catch((err: Error) => {
+        ledgerError = err.message;
+        return null;
+      });
+    // The ledger and every chain are read at once.
+    const ledgerAccounts = readAccounts();
     const perChain = await Promise.all(
       chains.map(async (key) => {
         const d = this.deps.deployments.chains[key]!;
@@ -358,17 +370,20 @@ export class AgentHub {
         return { key, tokens, states: await readWalletState(this.deps.deployments, key, link.wallet as Hex, addresses) };
       }),
     );
-    // The ledger's totals as of the blocks the chain was read at (or as far as it got).
-    const behind = await this.ledgerBehind(perChain.map(({ key, states }) => ({ chain: key, block: states[0]?.blockNumber ?? 0n })));
-    const accounts = await this.deps.ledger.accounts(link.wallet).catch((err: Error) => {
-      ledgerError = err.message;
-      return null;
-    });
+    let accounts = await ledgerAccounts;
+    const accountOf = (key: ChainKey, token: string) => accounts?.find((a) => a.chainId === chainInfo(key).chainId && a.token.toLowerCase() === token.toLowerCase());
+    // A chain whose allowance the ledger does not show as the chain does: behind the block read.
+    const disagree = perChain.filter(({ key, states }) => accounts && states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance));
+    let behind: string | undefined;
+    if (disagree.length > 0) {
+      behind = await this.ledgerBehind(disagree.map(({ key, states }) => ({ chain: key, block: states[0]!.blockNumber })));
+      accounts = await readAccounts();
+    }
     const balances = [];
     for (const { key, tokens, states } of perChain) {
       for (const [i, t] of tokens.entries()) {
         const s = states[i]!;
-        const account = accounts?.find((a) => a.chainId === chainInfo(key).chainId && a.token.toLowerCase() === s.token.toLowerCase());
+        const account = accountOf(key, s.token);
         balances.push({
           chain: key,
           token: t.symbol,
@@ -418,18 +433,28 @@ export class AgentHub {
     }
     const orders = await this.deps.flow.orders.history(link.wallet, limit + 1, after);
     const page = orders.slice(0, limit);
-    const behind = await this.ledgerBehind([...new Set(page.map((o) => o.chain as ChainKey))].map((chain) => ({ chain, block: this.deps.flow.heads.latest(chain) })));
     // The whole page's payments and refunds in one ledger call.
     let records: { payments: LedgerPayment[]; refunds: LedgerRefund[] } | undefined;
     let ledgerError: string | undefined;
-    try {
-      records = await this.deps.ledger.records(
-        link.wallet,
-        page.filter((o) => o.rail === "pull").map((o) => o.onchainOrderId),
-        page.flatMap((o) => (o.rail === "pull" || !o.authNonce ? [] : [o.authNonce])),
-      );
-    } catch (err) {
-      ledgerError = (err as Error).message;
+    const readRecords = async () => {
+      try {
+        return await this.deps.ledger.records(
+          link.wallet,
+          page.filter((o) => o.rail === "pull").map((o) => o.onchainOrderId),
+          page.flatMap((o) => (o.rail === "pull" || !o.authNonce ? [] : [o.authNonce])),
+        );
+      } catch (err) {
+        ledgerError = (err as Error).message;
+        return undefined;
+      }
+    };
+    records = await readRecords();
+    // Orders whose payment or refund the service confirmed and the ledger does not show yet.
+    const unseen = records ? page.filter((o) => !inLedger(o, records!)) : [];
+    let behind: string | undefined;
+    if (unseen.length > 0) {
+      behind = await this.ledgerBehind([...new Set(unseen.map((o) => o.chain as ChainKey))].map((chain) => ({ chain, block: this.deps.flow.heads.latest(chain) })));
+      records = await readRecords();
     }
     const items = page.map((o) => {
         const onchain = records ? onchainView(o, records) : null;
@@ -449,19 +474,19 @@ export class AgentHub {
   }
 
   /**
-   * Waits (up to LEDGER_READ_WAIT_MS) for the ledger to index each chain up to its block; what
-   * it says where it did not get there, for the answer to carry (undefined when it did).
+   * Waits (up to LEDGER_CATCH_UP_MS) for the ledger to index each chain up to its block; what
+   * it says where it did not get there, for the answer to carry (undefined when it did). A
+   * ledger the service's watch finds stalled or unreadable is not waited for.
    */
   private async ledgerBehind(at: Array<{ chain: ChainKey; block: bigint }>): Promise<string | undefined> {
+    const progress = this.deps.flow.ledgerHealth.latest();
     const short = await Promise.all(
       at
         .filter((a) => a.block > 0n)
         .map(async ({ chain, block }) => {
-          const chainId = chainInfo(chain).chainId;
-          // A ledger that cannot be read is not waited for: the read that follows reports it.
-          const now = await this.deps.ledger.indexedBlock(chainId).catch(() => undefined);
-          if (now === undefined || (now !== null && now >= block)) return null;
-          const r = await this.deps.ledger.reachBlock(chainId, block, LEDGER_READ_WAIT_MS);
+          const state = progress.find((p) => p.chain === chain)?.state;
+          const waitMs = state === "stalled" || state === "unreadable" ? 0 : LEDGER_CATCH_UP_MS;
+          const r = await this.deps.ledger.reachBlock(chainInfo(chain).chainId, block, waitMs, LEDGER_LOOK_MS);
           return r.reached ? null : `${chain}: indexed through block ${r.indexed ?? "none"} of ${block}`;
         }),
     );
@@ -505,6 +530,13 @@ function onchainView(o: Order, records: { payments: LedgerPayment[]; refunds: Le
     payment: payment ? { tx_hash: payment.txHash, amount: units(BigInt(payment.amount)), block_number: String(payment.blockNumber), timestamp: String(payment.timestamp) } : null,
     refunds: records.refunds.filter(ours).map((r) => ({ tx_hash: r.txHash, amount: units(BigInt(r.amount)), timestamp: String(r.timestamp) })),
   };
+}
+
+/** Whether the ledger's records show what the service confirmed of `o`: its payment once paid, its refund once refunded. */
+function inLedger(o: Order, records: { payments: LedgerPayment[]; refunds: LedgerRefund[] }): boolean {
+  const { payment, refunds } = onchainView(o, records);
+  if (PAID_STATUSES.has(o.status) && o.txHash && !payment) return false;
+  return !(o.status === "REFUNDED" && o.refundTxHash && !refunds.some((r) => r.tx_hash.toLowerCase() === o.refundTxHash!.toLowerCase()));
 }
 
 function scheduleView(s: Schedule) {

@@ -62,8 +62,9 @@ export interface OrdersAudit {
   /** Unfinished for longer than the limit. */
   stuck: string[];
   /**
-   * Served on their payment's receipt while the audit ran, and not in the ledger it read
-   * yet (server/chain/receipt-payment.ts). Not a discrepancy: the next audit finds them.
+   * Paid, served or refunded on a receipt while the audit ran, and not in the ledger it read
+   * yet (server/chain/receipt-payment.ts, orders/fulfil.ts refund). Not a discrepancy: the
+   * next audit finds them.
    */
   awaitingLedger: string[];
   discrepancies: string[];
@@ -101,6 +102,8 @@ const authKey = (chainId: number, rail: string | null | undefined, token: string
   `${rail ?? "authorization"}:${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
 const pullKey = (chainId: number, orderId: string | null | undefined) => `${chainId}:${lower(orderId)}`;
 const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
+/** Statuses an order holds before its payment is confirmed (a refused or written-off one's may land later). */
+const NOT_PAID_YET: ReadonlySet<string> = new Set(["SETTLING", "PULLING", "REFUSED", "PAYMENT_FAILED"]);
 
 /**
  * What the service's records said before the ledger was caught up to the chains' heads: each
@@ -160,6 +163,8 @@ export function auditOrders(
 
   // Became `status` after the snapshot: its chain events may lie past the blocks the ledger was caught up to.
   const since = (ref: string, status: string) => before !== undefined && before.get(ref) !== status;
+  // Its payment confirmed after the snapshot: unknown then, or not paid yet. One paid by then must show.
+  const paidSince = (ref: string) => before !== undefined && (!before.has(ref) || NOT_PAID_YET.has(before.get(ref)!));
   for (const o of records.orders) {
     const chainId = chainInfo(o.chain).chainId;
     const key = o.rail === "pull" ? `pull:${pullKey(chainId, o.onchain_order_id)}` : `auth:${authKey(chainId, o.payment_rail, o.token_address, o.payer, o.auth_nonce)}`;
@@ -173,7 +178,7 @@ export function auditOrders(
     if (!paid && refunded > 0n) out.discrepancies.push(`${what}: refunded ${refunded} without a payment`);
     switch (o.status) {
       case "SUCCESS":
-        if (!paid && since(o.request_id, "SUCCESS")) out.awaitingLedger.push(`${what} was served on its receipt while the audit ran`);
+        if (!paid && paidSince(o.request_id)) out.awaitingLedger.push(`${what} was served on its receipt while the audit ran`);
         else if (!exact) out.discrepancies.push(`${what} was served, but the ledger shows ${paid ? `a payment of ${paid.amount} by ${paid.payer}` : "no payment"}`);
         if (refunded > 0n) out.discrepancies.push(`${what} was served and also refunded ${refunded}`);
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
@@ -183,7 +188,7 @@ export function auditOrders(
         // transfer into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
         const last = decided.get(o.request_id);
         const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
-        if (!byHand && (!paid || refunded < paid.amount) && since(o.request_id, "REFUNDED")) {
+        if (!byHand && (paid ? refunded < paid.amount && since(o.request_id, "REFUNDED") : paidSince(o.request_id))) {
           out.awaitingLedger.push(`${what} was refunded on its receipt while the audit ran`);
         } else if (!paid) {
           if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);

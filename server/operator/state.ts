@@ -210,6 +210,24 @@ export class OperatorState {
             { role: "operator" as const, address: this.deps.keys.operator },
             { role: "refunder" as const, address: this.deps.keys.refunder },
           ];
+          const rows = treasury?.treasury.filter((r) => r.chainId === d.chainId) ?? [];
+          // The ledger's balances stand at the block its rows were read at; BillPay's on chain is
+          // read at that block too, or any payment the ledger has not indexed yet would look
+          // like a mismatch. A chain with no rows yet: the block /status gave. Rows without
+          // their block (a ledger older than this service, mid-deploy): the head, as before.
+          const ledgerAt = rows.length === 0 ? indexed?.number : rows.some((r) => typeof r.indexedBlock === "number") ? rows.find((r) => typeof r.indexedBlock === "number")!.indexedBlock : Number(head.number);
+          const ledgerBlock = treasury && typeof ledgerAt === "number" ? BigInt(ledgerAt) : null;
+          const atLedgerBlock =
+            ledgerBlock === null || ledgerBlock === head.number
+              ? Promise.resolve(undefined)
+              : ledgerBlock > head.number
+                ? Promise.reject(new Error(`the ledger has indexed block ${ledgerBlock}, past this node's head ${head.number}`))
+                : this.balancesAt(client, d, ledgerBlock);
+          // Unknown, and said: a match that cannot be judged must not pass for one (the alert reads errors too).
+          const pastBalances = atLedgerBlock.catch((err: unknown) => {
+            out.errors.push(`${chain}: the treasury cannot be compared with the ledger at its block ${ledgerBlock}: ${errorText(err).split("\n")[0]}`);
+            return null;
+          });
           const reads = await withTimeout(
             Promise.all([
               ...keys.map((k) => client.getBalance({ address: k.address as Hex, blockNumber: head.number })),
@@ -227,19 +245,13 @@ export class OperatorState {
           );
           out.keys = keys.map((k, i) => ({ ...k, gasWei: reads[i] as bigint }));
           const calls = reads[keys.length] as Array<{ status: string; result?: unknown }>;
-          const rows = treasury?.treasury.filter((r) => r.chainId === d.chainId) ?? [];
-          // The ledger's balances stand at the block its rows were read at; BillPay's on chain is
-          // read at that block too, or any payment the ledger has not indexed yet would look
-          // like a mismatch (a chain with no rows yet: the block /status gave).
-          const ledgerAt = rows.find((r) => typeof r.indexedBlock === "number")?.indexedBlock ?? (rows.length === 0 ? indexed?.number : undefined);
-          const ledgerBlock = treasury && ledgerAt !== undefined && ledgerAt !== null ? BigInt(ledgerAt) : null;
-          const atLedgerBlock = ledgerBlock === null ? null : ledgerBlock === head.number ? "head" : await this.balancesAt(client, d, ledgerBlock);
+          const past = await pastBalances; // read beside the head's, under the same timeout
           out.tokens = d.tokens.map((t, i) => {
             const [balance, budget, pulls] = calls.slice(i * 3, i * 3 + 3);
             const ledgerRow = rows.find((r) => r.token.toLowerCase() === t.address.toLowerCase());
             const onChain = balance?.status === "success" ? (balance.result as bigint) : null;
             const ledger = ledgerRow ? BigInt(ledgerRow.balance) : treasury ? 0n : null;
-            const compared = atLedgerBlock === "head" ? onChain : (atLedgerBlock?.[i] ?? null);
+            const compared = ledgerBlock === null ? null : ledgerBlock === head.number ? onChain : (past?.[i] ?? null);
             const bucket = (read: { status: string; result?: unknown } | undefined) => {
               const r = read?.status === "success" ? (read.result as readonly [bigint, bigint, bigint]) : null;
               return r ? { limit: r[0], period: r[1], available: r[2] } : null;
@@ -264,17 +276,16 @@ export class OperatorState {
     );
   }
 
-  /** BillPay's balance of each of the chain's tokens at `block`, in their order; null when the node cannot answer for that block (not there yet, or pruned). */
-  private async balancesAt(client: ReturnType<typeof publicClientFor>, d: Deployments["chains"][ChainKey] & object, block: bigint): Promise<Array<bigint | null> | null> {
-    try {
-      const calls = await withTimeout(
-        client.multicall({ allowFailure: true, blockNumber: block, contracts: d.tokens.map((t) => ({ address: t.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [d.billPay.address as Hex] }) as const) }),
-        `balances at block ${block}`,
-      );
-      return calls.map((c) => (c.status === "success" ? (c.result as bigint) : null));
-    } catch {
-      return null;
-    }
+  /** BillPay's balance of each of the chain's tokens at `block`, in their order; throws when the node cannot answer for that block (pruned, or behind). */
+  private async balancesAt(client: ReturnType<typeof publicClientFor>, d: Deployments["chains"][ChainKey] & object, block: bigint): Promise<bigint[]> {
+    const calls = await withTimeout(
+      client.multicall({ allowFailure: true, blockNumber: block, contracts: d.tokens.map((t) => ({ address: t.address as Hex, abi: erc20Abi, functionName: "balanceOf", args: [d.billPay.address as Hex] }) as const) }),
+      `balances at block ${block}`,
+    );
+    return calls.map((c, i) => {
+      if (c.status !== "success") throw new Error(`${d.tokens[i]!.symbol}'s balanceOf failed there: ${errorText(c.error).split("\n")[0]}`);
+      return c.result as bigint;
+    });
   }
 
   async health(): Promise<Health[]> {

@@ -300,7 +300,8 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   // Every decision reads the ledger as the chain is now: "no payment" (close, hold) is believed
   // only then, and a payment or refund the service confirmed from its own node's receipt a
   // block ago (serve, refund) may not be indexed yet, which would refuse them for nothing.
-  if (!(await ledgerAtHead(deps, chain))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: what was paid and refunded under the order's key cannot be told; try again shortly`);
+  // Within half the decision's lease: the order stays held while the decision runs.
+  if (!(await ledgerAtHead(deps, chain, Math.min(15_000, deps.leaseSeconds * 500)))) throw new Refused(`the ledger has not indexed ${chain} up to its head yet: what was paid and refunded under the order's key cannot be told; try again shortly`);
   const view = await ledgerUnderKey(deps, order).catch((err: unknown) => {
     throw new Refused(`the ledger could not be read (${errorText(err)}); nothing was moved`);
   });

@@ -39,6 +39,12 @@ describe("the audit of orders served on their receipt", () => {
     expect(audit.discrepancies).toEqual(["order ord_early (x402, SUCCESS, 1000000) was served, but the ledger shows no payment"]);
   });
 
+  it("holds an order paid before the snapshot and served since to the ledger: its payment was confirmed before the heads were read", () => {
+    const audit = auditOrders(records, [], [], Date.now(), 3_600, new Map([["ord_early", "SUCCESS"], ["ord_late", "PENDING"]]));
+    expect(audit.awaitingLedger).toEqual([]);
+    expect(audit.discrepancies).toHaveLength(2);
+  });
+
   it("holds every served order to the ledger when it is not told which were served before", () => {
     const audit = auditOrders(records, [], [], Date.now(), 3_600);
     expect(audit.awaitingLedger).toEqual([]);
@@ -125,12 +131,13 @@ describe("the audit of orders served on their receipt", () => {
     const [pullBefore, pullSince] = [`0x${"0e".repeat(32)}`, `0x${"0f".repeat(32)}`];
     const records: ServiceRecords = {
       // Paid and refunded before the ledger was caught up; refunded since (its payment shown, its refund not); paid and refunded since (neither shown).
-      orders: [order("ord_before", "0x08"), order("ord_refund_since", "0x09"), order("ord_all_since", "0x0a")],
+      // And one paid before the snapshot and refunded since, whose payment the ledger does not show: that must show.
+      orders: [order("ord_before", "0x08"), order("ord_refund_since", "0x09"), order("ord_all_since", "0x0a"), order("ord_paid_before", "0x0b")],
       orphans: { pulls: [pull(pullBefore), pull(pullSince)], payments: [] },
     };
     // The records as read before the heads: the second order still PENDING, the third not made yet, the second pull not refunded yet.
     const before = recordsBefore({
-      orders: [order("ord_before", "0x08"), { ...order("ord_refund_since", "0x09"), status: "PENDING" }],
+      orders: [order("ord_before", "0x08"), { ...order("ord_refund_since", "0x09"), status: "PENDING" }, { ...order("ord_paid_before", "0x0b"), status: "PAID" }],
       orphans: { pulls: [pull(pullBefore), { ...pull(pullSince), status: "REFUNDING", refund_tx_hash: null }], payments: [] },
     });
     const audit = auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600, before);
@@ -141,10 +148,11 @@ describe("the audit of orders served on their receipt", () => {
     ]);
     expect(audit.discrepancies).toEqual([
       "order ord_before (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no refund",
+      "order ord_paid_before (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows no payment",
       `orphan pull ${pullBefore} on CELO is marked refunded, but the ledger shows no refund`,
     ]);
     // Without the snapshot, every one is held to the ledger as it stands.
-    expect(auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600).discrepancies).toHaveLength(5);
+    expect(auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600).discrepancies).toHaveLength(6);
   });
 
   it("flags a refunded order whose refunds on chain fall short of its payment, and passes one refunded exactly", () => {

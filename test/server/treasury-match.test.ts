@@ -71,6 +71,14 @@ describe("the treasury's match between the chain and the ledger", () => {
     answers.set("/ledger/treasury", { treasury: treasury.treasury.map((r) => (r === row ? { ...r, balance: (BigInt(r.balance) - 1n).toString() } : r)) });
     expect((await usdcOf(stateOf(frozenUrl))).matches).toBe(false);
 
+    // A ledger ahead of this node, or a block the node cannot answer for: no verdict, and said.
+    for (const indexedBlock of [row.indexedBlock! + 1_000, 0]) {
+      answers.set("/ledger/treasury", { treasury: treasury.treasury.map((r) => (r === row ? { ...r, indexedBlock } : r)) });
+      const [celoNow] = (await stateOf(frozenUrl).chains()).filter((c) => c.chain === "CELO");
+      expect(celoNow!.tokens.find((t) => t.symbol === "USDC")!.matches).toBeNull();
+      expect(celoNow!.errors).toContainEqual(expect.stringMatching(/^CELO: the treasury cannot be compared with the ledger at its block/));
+    }
+
     // The real ledger, caught up: the transfer is in it, at the head.
     const head = await celo.publicClient.getBlockNumber();
     await waitForLedgerBlock(stack.ledgerUrl, 42220, head);
