@@ -14,7 +14,7 @@ import { jsonBody } from "./http-body.ts";
 import { operatorIdentity, requireOperator } from "./operator/auth.ts";
 import { crossSite } from "./operator/csrf.ts";
 import type { Orphans } from "./orders/ledger-pass.ts";
-import { ledgerUnderKey } from "./orders/ledger-view.ts";
+import { ledgerUnderKeyCaughtUp } from "./orders/ledger-view.ts";
 import { MAX_REASON, ORPHAN_ACTIONS, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps, type ReviewRecord, type ReviewResult } from "./orders/review.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, type Order, type OrderStore } from "./orders/store.ts";
 import { MAX_PAGE, opsOrder } from "./audit/order-record.ts";
@@ -80,7 +80,7 @@ export function mountOps(app: Hono, deps: { token?: string; public: boolean; pub
     if (!order) return problemResponse("ORDER_NOT_FOUND", `no order ${c.req.param("requestId")}`);
     const actions = (await deps.review.reviews.forOrder(order.requestId)).map((a) => namedAction(a, (units) => amountIn(order.chain, order.token, units)));
     try {
-      const view = await ledgerUnderKey(deps.review, order);
+      const view = await ledgerUnderKeyCaughtUp(deps.review, order);
       // Each amount as an operator reads it, in the token the ledger saw (which may not be the order's).
       const named = <T extends { chainId: number; token: string; amount: string }>(x: T) => ({ ...x, amount_text: describeAmount(deps.review.deployments, x.chainId, x.token, x.amount) });
       const ledger = { payment: view.payment && named(view.payment), refunds: view.refunds.map(named) };

@@ -14,6 +14,7 @@ import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
 import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
+import { ledgerLacksConfirmed } from "../orders/ledger-view.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
@@ -73,8 +74,6 @@ const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6
  */
 const LEDGER_CATCH_UP_MS = 2_000;
 const LEDGER_LOOK_MS = 200;
-/** An order in one of these has its payment confirmed: the ledger must show it once indexed. */
-const PAID_STATUSES: ReadonlySet<string> = new Set(["PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED"]);
 const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
 
 /** A periodic limit as check_balance shows it: null when the payer set none. */
@@ -532,11 +531,10 @@ function onchainView(o: Order, records: { payments: LedgerPayment[]; refunds: Le
   };
 }
 
-/** Whether the ledger's records show what the service confirmed of `o`: its payment once paid, its refund once refunded. */
+/** Whether the ledger's records show what the service confirmed of `o` (orders/ledger-view.ts). */
 function inLedger(o: Order, records: { payments: LedgerPayment[]; refunds: LedgerRefund[] }): boolean {
   const { payment, refunds } = onchainView(o, records);
-  if (PAID_STATUSES.has(o.status) && o.txHash && !payment) return false;
-  return !(o.status === "REFUNDED" && o.refundTxHash && !refunds.some((r) => r.tx_hash.toLowerCase() === o.refundTxHash!.toLowerCase()));
+  return !ledgerLacksConfirmed(o, payment, refunds.map((r) => r.tx_hash));
 }
 
 function scheduleView(s: Schedule) {

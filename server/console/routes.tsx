@@ -26,7 +26,7 @@ import { crossSite, FormTokens } from "../operator/csrf.ts";
 import { errorText } from "../log-safety.ts";
 import { x402RailOf } from "../ledger-client.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND } from "../orders/store.ts";
-import { ledgerUnderKey } from "../orders/ledger-view.ts";
+import { ledgerUnderKeyCaughtUp } from "../orders/ledger-view.ts";
 import { MAX_REASON, ORPHAN_ACTIONS, orphanKey, orphanPayment, resolveOrder, resolveOrphanPayment, REVIEW_ACTIONS, validOrphanKey, whyNot, type ReviewDeps } from "../orders/review.ts";
 import { txLink, type OperatorState } from "../operator/state.ts";
 import type { Callbacks } from "../orders/callbacks.ts";
@@ -287,7 +287,7 @@ export function mountConsole(app: Hono, deps: ConsoleDeps): void {
     let refused: ReturnType<typeof whyNot> | null = null;
     let paidShown = "";
     try {
-      const view = await ledgerUnderKey(deps.review, full);
+      const view = await ledgerUnderKeyCaughtUp(deps.review, full);
       refused = whyNot(full, view);
       if (view.payment) paidShown = ` (${names.amount(view.payment.chainId, view.payment.token, view.payment.amount)})`;
       ledger = view.payment ? (

@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { VendResult } from "../../server/biller/upstream.ts";
 import { actOnBillerState, type FlowDeps } from "../../server/orders/fulfil.ts";
+import { ledgerUnderKey, ledgerUnderKeyCaughtUp } from "../../server/orders/ledger-view.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { checkReversals } from "../../server/orders/reversal-checks.ts";
@@ -208,6 +209,14 @@ describe("the biller's word after payment: never delivered and refunded, never a
         return typeof value === "function" ? value.bind(receiver) : value;
       },
     });
+    // The operator's screen reads the same ledger: it shows the payment, not "no payment".
+    const held = await orderOf(requestId);
+    expect((await ledgerUnderKey({ ledger: lagging }, held)).payment).toBeNull();
+    lagLooks = 3;
+    expect((await ledgerUnderKeyCaughtUp({ ledger: lagging, heads: service.flow.heads }, held)).payment).toMatchObject({ txHash: held.txHash });
+    expect(lagLooks).toBeLessThan(0); // it waited for the ledger's height
+    lagLooks = 3;
+    heightsAsked = 0;
     const review = { ...service.flow, ledger: lagging, reviews: new ReviewRecords(service.db), db: service.db };
     const served = await resolveOrder(review, { requestId, action: "serve", reason: "the payment stands", operator: "alice" });
     expect(served.record.outcome).toBe("DONE");
