@@ -10,8 +10,9 @@
  */
 import { type Log } from "../log.ts";
 import type { Hex } from "viem";
-import type { ChainKey } from "../../lib/chains.ts";
-import type { Deployments } from "../../lib/deployments.ts";
+import { sharedClientFor } from "../../lib/chain-client.ts";
+import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import type { FacilitatorClient } from "@x402/core/server";
 import type { Catalogue } from "../biller/catalogue/catalogue.ts";
 import type { CustomerChecks } from "../biller/customer-check.ts";
@@ -518,6 +519,21 @@ async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWait
 }
 
 /**
+ * Where the ledger stands short of the block the order's payment is in on the service's own
+ * node (its transaction's receipt), if it does; undefined when it has indexed that block (so
+ * it does not show the payment), or the receipt or the ledger cannot be read.
+ */
+async function ledgerShortOfPayment(deps: Pick<FlowDeps, "ledger" | "deployments">, o: Order): Promise<{ paymentBlock: string; indexed: string } | undefined> {
+  const d = deps.deployments.chains[o.chain as ChainKey];
+  if (!d || !o.txHash) return undefined;
+  const receipt = await sharedClientFor(o.chain as ChainKey, rpcUrlFor(o.chain as ChainKey, d))
+    .getTransactionReceipt({ hash: o.txHash as Hex })
+    .catch(() => null);
+  const indexed = receipt && (await deps.ledger.indexedBlock(chainInfo(o.chain).chainId).catch(() => null));
+  return receipt && indexed !== null && indexed !== undefined && indexed < receipt.blockNumber ? { paymentBlock: receipt.blockNumber.toString(), indexed: indexed.toString() } : undefined;
+}
+
+/**
  * Refunds the payer on chain: REFUNDING first (so a crash is retried), REFUNDED once the
  * chain has it. Only when the ledger shows the order's payment, of exactly its amount: a
  * refund never exceeds what the chain shows was paid. (The one exception is an operator's:
@@ -538,7 +554,15 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
   const chain = refunding.chain as ChainKey;
   try {
     const paid = await awaitLedgerPaymentFor(deps, refunding);
-    if (!paid) throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
+    if (!paid) {
+      // The ledger short of the payment's block has not judged yet: the refund waits, and is no failure.
+      const behind = await ledgerShortOfPayment(deps, refunding);
+      if (behind) {
+        deps.log.info("refund waits for the ledger to index its payment", { requestId: refunding.requestId, ...behind });
+        return refunding;
+      }
+      throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");
+    }
     // A late landing's, as deep as a bill is vended on: a payment the ledger pass found a block
     // after it landed may yet be replaced by its nonce's cancellation, and BillPay's refund of
     // an authorization checks only that its nonce is used. The worker tries again. (Any other

@@ -15,7 +15,7 @@ import type { Account } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { VendResult } from "../../server/biller/upstream.ts";
-import { actOnBillerState, type FlowDeps } from "../../server/orders/fulfil.ts";
+import { actOnBillerState, refund, type FlowDeps } from "../../server/orders/fulfil.ts";
 import { ledgerUnderKey, ledgerUnderKeyCaughtUp } from "../../server/orders/ledger-view.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
@@ -223,6 +223,41 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect(served.order?.status).toBe("SUCCESS");
     expect(heightsAsked).toBeGreaterThanOrEqual(4); // three looks short, then there
     expect(await attemptsOf(requestId)).toHaveLength(1); // followed up under its id, not paid again
+  });
+
+  it("a refund whose payment the ledger has not indexed yet waits for it and is no failure; one the ledger has indexed past, without the payment, is", async () => {
+    const payer = accounts(7);
+    const start = await usdc(payer);
+    const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
+    const order = await orderOf(requestId);
+    expect(order.status).toBe("PENDING");
+    // A ledger that never shows the payment, and stands `shortBy` blocks short of what it has indexed.
+    const real = service.flow.ledger;
+    let shortBy = 0n;
+    const hiding = new Proxy(real, {
+      get(target, key, receiver) {
+        if (key === "indexedBlock")
+          return async (chainId: number) => {
+            const indexed = await target.indexedBlock(chainId);
+            return indexed === null ? null : indexed - shortBy;
+          };
+        if (key === "awaitPayment") return async () => null;
+        if (key === "authorization") return async () => ({ payment: null, refunds: [] });
+        const value = Reflect.get(target, key, receiver) as unknown;
+        return typeof value === "function" ? value.bind(receiver) : value;
+      },
+    });
+    const failures = async () => (await service.flow.metrics.refundFailures.get()).values.reduce((sum, v) => sum + v.value, 0);
+    const deps = { ...service.flow, ledger: hiding, ledgerWaitMs: 100 };
+    const before = await failures();
+    shortBy = 1_000n; // short of the payment's block
+    const waited = await refund(deps, order, "biller: transaction failed", ["PENDING"]);
+    expect(waited.status).toBe("REFUNDING");
+    expect(await failures()).toBe(before);
+    shortBy = 0n; // past it, and still no payment: that is a failure, retried and alerted
+    expect((await refund(deps, waited, "biller: transaction failed", ["REFUNDING"])).status).toBe("REFUNDING");
+    expect(await failures()).toBe(before + 1);
+    expect(await usdc(payer)).toBe(start - order.amount); // nothing refunded on the ledger's silence
   });
 
   it("a bill the biller keeps pending counts as stuck from when its order was made, however often it is requeried, and what the biller said is kept", async () => {
