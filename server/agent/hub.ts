@@ -14,7 +14,7 @@ import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
 import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
-import { ledgerLacksConfirmed } from "../orders/ledger-view.ts";
+import { catchUpWaitMs, LEDGER_LOOK_MS, ledgerLacksConfirmed } from "../orders/ledger-view.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
@@ -67,13 +67,12 @@ const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6
 /**
  * A pay answers on its transaction's receipt, and the ledger indexes that block on its own pace
  * (a poll a second on a real profile). When what the ledger answers disagrees with what the
- * service knows (a refund it confirmed, not in the records; an allowance the chain shows spent,
- * unspent in the ledger), it is read again once it has indexed the block the service has seen,
- * waited for this long at most (looking every LEDGER_LOOK_MS); else the answer says so
- * (`ledger_behind`). Reads that agree, the usual case, wait for nothing.
+ * service knows (a payment or refund it confirmed, not in the records; an allowance the chain
+ * shows otherwise; an order of the wallet's changed a moment ago), it is read again once it has
+ * indexed the block the service has seen (orders/ledger-view.ts: up to LEDGER_CATCH_UP_MS);
+ * else the answer says so (`ledger_behind`). Reads that agree, the usual case, wait for nothing.
  */
-const LEDGER_CATCH_UP_MS = 2_000;
-const LEDGER_LOOK_MS = 200;
+const RECENT_ORDER_MS = 60_000;
 const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
 
 /** A periodic limit as check_balance shows it: null when the payer set none. */
@@ -372,11 +371,15 @@ export class AgentHub {
     let accounts = await ledgerAccounts;
     const accountOf = (key: ChainKey, token: string) => accounts?.find((a) => a.chainId === chainInfo(key).chainId && a.token.toLowerCase() === token.toLowerCase());
     // A chain whose allowance the ledger does not show as the chain does: behind the block read.
-    const disagree = perChain.filter(({ key, states }) => accounts && states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance));
+    // (A pull refunded within one poll leaves the allowance as it was: a recent order counts too.)
+    const [newest] = accounts ? await this.deps.flow.orders.history(link.wallet, 1) : [];
+    const recent = newest && Date.now() - newest.updatedAt.getTime() < RECENT_ORDER_MS ? newest.chain : undefined;
+    const disagree = perChain.filter(({ key, states }) => accounts && (key === recent || states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance)));
     let behind: string | undefined;
     if (disagree.length > 0) {
-      behind = await this.ledgerBehind(disagree.map(({ key, states }) => ({ chain: key, block: states[0]!.blockNumber })));
-      accounts = await readAccounts();
+      const caught = await this.ledgerBehind(disagree.map(({ key, states }) => ({ chain: key, block: states[0]!.blockNumber })));
+      behind = caught.behind;
+      if (caught.reachedAny) accounts = await readAccounts();
     }
     const balances = [];
     for (const { key, tokens, states } of perChain) {
@@ -452,8 +455,9 @@ export class AgentHub {
     const unseen = records ? page.filter((o) => !inLedger(o, records!)) : [];
     let behind: string | undefined;
     if (unseen.length > 0) {
-      behind = await this.ledgerBehind([...new Set(unseen.map((o) => o.chain as ChainKey))].map((chain) => ({ chain, block: this.deps.flow.heads.latest(chain) })));
-      records = await readRecords();
+      const caught = await this.ledgerBehind([...new Set(unseen.map((o) => o.chain as ChainKey))].map((chain) => ({ chain, block: this.deps.flow.heads.latest(chain) })));
+      behind = caught.behind;
+      if (caught.reachedAny) records = await readRecords();
     }
     const items = page.map((o) => {
         const onchain = records ? onchainView(o, records) : null;
@@ -473,24 +477,24 @@ export class AgentHub {
   }
 
   /**
-   * Waits (up to LEDGER_CATCH_UP_MS) for the ledger to index each chain up to its block; what
-   * it says where it did not get there, for the answer to carry (undefined when it did). A
-   * ledger the service's watch finds stalled or unreadable is not waited for.
+   * Waits (orders/ledger-view.ts catchUpWaitMs) for the ledger to index each chain up to its
+   * block: whether it got there on any (worth reading again), and what it says where it did
+   * not, for the answer to carry.
    */
-  private async ledgerBehind(at: Array<{ chain: ChainKey; block: bigint }>): Promise<string | undefined> {
-    const progress = this.deps.flow.ledgerHealth.latest();
-    const short = await Promise.all(
+  private async ledgerBehind(at: Array<{ chain: ChainKey; block: bigint }>): Promise<{ reachedAny: boolean; behind?: string }> {
+    const looks = await Promise.all(
       at
         .filter((a) => a.block > 0n)
         .map(async ({ chain, block }) => {
-          const state = progress.find((p) => p.chain === chain)?.state;
-          const waitMs = state === "stalled" || state === "unreadable" ? 0 : LEDGER_CATCH_UP_MS;
-          const r = await this.deps.ledger.reachBlock(chainInfo(chain).chainId, block, waitMs, LEDGER_LOOK_MS);
+          const r = await this.deps.ledger.reachBlock(chainInfo(chain).chainId, block, catchUpWaitMs(this.deps.flow.ledgerHealth, chain), LEDGER_LOOK_MS);
           return r.reached ? null : `${chain}: indexed through block ${r.indexed ?? "none"} of ${block}`;
         }),
     );
-    const behind = short.filter((s) => s !== null);
-    return behind.length ? `the ledger has not indexed the newest blocks yet (${behind.join("; ")}): their payments and refunds do not show here yet` : undefined;
+    const short = looks.filter((s) => s !== null);
+    return {
+      reachedAny: short.length < looks.length,
+      ...(short.length ? { behind: `the ledger has not indexed the newest blocks yet (${short.join("; ")}): their payments and refunds do not show here yet` } : {}),
+    };
   }
 
   /** list_plans: a product's plans with their prices (null: any amount), from the catalogue every bill is checked against. */

@@ -215,7 +215,7 @@ export class OperatorState {
           // read at that block too, or any payment the ledger has not indexed yet would look
           // like a mismatch. A chain with no rows yet: the block /status gave. Rows without
           // their block (a ledger older than this service, mid-deploy): the head, as before.
-          const ledgerAt = rows.length === 0 ? indexed?.number : rows.some((r) => typeof r.indexedBlock === "number") ? rows.find((r) => typeof r.indexedBlock === "number")!.indexedBlock : Number(head.number);
+          const ledgerAt = rows.length === 0 ? indexed?.number : (rows.find((r) => typeof r.indexedBlock === "number")?.indexedBlock ?? Number(head.number));
           const ledgerBlock = treasury && typeof ledgerAt === "number" ? BigInt(ledgerAt) : null;
           const atLedgerBlock =
             ledgerBlock === null || ledgerBlock === head.number

@@ -6,7 +6,8 @@
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { isPaymentOf, orderKeyOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
-import type { Order } from "./store.ts";
+import type { LedgerHealth } from "../ledger-health.ts";
+import { paymentConfirmed, type Order } from "./store.ts";
 
 export interface LedgerView {
   payment: LedgerPayment | null;
@@ -27,33 +28,45 @@ export async function ledgerUnderKey(deps: { ledger: LedgerClient }, o: Order): 
 }
 
 /**
- * An order in one of these with a transaction hash had its payment seen on chain (by the
- * ledger, or in a receipt from the service's own node); one held for review may have lost it
- * since (a reorganisation), which the re-read then shows as it is.
+ * A reader that finds the ledger lacking what the service confirmed of an order a moment ago
+ * (ledgerLacksConfirmed) reads it again once the ledger has indexed the newest block the
+ * service has seen, waiting this long at most, looking this often.
  */
-const PAYMENT_SEEN: ReadonlySet<string> = new Set(["PAID", "PENDING", "SUCCESS", "REFUNDING", "REFUNDED", "NEEDS_REVIEW"]);
+export const LEDGER_CATCH_UP_MS = 2_000;
+export const LEDGER_LOOK_MS = 200;
+/** How long after the service last changed an order the ledger's lacking it can be lag. */
+const LAG_WINDOW_MS = 60_000;
 
 /**
- * Whether the ledger's records lack what the service itself confirmed of `o`, from its own
- * node's receipts: its payment once paid, its refund once refunded. The ledger indexes those
- * blocks on its own pace, so for a moment it may; a reader then reads it again once it has
- * indexed the newest block (ledgerUnderKeyCaughtUp, the agent hub's history).
+ * Whether the ledger's records lack what the service itself confirmed of `o` a moment ago,
+ * from its own node's receipts: its payment once paid (or held for review just after), its
+ * refund once refunded. The ledger indexes those blocks on its own pace, so for a moment it
+ * may. Long after the order last changed, a lack is no lag (a payment a reorganisation took,
+ * a refund by hand the ledger books as a plain transfer): it is read as it is.
  */
-export function ledgerLacksConfirmed(o: Order, payment: unknown, refundTxHashes: readonly string[]): boolean {
-  if (PAYMENT_SEEN.has(o.status) && o.txHash && !payment) return true;
+export function ledgerLacksConfirmed(o: Order, payment: unknown, refundTxHashes: readonly string[], now = Date.now()): boolean {
+  if (now - o.updatedAt.getTime() > LAG_WINDOW_MS) return false;
+  if ((paymentConfirmed(o) || (o.status === "NEEDS_REVIEW" && o.txHash)) && !payment) return true;
   return o.status === "REFUNDED" && !!o.refundTxHash && !refundTxHashes.some((h) => h.toLowerCase() === o.refundTxHash!.toLowerCase());
+}
+
+/** How long a reader waits for the ledger on `chain`: not at all while the service's watch finds it behind, stalled or unreadable (it would not catch up in time). */
+export function catchUpWaitMs(health: Pick<LedgerHealth, "latest">, chain: ChainKey): number {
+  const state = health.latest().find((p) => p.chain === chain)?.state;
+  return state === "behind" || state === "stalled" || state === "unreadable" ? 0 : LEDGER_CATCH_UP_MS;
 }
 
 /**
  * ledgerUnderKey for an operator's screen: when it lacks what the service confirmed of the
- * order, read again once the ledger has indexed the newest block the service has seen (up to
- * `waitMs`), so a screen opened a block after the payment does not show "no payment".
+ * order, read again once the ledger has indexed the newest block the service has seen, so a
+ * screen opened a block after the payment does not show "no payment".
  */
-export async function ledgerUnderKeyCaughtUp(deps: { ledger: LedgerClient; heads: ChainHeads }, o: Order, waitMs = 2_000): Promise<LedgerView> {
+export async function ledgerUnderKeyCaughtUp(deps: { ledger: LedgerClient; heads: ChainHeads; ledgerHealth: Pick<LedgerHealth, "latest"> }, o: Order): Promise<LedgerView> {
   const view = await ledgerUnderKey(deps, o);
   if (!ledgerLacksConfirmed(o, view.payment, view.refunds.map((r) => r.txHash))) return view;
-  const head = deps.heads.latest(o.chain as ChainKey);
-  if (head === 0n || !(await deps.ledger.reachBlock(chainInfo(o.chain).chainId, head, waitMs, 200)).reached) return view;
+  const chain = o.chain as ChainKey;
+  const head = deps.heads.latest(chain);
+  if (head === 0n || !(await deps.ledger.reachBlock(chainInfo(chain).chainId, head, catchUpWaitMs(deps.ledgerHealth, chain), LEDGER_LOOK_MS)).reached) return view;
   return ledgerUnderKey(deps, o);
 }
 

@@ -11,12 +11,13 @@
  *     attempt is still pending.
  */
 import { x402HTTPClient } from "@x402/core/http";
-import type { Account } from "viem";
+import type { Account, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import type { VendResult } from "../../server/biller/upstream.ts";
 import { actOnBillerState, refund, type FlowDeps } from "../../server/orders/fulfil.ts";
 import { ledgerUnderKey, ledgerUnderKeyCaughtUp } from "../../server/orders/ledger-view.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { resolveOrder, ReviewRecords } from "../../server/orders/review.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { checkReversals } from "../../server/orders/reversal-checks.ts";
@@ -213,7 +214,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const held = await orderOf(requestId);
     expect((await ledgerUnderKey({ ledger: lagging }, held)).payment).toBeNull();
     lagLooks = 3;
-    expect((await ledgerUnderKeyCaughtUp({ ledger: lagging, heads: service.flow.heads }, held)).payment).toMatchObject({ txHash: held.txHash });
+    expect((await ledgerUnderKeyCaughtUp({ ledger: lagging, heads: service.flow.heads, ledgerHealth: { latest: () => [] } }, held)).payment).toMatchObject({ txHash: held.txHash });
     expect(lagLooks).toBeLessThan(0); // it waited for the ledger's height
     lagLooks = 3;
     heightsAsked = 0;
@@ -254,10 +255,16 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const waited = await refund(deps, order, "biller: transaction failed", ["PENDING"]);
     expect(waited.status).toBe("REFUNDING");
     expect(await failures()).toBe(before);
-    shortBy = 0n; // past it, and still no payment: that is a failure, retried and alerted
+    // Past it, and still no payment: that is a failure, retried and alerted.
+    shortBy = 0n;
+    const paidIn = (await celo.publicClient.getTransactionReceipt({ hash: order.txHash as Hex })).blockNumber;
+    await waitForLedgerBlock(paying.ledger.url, 42220, paidIn);
     expect((await refund(deps, waited, "biller: transaction failed", ["REFUNDING"])).status).toBe("REFUNDING");
     expect(await failures()).toBe(before + 1);
     expect(await usdc(payer)).toBe(start - order.amount); // nothing refunded on the ledger's silence
+    // The ledger as it is: the waiting refund goes, once.
+    expect((await refund(service.flow, waited, "biller: transaction failed", ["REFUNDING"])).status).toBe("REFUNDED");
+    expect(await usdc(payer)).toBe(start);
   });
 
   it("a bill the biller keeps pending counts as stuck from when its order was made, however often it is requeried, and what the biller said is kept", async () => {
