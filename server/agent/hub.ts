@@ -14,7 +14,7 @@ import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
 import { x402RailOf, type LedgerClient, type LedgerPayment, type LedgerRefund } from "../ledger-client.ts";
 import { orderResult, type FlowDeps } from "../orders/fulfil.ts";
-import { catchUpWaitMs, LEDGER_LOOK_MS, ledgerLacksConfirmed } from "../orders/ledger-view.ts";
+import { catchUpWaitMs, LAG_WINDOW_MS, LEDGER_LOOK_MS, ledgerLacksConfirmed } from "../orders/ledger-view.ts";
 import { startPullOrders } from "../orders/pull-flow.ts";
 import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
@@ -71,8 +71,8 @@ const units = (v: bigint) => ({ units: v.toString(), formatted: formatUnits(v, 6
  * shows otherwise; an order of the wallet's changed a moment ago), it is read again once it has
  * indexed the block the service has seen (orders/ledger-view.ts: up to LEDGER_CATCH_UP_MS);
  * else the answer says so (`ledger_behind`). Reads that agree, the usual case, wait for nothing.
+ * "A moment ago" is LAG_WINDOW_MS.
  */
-const RECENT_ORDER_MS = 60_000;
 const isoSeconds = (t: bigint) => new Date(Number(t) * 1000).toISOString();
 
 /** A periodic limit as check_balance shows it: null when the payer set none. */
@@ -373,7 +373,7 @@ export class AgentHub {
     // A chain whose allowance the ledger does not show as the chain does: behind the block read.
     // (A pull refunded within one poll leaves the allowance as it was: a recent order counts too.)
     const [newest] = accounts ? await this.deps.flow.orders.history(link.wallet, 1) : [];
-    const recent = newest && Date.now() - newest.updatedAt.getTime() < RECENT_ORDER_MS ? newest.chain : undefined;
+    const recent = newest && Date.now() - newest.updatedAt.getTime() < LAG_WINDOW_MS ? newest.chain : undefined;
     const disagree = perChain.filter(({ key, states }) => accounts && (key === recent || states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance)));
     let behind: string | undefined;
     if (disagree.length > 0) {

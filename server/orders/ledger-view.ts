@@ -35,7 +35,7 @@ export async function ledgerUnderKey(deps: { ledger: LedgerClient }, o: Order): 
 export const LEDGER_CATCH_UP_MS = 2_000;
 export const LEDGER_LOOK_MS = 200;
 /** How long after the service last changed an order the ledger's lacking it can be lag. */
-const LAG_WINDOW_MS = 60_000;
+export const LAG_WINDOW_MS = 60_000;
 
 /**
  * Whether the ledger's records lack what the service itself confirmed of `o` a moment ago,
