@@ -56,6 +56,12 @@ export class Metrics {
     labelNames: ["chain", "token"],
     registers: [this.registry],
   });
+  readonly refundsAwaitingLedger = new Counter({
+    name: "billpay_refunds_awaiting_ledger_total",
+    help: "Times a refund was put off because the ledger had not yet indexed the block its payment is in (the ledger's lag alerts bound the wait)",
+    labelNames: ["chain"],
+    registers: [this.registry],
+  });
   readonly orphanPulls = new Counter({
     name: "billpay_orphan_pulls_total",
     help: "Pulls that reached BillPay with no order: only someone else holding the operator key sends one",

@@ -559,6 +559,7 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
       const behind = await ledgerShortOfPayment(deps, refunding);
       if (behind) {
         deps.log.info("refund waits for the ledger to index its payment", { requestId: refunding.requestId, ...behind });
+        deps.metrics.refundsAwaitingLedger.inc({ chain: refunding.chain });
         return refunding;
       }
       throw new Error("the ledger does not show the order's payment (yet); nothing is refunded until it does");

@@ -248,13 +248,16 @@ describe("the biller's word after payment: never delivered and refunded, never a
         return typeof value === "function" ? value.bind(receiver) : value;
       },
     });
-    const failures = async () => (await service.flow.metrics.refundFailures.get()).values.reduce((sum, v) => sum + v.value, 0);
+    const count = async (counter: { get(): Promise<{ values: Array<{ value: number }> }> }) => (await counter.get()).values.reduce((sum, v) => sum + v.value, 0);
+    const failures = () => count(service.flow.metrics.refundFailures);
+    const awaiting = () => count(service.flow.metrics.refundsAwaitingLedger);
     const deps = { ...service.flow, ledger: hiding, ledgerWaitMs: 100 };
-    const before = await failures();
+    const [before, awaitingBefore] = [await failures(), await awaiting()];
     shortBy = 1_000n; // short of the payment's block
     const waited = await refund(deps, order, "biller: transaction failed", ["PENDING"]);
     expect(waited.status).toBe("REFUNDING");
     expect(await failures()).toBe(before);
+    expect(await awaiting()).toBe(awaitingBefore + 1); // counted apart: visible, not alerted as failing
     // Past it, and still no payment: that is a failure, retried and alerted.
     shortBy = 0n;
     const paidIn = (await celo.publicClient.getTransactionReceipt({ hash: order.txHash as Hex })).blockNumber;
