@@ -371,10 +371,12 @@ export class AgentHub {
     let accounts = await ledgerAccounts;
     const accountOf = (key: ChainKey, token: string) => accounts?.find((a) => a.chainId === chainInfo(key).chainId && a.token.toLowerCase() === token.toLowerCase());
     // A chain whose allowance the ledger does not show as the chain does: behind the block read.
-    // (A pull refunded within one poll leaves the allowance as it was: a recent order counts too.)
-    const [newest] = accounts ? await this.deps.flow.orders.history(link.wallet, 1) : [];
+    // (A pull refunded within one poll leaves the allowance as it was: a recent order counts too,
+    // looked up only when no allowance already disagrees.)
+    const allowanceOff = perChain.filter(({ key, states }) => accounts && states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance));
+    const [newest] = accounts && allowanceOff.length === 0 ? await this.deps.flow.orders.history(link.wallet, 1) : [];
     const recent = newest && Date.now() - newest.updatedAt.getTime() < LAG_WINDOW_MS ? newest.chain : undefined;
-    const disagree = perChain.filter(({ key, states }) => accounts && (key === recent || states.some((s) => BigInt(String(accountOf(key, s.token)?.spendingAllowance ?? 0)) !== s.spendingAllowance)));
+    const disagree = recent ? perChain.filter(({ key }) => key === recent) : allowanceOff;
     let behind: string | undefined;
     if (disagree.length > 0) {
       const caught = await this.ledgerBehind(disagree.map(({ key, states }) => ({ chain: key, block: states[0]!.blockNumber })));
