@@ -18,6 +18,7 @@ import { MAX_PAGE, opsOrder, type OpsOrder } from "./order-record.ts";
 import type { Orphans } from "../orders/ledger-pass.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, type OrderStore } from "../orders/store.ts";
 import type { ReviewDeps, ReviewRecord } from "../orders/review.ts";
+import { unfinishedSince, UNFINISHED_STATUSES } from "../orders/lifecycle.ts";
 
 const TIMEOUT_MS = 30_000;
 
@@ -101,7 +102,7 @@ const lower = (s: string | null | undefined) => (s ?? "").toLowerCase();
 const authKey = (chainId: number, rail: string | null | undefined, token: string, payer: string, nonce: string | null | undefined) =>
   `${rail ?? "authorization"}:${chainId}:${lower(token)}:${lower(payer)}:${lower(nonce)}`;
 const pullKey = (chainId: number, orderId: string | null | undefined) => `${chainId}:${lower(orderId)}`;
-const UNFINISHED = new Set(["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"]);
+const UNFINISHED: ReadonlySet<string> = new Set(UNFINISHED_STATUSES);
 /** Statuses an order holds before its payment is confirmed (a refused or written-off one's may land later). */
 const NOT_PAID_YET: ReadonlySet<string> = new Set(["SETTLING", "PULLING", "REFUSED", "PAYMENT_FAILED"]);
 
@@ -218,8 +219,7 @@ export function auditOrders(
     // Held for a refund by hand of its payer's transfer: that refund is the only way it closes.
     if (handRefundHolds.has(o.request_id) && o.status !== "NEEDS_REVIEW" && o.status !== "REFUNDED") out.discrepancies.push(`${what} was held for a refund by hand of its payer's transfer, but left review as ${o.status}`);
     if (UNFINISHED.has(o.status)) {
-      // A refusal is unfinished until its authorization expires: counted from then.
-      const since = o.status === "REFUSED" && o.auth_valid_before ? Number(o.auth_valid_before) * 1000 : Date.parse(o.created_at);
+      const since = unfinishedSince({ status: o.status, createdAtMs: Date.parse(o.created_at), authValidBefore: o.auth_valid_before ? BigInt(o.auth_valid_before) : null });
       if (nowMs - since > stuckAfterSeconds * 1000) out.stuck.push(`${what} since ${new Date(since).toISOString()}`);
     }
   }

@@ -8,6 +8,7 @@
 import { PaymentWatches } from "../orders/payment-watch.ts";
 import { ORDER_HOLDS_ORPHAN } from "../orders/ledger-pass.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND } from "../orders/store.ts";
+import { stoodSql, UNFINISHED_STATUSES } from "../orders/lifecycle.ts";
 import { and, asc, createClient, desc, eq, gte } from "@ponder/client";
 import { erc20Abi, type Hex } from "viem";
 import { billPayAbi } from "../../lib/generated/abis.ts";
@@ -24,7 +25,6 @@ import type { LedgerHealth } from "../ledger-health.ts";
 import type { ChainStatus, TokenStatus } from "../chain/status.ts";
 
 const TIMEOUT_MS = 5_000;
-export const UNFINISHED_STATUSES = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
 
 export interface Health {
   name: string;
@@ -79,16 +79,16 @@ export class OperatorState {
   }
 
   /**
-   * Unfinished orders nobody holds (no live lease) for longer than the limit, oldest first. A
-   * bill pending at the biller counts from when its order was made, as the audit counts it: each
-   * requery moves it (PENDING again), so its last move would never grow old however long the
-   * biller keeps it.
+   * Unfinished orders nobody holds (no live lease) that have stood longer than the limit,
+   * oldest first. How long an order has stood is the audit's rule (orders/lifecycle.ts
+   * unfinishedSince): since it was made, whatever moved it meanwhile. Each requery moves a
+   * pending bill PENDING again, and each retry of a refund REFUNDING again, so its last move
+   * would never grow old however long it keeps failing.
    */
   async stuck(limit = 50) {
     const rows = await this.deps.db.query<OrderRow>(
-      `${ORDER_COLUMNS} WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now())
-         AND (CASE WHEN status = 'PENDING' THEN created_at ELSE updated_at END) < now() - make_interval(secs => $2)
-         ORDER BY (CASE WHEN status = 'PENDING' THEN created_at ELSE updated_at END) LIMIT $3`,
+      `${ORDER_COLUMNS} WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now()) AND ${stoodSql("$2")}
+         ORDER BY created_at LIMIT $3`,
       [UNFINISHED_STATUSES, this.deps.stuckAfterSeconds, limit],
     );
     return rows;

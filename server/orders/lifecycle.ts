@@ -64,6 +64,33 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key (for a spent Permit2 nonce: nor any transfer of its amount from the payer unaccounted for)", money: "none charged" },
 ];
 
+/** States an order is still on its way out of, by itself: NEEDS_REVIEW waits for a person, and the rest are final. */
+export const UNFINISHED_STATUSES: readonly OrderStatus[] = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
+
+/**
+ * Since when an unfinished order has stood: since it was made, however often it moved on the
+ * way (a requery keeps a bill PENDING, each retry of a refund moves it to REFUNDING again), so
+ * an order retried for ever still grows old. A refusal is the exception: it is unfinished
+ * until its authorization expires, and counts from then. Milliseconds; Infinity for an
+ * authorization that never expires. The stuck gauge reads the same rule in SQL (`stoodSql`);
+ * the audit reads it here.
+ */
+export function unfinishedSince(o: { status: string; createdAtMs: number; authValidBefore: bigint | null }): number {
+  if (o.status === "REFUSED" && o.authValidBefore !== null) return Number(o.authValidBefore) * 1000;
+  return o.createdAtMs;
+}
+
+/**
+ * `unfinishedSince` as a SQL condition on bill_order: the order has stood longer than the
+ * seconds in parameter `seconds` (a placeholder such as "$2"). The expiry is compared as a
+ * number, since an authorization may be valid until 2^256 - 1, which no timestamp holds.
+ */
+export function stoodSql(seconds: string): string {
+  return `(CASE WHEN status = 'REFUSED' AND auth_valid_before IS NOT NULL
+            THEN auth_valid_before::float8 < extract(epoch from now())::float8 - ${seconds}::float8
+            ELSE created_at < now() - make_interval(secs => ${seconds}::float8) END)`;
+}
+
 const allowed = new Set(ORDER_MOVES.map((m) => `${m.from}>${m.to}`));
 
 /** Whether an order may move from `from` to `to`. Staying put (updating only its fields) is not a move. */

@@ -32,6 +32,7 @@ import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { deliveredBy, takenBackByBiller } from "../support/orders.ts";
 import { budgetsOf, restoreBudgets, startPayingStack } from "../support/stack.ts";
+import { metricSum } from "../support/metrics.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -113,11 +114,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     return { operator, sent: () => sent! };
   }
 
-  const metric = async (name: string) =>
-    (await (await fetch(`${url}/metrics`)).text())
-      .split("\n")
-      .filter((l) => l.startsWith(name))
-      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  const metric = (name: string) => metricSum(url, name);
 
   async function linkedAgent(account: Account) {
     await celo.approveAndAllow(account, "USDC", USDC(100));

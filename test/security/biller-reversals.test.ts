@@ -25,6 +25,7 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { PENDING_NUMBER, x402Bill } from "../support/bills.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
+import { metricSum } from "../support/metrics.ts";
 
 type Body = Record<string, unknown>;
 
@@ -53,6 +54,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const res = await fetch(`${service.urls.biller}/sandbox/transactions/${billerRequestId}/${action}${query}`, { method: "POST", headers: { ...keys(), "content-type": "application/json" }, body: JSON.stringify(body) });
     expect(res.status, await res.clone().text()).toBe(200);
   };
+  const stuck = () => metricSum(url, "billpay_orders_stuck ");
   const attemptsOf = (requestId: string) => service.flow.attempts.of(requestId);
   const orderOf = async (requestId: string) => (await service.flow.orders.get(requestId))!;
   /** The webhook VTpass sends for a transaction, its data in the requery's shape. */
@@ -265,6 +267,14 @@ describe("the biller's word after payment: never delivered and refunded, never a
     expect((await refund(deps, waited, "biller: transaction failed", ["REFUNDING"])).status).toBe("REFUNDING");
     expect(await failures()).toBe(before + 1);
     expect(await usdc(payer)).toBe(start - order.amount); // nothing refunded on the ledger's silence
+    // Made an hour ago, and retried at every pass since (each retry moves it to REFUNDING
+    // again): it has stood since it was made, and counts as stuck however recent its last retry.
+    const stuckBefore = await stuck();
+    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
+    const retried = await refund(deps, waited, "biller: transaction failed", ["REFUNDING"]);
+    expect(retried.status).toBe("REFUNDING");
+    expect(Date.now() - retried.updatedAt.getTime()).toBeLessThan(60_000);
+    expect(await stuck()).toBe(stuckBefore + 1);
     // The ledger as it is: the waiting refund goes, once.
     expect((await refund(service.flow, waited, "biller: transaction failed", ["REFUNDING"])).status).toBe("REFUNDED");
     expect(await usdc(payer)).toBe(start);
@@ -273,16 +283,14 @@ describe("the biller's word after payment: never delivered and refunded, never a
   it("a bill the biller keeps pending counts as stuck from when its order was made, however often it is requeried, and what the biller said is kept", async () => {
     const payer = accounts(16);
     const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
-    const stuck = async () =>
-      (await (await fetch(`${url}/metrics`)).text()).split("\n").find((l) => l.startsWith("billpay_orders_stuck "))!.split(" ").pop();
-    const before = Number(await stuck());
+    const before = await stuck();
     // Paid for an hour ago, and requeried at every pass since: still pending at the biller.
     await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
     await workOnce(service.flow);
     expect((await orderOf(requestId)).status).toBe("PENDING");
     // What the biller last said of the attempt is kept on it.
     expect((await attemptsOf(requestId))[0]!.outcome).toBe("pending");
-    expect(Number(await stuck())).toBe(before + 1);
+    expect(await stuck()).toBe(before + 1);
   });
 
   it("a delivery seen while the bill's refund waits to be sent holds the refund for an operator, and nothing is refunded", async () => {

@@ -23,6 +23,7 @@ import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { takenBackByBiller } from "../support/orders.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
+import { metricSum } from "../support/metrics.ts";
 
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
 const strayId = (tag: string) => keccak256(toBytes(`stolen-key-${tag}-${Date.now()}`));
@@ -34,11 +35,7 @@ describe("a leaked operator key", () => {
   let celo: ChainActors;
   const errors: string[] = [];
   const usdc = (who: Hex) => celo.balanceOf("USDC", who);
-  const metric = async (name: string) =>
-    (await (await fetch(`${service.urls.service}/metrics`)).text())
-      .split("\n")
-      .filter((l) => l.startsWith(name))
-      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  const metric = (name: string) => metricSum(service.urls.service, name);
 
   const post = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
     fetch(`${service.urls.service}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });

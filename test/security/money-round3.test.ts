@@ -41,6 +41,7 @@ import { PENDING_NUMBER, x402Bill } from "../support/bills.ts";
 import { lockAsCrashedRequest } from "../support/orders.ts";
 import { auditOnSharedChains, freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
 import { paymentHeader, requirementsOf, type Required } from "../support/x402-wire.ts";
+import { metricSum } from "../support/metrics.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -60,11 +61,7 @@ describe("money safety, third round", () => {
   const now = () => BigInt(Math.floor(Date.now() / 1000));
   const ledgerAtHead = async () => waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
   const orderCount = async () => Number((await service.db.query<{ n: string }>(`SELECT count(*)::text AS n FROM bill_order`))[0]!.n);
-  const metric = async (name: string) =>
-    (await (await fetch(`${url}/metrics`)).text())
-      .split("\n")
-      .filter((l) => l.startsWith(name))
-      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  const metric = (name: string) => metricSum(url, name);
   const keys = () => ({ "api-key": service.config.BILLER_API_KEY, "secret-key": service.config.BILLER_SECRET_KEY });
   const sandbox = async (billerRequestId: string, action: string, body: Body = {}, query = "") => {
     const res = await fetch(`${service.urls.biller}/sandbox/transactions/${billerRequestId}/${action}${query}`, { method: "POST", headers: { ...keys(), "content-type": "application/json" }, body: JSON.stringify(body) });

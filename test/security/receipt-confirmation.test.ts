@@ -27,6 +27,7 @@ import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { deliveredBy } from "../support/orders.ts";
 import { startPayingStack } from "../support/stack.ts";
+import { metricSum } from "../support/metrics.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -53,11 +54,7 @@ describe("a payment confirmed from its receipt", () => {
   const fromReceipt = (hash: Hex) => paymentsFromReceipt(service.flow, "CELO", hash, 2_000);
   const post = (body: Body, headers: Record<string, string> = {}) =>
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
-  const metric = async (name: string) =>
-    (await (await fetch(`${url}/metrics`)).text())
-      .split("\n")
-      .filter((l) => l.startsWith(name))
-      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
+  const metric = (name: string) => metricSum(url, name);
 
   /** Pays a bill with the official x402 client; answers the service's answer. */
   async function payAnswer(payer: Account, body: Body): Promise<Response> {

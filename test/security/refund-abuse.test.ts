@@ -22,6 +22,7 @@ import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { x402Bill } from "../support/bills.ts";
 import { freshAccounts, startPayingStackOnSharedChains, type SharedPayingStack } from "../support/stack.ts";
+import { metricSum } from "../support/metrics.ts";
 
 type Body = Record<string, unknown>;
 const USDC = (n: number) => BigInt(Math.round(n * 1_000_000));
@@ -53,13 +54,7 @@ describe("refunds are never free and never starved", () => {
   async function passes(n = 2) {
     for (let i = 0; i < n; i++) await workOnce(service.flow);
   }
-  const metric = async (name: string) => {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    return text
-      .split("\n")
-      .filter((l) => l.startsWith(name))
-      .reduce((sum, l) => sum + Number(l.split(" ").pop()), 0);
-  };
+  const metric = (name: string) => metricSum(url, name);
 
   beforeAll(async () => {
     paying = await startPayingStackOnSharedChains(

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PaymentWatches } from "../../server/orders/payment-watch.ts";
 import { openDb, type Db } from "../../server/db.ts";
-import { assertMove, IllegalMove, mayMove, ORDER_MOVES, ORDER_STARTS, ORDER_STATUSES, stateDiagram, type OrderStatus } from "../../server/orders/lifecycle.ts";
+import { assertMove, IllegalMove, mayMove, ORDER_MOVES, ORDER_STARTS, ORDER_STATUSES, stateDiagram, stoodSql, unfinishedSince, type OrderStatus } from "../../server/orders/lifecycle.ts";
 import { newOrderIds, OrderStore } from "../../server/orders/store.ts";
 import { withOrderStates } from "../../scripts/gen-order-states.ts";
 
@@ -145,6 +145,33 @@ describe("an order's life", () => {
       expect(served).toEqual(await orders.get(order.requestId));
       expect(served).toMatchObject({ status: "SUCCESS", txHash: "0xpaid", units: "5 kWh", flag: "charged more", bill: order.bill, payment: order.payment, amount: 7n });
       expect(await db.query(`SELECT url FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toEqual([{ url: "https://example.com/hook" }]);
+    });
+
+    it("an unfinished order has stood since it was made, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
+      const now = Math.floor(Date.now() / 1000);
+      const cases = [
+        { status: "REFUNDING", madeAgo: 3600, validBefore: now + 3600, stood: true }, // retried a moment ago: updated_at is now
+        { status: "PAID", madeAgo: 5, validBefore: now + 3600, stood: false },
+        { status: "REFUSED", madeAgo: 3600, validBefore: now + 3600, stood: false }, // its authorization may still land
+        { status: "REFUSED", madeAgo: 7200, validBefore: now - 3600, stood: true },
+        { status: "REFUSED", madeAgo: 7200, validBefore: 2n ** 256n - 1n, stood: false }, // never expires: no timestamp holds it
+      ] as const;
+      const ids: string[] = [];
+      for (const [i, c] of cases.entries()) {
+        const { order } = await orders.lockPayment(
+          { ...newOrderIds(), vend: null, bodyHash: `stood${i}`, bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: `0x5${i}`, amount: 1n, authNonce: `0x${(i + 16).toString(16).repeat(32)}`, authValidBefore: BigInt(c.validBefore), payment: {}, requirements: {}, secretHash: `s${i}` } as never,
+          60,
+        );
+        await db.query(`UPDATE bill_order SET status = $2, created_at = now() - make_interval(secs => $3), updated_at = now() WHERE request_id = $1`, [order.requestId, c.status, c.madeAgo]);
+        ids.push(order.requestId);
+      }
+      const rows = await db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE request_id = ANY($1::text[]) AND ${stoodSql("$2")}`, [ids, 600]);
+      const inSql = new Set(rows.map((r) => r.request_id));
+      for (const [i, c] of cases.entries()) {
+        const o = (await orders.get(ids[i]!))!;
+        const inCode = Date.now() - unfinishedSince({ status: o.status, createdAtMs: o.createdAt.getTime(), authValidBefore: o.authValidBefore }) > 600_000;
+        expect([inSql.has(ids[i]!), inCode], `${c.status} made ${c.madeAgo} s ago, valid before ${c.validBefore}`).toEqual([c.stood, c.stood]);
+      }
     });
   });
 });
