@@ -5,7 +5,7 @@
  */
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
-import { waitForLedgerBlock, type LedgerPayment } from "../ledger-client.ts";
+import type { LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { refundUnheld, type FlowDeps } from "./fulfil.ts";
 import type { RefusedPayment } from "./refused-payments.ts";
@@ -50,11 +50,8 @@ export async function refundLanding(deps: FlowDeps, record: RefusedPayment, paym
  */
 export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onChain: { block: bigint }): Promise<{ refusal: ServiceError; cancelled: boolean }> {
   const chainId = chainInfo(record.chain).chainId;
-  const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainId, onChain.block, deps.ledgerWaitMs).then(
-    () => true,
-    () => false,
-  );
-  const shown = caughtUp
+  const { reached } = await deps.ledger.reachBlock(chainId, onChain.block, deps.ledgerWaitMs);
+  const shown = reached
     ? await deps.ledger
         .authorization(record.chain as ChainKey, record.tokenAddress, record.payer, record.nonce, record.rail)
         .then((r) => r.payment)
@@ -67,7 +64,7 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
   const kept = open ? (await deps.refused.record(record, BigInt(Math.floor(Date.now() / 1000)))) !== null : false;
   const later = kept ? "; should a payment under it still reach BillPay, it is refunded" : "";
   const refuse = (detail: string, extra: Record<string, unknown> = {}, cancelled = false) => ({ refusal: new ServiceError("PAYMENT_NONCE_SPENT", detail, { charged: false, ...extra }), cancelled });
-  if (!caughtUp || shown === undefined) {
+  if (!reached || shown === undefined) {
     return refuse(`the chain shows this authorization's nonce already spent, and the ledger has not caught up to tell by what: it pays for no bill; sign a new authorization${later}`);
   }
   if (shown === null) return refuse(`the chain shows this authorization's nonce already spent, with no payment to BillPay under it (cancelled, or used elsewhere): it pays for no bill${later}`, {}, true);

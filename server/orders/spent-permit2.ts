@@ -34,7 +34,7 @@
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
-import { waitForLedgerBlock, type LedgerClient, type LedgerInflow } from "../ledger-client.ts";
+import type { LedgerClient, LedgerInflow } from "../ledger-client.ts";
 import type { Log } from "../log.ts";
 import type { Order, OrderStatus, OrderStore } from "./store.ts";
 
@@ -61,11 +61,8 @@ export async function spentPermit2Verdict(deps: VerdictDeps, o: Order): Promise<
   const depth = deps.confirmations[chain] ?? 0;
   const deep = await authorizationOnChain(deps, o, depth);
   if (!deep.used) return { verdict: "wait", why: `the permit's nonce is not yet spent ${depth} blocks under the chain's head` };
-  const caughtUp = await waitForLedgerBlock(deps.ledger.url, chainInfo(chain).chainId, deep.block, Math.min(deps.ledgerWaitMs, LEDGER_WAIT_CAP_MS)).then(
-    () => true,
-    () => false,
-  );
-  if (!caughtUp) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
+  const { reached } = await deps.ledger.reachBlock(chainInfo(chain).chainId, deep.block, Math.min(deps.ledgerWaitMs, LEDGER_WAIT_CAP_MS));
+  if (!reached) return { verdict: "wait", why: `the ledger has not yet indexed block ${deep.block}, where the nonce was read spent` };
   const read = await deps.ledger.unbookedInflows(chainInfo(chain).chainId, o.tokenAddress, o.payer, o.amount, READ);
   const taken = await deps.orders.inflowsTakenForHandRefunds(read.transfers.map((t) => t.id));
   const open = read.transfers.filter((t) => !taken.has(t.id));
