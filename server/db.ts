@@ -438,6 +438,14 @@ const MIGRATIONS: string[] = [
   // Every refund transaction signed for an order, recorded before it is sent (orders/fulfil.ts
   // sendRefund): the payment watch waits while one may still land.
   `ALTER TABLE bill_order ADD COLUMN refund_signed text[];`,
+  // Why an order was first refunded, when it is counted against its payer (orders/store.ts
+  // RefundCause): read from the reason text before, which later steps write again. Orders
+  // refunded before take it from their reason as it stands. One index serves both counts.
+  `ALTER TABLE bill_order ADD COLUMN refund_cause text;
+   UPDATE bill_order SET refund_cause = CASE WHEN failure_reason LIKE 'biller: %' THEN 'biller' ELSE 'verification' END
+     WHERE failure_reason LIKE 'biller: %' OR failure_reason LIKE 'verification failed%';
+   CREATE INDEX bill_order_refund_cause ON bill_order (payer, created_at) WHERE refund_cause IS NOT NULL;
+   DROP INDEX bill_order_failed_vend;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -37,7 +37,7 @@ import { refundFound, type RefundWatches } from "./refund-watch.ts";
 import type { RefundBudgets } from "../chain/refund-budget.ts";
 import type { RefundWait } from "./refund-share.ts";
 import type { RefusedPayments } from "./refused-payments.ts";
-import { FINAL_STATUSES, BILLER_FAILED, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, type AlongsideWrite, type Order, type OrderStatus, type OrderStore } from "./store.ts";
+import { FINAL_STATUSES, BILLER_FAILED, VERIFICATION_FAILED, VERIFICATION_UNAVAILABLE, refundCauseOf, type AlongsideWrite, type Order, type OrderStatus, type OrderStore } from "./store.ts";
 
 /** Moves the order on (with `alongside` in the same statement); when another actor moved it first, returns it as it now stands. */
 export async function move(deps: Pick<FlowDeps, "orders">, order: Order, from: OrderStatus[], to: OrderStatus, fields: Parameters<OrderStore["transition"]>[3] = {}, alongside?: AlongsideWrite) {
@@ -549,7 +549,7 @@ async function ledgerShortOfPayment(deps: Pick<FlowDeps, "ledger" | "deployments
 export async function refund(deps: RefundDeps, order: Order, reason: string, from: OrderStatus[] = ["PAID", "PENDING", "REFUNDING"]): Promise<Order> {
   // Only the actor whose transition moves the order refunds it (a served order's reversal
   // moves it from SUCCESS once; the worker retries from REFUNDING).
-  const refunding = await deps.orders.transition(order.requestId, from, "REFUNDING", { failureReason: reason });
+  const refunding = await deps.orders.transition(order.requestId, from, "REFUNDING", { failureReason: reason, refundCause: refundCauseOf(reason) });
   if (!refunding) return (await deps.orders.get(order.requestId)) ?? order;
   const chain = refunding.chain as ChainKey;
   try {

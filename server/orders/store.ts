@@ -46,8 +46,24 @@ export type { OrderStatus } from "./lifecycle.ts";
 
 /** How a refund's reason starts when the biller's number check said the number is wrong (counted per payer). */
 export const VERIFICATION_FAILED = "verification failed";
-/** The start of a refund reason for a bill the biller failed (orders/fulfil.ts), which orders/failing-payers.ts counts; the index bill_order_failed_vend names it too. */
+/** The start of a refund reason for a bill the biller failed (orders/fulfil.ts), which orders/failing-payers.ts counts. */
 export const BILLER_FAILED = "biller: ";
+
+/**
+ * Why an order was first refunded, where that is the payer's doing and counted against him: the
+ * biller failed the bill ("biller", orders/failing-payers.ts), or its number check said the
+ * number is wrong ("verification", biller/customer-check.ts). Kept in a column of its own, set
+ * once by the move that first refunds the order: the reason text is written again by later
+ * steps (an operator's refund of a held order), and a count read from it lost those bills.
+ */
+export type RefundCause = "biller" | "verification";
+
+/** The cause a refund reason states, if it is one counted against the payer. */
+export function refundCauseOf(reason: string): RefundCause | null {
+  if (reason.startsWith(BILLER_FAILED)) return "biller";
+  if (reason.startsWith(VERIFICATION_FAILED)) return "verification";
+  return null;
+}
 /** How a paid order's reason starts while the biller cannot answer its number check (it waits, then is checked again). */
 export const VERIFICATION_UNAVAILABLE = "verification unavailable";
 
@@ -267,7 +283,10 @@ function changingPart(r: Pick<Row, "lease_token" | "updated_at" | "status" | "tx
   };
 }
 
-type TransitionFields = Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">>;
+type TransitionFields = Partial<Pick<Order, "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">> & {
+  /** Kept from the first move that gives one (RefundCause). */
+  refundCause?: RefundCause | null;
+};
 
 /**
  * One order moved on from the states given ($2) to `to` ($3), answering `columns`; an order
@@ -281,15 +300,16 @@ function movingSql(columns: string, to: OrderStatus, alongside?: AlongsideWrite)
        biller_amount = COALESCE($9, biller_amount),
        flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
        purchased_codes = COALESCE($11::jsonb, purchased_codes),
-       late_refund = late_refund OR $12::boolean
+       late_refund = late_refund OR $12::boolean,
+       refund_cause = COALESCE(refund_cause, $13::text)
      WHERE request_id = $1 AND status = ANY($2::text[])`;
   const before = alongside ? [`alongside AS (${alongside.sql(MOVING_PARAMS + 1)})`] : [];
   if (FINAL_STATUSES.includes(to)) return queueingCallbacks(`${update} RETURNING *`, "$3", columns, before);
   return `${before.length > 0 ? `WITH ${before.join(", ")} ` : ""}${update} RETURNING ${columns}`;
 }
 
-/** How many parameters movingSql's own statement takes ($1 to $12). */
-const MOVING_PARAMS = 12;
+/** How many parameters movingSql's own statement takes ($1 to $13). */
+const MOVING_PARAMS = 13;
 
 function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields, alongside?: AlongsideWrite): unknown[] {
   assertMove(from, to);
@@ -306,6 +326,7 @@ function movingParams(requestId: string, from: OrderStatus[], to: OrderStatus, f
     fields.flag ?? null,
     fields.purchasedCodes ? JSON.stringify(fields.purchasedCodes) : null,
     fields.lateRefund === true,
+    fields.refundCause ?? null,
     ...(alongside?.params ?? []),
   ];
 }
@@ -833,8 +854,8 @@ export class OrderStore {
   async failedVerifications(payer: string, seconds: number): Promise<number> {
     const [row] = await this.db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM bill_order
-       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND failure_reason LIKE $3`,
-      [payer.toLowerCase(), seconds, `${VERIFICATION_FAILED}%`],
+       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND refund_cause = 'verification'`,
+      [payer.toLowerCase(), seconds],
     );
     return row?.n ?? 0;
   }
@@ -843,7 +864,7 @@ export class OrderStore {
   async failedVends(payer: string, seconds: number, limit: number): Promise<Date[]> {
     const rows = await this.db.query<{ created_at: Date }>(
       `SELECT created_at FROM bill_order
-       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND failure_reason LIKE '${BILLER_FAILED}%'
+       WHERE payer = $1 AND created_at > now() - make_interval(secs => $2) AND refund_cause = 'biller'
        ORDER BY created_at DESC LIMIT $3`,
       [payer.toLowerCase(), seconds, limit],
     );
