@@ -17,7 +17,12 @@
  *     BillPay and the token take each key once, so collecting again can never charge twice.
  *     If it cannot be collected (the authorization expired, its nonce went elsewhere, the
  *     allowance is gone), or it has not been for RECOLLECT_REVIEW_SECONDS, the order goes
- *     to NEEDS_REVIEW: an operator decides.
+ *     to NEEDS_REVIEW: an operator decides. Not while the service's own node shows the
+ *     payment back, exactly the order's, in a transaction the watch knows for it (by its
+ *     receipt and the ledger's own predicate, chain/receipt-payment.ts): then the ledger is
+ *     behind, not the money, and the order waits for it (a ledger that far behind alerts
+ *     on its own). No unit moves on that receipt; it only keeps an operator from a payment
+ *     that stands.
  *   - refunding or refunded: nothing was kept, so nothing is owed either way; the order
  *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it
  *     (a payment for a bill that was vended, or may have been, is held for an operator to serve).
@@ -34,7 +39,9 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
+import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { keyRefundedOnNode, transactionPending } from "../chain/refund-on-node.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
@@ -52,6 +59,7 @@ import { ledgerUnderKey } from "./ledger-view.ts";
  */
 export interface WatchDeps {
   deployments: Deployments;
+  heads: ChainHeads;
   confirmations: Partial<Record<ChainKey, number>>;
   facilitators: Partial<Record<ChainKey, FacilitatorClient>>;
   leaseSeconds: number;
@@ -340,11 +348,33 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
       return true;
     }
     const lostFor = (Date.now() - (w.lost_at ?? new Date()).getTime()) / 1000;
-    if (lostFor > deps.recollectReviewSeconds) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+    if (lostFor > deps.recollectReviewSeconds) {
+      const back = await backOnNode(deps, order, w);
+      if (!back) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+      const detail = `back on chain (transaction ${back.txHash}, block ${back.blockNumber}, by the service's node); waiting for the ledger to index it`;
+      if (w.detail !== detail) deps.log.warn("a lost payment is back on the service's node, but not yet in the ledger; the order waits for the ledger", { requestId: order.requestId, chain: w.chain, txHash: back.txHash, lostForSeconds: Math.round(lostFor) });
+      await deps.watches.attempted(order.requestId, null, detail);
+      return false;
+    }
     return order.rail === "pull" ? await pullAgain(deps, order, w) : await settleAgain(deps, order, w);
   } finally {
     await deps.orders.release(order.requestId, order.leaseToken);
   }
+}
+
+/**
+ * The order's payment as the service's own node shows it in a transaction the watch knows for
+ * it (the one that collected it again, or the one lost, mined again), by the transaction's
+ * receipt and the ledger's own predicate, exactly the order's; undefined when neither holds it.
+ */
+async function backOnNode(deps: WatchDeps, o: Order, w: WatchRow): Promise<LedgerPayment | undefined> {
+  const ours = isPaymentOf(o);
+  for (const hash of new Set([w.recollect_tx_hash, w.tx_hash].filter((h): h is string => h !== null))) {
+    const shown = await paymentsFromReceipt(deps, o.chain as ChainKey, hash as Hex, 0).catch(() => null);
+    const p = shown?.find(ours);
+    if (p && !paymentMismatch(o, p)) return p;
+  }
+  return undefined;
 }
 
 /** Records the watched payment lost, once: logged, counted, and listed among the losses. */

@@ -19,7 +19,7 @@ import { deployerAccount, hardhatAccount, operatorAccount } from "../../lib/loca
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runAudit } from "../../server/audit/ledger.ts";
-import { waitForLedgerBlock } from "../../server/ledger-client.ts";
+import { isPaymentOf, waitForLedgerBlock } from "../../server/ledger-client.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { refund } from "../../server/orders/fulfil.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
@@ -631,6 +631,60 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before + order.amount);
     const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(audit.discrepancies).toContainEqual(expect.stringMatching(/has no inbound payment/));
+  });
+
+  it("x402: past the deadline, a payment collected again that the service's node shows but the ledger has not indexed waits for the ledger, not an operator", async () => {
+    const payer = hardhatAccount(3);
+    const before = await usdc(payer.address);
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1560 })));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    const order = await orderOf(paid.request_id);
+    await mine();
+    // A ledger far behind: it shows nothing under the order's key, before or after the payment is collected again.
+    const ours = isPaymentOf(order);
+    const real = service.flow.ledger;
+    const behind = new Proxy(real, {
+      get(target, key, receiver) {
+        if (key === "payments") return async (q: Parameters<typeof real.payments>[0]) => ({ ...(await target.payments(q)), payments: (await target.payments(q)).payments.filter((p) => !ours(p)) });
+        if (key === "authorization") return async (...args: Parameters<typeof real.authorization>) => ({ ...(await target.authorization(...args)), payment: null });
+        const value = Reflect.get(target, key, receiver) as unknown;
+        return typeof value === "function" ? value.bind(receiver) : value;
+      },
+    });
+    const deps = { ...service.flow, ledger: behind };
+    const lossOf = async () => (await service.flow.watches.losses()).find((l) => l.request_id === paid.request_id);
+    // Collected again: the payer's authorization, settled once more through the facilitator, mined.
+    await expect.poll(async () => (await watchPayments(deps).catch(() => 0), (await lossOf())?.recollect_tx_hash ?? null), { timeout: 30_000, interval: 250 }).not.toBeNull();
+    await mine();
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+
+    // The deadline passes with the ledger still short of it: the node shows the payment back, exactly the order's, so the order stays served and waits.
+    await service.db.query(`UPDATE payment_watch SET lost_at = now() - interval '20 minutes', attempted_at = now() - interval '1 minute' WHERE request_id = $1`, [paid.request_id]);
+    await watchPayments(deps);
+    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+    expect(await lossOf()).toMatchObject({ outcome: "RECOLLECTING", detail: expect.stringContaining("back on chain") });
+
+    // The ledger as it is: collected, served once, charged once.
+    await watchUntil(paid.request_id, "RECOLLECTED");
+    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+    expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(await delivered(paid.request_id)).toEqual(["delivered"]);
+  });
+
+  it("x402: past the deadline, a payment the service's node does not show back goes to an operator", async () => {
+    const payer = hardhatAccount(3);
+    const before = await usdc(payer.address);
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1570 })));
+    expect(paid).toMatchObject({ status: "SUCCESS" });
+    await mine();
+    // Lost, and not collected again since (its facilitator does not answer): the deadline passes.
+    const silent = { CELO: { settle: async () => Promise.reject(new Error("connect ECONNREFUSED")) } } as unknown as typeof service.flow.facilitators;
+    await expect.poll(async () => (await watchPayments({ ...service.flow, facilitators: silent }).catch(() => 0), (await service.flow.watches.losses()).find((l) => l.request_id === paid.request_id)?.outcome), { timeout: 30_000, interval: 250 }).toBe("RECOLLECTING");
+    await service.db.query(`UPDATE payment_watch SET lost_at = now() - interval '20 minutes', attempted_at = now() - interval '1 minute' WHERE request_id = $1`, [paid.request_id]);
+    await watchPayments(service.flow);
+    expect((await orderOf(paid.request_id)).status).toBe("NEEDS_REVIEW");
+    expect((await orderOf(paid.request_id)).failureReason).toMatch(/not collected again within 600 s/);
+    expect(await usdc(payer.address)).toBe(before);
   });
 
   // Last: it moves the chain's clock three days on.
