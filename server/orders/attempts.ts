@@ -66,6 +66,29 @@ export class BillerAttempts {
     return rows.length > 0;
   }
 
+  /**
+   * Stamps an attempt recorded ahead as sent now, while the order's lease is still
+   * `leaseToken`'s and the biller has not been asked of it; false otherwise (nothing changed).
+   */
+  async stampSending(billerRequestId: string, requestId: string, leaseToken: string | null): Promise<boolean> {
+    const rows = await this.db.query(
+      `UPDATE biller_attempt SET sent_at = now() WHERE biller_request_id = $1 AND request_id = $2 AND outcome IS NULL
+         AND EXISTS (SELECT 1 FROM bill_order WHERE request_id = $2 AND lease_token = $3 AND lease_until > now())
+       RETURNING 1`,
+      [billerRequestId, requestId, leaseToken],
+    );
+    return rows.length > 0;
+  }
+
+  /**
+   * Deletes an attempt that was recorded and never sent (orders/fulfil.ts withdrawFirstAttempt):
+   * only its recorder sends it, and it has decided not to. One the biller was asked about
+   * meanwhile (an outcome kept) stays.
+   */
+  async withdrawUnsent(billerRequestId: string): Promise<void> {
+    await this.db.query(`DELETE FROM biller_attempt WHERE biller_request_id = $1 AND outcome IS NULL`, [billerRequestId]);
+  }
+
   /** The order's latest attempt, if a pay was ever prepared for it. */
   async latest(requestId: string): Promise<BillerAttempt | undefined> {
     const [row] = await this.db.query<Row>(

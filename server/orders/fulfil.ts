@@ -173,10 +173,10 @@ type Step = VendResult | Delivered | { review: string } | { order: Order };
  * sent twice under one id, and a new attempt only once the biller has no record of the last.
  * `fresh`: the request that made the order is vending it, so no attempt can exist yet.
  */
-export async function fulfil(deps: VendDeps, order: Order, options: { fresh?: boolean } = {}): Promise<Order> {
+export async function fulfil(deps: VendDeps, order: Order, options: { fresh?: boolean; first?: RecordedAttempt } = {}): Promise<Order> {
   const timer = deps.metrics.vendSeconds.startTimer();
   const last = options.fresh ? undefined : await deps.attempts.latest(order.requestId);
-  let step: Step = last ? await followUp(deps, order, last) : await firstPay(deps, order);
+  let step: Step = last ? await followUp(deps, order, last) : options.first ? await sendFirst(deps, order, options.first) : await firstPay(deps, order);
   const deadline = Date.now() + deps.vendDeadlineMs;
   while ("state" in step && step.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
     await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
@@ -185,6 +185,80 @@ export async function fulfil(deps: VendDeps, order: Order, options: { fresh?: bo
   if ("order" in step) return step.order;
   timer({ outcome: "state" in step ? step.state : "review" });
   return applyVendResult(deps, order, step);
+}
+
+/** A fresh order's first pay attempt, recorded while its payment settles (recordFirstAttempt). */
+export interface RecordedAttempt {
+  billerRequestId: string;
+  pay: AttemptPay;
+  /** When it was recorded (epoch ms): its `sent_at`. */
+  recordedAt: number;
+  /** The lease of the request that recorded it, under which alone it is sent. */
+  leaseToken: string | null;
+}
+
+/**
+ * How old a first attempt recorded ahead may be and still go out as it is. Its `sent_at` is
+ * when it was recorded: the biller's grace for an id it has no record of counts from then,
+ * and so, near enough, does the request's lease, which keeps the worker from following it
+ * up meanwhile. A few seconds shift neither by anything that matters (the grace is minutes,
+ * the shortest lease 10 s); an older one is stamped again first (sendFirst).
+ */
+const FIRST_ATTEMPT_FRESH_MS = 3_000;
+
+/**
+ * Sends a first attempt recorded ahead. Recorded long ago (a slow settlement), it is stamped
+ * sent now first, and only while the order's lease is still the request's: a worker that took
+ * the order over may have asked the biller by its id and, finding no record of it, sent
+ * another; then it is left to that worker, and nothing is sent from here.
+ */
+async function sendFirst(deps: VendDeps, order: Order, first: RecordedAttempt): Promise<Step> {
+  if (Date.now() - first.recordedAt > FIRST_ATTEMPT_FRESH_MS && !(await deps.attempts.stampSending(first.billerRequestId, order.requestId, first.leaseToken))) {
+    return { state: "pending", reason: "its first pay attempt was recorded before a slow settlement, and the order's lease passed on meanwhile: whoever holds it follows the attempt up" };
+  }
+  return sendRecorded(deps, order, first.pay, 1, first.billerRequestId);
+}
+
+/**
+ * Records a fresh order's first pay attempt while its payment is still settling, so that the
+ * write is off the path between the payment's block and the biller's pay (fulfil sends it
+ * once the order is PAID). Only a pay the payment changes nothing of: its number check
+ * answered and passed (asked now, through the checks' cache, beside the settlement), and
+ * nothing to flag. Anything else (a check that refuses or cannot answer, a flag) is left to
+ * the first pay after PAID, which decides as before. Never throws: undefined leaves it there.
+ *
+ * An attempt is sent only by whoever recorded it, and otherwise only followed up by its id
+ * (a requery that finds no record of it lets a new attempt go out: fulfil's followUp), so
+ * recording it early sends nothing twice. One this request does not send, because the order
+ * did not become PAID here, is withdrawn (withdrawFirstAttempt); one a crash leaves behind is
+ * the crash between recording and sending that followUp already handles. Its `sent_at` is a
+ * settlement earlier than its pay, which sendFirst bounds.
+ */
+export async function recordFirstAttempt(deps: VendDeps, order: Order): Promise<RecordedAttempt | undefined> {
+  try {
+    const plan = planOf(order);
+    // A check that cannot answer now is the paid path's to wait for, and to log.
+    const verified = plan.verify ? await deps.customerChecks.ask({ ...plan, verify: plan.verify }).catch(() => undefined) : undefined;
+    if (verified !== undefined && !verified.ok) return undefined;
+    if (plan.verify && verified === undefined) return undefined;
+    const completed = completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
+    if ("refuse" in completed || completed.flag) return undefined;
+    const billerRequestId = deps.biller.newRequestId();
+    const recordedAt = Date.now();
+    return (await deps.attempts.record(order.requestId, 1, billerRequestId, completed.pay)) ? { billerRequestId, pay: completed.pay, recordedAt, leaseToken: order.leaseToken } : undefined;
+  } catch (err) {
+    deps.log.warn("could not record a fresh order's first pay attempt ahead; it is recorded once the order is paid", { requestId: order.requestId, error: errorText(err) });
+    return undefined;
+  }
+}
+
+/** Withdraws a first attempt recorded ahead that was never sent (its order did not become PAID in the request that recorded it). */
+export async function withdrawFirstAttempt(deps: Pick<VendDeps, "attempts" | "log">, first: RecordedAttempt | undefined): Promise<void> {
+  if (!first) return;
+  await deps.attempts.withdrawUnsent(first.billerRequestId).catch((err: unknown) => {
+    // Left, it is followed up as a crash's would be: a requery, then a new attempt.
+    deps.log.warn("could not withdraw an unsent pay attempt", { billerRequestId: first.billerRequestId, error: errorText(err) });
+  });
 }
 
 /**
@@ -244,6 +318,11 @@ async function sendAttempt(deps: VendDeps, order: Order, pay: AttemptPay, n: num
   }
   const id = deps.biller.newRequestId();
   if (!(await deps.attempts.record(order.requestId, n, id, pay))) return { state: "pending", reason: "another worker made this pay attempt" };
+  return sendRecorded(deps, order, pay, n, id, idRefusedBefore);
+}
+
+/** Sends attempt `n`, already recorded under the biller request id `id`. */
+async function sendRecorded(deps: VendDeps, order: Order, pay: AttemptPay, n: number, id: string, idRefusedBefore = false): Promise<Step> {
   const result = await deps.biller.pay({ ...pay, requestId: id });
   if (result.state === "delivered") return { ...result, unrecordedAttempt: id };
   await deps.attempts.recordOutcome(id, result);

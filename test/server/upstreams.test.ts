@@ -14,6 +14,7 @@ import { loadConfig } from "../../server/config.ts";
 import { newRequestId } from "../../server/biller/vtpass/request-id.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
+import { fulfil, recordFirstAttempt, type RecordedAttempt } from "../../server/orders/fulfil.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -162,6 +163,43 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     await expect.poll(async () => (await workOnce(flow), (await order(locked.requestId)).status), { timeout: 10_000, interval: 200 }).toBe("SUCCESS");
     const ids = await attempts(locked.requestId);
     expect(ids.map((a) => a.biller_request_id)).toEqual([lostId, expect.not.stringMatching(lostId)]);
+  });
+
+  it("a first pay attempt recorded while a slow settlement ran goes out only under the request's own lease, stamped sent when it goes", async () => {
+    const flow = paying.service.flow;
+    const sandboxSays = async (billerRequestId: string) => (await (await fetch(`${paying.service.urls.biller}/sandbox/transactions/${billerRequestId}`, { headers: keys() })).json()) as { code?: string; status?: string };
+    // As if its settlement had taken a minute.
+    const slow = (first: RecordedAttempt | undefined): RecordedAttempt => ({ ...first!, recordedAt: first!.recordedAt - 60_000 });
+
+    // The request's lease passed on meanwhile (this one ran out at once): the attempt is not
+    // sent as recorded. It is followed up like any (the grace here is 1 s): the biller has no
+    // record of it, so attempt 2 goes out, and the bill is served once.
+    const lostBody = bill({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 650 });
+    const lost = await lockAsCrashedRequest(flow, { body: lostBody, payload: (await paymentFor(lostBody)).payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "slow-lost" });
+    const lostFirst = await recordFirstAttempt(flow, lost);
+    expect(lostFirst).toBeDefined();
+    const lostPaid = await settle(flow, lost);
+    expect(lostPaid.status).toBe("PAID");
+    await fulfil(flow, lostPaid, { fresh: true, first: slow(lostFirst) });
+    await expect.poll(async () => (await workOnce(flow), (await order(lost.requestId)).status), { timeout: 10_000, interval: 200 }).toBe("SUCCESS");
+    const lostAttempts = await attempts(lost.requestId);
+    expect(lostAttempts.map((a) => a.attempt)).toEqual([1, 2]);
+    expect(lostAttempts[0]!.biller_request_id).toBe(lostFirst!.billerRequestId);
+    expect(await sandboxSays(lostFirst!.billerRequestId)).toMatchObject({ code: "015" }); // never sent
+    expect(await sandboxSays(lostAttempts[1]!.biller_request_id)).toMatchObject({ status: "delivered" });
+
+    // The lease still the request's: stamped sent now, sent under its recorded id, served.
+    const keptBody = bill({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 660 });
+    const locked = await lockAsCrashedRequest(flow, { body: keptBody, payload: (await paymentFor(keptBody)).payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "slow-kept" });
+    const held = (await flow.orders.claim(locked.requestId, 60))!;
+    const keptFirst = await recordFirstAttempt(flow, held);
+    const recorded = (await flow.attempts.of(held.requestId))[0]!.sentAt;
+    const paid = await settle(flow, held);
+    await new Promise((r) => setTimeout(r, 20));
+    expect((await fulfil(flow, paid, { fresh: true, first: slow(keptFirst) })).status).toBe("SUCCESS");
+    const kept = await flow.attempts.of(held.requestId);
+    expect(kept.map((a) => [a.attempt, a.billerRequestId])).toEqual([[1, keptFirst!.billerRequestId]]);
+    expect(kept[0]!.sentAt.getTime()).toBeGreaterThan(recorded.getTime());
   });
 
   it("finishes a pending bill from VTpass's webhook, before any requery loop would", async () => {

@@ -336,6 +336,11 @@ describe("x402 route: paying a bill end to end", () => {
     expect(again.accepts.map((a) => a.amount)).toContain(signed.accepted.amount);
     expect(calls).toEqual(["verify"]);
     expect(await celo.balanceOf("USDC", empty.address)).toBe(0n);
+    // The pay attempt recorded while the payment settled was never sent, and is withdrawn: the refused order has none.
+    const poorNonce = (signed.payload as { authorization: { nonce: string } }).authorization.nonce;
+    const poorOrder = await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), empty.address, poorNonce);
+    expect(poorOrder?.status).toBe("REFUSED");
+    expect(await flow.attempts.of(poorOrder!.requestId)).toEqual([]);
   });
 
   it("a payer who spends his nonce between the intake's read and the settlement settles nothing, and each such call counts against his budget of unsettled payments", async () => {
@@ -485,7 +490,9 @@ describe("x402 route: paying a bill end to end", () => {
     expect(res.headers.get("retry-after")).toMatch(/^\d+$/);
     expect(await res.json()).toMatchObject({ code: "FACILITATOR_UNAVAILABLE", charged: false });
     const nonce = (payload.payload as { authorization: { nonce: string } }).authorization.nonce;
-    expect((await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, nonce))!.status).toBe("REFUSED");
+    const downOrder = (await flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), payer.address, nonce))!;
+    expect(downOrder.status).toBe("REFUSED");
+    expect(await flow.attempts.of(downOrder.requestId)).toEqual([]); // nothing was sent, and nothing is left to follow up
     // The facilitator is back and the worker passes: that authorization is never settled by the service.
     await workOnce(flow);
     expect(await usdc()).toBe(before);
