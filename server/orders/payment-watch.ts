@@ -19,10 +19,10 @@
  *     allowance is gone), or it has not been for RECOLLECT_REVIEW_SECONDS, the order goes
  *     to NEEDS_REVIEW: an operator decides. Not while the service's own node shows the
  *     payment back, exactly the order's, in a transaction the watch knows for it (by its
- *     receipt and the ledger's own predicate, chain/receipt-payment.ts): then the ledger is
- *     behind, not the money, and the order waits for it (a ledger that far behind alerts
- *     on its own). No unit moves on that receipt; it only keeps an operator from a payment
- *     that stands.
+ *     receipt and the ledger's own predicate, chain/receipt-payment.ts), in a block the ledger
+ *     has not indexed yet: then the ledger is behind, not the money, and the order waits for
+ *     it (a ledger that far behind alerts on its own). No unit moves on that receipt; it only
+ *     keeps an operator from a payment that stands.
  *   - refunding or refunded: nothing was kept, so nothing is owed either way; the order
  *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it
  *     (a payment for a bill that was vended, or may have been, is held for an operator to serve).
@@ -276,7 +276,7 @@ export async function watchPayments(deps: WatchDeps): Promise<number> {
       }
       if (BigInt(w.block_number) > indexed) continue; // the ledger is not back at that height yet
       try {
-        if (await actOnLoss(deps, w)) acted++;
+        if (await actOnLoss(deps, w, indexed)) acted++;
       } catch (err) {
         deps.log.warn("could not act on a lost payment yet; will retry", { requestId: w.request_id, error: errorText(err) });
       }
@@ -311,8 +311,8 @@ async function paymentsSince(deps: WatchDeps, chainId: number, rows: WatchRow[])
 const SERVED: OrderStatus[] = ["PAID", "PENDING", "SUCCESS"];
 const REFUNDS: OrderStatus[] = ["REFUNDING", "REFUNDED"];
 
-/** What a lost payment's order needs; true when something was done. */
-async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
+/** What a lost payment's order needs (`indexed`: the block the ledger had indexed when its payments were read); true when something was done. */
+async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise<boolean> {
   await markLost(deps, w);
   // One actor per attempt, across instances; the next only once this one has had time to show.
   if (!(await deps.watches.takeAttempt(w.request_id, RECOLLECT_RETRY_SECONDS))) return false;
@@ -349,8 +349,9 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow): Promise<boolean> {
     }
     const lostFor = (Date.now() - (w.lost_at ?? new Date()).getTime()) / 1000;
     if (lostFor > deps.recollectReviewSeconds) {
+      // Back on the node in a block the ledger has not indexed: lag. One the ledger has indexed past without it is not.
       const back = await backOnNode(deps, order, w);
-      if (!back) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+      if (!back || BigInt(back.blockNumber) <= indexed) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
       const detail = `back on chain (transaction ${back.txHash}, block ${back.blockNumber}, by the service's node); waiting for the ledger to index it`;
       if (w.detail !== detail) deps.log.warn("a lost payment is back on the service's node, but not yet in the ledger; the order waits for the ledger", { requestId: order.requestId, chain: w.chain, txHash: back.txHash, lostForSeconds: Math.round(lostFor) });
       await deps.watches.attempted(order.requestId, null, detail);

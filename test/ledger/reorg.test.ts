@@ -640,20 +640,30 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(audit.discrepancies).toContainEqual(expect.stringMatching(/has no inbound payment/));
   });
 
-  it("x402: past the deadline, a payment collected again that the service's node shows but the ledger has not indexed waits for the ledger, not an operator", async () => {
-    const payer = hardhatAccount(3);
+  /**
+   * An x402 bill served, its payment reorganised away and collected again through the
+   * facilitator, all watched through a ledger that shows nothing under the order's key; then
+   * the deadline for collecting it again passes. `indexedShort`: the ledger also stands a block
+   * short of the one the payment came back in (the node has it, the ledger does not yet).
+   */
+  async function collectedAgainPastDeadline(payer: Account, nairaAmount: number, indexedShort: boolean) {
     const before = await usdc(payer.address);
-    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1560 })));
+    const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount })));
     expect(paid).toMatchObject({ status: "SUCCESS" });
     const order = await orderOf(paid.request_id);
     await mine();
-    // A ledger far behind: it shows nothing under the order's key, before or after the payment is collected again.
     const ours = isPaymentOf(order);
     const real = service.flow.ledger;
+    let backIn: bigint | undefined;
     const behind = new Proxy(real, {
       get(target, key, receiver) {
         if (key === "payments") return async (q: Parameters<typeof real.payments>[0]) => ({ ...(await target.payments(q)), payments: (await target.payments(q)).payments.filter((p) => !ours(p)) });
         if (key === "authorization") return async (...args: Parameters<typeof real.authorization>) => ({ ...(await target.authorization(...args)), payment: null });
+        if (key === "indexedBlock")
+          return async (chainId: number) => {
+            const indexed = await target.indexedBlock(chainId);
+            return indexed !== null && backIn !== undefined && indexedShort && indexed >= backIn ? backIn - 1n : indexed;
+          };
         const value = Reflect.get(target, key, receiver) as unknown;
         return typeof value === "function" ? value.bind(receiver) : value;
       },
@@ -662,20 +672,34 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     const lossOf = async () => (await service.flow.watches.losses()).find((l) => l.request_id === paid.request_id);
     // Collected again: the payer's authorization, settled once more through the facilitator, mined.
     await expect.poll(async () => (await watchPayments(deps).catch(() => 0), (await lossOf())?.recollect_tx_hash ?? null), { timeout: 30_000, interval: 250 }).not.toBeNull();
+    backIn = (await celo.publicClient.getTransactionReceipt({ hash: (await lossOf())!.recollect_tx_hash as Hex })).blockNumber;
     await mine();
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, backIn);
     expect(before - (await usdc(payer.address))).toBe(order.amount);
-
-    // The deadline passes with the ledger still short of it: the node shows the payment back, exactly the order's, so the order stays served and waits.
+    // The deadline passes.
     await service.db.query(`UPDATE payment_watch SET lost_at = now() - interval '20 minutes', attempted_at = now() - interval '1 minute' WHERE request_id = $1`, [paid.request_id]);
     await watchPayments(deps);
-    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
-    expect(await lossOf()).toMatchObject({ outcome: "RECOLLECTING", detail: expect.stringContaining("back on chain") });
+    return { requestId: paid.request_id as string, before, order, lossOf };
+  }
 
+  it("x402: past the deadline, a payment collected again that the service's node shows in a block the ledger has not indexed waits for the ledger, not an operator", async () => {
+    const payer = hardhatAccount(3);
+    const { requestId, before, order, lossOf } = await collectedAgainPastDeadline(payer, 1560, true);
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
+    expect(await lossOf()).toMatchObject({ outcome: "RECOLLECTING", detail: expect.stringContaining("back on chain") });
     // The ledger as it is: collected, served once, charged once.
-    await watchUntil(paid.request_id, "RECOLLECTED");
-    expect((await orderOf(paid.request_id)).status).toBe("SUCCESS");
+    await watchUntil(requestId, "RECOLLECTED");
+    expect((await orderOf(requestId)).status).toBe("SUCCESS");
     expect(before - (await usdc(payer.address))).toBe(order.amount);
-    expect(await delivered(paid.request_id)).toEqual(["delivered"]);
+    expect(await delivered(requestId)).toEqual(["delivered"]);
+  });
+
+  it("x402: past the deadline, a ledger that has indexed past the block the node shows the payment in, still without it, is not lag: an operator decides", async () => {
+    const payer = hardhatAccount(3);
+    const { requestId } = await collectedAgainPastDeadline(payer, 1565, false);
+    const held = await orderOf(requestId);
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toMatch(/not collected again within 600 s/);
   });
 
   it("x402: past the deadline, a payment the service's node does not show back goes to an operator", async () => {
