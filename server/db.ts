@@ -446,6 +446,11 @@ const MIGRATIONS: string[] = [
      WHERE failure_reason LIKE 'biller: %' OR failure_reason LIKE 'verification failed%';
    CREATE INDEX bill_order_refund_cause ON bill_order (payer, created_at) WHERE refund_cause IS NOT NULL;
    DROP INDEX bill_order_failed_vend;`,
+  // Since when an order has been unfinished without a stop in a final state or in review
+  // (orders/lifecycle.ts unfinishedSince): a served bill reversed days later starts again.
+  // Orders made before read their making (coalesce in orders/store.ts).
+  `ALTER TABLE bill_order ADD COLUMN unfinished_since timestamptz;
+   ALTER TABLE bill_order ALTER COLUMN unfinished_since SET DEFAULT now();`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

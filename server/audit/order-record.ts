@@ -28,6 +28,7 @@ export function opsOrder(o: Order) {
     flag: o.flag,
     auth_valid_before: o.authValidBefore?.toString() ?? null,
     created_at: o.createdAt.toISOString(),
+    unfinished_since: o.unfinishedSince.toISOString(),
   };
 }
 export type OpsOrder = ReturnType<typeof opsOrder>;

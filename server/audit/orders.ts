@@ -219,7 +219,8 @@ export function auditOrders(
     // Held for a refund by hand of its payer's transfer: that refund is the only way it closes.
     if (handRefundHolds.has(o.request_id) && o.status !== "NEEDS_REVIEW" && o.status !== "REFUNDED") out.discrepancies.push(`${what} was held for a refund by hand of its payer's transfer, but left review as ${o.status}`);
     if (UNFINISHED.has(o.status)) {
-      const since = unfinishedSince({ status: o.status, createdAtMs: Date.parse(o.created_at), authValidBefore: o.auth_valid_before ? BigInt(o.auth_valid_before) : null });
+      // A service older than `unfinished_since` (mid-deploy) gives only its making.
+      const since = unfinishedSince({ status: o.status, unfinishedSinceMs: Date.parse(o.unfinished_since ?? o.created_at), authValidBefore: o.auth_valid_before ? BigInt(o.auth_valid_before) : null });
       if (nowMs - since > stuckAfterSeconds * 1000) out.stuck.push(`${what} since ${new Date(since).toISOString()}`);
     }
   }

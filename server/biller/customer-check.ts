@@ -29,6 +29,12 @@ export interface CustomerQuestion {
   variation_code?: string;
 }
 
+/** A vend plan with its number check. */
+type CheckedPlan = Pick<VendPlan, "serviceID" | "billersCode"> & { verify: NonNullable<VendPlan["verify"]> };
+
+/** What the biller's merchant-verify is asked for a plan (and the key its answer is kept under). */
+const checkRequest = (plan: CheckedPlan) => ({ serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) });
+
 export class CustomerChecks {
   private readonly cache: TtlCache;
 
@@ -54,9 +60,14 @@ export class CustomerChecks {
   }
 
   /** A plan's number check (its `verify` set), cached when definite; throws the biller's error when it gives no answer. */
-  ask(plan: Pick<VendPlan, "serviceID" | "billersCode"> & { verify: NonNullable<VendPlan["verify"]> }): Promise<VerifyResult> {
-    const request = { serviceID: plan.serviceID, billersCode: plan.billersCode, ...(plan.verify.type ? { type: plan.verify.type } : {}) };
+  ask(plan: CheckedPlan): Promise<VerifyResult> {
+    const request = checkRequest(plan);
     return this.cache.get(JSON.stringify(request), () => this.biller.verify(request));
+  }
+
+  /** The check's answer if it was asked lately (kept, or on its way), without asking the biller; undefined otherwise. */
+  asked(plan: CheckedPlan): Promise<VerifyResult> | undefined {
+    return this.cache.peek(JSON.stringify(checkRequest(plan)));
   }
 
   /**

@@ -81,14 +81,14 @@ export class OperatorState {
   /**
    * Unfinished orders nobody holds (no live lease) that have stood longer than the limit,
    * oldest first. How long an order has stood is the audit's rule (orders/lifecycle.ts
-   * unfinishedSince): since it was made, whatever moved it meanwhile. Each requery moves a
+   * unfinishedSince): since it last became unfinished, whatever moved it meanwhile. Each requery moves a
    * pending bill PENDING again, and each retry of a refund REFUNDING again, so its last move
    * would never grow old however long it keeps failing.
    */
   async stuck(limit = 50) {
     const rows = await this.deps.db.query<OrderRow>(
       `${ORDER_COLUMNS} WHERE status = ANY($1::text[]) AND (lease_until IS NULL OR lease_until < now()) AND ${stoodSql("$2")}
-         ORDER BY created_at LIMIT $3`,
+         ORDER BY coalesce(unfinished_since, created_at) LIMIT $3`,
       [UNFINISHED_STATUSES, this.deps.stuckAfterSeconds, limit],
     );
     return rows;

@@ -1,7 +1,8 @@
 /**
  * Pay attempts at the biller. Each pay is sent under a request id of its own, made when it
- * is sent (the biller dates ids and refuses one not dated today), and recorded before it is
- * sent: the attempt row is what lets a requery, a webhook or a restarted worker find the
+ * is recorded (the biller dates ids and refuses one not dated today), and recorded before it
+ * is sent, a fresh order's first while its payment settles (orders/fulfil.ts
+ * recordFirstAttempt): the attempt row is what lets a requery, a webhook or a restarted worker find the
  * order again, by the id the biller knows. An order's attempts are numbered; (order,
  * number) is unique, so one attempt is made once whoever tries. An id is never sent twice.
  * What the biller last said of each attempt, asked by that attempt's own id, is kept on it

@@ -1,7 +1,7 @@
 /**
  * What every order does once it is paid, whichever rail paid it: the post-settlement number
  * check where the product has one, then pay attempts at the biller (each under a request id
- * of its own, made when it is sent: orders/attempts.ts), requeried while pending, and an
+ * of its own, made when it is recorded: orders/attempts.ts), requeried while pending, and an
  * on-chain refund when the bill fails or the biller later reverses it. How the bill vends
  * was decided when it was priced (its vend plan, biller/catalogue/vend-plan.ts). Each step
  * is a state transition in the order table, so the worker can finish whatever a crash or a
@@ -147,6 +147,7 @@ export type VendDeps = RefundDeps &
     | "defaultEmail"
     | "verifyUnavailableDeadlineSeconds"
     | "verifyRetrySeconds"
+    | "leaseSeconds"
   >;
 
 /** States nothing automatic moves on from (NEEDS_REVIEW waits for an operator). */
@@ -195,26 +196,36 @@ export interface RecordedAttempt {
   recordedAt: number;
   /** The lease of the request that recorded it, under which alone it is sent. */
   leaseToken: string | null;
+  /** Until when (epoch ms, this process's clock) that lease surely holds: taken with the order, for the lease's length, less a margin. */
+  leaseSurelyUntil: number;
 }
 
 /**
- * How old a first attempt recorded ahead may be and still go out as it is. Its `sent_at` is
- * when it was recorded: the biller's grace for an id it has no record of counts from then,
- * and so, near enough, does the request's lease, which keeps the worker from following it
- * up meanwhile. A few seconds shift neither by anything that matters (the grace is minutes,
- * the shortest lease 10 s); an older one is stamped again first (sendFirst).
+ * How old a first attempt recorded ahead may be and still go out as it is: its `sent_at` is
+ * when it was recorded, and the biller's grace for an id it has no record of counts from
+ * then. A few seconds shift it by nothing that matters while the grace is at least ten times
+ * as long (BILLER_UNKNOWN_GRACE_MS is 2 min by default); with a shorter grace every such
+ * attempt is stamped first.
  */
 const FIRST_ATTEMPT_FRESH_MS = 3_000;
+const FIRST_ATTEMPT_GRACE_FLOOR_MS = 10 * FIRST_ATTEMPT_FRESH_MS;
+/** How far short of the lease's end, by this process's clock, the request still surely holds it. */
+const LEASE_MARGIN_MS = 2_000;
 
 /**
- * Sends a first attempt recorded ahead. Recorded long ago (a slow settlement), it is stamped
- * sent now first, and only while the order's lease is still the request's: a worker that took
- * the order over may have asked the biller by its id and, finding no record of it, sent
- * another; then it is left to that worker, and nothing is sent from here.
+ * Sends a first attempt recorded ahead. As it is while it is recent and the request surely
+ * still holds the order's lease (nobody else can then have followed it up). Otherwise (a slow
+ * settlement, a slow check) it is stamped sent now first, and only while the lease is still
+ * the request's; when it is not, a worker that took the order over may have asked the biller
+ * by its id and, finding no record of it, sent another: the order is left to that worker, and
+ * nothing is sent from here.
  */
 async function sendFirst(deps: VendDeps, order: Order, first: RecordedAttempt): Promise<Step> {
-  if (Date.now() - first.recordedAt > FIRST_ATTEMPT_FRESH_MS && !(await deps.attempts.stampSending(first.billerRequestId, order.requestId, first.leaseToken))) {
-    return { state: "pending", reason: "its first pay attempt was recorded before a slow settlement, and the order's lease passed on meanwhile: whoever holds it follows the attempt up" };
+  const now = Date.now();
+  const asRecorded = deps.unknownRequestGraceMs >= FIRST_ATTEMPT_GRACE_FLOOR_MS && now - first.recordedAt <= FIRST_ATTEMPT_FRESH_MS && now < first.leaseSurelyUntil;
+  if (!asRecorded && !(await deps.attempts.stampSending(first.billerRequestId, order.requestId, first.leaseToken))) {
+    deps.log.warn("a first pay attempt recorded ahead was not sent: the order's lease passed on meanwhile, and its holder follows the attempt up", { requestId: order.requestId, billerRequestId: first.billerRequestId });
+    return { order: (await deps.orders.get(order.requestId)) ?? order };
   }
   return sendRecorded(deps, order, first.pay, 1, first.billerRequestId);
 }
@@ -222,10 +233,11 @@ async function sendFirst(deps: VendDeps, order: Order, first: RecordedAttempt): 
 /**
  * Records a fresh order's first pay attempt while its payment is still settling, so that the
  * write is off the path between the payment's block and the biller's pay (fulfil sends it
- * once the order is PAID). Only a pay the payment changes nothing of: its number check
- * answered and passed (asked now, through the checks' cache, beside the settlement), and
- * nothing to flag. Anything else (a check that refuses or cannot answer, a flag) is left to
- * the first pay after PAID, which decides as before. Never throws: undefined leaves it there.
+ * once the order is PAID). Only a pay the payment changes nothing of: no number check, or
+ * one already asked and passed (the checks' cache: it is not asked for a bill not yet paid
+ * for), and nothing to flag. Anything else (a check not asked yet, one that refused or could
+ * not answer, a flag) is left to the first pay after PAID, which decides as before. Never
+ * throws: undefined leaves it there.
  *
  * An attempt is sent only by whoever recorded it, and otherwise only followed up by its id
  * (a requery that finds no record of it lets a new attempt go out: fulfil's followUp), so
@@ -237,15 +249,16 @@ async function sendFirst(deps: VendDeps, order: Order, first: RecordedAttempt): 
 export async function recordFirstAttempt(deps: VendDeps, order: Order): Promise<RecordedAttempt | undefined> {
   try {
     const plan = planOf(order);
-    // A check that cannot answer now is the paid path's to wait for, and to log.
-    const verified = plan.verify ? await deps.customerChecks.ask({ ...plan, verify: plan.verify }).catch(() => undefined) : undefined;
+    // Only a check already asked (before payment, or by the same bill lately): the biller is
+    // not asked for a bill not yet paid for. A check that could not answer is the paid path's.
+    const verified = plan.verify ? await deps.customerChecks.asked({ ...plan, verify: plan.verify })?.catch(() => undefined) : undefined;
     if (verified !== undefined && !verified.ok) return undefined;
     if (plan.verify && verified === undefined) return undefined;
-    const completed = completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
+    const completed = completedWith(deps, plan, verified);
     if ("refuse" in completed || completed.flag) return undefined;
     const billerRequestId = deps.biller.newRequestId();
     const recordedAt = Date.now();
-    return (await deps.attempts.record(order.requestId, 1, billerRequestId, completed.pay)) ? { billerRequestId, pay: completed.pay, recordedAt, leaseToken: order.leaseToken } : undefined;
+    return (await deps.attempts.record(order.requestId, 1, billerRequestId, completed.pay)) ? { billerRequestId, pay: completed.pay, recordedAt, leaseToken: order.leaseToken, leaseSurelyUntil: order.createdAt.getTime() + deps.leaseSeconds * 1000 - LEASE_MARGIN_MS } : undefined;
   } catch (err) {
     deps.log.warn("could not record a fresh order's first pay attempt ahead; it is recorded once the order is paid", { requestId: order.requestId, error: errorText(err) });
     return undefined;
@@ -282,10 +295,14 @@ async function preparePay(deps: VendDeps, order: Order): Promise<Exclude<Complet
       return { order: await verificationUnavailable(deps, order, errorText(err)) };
     }
   }
-  const completed = completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
+  const completed = completedWith(deps, plan, verified);
   if ("refuse" in completed) return { order: await refund(deps, order, completed.refuse) };
   return completed;
 }
+
+/** The plan completed by its check's answer, with the service's contact defaults. */
+const completedWith = (deps: Pick<VendDeps, "defaultPhone" | "defaultEmail">, plan: VendPlan, verified: Parameters<typeof completePlan>[1]) =>
+  completePlan(plan, verified, { phone: deps.defaultPhone, email: deps.defaultEmail });
 
 async function verificationUnavailable(deps: VendDeps, order: Order, error: string): Promise<Order> {
   const waited = Math.floor((Date.now() - order.createdAt.getTime()) / 1000);

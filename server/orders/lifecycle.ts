@@ -64,20 +64,37 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key (for a spent Permit2 nonce: nor any transfer of its amount from the payer unaccounted for)", money: "none charged" },
 ];
 
+/**
+ * States an order is in only before any payment of it was confirmed: no pay attempt of an
+ * order in them was ever sent. A request records its order's first attempt while the payment
+ * settles (orders/fulfil.ts recordFirstAttempt), but sends it only once the order is PAID; a
+ * move out of these states to anything but PAID withdraws such an attempt in the same
+ * statement (OrderStore), so that one a crash left behind is never read as a bill that may
+ * have been vended (a payment landing later is then refunded, not held for a person).
+ */
+const BEFORE_PAYMENT: ReadonlySet<OrderStatus> = new Set(["SETTLING", "PULLING", "REFUSED"]);
+
+/** Whether a move from `from` to `to` withdraws the order's pay attempts (BEFORE_PAYMENT). */
+export function withdrawsUnsentAttempts(from: readonly OrderStatus[], to: OrderStatus): boolean {
+  return to !== "PAID" && from.length > 0 && from.every((f) => BEFORE_PAYMENT.has(f));
+}
+
 /** States an order is still on its way out of, by itself: NEEDS_REVIEW waits for a person, and the rest are final. */
 export const UNFINISHED_STATUSES: readonly OrderStatus[] = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING", "REFUSED"];
 
 /**
- * Since when an unfinished order has stood: since it was made, however often it moved on the
- * way (a requery keeps a bill PENDING, each retry of a refund moves it to REFUNDING again), so
- * an order retried for ever still grows old. A refusal is the exception: it is unfinished
- * until its authorization expires, and counts from then. Milliseconds; Infinity for an
+ * Since when an unfinished order has stood: since it last became unfinished (when it was made,
+ * or when it left a final state or review: a served bill the biller reversed days later),
+ * however often it moved on the way (a requery keeps a bill PENDING, each retry of a refund
+ * moves it to REFUNDING again), so an order retried for ever still grows old. The order store
+ * keeps that moment (`unfinished_since`). A refusal is the exception: it is unfinished until
+ * its authorization expires, and counts from then. Milliseconds; Infinity for an
  * authorization that never expires. The stuck gauge reads the same rule in SQL (`stoodSql`);
  * the audit reads it here.
  */
-export function unfinishedSince(o: { status: string; createdAtMs: number; authValidBefore: bigint | null }): number {
+export function unfinishedSince(o: { status: string; unfinishedSinceMs: number; authValidBefore: bigint | null }): number {
   if (o.status === "REFUSED" && o.authValidBefore !== null) return Number(o.authValidBefore) * 1000;
-  return o.createdAtMs;
+  return o.unfinishedSinceMs;
 }
 
 /**
@@ -88,7 +105,7 @@ export function unfinishedSince(o: { status: string; createdAtMs: number; authVa
 export function stoodSql(seconds: string): string {
   return `(CASE WHEN status = 'REFUSED' AND auth_valid_before IS NOT NULL
             THEN auth_valid_before::float8 < extract(epoch from now())::float8 - ${seconds}::float8
-            ELSE created_at < now() - make_interval(secs => ${seconds}::float8) END)`;
+            ELSE coalesce(unfinished_since, created_at) < now() - make_interval(secs => ${seconds}::float8) END)`;
 }
 
 const allowed = new Set(ORDER_MOVES.map((m) => `${m.from}>${m.to}`));

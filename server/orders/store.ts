@@ -19,7 +19,7 @@
  * The payer sees SUCCESS, FAILED_VENDING (refunding or refunded; or, with `charged: false`,
  * not settled) or TIMEOUT (not finished yet; GET /api/orders/{request_id} tells the rest).
  */
-import { assertMove, type OrderStatus } from "./lifecycle.ts";
+import { assertMove, UNFINISHED_STATUSES, withdrawsUnsentAttempts, type OrderStatus } from "./lifecycle.ts";
 import { onChainOrderId } from "../chain/order-id.ts";
 import { ServiceError } from "../errors.ts";
 import { clearRefund, type RefundShares, type RefundWait } from "./refund-share.ts";
@@ -107,8 +107,8 @@ export function paidForItsBill<T extends Pick<Order, "status" | "txHash" | "late
  * parameter): in the same statement, each order that became final with a callback_url
  * queues its callback; answers the moved rows. `before`: other CTEs of the statement.
  */
-const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS, before: string[] = []) => `
-  WITH ${[...before, `moved AS (${update})`].join(",\n")},
+const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS, before: string[] = [], after: string[] = []) => `
+  WITH ${[...before, `moved AS (${update})`, ...after].join(",\n")},
   queued AS (
     INSERT INTO callback_delivery (request_id, url, status)
     SELECT request_id, bill->>'callback_url', 'PENDING' FROM moved
@@ -119,7 +119,7 @@ const queueingCallbacks = (update: string, finalParam: string, columns = COLUMNS
 
 /** OrderStore.transition on a connection of the caller's: within a transaction that writes something else with it. */
 export async function transitionIn(db: Pick<Db, "query">, requestId: string, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}): Promise<Order | undefined> {
-  const [row] = await db.query<Row>(movingSql(COLUMNS, to), movingParams(requestId, from, to, fields));
+  const [row] = await db.query<Row>(movingSql(COLUMNS, from, to), movingParams(requestId, from, to, fields));
   return row && toOrder(row);
 }
 
@@ -185,6 +185,8 @@ export interface Order {
   createdAt: Date;
   /** When the order last changed (status, transaction, outcome; a lease is not a change). */
   updatedAt: Date;
+  /** Since when it has been unfinished, without a stop in a final state or in review (lifecycle.ts unfinishedSince). */
+  unfinishedSince: Date;
   /** Who holds the order's lease right now (whoever created or claimed it). */
   leaseToken: string | null;
 }
@@ -198,6 +200,7 @@ interface Row {
   idempotency_key: string | null;
   created_at: Date;
   updated_at: Date;
+  unfinished_since: Date;
   lease_token: string | null;
   body_hash: string;
   bill: Record<string, unknown>;
@@ -231,7 +234,11 @@ interface Row {
  */
 export const ORPHAN_HELD_FOR_HAND_REFUND = "REFUNDING_BY_HAND";
 
-const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
+/** Since when an order has been unfinished: rows made before the column existed read their making (lifecycle.ts unfinishedSince). */
+const UNFINISHED_SINCE = "coalesce(unfinished_since, created_at)";
+const UNFINISHED_ARRAY = `'{${UNFINISHED_STATUSES.join(",")}}'::text[]`;
+
+const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, ${UNFINISHED_SINCE} AS unfinished_since, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
   biller_amount, flag, secret_hash, late_refund`;
 
@@ -262,14 +269,15 @@ function toOrder(r: Row): Order {
 }
 
 /** The columns an order's life changes after it is created: no UPDATE of bill_order writes any other. */
-const CHANGING_COLUMNS = `request_id, lease_token, updated_at, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash, biller_amount, flag, late_refund`;
+const CHANGING_COLUMNS = `request_id, lease_token, updated_at, ${UNFINISHED_SINCE} AS unfinished_since, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash, biller_amount, flag, late_refund`;
 
-type ChangingPart = Pick<Order, "leaseToken" | "updatedAt" | "status" | "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">;
+type ChangingPart = Pick<Order, "leaseToken" | "updatedAt" | "unfinishedSince" | "status" | "txHash" | "purchasedCode" | "purchasedCodes" | "units" | "failureReason" | "refundTxHash" | "billerAmount" | "flag" | "lateRefund">;
 
-function changingPart(r: Pick<Row, "lease_token" | "updated_at" | "status" | "tx_hash" | "purchased_code" | "purchased_codes" | "units" | "failure_reason" | "refund_tx_hash" | "biller_amount" | "flag" | "late_refund">): ChangingPart {
+function changingPart(r: Pick<Row, "lease_token" | "updated_at" | "unfinished_since" | "status" | "tx_hash" | "purchased_code" | "purchased_codes" | "units" | "failure_reason" | "refund_tx_hash" | "biller_amount" | "flag" | "late_refund">): ChangingPart {
   return {
     leaseToken: r.lease_token,
     updatedAt: new Date(r.updated_at),
+    unfinishedSince: new Date(r.unfinished_since),
     status: r.status,
     txHash: r.tx_hash,
     purchasedCode: r.purchased_code,
@@ -293,8 +301,9 @@ type TransitionFields = Partial<Pick<Order, "txHash" | "purchasedCode" | "purcha
  * that becomes final with a callback_url queues its callback in the same statement (a move to
  * a state that is not final has none to queue, and is a plain UPDATE).
  */
-function movingSql(columns: string, to: OrderStatus, alongside?: AlongsideWrite): string {
+function movingSql(columns: string, from: readonly OrderStatus[], to: OrderStatus, alongside?: AlongsideWrite): string {
   const update = `UPDATE bill_order SET status = $3, updated_at = now(),
+       unfinished_since = CASE WHEN $3 = ANY(${UNFINISHED_ARRAY}) AND NOT (status = ANY(${UNFINISHED_ARRAY})) THEN now() ELSE unfinished_since END,
        tx_hash = COALESCE($4, tx_hash), purchased_code = COALESCE($5, purchased_code), units = COALESCE($6, units),
        failure_reason = COALESCE($7, failure_reason), refund_tx_hash = COALESCE($8, refund_tx_hash),
        biller_amount = COALESCE($9, biller_amount),
@@ -304,9 +313,15 @@ function movingSql(columns: string, to: OrderStatus, alongside?: AlongsideWrite)
        refund_cause = COALESCE(refund_cause, $13::text)
      WHERE request_id = $1 AND status = ANY($2::text[])`;
   const before = alongside ? [`alongside AS (${alongside.sql(MOVING_PARAMS + 1)})`] : [];
-  if (FINAL_STATUSES.includes(to)) return queueingCallbacks(`${update} RETURNING *`, "$3", columns, before);
+  // Only if this statement moved it: an order another actor made PAID meanwhile keeps its attempt.
+  const after = withdrawsUnsentAttempts(from, to) ? [WITHDRAWN_ATTEMPTS] : [];
+  if (FINAL_STATUSES.includes(to)) return queueingCallbacks(`${update} RETURNING *`, "$3", columns, before, after);
+  if (after.length > 0) return `WITH ${[...before, `moved AS (${update} RETURNING *)`, ...after].join(", ")} SELECT ${columns} FROM moved`;
   return `${before.length > 0 ? `WITH ${before.join(", ")} ` : ""}${update} RETURNING ${columns}`;
 }
+
+/** The pay attempts of an order moved out of the states before payment, never sent (lifecycle.ts withdrawsUnsentAttempts). */
+const WITHDRAWN_ATTEMPTS = `withdrawn AS (DELETE FROM biller_attempt WHERE request_id IN (SELECT request_id FROM moved))`;
 
 /** How many parameters movingSql's own statement takes ($1 to $13). */
 const MOVING_PARAMS = 13;
@@ -349,6 +364,7 @@ export type NewOrder = Omit<
   | "idempotencyKey"
   | "createdAt"
   | "updatedAt"
+  | "unfinishedSince"
   | "leaseToken"
   | "lateRefund"
 >;
@@ -755,6 +771,9 @@ export class OrderStore {
         `UPDATE bill_order SET status = 'PAYMENT_FAILED', failure_reason = 'no pull was sent', updated_at = now()
          WHERE request_id = $1 AND status = 'PULLING' AND tx_hash IS NOT DISTINCT FROM $2 RETURNING *`,
         "'PAYMENT_FAILED'",
+        COLUMNS,
+        [],
+        [WITHDRAWN_ATTEMPTS],
       ),
       [requestId, inert ?? null],
     );
@@ -893,7 +912,7 @@ export class OrderStore {
    * `alongside`: a write made in the same statement (AlongsideWrite).
    */
   async advance(order: Order, from: OrderStatus[], to: OrderStatus, fields: TransitionFields = {}, alongside?: AlongsideWrite): Promise<Order | undefined> {
-    const [row] = await this.db.query<Row>(movingSql(CHANGING_COLUMNS, to, alongside), movingParams(order.requestId, from, to, fields, alongside));
+    const [row] = await this.db.query<Row>(movingSql(CHANGING_COLUMNS, from, to, alongside), movingParams(order.requestId, from, to, fields, alongside));
     return row && { ...order, ...changingPart(row) };
   }
 

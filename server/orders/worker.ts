@@ -16,6 +16,7 @@
  */
 import { errorText } from "../log-safety.ts";
 import type { Order, OrderStatus } from "./store.ts";
+import { UNFINISHED_STATUSES } from "./lifecycle.ts";
 import { actOnBillerState, fulfil, refund, type FlowDeps } from "./fulfil.ts";
 import { reconcileAuthorizationPayments, reconcileOrphanPulls, type Orphans } from "./ledger-pass.ts";
 import { reconcilePulling } from "./pull-reconciler.ts";
@@ -36,8 +37,8 @@ export interface WorkerDeps extends FlowDeps, ReversalCheckDeps {
   graceSeconds: number;
 }
 
-/** The states the worker finishes. */
-const UNFINISHED: OrderStatus[] = ["SETTLING", "PULLING", "PAID", "PENDING", "REFUNDING"];
+/** The states the worker finishes: every unfinished one but REFUSED, which closeExpiredRefusals closes once its authorization expires. */
+const UNFINISHED: OrderStatus[] = UNFINISHED_STATUSES.filter((s) => s !== "REFUSED");
 
 /** One pass: each unfinished order at most once. Returns how many were worked. */
 export async function workOnce(deps: WorkerDeps): Promise<number> {

@@ -270,7 +270,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     // Made an hour ago, and retried at every pass since (each retry moves it to REFUNDING
     // again): it has stood since it was made, and counts as stuck however recent its last retry.
     const stuckBefore = await stuck();
-    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour', unfinished_since = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
     const retried = await refund(deps, waited, "biller: transaction failed", ["REFUNDING"]);
     expect(retried.status).toBe("REFUNDING");
     expect(Date.now() - retried.updatedAt.getTime()).toBeLessThan(60_000);
@@ -285,7 +285,7 @@ describe("the biller's word after payment: never delivered and refunded, never a
     const requestId = await pay(payer, showmax(payer, "mobile_only", 1450));
     const before = await stuck();
     // Paid for an hour ago, and requeried at every pass since: still pending at the biller.
-    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
+    await service.db.query(`UPDATE bill_order SET created_at = now() - interval '1 hour', unfinished_since = now() - interval '1 hour' WHERE request_id = $1`, [requestId]);
     await workOnce(service.flow);
     expect((await orderOf(requestId)).status).toBe("PENDING");
     // What the biller last said of the attempt is kept on it.

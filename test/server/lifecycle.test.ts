@@ -10,6 +10,7 @@ import { PaymentWatches } from "../../server/orders/payment-watch.ts";
 import { openDb, type Db } from "../../server/db.ts";
 import { assertMove, IllegalMove, mayMove, ORDER_MOVES, ORDER_STARTS, ORDER_STATUSES, stateDiagram, stoodSql, unfinishedSince, type OrderStatus } from "../../server/orders/lifecycle.ts";
 import { newOrderIds, OrderStore } from "../../server/orders/store.ts";
+import { BillerAttempts } from "../../server/orders/attempts.ts";
 import { withOrderStates } from "../../scripts/gen-order-states.ts";
 
 const ROOT = join(import.meta.dirname, "../..");
@@ -147,30 +148,63 @@ describe("an order's life", () => {
       expect(await db.query(`SELECT url FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toEqual([{ url: "https://example.com/hook" }]);
     });
 
-    it("an unfinished order has stood since it was made, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
+    it("a pay attempt recorded before payment is withdrawn by the move that closes the order unpaid, in the same statement; a paid order's are kept", async () => {
+      const attempts = new BillerAttempts(db);
+      const pay = { serviceID: "mtn", billersCode: "08011111111", phone: "08011111111", amount: 100 };
+      const locked = async (i: number) =>
+        (
+          await orders.lockPayment(
+            { ...newOrderIds(), vend: null, bodyHash: `ahead${i}`, bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: `0x6${i}`, amount: 1n, authNonce: `0x${(i + 32).toString(16).repeat(32)}`, authValidBefore: 9n, payment: {}, requirements: {}, secretHash: `a${i}` } as never,
+            60,
+          )
+        ).order;
+      // Left by a request that died while its payment settled: closed unpaid, its attempt goes with it.
+      const refused = await locked(1);
+      expect(await attempts.record(refused.requestId, 1, `ahead-${refused.requestId}`, pay)).toBe(true);
+      expect((await orders.transition(refused.requestId, ["SETTLING"], "REFUSED"))!.status).toBe("REFUSED");
+      expect(await attempts.of(refused.requestId)).toEqual([]);
+      // A move that does not find the order where it moves from withdraws nothing: paid meanwhile, its attempt may be sent.
+      const paid = await locked(2);
+      expect(await attempts.record(paid.requestId, 1, `ahead-${paid.requestId}`, pay)).toBe(true);
+      expect((await orders.advance(paid, ["SETTLING"], "PAID"))!.status).toBe("PAID");
+      expect(await orders.advance(paid, ["SETTLING"], "PAYMENT_FAILED")).toBeUndefined();
+      expect(await attempts.of(paid.requestId)).toHaveLength(1);
+      // Nor does any move of an order once paid.
+      expect((await orders.advance(paid, ["PAID"], "REFUNDING"))!.status).toBe("REFUNDING");
+      expect(await attempts.of(paid.requestId)).toHaveLength(1);
+    });
+
+    it("an unfinished order has stood since it last became unfinished, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
       const now = Math.floor(Date.now() / 1000);
-      const cases = [
-        { status: "REFUNDING", madeAgo: 3600, validBefore: now + 3600, stood: true }, // retried a moment ago: updated_at is now
+      type Case = { status: OrderStatus; madeAgo: number; validBefore: bigint | number; then?: OrderStatus; legacy?: true; stood: boolean };
+      const cases: Case[] = [
+        { status: "REFUNDING", madeAgo: 3600, validBefore: now + 3600, then: "REFUNDING", stood: true }, // its refund retried a moment ago
+        { status: "SUCCESS", madeAgo: 3600, validBefore: now + 3600, then: "REFUNDING", stood: false }, // served an hour ago, reversed a moment ago
+        { status: "PENDING", madeAgo: 3600, validBefore: now + 3600, legacy: true, stood: true }, // made before the column: counted from its making
         { status: "PAID", madeAgo: 5, validBefore: now + 3600, stood: false },
         { status: "REFUSED", madeAgo: 3600, validBefore: now + 3600, stood: false }, // its authorization may still land
         { status: "REFUSED", madeAgo: 7200, validBefore: now - 3600, stood: true },
         { status: "REFUSED", madeAgo: 7200, validBefore: 2n ** 256n - 1n, stood: false }, // never expires: no timestamp holds it
-      ] as const;
+      ];
       const ids: string[] = [];
       for (const [i, c] of cases.entries()) {
         const { order } = await orders.lockPayment(
           { ...newOrderIds(), vend: null, bodyHash: `stood${i}`, bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: `0x5${i}`, amount: 1n, authNonce: `0x${(i + 16).toString(16).repeat(32)}`, authValidBefore: BigInt(c.validBefore), payment: {}, requirements: {}, secretHash: `s${i}` } as never,
           60,
         );
-        await db.query(`UPDATE bill_order SET status = $2, created_at = now() - make_interval(secs => $3), updated_at = now() WHERE request_id = $1`, [order.requestId, c.status, c.madeAgo]);
+        await db.query(
+          `UPDATE bill_order SET status = $2, created_at = now() - make_interval(secs => $3), unfinished_since = CASE WHEN $4 THEN NULL ELSE now() - make_interval(secs => $3) END WHERE request_id = $1`,
+          [order.requestId, c.status, c.madeAgo, c.legacy === true],
+        );
+        if (c.then) expect((await orders.transition(order.requestId, [c.status], c.then))?.status).toBe(c.then);
         ids.push(order.requestId);
       }
       const rows = await db.query<{ request_id: string }>(`SELECT request_id FROM bill_order WHERE request_id = ANY($1::text[]) AND ${stoodSql("$2")}`, [ids, 600]);
       const inSql = new Set(rows.map((r) => r.request_id));
       for (const [i, c] of cases.entries()) {
         const o = (await orders.get(ids[i]!))!;
-        const inCode = Date.now() - unfinishedSince({ status: o.status, createdAtMs: o.createdAt.getTime(), authValidBefore: o.authValidBefore }) > 600_000;
-        expect([inSql.has(ids[i]!), inCode], `${c.status} made ${c.madeAgo} s ago, valid before ${c.validBefore}`).toEqual([c.stood, c.stood]);
+        const inCode = Date.now() - unfinishedSince({ status: o.status, unfinishedSinceMs: o.unfinishedSince.getTime(), authValidBefore: o.authValidBefore }) > 600_000;
+        expect([inSql.has(ids[i]!), inCode], `${c.status}${c.then ? ` then ${c.then}` : ""}, made ${c.madeAgo} s ago, valid before ${c.validBefore}`).toEqual([c.stood, c.stood]);
       }
     });
   });

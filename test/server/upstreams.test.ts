@@ -171,8 +171,8 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     // As if its settlement had taken a minute.
     const slow = (first: RecordedAttempt | undefined): RecordedAttempt => ({ ...first!, recordedAt: first!.recordedAt - 60_000 });
 
-    // The request's lease passed on meanwhile (this one ran out at once): the attempt is not
-    // sent as recorded. It is followed up like any (the grace here is 1 s): the biller has no
+    // The request's lease passed on meanwhile (this one ran out at once): nothing is sent from
+    // the request. The worker follows the attempt up (the grace here is 1 s): the biller has no
     // record of it, so attempt 2 goes out, and the bill is served once.
     const lostBody = bill({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: "08011111111", nairaAmount: 650 });
     const lost = await lockAsCrashedRequest(flow, { body: lostBody, payload: (await paymentFor(lostBody)).payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "slow-lost" });
@@ -180,7 +180,9 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     expect(lostFirst).toBeDefined();
     const lostPaid = await settle(flow, lost);
     expect(lostPaid.status).toBe("PAID");
-    await fulfil(flow, lostPaid, { fresh: true, first: slow(lostFirst) });
+    expect((await fulfil(flow, lostPaid, { fresh: true, first: slow(lostFirst) })).status).toBe("PAID");
+    expect(await sandboxSays(lostFirst!.billerRequestId)).toMatchObject({ code: "015" });
+    await new Promise((r) => setTimeout(r, 1_100)); // past the grace, from when it was recorded
     await expect.poll(async () => (await workOnce(flow), (await order(lost.requestId)).status), { timeout: 10_000, interval: 200 }).toBe("SUCCESS");
     const lostAttempts = await attempts(lost.requestId);
     expect(lostAttempts.map((a) => a.attempt)).toEqual([1, 2]);

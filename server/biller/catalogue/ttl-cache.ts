@@ -15,6 +15,12 @@ export class TtlCache {
     return value;
   }
 
+  /** What a key holds now (a kept answer, or one on its way), without loading it. */
+  peek<T>(key: string): Promise<T> | undefined {
+    const hit = this.entries.get(key);
+    return hit && hit.expiresAt > Date.now() ? (hit.value as Promise<T>) : undefined;
+  }
+
   /** Drops a key, so the next get loads it afresh. */
   forget(key: string): void {
     this.entries.delete(key);

@@ -3,7 +3,8 @@
  * characters, the first 12 numeric and "today's date + current hour and minute"
  * (YYYYMMDDHHII) in Africa/Lagos time (GMT+1, no daylight saving), then any alphanumerics.
  * A pay whose id is not today's date is refused with 085, so an id is made when its pay is
- * sent, never ahead of time.
+ * recorded, at most a settlement before it is sent, never further ahead; one that crosses
+ * Lagos midnight on the way is refused and sent once more under a fresh id (orders/fulfil.ts).
  */
 import { randomBytes } from "node:crypto";
 
