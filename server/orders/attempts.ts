@@ -68,6 +68,21 @@ export class BillerAttempts {
   }
 
   /**
+   * Records a fresh order's attempt 1 while its payment settles (orders/fulfil.ts
+   * recordFirstAttempt), only while the order is still settling or pulling: one closed unpaid
+   * meanwhile (its move withdrew what it had) gets none. False when it was not recorded.
+   */
+  async recordAhead(requestId: string, billerRequestId: string, pay: AttemptPay): Promise<boolean> {
+    const rows = await this.db.query(
+      `INSERT INTO biller_attempt (biller_request_id, request_id, attempt, pay)
+       SELECT $1, $2, 1, $3 WHERE EXISTS (SELECT 1 FROM bill_order WHERE request_id = $2 AND status IN ('SETTLING', 'PULLING'))
+       ON CONFLICT DO NOTHING RETURNING attempt`,
+      [billerRequestId, requestId, JSON.stringify(pay)],
+    );
+    return rows.length > 0;
+  }
+
+  /**
    * Stamps an attempt recorded ahead as sent now, while the order's lease is still
    * `leaseToken`'s and the biller has not been asked of it; false otherwise (nothing changed).
    */

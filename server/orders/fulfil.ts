@@ -181,7 +181,7 @@ export async function fulfil(deps: VendDeps, order: Order, options: { fresh?: bo
   const deadline = Date.now() + deps.vendDeadlineMs;
   while ("state" in step && step.state === "pending" && Date.now() + deps.requeryIntervalMs < deadline) {
     await new Promise((r) => setTimeout(r, deps.requeryIntervalMs));
-    step = await followUp(deps, order);
+    step = await followUp(deps, order, undefined, options.first !== undefined);
   }
   if ("order" in step) return step.order;
   timer({ outcome: "state" in step ? step.state : "review" });
@@ -196,7 +196,7 @@ export interface RecordedAttempt {
   recordedAt: number;
   /** The lease of the request that recorded it, under which alone it is sent. */
   leaseToken: string | null;
-  /** Until when (epoch ms, this process's clock) that lease surely holds: taken with the order, for the lease's length, less a margin. */
+  /** Until when (epoch ms, this process's clock against the database's making of the order) that lease holds, less a margin. */
   leaseSurelyUntil: number;
 }
 
@@ -213,8 +213,9 @@ const FIRST_ATTEMPT_GRACE_FLOOR_MS = 10 * FIRST_ATTEMPT_FRESH_MS;
 const LEASE_MARGIN_MS = 2_000;
 
 /**
- * Sends a first attempt recorded ahead. As it is while it is recent and the request surely
- * still holds the order's lease (nobody else can then have followed it up). Otherwise (a slow
+ * Sends a first attempt recorded ahead. As it is while it is recent and the request still
+ * holds the order's lease by this process's clock, less a margin (nobody else can then have
+ * followed it up; the grace floor covers the clocks' skew). Otherwise (a slow
  * settlement, a slow check) it is stamped sent now first, and only while the lease is still
  * the request's; when it is not, a worker that took the order over may have asked the biller
  * by its id and, finding no record of it, sent another: the order is left to that worker, and
@@ -258,7 +259,7 @@ export async function recordFirstAttempt(deps: VendDeps, order: Order): Promise<
     if ("refuse" in completed || completed.flag) return undefined;
     const billerRequestId = deps.biller.newRequestId();
     const recordedAt = Date.now();
-    return (await deps.attempts.record(order.requestId, 1, billerRequestId, completed.pay)) ? { billerRequestId, pay: completed.pay, recordedAt, leaseToken: order.leaseToken, leaseSurelyUntil: order.createdAt.getTime() + deps.leaseSeconds * 1000 - LEASE_MARGIN_MS } : undefined;
+    return (await deps.attempts.recordAhead(order.requestId, billerRequestId, completed.pay)) ? { billerRequestId, pay: completed.pay, recordedAt, leaseToken: order.leaseToken, leaseSurelyUntil: order.createdAt.getTime() + deps.leaseSeconds * 1000 - LEASE_MARGIN_MS } : undefined;
   } catch (err) {
     deps.log.warn("could not record a fresh order's first pay attempt ahead; it is recorded once the order is paid", { requestId: order.requestId, error: errorText(err) });
     return undefined;
@@ -269,7 +270,8 @@ export async function recordFirstAttempt(deps: VendDeps, order: Order): Promise<
 export async function withdrawFirstAttempt(deps: Pick<VendDeps, "attempts" | "log">, first: RecordedAttempt | undefined): Promise<void> {
   if (!first) return;
   await deps.attempts.withdrawUnsent(first.billerRequestId).catch((err: unknown) => {
-    // Left, it is followed up as a crash's would be: a requery, then a new attempt.
+    // Left, it is followed up as a crash's would be if the order is paid later (a requery, then
+    // a new attempt); on an order closed unpaid it only holds a late landing for an operator.
     deps.log.warn("could not withdraw an unsent pay attempt", { billerRequestId: first.billerRequestId, error: errorText(err) });
   });
 }
@@ -381,8 +383,11 @@ async function otherAttemptsSay(deps: VendDeps, order: Order, except: string): P
  * sent: a crash between recording and sending), and no earlier attempt was delivered or is
  * still pending, the next attempt goes out under a new id.
  */
-export async function followUp(deps: VendDeps, order: Order, last?: BillerAttempt): Promise<Step> {
+export async function followUp(deps: VendDeps, order: Order, last?: BillerAttempt, sentAhead = false): Promise<Step> {
   const attempt = last ?? (await deps.attempts.latest(order.requestId));
+  // A first attempt recorded ahead was sent (or went to whoever holds the lease): its record
+  // gone means something removed what may have been sent; nothing more goes out unasked.
+  if (!attempt && sentAhead) return { review: "its first pay attempt was sent, and its record is gone: nothing more is sent until an operator decides" };
   if (!attempt) return firstPay(deps, order);
   const result = await askAttempt(deps, attempt);
   if (!(result.state === "pending" && result.unknownRequest)) return result;

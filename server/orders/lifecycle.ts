@@ -74,9 +74,13 @@ export const ORDER_MOVES: readonly Move[] = [
  */
 const BEFORE_PAYMENT: ReadonlySet<OrderStatus> = new Set(["SETTLING", "PULLING", "REFUSED"]);
 
-/** Whether a move from `from` to `to` withdraws the order's pay attempts (BEFORE_PAYMENT). */
+/**
+ * Whether a move from `from` to `to` withdraws the order's pay attempts (BEFORE_PAYMENT): one
+ * that leaves those states for good. Not a step that stays put (a settlement's transaction
+ * noted while it is still SETTLING), which may yet become PAID and send its attempt.
+ */
 export function withdrawsUnsentAttempts(from: readonly OrderStatus[], to: OrderStatus): boolean {
-  return to !== "PAID" && from.length > 0 && from.every((f) => BEFORE_PAYMENT.has(f));
+  return to !== "PAID" && from.length > 0 && from.every((f) => BEFORE_PAYMENT.has(f) && f !== to);
 }
 
 /** States an order is still on its way out of, by itself: NEEDS_REVIEW waits for a person, and the rest are final. */

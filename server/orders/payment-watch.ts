@@ -351,7 +351,9 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
     if (lostFor > deps.recollectReviewSeconds) {
       // Back on the node in a block the ledger has not indexed: lag. One the ledger has indexed past without it is not.
       const back = await backOnNode(deps, order, w);
-      if (!back || BigInt(back.blockNumber) <= indexed) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+      if (!back) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
+      // Also a ledger on another fork at that height: the safe reading is a person's.
+      if (BigInt(back.blockNumber) <= indexed) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s as the ledger shows it: the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), which the ledger has indexed past without it`);
       const detail = `back on chain (transaction ${back.txHash}, block ${back.blockNumber}, by the service's node); waiting for the ledger to index it`;
       if (w.detail !== detail) deps.log.warn("a lost payment is back on the service's node, but not yet in the ledger; the order waits for the ledger", { requestId: order.requestId, chain: w.chain, txHash: back.txHash, lostForSeconds: Math.round(lostFor) });
       await deps.watches.attempted(order.requestId, null, detail);

@@ -21,6 +21,7 @@ import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { paymentsFromReceipt } from "../../server/chain/receipt-payment.ts";
 import { isPaymentOf, paymentMismatch } from "../../server/ledger-client.ts";
 import { onChainOrderId } from "../../server/chain/order-id.ts";
+import { SETTLEMENT_PENDING } from "../../server/x402-protocol/facilitator-answer.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import type { ServiceStack } from "../../stack/service-stack.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -267,6 +268,39 @@ describe("a payment confirmed from its receipt", () => {
     expect(["REFUSED", "PAYMENT_FAILED"]).toContain(order.status);
     expect(await usdc(payer.address)).toBe(payerBefore);
     expect(await usdc(celo.billPay)).toBe(billPayBefore);
+  });
+
+  it("a settlement the facilitator answers pending, naming its transaction, is served once its receipt shows it: one pay attempt, the one recorded while it settled", async () => {
+    const payer = hardhatAccount(15);
+    const before = await usdc(payer.address);
+    const wallet = createWalletClient({ account: payer, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    // Broadcasts the authorization unmined and answers pending with its hash; the block comes a moment later.
+    const pending: FacilitatorClient["settle"] = async (payload) => {
+      const { authorization: a, signature } = payload.payload as { authorization: Record<"from" | "to" | "value" | "validAfter" | "validBefore" | "nonce", string>; signature: Hex };
+      await rpc("evm_setIntervalMining", [0]);
+      await rpc("evm_setAutomine", [false]);
+      const hash = await wallet.writeContract({
+        address: celo.tokenAddress("USDC"),
+        abi: eip3009TokenAbi,
+        functionName: "transferWithAuthorization",
+        args: [a.from as Hex, a.to as Hex, BigInt(a.value), BigInt(a.validAfter), BigInt(a.validBefore), a.nonce as Hex, signature],
+      });
+      setTimeout(() => void rpc("evm_mine"), 300);
+      return { success: false, errorReason: SETTLEMENT_PENDING, transaction: hash, network: "eip155:42220" as const, payer: payer.address };
+    };
+    let answer: Body;
+    try {
+      answer = await withFacilitator(pending, () => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1350 })), 15_000);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1_000]);
+    }
+    expect(answer).toMatchObject({ status: "SUCCESS" });
+    expect((await service.flow.orders.get(answer.request_id as string))!.txHash).toBeTruthy();
+    // Noting the pending transaction (SETTLING to SETTLING) kept the attempt recorded ahead; it went once.
+    expect(await delivered(answer.request_id)).toEqual(["delivered"]);
+    const order = (await service.flow.orders.get(answer.request_id as string))!;
+    expect(await usdc(payer.address)).toBe(before - order.amount);
   });
 
   it("a real settlement is confirmed from its receipt, and served", async () => {

@@ -163,9 +163,14 @@ describe("an order's life", () => {
       expect(await attempts.record(refused.requestId, 1, `ahead-${refused.requestId}`, pay)).toBe(true);
       expect((await orders.transition(refused.requestId, ["SETTLING"], "REFUSED"))!.status).toBe("REFUSED");
       expect(await attempts.of(refused.requestId)).toEqual([]);
-      // A move that does not find the order where it moves from withdraws nothing: paid meanwhile, its attempt may be sent.
+      // Nor does one made while it is already closed: the attempt is not recorded at all.
+      expect(await attempts.recordAhead(refused.requestId, `late-${refused.requestId}`, pay)).toBe(false);
+      // A step that stays put (a pending settlement's transaction noted) withdraws nothing: it may yet be paid.
       const paid = await locked(2);
-      expect(await attempts.record(paid.requestId, 1, `ahead-${paid.requestId}`, pay)).toBe(true);
+      expect(await attempts.recordAhead(paid.requestId, `ahead-${paid.requestId}`, pay)).toBe(true);
+      expect((await orders.transition(paid.requestId, ["SETTLING"], "SETTLING", { txHash: "0xpending" }))!.status).toBe("SETTLING");
+      expect(await attempts.of(paid.requestId)).toHaveLength(1);
+      // A move that does not find the order where it moves from withdraws nothing: paid meanwhile, its attempt may be sent.
       expect((await orders.advance(paid, ["SETTLING"], "PAID"))!.status).toBe("PAID");
       expect(await orders.advance(paid, ["SETTLING"], "PAYMENT_FAILED")).toBeUndefined();
       expect(await attempts.of(paid.requestId)).toHaveLength(1);
