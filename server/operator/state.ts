@@ -138,7 +138,11 @@ export class OperatorState {
     return (await this.deps.db.query<OrderRow>(`${ORDER_COLUMNS} WHERE request_id = $1`, [id]))[0];
   }
 
-  /** The request ids an order's pays were sent to the biller under, first first (what the biller's support knows it by). */
+  /**
+   * The request ids an order's pays were sent to the biller under, first first (what the
+   * biller's support knows it by). While a fresh order's payment settles, its first may be
+   * recorded and not yet sent (orders/fulfil.ts recordFirstAttempt); one never sent is deleted.
+   */
   async billerAttempts(requestId: string): Promise<Array<{ biller_request_id: string; attempt: number; sent_at: string }>> {
     return this.deps.db.query(`SELECT biller_request_id, attempt, sent_at::text AS sent_at FROM biller_attempt WHERE request_id = $1 ORDER BY attempt`, [requestId]);
   }

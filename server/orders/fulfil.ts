@@ -200,30 +200,24 @@ export interface RecordedAttempt {
   leaseSurelyUntil: number;
 }
 
-/**
- * How old a first attempt recorded ahead may be and still go out as it is: its `sent_at` is
- * when it was recorded, and the biller's grace for an id it has no record of counts from
- * then. A few seconds shift it by nothing that matters while the grace is at least ten times
- * as long (BILLER_UNKNOWN_GRACE_MS is 2 min by default); with a shorter grace every such
- * attempt is stamped first.
- */
-const FIRST_ATTEMPT_FRESH_MS = 3_000;
-const FIRST_ATTEMPT_GRACE_FLOOR_MS = 10 * FIRST_ATTEMPT_FRESH_MS;
-/** How far short of the lease's end, by this process's clock, the request still surely holds it. */
+/** How far short of the lease's end, by this process's clock, the request still holds it for sendFirst. */
 const LEASE_MARGIN_MS = 2_000;
 
 /**
- * Sends a first attempt recorded ahead. As it is while it is recent and the request still
- * holds the order's lease by this process's clock, less a margin (nobody else can then have
- * followed it up; the grace floor covers the clocks' skew). Otherwise (a slow
- * settlement, a slow check) it is stamped sent now first, and only while the lease is still
- * the request's; when it is not, a worker that took the order over may have asked the biller
- * by its id and, finding no record of it, sent another: the order is left to that worker, and
+ * Sends a first attempt recorded ahead. As it is while it was recorded within a tenth of the
+ * biller's grace for an id it has no record of (BILLER_UNKNOWN_GRACE_MS, 2 min by default:
+ * 12 s) and the request still holds the order's lease by this process's clock, less a
+ * margin. Its `sent_at` is when it was recorded, and whoever else follows it up sends another
+ * only once the biller has had no record of it for the whole grace from then: nine tenths of
+ * it after this pay went, whatever became of the lease. Otherwise (a slow settlement, a slow
+ * check, a short grace) it is stamped sent now first, and only while the lease is still the
+ * request's; when it is not, a worker that took the order over may have asked the biller by
+ * its id and, finding no record of it, sent another: the order is left to that worker, and
  * nothing is sent from here.
  */
 async function sendFirst(deps: VendDeps, order: Order, first: RecordedAttempt): Promise<Step> {
   const now = Date.now();
-  const asRecorded = deps.unknownRequestGraceMs >= FIRST_ATTEMPT_GRACE_FLOOR_MS && now - first.recordedAt <= FIRST_ATTEMPT_FRESH_MS && now < first.leaseSurelyUntil;
+  const asRecorded = now - first.recordedAt <= deps.unknownRequestGraceMs / 10 && now < first.leaseSurelyUntil;
   if (!asRecorded && !(await deps.attempts.stampSending(first.billerRequestId, order.requestId, first.leaseToken))) {
     deps.log.warn("a first pay attempt recorded ahead was not sent: the order's lease passed on meanwhile, and its holder follows the attempt up", { requestId: order.requestId, billerRequestId: first.billerRequestId });
     return { order: (await deps.orders.get(order.requestId)) ?? order };
@@ -266,8 +260,35 @@ export async function recordFirstAttempt(deps: VendDeps, order: Order): Promise<
   }
 }
 
+/**
+ * The first attempts a request records ahead for its fresh orders (recordFirstAttempt), from
+ * the moment its payment is sent: `take` hands fulfil an order's once it is PAID (only fulfil
+ * sends it), and `withdrawUntaken`, when the request ends, deletes those never taken.
+ */
+export class FirstAttempts {
+  private readonly recorded: Map<string, Promise<RecordedAttempt | undefined>>;
+  private readonly taken = new Set<string>();
+
+  constructor(
+    private readonly deps: VendDeps,
+    orders: readonly Order[],
+  ) {
+    this.recorded = new Map(orders.map((o) => [o.requestId, recordFirstAttempt(deps, o)]));
+  }
+
+  /** The order's first attempt, for fulfil to send; marked taken at once, so it is never withdrawn after. */
+  take(order: Order): Promise<RecordedAttempt | undefined> {
+    this.taken.add(order.requestId);
+    return this.recorded.get(order.requestId) ?? Promise.resolve(undefined);
+  }
+
+  async withdrawUntaken(): Promise<void> {
+    for (const [requestId, first] of this.recorded) if (!this.taken.has(requestId)) await withdrawFirstAttempt(this.deps, await first);
+  }
+}
+
 /** Withdraws a first attempt recorded ahead that was never sent (its order did not become PAID in the request that recorded it). */
-export async function withdrawFirstAttempt(deps: Pick<VendDeps, "attempts" | "log">, first: RecordedAttempt | undefined): Promise<void> {
+async function withdrawFirstAttempt(deps: Pick<VendDeps, "attempts" | "log">, first: RecordedAttempt | undefined): Promise<void> {
   if (!first) return;
   await deps.attempts.withdrawUnsent(first.billerRequestId).catch((err: unknown) => {
     // Left, it is followed up as a crash's would be if the order is paid later (a requery, then

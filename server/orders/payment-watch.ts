@@ -373,7 +373,8 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
 async function backOnNode(deps: WatchDeps, o: Order, w: WatchRow): Promise<LedgerPayment | undefined> {
   const ours = isPaymentOf(o);
   for (const hash of new Set([w.recollect_tx_hash, w.tx_hash].filter((h): h is string => h !== null))) {
-    const shown = await paymentsFromReceipt(deps, o.chain as ChainKey, hash as Hex, 0).catch(() => null);
+    // At any depth: it only keeps the order waiting, and a later pass reads it again.
+    const shown = await paymentsFromReceipt({ ...deps, confirmations: {} }, o.chain as ChainKey, hash as Hex, 0).catch(() => null);
     const p = shown?.find(ours);
     if (p && !paymentMismatch(o, p)) return p;
   }

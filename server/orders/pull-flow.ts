@@ -15,7 +15,7 @@ import { ServiceError, type ErrorCode } from "../errors.ts";
 import { isPaymentOf } from "../ledger-client.ts";
 import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
-import { FINISHED, fulfil, move, recordFirstAttempt, withdrawFirstAttempt, type FlowDeps } from "./fulfil.ts";
+import { FINISHED, FirstAttempts, fulfil, move, type FlowDeps } from "./fulfil.ts";
 import { pulledFromLedger } from "./pull-reconciler.ts";
 import { awaitConfirmations } from "./payment-watch.ts";
 import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
@@ -124,20 +124,13 @@ export async function startPullOrders(deps: FlowDeps, input: PullInput): Promise
 
   let last = orders;
   // Each order's first pay attempt is recorded while the pull is mined (orders/fulfil.ts recordFirstAttempt).
-  const firsts = orders.map((o) => recordFirstAttempt(deps, o));
-  const sent = orders.map(() => false);
+  const firsts = new FirstAttempts(deps, orders);
   try {
     last = await pullAndWait(deps, input.chain, orders, input.guard);
-    last = await Promise.all(
-      last.map(async (o, i) => {
-        if (o.status !== "PAID") return o;
-        sent[i] = true;
-        return fulfil(deps, o, { fresh: true, first: await firsts[i] });
-      }),
-    );
+    last = await Promise.all(last.map(async (o) => (o.status === "PAID" ? fulfil(deps, o, { fresh: true, first: await firsts.take(o) }) : o)));
     return { orders: last, replay: false };
   } finally {
-    for (const [i, first] of firsts.entries()) if (!sent[i]) await withdrawFirstAttempt(deps, await first);
+    await firsts.withdrawUntaken();
     // Unfinished orders go to the worker at once; finished ones need no release.
     // Released with the token they were created under: if the worker took one over, it stays the worker's.
     for (const [i, o] of last.entries()) if (!FINISHED.has(o.status)) await deps.orders.release(o.requestId, orders[i]!.leaseToken);

@@ -55,6 +55,8 @@ export const BILLER_FAILED = "biller: ";
  * number is wrong ("verification", biller/customer-check.ts). Kept in a column of its own, set
  * once by the move that first refunds the order: the reason text is written again by later
  * steps (an operator's refund of a held order), and a count read from it lost those bills.
+ * Cleared by a move to SUCCESS: a bill delivered after all (a refund held, then served) is no
+ * failed bill of its payer's.
  */
 export type RefundCause = "biller" | "verification";
 
@@ -310,7 +312,7 @@ function movingSql(columns: string, from: readonly OrderStatus[], to: OrderStatu
        flag = CASE WHEN $10::text IS NULL OR position($10::text in coalesce(flag, '')) > 0 THEN flag WHEN flag IS NULL THEN $10::text ELSE flag || '; ' || $10::text END,
        purchased_codes = COALESCE($11::jsonb, purchased_codes),
        late_refund = late_refund OR $12::boolean,
-       refund_cause = COALESCE(refund_cause, $13::text)
+       refund_cause = CASE WHEN $3 = 'SUCCESS' THEN NULL ELSE COALESCE(refund_cause, $13::text) END
      WHERE request_id = $1 AND status = ANY($2::text[])`;
   const before = alongside ? [`alongside AS (${alongside.sql(MOVING_PARAMS + 1)})`] : [];
   // Only if this statement moved it: an order another actor made PAID meanwhile keeps its attempt.

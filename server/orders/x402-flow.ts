@@ -23,7 +23,7 @@ import type { PaymentRequest } from "../schemas.ts";
 import type { VendPlan } from "../biller/catalogue/vend-plan.ts";
 import { samePayment, type DecodedPayment, type StoredPayment } from "../x402-protocol/payment.ts";
 import { isSettlementPending, SERVICE_REFUSALS, settleAnswer, verifyAnswer, type FacilitatorAnswer, type ServiceRefusalStatus } from "../x402-protocol/facilitator-answer.ts";
-import { FINISHED, fulfil, mayHaveBeenVended, move, recordFirstAttempt, refund, refundUnheld, withdrawFirstAttempt, type FlowDeps } from "./fulfil.ts";
+import { FINISHED, FirstAttempts, fulfil, mayHaveBeenVended, move, refund, refundUnheld, type FlowDeps } from "./fulfil.ts";
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
@@ -199,20 +199,18 @@ export async function startX402Order(
   }
   let last = order;
   // Its first pay attempt is recorded while the payment settles (orders/fulfil.ts recordFirstAttempt).
-  const first = recordFirstAttempt(deps, order);
-  let sent = false;
+  const firsts = new FirstAttempts(deps, [order]);
   try {
     last = await settle(deps, order, { fresh: true, verifyFirst: input.verifyFirst ?? true });
     if (last.status === "PAID") {
       paid?.(last);
       const vending = startStage("vend");
-      sent = true;
-      last = await fulfil(deps, last, { fresh: true, first: await first });
+      last = await fulfil(deps, last, { fresh: true, first: await firsts.take(order) });
       vending();
     }
     return { order: last, replay: false, secret: secret.secret };
   } finally {
-    if (!sent) await withdrawFirstAttempt(deps, await first);
+    await firsts.withdrawUntaken();
     // An unfinished order goes to the worker at once; a finished one needs no release.
     if (!FINISHED.has(last.status)) await deps.orders.release(order.requestId, order.leaseToken);
   }

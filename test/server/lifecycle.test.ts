@@ -179,6 +179,23 @@ describe("an order's life", () => {
       expect(await attempts.of(paid.requestId)).toHaveLength(1);
     });
 
+    it("a failed bill counts against its payer from the mark its first refund left, until it is delivered after all", async () => {
+      const { order } = await orders.lockPayment(
+        { ...newOrderIds(), vend: null, bodyHash: "cause", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x77", amount: 1n, authNonce: `0x${"4d".repeat(32)}`, authValidBefore: 9n, payment: {}, requirements: {}, secretHash: "c" } as never,
+        60,
+      );
+      const failed = () => orders.failedVends("0x77", 3600, 10);
+      await orders.transition(order.requestId, ["SETTLING"], "PAID");
+      await orders.transition(order.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: transaction failed", refundCause: "biller" });
+      expect(await failed()).toHaveLength(1);
+      // Held, its reason written again, then served: delivered after all, it is no failed bill.
+      await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "the biller delivered pay attempt 1 while the refund was not yet done" });
+      expect(await failed()).toHaveLength(1);
+      await orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID");
+      await orders.transition(order.requestId, ["PAID"], "SUCCESS");
+      expect(await failed()).toEqual([]);
+    });
+
     it("an unfinished order has stood since it last became unfinished, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
       const now = Math.floor(Date.now() / 1000);
       type Case = { status: OrderStatus; madeAgo: number; validBefore: bigint | number; then?: OrderStatus; legacy?: true; stood: boolean };

@@ -14,7 +14,8 @@ import { loadConfig } from "../../server/config.ts";
 import { newRequestId } from "../../server/biller/vtpass/request-id.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { settle } from "../../server/orders/x402-flow.ts";
-import { fulfil, recordFirstAttempt, type RecordedAttempt } from "../../server/orders/fulfil.ts";
+import { fulfil, planOf, recordFirstAttempt, type RecordedAttempt } from "../../server/orders/fulfil.ts";
+import { CustomerChecks } from "../../server/biller/customer-check.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { SANDBOX_NUMBERS } from "../../services/biller-sandbox/catalog.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
@@ -202,6 +203,31 @@ describe("real upstreams: the biller as VTpass publishes it", () => {
     const kept = await flow.attempts.of(held.requestId);
     expect(kept.map((a) => [a.attempt, a.billerRequestId])).toEqual([[1, keptFirst!.billerRequestId]]);
     expect(kept[0]!.sentAt.getTime()).toBeGreaterThan(recorded.getTime());
+  });
+
+  it("records a bill's first pay attempt ahead only when its number check needs no question to the biller: one not asked yet waits for the payment", async () => {
+    const flow = paying.service.flow;
+    // Checks with a cache of their own (this suite's other bills asked the same meter), counted.
+    const checks = new CustomerChecks(flow.biller, 60_000, async () => 0, 3);
+    let asked = 0;
+    const counting = Object.assign(Object.create(checks) as CustomerChecks, { ask: (...a: Parameters<CustomerChecks["ask"]>) => (asked++, checks.ask(...a)) });
+    const deps = { ...flow, customerChecks: counting };
+    const meter = bill({ serviceID: "eko-electric", serviceCategory: "ELECTRICITY", network: "EKO", billersCode: SANDBOX_NUMBERS.prepaidMeter, nairaAmount: 2100 });
+    const order = await lockAsCrashedRequest(flow, { body: meter, payload: (await paymentFor(meter)).payload, payer: payer.address, tokenAddress: celo.tokenAddress("USDC"), tag: "meter-ahead" });
+    const plan = planOf(order);
+    expect(plan.verify).toBeTruthy();
+    // Not asked yet (the meter was not checked before payment): nothing recorded, and the biller not asked for an unpaid bill.
+    expect(await recordFirstAttempt(deps, order)).toBeUndefined();
+    expect(asked).toBe(0);
+    expect(await attempts(order.requestId)).toEqual([]);
+    // Asked before payment (verify_customer, an upfront check): recorded ahead from the answer kept.
+    expect(await checks.ask({ ...plan, verify: plan.verify! })).toMatchObject({ ok: true });
+    const first = await recordFirstAttempt(deps, order);
+    expect(first?.pay).toMatchObject({ serviceID: "eko-electric", billersCode: SANDBOX_NUMBERS.prepaidMeter });
+    expect(asked).toBe(0);
+    expect(await attempts(order.requestId)).toHaveLength(1);
+    await flow.orders.transition(order.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "test: ended by hand" });
+    expect(await attempts(order.requestId)).toEqual([]); // closed unpaid: withdrawn with the move
   });
 
   it("finishes a pending bill from VTpass's webhook, before any requery loop would", async () => {
