@@ -69,8 +69,11 @@ export const ORDER_MOVES: readonly Move[] = [
  * order in them was ever sent. A request records its order's first attempt while the payment
  * settles (orders/fulfil.ts recordFirstAttempt), but sends it only once the order is PAID; a
  * move out of these states to anything but PAID withdraws such an attempt in the same
- * statement (OrderStore), so that one a crash left behind is never read as a bill that may
- * have been vended (a payment landing later is then refunded, not held for a person).
+ * statement (OrderStore), so that one a crash left behind is not read as a bill that may
+ * have been vended (a payment landing later is then refunded, not held for a person). On
+ * PostgreSQL a recording that commits while the move runs escapes it: the request withdraws
+ * that one as it ends, and only a crash in that instant leaves it, which holds a late landing
+ * for an operator (the safe side).
  */
 const BEFORE_PAYMENT: ReadonlySet<OrderStatus> = new Set(["SETTLING", "PULLING", "REFUSED"]);
 
