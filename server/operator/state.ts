@@ -81,9 +81,9 @@ export class OperatorState {
   /**
    * Unfinished orders nobody holds (no live lease) that have stood longer than the limit,
    * oldest first. How long an order has stood is the audit's rule (orders/lifecycle.ts
-   * unfinishedSince): since it last became unfinished, whatever moved it meanwhile. Each requery moves a
-   * pending bill PENDING again, and each retry of a refund REFUNDING again, so its last move
-   * would never grow old however long it keeps failing.
+   * unfinishedSince): since it last became unfinished, whatever moved it meanwhile. Each
+   * requery moves a pending bill PENDING again, and each retry of a refund REFUNDING again,
+   * so its last move would never grow old however long it keeps failing.
    */
   async stuck(limit = 50) {
     const rows = await this.deps.db.query<OrderRow>(

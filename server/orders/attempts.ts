@@ -9,6 +9,7 @@
  * (`outcome`): a delivery by an earlier attempt is seen beside the one that settled the order.
  */
 import type { Db } from "../db.ts";
+import { PAYMENT_ON_ITS_WAY } from "./lifecycle.ts";
 import type { AlongsideWrite } from "./store.ts";
 import type { PayRequest, VendResult } from "../biller/upstream.ts";
 
@@ -75,9 +76,9 @@ export class BillerAttempts {
   async recordAhead(requestId: string, billerRequestId: string, pay: AttemptPay): Promise<boolean> {
     const rows = await this.db.query(
       `INSERT INTO biller_attempt (biller_request_id, request_id, attempt, pay)
-       SELECT $1, $2, 1, $3 WHERE EXISTS (SELECT 1 FROM bill_order WHERE request_id = $2 AND status IN ('SETTLING', 'PULLING'))
+       SELECT $1, $2, 1, $3 WHERE EXISTS (SELECT 1 FROM bill_order WHERE request_id = $2 AND status = ANY($4::text[]))
        ON CONFLICT DO NOTHING RETURNING attempt`,
-      [billerRequestId, requestId, JSON.stringify(pay)],
+      [billerRequestId, requestId, JSON.stringify(pay), PAYMENT_ON_ITS_WAY],
     );
     return rows.length > 0;
   }

@@ -77,6 +77,9 @@ export const ORDER_MOVES: readonly Move[] = [
  */
 const BEFORE_PAYMENT: ReadonlySet<OrderStatus> = new Set(["SETTLING", "PULLING", "REFUSED"]);
 
+/** The states in which an order's payment is on its way (settling, or its pull being mined): a first attempt is recorded ahead only in them. */
+export const PAYMENT_ON_ITS_WAY: readonly OrderStatus[] = ["SETTLING", "PULLING"];
+
 /**
  * Whether a move from `from` to `to` withdraws the order's pay attempts (BEFORE_PAYMENT): one
  * that leaves those states for good. Not a step that stays put (a settlement's transaction
