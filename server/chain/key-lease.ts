@@ -18,9 +18,18 @@
  *
  * An instance that finds on a heartbeat that its lease was taken (it stalled past
  * DEAD_AFTER_MS) is told (`onLost`): it must stop signing, and main.ts exits. Signing does not
- * wait for that exit: every transaction is signed only after `confirm` has renewed the key's
- * lease in the database (one statement), so an instance that stalled and lost its lease
- * signs nothing more, not even the requests and worker passes in flight while it shuts down.
+ * wait for that exit: every transaction is signed only within CONFIRMED_FOR_MS of a renewal
+ * of the key's lease in the database (`confirm` renews it when the last is older), so an
+ * instance that stalled and lost its lease signs nothing more, not even the requests and
+ * worker passes in flight while it shuts down.
+ *
+ * Why a renewal that recent is as good as one right before the signature: another instance
+ * takes a live key only after watching its heartbeat stand still for DEAD_AFTER_MS by the
+ * database's clock, so a renewal whose statement was sent at t holds the key until t +
+ * DEAD_AFTER_MS at the earliest. Signed within CONFIRMED_FOR_MS of t, a transaction has at
+ * least DEAD_AFTER_MS - CONFIRMED_FOR_MS (4 s) to be sent before anyone else may sign; an
+ * instance that stalled past that finds its renewal stale, and the statement then finds the
+ * lease taken. Under load this is one statement a second instead of one per transaction.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync, readlinkSync } from "node:fs";
@@ -32,6 +41,8 @@ export const HEARTBEAT_MS = 2_000;
 /** No heartbeat for this long: the holder is dead (or stalled; it finds out at its next beat). */
 export const DEAD_AFTER_MS = 5_000;
 const WATCH_STEP_MS = 250;
+/** A renewal this recent stands for one right before a signature (see above); well under DEAD_AFTER_MS. */
+export const CONFIRMED_FOR_MS = 1_000;
 
 export interface LeasedKey {
   role: "operator" | "refunder";
@@ -102,10 +113,14 @@ export class KeyLeases {
   private held: LeasedKey[] = [];
   /** Keys this instance claimed and then lost: never signed with again. */
   private readonly lost = new Set<string>();
+  /** Per held key, when (by `clock`) the statement of its last renewal that found it still held was sent. */
+  private readonly renewedAt = new Map<string, number>();
 
   constructor(
     private readonly db: Db,
     private readonly log: Log,
+    /** Milliseconds, monotonic: a stalled process sees it jump as the database's clock does. */
+    private readonly clock: () => number = () => performance.now(),
   ) {}
 
   private async read(address: string): Promise<LeaseRow | undefined> {
@@ -186,11 +201,13 @@ export class KeyLeases {
   private async beat(): Promise<void> {
     if (this.held.length === 0) return;
     try {
+      const sent = this.clock();
       const rows = await this.db.query<{ address: string }>(
         `UPDATE key_lease SET heartbeat_at = now() WHERE address = ANY($1::text[]) AND instance_id = $2 RETURNING address`,
         [this.held.map((k) => k.address), this.instance],
       );
       const kept = new Set(rows.map((r) => r.address));
+      for (const address of kept) this.renewed(address, sent);
       this.dropLost(this.held.filter((k) => !kept.has(k.address)));
     } catch (err) {
       this.log.warn("could not renew the key lease; retrying", { error: (err as Error).message });
@@ -199,27 +216,41 @@ export class KeyLeases {
 
   private dropLost(lost: LeasedKey[]): void {
     if (lost.length === 0) return;
-    for (const k of lost) this.lost.add(k.address);
+    for (const k of lost) {
+      this.lost.add(k.address);
+      this.renewedAt.delete(k.address);
+    }
     this.held = this.held.filter((k) => !this.lost.has(k.address));
     this.log.error("another instance took this instance's key lease; it must stop signing", { keys: lost.map((k) => `${k.role} ${k.address}`) });
     this.onLost?.(lost);
   }
 
+  /** A renewal sent at `sent` found the key held; an older one than the last known changes nothing. */
+  private renewed(address: string, sent: number): void {
+    if (!this.held.some((k) => k.address === address)) return;
+    this.renewedAt.set(address, Math.max(sent, this.renewedAt.get(address) ?? -Infinity));
+  }
+
   /**
-   * Called right before a transaction is signed with `address`: renews the key's lease, or
-   * throws KeyLeaseLost (and tells `onLost`) when another instance holds it now. A key this
-   * instance never leased (a process without leases, as in some tests) passes.
+   * Called right before a transaction is signed with `address`: passes when the key's lease
+   * was renewed within CONFIRMED_FOR_MS, renews it otherwise, or throws KeyLeaseLost (and
+   * tells `onLost`) when another instance holds it now. A key this instance never leased (a
+   * process without leases, as in some tests) passes.
    */
   async confirm(address: string): Promise<void> {
     const key = address.toLowerCase();
     if (this.lost.has(key)) throw new KeyLeaseLost(key);
     const held = this.held.find((k) => k.address === key);
     if (!held) return;
+    const last = this.renewedAt.get(key);
+    if (last !== undefined && this.clock() - last < CONFIRMED_FOR_MS) return;
+    const sent = this.clock();
     const rows = await this.db.query(`UPDATE key_lease SET heartbeat_at = now() WHERE address = $1 AND instance_id = $2 RETURNING address`, [key, this.instance]);
     if (rows.length === 0) {
       this.dropLost([held]);
       throw new KeyLeaseLost(key);
     }
+    this.renewed(key, sent);
   }
 
   /** Called when a heartbeat finds a lease taken by another instance. */
@@ -236,6 +267,7 @@ export class KeyLeases {
     this.stopHeartbeat();
     const addresses = this.held.map((k) => k.address);
     this.held = [];
+    this.renewedAt.clear();
     if (addresses.length > 0) await this.db.query(`DELETE FROM key_lease WHERE address = ANY($1::text[]) AND instance_id = $2`, [addresses, this.instance]);
   }
 }

@@ -8,7 +8,7 @@ import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
-import { KeyHeld, KeyLeaseLost, KeyLeases } from "../../server/chain/key-lease.ts";
+import { CONFIRMED_FOR_MS, DEAD_AFTER_MS, KeyHeld, KeyLeaseLost, KeyLeases } from "../../server/chain/key-lease.ts";
 import { silentLog } from "../../server/log.ts";
 
 const KEY = { role: "operator" as const, address: "0x00000000000000000000000000000000000000aa" };
@@ -51,18 +51,45 @@ describe("key leases", () => {
 
   it("an instance whose lease another took signs nothing more: confirm refuses, at once and after", async () => {
     db = await openDb({});
-    const first = new KeyLeases(db, silentLog);
+    let clock = 0;
+    const first = new KeyLeases(db, silentLog, () => clock);
     await first.claim([KEY]);
     stops.push(() => first.stopHeartbeat());
     const lost: string[] = [];
     first.onLost = (keys) => lost.push(...keys.map((k) => k.address));
     await first.confirm(KEY.address);
-    // Another instance took it (as one does after first stalled past DEAD_AFTER_MS).
+    // first stalls past DEAD_AFTER_MS, and another instance takes the key meanwhile.
+    clock += DEAD_AFTER_MS + 1;
     await db.query(`UPDATE key_lease SET instance_id = 'taker:2:ef01' WHERE address = $1`, [KEY.address]);
     await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
     expect(lost).toEqual([KEY.address]);
     await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
     const [row] = await db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [KEY.address]);
     expect(row!.instance_id).toBe("taker:2:ef01");
+  });
+
+  it("a renewal within CONFIRMED_FOR_MS stands for one right before each signature; an older one is renewed first", async () => {
+    db = await openDb({});
+    let clock = 0;
+    const renewals: string[] = [];
+    const counting: Db = { ...db, query: (text, params) => (text.startsWith("UPDATE key_lease SET heartbeat_at") && renewals.push(text), db.query(text, params)) };
+    const first = new KeyLeases(counting, silentLog, () => clock);
+    await first.claim([KEY]);
+    first.stopHeartbeat(); // only confirm renews here
+    const heartbeat = async () => (await db.query<{ heartbeat_at: Date }>(`SELECT heartbeat_at FROM key_lease WHERE address = $1`, [KEY.address]))[0]!.heartbeat_at.getTime();
+
+    await first.confirm(KEY.address); // none yet: renewed
+    expect(renewals).toHaveLength(1);
+    const renewedAt = await heartbeat();
+    clock += CONFIRMED_FOR_MS - 1;
+    await first.confirm(KEY.address); // still within the window: no statement
+    expect(renewals).toHaveLength(1);
+    expect(await heartbeat()).toBe(renewedAt);
+    clock += 2;
+    await first.confirm(KEY.address); // older than the window: renewed again
+    expect(renewals).toHaveLength(2);
+
+    // A takeover needs DEAD_AFTER_MS of a still heartbeat, which a live holder's window never reaches.
+    expect(CONFIRMED_FOR_MS).toBeLessThan(DEAD_AFTER_MS / 2);
   });
 });
