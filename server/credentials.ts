@@ -51,6 +51,11 @@ export class PinHasher {
     return ["hmac", salt.toString("base64url"), this.mac(salt, pin).toString("base64url")].join("$");
   }
 
+  /** Whether checking a PIN against `stored` takes microseconds (a hash under the pepper), not a slow older hash. */
+  quick(stored: string): boolean {
+    return stored.startsWith("hmac$");
+  }
+
   /** Whether `pin` is the stored one; `upgrade` is its hash under the pepper when the stored one is older. */
   async verify(pin: string, stored: string): Promise<{ ok: boolean; upgrade?: string }> {
     const [scheme, salt, mac] = stored.split("$");

@@ -104,7 +104,7 @@ export class AgentHub {
 
   /** The gate on every paying tool. */
   checkPin(link: Link, pin: string): Promise<void> {
-    return this.deps.gates.pin.run(() => this.deps.links.checkPin(link.wallet, pin, link.apiKeyHash));
+    return this.deps.gates.pin.run(() => this.deps.links.checkPin(link, pin));
   }
 
   /** The chain and token a pull uses: the call's, else the link's approved pair. */

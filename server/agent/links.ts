@@ -48,6 +48,9 @@ const toLink = (r: LinkRow): Link => ({
 });
 
 export class LinkStore {
+  /** The PIN hash each link was read with (never on the link itself, which travels further). */
+  private readonly pinHashes = new WeakMap<Link, string>();
+
   constructor(
     private readonly db: Db,
     private readonly pinPolicy: { maxAttempts: number; lockSeconds: number; maxLockouts: number; pins: PinHasher },
@@ -144,7 +147,11 @@ export class LinkStore {
   async authenticate(apiKey: string): Promise<Link> {
     const hash = hashApiKey(apiKey);
     const [row] = await this.db.query<LinkRow>(`SELECT * FROM agent_link WHERE api_key_hash = $1`, [hash]);
-    if (row && sameDigest(row.api_key_hash, hash)) return toLink(row);
+    if (row && sameDigest(row.api_key_hash, hash)) {
+      const link = toLink(row);
+      this.pinHashes.set(link, row.pin_hash);
+      return link;
+    }
     const [retired] = await this.db.query(`SELECT 1 FROM retired_api_key WHERE api_key_hash = $1`, [hash]);
     if (retired) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
     throw new ServiceError("API_KEY_INVALID", "no linked wallet has this api_key; link the wallet with POST /api/agent/link");
@@ -163,19 +170,42 @@ export class LinkStore {
    * failure; the one that reaches the limit starts the lock. A right PIN clears the failures
    * toward the next lock, never the key's lifetime count (pin_wrong_total), whose bound
    * retires the key.
+   *
+   * `as`: a link as `authenticate` answered it (checked against that key), or a wallet. For a
+   * link whose PIN hash is quick to check, the check is one statement: the PIN is checked
+   * against the hash the link was read with, and the outcome written only while that hash, the
+   * key and the limits still stand (a wrong PIN counted in the same statement that finds
+   * attempts left, so guesses at once cannot outrun the limit either). When they no longer
+   * stand, nothing was written, and the check is made as above, which answers why.
    */
-  async checkPin(wallet: string, pin: string, apiKeyHash?: string): Promise<void> {
-    const w = wallet.toLowerCase();
+  async checkPin(as: Link | string, pin: string): Promise<void> {
+    const w = (typeof as === "string" ? as : as.wallet).toLowerCase();
     // Checked against the link of the key that asked: a guess under a key retired meanwhile
     // neither counts against the new link nor can retire it.
-    const key = apiKeyHash ?? null;
-    const pending = `(CASE WHEN pin_attempt_at < now() - interval '60 seconds' THEN 0 ELSE pin_pending END)`;
+    const key = typeof as === "string" ? null : (as.apiKeyHash ?? null);
+    const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
+    const seen = typeof as === "string" ? undefined : this.pinHashes.get(as);
+    if (key && seen && this.pinPolicy.pins.quick(seen)) {
+      const { ok } = await this.pinPolicy.pins.verify(pin, seen);
+      const standing = `wallet = $1 AND api_key_hash = $2 AND pin_hash = $3
+         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${PENDING} < $4 AND pin_wrong_total + ${PENDING} < $5`;
+      const stands = [w, key, seen, this.pinPolicy.maxAttempts, lifetime];
+      if (ok) {
+        if ((await this.db.query(`UPDATE agent_link SET pin_failures = 0 WHERE ${standing} RETURNING 1`, stands)).length > 0) return;
+      } else {
+        const [after] = await this.db.query<WrongCounted>(
+          `UPDATE agent_link SET ${countWrong("$4", "$6")} WHERE ${standing} RETURNING ${WRONG_COUNTED}`,
+          [...stands, this.pinPolicy.lockSeconds],
+        );
+        if (after) throw await this.refusedWrong(w, after);
+      }
+    }
     const [reserved] = await this.db.query<{ pin_hash: string }>(
-      `UPDATE agent_link SET pin_pending = ${pending} + 1, pin_attempt_at = now()
+      `UPDATE agent_link SET pin_pending = ${PENDING} + 1, pin_attempt_at = now()
        WHERE wallet = $1 AND ($3::text IS NULL OR api_key_hash = $3)
-         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${pending} < $2 AND pin_wrong_total + ${pending} < $4
+         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${PENDING} < $2 AND pin_wrong_total + ${PENDING} < $4
        RETURNING pin_hash`,
-      [w, this.pinPolicy.maxAttempts, key, this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts],
+      [w, this.pinPolicy.maxAttempts, key, lifetime],
     );
     if (!reserved) {
       const [row] = await this.db.query<{ locked_until: Date | null; locked: boolean; api_key_hash: string; pin_wrong_total: number }>(
@@ -185,7 +215,7 @@ export class LinkStore {
       if (!row) throw new ServiceError("API_KEY_INVALID", "the wallet is no longer linked");
       if (key && row.api_key_hash !== key) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
       // At its bound already, and not retired (its retirement failed): retired now.
-      if (row.pin_wrong_total >= this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts) throw await this.retiredForWrongPins(w, row.api_key_hash, row.pin_wrong_total);
+      if (row.pin_wrong_total >= lifetime) throw await this.retiredForWrongPins(w, row.api_key_hash, row.pin_wrong_total);
       if (row.locked) throw locked(new Date(row.locked_until!));
       throw new ServiceError("PIN_BUSY", "other PIN checks for this wallet are under way; retry in a moment", { retry_after_seconds: 1 });
     }
@@ -207,24 +237,19 @@ export class LinkStore {
       );
       return;
     }
-    // The failure that reaches the limit starts a lockout, each twice as long as the last
-    // (PIN_LOCK_SECONDS, then 2x, 4x, ...). Neither lockouts nor wrong PINs are forgiven by a
-    // right PIN (the key's own agent may be paying between a guesser's tries), so a key
-    // allows at most maxAttempts x maxLockouts wrong PINs in its life: the last retires it.
-    const [after] = await this.db.query<{ pin_failures: number; locked_until: Date | null; pin_lockouts: number; pin_wrong_total: number; api_key_hash: string }>(
-      `UPDATE agent_link SET
-         pin_pending = GREATEST(pin_pending - 1, 0),
-         pin_wrong_total = pin_wrong_total + 1,
-         locked_until = CASE WHEN pin_failures + 1 >= $2
-           THEN now() + make_interval(secs => $3::double precision * power(2, LEAST(pin_lockouts, 20))) ELSE locked_until END,
-         pin_lockouts = CASE WHEN pin_failures + 1 >= $2 THEN pin_lockouts + 1 ELSE pin_lockouts END,
-         pin_failures = CASE WHEN pin_failures + 1 >= $2 THEN 0 ELSE pin_failures + 1 END
-       WHERE wallet = $1 AND ($4::text IS NULL OR api_key_hash = $4) RETURNING pin_failures, locked_until, pin_lockouts, pin_wrong_total, api_key_hash`,
+    const [after] = await this.db.query<WrongCounted>(
+      `UPDATE agent_link SET pin_pending = GREATEST(pin_pending - 1, 0), ${countWrong("$2", "$3")}
+       WHERE wallet = $1 AND ($4::text IS NULL OR api_key_hash = $4) RETURNING ${WRONG_COUNTED}`,
       [w, this.pinPolicy.maxAttempts, this.pinPolicy.lockSeconds, key],
     );
     if (!after) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced while its PIN was checked; use the newest key");
+    throw await this.refusedWrong(w, after);
+  }
+
+  /** The refusal for a wrong PIN just counted: retired at the key's lifetime bound, locked when it started a lockout, else invalid with the attempts left. */
+  private async refusedWrong(w: string, after: WrongCounted): Promise<ServiceError> {
     const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
-    if (after.pin_wrong_total >= lifetime) throw await this.retiredForWrongPins(w, after.api_key_hash, after.pin_wrong_total);
+    if (after.pin_wrong_total >= lifetime) return await this.retiredForWrongPins(w, after.api_key_hash, after.pin_wrong_total);
     if (after.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
       // Reached before the lifetime bound only by a key whose wrong PINs before the lifetime
@@ -232,14 +257,40 @@ export class LinkStore {
       if (lockouts >= this.pinPolicy.maxLockouts) {
         await this.retire(w, after.api_key_hash);
         this.log.warn("pin lockout: key retired", { wallet: w, lockouts });
-        throw new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${lockouts} lockouts): this api_key is retired; link the wallet again with a fresh signature`);
+        return new ServiceError("API_KEY_RETIRED", `too many wrong PINs (${lockouts} lockouts): this api_key is retired; link the wallet again with a fresh signature`);
       }
       this.log.warn("pin lockout", { wallet: w, lockouts, lockedUntil: new Date(after.locked_until).toISOString() });
-      throw locked(new Date(after.locked_until));
+      return locked(new Date(after.locked_until));
     }
     const left = Math.min(this.pinPolicy.maxAttempts - after.pin_failures, lifetime - after.pin_wrong_total);
-    throw new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
+    return new ServiceError("PIN_INVALID", `wrong PIN; ${left} attempt(s) left before paying is locked`, { attempts_left: left });
   }
+}
+
+/** PIN checks in flight on a link (reserved, not yet answered); a reservation older than a minute was a crash's. */
+const PENDING = `(CASE WHEN pin_attempt_at < now() - interval '60 seconds' THEN 0 ELSE pin_pending END)`;
+
+/**
+ * The SET of a wrong PIN, `maxAttempts` and `lockSeconds` the parameters holding them. The
+ * failure that reaches the limit starts a lockout, each twice as long as the last
+ * (PIN_LOCK_SECONDS, then 2x, 4x, ...). Neither lockouts nor wrong PINs are forgiven by a
+ * right PIN (the key's own agent may be paying between a guesser's tries), so a key allows
+ * at most maxAttempts x maxLockouts wrong PINs in its life: the last retires it.
+ */
+const countWrong = (maxAttempts: string, lockSeconds: string) => `
+         pin_wrong_total = pin_wrong_total + 1,
+         locked_until = CASE WHEN pin_failures + 1 >= ${maxAttempts}
+           THEN now() + make_interval(secs => ${lockSeconds}::double precision * power(2, LEAST(pin_lockouts, 20))) ELSE locked_until END,
+         pin_lockouts = CASE WHEN pin_failures + 1 >= ${maxAttempts} THEN pin_lockouts + 1 ELSE pin_lockouts END,
+         pin_failures = CASE WHEN pin_failures + 1 >= ${maxAttempts} THEN 0 ELSE pin_failures + 1 END`;
+
+const WRONG_COUNTED = "pin_failures, locked_until, pin_lockouts, pin_wrong_total, api_key_hash";
+interface WrongCounted {
+  pin_failures: number;
+  locked_until: Date | null;
+  pin_lockouts: number;
+  pin_wrong_total: number;
+  api_key_hash: string;
 }
 
 function locked(until: Date): ServiceError {

@@ -18,6 +18,11 @@ import { freshDatabase, tempDir } from "../support/stack.ts";
 const WALLET = "0x00000000000000000000000000000000000000aa";
 const bill = { serviceID: "mtn", serviceCategory: "AIRTIME" as const, network: "MTN", billersCode: "08011111111", nairaAmount: 100 };
 const pins = new PinHasher(randomBytes(32));
+/** The hub checks a PIN against the link its key was just read with (one statement); a wallet alone takes the reserving path. */
+const VIA = { wallet: "by wallet", link: "against the link as read" } as const;
+const walletFor = (tail: string, via: keyof typeof VIA) => `0x${"0".repeat(37)}${via === "link" ? "1" : "0"}${tail}`;
+const checker = (links: LinkStore, wallet: string, key: () => string, via: keyof typeof VIA) => (pin: string) =>
+  via === "wallet" ? links.checkPin(wallet, pin) : links.authenticate(key()).then((link) => links.checkPin(link, pin));
 const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
 
 for (const kind of ["pglite", "postgresql"] as const) {
@@ -56,92 +61,136 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(await links.useSignature("sig-1", WALLET)).toBe(false);
     });
 
-    it("locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
-      const wallet = "0x00000000000000000000000000000000000000bb";
-      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
-      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
-      // Eight right PINs at once: never a lock; those beyond the attempts left wait their turn.
-      const rights = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "1234"))));
-      expect(rights.filter((c) => c === "OK").length).toBeGreaterThanOrEqual(3);
-      expect(rights.every((c) => c === "OK" || c === "PIN_BUSY")).toBe(true);
-      // Wrong, wrong, right: the right one clears the count.
-      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
-      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
-      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK");
-      // Eight guesses at once: only three are ever checked (two wrong, the third locks).
-      const codes = await Promise.all(Array.from({ length: 8 }, () => codeOf(links.checkPin(wallet, "0000"))));
-      expect(codes.filter((c) => c === "PIN_INVALID")).toHaveLength(2);
-      // The others were refused unchecked: busy while the three were in flight, locked once
-      // the third had locked (a PIN check now takes microseconds, so which depends on timing).
-      expect(codes.filter((c) => c === "PIN_LOCKED").length).toBeGreaterThanOrEqual(1);
-      expect(codes.filter((c) => c === "PIN_LOCKED" || c === "PIN_BUSY")).toHaveLength(6);
-      const [row] = await db.query<{ pin_lockouts: number; pin_failures: number }>(`SELECT pin_lockouts, pin_failures FROM agent_link WHERE wallet = $1`, [wallet]);
-      expect(row).toEqual({ pin_lockouts: 1, pin_failures: 0 }); // one lockout: exactly three wrong PINs were checked
-      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED");
-    });
+    for (const via of ["wallet", "link"] as const) {
+      it(`locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked (${VIA[via]})`, async () => {
+        const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
+        const wallet = walletFor("bb", via);
+        const key = newApiKey();
+        const check = checker(links, wallet, () => key, via);
+        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        expect(await codeOf(check("1234"))).toBe("OK");
+        // Eight right PINs at once: never a lock; those beyond the attempts left wait their turn.
+        const rights = await Promise.all(Array.from({ length: 8 }, () => codeOf(check("1234"))));
+        expect(rights.filter((c) => c === "OK").length).toBeGreaterThanOrEqual(3);
+        expect(rights.every((c) => c === "OK" || c === "PIN_BUSY")).toBe(true);
+        // Wrong, wrong, right: the right one clears the count.
+        expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
+        expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
+        expect(await codeOf(check("1234"))).toBe("OK");
+        // Eight guesses at once: only three are ever checked (two wrong, the third locks).
+        const codes = await Promise.all(Array.from({ length: 8 }, () => codeOf(check("0000"))));
+        expect(codes.filter((c) => c === "PIN_INVALID")).toHaveLength(2);
+        // The others were refused unchecked: busy while the three were in flight, locked once
+        // the third had locked (a PIN check now takes microseconds, so which depends on timing).
+        expect(codes.filter((c) => c === "PIN_LOCKED").length).toBeGreaterThanOrEqual(1);
+        expect(codes.filter((c) => c === "PIN_LOCKED" || c === "PIN_BUSY")).toHaveLength(6);
+        const [row] = await db.query<{ pin_lockouts: number; pin_failures: number }>(`SELECT pin_lockouts, pin_failures FROM agent_link WHERE wallet = $1`, [wallet]);
+        expect(row).toEqual({ pin_lockouts: 1, pin_failures: 0 }); // one lockout: exactly three wrong PINs were checked
+        expect(await codeOf(check("1234"))).toBe("PIN_LOCKED");
+      });
 
-    it("still takes a PIN hashed with scrypt before the pepper, and rewrites it under the pepper on the first right PIN", async () => {
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
-      const wallet = "0x00000000000000000000000000000000000000dd";
-      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: await scryptPinHash("4321"), channel: "MCP", chain: "CELO", token: "USDC" });
-      const stored = async () => (await db.query<{ pin_hash: string }>(`SELECT pin_hash FROM agent_link WHERE wallet = $1`, [wallet]))[0]!.pin_hash;
-      expect(await codeOf(links.checkPin(wallet, "1111"))).toBe("PIN_INVALID");
-      expect(await stored()).toMatch(/^scrypt\$/); // a wrong PIN rewrites nothing
-      expect(await codeOf(links.checkPin(wallet, "4321"))).toBe("OK");
-      expect(await stored()).toMatch(/^hmac\$/);
-      expect(await codeOf(links.checkPin(wallet, "4321"))).toBe("OK");
-      expect(await codeOf(links.checkPin(wallet, "1111"))).toBe("PIN_INVALID");
-    });
+      it(`still takes a PIN hashed with scrypt before the pepper, and rewrites it under the pepper on the first right PIN (${VIA[via]})`, async () => {
+        const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
+        const wallet = walletFor("dd", via);
+        const key = newApiKey();
+        const check = checker(links, wallet, () => key, via);
+        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: await scryptPinHash("4321"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const stored = async () => (await db.query<{ pin_hash: string }>(`SELECT pin_hash FROM agent_link WHERE wallet = $1`, [wallet]))[0]!.pin_hash;
+        expect(await codeOf(check("1111"))).toBe("PIN_INVALID");
+        expect(await stored()).toMatch(/^scrypt\$/); // a wrong PIN rewrites nothing
+        expect(await codeOf(check("4321"))).toBe("OK");
+        expect(await stored()).toMatch(/^hmac\$/);
+        expect(await codeOf(check("4321"))).toBe("OK");
+        expect(await codeOf(check("1111"))).toBe("PIN_INVALID");
+      });
 
-    it("escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last", async () => {
-      const events: string[] = [];
-      const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
-      const wallet = "0x00000000000000000000000000000000000000cc";
+      it(`escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last (${VIA[via]})`, async () => {
+        const events: string[] = [];
+        const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
+        const wallet = walletFor("cc", via);
+        const key = newApiKey();
+        const check = checker(links, wallet, () => key, via);
+        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const unlock = () => db.query(`UPDATE agent_link SET locked_until = now() - interval '1 second' WHERE wallet = $1`, [wallet]);
+        const lockFor = async () => {
+          expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
+          const err = (await check("0000").catch((e) => e)) as ServiceError;
+          expect(err.code).toBe("PIN_LOCKED");
+          return err.extra!.retry_after_seconds as number;
+        };
+        expect(await lockFor()).toBeGreaterThan(55);
+        expect(await codeOf(check("1234"))).toBe("PIN_LOCKED"); // no guessing meanwhile, not even right
+        await unlock();
+        expect(await codeOf(check("1234"))).toBe("OK"); // the owner's right PIN
+        const second = await lockFor();
+        expect(second).toBeGreaterThan(115); // twice as long, and not forgiven by the right PIN
+        expect(second).toBeLessThanOrEqual(120);
+        await unlock();
+        expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
+        expect(await codeOf(check("0000"))).toBe("API_KEY_RETIRED");
+        expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+        expect(events).toEqual(["pin lockout", "pin lockout", "pin lockout: key retired"]);
+      });
+
+      it(`bounds the wrong PINs of a key's life when a guesser stops short of every lockout and the key's own agent pays between his tries (${VIA[via]})`, async () => {
+        const events: string[] = [];
+        const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
+        const wallet = walletFor("ee", via);
+        let key = newApiKey();
+        const check = checker(links, wallet, () => key, via);
+        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const wrong = async () => (await check("0000").catch((e: unknown) => e)) as ServiceError;
+        for (let round = 0; round < 4; round++) {
+          expect((await wrong()).code).toBe("PIN_INVALID");
+          const second = await wrong();
+          expect(second.code).toBe("PIN_INVALID"); // one short of the lockout...
+          expect(second.extra!.attempts_left).toBe(1);
+          expect(await codeOf(check("1234"))).toBe("OK"); // ...and the agent's own pay clears that count
+        }
+        // Not the key's: the ninth wrong PIN (3 attempts x 3 lockouts) retires it, though no lockout ever began.
+        expect((await wrong()).code).toBe("API_KEY_RETIRED");
+        expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+        expect(events).toEqual(["pin lockout: key retired"]);
+        // A new link's key starts its own count.
+        key = newApiKey();
+        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        expect((await wrong()).extra!.attempts_left).toBe(2);
+      });
+    }
+
+    it("checks a PIN against the link as its key was read, in one statement, and writes nothing once that key, PIN or limit no longer stands", async () => {
+      const statements: string[] = [];
+      const counting: Db = { ...db, query: (text, params) => (/agent_link/.test(text) && statements.push(text), db.query(text, params)) };
+      const links = new LinkStore(counting, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
+      const wallet = walletFor("ff", "link");
       const key = newApiKey();
       await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
-      const unlock = () => db.query(`UPDATE agent_link SET locked_until = now() - interval '1 second' WHERE wallet = $1`, [wallet]);
-      const lockFor = async () => {
-        expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
-        const err = (await links.checkPin(wallet, "0000").catch((e) => e)) as ServiceError;
-        expect(err.code).toBe("PIN_LOCKED");
-        return err.extra!.retry_after_seconds as number;
-      };
-      expect(await lockFor()).toBeGreaterThan(55);
-      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("PIN_LOCKED"); // no guessing meanwhile, not even right
-      await unlock();
-      expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK"); // the owner's right PIN
-      const second = await lockFor();
-      expect(second).toBeGreaterThan(115); // twice as long, and not forgiven by the right PIN
-      expect(second).toBeLessThanOrEqual(120);
-      await unlock();
-      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("PIN_INVALID");
-      expect(await codeOf(links.checkPin(wallet, "0000"))).toBe("API_KEY_RETIRED");
-      expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
-      expect(events).toEqual(["pin lockout", "pin lockout", "pin lockout: key retired"]);
-    });
+      const link = await links.authenticate(key);
+      const pinState = async () => (await db.query(`SELECT pin_failures, pin_wrong_total, pin_pending FROM agent_link WHERE wallet = $1`, [wallet]))[0];
 
-    it("bounds the wrong PINs of a key's life when a guesser stops short of every lockout and the key's own agent pays between his tries", async () => {
-      const events: string[] = [];
-      const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
-      const wallet = "0x00000000000000000000000000000000000000ee";
-      const key = newApiKey();
-      await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
-      const wrong = async () => (await links.checkPin(wallet, "0000").catch((e: unknown) => e)) as ServiceError;
-      for (let round = 0; round < 4; round++) {
-        expect((await wrong()).code).toBe("PIN_INVALID");
-        const second = await wrong();
-        expect(second.code).toBe("PIN_INVALID"); // one short of the lockout...
-        expect(second.extra!.attempts_left).toBe(1);
-        expect(await codeOf(links.checkPin(wallet, "1234"))).toBe("OK"); // ...and the agent's own pay clears that count
-      }
-      // Not the key's: the ninth wrong PIN (3 attempts x 3 lockouts) retires it, though no lockout ever began.
-      expect((await wrong()).code).toBe("API_KEY_RETIRED");
-      expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
-      expect(events).toEqual(["pin lockout: key retired"]);
-      // A new link's key starts its own count.
-      await links.link({ wallet, apiKeyHash: hashApiKey(newApiKey()), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
-      expect((await wrong()).extra!.attempts_left).toBe(2);
+      statements.length = 0;
+      await links.checkPin(link, "1234");
+      expect(statements).toHaveLength(1); // no reservation and release around it
+      statements.length = 0;
+      expect(await codeOf(links.checkPin(link, "0000"))).toBe("PIN_INVALID");
+      expect(statements).toHaveLength(1);
+      expect(await pinState()).toEqual({ pin_failures: 1, pin_wrong_total: 1, pin_pending: 0 });
+
+      // A guesser locks the key after the owner's link was read: the owner's right PIN is refused.
+      expect(await codeOf(links.checkPin(await links.authenticate(key), "0000"))).toBe("PIN_INVALID");
+      expect(await codeOf(links.checkPin(await links.authenticate(key), "0000"))).toBe("PIN_LOCKED");
+      expect(await codeOf(links.checkPin(link, "1234"))).toBe("PIN_LOCKED");
+      expect(await codeOf(links.checkPin(link, "0000"))).toBe("PIN_LOCKED"); // and a guess counts nothing while locked
+      expect(await pinState()).toEqual({ pin_failures: 0, pin_wrong_total: 3, pin_pending: 0 });
+
+      // Linked again (a new key and PIN) after the link was read: the old key's PIN, right or
+      // wrong, is refused as retired and counts nothing against the new link.
+      const renewed = newApiKey();
+      await links.link({ wallet, apiKeyHash: hashApiKey(renewed), pinHash: pins.hash("9999"), channel: "MCP", chain: "CELO", token: "USDC" });
+      expect(await codeOf(links.checkPin(link, "1234"))).toBe("API_KEY_RETIRED");
+      expect(await codeOf(links.checkPin(link, "0000"))).toBe("API_KEY_RETIRED");
+      expect(await pinState()).toEqual({ pin_failures: 0, pin_wrong_total: 0, pin_pending: 0 });
+      expect(await codeOf(links.checkPin(await links.authenticate(renewed), "9999"))).toBe("OK");
     });
 
     it("creates a pull order once per idempotency key, even when two requests race", async () => {
