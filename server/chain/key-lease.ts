@@ -26,10 +26,14 @@
  * Why a renewal that recent is as good as one right before the signature: another instance
  * takes a live key only after watching its heartbeat stand still for DEAD_AFTER_MS by the
  * database's clock, so a renewal whose statement was sent at t holds the key until t +
- * DEAD_AFTER_MS at the earliest. Signed within CONFIRMED_FOR_MS of t, a transaction has at
- * least DEAD_AFTER_MS - CONFIRMED_FOR_MS (4 s) to be sent before anyone else may sign; an
- * instance that stalled past that finds its renewal stale, and the statement then finds the
- * lease taken. Under load this is one statement a second instead of one per transaction.
+ * DEAD_AFTER_MS at the earliest (the takeover itself is made only while the heartbeat is
+ * still that old, so a renewal between the watch and the takeover stops it). Signed within
+ * CONFIRMED_FOR_MS of t, a transaction has at least DEAD_AFTER_MS - CONFIRMED_FOR_MS (4 s)
+ * to be recorded and sent before anyone else may sign; an instance that stalled past that
+ * finds its renewal stale, and the statement then finds the lease taken. The renewal's age
+ * is read on two clocks, the monotonic one and the wall's (which, unlike the first, runs on
+ * while the machine is suspended), and must be young on both. Under load this is one
+ * statement a second instead of one per transaction.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync, readlinkSync } from "node:fs";
@@ -63,7 +67,7 @@ interface LeaseRow {
 /** This instance's lease on a key was taken by another instance: it must not sign with it. */
 export class KeyLeaseLost extends Error {
   constructor(readonly address: string) {
-    super(`this instance no longer holds the lease on key ${address} (another instance took it): nothing is signed with it`);
+    super(`this instance no longer holds the lease on key ${address} (another instance took it, or this one gave it back as it stopped): nothing is signed with it`);
   }
 }
 
@@ -106,22 +110,34 @@ function processExists(pid: number): boolean {
   }
 }
 
+/** The two clocks a renewal's age is read on, in milliseconds. */
+export interface Clocks {
+  monotonic: () => number;
+  wall: () => number;
+}
+const SYSTEM_CLOCKS: Clocks = { monotonic: () => performance.now(), wall: () => Date.now() };
+type Instant = { [k in keyof Clocks]: number };
+
 export class KeyLeases {
   /** This process's instance id: host, pid and a random part (one process may run several instances in tests). */
   readonly instance = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   private timer?: NodeJS.Timeout;
   private held: LeasedKey[] = [];
-  /** Keys this instance claimed and then lost: never signed with again. */
+  /** Keys this instance claimed and then lost or gave back: never signed with again. */
   private readonly lost = new Set<string>();
-  /** Per held key, when (by `clock`) the statement of its last renewal that found it still held was sent. */
-  private readonly renewedAt = new Map<string, number>();
+  /** Per held key, when (on both clocks) the statement of its last renewal that found it still held was sent. */
+  private readonly renewedAt = new Map<string, Instant>();
 
   constructor(
     private readonly db: Db,
     private readonly log: Log,
-    /** Milliseconds, monotonic: a stalled process sees it jump as the database's clock does. */
-    private readonly clock: () => number = () => performance.now(),
+    /** Milliseconds: a stalled process sees both jump as the database's clock does, a suspended machine the wall's. */
+    private readonly clocks: Clocks = SYSTEM_CLOCKS,
   ) {}
+
+  private now(): Instant {
+    return { monotonic: this.clocks.monotonic(), wall: this.clocks.wall() };
+  }
 
   private async read(address: string): Promise<LeaseRow | undefined> {
     const [row] = await this.db.query<LeaseRow>(
@@ -171,11 +187,14 @@ export class KeyLeases {
       if (!gone && !(await this.staysSilent(row))) {
         throw new KeyHeld(key, { instance: row.instance_id, host: row.host, pid: row.pid });
       }
-      // Compare-and-set: only if the dead holder still holds it (two starting instances race).
+      // Compare-and-set: only if the dead holder still holds it (two starting instances race)
+      // and, unless its process is gone, its heartbeat is still as old as the watch found it
+      // (a holder that woke and renewed meanwhile keeps its key).
       const taken = await this.db.query(
         `UPDATE key_lease SET role = $2, instance_id = $3, host = $4, pid = $5, heartbeat_at = now(), started_at = now()
-         WHERE address = $1 AND instance_id = $6 RETURNING address`,
-        [key.address, key.role, this.instance, PROCESS_SPACE ?? hostname(), process.pid, row.instance_id],
+         WHERE address = $1 AND instance_id = $6 AND ($7 OR heartbeat_at <= now() - make_interval(secs => $8))
+         RETURNING address`,
+        [key.address, key.role, this.instance, PROCESS_SPACE ?? hostname(), process.pid, row.instance_id, gone, DEAD_AFTER_MS / 1000],
       );
       if (taken.length > 0) {
         this.log.warn("took over a key whose instance stopped without giving it back", { role: key.role, key: key.address, previous: row.instance_id });
@@ -201,7 +220,7 @@ export class KeyLeases {
   private async beat(): Promise<void> {
     if (this.held.length === 0) return;
     try {
-      const sent = this.clock();
+      const sent = this.now();
       const rows = await this.db.query<{ address: string }>(
         `UPDATE key_lease SET heartbeat_at = now() WHERE address = ANY($1::text[]) AND instance_id = $2 RETURNING address`,
         [this.held.map((k) => k.address), this.instance],
@@ -226,9 +245,19 @@ export class KeyLeases {
   }
 
   /** A renewal sent at `sent` found the key held; an older one than the last known changes nothing. */
-  private renewed(address: string, sent: number): void {
+  private renewed(address: string, sent: Instant): void {
     if (!this.held.some((k) => k.address === address)) return;
-    this.renewedAt.set(address, Math.max(sent, this.renewedAt.get(address) ?? -Infinity));
+    const last = this.renewedAt.get(address);
+    if (!last || sent.monotonic > last.monotonic) this.renewedAt.set(address, sent);
+  }
+
+  /** Whether the key's last renewal is younger than CONFIRMED_FOR_MS on both clocks. */
+  private renewedLately(address: string): boolean {
+    const last = this.renewedAt.get(address);
+    if (!last) return false;
+    const now = this.now();
+    const young = (since: number) => since >= 0 && since < CONFIRMED_FOR_MS;
+    return young(now.monotonic - last.monotonic) && young(now.wall - last.wall);
   }
 
   /**
@@ -242,9 +271,8 @@ export class KeyLeases {
     if (this.lost.has(key)) throw new KeyLeaseLost(key);
     const held = this.held.find((k) => k.address === key);
     if (!held) return;
-    const last = this.renewedAt.get(key);
-    if (last !== undefined && this.clock() - last < CONFIRMED_FOR_MS) return;
-    const sent = this.clock();
+    if (this.renewedLately(key)) return;
+    const sent = this.now();
     const rows = await this.db.query(`UPDATE key_lease SET heartbeat_at = now() WHERE address = $1 AND instance_id = $2 RETURNING address`, [key, this.instance]);
     if (rows.length === 0) {
       this.dropLost([held]);
@@ -262,10 +290,11 @@ export class KeyLeases {
     this.timer = undefined;
   }
 
-  /** Stops the heartbeat and gives the leases back (a clean stop). */
+  /** Stops the heartbeat and gives the leases back (a clean stop): nothing is signed with them after. */
   async release(): Promise<void> {
     this.stopHeartbeat();
     const addresses = this.held.map((k) => k.address);
+    for (const address of addresses) this.lost.add(address);
     this.held = [];
     this.renewedAt.clear();
     if (addresses.length > 0) await this.db.query(`DELETE FROM key_lease WHERE address = ANY($1::text[]) AND instance_id = $2`, [addresses, this.instance]);

@@ -52,9 +52,9 @@ describe("key leases", () => {
   it("an instance whose lease another took signs nothing more: confirm refuses, at once and after", async () => {
     db = await openDb({});
     let clock = 0;
-    const first = new KeyLeases(db, silentLog, () => clock);
+    const first = new KeyLeases(db, silentLog, { monotonic: () => clock, wall: () => clock });
     await first.claim([KEY]);
-    stops.push(() => first.stopHeartbeat());
+    first.stopHeartbeat(); // it stalls: no beat of its own
     const lost: string[] = [];
     first.onLost = (keys) => lost.push(...keys.map((k) => k.address));
     await first.confirm(KEY.address);
@@ -68,28 +68,88 @@ describe("key leases", () => {
     expect(row!.instance_id).toBe("taker:2:ef01");
   });
 
-  it("a renewal within CONFIRMED_FOR_MS stands for one right before each signature; an older one is renewed first", async () => {
+  it("a renewal within CONFIRMED_FOR_MS, on both clocks, stands for one right before each signature; an older one is renewed first", async () => {
     db = await openDb({});
-    let clock = 0;
+    let monotonic = 0;
+    let wall = 0;
+    let statementMs = 0; // how long a renewal's statement takes, on both clocks
     const renewals: string[] = [];
-    const counting: Db = { ...db, query: (text, params) => (text.startsWith("UPDATE key_lease SET heartbeat_at") && renewals.push(text), db.query(text, params)) };
-    const first = new KeyLeases(counting, silentLog, () => clock);
+    const counting: Db = {
+      ...db,
+      query: async (text, params) => {
+        if (!text.startsWith("UPDATE key_lease SET heartbeat_at")) return db.query(text, params);
+        renewals.push(text);
+        const rows = await db.query(text, params);
+        monotonic += statementMs;
+        wall += statementMs;
+        return rows as never;
+      },
+    };
+    const first = new KeyLeases(counting, silentLog, { monotonic: () => monotonic, wall: () => wall });
     await first.claim([KEY]);
     first.stopHeartbeat(); // only confirm renews here
     const heartbeat = async () => (await db.query<{ heartbeat_at: Date }>(`SELECT heartbeat_at FROM key_lease WHERE address = $1`, [KEY.address]))[0]!.heartbeat_at.getTime();
+    const step = (ms: number) => ((monotonic += ms), (wall += ms));
 
     await first.confirm(KEY.address); // none yet: renewed
     expect(renewals).toHaveLength(1);
     const renewedAt = await heartbeat();
-    clock += CONFIRMED_FOR_MS - 1;
+    step(CONFIRMED_FOR_MS - 1);
     await first.confirm(KEY.address); // still within the window: no statement
     expect(renewals).toHaveLength(1);
     expect(await heartbeat()).toBe(renewedAt);
-    clock += 2;
+    step(2);
     await first.confirm(KEY.address); // older than the window: renewed again
     expect(renewals).toHaveLength(2);
 
-    // A takeover needs DEAD_AFTER_MS of a still heartbeat, which a live holder's window never reaches.
-    expect(CONFIRMED_FOR_MS).toBeLessThan(DEAD_AFTER_MS / 2);
+    // The window runs from when the renewal was sent, not from its answer.
+    statementMs = CONFIRMED_FOR_MS - 100;
+    step(CONFIRMED_FOR_MS);
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(3);
+    statementMs = 0;
+    step(200);
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(4);
+
+    // A suspended machine: the monotonic clock stood still, the wall's ran on.
+    wall += DEAD_AFTER_MS + 1;
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(5);
+
+    // A stop gives the key back: nothing is signed with it after.
+    await first.release();
+    await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
+  });
+
+  it("a holder that wakes and renews between a starting instance's watch and its takeover keeps its key", async () => {
+    db = await openDb({});
+    let clock = 0;
+    const holder = new KeyLeases(db, silentLog, { monotonic: () => clock, wall: () => clock });
+    await holder.claim([KEY]);
+    holder.stopHeartbeat();
+    // It stalls: its heartbeat stands still past DEAD_AFTER_MS, and its last renewal is old.
+    await db.query(`UPDATE key_lease SET heartbeat_at = now() - interval '10 seconds' WHERE address = $1`, [KEY.address]);
+    clock += DEAD_AFTER_MS + 1;
+    let woke = false;
+    const racing: Db = {
+      ...db,
+      query: async (text, params) => {
+        if (text.includes("SET role") && !woke) {
+          woke = true;
+          await holder.confirm(KEY.address); // it wakes and renews right before the takeover...
+        } else if (woke && text.startsWith("SELECT address, role")) {
+          await db.query(`UPDATE key_lease SET heartbeat_at = now() WHERE address = $1`, [KEY.address]); // ...and beats on
+        }
+        return db.query(text, params);
+      },
+    };
+    const starting = new KeyLeases(racing, silentLog);
+    await expect(starting.claim([KEY])).rejects.toBeInstanceOf(KeyHeld);
+    expect(woke).toBe(true);
+    clock += CONFIRMED_FOR_MS; // its next signature renews again, and finds the key its own
+    await holder.confirm(KEY.address);
+    const [row] = await db.query<{ instance_id: string }>(`SELECT instance_id FROM key_lease WHERE address = $1`, [KEY.address]);
+    expect(row!.instance_id).toBe(holder.instance);
   });
 });
