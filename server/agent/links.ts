@@ -164,7 +164,9 @@ export class LinkStore {
 
   /**
    * Checks the PIN for a paying call: PIN_LOCKED while locked, PIN_INVALID (counted) when
-   * wrong. A check is reserved before the slow hash runs, and checks in flight count against
+   * wrong. On the reserving path (a PIN still stored with scrypt, a wallet without its
+   * link, or a one-statement check that no longer stands, below), a check is reserved
+   * before the hash runs, and checks in flight count against
    * the attempts left (PIN_BUSY beyond them), so parallel guesses cannot outrun the limit
    * while parallel right PINs never lock anyone out. Only a confirmed wrong PIN counts as a
    * failure; the one that reaches the limit starts the lock. A right PIN clears the failures

@@ -62,7 +62,7 @@ export function missingCredential(tool: ToolDefinition, args: Record<string, unk
   return undefined;
 }
 
-/** A PIN checked: counted per key before the slow hash, then compared (locked out after too many). Paying tools' and any tool's that was sent one. */
+/** A PIN checked: counted per key before it is compared (locked out after too many). Paying tools' and any tool's that was sent one. */
 async function checkSentPin(link: Link, pin: string, ctx: ToolContext): Promise<void> {
   await ctx.hub.deps.limits.take("payingKey", link.apiKeyHash!);
   await ctx.hub.checkPin(link, pin);
@@ -300,7 +300,7 @@ export async function runTool(tool: ToolDefinition, args: Record<string, unknown
   // Reading tools per key; paying ones are counted under payingKey instead (one count a call).
   if (link?.apiKeyHash && !tool.paying) await ctx.hub.deps.limits.take("toolKey", link.apiKeyHash);
   if (tool.paying) {
-    // Counted per key before the PIN's slow hash: a flood of calls (or guesses) is cut off early.
+    // Counted per key before the PIN is checked: a flood of calls (or guesses) is cut off early.
     await checkSentPin(link!, String(args.pin), ctx);
   }
   return tool.run(args as never, link, ctx);

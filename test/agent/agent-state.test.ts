@@ -191,6 +191,18 @@ for (const kind of ["pglite", "postgresql"] as const) {
       expect(await codeOf(links.checkPin(link, "0000"))).toBe("API_KEY_RETIRED");
       expect(await pinState()).toEqual({ pin_failures: 0, pin_wrong_total: 0, pin_pending: 0 });
       expect(await codeOf(links.checkPin(await links.authenticate(renewed), "9999"))).toBe("OK");
+
+      // Checks under way on the reserving path fill the attempts left: a guess checked in one
+      // statement is refused unchecked and uncounted, and so is the right PIN.
+      const current = await links.authenticate(renewed);
+      await db.query(`UPDATE agent_link SET pin_failures = 1, pin_pending = 2, pin_attempt_at = now() WHERE wallet = $1`, [wallet]);
+      expect(await codeOf(links.checkPin(current, "0000"))).toBe("PIN_BUSY");
+      expect(await codeOf(links.checkPin(current, "9999"))).toBe("PIN_BUSY");
+      expect(await pinState()).toEqual({ pin_failures: 1, pin_wrong_total: 0, pin_pending: 2 });
+      // A reservation a minute old was a crash's: it no longer counts.
+      await db.query(`UPDATE agent_link SET pin_attempt_at = now() - interval '61 seconds' WHERE wallet = $1`, [wallet]);
+      expect(await codeOf(links.checkPin(current, "0000"))).toBe("PIN_INVALID");
+      expect(await pinState()).toMatchObject({ pin_failures: 2, pin_wrong_total: 1 });
     });
 
     it("creates a pull order once per idempotency key, even when two requests race", async () => {
