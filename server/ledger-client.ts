@@ -78,7 +78,7 @@ export function isAuthorizationPayment(key: { chainId: number; rail?: SignedRail
     p.rail === rail && p.chainId === key.chainId && p.token.toLowerCase() === token && p.payer.toLowerCase() === payer && p.authorizationNonce?.toLowerCase() === nonce;
 }
 
-type KeyedOrder = { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
+export type KeyedOrder = { chain: string; rail: string; onchainOrderId: string; tokenAddress: string; payer: string; authNonce: string | null; payment?: unknown };
 
 /**
  * An order's unique key on its chain, as the ledger keys its payment and its refunds: a pull

@@ -23,7 +23,7 @@ import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { isProxyCall, paymentsInLogs } from "../../lib/payment-logs.ts";
 import { logId } from "../../ponder/src/ids.ts";
-import type { LedgerPayment } from "../ledger-client.ts";
+import { isPaymentOf, type KeyedOrder, type LedgerPayment } from "../ledger-client.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 
 /** How long a receipt wait sleeps at most before looking again, when no block wakes it. */
@@ -64,6 +64,19 @@ export async function paymentsFromReceipt(deps: ReceiptDeps, chain: ChainKey, tx
   // A settlement through x402's Permit2 proxy is known by its calldata too (lib/payment-logs.ts).
   const input = isProxyCall(receipt.to) ? (await client.getTransaction({ hash: txHash }).catch(() => null))?.input : undefined;
   return inLedgerShape(chainInfo(chain).chainId, d.billPay.address, receipt, timestamp, input);
+}
+
+/**
+ * The payment under `order`'s key in transaction `txHash` (paymentsFromReceipt), undefined
+ * when it shows none; a receipt that could not be read shows none, and `failed` hears why.
+ * The caller still holds it to the order exactly (paymentMismatch).
+ */
+export async function orderPaymentIn(deps: ReceiptDeps, order: KeyedOrder, txHash: Hex, waitMs: number, failed: (err: unknown) => void = () => {}): Promise<LedgerPayment | undefined> {
+  const shown = await paymentsFromReceipt(deps, order.chain as ChainKey, txHash, waitMs).catch((err: unknown) => {
+    failed(err);
+    return null;
+  });
+  return shown?.find(isPaymentOf(order));
 }
 
 function inLedgerShape(chainId: number, billPay: string, receipt: TransactionReceipt, timestamp: bigint, input: Hex | undefined): LedgerPayment[] {

@@ -39,8 +39,8 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { isPaymentOf, orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
-import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
+import { orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { orderPaymentIn } from "../chain/receipt-payment.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { keyRefundedOnNode, transactionPending } from "../chain/refund-on-node.ts";
 import { errorText } from "../log-safety.ts";
@@ -371,11 +371,9 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
  * receipt and the ledger's own predicate, exactly the order's; undefined when neither holds it.
  */
 async function backOnNode(deps: WatchDeps, o: Order, w: WatchRow): Promise<LedgerPayment | undefined> {
-  const ours = isPaymentOf(o);
   for (const hash of new Set([w.recollect_tx_hash, w.tx_hash].filter((h): h is string => h !== null))) {
     // At any depth: it only keeps the order waiting, and a later pass reads it again.
-    const shown = await paymentsFromReceipt({ ...deps, confirmations: {} }, o.chain as ChainKey, hash as Hex, 0).catch(() => null);
-    const p = shown?.find(ours);
+    const p = await orderPaymentIn({ ...deps, confirmations: {} }, o, hash as Hex, 0);
     if (p && !paymentMismatch(o, p)) return p;
   }
   return undefined;

@@ -27,7 +27,7 @@ import { FINISHED, FirstAttempts, fulfil, mayHaveBeenVended, move, refund, refun
 import { newOrderIds, newOrderSecret, type Order, type OrderStatus } from "./store.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
 import { awaitConfirmations, deepEnough } from "./payment-watch.ts";
-import { paymentsFromReceipt } from "../chain/receipt-payment.ts";
+import { orderPaymentIn } from "../chain/receipt-payment.ts";
 import { sightAuthorization } from "../chain/settlement-sighting.ts";
 import { closeSpentPermit2 } from "./spent-permit2.ts";
 import { earlierUnderId } from "./payment-id.ts";
@@ -458,12 +458,10 @@ async function awaitPayment(deps: SettleDeps, order: Order, txHash: string | und
 }
 
 /** The order's payment in transaction `txHash`, as the receipt on the service's own node shows it (chain/receipt-payment.ts); undefined if none. */
-async function receiptPaymentOf(deps: SettleDeps, order: Order, txHash: Hex): Promise<LedgerPayment | undefined> {
-  const shown = await paymentsFromReceipt(deps, order.chain as ChainKey, txHash, deps.ledgerWaitMs).catch((err: unknown) => {
-    deps.log.warn("could not read a settlement's receipt; waiting for the facilitator or the ledger", { requestId: order.requestId, error: errorText(err) });
-    return null;
-  });
-  return shown?.find(isPaymentOf(order));
+function receiptPaymentOf(deps: SettleDeps, order: Order, txHash: Hex): Promise<LedgerPayment | undefined> {
+  return orderPaymentIn(deps, order, txHash, deps.ledgerWaitMs, (err) =>
+    deps.log.warn("could not read a settlement's receipt; waiting for the facilitator or the ledger", { requestId: order.requestId, error: errorText(err) }),
+  );
 }
 
 /** Waits for the ledger to show the payment; PAID (or NEEDS_REVIEW) once it does, unchanged if it does not in time. */
