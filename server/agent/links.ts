@@ -58,6 +58,11 @@ export class LinkStore {
     private readonly log: Log = silentLog,
   ) {}
 
+  /** Wrong PINs a key allows in its life: the last retires it. */
+  private get lifetime(): number {
+    return this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
+  }
+
   /** A PIN as a link stores it (under the server's pepper). */
   hashPin(pin: string): string {
     return this.pinPolicy.pins.hash(pin);
@@ -185,12 +190,11 @@ export class LinkStore {
     // Checked against the link of the key that asked: a guess under a key retired meanwhile
     // neither counts against the new link nor can retire it.
     const key = typeof as === "string" ? null : (as.apiKeyHash ?? null);
-    const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
+    const lifetime = this.lifetime;
     const seen = typeof as === "string" ? undefined : this.pinHashes.get(as);
     if (key && seen && this.pinPolicy.pins.quick(seen)) {
       const { ok } = await this.pinPolicy.pins.verify(pin, seen);
-      const standing = `wallet = $1 AND api_key_hash = $2 AND pin_hash = $3
-         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${PENDING} < $4 AND pin_wrong_total + ${PENDING} < $5`;
+      const standing = `wallet = $1 AND api_key_hash = $2 AND pin_hash = $3 AND ${attemptsLeft("$4", "$5")}`;
       const stands = [w, key, seen, this.pinPolicy.maxAttempts, lifetime];
       if (ok) {
         if ((await this.db.query(`UPDATE agent_link SET pin_failures = 0 WHERE ${standing} RETURNING 1`, stands)).length > 0) return;
@@ -204,8 +208,7 @@ export class LinkStore {
     }
     const [reserved] = await this.db.query<{ pin_hash: string }>(
       `UPDATE agent_link SET pin_pending = ${PENDING} + 1, pin_attempt_at = now()
-       WHERE wallet = $1 AND ($3::text IS NULL OR api_key_hash = $3)
-         AND (locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${PENDING} < $2 AND pin_wrong_total + ${PENDING} < $4
+       WHERE wallet = $1 AND ($3::text IS NULL OR api_key_hash = $3) AND ${attemptsLeft("$2", "$4")}
        RETURNING pin_hash`,
       [w, this.pinPolicy.maxAttempts, key, lifetime],
     );
@@ -250,7 +253,7 @@ export class LinkStore {
 
   /** The refusal for a wrong PIN just counted: retired at the key's lifetime bound, locked when it started a lockout, else invalid with the attempts left. */
   private async refusedWrong(w: string, after: WrongCounted): Promise<ServiceError> {
-    const lifetime = this.pinPolicy.maxAttempts * this.pinPolicy.maxLockouts;
+    const lifetime = this.lifetime;
     if (after.pin_wrong_total >= lifetime) return await this.retiredForWrongPins(w, after.api_key_hash, after.pin_wrong_total);
     if (after.locked_until && new Date(after.locked_until).getTime() > Date.now()) {
       const lockouts = after.pin_lockouts;
@@ -271,6 +274,10 @@ export class LinkStore {
 
 /** PIN checks in flight on a link (reserved, not yet answered); a reservation older than a minute was a crash's. */
 const PENDING = `(CASE WHEN pin_attempt_at < now() - interval '60 seconds' THEN 0 ELSE pin_pending END)`;
+
+/** A link that may have a PIN checked now: not locked, and attempts left toward the lock and the key's lifetime, counting those in flight. */
+const attemptsLeft = (maxAttempts: string, lifetime: string) =>
+  `(locked_until IS NULL OR locked_until <= now()) AND pin_failures + ${PENDING} < ${maxAttempts} AND pin_wrong_total + ${PENDING} < ${lifetime}`;
 
 /**
  * The SET of a wrong PIN, `maxAttempts` and `lockSeconds` the parameters holding them. The

@@ -29,7 +29,8 @@
  * DEAD_AFTER_MS at the earliest (the takeover itself is made only while the heartbeat is
  * still that old, so a renewal between the watch and the takeover stops it). Signed within
  * CONFIRMED_FOR_MS of t, a transaction has at least DEAD_AFTER_MS - CONFIRMED_FOR_MS (4 s)
- * to be recorded and sent before anyone else may sign; an instance that stalled past that
+ * to be sent before anyone else may sign (chain/operator.ts confirms again between recording
+ * a transaction and sending it, and before each send); an instance that stalled past that
  * finds its renewal stale, and the statement then finds the lease taken. The renewal's age
  * is read on two clocks, the monotonic one and the wall's (which, unlike the first, runs on
  * while the machine is suspended), and must be young on both. Under load this is one
@@ -159,6 +160,7 @@ export class KeyLeases {
       for (const key of unique) {
         const previous = await this.take(key);
         if (previous) dead.push(previous);
+        this.lost.delete(key.address); // given back at an earlier stop, held again now
         this.held.push(key);
       }
     } catch (err) {

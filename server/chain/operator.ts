@@ -177,7 +177,7 @@ export class ChainOperator {
     private readonly replacement: ReplacementPolicy = DEFAULT_REPLACEMENT,
     /** New blocks: a receipt is looked for again as each arrives (lib/chain-heads.ts). */
     private readonly heads?: ChainHeads,
-    /** Called right before each signature with the signing key: throws when this instance may no longer sign with it (chain/key-lease.ts confirm). */
+    /** Called right before each signature and each send with the signing key: throws when this instance may no longer sign with it (chain/key-lease.ts confirm). */
     private readonly fence: (address: string) => Promise<void> = async () => {},
     /** Payers' holds shared with other instances (chain/payer-holds.ts); none where this instance is the only one. */
     private readonly holds?: PayerHolds,
@@ -675,6 +675,8 @@ export class ChainOperator {
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
         await onSigned?.(hash);
+        // The record may have waited on the database: the lease is confirmed again, right before it goes.
+        await this.fence(signer.address);
         await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch((err: unknown) => {
           throw keepSigned ? new NotMinedInTime({ hashes: [hash], recorded: hash, request, serialized, wallet }, err) : err;
         });
@@ -712,6 +714,7 @@ export class ChainOperator {
       if (!raised) {
         // The market is not above it: waited for as it is, sent again in case the pool dropped
         // it (a node restarted, a provider evicted it); a node that holds it says so, unharmed.
+        await this.fence(signer.address);
         await wallet.sendRawTransaction({ serializedTransaction: lastSent }).catch(() => {});
         continue;
       }
@@ -727,6 +730,7 @@ export class ChainOperator {
         continue;
       }
       recorded = replacement;
+      await this.fence(signer.address);
       try {
         await wallet.sendRawTransaction({ serializedTransaction: serialized });
         hashes.push(replacement);

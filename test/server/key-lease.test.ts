@@ -4,7 +4,7 @@
  * dead because its pid is absent here; a holder that truly died in this process space is
  * taken at once; and an instance whose lease was taken signs nothing more.
  */
-import { readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { openDb, type Db } from "../../server/db.ts";
@@ -40,9 +40,13 @@ describe("key leases", () => {
     expect(row!.instance_id).toBe("elsewhere:1:abcd");
   });
 
-  it("a holder that died in this very process space is taken at once (a restart)", async () => {
+  it("a holder that died in this very process space is taken at once (a restart), whatever its heartbeat says", async () => {
     db = await openDb({});
-    await holder(`${hostname()} ${readlinkSync("/proc/self/ns/pid")}`, ABSENT_PID, false);
+    // This very space: the host, the PID namespace and the boot. Its row still beats (a
+    // heartbeat written as it died, say): a watch would find it live, and no takeover would
+    // find it old; its process is gone, and that is enough.
+    const space = `${hostname()} ${readlinkSync("/proc/self/ns/pid")} ${readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()}`;
+    await holder(space, ABSENT_PID, true);
     const restarted = new KeyLeases(db, silentLog);
     expect(await restarted.claim([KEY])).toEqual(["elsewhere:1:abcd"]);
     stops.push(() => restarted.stopHeartbeat());
@@ -116,10 +120,36 @@ describe("key leases", () => {
     wall += DEAD_AFTER_MS + 1;
     await first.confirm(KEY.address);
     expect(renewals).toHaveLength(5);
+    // The wall's clock stood still (or was set) while the monotonic one ran on...
+    monotonic += CONFIRMED_FOR_MS;
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(6);
+    // ...or was set back: a renewal "from the future" is no renewal.
+    wall -= 60_000;
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(7);
 
     // A stop gives the key back: nothing is signed with it after.
     await first.release();
     await expect(first.confirm(KEY.address)).rejects.toBeInstanceOf(KeyLeaseLost);
+  });
+
+  it("the heartbeat's renewal stands for one before a signature, as confirm's own does", async () => {
+    db = await openDb({});
+    const renewals: string[] = [];
+    const counting: Db = { ...db, query: (text, params) => (text.startsWith("UPDATE key_lease SET heartbeat_at") && renewals.push(text), db.query(text, params)) };
+    // Clocks that stand still: the beat's renewal is as young at the signature as when it was sent.
+    const first = new KeyLeases(counting, silentLog, { monotonic: () => 0, wall: () => 0 });
+    await first.claim([KEY]);
+    stops.push(() => first.stopHeartbeat());
+    const beaten = () => renewals.filter((r) => r.includes("ANY($1::text[])")).length;
+    // After a beat (waited for by its statement), a signature needs no statement of its own.
+    const before = beaten();
+    while (beaten() === before) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 20)); // its answer read
+    const all = renewals.length;
+    await first.confirm(KEY.address);
+    expect(renewals).toHaveLength(all);
   });
 
   it("a holder that wakes and renews between a starting instance's watch and its takeover keeps its key", async () => {
