@@ -28,6 +28,7 @@ export const UNIT_TESTS = [
   "test/server/ledger-watch.test.ts",
   "test/server/contract-signature.test.ts",
   "test/server/ledger-pass.test.ts",
+  "test/server/pglite-image.test.ts",
   "test/server/lifecycle.test.ts",
   "test/server/payment-checks.test.ts",
   "test/server/rates.test.ts",

@@ -3,6 +3,7 @@
  * PostgreSQL: embedded PGlite by default, a PostgreSQL server when SERVER_DATABASE_URL is
  * set. One small interface over both, and forward-only migrations keyed by version.
  */
+import { loadPgliteImage } from "../lib/pglite-image.ts";
 import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
 import { refuseOtherPostgresMajor } from "../lib/pglite-dir.ts";
@@ -472,25 +473,17 @@ async function migrate(db: Db): Promise<void> {
 }
 
 /**
- * The cluster PGlite's initdb makes, before any migration, as the first in-memory database a
- * process opens left it. The next ones load it instead of running initdb again: 0.6 s of CPU
- * against 2.7 s, measured with PGlite 0.5.16 (docs/development.md, Tests). The same bytes
- * initdb writes, so the same database, and each still runs every migration itself. Held for
- * the process's life (40 MB); a dump that fails is only not kept.
+ * The cluster PGlite's initdb makes, before any migration: loaded from the image kept on disk
+ * (lib/pglite-image.ts) instead of running initdb again, 0.5 s against 3 s (docs/development.md,
+ * Tests). Read once a process and held for its life (40 MB); each database still runs every
+ * migration itself. Without an image, initdb runs, as it did before.
  */
-let initdbImage: Promise<Blob> | undefined;
+let initdbImage: Promise<Blob | undefined> | undefined;
 
 async function inMemoryPglite(): Promise<PGlite> {
-  const image = await initdbImage?.catch(() => undefined);
-  if (image) return PGlite.create({ loadDataDir: image });
-  const lite = await PGlite.create();
-  // Taken before the caller writes anything: this instance is still exactly what initdb left.
-  const dump = lite.dumpDataDir("none");
-  initdbImage ??= dump;
-  await dump.catch(() => {
-    if (initdbImage === dump) initdbImage = undefined;
-  });
-  return lite;
+  initdbImage ??= loadPgliteImage();
+  const image = await initdbImage;
+  return image ? PGlite.create({ loadDataDir: image }) : PGlite.create();
 }
 
 /** Instances starting together take turns migrating (a session-level advisory lock). */

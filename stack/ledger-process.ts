@@ -15,7 +15,9 @@ import pg from "pg";
 import { isLocalRpcUrl, publicClientFor } from "../lib/chain-client.ts";
 import { deployedChains, readDeployments, requireChain, rpcUrlFor, type Deployments } from "../lib/deployments.ts";
 import { readIndexedBlocks } from "../lib/ledger-watch.ts";
+import { pgliteImage } from "../lib/pglite-image.ts";
 import {
+  IN_MEMORY,
   LEDGER_OPEN_QUERY_API,
   LEDGER_VIEWS_SCHEMA,
   ledgerNice,
@@ -186,6 +188,11 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   delete env.PORT;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.pgliteDir) env.LEDGER_PGLITE_DIR = options.pgliteDir;
+  // An in-memory ledger loads a fresh cluster's image instead of running initdb (lib/pglite-image.ts).
+  if (!options.databaseUrl && (options.pgliteDir ?? ledgerPgliteDir()) === IN_MEMORY) {
+    const image = await pgliteImage();
+    if (image) env.PONDER_PGLITE_IMAGE = image;
+  }
   if (options.pollingIntervalMs) env.LEDGER_POLLING_INTERVAL_MS = String(options.pollingIntervalMs);
   if (options.openQueryApi !== undefined) env[LEDGER_OPEN_QUERY_API] = options.openQueryApi ? "1" : "0";
   ledgerQueryApiOpen(env); // a bad value is refused here, not as a failed Ponder build
