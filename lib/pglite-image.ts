@@ -1,19 +1,22 @@
 /**
  * The cluster a fresh PGlite's initdb makes, kept on disk once per user and PGlite release, so
  * that an in-memory database (the service's; the ledger's on the local profile) loads it
- * instead of running initdb again: about 0.5 s against 3 s on an idle 2-core machine, and 6 s
+ * instead of running initdb again: about 0.5 s against 3 s on an idle 2-core machine, and 4.5 s
  * on a busy one (docs/development.md, Tests). The same bytes initdb writes, so the same
  * database; each one still runs its own migrations.
  *
- * Kept in the user's own cache directory, not a /tmp that another user could write into,
- * and written under a temporary name, then renamed, so that processes starting at once never
- * read half a file. Any failure only means that initdb runs, as it did before.
+ * Kept in the user's own cache directory (0700; an absolute XDG_CACHE_HOME, else ~/.cache),
+ * not a /tmp that another user could write into. Written under a temporary name that must not
+ * exist yet, flushed, then renamed, so that processes starting at once never read half a
+ * file; a file that does not end as a whole tar does is not used, and is made again. Any
+ * failure only means that initdb runs: a process that could not make the image does not try
+ * again.
  */
-import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readFile, rename, stat, unlink } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, isAbsolute, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 
 /** PGlite's release: an image is only loaded by the release that made it. */
@@ -24,29 +27,57 @@ function pgliteRelease(): string {
 }
 
 export function pgliteImagePath(env: NodeJS.ProcessEnv = process.env): string {
-  return join(env.XDG_CACHE_HOME || join(homedir(), ".cache"), "billpay-pglite", `initdb-${pgliteRelease()}.tar`);
+  const cache = env.XDG_CACHE_HOME && isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
+  return join(cache, "billpay-pglite", `initdb-${pgliteRelease()}.tar`);
 }
 
-/** The image's path, made first when it is missing; undefined when it cannot be made. */
-export async function pgliteImage(): Promise<string | undefined> {
-  const path = pgliteImagePath();
+const TAR_BLOCK = 512;
+
+/** Whether the file ends as a whole tar does (a size in blocks, and its two zero blocks last): a cut-off write does not. */
+async function looksWhole(path: string): Promise<boolean> {
+  const file = await open(path, "r");
   try {
-    await stat(path);
-    return path;
-  } catch {
-    // Not made yet: made below.
+    const { size } = await file.stat();
+    if (size < 1024 * 1024 || size % TAR_BLOCK !== 0) return false;
+    const end = Buffer.alloc(2 * TAR_BLOCK);
+    await file.read(end, 0, end.length, size - end.length);
+    return end.every((b) => b === 0);
+  } finally {
+    await file.close();
   }
+}
+
+/** Where this process could not make the image: initdb runs, and making it there is not tried again. */
+const unavailable = new Set<string>();
+
+/** The image's path, made first when it is missing (or not whole); undefined when it cannot be had. */
+export async function pgliteImage(): Promise<string | undefined> {
+  let path: string | undefined;
+  let part: string | undefined;
   try {
+    path = pgliteImagePath();
+    if (unavailable.has(path)) return undefined;
+    const found = await stat(path).catch(() => undefined);
+    if (found?.isFile() && (await looksWhole(path))) return path;
+    if (found) await unlink(path);
     // Where it cannot be kept, initdb is not run for it.
     await mkdir(dirname(path), { recursive: true, mode: 0o700 });
     const lite = await PGlite.create();
     const image = await lite.dumpDataDir("none");
     await lite.close();
-    const part = `${path}.${process.pid}.${Date.now()}.part`;
-    await writeFile(part, Buffer.from(await image.arrayBuffer()), { mode: 0o600 });
+    part = `${path}.${process.pid}.${Date.now()}.part`;
+    const file = await open(part, "wx", 0o600);
+    try {
+      await file.writeFile(Buffer.from(await image.arrayBuffer()));
+      await file.sync();
+    } finally {
+      await file.close();
+    }
     await rename(part, path);
     return path;
   } catch {
+    if (part) await unlink(part).catch(() => {});
+    unavailable.add(path ?? "");
     return undefined;
   }
 }

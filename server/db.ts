@@ -475,15 +475,23 @@ async function migrate(db: Db): Promise<void> {
 /**
  * The cluster PGlite's initdb makes, before any migration: loaded from the image kept on disk
  * (lib/pglite-image.ts) instead of running initdb again, 0.5 s against 3 s (docs/development.md,
- * Tests). Read once a process and held for its life (40 MB); each database still runs every
- * migration itself. Without an image, initdb runs, as it did before.
+ * Tests). Without one (a cache that cannot be written, an image that would not load), the
+ * process's first database runs initdb and its cluster serves the process's next ones. Held for
+ * the process's life (40 MB); each database still runs every migration itself.
  */
 let initdbImage: Promise<Blob | undefined> | undefined;
 
 async function inMemoryPglite(): Promise<PGlite> {
   initdbImage ??= loadPgliteImage();
   const image = await initdbImage;
-  return image ? PGlite.create({ loadDataDir: image }) : PGlite.create();
+  const loaded = image && (await PGlite.create({ loadDataDir: image }).catch(() => undefined));
+  if (loaded) return loaded;
+  const lite = await PGlite.create();
+  // Taken before the caller writes anything: this instance is still exactly what initdb left.
+  const dump = lite.dumpDataDir("none").catch(() => undefined);
+  initdbImage = dump;
+  await dump;
+  return lite;
 }
 
 /** Instances starting together take turns migrating (a session-level advisory lock). */

@@ -188,7 +188,9 @@ export async function startLedger(options: LedgerOptions): Promise<Ledger> {
   delete env.PORT;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.pgliteDir) env.LEDGER_PGLITE_DIR = options.pgliteDir;
-  // An in-memory ledger loads a fresh cluster's image instead of running initdb (lib/pglite-image.ts).
+  // An in-memory ledger loads a fresh cluster's image instead of running initdb (lib/pglite-image.ts);
+  // only this one, never one a parent's environment named.
+  delete env.PONDER_PGLITE_IMAGE;
   if (!options.databaseUrl && (options.pgliteDir ?? ledgerPgliteDir()) === IN_MEMORY) {
     const image = await pgliteImage();
     if (image) env.PONDER_PGLITE_IMAGE = image;

@@ -1,14 +1,13 @@
 /**
  * The image of a fresh PGlite cluster kept on disk (lib/pglite-image.ts): made once, then
- * only read; a database loaded from it is a fresh cluster that takes every migration; and a
- * cache that cannot be written costs nothing but the image (initdb runs, as before).
+ * only read; a database loaded from it is a fresh cluster; a file that is not a whole image is
+ * made again; and a cache that cannot be written costs nothing but the image (initdb runs).
  */
-import { stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { afterEach, describe, expect, it } from "vitest";
 import { loadPgliteImage, pgliteImage, pgliteImagePath } from "../../lib/pglite-image.ts";
-import { openDb } from "../../server/db.ts";
 import { tempDir } from "../support/stack.ts";
 
 describe("the PGlite cluster image", () => {
@@ -32,10 +31,19 @@ describe("the PGlite cluster image", () => {
     const [db] = (await lite.query<{ db: string; tables: number }>(`SELECT current_database() AS db, (SELECT count(*)::int FROM pg_tables WHERE schemaname = 'public') AS tables`)).rows;
     expect(db).toEqual({ db: "postgres", tables: 0 });
     await lite.close();
-    // The service's in-memory database takes every migration on it.
-    const service = await openDb({});
-    expect((await service.query<{ n: number }>(`SELECT count(*)::int AS n FROM schema_migration`))[0]!.n).toBeGreaterThan(0);
-    await service.close();
+  });
+
+  it("is made again when the file is not a whole image (a write cut off), and never loaded as it was", async () => {
+    process.env.XDG_CACHE_HOME = await tempDir("pglite-cache-cut");
+    const path = pgliteImagePath();
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, Buffer.alloc(3 * 1024 * 1024, 7)); // tar-sized, but not ending as a tar does
+    expect(await pgliteImage()).toBe(path);
+    const whole = await readFile(path);
+    expect(whole.subarray(-1024).every((b) => b === 0)).toBe(true);
+    const lite = await PGlite.create({ loadDataDir: await loadPgliteImage() });
+    expect((await lite.query<{ db: string }>(`SELECT current_database() AS db`)).rows[0]!.db).toBe("postgres");
+    await lite.close();
   });
 
   it("is none where the cache cannot be written, and nothing fails for it", async () => {

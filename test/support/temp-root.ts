@@ -7,6 +7,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pgliteImage } from "../../lib/pglite-image.ts";
 
 export const TEST_TMP_ENV = "BILLPAY_TEST_TMP";
 
@@ -18,6 +19,9 @@ export default async function setup(): Promise<() => Promise<void>> {
   // ledger's Ponder, the scripts, the chains) and the workers compile each module once: Ponder's
   // own build step measured 7% less CPU and 15% less time with it.
   process.env.NODE_COMPILE_CACHE ??= join(root, "node-compile-cache");
+  // The fresh PGlite cluster's image, made once here if this machine has none yet, not by
+  // every worker and ledger that would start at once without it (lib/pglite-image.ts).
+  await pgliteImage();
   return async () => {
     if (process.env.KEEP_TEST_TMP === "1") {
       console.log(`test directories kept in ${root}`);
