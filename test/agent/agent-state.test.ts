@@ -23,6 +23,17 @@ const VIA = { wallet: "by wallet", link: "against the link as read" } as const;
 const walletFor = (tail: string, via: keyof typeof VIA) => `0x${"0".repeat(37)}${via === "link" ? "1" : "0"}${tail}`;
 const checker = (links: LinkStore, wallet: string, key: () => string, via: keyof typeof VIA) => (pin: string) =>
   via === "wallet" ? links.checkPin(wallet, pin) : links.authenticate(key()).then((link) => links.checkPin(link, pin));
+/** A wallet linked under a fresh key with `pinHash`, its PIN checked `via` the hub's way or by wallet; `relink` links it again under a new key. */
+async function linkedWallet(links: LinkStore, tail: string, via: keyof typeof VIA, pinHash: string) {
+  const wallet = walletFor(tail, via);
+  let key = "";
+  const relink = async (hash: string) => {
+    key = newApiKey();
+    await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: hash, channel: "MCP", chain: "CELO", token: "USDC" });
+  };
+  await relink(pinHash);
+  return { wallet, key: () => key, check: checker(links, wallet, () => key, via), relink };
+}
 const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof ServiceError ? e.code : String(e)));
 
 for (const kind of ["pglite", "postgresql"] as const) {
@@ -64,10 +75,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
     for (const via of ["wallet", "link"] as const) {
       it(`locks after the limit even when wrong PINs arrive at once, never for right ones, and refuses the right PIN while locked (${VIA[via]})`, async () => {
         const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
-        const wallet = walletFor("bb", via);
-        const key = newApiKey();
-        const check = checker(links, wallet, () => key, via);
-        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const { wallet, check } = await linkedWallet(links, "bb", via, pins.hash("1234"));
         expect(await codeOf(check("1234"))).toBe("OK");
         // Eight right PINs at once: never a lock; those beyond the attempts left wait their turn.
         const rights = await Promise.all(Array.from({ length: 8 }, () => codeOf(check("1234"))));
@@ -93,10 +101,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
 
       it(`still takes a PIN hashed with scrypt before the pepper, and rewrites it under the pepper on the first right PIN (${VIA[via]})`, async () => {
         const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins });
-        const wallet = walletFor("dd", via);
-        const key = newApiKey();
-        const check = checker(links, wallet, () => key, via);
-        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: await scryptPinHash("4321"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const { wallet, check } = await linkedWallet(links, "dd", via, await scryptPinHash("4321"));
         const stored = async () => (await db.query<{ pin_hash: string }>(`SELECT pin_hash FROM agent_link WHERE wallet = $1`, [wallet]))[0]!.pin_hash;
         expect(await codeOf(check("1111"))).toBe("PIN_INVALID");
         expect(await stored()).toMatch(/^scrypt\$/); // a wrong PIN rewrites nothing
@@ -109,10 +114,7 @@ for (const kind of ["pglite", "postgresql"] as const) {
       it(`escalates PIN lockouts, does not forgive them for a right PIN, and retires the key after the last (${VIA[via]})`, async () => {
         const events: string[] = [];
         const links = new LinkStore(db, { maxAttempts: 2, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
-        const wallet = walletFor("cc", via);
-        const key = newApiKey();
-        const check = checker(links, wallet, () => key, via);
-        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const { wallet, key, check } = await linkedWallet(links, "cc", via, pins.hash("1234"));
         const unlock = () => db.query(`UPDATE agent_link SET locked_until = now() - interval '1 second' WHERE wallet = $1`, [wallet]);
         const lockFor = async () => {
           expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
@@ -130,17 +132,14 @@ for (const kind of ["pglite", "postgresql"] as const) {
         await unlock();
         expect(await codeOf(check("0000"))).toBe("PIN_INVALID");
         expect(await codeOf(check("0000"))).toBe("API_KEY_RETIRED");
-        expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+        expect(await codeOf(links.authenticate(key()))).toBe("API_KEY_RETIRED");
         expect(events).toEqual(["pin lockout", "pin lockout", "pin lockout: key retired"]);
       });
 
       it(`bounds the wrong PINs of a key's life when a guesser stops short of every lockout and the key's own agent pays between his tries (${VIA[via]})`, async () => {
         const events: string[] = [];
         const links = new LinkStore(db, { maxAttempts: 3, lockSeconds: 60, maxLockouts: 3, pins }, { ...silentLog, warn: (msg) => void events.push(msg) });
-        const wallet = walletFor("ee", via);
-        let key = newApiKey();
-        const check = checker(links, wallet, () => key, via);
-        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        const { key, check, relink } = await linkedWallet(links, "ee", via, pins.hash("1234"));
         const wrong = async () => (await check("0000").catch((e: unknown) => e)) as ServiceError;
         for (let round = 0; round < 4; round++) {
           expect((await wrong()).code).toBe("PIN_INVALID");
@@ -151,11 +150,10 @@ for (const kind of ["pglite", "postgresql"] as const) {
         }
         // Not the key's: the ninth wrong PIN (3 attempts x 3 lockouts) retires it, though no lockout ever began.
         expect((await wrong()).code).toBe("API_KEY_RETIRED");
-        expect(await codeOf(links.authenticate(key))).toBe("API_KEY_RETIRED");
+        expect(await codeOf(links.authenticate(key()))).toBe("API_KEY_RETIRED");
         expect(events).toEqual(["pin lockout: key retired"]);
         // A new link's key starts its own count.
-        key = newApiKey();
-        await links.link({ wallet, apiKeyHash: hashApiKey(key), pinHash: pins.hash("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+        await relink(pins.hash("1234"));
         expect((await wrong()).extra!.attempts_left).toBe(2);
       });
     }
