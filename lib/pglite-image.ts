@@ -33,12 +33,19 @@ export function pgliteImagePath(env: NodeJS.ProcessEnv = process.env): string {
 
 const TAR_BLOCK = 512;
 
-/** Whether the file ends as a whole tar does (a size in blocks, and its two zero blocks last): a cut-off write does not. */
+/**
+ * Whether the file begins and ends as a whole tar does (a ustar header first, a size in blocks,
+ * its two zero blocks last): a cut-off write or a stray file does not. PGlite, given bytes that
+ * are no tar, tries them as gzip and its stream fails outside any promise: they must never reach it.
+ */
 async function looksWhole(path: string): Promise<boolean> {
   const file = await open(path, "r");
   try {
     const { size } = await file.stat();
     if (size < 1024 * 1024 || size % TAR_BLOCK !== 0) return false;
+    const head = Buffer.alloc(TAR_BLOCK);
+    await file.read(head, 0, head.length, 0);
+    if (head.toString("latin1", 257, 262) !== "ustar") return false;
     const end = Buffer.alloc(2 * TAR_BLOCK);
     await file.read(end, 0, end.length, size - end.length);
     return end.every((b) => b === 0);
@@ -90,5 +97,14 @@ export async function loadPgliteImage(): Promise<Blob | undefined> {
     return new Blob([await readFile(path)]);
   } catch {
     return undefined;
+  }
+}
+
+/** Removes an image that would not load (it looked whole), so that the next process makes it again. */
+export async function discardPgliteImage(): Promise<void> {
+  try {
+    await unlink(pgliteImagePath());
+  } catch {
+    // Gone already, or never made.
   }
 }

@@ -3,7 +3,7 @@
  * PostgreSQL: embedded PGlite by default, a PostgreSQL server when SERVER_DATABASE_URL is
  * set. One small interface over both, and forward-only migrations keyed by version.
  */
-import { loadPgliteImage } from "../lib/pglite-image.ts";
+import { discardPgliteImage, loadPgliteImage } from "../lib/pglite-image.ts";
 import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
 import { refuseOtherPostgresMajor } from "../lib/pglite-dir.ts";
@@ -452,6 +452,10 @@ const MIGRATIONS: string[] = [
   // Orders made before read their making (coalesce in orders/store.ts).
   `ALTER TABLE bill_order ADD COLUMN unfinished_since timestamptz;
    ALTER TABLE bill_order ALTER COLUMN unfinished_since SET DEFAULT now();`,
+  // A bill delivered after all (a held refund, then served) is no failed bill of its payer's:
+  // the move to SUCCESS clears its cause, but the orders filled in from their reason above
+  // were served before that rule.
+  `UPDATE bill_order SET refund_cause = NULL WHERE status = 'SUCCESS' AND refund_cause IS NOT NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */
@@ -486,6 +490,8 @@ async function inMemoryPglite(): Promise<PGlite> {
   const image = await initdbImage;
   const loaded = image && (await PGlite.create({ loadDataDir: image }).catch(() => undefined));
   if (loaded) return loaded;
+  // An image that would not load is not offered again, here or to the next process.
+  if (image) await discardPgliteImage();
   const lite = await PGlite.create();
   // Taken before the caller writes anything: this instance is still exactly what initdb left.
   const dump = lite.dumpDataDir("none").catch(() => undefined);

@@ -128,6 +128,7 @@ export class KeyLeases {
   private readonly lost = new Set<string>();
   /** Per held key, when (on both clocks) the statement of its last renewal that found it still held was sent. */
   private readonly renewedAt = new Map<string, Instant>();
+  private beating = false;
 
   constructor(
     private readonly db: Db,
@@ -220,7 +221,10 @@ export class KeyLeases {
 
   /** Renews the leases; a lease found taken is reported once and dropped. */
   private async beat(): Promise<void> {
-    if (this.held.length === 0) return;
+    // A beat still waiting on a quiet database is not joined by another (each would hold a
+    // connection); the pool's statement timeout ends it, and the next beat runs.
+    if (this.held.length === 0 || this.beating) return;
+    this.beating = true;
     try {
       const sent = this.now();
       const rows = await this.db.query<{ address: string }>(
@@ -232,6 +236,8 @@ export class KeyLeases {
       this.dropLost(this.held.filter((k) => !kept.has(k.address)));
     } catch (err) {
       this.log.warn("could not renew the key lease; retrying", { error: (err as Error).message });
+    } finally {
+      this.beating = false;
     }
   }
 

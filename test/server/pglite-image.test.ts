@@ -7,7 +7,7 @@ import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { afterEach, describe, expect, it } from "vitest";
-import { loadPgliteImage, pgliteImage, pgliteImagePath } from "../../lib/pglite-image.ts";
+import { discardPgliteImage, loadPgliteImage, pgliteImage, pgliteImagePath } from "../../lib/pglite-image.ts";
 import { tempDir } from "../support/stack.ts";
 
 describe("the PGlite cluster image", () => {
@@ -44,6 +44,20 @@ describe("the PGlite cluster image", () => {
     const lite = await PGlite.create({ loadDataDir: await loadPgliteImage() });
     expect((await lite.query<{ db: string }>(`SELECT current_database() AS db`)).rows[0]!.db).toBe("postgres");
     await lite.close();
+  });
+
+  it("is made again when the file is blocks of zeros (a tar's size and end, no header), or after it was discarded", async () => {
+    process.env.XDG_CACHE_HOME = await tempDir("pglite-cache-bad");
+    const path = pgliteImagePath();
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, Buffer.alloc(2 * 1024 * 1024));
+    expect(await pgliteImage()).toBe(path);
+    const made = await readFile(path);
+    expect(made.toString("latin1", 257, 262)).toBe("ustar");
+    await discardPgliteImage(); // as a process does with one that would not load
+    await expect(stat(path)).rejects.toThrow();
+    expect(await pgliteImage()).toBe(path);
+    expect((await stat(path)).size).toBe(made.length);
   });
 
   it("is none where the cache cannot be written, and nothing fails for it", async () => {
