@@ -57,8 +57,24 @@ async function looksWhole(path: string): Promise<boolean> {
 /** Where this process could not make the image: initdb runs, and making it there is not tried again. */
 const unavailable = new Set<string>();
 
-/** The image's path, made first when it is missing (or not whole); undefined when it cannot be had. */
-export async function pgliteImage(): Promise<string | undefined> {
+/** The bytes of a fresh cluster: a new PGlite's initdb, dumped. */
+export type ClusterMaker = () => Promise<Blob>;
+
+async function freshCluster(): Promise<Blob> {
+  const lite = await PGlite.create();
+  try {
+    return await lite.dumpDataDir("none");
+  } finally {
+    await lite.close();
+  }
+}
+
+/**
+ * The image's path, made first when it is missing (or not whole); undefined when it cannot be
+ * had. `make` is initdb's; the tests of how the file is kept pass one that hands back bytes
+ * already made, as initdb takes seconds each time.
+ */
+export async function pgliteImage(make: ClusterMaker = freshCluster): Promise<string | undefined> {
   let path: string | undefined;
   let part: string | undefined;
   try {
@@ -69,9 +85,7 @@ export async function pgliteImage(): Promise<string | undefined> {
     if (found) await unlink(path);
     // Where it cannot be kept, initdb is not run for it.
     await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-    const lite = await PGlite.create();
-    const image = await lite.dumpDataDir("none");
-    await lite.close();
+    const image = await make();
     part = `${path}.${process.pid}.${Date.now()}.part`;
     const file = await open(part, "wx", 0o600);
     try {

@@ -2,16 +2,38 @@
  * The image of a fresh PGlite cluster kept on disk (lib/pglite-image.ts): made once, then
  * only read; a database loaded from it is a fresh cluster; a file that is not a whole image is
  * made again; and a cache that cannot be written costs nothing but the image (initdb runs).
+ * initdb runs once here, in the first test; the tests of how a bad file is replaced are handed
+ * the bytes of a cluster already made (the run's own image), and count how often they are asked.
  */
 import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { discardPgliteImage, loadPgliteImage, pgliteImage, pgliteImagePath } from "../../lib/pglite-image.ts";
 import { tempDir } from "../support/stack.ts";
 
 describe("the PGlite cluster image", () => {
   const cacheHome = process.env.XDG_CACHE_HOME;
+  /** A fresh cluster's bytes: the run's image (test/support/temp-root.ts made it), else initdb's now. */
+  let cluster: Buffer;
+  beforeAll(async () => {
+    const runs = await pgliteImage();
+    cluster = runs ? await readFile(runs) : Buffer.from(await (await freshDump()).arrayBuffer());
+  });
+  async function freshDump(): Promise<Blob> {
+    const lite = await PGlite.create();
+    const dump = await lite.dumpDataDir("none");
+    await lite.close();
+    return dump;
+  }
+  /** A maker handing back `cluster`, and how many times it was asked. */
+  function counted() {
+    const maker = Object.assign(async () => {
+      maker.calls++;
+      return new Blob([cluster]);
+    }, { calls: 0 });
+    return maker;
+  }
   afterEach(() => {
     if (cacheHome === undefined) delete process.env.XDG_CACHE_HOME;
     else process.env.XDG_CACHE_HOME = cacheHome;
@@ -19,7 +41,7 @@ describe("the PGlite cluster image", () => {
 
   it("is made once in the user's cache, read after, and loads as a fresh cluster", async () => {
     process.env.XDG_CACHE_HOME = await tempDir("pglite-cache");
-    const path = await pgliteImage();
+    const path = await pgliteImage(); // initdb's own
     expect(path).toBe(pgliteImagePath());
     expect(path!.startsWith(process.env.XDG_CACHE_HOME)).toBe(true);
     const made = await stat(path!);
@@ -38,8 +60,11 @@ describe("the PGlite cluster image", () => {
     const path = pgliteImagePath();
     await mkdir(dirname(path), { recursive: true });
     await writeFile(path, Buffer.alloc(3 * 1024 * 1024, 7)); // tar-sized, but not ending as a tar does
-    expect(await pgliteImage()).toBe(path);
+    const make = counted();
+    expect(await pgliteImage(make)).toBe(path);
+    expect(make.calls).toBe(1);
     const whole = await readFile(path);
+    expect(whole.equals(cluster)).toBe(true);
     expect(whole.subarray(-1024).every((b) => b === 0)).toBe(true);
     const lite = await PGlite.create({ loadDataDir: await loadPgliteImage() });
     expect((await lite.query<{ db: string }>(`SELECT current_database() AS db`)).rows[0]!.db).toBe("postgres");
@@ -51,12 +76,18 @@ describe("the PGlite cluster image", () => {
     const path = pgliteImagePath();
     await mkdir(dirname(path), { recursive: true });
     await writeFile(path, Buffer.alloc(2 * 1024 * 1024));
-    expect(await pgliteImage()).toBe(path);
+    const make = counted();
+    expect(await pgliteImage(make)).toBe(path);
+    expect(make.calls).toBe(1);
     const made = await readFile(path);
     expect(made.toString("latin1", 257, 262)).toBe("ustar");
+    expect(made.equals(cluster)).toBe(true);
+    expect(await pgliteImage(make)).toBe(path); // whole now: read, not made
+    expect(make.calls).toBe(1);
     await discardPgliteImage(); // as a process does with one that would not load
     await expect(stat(path)).rejects.toThrow();
-    expect(await pgliteImage()).toBe(path);
+    expect(await pgliteImage(make)).toBe(path);
+    expect(make.calls).toBe(2);
     expect((await stat(path)).size).toBe(made.length);
   });
 
@@ -64,7 +95,9 @@ describe("the PGlite cluster image", () => {
     const blocked = join(await tempDir("pglite-cache-blocked"), "a-file");
     await writeFile(blocked, "not a directory");
     process.env.XDG_CACHE_HOME = blocked;
-    expect(await pgliteImage()).toBeUndefined();
+    const make = counted();
+    expect(await pgliteImage(make)).toBeUndefined();
+    expect(make.calls).toBe(0); // initdb is not run for an image that cannot be kept
     expect(await loadPgliteImage()).toBeUndefined();
   });
 });
