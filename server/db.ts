@@ -3,7 +3,7 @@
  * PostgreSQL: embedded PGlite by default, a PostgreSQL server when SERVER_DATABASE_URL is
  * set. One small interface over both, and forward-only migrations keyed by version.
  */
-import { discardPgliteImage, loadPgliteImage } from "../lib/pglite-image.ts";
+import { discardPgliteImage, loadPgliteImage, pgliteInDirectory } from "../lib/pglite-image.ts";
 import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
 import { refuseOtherPostgresMajor } from "../lib/pglite-dir.ts";
@@ -543,7 +543,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     return db;
   } else {
     if (options.pgliteDir) refuseOlderServiceDir(options.pgliteDir);
-    const lite = options.pgliteDir ? new PGlite(options.pgliteDir) : await inMemoryPglite();
+    const lite = options.pgliteDir ? await pgliteInDirectory(options.pgliteDir, await (initdbImage ??= loadPgliteImage())) : await inMemoryPglite();
     db = {
       // PGlite runs one statement list per exec; parameterised queries go through query().
       query: async <T>(text: string, params?: unknown[]) =>

@@ -9,7 +9,7 @@ import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { discardPgliteImage, loadPgliteImage, pgliteImage, pgliteImagePath } from "../../lib/pglite-image.ts";
+import { discardPgliteImage, loadPgliteImage, pgliteImage, pgliteImagePath, pgliteInDirectory } from "../../lib/pglite-image.ts";
 import { tempDir } from "../support/stack.ts";
 
 describe("the PGlite cluster image", () => {
@@ -89,6 +89,27 @@ describe("the PGlite cluster image", () => {
     expect(await pgliteImage(make)).toBe(path);
     expect(make.calls).toBe(2);
     expect((await stat(path)).size).toBe(made.length);
+  });
+
+  it("starts a directory's database from the image when the directory is new, and opens one already there as it is", async () => {
+    // An image told apart from initdb's by a table of its own.
+    const marking = await PGlite.create({ loadDataDir: new Blob([cluster]) });
+    await marking.exec(`CREATE TABLE made_from_image (x int)`);
+    const marked = await marking.dumpDataDir("none");
+    await marking.close();
+    const hasTable = async (lite: PGlite, name: string) => (await lite.query<{ t: string | null }>(`SELECT to_regclass($1)::text AS t`, [name])).rows[0]!.t !== null;
+
+    const dir = join(await tempDir("pglite-dir"), "db");
+    const made = await pgliteInDirectory(dir, marked);
+    expect(await hasTable(made, "made_from_image")).toBe(true);
+    await made.exec(`CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)`);
+    await made.close();
+
+    // There now: opened as it is, never loaded over, whatever image is offered.
+    const again = await pgliteInDirectory(dir, new Blob([cluster]));
+    expect((await again.query<{ x: number }>(`SELECT x FROM kept`)).rows).toEqual([{ x: 7 }]);
+    expect(await hasTable(again, "made_from_image")).toBe(true);
+    await again.close();
   });
 
   it("is none where the cache cannot be written, and nothing fails for it", async () => {
