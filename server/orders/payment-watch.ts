@@ -21,8 +21,9 @@
  *     payment back, exactly the order's, in a transaction the watch knows for it (by its
  *     receipt and the ledger's own predicate, chain/receipt-payment.ts), in a block the ledger
  *     has not indexed yet: then the ledger is behind, not the money, and the order waits for
- *     it (a ledger that far behind alerts on its own). No unit moves on that receipt; it only
- *     keeps an operator from a payment that stands.
+ *     it (a ledger that far behind alerts on its own), up to RECOLLECT_REVIEW_SECONDS more;
+ *     a ledger still short of that block then is stalled, and an operator decides. No unit
+ *     moves on that receipt; it only keeps an operator from a payment that stands.
  *   - refunding or refunded: nothing was kept, so nothing is owed either way; the order
  *     becomes PAYMENT_FAILED, and should the payment land after all, the ledger pass refunds it
  *     (a payment for a bill that was vended, or may have been, is held for an operator to serve).
@@ -354,6 +355,9 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       if (!back) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s`);
       // Also a ledger on another fork at that height: the safe reading is a person's.
       if (BigInt(back.blockNumber) <= indexed) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s as the ledger shows it: the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), which the ledger has indexed past without it`);
+      // A ledger that has not reached the block in as long again is not lag but a stall (it
+      // alerts on its own, and /readyz says so): the order is not left waiting on it for good.
+      if (lostFor > 2 * deps.recollectReviewSeconds) return review(deps, order, w, `the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), but the ledger has not indexed that block within ${2 * deps.recollectReviewSeconds} s of the loss`);
       const detail = `back on chain (transaction ${back.txHash}, block ${back.blockNumber}, by the service's node); waiting for the ledger to index it`;
       if (w.detail !== detail) deps.log.warn("a lost payment is back on the service's node, but not yet in the ledger; the order waits for the ledger", { requestId: order.requestId, chain: w.chain, txHash: back.txHash, lostForSeconds: Math.round(lostFor) });
       await deps.watches.attempted(order.requestId, null, detail);

@@ -645,8 +645,9 @@ describe("a payment reorganised off the chain after its bill was served", () => 
    * facilitator, all watched through a ledger that shows nothing under the order's key; then
    * the deadline for collecting it again passes. `indexedShort`: the ledger also stands a block
    * short of the one the payment came back in (the node has it, the ledger does not yet).
+   * `lostMinutesAgo`: past the 600 s deadline, and by default short of twice it.
    */
-  async function collectedAgainPastDeadline(payer: Account, nairaAmount: number, indexedShort: boolean) {
+  async function collectedAgainPastDeadline(payer: Account, nairaAmount: number, indexedShort: boolean, lostMinutesAgo = 15) {
     const before = await usdc(payer.address);
     const paid = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount })));
     expect(paid).toMatchObject({ status: "SUCCESS" });
@@ -677,7 +678,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, backIn);
     expect(before - (await usdc(payer.address))).toBe(order.amount);
     // The deadline passes.
-    await service.db.query(`UPDATE payment_watch SET lost_at = now() - interval '20 minutes', attempted_at = now() - interval '1 minute' WHERE request_id = $1`, [paid.request_id]);
+    await service.db.query(`UPDATE payment_watch SET lost_at = now() - make_interval(mins => $2), attempted_at = now() - interval '1 minute' WHERE request_id = $1`, [paid.request_id, lostMinutesAgo]);
     await watchPayments(deps);
     return { requestId: paid.request_id as string, before, order, lossOf };
   }
@@ -691,6 +692,16 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     await watchUntil(requestId, "RECOLLECTED");
     expect((await orderOf(requestId)).status).toBe("SUCCESS");
     expect(before - (await usdc(payer.address))).toBe(order.amount);
+    expect(await delivered(requestId)).toEqual(["delivered"]);
+  });
+
+  it("x402: a ledger that has not reached the block the node shows the payment back in by twice the deadline has stalled: an operator decides, nothing moves", async () => {
+    const payer = hardhatAccount(3);
+    const { requestId, before, order } = await collectedAgainPastDeadline(payer, 1562, true, 21);
+    const held = await orderOf(requestId);
+    expect(held.status).toBe("NEEDS_REVIEW");
+    expect(held.failureReason).toMatch(/but the ledger has not indexed that block within 1200 s of the loss/);
+    expect(before - (await usdc(payer.address))).toBe(order.amount); // collected once, nothing more
     expect(await delivered(requestId)).toEqual(["delivered"]);
   });
 
