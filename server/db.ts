@@ -543,7 +543,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     return db;
   } else {
     if (options.pgliteDir) refuseOlderServiceDir(options.pgliteDir);
-    const lite = options.pgliteDir ? await pgliteInDirectory(options.pgliteDir, await (initdbImage ??= loadPgliteImage())) : await inMemoryPglite();
+    const lite = options.pgliteDir ? await pgliteInDirectory(options.pgliteDir, () => (initdbImage ??= loadPgliteImage())) : await inMemoryPglite();
     db = {
       // PGlite runs one statement list per exec; parameterised queries go through query().
       query: async <T>(text: string, params?: unknown[]) =>

@@ -357,7 +357,10 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       if (BigInt(back.blockNumber) <= indexed) return review(deps, order, w, `not collected again within ${deps.recollectReviewSeconds} s as the ledger shows it: the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), which the ledger has indexed past without it`);
       // A ledger that has not reached the block in as long again is not lag but a stall (it
       // alerts on its own, and /readyz says so): the order is not left waiting on it for good.
-      if (lostFor > 2 * deps.recollectReviewSeconds) return review(deps, order, w, `the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), but the ledger has not indexed that block within ${2 * deps.recollectReviewSeconds} s of the loss`);
+      if (lostFor > 2 * deps.recollectReviewSeconds) {
+        const why = `the service's node shows it back in block ${back.blockNumber} (transaction ${back.txHash}), but the ledger has not indexed that block within ${2 * deps.recollectReviewSeconds} s of the loss`;
+        return holdForReview(deps, order, w, SERVED, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a lost payment is back on the service's node, but the ledger has stalled short of it; the order waits for an operator");
+      }
       const detail = `back on chain (transaction ${back.txHash}, block ${back.blockNumber}, by the service's node); waiting for the ledger to index it`;
       if (w.detail !== detail) deps.log.warn("a lost payment is back on the service's node, but not yet in the ledger; the order waits for the ledger", { requestId: order.requestId, chain: w.chain, txHash: back.txHash, lostForSeconds: Math.round(lostFor) });
       await deps.watches.attempted(order.requestId, null, detail);

@@ -5,7 +5,7 @@
  * initdb runs once here, in the first test; the tests of how a bad file is replaced are handed
  * the bytes of a cluster already made (the run's own image), and count how often they are asked.
  */
-import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, stat, symlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -100,16 +100,32 @@ describe("the PGlite cluster image", () => {
     const hasTable = async (lite: PGlite, name: string) => (await lite.query<{ t: string | null }>(`SELECT to_regclass($1)::text AS t`, [name])).rows[0]!.t !== null;
 
     const dir = join(await tempDir("pglite-dir"), "db");
-    const made = await pgliteInDirectory(dir, marked);
+    const made = await pgliteInDirectory(dir, async () => marked);
     expect(await hasTable(made, "made_from_image")).toBe(true);
     await made.exec(`CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)`);
     await made.close();
 
-    // There now: opened as it is, never loaded over, whatever image is offered.
-    const again = await pgliteInDirectory(dir, new Blob([cluster]));
+    expect((await readdir(dirname(dir))).sort()).toEqual(["db"]); // renamed into place, nothing left beside it
+
+    // There now: opened as it is, never loaded over, the image not even asked for.
+    const asked = counted();
+    const again = await pgliteInDirectory(dir, asked);
+    expect(asked.calls).toBe(0);
     expect((await again.query<{ x: number }>(`SELECT x FROM kept`)).rows).toEqual([{ x: 7 }]);
     expect(await hasTable(again, "made_from_image")).toBe(true);
     await again.close();
+  });
+
+  it("leaves whatever is already at a directory's path to PGlite, a link to nothing included, and never asks for the image", async () => {
+    const base = await tempDir("pglite-link");
+    const link = join(base, "db");
+    await symlink(join(base, "not-mounted-yet"), link);
+    const asked = counted();
+    const lite = await pgliteInDirectory(link, asked);
+    await expect(lite.waitReady).rejects.toThrow(); // as before: PGlite cannot make its directory there
+    expect(asked.calls).toBe(0);
+    expect((await lstat(link)).isSymbolicLink()).toBe(true);
+    expect((await readdir(base)).sort()).toEqual(["db"]);
   });
 
   it("is none where the cache cannot be written, and nothing fails for it", async () => {
