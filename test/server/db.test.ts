@@ -49,8 +49,11 @@ describe("the service's embedded database (PGlite)", () => {
     }
   });
 
-  it("keeps its state on disk across a restart", async () => {
-    const dir = await tempDir();
+  it("keeps its state on disk across a restart, in a directory it made (from the cluster image) or one that was there, empty", async () => {
+    for (const dir of [join(await tempDir(), "service"), await tempDir()]) await keepsStateAcrossRestart(dir);
+  });
+
+  async function keepsStateAcrossRestart(dir: string) {
     const first = await openDb({ pgliteDir: dir });
     const [made] = await first.query<{ id: string }>("INSERT INTO rate_version (fingerprint, rate_milli, source) VALUES ($1, 1550000, 'test') RETURNING id", ["restart"]);
     await first.close();
@@ -60,7 +63,7 @@ describe("the service's embedded database (PGlite)", () => {
     } finally {
       await again.close();
     }
-  });
+  }
 
   it("refuses a directory written by another PostgreSQL major, saying which and what to do, and leaves it as it was", async () => {
     const dir = await tempDir();
