@@ -1,9 +1,10 @@
 /**
  * The cluster a fresh PGlite's initdb makes, kept on disk once per user and PGlite release, so
  * that an in-memory database (the service's; the ledger's on the local profile), and the
- * service's database in a directory it makes, load it instead of running initdb again: about 0.5 s against 3 s on an idle 2-core machine, and 4.5 s
- * on a busy one (docs/development.md, Tests). The same bytes initdb writes, so the same
- * database; each one still runs its own migrations.
+ * service's database in a directory it makes, load it instead of running initdb again: about
+ * 0.5 s against 3 s on an idle 2-core machine, and 4.5 s on a busy one (docs/development.md,
+ * Tests). The same bytes initdb writes, so the same database; each one still runs its own
+ * migrations.
  *
  * Kept in the user's own cache directory (0700; an absolute XDG_CACHE_HOME, else ~/.cache),
  * not a /tmp that another user could write into. Written under a temporary name that must not
