@@ -484,10 +484,10 @@ async function migrate(db: Db): Promise<void> {
  * the process's life (40 MB); each database still runs every migration itself.
  */
 let initdbImage: Promise<Blob | undefined> | undefined;
+const clusterImage = () => (initdbImage ??= loadPgliteImage());
 
 async function inMemoryPglite(): Promise<PGlite> {
-  initdbImage ??= loadPgliteImage();
-  const image = await initdbImage;
+  const image = await clusterImage();
   const loaded = image && (await PGlite.create({ loadDataDir: image }).catch(() => undefined));
   if (loaded) return loaded;
   // An image that would not load is not offered again, here or to the next process.
@@ -543,7 +543,7 @@ export async function openDb(options: { url?: string; pgliteDir?: string; poolSi
     return db;
   } else {
     if (options.pgliteDir) refuseOlderServiceDir(options.pgliteDir);
-    const lite = options.pgliteDir ? await pgliteInDirectory(options.pgliteDir, () => (initdbImage ??= loadPgliteImage())) : await inMemoryPglite();
+    const lite = options.pgliteDir ? await pgliteInDirectory(options.pgliteDir, clusterImage) : await inMemoryPglite();
     db = {
       // PGlite runs one statement list per exec; parameterised queries go through query().
       query: async <T>(text: string, params?: unknown[]) =>
