@@ -70,6 +70,20 @@ export async function keyRefundedOnNode(deps: { deployments: Deployments }, chai
   return keyRefundedAt(client, d.billPay.address as Hex, key, await client.getBlockNumber());
 }
 
+/**
+ * A refund of an order's payment that may stand on chain whatever the ledger shows yet, as the
+ * service's node shows it now: one of the refund transactions signed for the order (`signed`)
+ * held unmined in its pool, which may still land (`pending`); else BillPay holding the key
+ * refunded at the node's head (`standing`: mined, perhaps a block ahead of the ledger); else
+ * undefined. In that order: a refund mined between the two reads is read as standing.
+ */
+export async function refundInSight(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey, signed: readonly Hex[]): Promise<{ pending: Hex } | { standing: true } | undefined> {
+  const pending = await Promise.all(signed.map(async (hash) => ((await transactionPending(deps, chain, hash)) ? hash : undefined)));
+  const first = pending.find((hash) => hash !== undefined);
+  if (first) return { pending: first };
+  return (await keyRefundedOnNode(deps, chain, key)) ? { standing: true } : undefined;
+}
+
 /** Whether the node holds the transaction unmined, in its pool (where a reorganisation puts back what it took). */
 export async function transactionPending(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
   const client = deployedClientFor(deps.deployments, chain);

@@ -43,7 +43,7 @@ import type { Db } from "../db.ts";
 import { orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import { orderPaymentIn } from "../chain/receipt-payment.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
-import { keyRefundedOnNode, transactionPending } from "../chain/refund-on-node.ts";
+import { refundInSight } from "../chain/refund-on-node.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -328,13 +328,10 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       // the service's node, not the ledger, which may show neither while it takes the
       // reorganisation in; a refund the node holds unmined may yet land: the next pass. Every
       // refund transaction signed for the order is recorded before it is sent (one stuck on
-      // fees included), so each is asked. In that order: a refund mined between the two reads
-      // is then read as standing.
-      const chain = order.chain as ChainKey;
-      const signed = [...new Set([...(await deps.orders.signedRefunds(order.requestId)), ...(order.refundTxHash ? [order.refundTxHash.toLowerCase()] : [])])];
-      const pending = await Promise.all(signed.map((hash) => transactionPending(deps, chain, hash as Hex)));
-      if (pending.some(Boolean)) return false;
-      if (await keyRefundedOnNode(deps, chain, orderKeyOf(order))) {
+      // fees included), so each is asked (refundInSight).
+      const seen = await refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+      if (seen && "pending" in seen) return false;
+      if (seen) {
         const why = "its refund stands on chain without it";
         return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a refunded payment was reorganised off the chain while its refund stands; the order waits for an operator");
       }

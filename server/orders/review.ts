@@ -66,9 +66,10 @@ import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment } from "../ledger-client.ts";
+import { orderKeyOf, paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
+import { refundInSight } from "../chain/refund-on-node.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import { fulfil, otherAttemptsNow, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
@@ -289,6 +290,15 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
         `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): serving it could give away both the bill and the refund; refund it again instead (BillPay refunds a key once)`,
       );
     }
+    // A refund sent before the hold may be unmined still (stuck on fees; a run that died after
+    // sending it), or mined a block ahead of the ledger, which the ledger's view below misses.
+    const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+    if (seen && "pending" in seen) {
+      throw new Refused(
+        `its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: serving it could give away both the bill and the refund; decide once it is mined or gone, or refund it (BillPay refunds a key once)`,
+      );
+    }
+    if (seen) throw new Refused(`BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): serving it would give the bill away`);
   }
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {

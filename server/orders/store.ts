@@ -540,10 +540,10 @@ export class OrderStore {
     await this.db.query(`UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1`, [requestId, hash.toLowerCase()]);
   }
 
-  /** Every refund transaction signed for the order, mined or not. */
-  async signedRefunds(requestId: string): Promise<string[]> {
-    const [row] = await this.db.query<{ refund_signed: string[] | null }>(`SELECT refund_signed FROM bill_order WHERE request_id = $1`, [requestId]);
-    return row?.refund_signed ?? [];
+  /** Every refund transaction signed for the order, mined or not, and the one it records as its refund: each once. */
+  async signedRefunds(requestId: string): Promise<Hex[]> {
+    const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null }>(`SELECT refund_signed, refund_tx_hash FROM bill_order WHERE request_id = $1`, [requestId]);
+    return [...new Set([...(row?.refund_signed ?? []), ...(row?.refund_tx_hash ? [row.refund_tx_hash.toLowerCase()] : [])])] as Hex[];
   }
 
   /** Takes back pull orders no pull was signed for (PULLING, no transaction): as if never made. */

@@ -11,6 +11,9 @@
  *   - `npm run review` (scripts/review.ts): refund and close from the command line;
  *   - a served order held for review after a reorganisation-style loss is served again from
  *     the console without a second pay to the biller;
+ *   - serving an order whose refund is still unmined (sent before the biller said it delivered
+ *     after all) is refused, naming the transaction, before the ledger could show it; once
+ *     mined, the order closes as refunded, nothing sent twice;
  *   - an x402 payment no order accounts for is closed as refunded by hand, the transaction
  *     checked on chain (a wrong one refused).
  * Screenshots are kept in test-artifacts/console-review-form.png (the decision form) and
@@ -32,6 +35,7 @@ import { runReview } from "../../scripts/review.ts";
 import { FormTokens } from "../../server/operator/csrf.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import type { ReviewRecord } from "../../server/orders/review.ts";
+import { refund } from "../../server/orders/fulfil.ts";
 import { workOnce } from "../../server/orders/worker.ts";
 import { closeExpiredRefusals } from "../../server/orders/x402-flow.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
@@ -59,6 +63,7 @@ describe("an operator resolves what waits for review, from the console and the c
   const served = accounts(18);
   const outsider = accounts(19);
   const waiting = accounts(11);
+  const reversed = accounts(13);
   let evil: Server;
   let evilUrl: string;
   let evilPage = "";
@@ -370,6 +375,45 @@ describe("an operator resolves what waits for review, from the console and the c
     await page.close();
   });
 
+  it("refuses to serve an order whose refund is still waiting to be mined, which the ledger cannot show yet: the payer gets the refund, never the bill as well", async () => {
+    const res = await wrapFetchWithPayment(fetch, x402ClientFor(reversed, paying.chains.deployments))(`${url}/api/pay/x402`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(x402Bill(reversed.address)),
+    });
+    const paid = (await res.json()) as { request_id: string; status: string };
+    expect(paid.status).toBe("SUCCESS");
+    await ledgerAtHead();
+    const order = (await service.flow.orders.get(paid.request_id))!;
+    const before = await usdc(reversed.address);
+    await celo.miningPaused(async (mine) => {
+      // The biller took the bill back: its refund is signed and sent, and sits unmined (fees, a slow chain).
+      const refunding = refund(service.flow, order, "the biller reversed the bill after delivering it (as a test sets it)", ["SUCCESS"]);
+      await expect.poll(() => service.flow.orders.signedRefunds(order.requestId), { timeout: 20_000 }).toHaveLength(1);
+      const [pending] = await service.flow.orders.signedRefunds(order.requestId);
+      // Then the biller says an attempt was delivered after all (orders/fulfil.ts actOnBillerState): held for an operator.
+      await service.flow.orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "the biller then delivered the bill while its refund was not yet done (as a test sets it)" });
+      const serve = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
+      expect(serve.lines[0]).toMatch(/not taken: .*serve by bob .*REFUSED/);
+      expect(serve.lines.join("\n")).toContain(`its refund (transaction ${pending}) is waiting to be mined`);
+      expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+      await mine();
+      await refunding;
+    });
+    // Mined: the payer has the payment back, once; the order stays with the operator, and serving it is still refused (the ledger shows the refund).
+    expect(await usdc(reversed.address)).toBe(before + order.amount);
+    await ledgerAtHead();
+    const again = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
+    expect(again.lines[0]).toMatch(/not taken: .*serve by bob .*REFUSED/);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+    // The operator closes it as what the chain shows, refunded: BillPay holds the key refunded, and nothing is sent again.
+    const closed = await runReview(["refund", order.requestId, "--reason", "the refund went before the late delivery"], { url, token: TOKEN, operator: "bob" });
+    expect(closed.ok, closed.lines.join("\n")).toBe(true);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("REFUNDED");
+    expect(await usdc(reversed.address)).toBe(before + order.amount);
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}`)).toEqual(["serve:REFUSED", "serve:REFUSED", "refund:DONE"]);
+  });
+
   it("a refund the budget makes wait is accepted, and the worker finishes it with the amount the operator approved", async () => {
     const order = await mismatchedOrder(waiting, 200_000n);
     const before = await usdc(waiting.address);
@@ -465,7 +509,7 @@ describe("an operator resolves what waits for review, from the console and the c
       expect.stringMatching(/REFUNDED, close-orphan by alice .*refunded by hand from the treasury.*DONE/),
       expect.stringMatching(/RESOLVED, close-orphan by carol .*keep it as credit.*DONE/),
     ]);
-    expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(5);
+    expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(6);
     // Nothing waits: the list says so, and so does the console's empty table.
     expect((await runReview(["list"], { url, token: TOKEN, operator: "carol" })).lines).toEqual(["orders held for review: 0", "  none", "x402 payments without an order: 0", "  none"]);
     const empty = await alice.newPage();
