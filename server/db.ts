@@ -456,6 +456,9 @@ const MIGRATIONS: string[] = [
   // the move to SUCCESS clears its cause, but the orders filled in from their reason above
   // were served before that rule.
   `UPDATE bill_order SET refund_cause = NULL WHERE status = 'SUCCESS' AND refund_cause IS NOT NULL;`,
+  // How many of an order's refunds were mined and reverted, each at the refunder key's gas
+  // (orders/fulfil.ts refundReverted): bounded, then an operator decides.
+  `ALTER TABLE bill_order ADD COLUMN refund_reverts integer NOT NULL DEFAULT 0;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

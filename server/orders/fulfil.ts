@@ -21,7 +21,7 @@ import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catal
 import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
-import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
+import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -728,6 +728,7 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
       deps.log.error("refund held for review: BillPay's order ids for it are taken, and the payment is not refunded", { requestId: refunding.requestId });
       return move(deps, refunding, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${reason}; BillPay refuses the refund: its order ids are taken, and the payment is not refunded (OrderExists)` });
     }
+    if (err instanceof ContractRefused && err.errorName === REVERTED_ON_CHAIN) return refundReverted(deps, refunding, reason, err);
     if (err instanceof ContractRefused && REFUND_NEVER.has(err.errorName)) {
       // Retrying cannot change BillPay's answer: an operator decides.
       deps.log.error("refund refused by BillPay; held for review", { requestId: refunding.requestId, error: err.errorName });
@@ -826,6 +827,32 @@ async function deferRefund(deps: Pick<FlowDeps, "orders" | "refundWaitReviewSeco
     return move(deps, o, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${o.failureReason ?? "refund"}; the refund waited past ${deps.refundWaitReviewSeconds} s: ${wait.why}` });
   }
   return (await deps.orders.get(o.requestId)) ?? o;
+}
+
+/**
+ * Refunds of one order mined and reverted (its estimate passed) before an operator decides,
+ * and the wait after each. A revert's cause is not read from the chain: most likely state that
+ * changed between the estimate and the block (another refund took the budget, the admin paused
+ * BillPay), which a later try gets past; but a payer's contract wallet can also answer its
+ * signature check one way to the estimate and the other in the block, and then every try
+ * spends the refunder key's gas for nothing. So they are counted, and bounded.
+ */
+const REFUND_REVERTS_REVIEW = 3;
+const REFUND_REVERT_RETRY_SECONDS = 300;
+
+/** A refund mined and reverted: tried again after a wait, and held for an operator once REFUND_REVERTS_REVIEW have. */
+async function refundReverted(deps: Pick<FlowDeps, "orders" | "log">, o: Order, reason: string, err: ContractRefused): Promise<Order> {
+  const reverts = await deps.orders.refundReverted(o.requestId, REFUND_REVERT_RETRY_SECONDS);
+  if (reverts === undefined) return (await deps.orders.get(o.requestId)) ?? o;
+  const line = { requestId: o.requestId, reverts, error: err.message };
+  if (reverts < REFUND_REVERTS_REVIEW) {
+    deps.log.warn(`a refund was mined and reverted; tried again in ${REFUND_REVERT_RETRY_SECONDS} s`, line);
+    return (await deps.orders.get(o.requestId)) ?? o;
+  }
+  deps.log.error("refunds kept reverting on chain; held for an operator", line);
+  return move(deps, o, ["REFUNDING"], "NEEDS_REVIEW", {
+    failureReason: `${reason}; its refund was mined and reverted ${reverts} times, each at the service's gas (the last: ${err.message}): held for an operator`,
+  });
 }
 
 /** BillPay refusals of a refund that no retry changes (a pause or a spent budget does change). */

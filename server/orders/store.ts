@@ -820,6 +820,19 @@ export class OrderStore {
   }
 
   /**
+   * A REFUNDING order's refund was mined and reverted: counted, and the order not taken again
+   * for `seconds`. The count so far; undefined when the order is no longer REFUNDING.
+   */
+  async refundReverted(requestId: string, seconds: number): Promise<number | undefined> {
+    const [row] = await this.db.query<{ reverts: number }>(
+      `UPDATE bill_order SET refund_reverts = refund_reverts + 1, not_before = now() + make_interval(secs => $2)
+       WHERE request_id = $1 AND status = 'REFUNDING' RETURNING refund_reverts AS reverts`,
+      [requestId, seconds],
+    );
+    return row?.reverts;
+  }
+
+  /**
    * A PAID order waits `seconds` before the worker takes it again (the biller could not
    * answer its number check), with the reason; undefined when it is no longer PAID.
    */

@@ -4,15 +4,22 @@
  * payer whose bill failed the biller's number check has its next bills checked before it
  * pays; one payer's refunds take at most its share of the budget; a refund the budget
  * cannot take waits its computed turn (never retried in a loop) and goes to an operator
- * past the deadline; and paid calls that settle nothing are limited per payer.
+ * past the deadline; a refund mined and reverted is tried again a bounded number of times,
+ * then held; and paid calls that settle nothing are limited per payer.
  */
-import type { Account, Hex } from "viem";
+import { createWalletClient, http, parseGwei, type Account, type Hex } from "viem";
 import { x402HTTPClient } from "@x402/core/http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mcpAgent, type ToolAnswer } from "../../lib/agent-client.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { hashApiKey, newApiKey } from "../../server/credentials.ts";
 import { workOnce } from "../../server/orders/worker.ts";
+import { refund } from "../../server/orders/fulfil.ts";
+import type { OrderStatus } from "../../server/orders/store.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
+import { viemChain } from "../../lib/chains.ts";
+import { deployerAccount } from "../../lib/local-accounts.ts";
+import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
 import { createApp } from "../../server/app.ts";
 import { VtpassClient } from "../../server/biller/vtpass/client.ts";
 import { CustomerChecks } from "../../server/biller/customer-check.ts";
@@ -248,6 +255,58 @@ describe("refunds are never free and never starved", () => {
         { timeout: 30_000, interval: 1_000 },
       )
       .toBe("REFUNDED");
+  });
+
+  it("a refund mined and reverted is tried again at most twice, each after a wait, then held for an operator: a wallet that fails its signature check in the block, not in the estimate, costs three refunds' gas, not one every pass", async () => {
+    // A payer refused before any challenge above (nothing paid, nothing failed), and a budget that holds its refund.
+    const payer = accounts(3);
+    // (A limit set again keeps only what was available: a short period refills it within seconds.)
+    await celo.setRefundBudget("USDC", USDC(8), 5n);
+    await expect.poll(async () => (await service.flow.refundBudgets.read("CELO", celo.tokenAddress("USDC"))).available, { timeout: 20_000 }).toBeGreaterThanOrEqual(USDC(2));
+    const served = await pay(payer, airtime(payer, SANDBOX_NUMBERS.phone));
+    expect(served.body.status).toBe("SUCCESS");
+    const requestId = served.body.request_id as string;
+    await waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
+    const before = await usdc(payer.address);
+    const rpcUrl = paying.chains.deployments.chains.CELO!.rpcUrl;
+    const admin = createWalletClient({ account: deployerAccount(), chain: viemChain("CELO", rpcUrl), transport: http(rpcUrl) });
+    const reason = "the biller reversed the bill after delivering it (as a test sets it)";
+    // Each try: the refund's estimate passes, it is signed and sent; ahead of it in the block,
+    // BillPay is paused (as the payer's wallet would turn its signature check off), so it reverts.
+    const revertedTry = (from: OrderStatus[]) =>
+      celo.miningPaused(async (mine) => {
+        const signed = (await service.flow.orders.signedRefunds(requestId)).length;
+        const trying = refund(service.flow, await orderOf(requestId), reason, from);
+        await expect.poll(async () => (await service.flow.orders.signedRefunds(requestId)).length, { timeout: 20_000 }).toBe(signed + 1);
+        await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "pause", maxPriorityFeePerGas: parseGwei("50"), maxFeePerGas: parseGwei("100") });
+        await mine();
+        return trying;
+      });
+    const unpause = async () => {
+      if (await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "paused" })) await celo.pause(false);
+    };
+    try {
+      for (const n of [1, 2]) {
+        const after = await revertedTry(n === 1 ? ["SUCCESS"] : ["REFUNDING"]);
+        await unpause();
+        expect(after.status).toBe("REFUNDING");
+        // Not taken again until its wait is over: a pass leaves it as it is.
+        const [row] = await service.db.query<{ reverts: number; waits: boolean }>(`SELECT refund_reverts AS reverts, not_before > now() + interval '200 seconds' AS waits FROM bill_order WHERE request_id = $1`, [requestId]);
+        expect(row).toEqual({ reverts: n, waits: true });
+        await workOnce(service.flow);
+        expect((await service.flow.orders.signedRefunds(requestId)).length).toBe(n);
+      }
+      const held = await revertedTry(["REFUNDING"]);
+      expect(held.status).toBe("NEEDS_REVIEW");
+      expect(held.failureReason).toMatch(/its refund was mined and reverted 3 times, each at the service's gas/);
+    } finally {
+      await unpause();
+    }
+    expect((await service.flow.orders.signedRefunds(requestId)).length).toBe(3);
+    expect(await usdc(payer.address)).toBe(before);
+    // An operator's refund, with BillPay as it should be: the payment goes back once.
+    expect((await refund(service.flow, await orderOf(requestId), "refunded by an operator", ["NEEDS_REVIEW"])).status).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(before + (await orderOf(requestId)).amount);
   });
 
   it("a number check the biller cannot answer is retried, not refunded; only past its deadline is the bill refunded", async () => {
