@@ -18,7 +18,7 @@ import { formatKobo } from "./catalogue/amounts.ts";
 import { checkFor } from "./catalogue/plans.ts";
 import { TtlCache } from "./catalogue/ttl-cache.ts";
 import type { BillerApi, VerifyResult } from "./upstream.ts";
-import type { VendPlan } from "./catalogue/vend-plan.ts";
+import { refusedByCheck, type VendPlan } from "./catalogue/vend-plan.ts";
 import { ServiceError } from "../errors.ts";
 import { errorText } from "../log-safety.ts";
 
@@ -73,7 +73,9 @@ export class CustomerChecks {
   /**
    * Before a bill is priced for `payer`: when the payer's bills failed the number check
    * lately and this bill has one, the number is checked now, and a wrong one is refused
-   * (CUSTOMER_NOT_VERIFIED) before anything is paid.
+   * (CUSTOMER_NOT_VERIFIED) before anything is paid; so is a plan the check shows cannot be
+   * paid as priced (PLAN_AMOUNT_MISMATCH: a renewal at other than the smartcard's renewal
+   * amount), which after payment is refunded and counted as a failed check too.
    */
   async checkUpfront(plan: VendPlan, payer: string, budgetUnderPressure: () => Promise<boolean>): Promise<void> {
     const verify = plan.verify;
@@ -86,7 +88,11 @@ export class CustomerChecks {
     const answer = await this.ask({ ...plan, verify }).catch((err: unknown) => {
       throw billerUnavailable(err);
     });
-    if (answer.ok) return;
+    if (answer.ok) {
+      const refused = refusedByCheck(plan, answer);
+      if (refused) throw new ServiceError("PLAN_AMOUNT_MISMATCH", `${why}; the biller's check says ${refused}. Nothing was charged`, { reason: refused });
+      return;
+    }
     throw new ServiceError("CUSTOMER_NOT_VERIFIED", `${why}; the biller says this one is wrong: ${answer.reason}. Nothing was charged`, { reason: answer.reason });
   }
 }

@@ -319,7 +319,8 @@ async function preparePay(deps: VendDeps, order: Order): Promise<Exclude<Complet
     }
   }
   const completed = completedWith(deps, plan, verified);
-  if ("refuse" in completed) return { order: await refund(deps, order, completed.refuse) };
+  // Only the check's answer refuses a plan (vend-plan.ts refusedByCheck): a failed check of the payer's, counted as a wrong number is.
+  if ("refuse" in completed) return { order: await refund(deps, order, `${VERIFICATION_FAILED}: ${completed.refuse}`) };
   return completed;
 }
 

@@ -42,6 +42,9 @@ import { checkCallbackUrl } from "../orders/callbacks.ts";
 /** The 402's description of a bill: x402 requires one, and the facilitator sees it, so it names nothing of the bill. */
 export const BILL_DESCRIPTION = "Bill payment";
 
+/** What pricing refuses from the biller's number check (biller/customer-check.ts checkUpfront). */
+const CHECK_REFUSALS = new Set(["CUSTOMER_NOT_VERIFIED", "PLAN_AMOUNT_MISMATCH"]);
+
 /** Said beside the first order's answer when a request repeats its payment id. */
 const PAYMENT_NOT_USED = { payment_not_used: "this payment id already paid for this bill; this authorization was not used, and the first order's result is returned" };
 const STILL_SETTLING = {
@@ -384,9 +387,10 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const paymentId = presented && paymentIdOf(presented, request.idempotencyKey);
     const pricing = startStage("price");
     const { hash, quote: shown, vend, priced } = await price(bill, ctx, option, bodyHash).catch(async (err: unknown) => {
-      // A number the biller was asked about and says is wrong: a call with a payment is not
-      // counted as a new bill, so each such guess counts here, as a wrong replay's does.
-      if (presented && err instanceof ServiceError && err.code === "CUSTOMER_NOT_VERIFIED") await limits.take("challengeAddress", client);
+      // A number the biller was asked about and says is wrong, or a plan its answer refuses (a
+      // renewal's amount): a call with a payment is not counted as a new bill, so each such
+      // guess counts here, as a wrong replay's does.
+      if (presented && err instanceof ServiceError && CHECK_REFUSALS.has(err.code)) await limits.take("challengeAddress", client);
       throw err;
     });
     const challenge = buildChallenge(ctx, [priced], BILL_DESCRIPTION, request.v1NetworkNames);

@@ -4,7 +4,7 @@
  * payer whose bill failed the biller's number check has its next bills checked before it
  * pays; one payer's refunds take at most its share of the budget; a refund the budget
  * cannot take waits its computed turn (never retried in a loop) and goes to an operator
- * past the deadline; a refund mined and reverted is tried again a bounded number of times,
+ * past the deadline; a renewal at a wrong amount counts as a failed check; a refund mined and reverted is tried again a bounded number of times,
  * then held; and paid calls that settle nothing are limited per payer.
  */
 import { createWalletClient, http, parseGwei, type Account, type Hex } from "viem";
@@ -156,7 +156,7 @@ describe("refunds are never free and never starved", () => {
     const stranger = accounts(5);
     const start = await usdc(stranger.address);
     const first = await pay(stranger, electricity(stranger, "9999999999999"));
-    expect(first.body).toMatchObject({ status: "FAILED_VENDING" });
+    expect(first.body, JSON.stringify(first.body)).toMatchObject({ status: "FAILED_VENDING" });
     expect((await orderOf(first.body.request_id)).failureReason).toMatch(/^verification failed/);
     await passes();
     expect((await orderOf(first.body.request_id)).status).toBe("REFUNDED");
@@ -307,6 +307,28 @@ describe("refunds are never free and never starved", () => {
     // An operator's refund, with BillPay as it should be: the payment goes back once.
     expect((await refund(service.flow, await orderOf(requestId), "refunded by an operator", ["NEEDS_REVIEW"])).status).toBe("REFUNDED");
     expect(await usdc(payer.address)).toBe(before + (await orderOf(requestId)).amount);
+  });
+
+  it("a renewal at another amount than the smartcard's is refunded once and counted as a failed check: the payer's next one is refused before payment", async () => {
+    // The payer above, whose refunds were no failed bill of its own, with room in its share of
+    // a budget that is not under pressure (more than half of it available).
+    const payer = accounts(3);
+    await celo.setRefundBudget("USDC", USDC(20), 5n);
+    await expect.poll(async () => (await service.flow.refundBudgets.read("CELO", celo.tokenAddress("USDC"))).available, { timeout: 20_000 }).toBeGreaterThanOrEqual(USDC(15));
+    const renewal = (nairaAmount: number) => x402Bill(payer.address, { serviceID: "dstv", serviceCategory: "CABLE", network: "DSTV", billersCode: SANDBOX_NUMBERS.smartcard, nairaAmount, subscription_type: "renew" });
+    const start = await usdc(payer.address);
+    const first = await pay(payer, renewal(1900));
+    expect(first.body, JSON.stringify(first.body)).toMatchObject({ status: "FAILED_VENDING" });
+    expect((await orderOf(first.body.request_id)).failureReason).toMatch(/^verification failed: renewing this smartcard's bouquet costs 1850 NGN/);
+    await passes();
+    expect((await orderOf(first.body.request_id)).status).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(start);
+    // Each such bill cost the service a settlement's check and a refund's gas: the next is refused unpaid.
+    const second = await post(renewal(1901));
+    expect(second.status).toBe(422);
+    expect(await second.json()).toMatchObject({ code: "PLAN_AMOUNT_MISMATCH", reason: expect.stringContaining("costs 1850 NGN") });
+    // At the renewal's own amount it is checked before payment and paid.
+    expect((await pay(payer, renewal(1850))).body).toMatchObject({ status: "SUCCESS" });
   });
 
   it("a number check the biller cannot answer is retried, not refunded; only past its deadline is the bill refunded", async () => {

@@ -34,6 +34,18 @@ export interface VendPlan {
 /** The pay a plan comes to once its number is checked, or why it cannot be paid; `flag` is a note for operators. */
 export type CompletedPlan = { pay: Omit<PayRequest, "requestId">; flag?: string } | { refuse: string };
 
+/**
+ * Why the number check's answer shows the plan cannot be paid as priced, or undefined: a
+ * renewal priced at other than the smartcard's renewal amount (the biller would charge that
+ * amount, not the bill's). The check answers it before payment as well as after.
+ */
+export function refusedByCheck(plan: VendPlan, verified: Extract<VerifyResult, { ok: true }> | undefined): string | undefined {
+  const renewal = verified?.renewalKobo ?? null;
+  const charge = BigInt(plan.chargeKobo);
+  if (plan.subscription === "renew" && renewal !== null && renewal !== charge) return `renewing this smartcard's bouquet costs ${formatKobo(renewal)} NGN, not the bill's ${formatKobo(charge)} NGN`;
+  return undefined;
+}
+
 /** Completes a plan with what the post-settlement check found (`verified` is absent for products without a check). */
 export function completePlan(plan: VendPlan, verified: Extract<VerifyResult, { ok: true }> | undefined, defaults: { phone: string; email: string }): CompletedPlan {
   const pay: Omit<PayRequest, "requestId"> = {
@@ -57,11 +69,10 @@ export function completePlan(plan: VendPlan, verified: Extract<VerifyResult, { o
   switch (plan.subscription) {
     case "change":
       return { pay: { ...pay, subscriptionType: "change" } };
-    case "renew":
-      if (renewal !== null && renewal !== charge) {
-        return { refuse: `renewing this smartcard's bouquet costs ${formatKobo(renewal)} NGN; the bill paid ${formatKobo(charge)} NGN` };
-      }
-      return renew();
+    case "renew": {
+      const refuse = refusedByCheck(plan, verified);
+      return refuse ? { refuse } : renew();
+    }
     case "either":
       if (renewal !== null && renewal === charge) return renew();
       if (pay.variationCode !== undefined) return { pay: { ...pay, subscriptionType: "change" } };
