@@ -13,6 +13,7 @@ import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, ledgerPaymentFor, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
+import { transactionPending } from "../chain/refund-on-node.ts";
 import { deepEnough } from "./payment-watch.ts";
 
 /**
@@ -45,13 +46,18 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
   // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
-  // a reverted receipt means nothing moved; no receipt yet means it may still land: wait
-  // while the order is young. Should it land after the write-off, the orphan pass refunds it.
+  // a reverted receipt means nothing moved. A receipt that succeeded is a pull mined since the
+  // read above: the next pass finds it. No receipt yet means it may still land: wait while the
+  // order is young, and for as long as the node holds it unmined in its pool (a request still
+  // raising its fee outlives its lease). Should it land after the write-off, the orphan pass
+  // refunds it.
   if (!o.txHash) {
     await deps.orders.writeOffUnsent(o.requestId); // a no-op if a pull was signed meanwhile
     return;
   }
   const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
+  if (receipt?.status === "success") return;
   if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
+  if (!receipt && (await transactionPending(deps, chain, o.txHash as Hex))) return;
   await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
 }

@@ -956,6 +956,25 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await usdc(account)).toBe(balance);
     });
 
+    it("leaves a pull's order alone past its lease while the pull waits unmined in the node's pool (a fee ladder outlives the lease), then serves it once it lands", async () => {
+      const account = accounts(18);
+      await celo.approveAndAllow(account, "USDC", 10n * USD);
+      const { flow } = service;
+      const order = await pullOrder(account);
+      await celo.miningPaused(async (mine) => {
+        const pulling = pullFor(order, account);
+        await expect.poll(async () => (await flow.orders.get(order.requestId))?.txHash ?? null, { timeout: 20_000 }).toMatch(/^0x/);
+        // Its request's lease and the order's youth both past, as a request still raising its fee leaves them.
+        await service.db.query(`UPDATE bill_order SET lease_until = now() - interval '1 second', created_at = created_at - interval '1 hour' WHERE request_id = $1`, [order.requestId]);
+        await workOnce(flow);
+        expect((await flow.orders.get(order.requestId))!.status).toBe("PULLING");
+        await mine();
+        await pulling;
+      });
+      await ledgerAtHead();
+      await expect.poll(async () => (await workOnce(flow), (await flow.orders.get(order.requestId))?.status), { timeout: 10_000 }).toBe("SUCCESS");
+    });
+
     it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {
       const account = accounts(18);
       const { flow } = service;
