@@ -285,8 +285,16 @@ export async function checkSignature(
   }
   const code = await client.getCode({ address: p.authorization.from });
   if (code && code !== "0x") {
-    const hash = hashTypedData(typed as Parameters<typeof hashTypedData>[0]);
-    if (await contractAccepts(client, p.authorization.from, hash, p.signature)) return;
+    // An address in the payload whose mixed case is not its EIP-55 checksum hashes to nothing
+    // (viem refuses it, as the recovery above did): no signature over it is the payer's.
+    const hash = (() => {
+      try {
+        return hashTypedData(typed as Parameters<typeof hashTypedData>[0]);
+      } catch {
+        return undefined;
+      }
+    })();
+    if (hash && (await contractAccepts(client, p.authorization.from, hash, p.signature))) return;
   }
   throw new PaymentRejected("SIGNATURE_INVALID", `the signature is not ${p.authorization.from}'s over this ${p.method === "permit2" ? "Permit2 permit" : "authorization"} for ${token.name}`);
 }

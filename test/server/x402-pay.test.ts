@@ -298,6 +298,10 @@ describe("x402 route: paying a bill end to end", () => {
     await expect(check(await paymentFrom(owned))).resolves.toBeUndefined();
     await expect(check(await paymentFrom(burner))).rejects.toBeInstanceOf(PaymentRejected);
     expect(gasGiven).toEqual([CONTRACT_SIGNATURE_GAS, CONTRACT_SIGNATURE_GAS]);
+    // BillPay's address in a case that is not its checksum: refused as a signature that is not the wallet's (a coded 402), not thrown as a 500.
+    const miscased = await paymentFrom(owned);
+    miscased.authorization = { ...miscased.authorization, to: `0x${celo.billPay.slice(2).toUpperCase()}` as Hex };
+    await expect(check(miscased)).rejects.toMatchObject({ code: "SIGNATURE_INVALID" });
   });
 
   it("asks the facilitator once: a funded payer's bill only settles; a payer short of the amount is only verified, refused, and charged nothing", async () => {
