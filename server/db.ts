@@ -459,6 +459,13 @@ const MIGRATIONS: string[] = [
   // How many of an order's refunds were mined and reverted, each at the refunder key's gas
   // (orders/fulfil.ts refundReverted): bounded, then an operator decides.
   `ALTER TABLE bill_order ADD COLUMN refund_reverts integer NOT NULL DEFAULT 0;`,
+  // The agent hub's quotes, locked to their rate version until they expire (quote/quote-locks.ts).
+  `CREATE TABLE quote_lock (
+     body_hash  text        PRIMARY KEY,
+     version_id bigint      NOT NULL REFERENCES rate_version (id),
+     expires_at timestamptz NOT NULL
+   );
+   CREATE INDEX quote_lock_expired ON quote_lock (expires_at);`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

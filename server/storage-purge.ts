@@ -4,6 +4,7 @@
  *   - spent link signatures and link nonces older than twice the freshness window: their
  *     signed time is outside the window, so a replay is refused as stale without them;
  *   - expired rate-limit counters, and payers' pull holds past their end (a release lost);
+ *   - the agent hub's quote locks past their quote's expiry (quote/quote-locks.ts);
  *   - refusals kept for a late landing (orders/late-landing.ts) a day after their authorization expired;
  *   - A2A tasks past their lifetime, and beyond the table's capacity (agent/a2a-tasks.ts);
  *   - orders that moved no money (PAYMENT_FAILED: never charged, and only so once the chain
@@ -20,13 +21,14 @@ export async function purgeExpired(
   db: Db,
   linkWindowSeconds: number,
   unpaidOrderSeconds = 30 * 86_400,
-): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number; pullHolds: number; refusedPayments: number; a2aTasks: number; unpaidOrders: number }> {
+): Promise<{ linkSignatures: number; linkNonces: number; rateLimits: number; pullHolds: number; quoteLocks: number; refusedPayments: number; a2aTasks: number; unpaidOrders: number }> {
   const count = async (sql: string, params: unknown[]) => (await db.query<{ n: number }>(`WITH gone AS (${sql} RETURNING 1) SELECT count(*)::int AS n FROM gone`, params))[0]!.n;
   return {
     linkSignatures: await count(`DELETE FROM link_signature WHERE used_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     linkNonces: await count(`DELETE FROM link_nonce WHERE created_at < now() - make_interval(secs => $1)`, [2 * linkWindowSeconds]),
     rateLimits: await count(`DELETE FROM rate_limit WHERE expire < $1`, [Date.now()]),
     pullHolds: await count(`DELETE FROM payer_pull_hold WHERE until < now()`, []),
+    quoteLocks: await count(`DELETE FROM quote_lock WHERE expires_at < now()`, []),
     refusedPayments: await new RefusedPayments(db).purge(BigInt(Math.floor(Date.now() / 1000))),
     a2aTasks: await new DbTaskStore(db).trim(),
     // A thousand a pass; their callback rows go in the same statement (foreign keys are checked at its end).

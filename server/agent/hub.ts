@@ -20,7 +20,8 @@ import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import { RateVersions } from "../pricing/rate-versions.ts";
 import type { AgentBill, PaymentRequest } from "../schemas.ts";
-import { quoteBill, type QuoteContext } from "../quote/quote.ts";
+import { lockedQuote, quoteBill, type QuoteContext } from "../quote/quote.ts";
+import { QuoteLocks } from "../quote/quote-locks.ts";
 import { quoteView } from "../quote/quote-view.ts";
 import type { Receipts } from "../orders/receipts.ts";
 import type { PriceOffers } from "../pricing/offers.ts";
@@ -92,10 +93,12 @@ export class AgentHub {
   /** The rate versions prices are made under, shared with the x402 route (one in-memory current version per instance). */
   readonly versions: RateVersions;
   private readonly pricing: QuoteContext;
+  private readonly quoteLocks: QuoteLocks;
 
   constructor(readonly deps: HubDeps) {
     this.versions = new RateVersions(deps.db, deps.rates, deps.config.SERVICE_FEES_USD);
     this.pricing = { versions: this.versions, catalogue: deps.flow.catalogue, ttlSeconds: deps.config.QUOTE_TTL_SECONDS, refundBudgets: deps.flow.refundBudgets, customerChecks: deps.flow.customerChecks };
+    this.quoteLocks = new QuoteLocks(deps.db);
   }
 
   authenticate(apiKey: string): Promise<Link> {
@@ -117,17 +120,21 @@ export class AgentHub {
     return option;
   }
 
+  /** The bill's price now: what a live get_quote of it showed (quote-locks.ts), else under the current rate version. */
   private async price(link: Pick<Link, "wallet">, bill: AgentBill, chain: ChainKey, token: TokenSymbol) {
     const request: PaymentRequest = { ...bill, token, blockchain: chain, wallet_address: link.wallet };
     const { hash, quote, vend } = await quoteBill(request, this.pricing, { chain, token });
-    return { bill: request, bodyHash: hash, amount: quote.amount, vend };
+    const lock = await this.quoteLocks.locked(hash);
+    const locked = lock && (await lockedQuote(request, this.pricing, { chain, token }, lock));
+    return { bill: request, bodyHash: hash, amount: (locked ?? quote).amount, vend };
   }
 
-  /** get_quote: the bill's price on the pull option under the current rate version, with its breakdown. */
+  /** get_quote: the bill's price on the pull option under the current rate version, with its breakdown; pay_bill charges it until it expires. */
   async quote(link: Link, bill: AgentBill, options: { chain?: string; token?: string } = {}) {
     const option = this.pullOption(link, options.chain, options.token);
     const request: PaymentRequest = { ...bill, token: option.token, blockchain: option.chain, wallet_address: link.wallet };
-    const { quote } = await quoteBill(request, this.pricing, option);
+    const { hash, quote } = await quoteBill(request, this.pricing, option);
+    await this.quoteLocks.lock(hash, quote);
     return { quotes: [quoteView(request, quote)] };
   }
 

@@ -106,6 +106,24 @@ export async function quoteBill(
 }
 
 /**
+ * The bill's price under the rate version a live quote of it was locked to (quote-locks.ts):
+ * what get_quote showed, with that quote's expiry; undefined when that version is no longer
+ * live within the quotes' lifetime (then the current price stands).
+ */
+export async function lockedQuote(
+  req: PaymentRequest,
+  ctx: QuoteContext,
+  option: { chain: ChainKey; token: TokenSymbol },
+  lock: { versionId: string; expiresAt: Date },
+): Promise<Quote | undefined> {
+  const version = (await ctx.versions.liveWithin(ctx.ttlSeconds)).find((v) => v.id === lock.versionId);
+  if (!version) return undefined;
+  const quote = { ...quoteOf(req, version, option, ctx.ttlSeconds), expiresAt: lock.expiresAt };
+  await ctx.refundBudgets?.assertRefundable(option.chain, option.token, quote.amount);
+  return quote;
+}
+
+/**
  * The price a payment of `offered` may be accepted at: the quote under a rate version live
  * within the last `windowSeconds` that prices this very bill at exactly `offered`, so a
  * payment made within the challenge's lifetime is honoured at the price it was shown,

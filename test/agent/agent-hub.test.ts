@@ -441,6 +441,32 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(errorCode(await a.call("get_quote", { ...bill, serviceID: "no-such" }))).toBe("SERVICE_UNKNOWN");
     });
 
+    it("get_quote locks its price until it expires: pay_bill charges it however the rate moved since; a bill not quoted pays today's price", async () => {
+      const a = await agent(12);
+      const [quotedBill, unquotedBill] = [airtime("08011111111", 3200), airtime("08011111111", 3300)];
+      const amountOf = (answer: ToolAnswer) => BigInt((answer.data as { amount: { units: string } }).amount.units);
+      const quoted = (await a.call("get_quote", quotedBill)).data.quotes as Array<{ amount: { units: string } }>;
+      // The rate source moves (within the day's band): a new rate version prices from now on.
+      const moved = vi.spyOn(service.hub.deps.rates, "ngnPerUsdMilli").mockResolvedValue(1_500_000n);
+      try {
+        const before = await usdc(a.account);
+        const paid = await a.call("pay_bill", { pin: a.pin, ...quotedBill, allow_duplicate: true });
+        expect(paid.data).toMatchObject({ status: "SUCCESS" });
+        expect(amountOf(paid)).toBe(BigInt(quoted[0]!.amount.units));
+        const today = await a.call("pay_bill", { pin: a.pin, ...unquotedBill, allow_duplicate: true });
+        expect(today.data).toMatchObject({ status: "SUCCESS" });
+        const todayQuote = (await a.call("get_quote", unquotedBill)).data.quotes as Array<{ amount: { units: string }; breakdown: { ngn_per_usd: string } }>;
+        expect(todayQuote[0]).toMatchObject({ amount: { units: amountOf(today).toString() }, breakdown: { ngn_per_usd: "1500" } });
+        expect(await usdc(a.account)).toBe(before - amountOf(paid) - amountOf(today));
+        // Quoted again, the bill is locked to the new price.
+        const requoted = (await a.call("get_quote", quotedBill)).data.quotes as Array<{ amount: { units: string } }>;
+        expect(BigInt(requoted[0]!.amount.units)).toBeGreaterThan(BigInt(quoted[0]!.amount.units));
+        expect(amountOf(await a.call("pay_bill", { pin: a.pin, ...quotedBill, allow_duplicate: true }))).toBe(BigInt(requoted[0]!.amount.units));
+      } finally {
+        moved.mockRestore();
+      }
+    });
+
     it("exhausts the allowance: pays while it lasts, then refuses", async () => {
       const a = await agent(10, 2_100_000n);
       const first = await a.call("pay_bill", { pin: a.pin, ...airtime("08011111111") });
