@@ -466,6 +466,11 @@ const MIGRATIONS: string[] = [
      expires_at timestamptz NOT NULL
    );
    CREATE INDEX quote_lock_expired ON quote_lock (expires_at);`,
+  // A schedule's once-only key, the agent's or one made for a blind retry (agent/hub.ts
+  // scheduleBill), and the hash of what it asked for, so a key reused for another is told apart.
+  `ALTER TABLE bill_schedule ADD COLUMN idempotency_key text;
+   ALTER TABLE bill_schedule ADD COLUMN request_hash text;
+   CREATE UNIQUE INDEX bill_schedule_idempotency ON bill_schedule (wallet, idempotency_key) WHERE idempotency_key IS NOT NULL;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -63,7 +63,7 @@ export const ERRORS = {
   PULL_REFUSED: { status: 402, title: "BillPay refused the pull; nothing was taken" },
   PULL_REVERTED: { status: 402, title: "BillPay's pull reverted on chain: the wallet's allowance or balance moved after it was checked; nothing was taken" },
   PULL_BUDGET_EXHAUSTED: { status: 503, title: "BillPay's pull budget for the token is spent for now (it refills over its period); nothing was taken, try again later" },
-  IDEMPOTENCY_KEY_REUSED: { status: 409, title: "This idempotency_key already paid for a different bill" },
+  IDEMPOTENCY_KEY_REUSED: { status: 409, title: "This idempotency_key already paid for, or scheduled, a different bill" },
   BATCH_TOO_LARGE: { status: 400, title: "The batch has more bills than one transaction takes" },
   SCHEDULE_NOT_FOUND: { status: 404, title: "No such schedule for this wallet" },
   SCHEDULE_NOT_ACTIVE: { status: 409, title: "The schedule has already finished or been cancelled" },

@@ -4,6 +4,7 @@
  * batch from the wallet's allowance, schedules, balances and history. Amounts leave as
  * decimal strings of raw token units (6 decimals), with a formatted figure beside them.
  */
+import { createHash } from "node:crypto";
 import { formatUnits, type Hex } from "viem";
 import { chainInfo, chainByKey, resolveTokenSymbol, type ChainKey, type TokenSymbol } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
@@ -173,11 +174,20 @@ export class AgentHub {
    * it falls in (so concurrent copies meet on one key), and the order of the previous window
    * if it is still within DUPLICATE_WINDOW_SECONDS.
    */
-  private async duplicateKey(wallet: string, bodyHash: string): Promise<{ key: string; earlier?: Order }> {
+  private duplicateKey(wallet: string, bodyHash: string): Promise<{ key: string; earlier?: Order }> {
+    return this.windowKey(bodyHash, async (k) => (await this.deps.flow.orders.findByIdempotencyKeys(wallet, [k]))[0]);
+  }
+
+  /**
+   * The duplicate window's key for `hash` (the window it falls in, so concurrent copies meet on
+   * one key), and what `find` shows under the previous window's key, if made within
+   * DUPLICATE_WINDOW_SECONDS.
+   */
+  private async windowKey<T extends { createdAt: Date }>(hash: string, find: (key: string) => Promise<T | undefined>): Promise<{ key: string; earlier?: T }> {
     const windowMs = this.deps.config.DUPLICATE_WINDOW_SECONDS * 1000;
     const slot = Math.floor(Date.now() / windowMs);
-    const key = (n: number) => `dup:${bodyHash.slice(0, 40)}@${n}`;
-    const [earlier] = await this.deps.flow.orders.findByIdempotencyKeys(wallet, [key(slot - 1)]);
+    const key = (n: number) => `dup:${hash.slice(0, 40)}@${n}`;
+    const earlier = await find(key(slot - 1));
     const recent = earlier && Date.now() - earlier.createdAt.getTime() < windowMs ? earlier : undefined;
     return { key: key(slot), earlier: recent };
   }
@@ -252,7 +262,7 @@ export class AgentHub {
     link: Link,
     bill: AgentBill,
     when: { runAt?: string; cron?: string; maxRuns?: number },
-    options: { chain?: string; token?: string } = {},
+    options: { chain?: string; token?: string; idempotencyKey?: string; allowDuplicate?: boolean } = {},
   ) {
     const { config } = this.deps;
     const option = this.pullOption(link, options.chain, options.token);
@@ -268,7 +278,23 @@ export class AgentHub {
     }
     // Priced now to show the agent what a run costs at today's rate; each run is priced when it runs.
     const priced = await this.price(link, bill, option.chain, option.token);
-    const schedule = await this.deps.schedules.create({
+    const maxRuns = when.cron ? (when.maxRuns ?? null) : 1;
+    const requestHash = createHash("sha256")
+      .update(JSON.stringify([priced.bodyHash, when.cron ? null : firstRun.toISOString(), when.cron ?? null, maxRuns]))
+      .digest("hex");
+    // Once per key: the agent's, or for a blind retry of the same schedule (no key, no
+    // allow_duplicate) one of the duplicate window's, as pay_bill's; a schedule made twice
+    // would pay its bill twice at every due time.
+    let idempotencyKey = options.idempotencyKey ?? null;
+    if (!idempotencyKey && !options.allowDuplicate) {
+      const { key, earlier } = await this.windowKey(requestHash, async (k) => {
+        const found = await this.deps.schedules.byKey(link.wallet, k);
+        return found && { createdAt: found.createdAt, found };
+      });
+      if (earlier) return { ...scheduleView(earlier.found), price_now: units(priced.amount), replayed: true };
+      idempotencyKey = key;
+    }
+    const { created, ...schedule } = await this.deps.schedules.create({
       wallet: link.wallet,
       bill,
       chain: option.chain,
@@ -276,11 +302,16 @@ export class AgentHub {
       runAt: when.cron ? null : firstRun,
       cron: when.cron ?? null,
       firstRun,
-      maxRuns: when.cron ? (when.maxRuns ?? null) : 1,
+      maxRuns,
       maxPerWallet: config.SCHEDULE_MAX_PER_WALLET,
       apiKeyHash: link.apiKeyHash ?? null,
+      idempotencyKey,
+      requestHash,
     });
-    return { ...scheduleView(schedule), price_now: units(priced.amount) };
+    if (!created && schedule.requestHash !== requestHash) {
+      throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${idempotencyKey}" already scheduled another bill (${schedule.id}); nothing was scheduled`);
+    }
+    return { ...scheduleView(schedule), price_now: units(priced.amount), ...(created ? {} : { replayed: true }) };
   }
 
   async listSchedules(link: Link, status?: ScheduleStatus) {

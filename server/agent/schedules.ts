@@ -32,6 +32,8 @@ export interface Schedule {
   cancelledAt: Date | null;
   /** The key of the agent's call that made it (null for schedules older than the record). */
   apiKeyHash: string | null;
+  /** The hash of what was asked for (the bill, its chain and token, when it runs), under its once-only key; null for schedules older than the key. */
+  requestHash: string | null;
 }
 
 export interface ScheduleRun {
@@ -56,6 +58,7 @@ interface Row {
   created_at: Date;
   cancelled_at: Date | null;
   api_key_hash: string | null;
+  request_hash: string | null;
 }
 
 const d = (v: Date | null) => (v ? new Date(v) : null);
@@ -73,6 +76,7 @@ const toSchedule = (r: Row): Schedule => ({
   maxRuns: r.max_runs,
   createdAt: new Date(r.created_at),
   cancelledAt: d(r.cancelled_at),
+  requestHash: r.request_hash,
   apiKeyHash: r.api_key_hash ?? null,
 });
 
@@ -106,6 +110,12 @@ export const UNPAYABLE: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["SPENDING_A
 export class ScheduleStore {
   constructor(private readonly db: Db) {}
 
+  /** The wallet's schedule made under `idempotencyKey`, if any. */
+  async byKey(wallet: string, idempotencyKey: string): Promise<Schedule | undefined> {
+    const [row] = await this.db.query<Row>(`SELECT * FROM bill_schedule WHERE wallet = $1 AND idempotency_key = $2`, [wallet.toLowerCase(), idempotencyKey]);
+    return row && toSchedule(row);
+  }
+
   async create(s: {
     wallet: string;
     bill: AgentBill;
@@ -118,22 +128,29 @@ export class ScheduleStore {
     maxPerWallet: number;
     /** The key of the agent's call that asks for it, which must still be the wallet's; null ties it to none. */
     apiKeyHash: string | null;
-  }): Promise<Schedule> {
+    /** Its once-only key for the wallet, and the hash of what is asked for; without a key one is made in any case. */
+    idempotencyKey?: string | null;
+    requestHash?: string | null;
+  }): Promise<Schedule & { created: boolean }> {
     const id = `sch_${randomBytes(10).toString("hex")}`;
     // The per-wallet cap and the key are checked in the same statement as the insert. The cap
     // counts the wallet's active schedules and those it made within a day that ran (a one-off
     // due at once is done as soon as it runs, and would otherwise make room for the next); a
     // cancelled one, by the wallet or its re-link, ran nothing more and frees its place.
     const wallet = s.wallet.toLowerCase();
+    // The first under its key is made; a copy (a blind retry, two at once) finds it.
     const [row] = await this.db.query<Row>(
-      `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs, api_key_hash)
-       SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9, $11
+      `INSERT INTO bill_schedule (id, wallet, bill, chain, token, run_at, cron, next_run_at, status, max_runs, api_key_hash, idempotency_key, request_hash)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'ACTIVE', $9, $11, $12, $13
        WHERE (SELECT count(*) FROM bill_schedule WHERE wallet = $2 AND (status = 'ACTIVE' OR (status = 'COMPLETED' AND created_at > now() - interval '1 day'))) < $10
          AND ($11::text IS NULL OR EXISTS (SELECT 1 FROM agent_link WHERE wallet = $2 AND api_key_hash = $11))
+       ON CONFLICT (wallet, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
        RETURNING *`,
-      [id, wallet, JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet, s.apiKeyHash],
+      [id, wallet, JSON.stringify(s.bill), s.chain, s.token, s.runAt, s.cron, s.firstRun, s.maxRuns, s.maxPerWallet, s.apiKeyHash, s.idempotencyKey ?? null, s.requestHash ?? null],
     );
-    if (row) return toSchedule(row);
+    if (row) return { ...toSchedule(row), created: true };
+    const earlier = s.idempotencyKey ? await this.byKey(wallet, s.idempotencyKey) : undefined;
+    if (earlier) return { ...earlier, created: false };
     const [current] = s.apiKeyHash ? await this.db.query(`SELECT 1 FROM agent_link WHERE wallet = $1 AND api_key_hash = $2`, [wallet, s.apiKeyHash]) : [true];
     if (!current) throw new ServiceError("API_KEY_RETIRED", "this api_key was replaced when the wallet linked again; use the newest key");
     throw new ServiceError("VALIDATION_FAILED", `a wallet may have at most ${s.maxPerWallet} schedules active or completed within a day of their making; cancel one, or wait`);

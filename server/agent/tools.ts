@@ -250,6 +250,8 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         run_at: z.iso.datetime({ offset: true }).optional().describe("When to pay once, e.g. 2026-12-01T09:00:00Z"),
         cron: z.string().min(9).max(100).optional().describe('Recurring: cron pattern in UTC, e.g. "0 9 1 * *" (09:00 on the 1st)'),
         max_runs: z.number().int().min(1).max(1000).optional().describe("Recurring: stop after this many runs"),
+        idempotency_key: idempotencyKey.describe("Your key for this schedule: a retry with it never schedules the bill twice"),
+        allow_duplicate: z.boolean().optional().describe("Schedule again although the same schedule was just made (no idempotency_key)"),
       },
       paying: true,
       authenticated: true,
@@ -258,7 +260,12 @@ export function agentTools(batchMax: number): ToolDefinition[] {
         if ((args.run_at === undefined) === (args.cron === undefined)) {
           throw new ServiceError("VALIDATION_FAILED", "give exactly one of run_at (once) or cron (recurring)");
         }
-        return ctx.hub.scheduleBill(link!, billOf(args), { runAt: args.run_at, cron: args.cron, maxRuns: args.max_runs }, placeOf([args], link!.wallet));
+        return ctx.hub.scheduleBill(
+          link!,
+          billOf(args),
+          { runAt: args.run_at, cron: args.cron, maxRuns: args.max_runs },
+          { ...placeOf([args], link!.wallet), idempotencyKey: args.idempotency_key, allowDuplicate: args.allow_duplicate },
+        );
       },
     }),
     define({

@@ -694,6 +694,27 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(refused).not.toContain(paid.data.purchased_code as string);
     });
 
+    it("schedules a bill once per key: a blind retry answers with the first schedule, a key reused for another bill is refused, allow_duplicate makes another", async () => {
+      const a = await agent(12);
+      const bill = airtime("08011111111", 150);
+      const runAt = new Date(Date.now() + 3_600_000).toISOString();
+      const schedule = (args: Record<string, unknown> = {}) => a.call("schedule_bill", { pin: a.pin, ...bill, run_at: runAt, ...args });
+      const first = await schedule();
+      expect(first.data).toMatchObject({ status: "ACTIVE", schedule_id: expect.stringMatching(/^sch_/) });
+      expect(first.data.replayed).toBeUndefined();
+      // The answer was lost and the agent sends it again: the same schedule, not a second one paying the bill again.
+      expect((await schedule()).data).toMatchObject({ schedule_id: first.data.schedule_id, replayed: true });
+      const keyed = await schedule({ idempotency_key: "december-airtime" });
+      expect(keyed.data.schedule_id).not.toBe(first.data.schedule_id);
+      expect((await schedule({ idempotency_key: "december-airtime" })).data).toMatchObject({ schedule_id: keyed.data.schedule_id, replayed: true });
+      expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111", 160), run_at: runAt, idempotency_key: "december-airtime" }))).toBe("IDEMPOTENCY_KEY_REUSED");
+      const another = await schedule({ allow_duplicate: true });
+      expect([first.data.schedule_id, keyed.data.schedule_id]).not.toContain(another.data.schedule_id);
+      const active = (await a.call("list_schedules", { status: "ACTIVE" })).data.schedules as Array<{ schedule_id: string }>;
+      expect(active.map((s) => s.schedule_id).sort()).toEqual([first.data.schedule_id, keyed.data.schedule_id, another.data.schedule_id].sort());
+      for (const s of active) expect((await a.call("cancel_schedule", { schedule_id: s.schedule_id })).data).toMatchObject({ status: "CANCELLED" });
+    });
+
     it("schedules a one-off and a recurring bill; each due time runs once, even with two instances; a cancelled one never runs", async () => {
       const a = await agent(15);
       const before = await usdc(a.account);
