@@ -86,13 +86,22 @@ export async function refundInSight(deps: { deployments: Deployments }, chain: C
 
 /** Whether the node holds the transaction unmined, in its pool (where a reorganisation puts back what it took). */
 export async function transactionPending(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
+  const tx = await transactionOnNode(deps, chain, hash);
+  return tx !== null && tx.blockNumber === null;
+}
+
+/** Whether the node knows the transaction at all: unmined in its pool, or mined. */
+export async function transactionKnown(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
+  return (await transactionOnNode(deps, chain, hash)) !== null;
+}
+
+async function transactionOnNode(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex) {
   const client = deployedClientFor(deps.deployments, chain);
   if (!client) throw new Error(`no deployment of BillPay on ${chain}`);
-  const tx = await client.getTransaction({ hash }).catch((err: unknown) => {
+  return client.getTransaction({ hash }).catch((err: unknown) => {
     if (err instanceof TransactionNotFoundError) return null;
     throw err;
   });
-  return tx !== null && tx.blockNumber === null;
 }
 
 /** Blocks one getLogs request spans (within what public providers allow). */

@@ -13,7 +13,7 @@ import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, ledgerPaymentFor, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
-import { transactionPending } from "../chain/refund-on-node.ts";
+import { transactionKnown } from "../chain/refund-on-node.ts";
 import { deepEnough } from "./payment-watch.ts";
 
 /**
@@ -48,9 +48,9 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
   // a reverted receipt means nothing moved. A receipt that succeeded is a pull mined since the
   // read above: the next pass finds it. No receipt yet means it may still land: wait while the
-  // order is young, and for as long as the node holds it unmined in its pool (a request still
-  // raising its fee outlives its lease). Should it land after the write-off, the orphan pass
-  // refunds it.
+  // order is young, and for as long as the node knows the transaction (unmined in its pool: a
+  // request still raising its fee outlives its lease; or mined since the receipt was asked).
+  // Should it land after the write-off, the orphan pass refunds it.
   if (!o.txHash) {
     await deps.orders.writeOffUnsent(o.requestId); // a no-op if a pull was signed meanwhile
     return;
@@ -58,6 +58,6 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
   if (receipt?.status === "success") return;
   if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
-  if (!receipt && (await transactionPending(deps, chain, o.txHash as Hex))) return;
+  if (!receipt && (await transactionKnown(deps, chain, o.txHash as Hex))) return;
   await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
 }
