@@ -21,7 +21,7 @@ import type { Order, PullGuard } from "../orders/store.ts";
 import type { RateSource } from "../pricing/rates.ts";
 import { RateVersions } from "../pricing/rate-versions.ts";
 import type { AgentBill, PaymentRequest } from "../schemas.ts";
-import { lockedQuote, quoteBill, type QuoteContext } from "../quote/quote.ts";
+import { billHash, lockedQuote, quoteBill, type QuoteContext } from "../quote/quote.ts";
 import { QuoteLocks } from "../quote/quote-locks.ts";
 import { quoteView } from "../quote/quote-view.ts";
 import type { Receipts } from "../orders/receipts.ts";
@@ -276,24 +276,36 @@ export class AgentHub {
       if (firstRun.getTime() < now.getTime() - 1_000) throw new ServiceError("VALIDATION_FAILED", "run_at is in the past");
       if (firstRun.getTime() > now.getTime() + 366 * 86_400_000) throw new ServiceError("VALIDATION_FAILED", "run_at is more than a year away");
     }
-    // Priced now to show the agent what a run costs at today's rate; each run is priced when it runs.
-    const priced = await this.price(link, bill, option.chain, option.token);
     const maxRuns = when.cron ? (when.maxRuns ?? null) : 1;
+    const request: PaymentRequest = { ...bill, token: option.token, blockchain: option.chain, wallet_address: link.wallet };
     const requestHash = createHash("sha256")
-      .update(JSON.stringify([priced.bodyHash, when.cron ? null : firstRun.toISOString(), when.cron ?? null, maxRuns]))
+      .update(JSON.stringify([billHash(request, option), when.cron ? null : firstRun.toISOString(), when.cron ?? null, maxRuns]))
       .digest("hex");
     // Once per key: the agent's, or for a blind retry of the same schedule (no key, no
     // allow_duplicate) one of the duplicate window's, as pay_bill's; a schedule made twice
-    // would pay its bill twice at every due time.
+    // would pay its bill twice at every due time. A retry is answered before anything is
+    // priced or checked, which could refuse it while the first schedule stands.
+    const replay = (earlier: Schedule) => {
+      if (earlier.requestHash !== requestHash) {
+        throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${options.idempotencyKey}" already scheduled another bill (${earlier.id}); nothing was scheduled`);
+      }
+      return { ...scheduleView(earlier), replayed: true };
+    };
     let idempotencyKey = options.idempotencyKey ?? null;
-    if (!idempotencyKey && !options.allowDuplicate) {
+    if (idempotencyKey) {
+      const earlier = await this.deps.schedules.byKey(link.wallet, idempotencyKey);
+      if (earlier) return replay(earlier);
+    } else if (!options.allowDuplicate) {
       const { key, earlier } = await this.windowKey(requestHash, async (k) => {
         const found = await this.deps.schedules.byKey(link.wallet, k);
         return found && { createdAt: found.createdAt, found };
       });
-      if (earlier) return { ...scheduleView(earlier.found), price_now: units(priced.amount), replayed: true };
+      if (earlier) return replay(earlier.found);
       idempotencyKey = key;
     }
+    // Priced now to show the agent what a run costs at today's rate; each run is priced when it
+    // runs (at a get_quote's locked price, while a quote of the same bill lives).
+    const priced = await this.price(link, bill, option.chain, option.token);
     const { created, ...schedule } = await this.deps.schedules.create({
       wallet: link.wallet,
       bill,
@@ -308,10 +320,9 @@ export class AgentHub {
       idempotencyKey,
       requestHash,
     });
-    if (!created && schedule.requestHash !== requestHash) {
-      throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${idempotencyKey}" already scheduled another bill (${schedule.id}); nothing was scheduled`);
-    }
-    return { ...scheduleView(schedule), price_now: units(priced.amount), ...(created ? {} : { replayed: true }) };
+    // A copy made at the same moment under the same key: answered as a retry.
+    if (!created) return replay(schedule);
+    return { ...scheduleView(schedule), price_now: units(priced.amount) };
   }
 
   async listSchedules(link: Link, status?: ScheduleStatus) {
