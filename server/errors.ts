@@ -22,6 +22,7 @@ export const ERRORS = {
   INTERNATIONAL_OPTION_UNKNOWN: { status: 422, title: "The country_code, product_type_id or operator_id is not one the biller offers" },
   FOREIGN_AMOUNT_MISMATCH: { status: 422, title: "nairaAmount is not foreignAmount at the biller's rate" },
   CUSTOMER_NOT_VERIFIED: { status: 422, title: "The bill's number was checked before payment and the biller says it is wrong; nothing was charged" },
+  RENEWAL_AMOUNT_MISMATCH: { status: 422, title: "The bill was checked before payment, and the biller says the smartcard's renewal costs another amount; nothing was charged" },
   VERIFY_NOT_OFFERED: { status: 422, title: "The product has no number check" },
   BILL_ABOVE_REFUND_LIMIT: { status: 422, title: "The bill costs more than BillPay's refund budget in that token could ever refund" },
   PAYMENT_ALREADY_USED: { status: 402, title: "This payment already paid for another bill" },

@@ -74,7 +74,7 @@ export class CustomerChecks {
    * Before a bill is priced for `payer`: when the payer's bills failed the number check
    * lately and this bill has one, the number is checked now, and a wrong one is refused
    * (CUSTOMER_NOT_VERIFIED) before anything is paid; so is a plan the check shows cannot be
-   * paid as priced (PLAN_AMOUNT_MISMATCH: a renewal at other than the smartcard's renewal
+   * paid as priced (RENEWAL_AMOUNT_MISMATCH: a renewal at other than the smartcard's renewal
    * amount), which after payment is refunded and counted as a failed check too.
    */
   async checkUpfront(plan: VendPlan, payer: string, budgetUnderPressure: () => Promise<boolean>): Promise<void> {
@@ -90,7 +90,12 @@ export class CustomerChecks {
     });
     if (answer.ok) {
       const refused = refusedByCheck(plan, answer);
-      if (refused) throw new ServiceError("PLAN_AMOUNT_MISMATCH", `${why}; the biller's check says ${refused}. Nothing was charged`, { reason: refused });
+      if (refused) {
+        throw new ServiceError("RENEWAL_AMOUNT_MISMATCH", `${why}; the biller's check says ${refused}. Nothing was charged`, {
+          reason: refused,
+          ...(answer.renewalKobo !== null ? { renewal_amount: formatKobo(answer.renewalKobo) } : {}),
+        });
+      }
       return;
     }
     throw new ServiceError("CUSTOMER_NOT_VERIFIED", `${why}; the biller says this one is wrong: ${answer.reason}. Nothing was charged`, { reason: answer.reason });

@@ -43,7 +43,7 @@ import { checkCallbackUrl } from "../orders/callbacks.ts";
 export const BILL_DESCRIPTION = "Bill payment";
 
 /** What pricing refuses from the biller's number check (biller/customer-check.ts checkUpfront). */
-const CHECK_REFUSALS = new Set(["CUSTOMER_NOT_VERIFIED", "PLAN_AMOUNT_MISMATCH"]);
+const CHECK_REFUSALS = new Set(["CUSTOMER_NOT_VERIFIED", "RENEWAL_AMOUNT_MISMATCH"]);
 
 /** Said beside the first order's answer when a request repeats its payment id. */
 const PAYMENT_NOT_USED = { payment_not_used: "this payment id already paid for this bill; this authorization was not used, and the first order's result is returned" };

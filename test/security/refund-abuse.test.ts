@@ -326,7 +326,7 @@ describe("refunds are never free and never starved", () => {
     // Each such bill cost the service a settlement's check and a refund's gas: the next is refused unpaid.
     const second = await post(renewal(1901));
     expect(second.status).toBe(422);
-    expect(await second.json()).toMatchObject({ code: "PLAN_AMOUNT_MISMATCH", reason: expect.stringContaining("costs 1850 NGN") });
+    expect(await second.json()).toMatchObject({ code: "RENEWAL_AMOUNT_MISMATCH", reason: expect.stringContaining("costs 1850 NGN"), renewal_amount: "1850" });
     // At the renewal's own amount it is checked before payment and paid.
     expect((await pay(payer, renewal(1850))).body).toMatchObject({ status: "SUCCESS" });
   });
