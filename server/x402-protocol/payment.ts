@@ -16,7 +16,7 @@
  */
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from "@x402/core/schemas";
 import type { PaymentPayload } from "@x402/core/types";
-import { hashTypedData, parseSignature, recoverTypedDataAddress, size, type Hex, type PublicClient } from "viem";
+import { hashTypedData, isAddress, parseSignature, recoverTypedDataAddress, size, type Hex, type PublicClient } from "viem";
 import { contractAccepts } from "../../lib/contract-signature.ts";
 import { z } from "zod";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
@@ -88,12 +88,14 @@ export class PaymentRejected extends Error {
 }
 
 const hex = (bytes: number) => z.string().regex(new RegExp(`^0x[0-9a-fA-F]{${bytes * 2}}$`));
+/** An address as EIP-55 has it: all lower case, or checksummed (a mixed case that is not its checksum is a mistyped address, which viem refuses to sign or hash over). */
+const address = hex(20).refine((v) => isAddress(v));
 const uint = z.union([z.string().regex(/^\d{1,78}$/), z.number().int().nonnegative()]).transform((v) => BigInt(v));
 const exactPayload = z.object({
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/),
   authorization: z.object({
-    from: hex(20),
-    to: hex(20),
+    from: address,
+    to: address,
     value: uint,
     validAfter: uint,
     validBefore: uint,
@@ -104,12 +106,12 @@ const exactPayload = z.object({
 const permit2Payload = z.object({
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/),
   permit2Authorization: z.object({
-    from: hex(20),
-    permitted: z.object({ token: hex(20), amount: uint }),
-    spender: hex(20),
+    from: address,
+    permitted: z.object({ token: address, amount: uint }),
+    spender: address,
     nonce: uint,
     deadline: uint,
-    witness: z.object({ to: hex(20), validAfter: uint }),
+    witness: z.object({ to: address, validAfter: uint }),
   }),
 });
 
@@ -170,7 +172,7 @@ export function readPayment(header: PaymentHeader, json: unknown): DecodedPaymen
   const envelope = (v1.success ? v1.data : v2!.data!) as { x402Version: 1 | 2; payload: unknown };
   const signed = signedPart(envelope.payload);
   if (!signed) {
-    throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} has neither an EIP-3009 authorization nor a Permit2 authorization, with its signature`);
+    throw new PaymentRejected("INVALID_PAYMENT_HEADER", `${header} has neither an EIP-3009 authorization nor a Permit2 authorization, with its signature and addresses in lower case or checksummed`);
   }
   const common = { header, ...signed, raw: json as Record<string, unknown> };
   if (v1.success) return { ...common, x402Version: 1, scheme: v1.data.scheme, network: v1.data.network };

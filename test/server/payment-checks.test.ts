@@ -101,8 +101,11 @@ describe("reading and checking an x402 payment", () => {
     expectRejected(() => checkPayment(tenYears, expected), "AUTHORIZATION_TOO_LONG");
   });
 
-  it("refuses malformed headers with INVALID_PAYMENT_HEADER", () => {
+  it("refuses malformed headers with INVALID_PAYMENT_HEADER", async () => {
     const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64");
+    // A well-signed payment whose payee is written in a mixed case that is not its checksum (a mistyped address).
+    const good = await signed();
+    const miscased = { ...good, payload: { ...good.payload, authorization: { ...(good.payload.authorization as Record<string, unknown>), to: `0x${billPay.slice(2, 6).toUpperCase()}${billPay.slice(6).toLowerCase()}` } } };
     const cases = [
       "%%%not-base64%%%",
       b64("just a string"),
@@ -110,7 +113,12 @@ describe("reading and checking an x402 payment", () => {
       b64({ x402Version: 1, scheme: "exact", network: "eip155:42220", payload: { signature: "0x12" } }),
       b64({ x402Version: 1, scheme: "exact", network: "eip155:42220", payload: { signature: "0x12", authorization: { from: "0x1" } } }),
       "A".repeat(20_000),
+      encodePaymentSignatureHeader(miscased),
     ];
+    // The same payment, its payee in lower case or checksummed, is read.
+    for (const to of [billPay, billPay.toLowerCase()]) {
+      expect(decodePayment("X-PAYMENT", encodePaymentSignatureHeader({ ...good, payload: { ...good.payload, authorization: { ...(good.payload.authorization as Record<string, unknown>), to } } })).authorization.to).toBe(to);
+    }
     for (const header of cases) expectRejected(() => decodePayment("X-PAYMENT", header), "INVALID_PAYMENT_HEADER");
   });
 });
