@@ -471,6 +471,9 @@ const MIGRATIONS: string[] = [
   `ALTER TABLE bill_schedule ADD COLUMN idempotency_key text;
    ALTER TABLE bill_schedule ADD COLUMN request_hash text;
    CREATE UNIQUE INDEX bill_schedule_idempotency ON bill_schedule (wallet, idempotency_key) WHERE idempotency_key IS NOT NULL;`,
+  // Every pull transaction signed for an order, recorded before it is sent (orders/store.ts
+  // setTxHash, replaceTxHash): the order names only the newest, and one it replaced may land.
+  `ALTER TABLE bill_order ADD COLUMN pull_signed text[];`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -45,19 +45,22 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   if (await pullOnChain(deps, o)) return;
   const chain = o.chain as ChainKey;
   const client = publicClientFor(chain, rpcUrlFor(chain, deps.deployments.chains[chain]!));
-  // Signed hashes are recorded before sending, so no hash means nothing was sent. With one,
-  // a reverted receipt means nothing moved. A receipt that succeeded is a pull mined since the
-  // read above: the next pass finds it. No receipt yet means it may still land: wait while the
-  // order is young, and for as long as the node knows the transaction (unmined in its pool: a
-  // request still raising its fee outlives its lease; or mined since the receipt was asked).
-  // Should it land after the write-off, the orphan pass refunds it.
+  // Signed hashes are recorded before sending, so no hash means nothing was sent. With some,
+  // each is asked, the order naming only the newest (one it replaced may land instead): a
+  // reverted receipt moved nothing; one that succeeded is a pull mined since the read above,
+  // which the next pass finds. One with no receipt may still land: wait while the order is
+  // young, and for as long as the node knows the transaction (unmined in its pool: a request
+  // still raising its fee outlives its lease; or mined since the receipt was asked). Should a
+  // pull land after the write-off, the orphan pass refunds it.
   if (!o.txHash) {
     await deps.orders.writeOffUnsent(o.requestId); // a no-op if a pull was signed meanwhile
     return;
   }
-  const receipt = await client.getTransactionReceipt({ hash: o.txHash as Hex }).catch(() => null);
-  if (receipt?.status === "success") return;
-  if (!receipt && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
-  if (!receipt && (await transactionKnown(deps, chain, o.txHash as Hex))) return;
+  const signed = await deps.orders.signedPulls(o.requestId);
+  const receipts = await Promise.all(signed.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));
+  if (receipts.some((r) => r?.status === "success")) return;
+  const unmined = signed.filter((_, i) => !receipts[i]);
+  if (unmined.length > 0 && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
+  for (const hash of unmined) if (await transactionKnown(deps, chain, hash)) return;
   await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
 }

@@ -546,6 +546,12 @@ export class OrderStore {
     return [...new Set([...(row?.refund_signed ?? []), ...(row?.refund_tx_hash ? [row.refund_tx_hash.toLowerCase()] : [])])] as Hex[];
   }
 
+  /** Every pull transaction signed for the order, each once, the one it names now included (orders made before the record: that one alone). */
+  async signedPulls(requestId: string): Promise<Hex[]> {
+    const [row] = await this.db.query<{ pull_signed: string[] | null; tx_hash: string | null }>(`SELECT pull_signed, tx_hash FROM bill_order WHERE request_id = $1`, [requestId]);
+    return [...new Set([...(row?.pull_signed ?? []), ...(row?.tx_hash ? [row.tx_hash] : [])].map((h) => h.toLowerCase()))] as Hex[];
+  }
+
   /** Takes back pull orders no pull was signed for (PULLING, no transaction): as if never made. */
   async withdrawUnsent(requestIds: string[]): Promise<void> {
     await this.db.query(`DELETE FROM bill_order WHERE request_id = ANY($1::text[]) AND status = 'PULLING' AND tx_hash IS NULL`, [requestIds]);
@@ -719,7 +725,7 @@ export class OrderStore {
               schedule AS (SELECT s.id FROM bill_schedule s WHERE s.id IN (SELECT schedule_id FROM rec) AND s.status <> 'CANCELLED'
                 AND (s.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM agent_link l WHERE l.wallet = s.wallet AND l.api_key_hash = s.api_key_hash)) FOR SHARE OF s),
               link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
-         UPDATE bill_order SET tx_hash = rec.tx_hash, updated_at = now()
+         UPDATE bill_order SET tx_hash = rec.tx_hash, pull_signed = array_append(coalesce(pull_signed, '{}'), rec.tx_hash), updated_at = now()
          FROM rec
          WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NOT DISTINCT FROM rec.previous
            AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
@@ -752,7 +758,7 @@ export class OrderStore {
     // The status is asked of each row itself too: a write-off committed while this waited on
     // its row lock is seen there (PostgreSQL re-checks only the row's own conditions).
     const rows = await this.db.query(
-      `UPDATE bill_order SET tx_hash = $3, updated_at = now()
+      `UPDATE bill_order SET tx_hash = $3, pull_signed = array_append(coalesce(pull_signed, '{}'), $3), updated_at = now()
        WHERE request_id = ANY($1::text[]) AND tx_hash = $2 AND ($4 OR status = 'PULLING')
          AND ($4 OR NOT EXISTS (SELECT 1 FROM bill_order o WHERE o.request_id = ANY($1::text[]) AND (o.status <> 'PULLING' OR o.tx_hash IS DISTINCT FROM $2)))
        RETURNING request_id`,

@@ -1003,7 +1003,7 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(await usdc(account)).toBe(balance);
     });
 
-    it("leaves a pull's order alone past its lease while the pull waits unmined in the node's pool (a fee ladder outlives the lease), then serves it once it lands", async () => {
+    it("leaves a pull's order alone past its lease while a pull signed for it waits unmined in the node's pool (a fee ladder outlives the lease; the order names a replacement never sent), then serves it once it lands", async () => {
       const account = accounts(18);
       await celo.approveAndAllow(account, "USDC", 10n * USD);
       const { flow } = service;
@@ -1013,6 +1013,15 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
         await expect.poll(async () => (await flow.orders.get(order.requestId))?.txHash ?? null, { timeout: 20_000 }).toMatch(/^0x/);
         // Its request's lease and the order's youth both past, as a request still raising its fee leaves them.
         await service.db.query(`UPDATE bill_order SET lease_until = now() - interval '1 second', created_at = created_at - interval '1 hour' WHERE request_id = $1`, [order.requestId]);
+        await workOnce(flow);
+        expect((await flow.orders.get(order.requestId))!.status).toBe("PULLING");
+        // A replacement at a higher fee recorded, and its send failed: the order names a
+        // transaction the node never saw, while the one it replaced waits in the pool.
+        const [sent] = await flow.orders.signedPulls(order.requestId);
+        const unsent = `0x${"ab".repeat(32)}`;
+        expect(await flow.orders.replaceTxHash([order.requestId], sent!, unsent)).toBe(true);
+        expect(await flow.orders.signedPulls(order.requestId)).toEqual([sent, unsent]);
+        await service.db.query(`UPDATE bill_order SET lease_until = now() - interval '1 second' WHERE request_id = $1`, [order.requestId]);
         await workOnce(flow);
         expect((await flow.orders.get(order.requestId))!.status).toBe("PULLING");
         await mine();
