@@ -266,25 +266,16 @@ export class AgentHub {
   ) {
     const { config } = this.deps;
     const option = this.pullOption(link, options.chain, options.token);
-    checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
-    const now = new Date();
-    let firstRun: Date;
-    if (when.cron) {
-      firstRun = checkCron(when.cron, config.SCHEDULE_MIN_INTERVAL_SECONDS, now);
-    } else {
-      firstRun = new Date(when.runAt!);
-      if (firstRun.getTime() < now.getTime() - 1_000) throw new ServiceError("VALIDATION_FAILED", "run_at is in the past");
-      if (firstRun.getTime() > now.getTime() + 366 * 86_400_000) throw new ServiceError("VALIDATION_FAILED", "run_at is more than a year away");
-    }
     const maxRuns = when.cron ? (when.maxRuns ?? null) : 1;
     const request: PaymentRequest = { ...bill, token: option.token, blockchain: option.chain, wallet_address: link.wallet };
     const requestHash = createHash("sha256")
-      .update(JSON.stringify([billHash(request, option), when.cron ? null : firstRun.toISOString(), when.cron ?? null, maxRuns]))
+      .update(JSON.stringify([billHash(request, option), when.cron ? null : new Date(when.runAt!).toISOString(), when.cron ?? null, maxRuns]))
       .digest("hex");
     // Once per key: the agent's, or for a blind retry of the same schedule (no key, no
     // allow_duplicate) one of the duplicate window's, as pay_bill's; a schedule made twice
     // would pay its bill twice at every due time. A retry is answered before anything is
-    // priced or checked, which could refuse it while the first schedule stands.
+    // checked or priced (its run_at since past, a number check, a biller down), which could
+    // refuse it while the first schedule stands.
     const replay = (earlier: Schedule) => {
       if (earlier.requestHash !== requestHash) {
         throw new ServiceError("IDEMPOTENCY_KEY_REUSED", `idempotency_key "${options.idempotencyKey}" already scheduled another bill (${earlier.id}); nothing was scheduled`);
@@ -300,8 +291,20 @@ export class AgentHub {
         const found = await this.deps.schedules.byKey(link.wallet, k);
         return found && { createdAt: found.createdAt, found };
       });
-      if (earlier) return replay(earlier.found);
+      // The previous window's copy, or this window's.
+      const found = earlier?.found ?? (await this.deps.schedules.byKey(link.wallet, key));
+      if (found) return replay(found);
       idempotencyKey = key;
+    }
+    checkCallbackUrl(bill.callback_url, config.CALLBACK_ALLOW_PRIVATE);
+    const now = new Date();
+    let firstRun: Date;
+    if (when.cron) {
+      firstRun = checkCron(when.cron, config.SCHEDULE_MIN_INTERVAL_SECONDS, now);
+    } else {
+      firstRun = new Date(when.runAt!);
+      if (firstRun.getTime() < now.getTime() - 1_000) throw new ServiceError("VALIDATION_FAILED", "run_at is in the past");
+      if (firstRun.getTime() > now.getTime() + 366 * 86_400_000) throw new ServiceError("VALIDATION_FAILED", "run_at is more than a year away");
     }
     // Priced now to show the agent what a run costs at today's rate; each run is priced when it
     // runs (at a get_quote's locked price, while a quote of the same bill lives).

@@ -710,8 +710,14 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(errorCode(await a.call("schedule_bill", { pin: a.pin, ...airtime("08011111111", 160), run_at: runAt, idempotency_key: "december-airtime" }))).toBe("IDEMPOTENCY_KEY_REUSED");
       const another = await schedule({ allow_duplicate: true });
       expect([first.data.schedule_id, keyed.data.schedule_id]).not.toContain(another.data.schedule_id);
+      // A retry is answered before the call is checked again: one sent after its run_at has passed still finds its schedule.
+      const soon = new Date(Date.now() + 3_000).toISOString();
+      const due = await schedule({ run_at: soon, idempotency_key: "soon" });
+      while (Date.now() < Date.parse(soon) + 1_500) await new Promise((r) => setTimeout(r, 250));
+      expect((await schedule({ run_at: soon, idempotency_key: "soon" })).data).toMatchObject({ schedule_id: due.data.schedule_id, replayed: true });
+      expect(errorCode(await schedule({ run_at: soon, idempotency_key: "later" }))).toBe("VALIDATION_FAILED");
       const active = (await a.call("list_schedules", { status: "ACTIVE" })).data.schedules as Array<{ schedule_id: string }>;
-      expect(active.map((s) => s.schedule_id).sort()).toEqual([first.data.schedule_id, keyed.data.schedule_id, another.data.schedule_id].sort());
+      expect(active.map((s) => s.schedule_id).sort()).toEqual([first.data.schedule_id, keyed.data.schedule_id, another.data.schedule_id, due.data.schedule_id].sort());
       for (const s of active) expect((await a.call("cancel_schedule", { schedule_id: s.schedule_id })).data).toMatchObject({ status: "CANCELLED" });
     });
 

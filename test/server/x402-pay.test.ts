@@ -298,7 +298,7 @@ describe("x402 route: paying a bill end to end", () => {
     await expect(check(await paymentFrom(owned))).resolves.toBeUndefined();
     await expect(check(await paymentFrom(burner))).rejects.toBeInstanceOf(PaymentRejected);
     expect(gasGiven).toEqual([CONTRACT_SIGNATURE_GAS, CONTRACT_SIGNATURE_GAS]);
-    // BillPay's address in a case that is not its checksum: refused as a signature that is not the wallet's (a coded 402), not thrown as a 500.
+    // BillPay's address in a case that is not its checksum (a payment header with one is refused before any check: payment-checks.test.ts): the check itself refuses it as a signature that is not the wallet's, not with viem's error.
     const miscased = await paymentFrom(owned);
     miscased.authorization = { ...miscased.authorization, to: `0x${celo.billPay.slice(2).toUpperCase()}` as Hex };
     await expect(check(miscased)).rejects.toMatchObject({ code: "SIGNATURE_INVALID" });
