@@ -73,12 +73,17 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
         const orderId = newOrderId();
         const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
         expect(client.pushed(ours)).toBeUndefined();
-        await celo.pull(orderId, payer.address, "USDC", 1_234_567n);
+        // A waiter is waiting from before the pull is sent until the payment is in hand: the push
+        // that carries it wakes one (on a busy machine it can come before the pull's own receipt).
         const woken: string[] = [];
-        while (!client.pushed(ours)) {
-          expect(woken.length).toBeLessThan(200);
-          woken.push(await client.nextPayment());
-        }
+        const waiting = (async () => {
+          while (!client.pushed(ours)) {
+            expect(woken.length).toBeLessThan(200);
+            woken.push(await client.nextPayment());
+          }
+        })();
+        await celo.pull(orderId, payer.address, "USDC", 1_234_567n);
+        await waiting;
         expect(woken).toContain("pushed");
         expect(client.pushingNow).toBe(true);
         const pushed = client.pushed(ours)!;
