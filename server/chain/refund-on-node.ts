@@ -8,12 +8,13 @@
  * Matched by the ledger's own predicate (lib/refund-logs.ts), in BillPay's logs from `from` to
  * the node's head: only BillPay's own events, so nobody else's contract can plant one.
  */
-import { encodeAbiParameters, keccak256, TransactionNotFoundError, type Hex } from "viem";
+import { encodeAbiParameters, keccak256, type Hex } from "viem";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { isRefundUnder, REFUND_EVENTS, refundOf, type RefundKey } from "../../lib/refund-logs.ts";
+import { transactionPending } from "./node-transactions.ts";
 
 /**
  * BillPay answered OrderExists, and holds the payment's key not refunded: the refund's order id
@@ -82,26 +83,6 @@ export async function refundInSight(deps: { deployments: Deployments }, chain: C
   const first = pending.find((hash) => hash !== undefined);
   if (first) return { pending: first };
   return (await keyRefundedOnNode(deps, chain, key)) ? { standing: true } : undefined;
-}
-
-/** Whether the node holds the transaction unmined, in its pool (where a reorganisation puts back what it took). */
-export async function transactionPending(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
-  const tx = await transactionOnNode(deps, chain, hash);
-  return tx !== null && tx.blockNumber === null;
-}
-
-/** Whether the node knows the transaction at all: unmined in its pool, or mined. */
-export async function transactionKnown(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex): Promise<boolean> {
-  return (await transactionOnNode(deps, chain, hash)) !== null;
-}
-
-async function transactionOnNode(deps: { deployments: Deployments }, chain: ChainKey, hash: Hex) {
-  const client = deployedClientFor(deps.deployments, chain);
-  if (!client) throw new Error(`no deployment of BillPay on ${chain}`);
-  return client.getTransaction({ hash }).catch((err: unknown) => {
-    if (err instanceof TransactionNotFoundError) return null;
-    throw err;
-  });
 }
 
 /** Blocks one getLogs request spans (within what public providers allow). */

@@ -13,7 +13,7 @@ import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, ledgerPaymentFor, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
-import { transactionKnown } from "../chain/refund-on-node.ts";
+import { transactionKnown } from "../chain/node-transactions.ts";
 import { deepEnough } from "./payment-watch.ts";
 
 /**

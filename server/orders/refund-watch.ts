@@ -22,7 +22,7 @@
  * An order that moved on meanwhile (its payment lost too: PAYMENT_FAILED, with nothing owed
  * either way) is watched no more.
  */
-import { TransactionNotFoundError, TransactionReceiptNotFoundError, type Hex } from "viem";
+import { TransactionReceiptNotFoundError, type Hex } from "viem";
 import { deployedClientFor } from "../../lib/chain-client.ts";
 import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
@@ -30,6 +30,7 @@ import type { Db } from "../db.ts";
 import type { LedgerClient, LedgerRefund } from "../ledger-client.ts";
 import type { RefundKey } from "../../lib/refund-logs.ts";
 import { RefundIdTaken, refundOnNode, type RefundOnChain } from "../chain/refund-on-node.ts";
+import { transactionKnown } from "../chain/node-transactions.ts";
 import { ledgerUnderKey, newestRefund } from "./ledger-view.ts";
 import { errorText } from "../log-safety.ts";
 import type { Log } from "../log.ts";
@@ -212,11 +213,8 @@ export async function refundStanding(deps: { deployments: Deployments }, chain: 
     return receipt.blockNumber + REORG_WATCH_BLOCKS <= indexed ? { kind: "ledger-missing", block: receipt.blockNumber } : { kind: "watch", block: receipt.blockNumber };
   }
   if (receipt) return { kind: "lost" };
-  const pending = await client.getTransaction({ hash: txHash as Hex }).catch((err: unknown) => {
-    if (err instanceof TransactionNotFoundError) return null;
-    throw err;
-  });
-  return pending ? { kind: "pending" } : { kind: "lost" };
+  // No receipt: one the node still knows is unmined in its pool.
+  return (await transactionKnown(deps, chain, txHash as Hex)) ? { kind: "pending" } : { kind: "lost" };
 }
 
 /** What one watched refund needs; true when it was lost and its order held. */

@@ -351,16 +351,22 @@ describe("an operator resolves what waits for review, from the console and the c
     await page.close();
   });
 
-  it("serves again an order held for review whose exact payment the ledger shows, without a second pay to the biller", async () => {
-    const res = await wrapFetchWithPayment(fetch, x402ClientFor(served, paying.chains.deployments))(`${url}/api/pay/x402`, {
+  /** A bill `payer` pays as any x402 client does, served; the ledger then at the chain's head. */
+  async function servedBill(payer: typeof served): Promise<{ request_id: string; status: string }> {
+    const res = await wrapFetchWithPayment(fetch, x402ClientFor(payer, paying.chains.deployments))(`${url}/api/pay/x402`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify(x402Bill(served.address)),
+      body: JSON.stringify(x402Bill(payer.address)),
     });
     const paid = (await res.json()) as { request_id: string; status: string };
     expect(paid.status).toBe("SUCCESS");
-    // The answer came on the settlement's receipt; the page's buttons read the ledger's record of it.
+    // The answer came on the settlement's receipt; the decisions read the ledger's record of it.
     await ledgerAtHead();
+    return paid;
+  }
+
+  it("serves again an order held for review whose exact payment the ledger shows, without a second pay to the biller", async () => {
+    const paid = await servedBill(served);
     // As the reorganisation watch does when a served order's payment could not be collected again in time.
     await service.flow.orders.transition(paid.request_id, ["SUCCESS"], "NEEDS_REVIEW", { failureReason: "its payment was reorganised off the chain (as a test sets it)" });
     const before = await usdc(served.address);
@@ -376,14 +382,7 @@ describe("an operator resolves what waits for review, from the console and the c
   });
 
   it("refuses to serve an order whose refund is still waiting to be mined, which the ledger cannot show yet: the payer gets the refund, never the bill as well", async () => {
-    const res = await wrapFetchWithPayment(fetch, x402ClientFor(reversed, paying.chains.deployments))(`${url}/api/pay/x402`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(x402Bill(reversed.address)),
-    });
-    const paid = (await res.json()) as { request_id: string; status: string };
-    expect(paid.status).toBe("SUCCESS");
-    await ledgerAtHead();
+    const paid = await servedBill(reversed);
     const order = (await service.flow.orders.get(paid.request_id))!;
     const before = await usdc(reversed.address);
     await celo.miningPaused(async (mine) => {
