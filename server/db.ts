@@ -474,6 +474,15 @@ const MIGRATIONS: string[] = [
   // Every pull transaction signed for an order, recorded before it is sent (orders/store.ts
   // setTxHash, replaceTxHash): the order names only the newest, and one it replaced may land.
   `ALTER TABLE bill_order ADD COLUMN pull_signed text[];`,
+  // The signer's nonce of every refund transaction signed for an order (orders/store.ts
+  // refundSigned): one the node's pool dropped may still be sent by anyone who saw it, until
+  // that nonce is used (chain/refund-on-node.ts refundInSight). Orders signed before have none.
+  `CREATE TABLE refund_nonce (
+     request_id text   NOT NULL REFERENCES bill_order (request_id),
+     signer     text   NOT NULL,
+     nonce      bigint NOT NULL,
+     PRIMARY KEY (request_id, signer, nonce)
+   );`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -31,12 +31,13 @@ export async function purgeExpired(
     quoteLocks: await count(`DELETE FROM quote_lock WHERE expires_at < now()`, []),
     refusedPayments: await new RefusedPayments(db).purge(BigInt(Math.floor(Date.now() / 1000))),
     a2aTasks: await new DbTaskStore(db).trim(),
-    // A thousand a pass; their callback rows go in the same statement (foreign keys are checked at its end).
+    // A thousand a pass; their callback, attempt and refund nonce rows go in the same statement (foreign keys are checked at its end).
     unpaidOrders: (
       await db.query<{ n: number }>(
         `WITH doomed AS (SELECT request_id FROM bill_order WHERE status = 'PAYMENT_FAILED' AND updated_at < now() - make_interval(secs => $1) LIMIT 1000),
               callbacks AS (DELETE FROM callback_delivery WHERE request_id IN (SELECT request_id FROM doomed)),
               attempts AS (DELETE FROM biller_attempt WHERE request_id IN (SELECT request_id FROM doomed)),
+              nonces AS (DELETE FROM refund_nonce WHERE request_id IN (SELECT request_id FROM doomed)),
               gone AS (DELETE FROM bill_order WHERE request_id IN (SELECT request_id FROM doomed) RETURNING 1)
          SELECT count(*)::int AS n FROM gone`,
         [unpaidOrderSeconds],

@@ -51,8 +51,24 @@ export interface ReplacementPolicy {
   lastWaitMs?: number;
 }
 const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxReplacements: 3 };
-/** Told a refund transaction's hash before it is sent (the order records it: orders/payment-watch.ts waits for it). */
-export type RefundSigned = (hash: Hex) => Promise<void>;
+/**
+ * A refund transaction as signed: its hash, and the signer's nonce it is under. A signed
+ * transaction can be sent by anyone who saw it until its signer's nonce is used by another, so
+ * one the node's pool dropped may still land (chain/refund-on-node.ts refundInSight).
+ */
+export interface SignedRefund {
+  hash: Hex;
+  signer: Hex;
+  nonce: number;
+}
+/** The refund transactions signed for an order, as its store keeps them (orders/store.ts signedRefunds). */
+export interface SignedRefunds {
+  hashes: Hex[];
+  /** The signer's nonce they were signed under: distinct pairs, replacements sharing their first's. */
+  nonces: Array<Pick<SignedRefund, "signer" | "nonce">>;
+}
+/** Told a refund transaction before it is sent (the order records it: the payment watch and review wait while it may land). */
+export type RefundSigned = (signed: SignedRefund) => Promise<void>;
 /** Refunds sent and not mined in time, remembered so the next try waits for them (refundOnce). */
 const KEPT_UNMINED = 1_024;
 
@@ -571,15 +587,22 @@ export class ChainOperator {
    */
   private async refundOnce(chain: ChainKey, call: Write, onSigned?: RefundSigned): Promise<RefundOutcome> {
     const key = `${chain}:${JSON.stringify(call, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`;
-    // A replacement is told before it is sent, as the first is.
+    const signer = this.keys.refunder.address;
+    // Replacements are signed under the first's nonce, and told before they are sent, as the first is.
+    let nonce: number | undefined;
+    const signed = async (hash: Hex, under: number) => {
+      nonce = under;
+      await onSigned?.({ hash, signer, nonce: under });
+    };
     const replaced: Replaced = async (_previous, next, how) => {
-      if (how === undefined) await onSigned?.(next);
+      if (how === undefined) await signed(next, nonce!);
     };
     try {
       const earlier = this.unminedRefunds.get(key);
       const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
+      if (live) nonce = earlier.request.nonce;
       // Waited for again, its fee follows the market, never compounding try after try.
-      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, replaced, true) : await this.send(chain, this.keys.refunder, call, onSigned, replaced, true);
+      const { hash, gasWei, block } = live ? await this.waitMined(chain, earlier, replaced, true) : await this.send(chain, this.keys.refunder, call, signed, replaced, true);
       this.unminedRefunds.delete(key);
       return { txHash: hash, gasWei, block };
     } catch (err) {
@@ -595,6 +618,39 @@ export class ChainOperator {
       if (err instanceof ContractRefused && ALREADY_REFUNDED.has(err.errorName)) return { alreadyRefunded: true, errorName: err.errorName };
       throw err;
     }
+  }
+
+  /**
+   * Makes a refund transaction signed under the refunder's `nonce`, which no pool holds any
+   * more and no block has mined, unable ever to land: the refunder sends itself nothing under
+   * that nonce, at the market's fee, and the chain takes one transaction per nonce. Sent, not
+   * waited for (the caller looks again on its next pass); nothing is sent when the nonce is
+   * used already. False when `signer` is not this instance's refunder key (a key since
+   * rotated): nothing here can use its nonce.
+   */
+  async voidRefundNonce(chain: ChainKey, signer: Hex, nonce: number): Promise<boolean> {
+    const key = this.keys.refunder;
+    if (signer.toLowerCase() !== key.address.toLowerCase()) return false;
+    const d = this.deployments.chains[chain];
+    if (!d) throw new Error(`${chain} has no deployment`);
+    const rpcUrl = rpcUrlFor(chain, d);
+    const client = sharedClientFor(chain, rpcUrl);
+    const queue = `${chain}:${key.address}`;
+    const sent = (this.queues.get(queue) ?? Promise.resolve())
+      .catch(() => {})
+      .then(async () => {
+        if ((await client.getTransactionCount({ address: key.address, blockTag: "latest" })) > nonce) return;
+        const wallet = this.walletFor(queue, chain, key, rpcUrl);
+        const request = await wallet.prepareTransactionRequest({ to: key.address, value: 0n, gas: 21_000n, nonce, ...(await client.estimateFeesPerGas()) });
+        await this.fence(key.address);
+        const serialized = await wallet.signTransaction(request);
+        // A node that holds a transaction under the nonce already (this one, sent on an earlier
+        // pass, or the refund itself sent again by someone) refuses another at no higher fee.
+        await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch(() => {});
+      });
+    this.queues.set(queue, sent);
+    await sent;
+    return true;
   }
 
   /**
@@ -619,8 +675,8 @@ export class ChainOperator {
    * it, hands the hash to `onSigned` (callers record it: the chain can never hold a
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
-  private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: (hash: Hex) => Promise<void>, onReplaced?: Replaced): Promise<Hex> {
-    return (await this.send(chain, signer, call, onSigned, onReplaced)).hash;
+  private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
+    return (await this.send(chain, signer, call, onSigned && ((hash) => onSigned(hash)), onReplaced)).hash;
   }
 
   /**
@@ -633,7 +689,7 @@ export class ChainOperator {
     chain: ChainKey,
     signer: Account,
     call: Write,
-    onSigned?: (hash: Hex) => Promise<void>,
+    onSigned?: (hash: Hex, nonce: number) => Promise<void>,
     onReplaced?: Replaced,
     keepSigned = false,
   ): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
@@ -674,7 +730,7 @@ export class ChainOperator {
         await this.fence(signer.address);
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
-        await onSigned?.(hash);
+        await onSigned?.(hash, request.nonce);
         // The record may have waited on the database: the lease is confirmed again, right before it goes.
         await this.fence(signer.address);
         await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch((err: unknown) => {

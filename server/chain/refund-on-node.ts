@@ -14,6 +14,7 @@ import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { isRefundUnder, REFUND_EVENTS, refundOf, type RefundKey } from "../../lib/refund-logs.ts";
+import type { SignedRefunds } from "./operator.ts";
 import { transactionPending } from "./node-transactions.ts";
 
 /**
@@ -73,16 +74,48 @@ export async function keyRefundedOnNode(deps: { deployments: Deployments }, chai
 
 /**
  * A refund of an order's payment that may stand on chain whatever the ledger shows yet, as the
- * service's node shows it now: one of the refund transactions signed for the order (`signed`)
- * held unmined in its pool, which may still land (`pending`); else BillPay holding the key
- * refunded at the node's head (`standing`: mined, perhaps a block ahead of the ledger); else
- * undefined. In that order: a refund mined between the two reads is read as standing.
+ * service's node shows it now, in this order:
+ * - `pending`: one of the refund transactions signed for the order held unmined in its pool;
+ * - `standing`: BillPay holds the key refunded at the node's head (mined, perhaps a block ahead
+ *   of the ledger); a refund mined between the two reads is read so;
+ * - `landable`: none held, none standing, but the signer's nonce one was signed under is not yet
+ *   used `depth` blocks under the head. A pool drops a transaction (a node restarted, a fee
+ *   eviction) without making it void: anyone who saw it can send it again until another
+ *   transaction of its signer's takes its nonce, as the refunder's next one does;
+ * else undefined: every refund signed for it is dead or mined and reverted.
+ * Refunds signed before their nonces were kept are asked of the pool alone.
  */
-export async function refundInSight(deps: { deployments: Deployments }, chain: ChainKey, key: RefundKey, signed: readonly Hex[]): Promise<{ pending: Hex } | { standing: true } | undefined> {
-  const pending = await Promise.all(signed.map(async (hash) => ((await transactionPending(deps, chain, hash)) ? hash : undefined)));
+export async function refundInSight(
+  deps: { deployments: Deployments; confirmations: Partial<Record<ChainKey, number>> },
+  chain: ChainKey,
+  key: RefundKey,
+  signed: SignedRefunds,
+): Promise<{ pending: Hex } | { standing: true } | { landable: { signer: Hex; nonce: number } } | undefined> {
+  const pending = await Promise.all(signed.hashes.map(async (hash) => ((await transactionPending(deps, chain, hash)) ? hash : undefined)));
   const first = pending.find((hash) => hash !== undefined);
   if (first) return { pending: first };
-  return (await keyRefundedOnNode(deps, chain, key)) ? { standing: true } : undefined;
+  if (await keyRefundedOnNode(deps, chain, key)) return { standing: true };
+  const unused = await nonceUnused(deps, chain, signed.nonces);
+  return unused ? { landable: unused } : undefined;
+}
+
+/** The first of `nonces` its signer has not used in a block `depth` under the node's head: a transaction signed under it may still be mined. */
+async function nonceUnused(
+  deps: { deployments: Deployments; confirmations: Partial<Record<ChainKey, number>> },
+  chain: ChainKey,
+  nonces: SignedRefunds["nonces"],
+): Promise<{ signer: Hex; nonce: number } | undefined> {
+  if (nonces.length === 0) return undefined;
+  const client = deployedClientFor(deps.deployments, chain);
+  if (!client) throw new Error(`no deployment of BillPay on ${chain}`);
+  // As deep as a payment must be before its bill is vended: a block that used the nonce and was
+  // then reorganised away would give the nonce back.
+  const head = await client.getBlockNumber();
+  const depth = BigInt(deps.confirmations[chain] ?? 0);
+  const blockNumber = head > depth ? head - depth : 0n;
+  const signers = [...new Set(nonces.map((n) => n.signer.toLowerCase() as Hex))];
+  const used = new Map(await Promise.all(signers.map(async (signer) => [signer, await client.getTransactionCount({ address: signer, blockNumber })] as const)));
+  return nonces.find((n) => used.get(n.signer.toLowerCase() as Hex)! <= n.nonce);
 }
 
 /** Blocks one getLogs request spans (within what public providers allow). */

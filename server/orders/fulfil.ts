@@ -21,7 +21,7 @@ import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catal
 import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
-import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator } from "../chain/operator.ts";
+import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator, type RefundSigned } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -872,7 +872,7 @@ const REFUND_NEVER = new Set([
 ]);
 
 /** Each refund transaction signed for `o`, recorded before it is sent: the payment watch waits while one may land. */
-const recordingRefund = (deps: Pick<FlowDeps, "orders">, o: Order) => (hash: Hex) => deps.orders.refundSigned(o.requestId, hash);
+const recordingRefund = (deps: Pick<FlowDeps, "orders">, o: Order): RefundSigned => (signed) => deps.orders.refundSigned(o.requestId, signed);
 
 function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {
   return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount, onSigned: recordingRefund(deps, o) });

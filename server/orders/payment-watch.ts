@@ -326,11 +326,24 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       // refund needs only its nonce spent, and the payer's cancelAuthorization in the payment's
       // place spends it too. An operator's, as the audit also names it. Read from BillPay on
       // the service's node, not the ledger, which may show neither while it takes the
-      // reorganisation in; a refund the node holds unmined may yet land: the next pass. Every
+      // reorganisation in; a refund the node holds unmined, or one dropped from its pool
+      // whose nonce is still unused, may yet land: the next pass. Every
       // refund transaction signed for the order is recorded before it is sent (one stuck on
       // fees included), so each is asked (refundInSight).
-      const seen = await refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
-      if (seen && "pending" in seen) return false;
+      const inSight = async () => refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+      let seen = await inSight();
+      if (seen && "landable" in seen) {
+        // Voided before anything is decided (its signer's nonce used by another transaction):
+        // else the payer could cancel the authorization, which spends its nonce, and send the
+        // refund. Looked at again at once: the void may be as deep as it must be already.
+        const { signer, nonce } = seen.landable;
+        if (!(await deps.operator.voidRefundNonce(order.chain as ChainKey, signer, nonce))) {
+          deps.log.error("a refund signed for a lost payment may still land under a key this instance does not hold; left for the next pass", { requestId: order.requestId, signer, nonce });
+          return false;
+        }
+        seen = await inSight();
+      }
+      if (seen && ("pending" in seen || "landable" in seen)) return false;
       if (seen) {
         const why = "its refund stands on chain without it";
         return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a refunded payment was reorganised off the chain while its refund stands; the order waits for an operator");

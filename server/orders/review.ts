@@ -298,6 +298,11 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
         `its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: serving it could give away both the bill and the refund; decide once it is mined or gone, or refund it (BillPay refunds a key once)`,
       );
     }
+    if (seen && "landable" in seen) {
+      throw new Refused(
+        `a refund signed for it under nonce ${seen.landable.nonce} of ${seen.landable.signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used, as the refunder's next transaction uses it: serving it could give away both the bill and the refund; decide once the nonce is used, or refund it (BillPay refunds a key once)`,
+      );
+    }
     if (seen) throw new Refused(`BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): serving it would give the bill away`);
   }
   const held = await deps.orders.handRefundInflow(order.requestId);

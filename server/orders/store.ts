@@ -21,6 +21,7 @@
  */
 import { assertMove, UNFINISHED_STATUSES, withdrawsUnsentAttempts, type OrderStatus } from "./lifecycle.ts";
 import { onChainOrderId } from "../chain/order-id.ts";
+import type { SignedRefund, SignedRefunds } from "../chain/operator.ts";
 import { ServiceError } from "../errors.ts";
 import { clearRefund, type RefundShares, type RefundWait } from "./refund-share.ts";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -535,15 +536,29 @@ export class OrderStore {
     return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
   }
 
-  /** Records a refund transaction signed for the order, before it is sent. */
-  async refundSigned(requestId: string, hash: string): Promise<void> {
-    await this.db.query(`UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1`, [requestId, hash.toLowerCase()]);
+  /** Records a refund transaction signed for the order, with its signer's nonce, before it is sent: one statement. */
+  async refundSigned(requestId: string, signed: SignedRefund): Promise<void> {
+    await this.db.query(
+      `WITH o AS (UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 RETURNING request_id)
+       INSERT INTO refund_nonce (request_id, signer, nonce) SELECT request_id, $3, $4 FROM o ON CONFLICT DO NOTHING`,
+      [requestId, signed.hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce],
+    );
   }
 
-  /** Every refund transaction signed for the order, mined or not, and the one it records as its refund: each once. */
-  async signedRefunds(requestId: string): Promise<Hex[]> {
-    const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null }>(`SELECT refund_signed, refund_tx_hash FROM bill_order WHERE request_id = $1`, [requestId]);
-    return [...new Set([...(row?.refund_signed ?? []), ...(row?.refund_tx_hash ? [row.refund_tx_hash.toLowerCase()] : [])])] as Hex[];
+  /**
+   * Every refund transaction signed for the order, mined or not, and the one it records as its
+   * refund, each once; and each signer's nonce they were signed under (none for refunds signed
+   * before nonces were kept).
+   */
+  async signedRefunds(requestId: string): Promise<SignedRefunds> {
+    const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null; nonces: Array<{ signer: Hex; nonce: number }> }>(
+      `SELECT refund_signed, refund_tx_hash,
+              coalesce((SELECT json_agg(json_build_object('signer', signer, 'nonce', nonce)) FROM refund_nonce n WHERE n.request_id = o.request_id), '[]') AS nonces
+         FROM bill_order o WHERE request_id = $1`,
+      [requestId],
+    );
+    const hashes = [...new Set([...(row?.refund_signed ?? []), ...(row?.refund_tx_hash ? [row.refund_tx_hash.toLowerCase()] : [])])] as Hex[];
+    return { hashes, nonces: row?.nonces ?? [] };
   }
 
   /** Every pull transaction signed for the order, each once, the one it names now included (orders made before the record: that one alone). */

@@ -25,13 +25,15 @@ import type { AddressInfo } from "node:net";
 import { decodePaymentSignatureHeader } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
-import type { Hex } from "viem";
+import { keccak256, serializeTransaction, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
+import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { amountIn } from "../../lib/token-amounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runReview } from "../../scripts/review.ts";
+import { ChainOperator } from "../../server/chain/operator.ts";
 import { FormTokens } from "../../server/operator/csrf.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import type { ReviewRecord } from "../../server/orders/review.ts";
@@ -64,6 +66,7 @@ describe("an operator resolves what waits for review, from the console and the c
   const outsider = accounts(19);
   const waiting = accounts(11);
   const reversed = accounts(13);
+  const dropped = accounts(14);
   let evil: Server;
   let evilUrl: string;
   let evilPage = "";
@@ -388,8 +391,8 @@ describe("an operator resolves what waits for review, from the console and the c
     await celo.miningPaused(async (mine) => {
       // The biller took the bill back: its refund is signed and sent, and sits unmined (fees, a slow chain).
       const refunding = refund(service.flow, order, "the biller reversed the bill after delivering it (as a test sets it)", ["SUCCESS"]);
-      await expect.poll(() => service.flow.orders.signedRefunds(order.requestId), { timeout: 20_000 }).toHaveLength(1);
-      const [pending] = await service.flow.orders.signedRefunds(order.requestId);
+      await expect.poll(async () => (await service.flow.orders.signedRefunds(order.requestId)).hashes, { timeout: 20_000 }).toHaveLength(1);
+      const [pending] = (await service.flow.orders.signedRefunds(order.requestId)).hashes;
       // Then the biller says an attempt was delivered after all (orders/fulfil.ts actOnBillerState): held for an operator.
       await service.flow.orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "the biller then delivered the bill while its refund was not yet done (as a test sets it)" });
       const serve = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
@@ -411,6 +414,49 @@ describe("an operator resolves what waits for review, from the console and the c
     expect((await service.flow.orders.get(order.requestId))!.status).toBe("REFUNDED");
     expect(await usdc(reversed.address)).toBe(before + order.amount);
     expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}`)).toEqual(["serve:REFUSED", "serve:REFUSED", "refund:DONE"]);
+  });
+
+  it("refuses to serve an order whose refund the node's pool dropped while its nonce is unused, which anyone could send again; once the refunder's nonce is used, serves it and the old refund cannot land", async () => {
+    const paid = await servedBill(dropped);
+    const order = (await service.flow.orders.get(paid.request_id))!;
+    const before = await usdc(dropped.address);
+    const refunder = refunderAccount();
+    // A run that refunds the bill (the biller reversed it) and dies before its refund is mined.
+    const died = new ChainOperator(paying.chains.deployments, { operator: operatorAccount(), refunder }, { replaceAfterMs: 300, maxReplacements: 0, lastWaitMs: 300 });
+    const raw = await celo.miningPaused(async () => {
+      await refund({ ...service.flow, operator: died }, order, "the biller reversed the bill after delivering it (as a test sets it)", ["SUCCESS"]);
+      const [hash] = (await service.flow.orders.signedRefunds(order.requestId)).hashes;
+      // Anyone watching the pool keeps what it broadcast: the transaction as signed.
+      const tx = await celo.publicClient.getTransaction({ hash: hash! });
+      const signed = serializeTransaction(
+        { type: "eip1559", chainId: tx.chainId!, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, value: tx.value, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, accessList: tx.accessList },
+        { r: tx.r, s: tx.s, yParity: tx.yParity! },
+      );
+      expect(keccak256(signed)).toBe(hash);
+      // The node forgets it (a restart, a fee eviction): in no pool, not mined, and its nonce unused.
+      await celo.publicClient.request({ method: "hardhat_dropTransaction" as never, params: [hash] as never });
+      return { hash: hash!, nonce: tx.nonce, signed };
+    });
+    // Then the biller says the bill was delivered after all: held for an operator.
+    await service.flow.orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "the biller then delivered the bill while its refund was not yet done (as a test sets it)" });
+    await ledgerAtHead();
+    const serve = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
+    expect(serve.lines[0]).toMatch(/not taken: .*serve by bob .*REFUSED/);
+    expect(serve.lines.join("\n")).toContain(`under nonce ${raw.nonce} of ${refunder.address.toLowerCase()} is in no pool and not mined`);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
+
+    // The refunder's next transaction takes that nonce (here a transfer to itself), as deep as a bill is vended on.
+    const burnt = await celo.mined(await celo.wallet(refunder).sendTransaction({ to: refunder.address, value: 0n, nonce: raw.nonce }));
+    const depth = BigInt(service.flow.confirmations.CELO ?? 0);
+    await expect.poll(async () => (await celo.publicClient.getBlockNumber()) >= burnt.blockNumber + depth, { timeout: 20_000 }).toBe(true);
+    await ledgerAtHead();
+    const served = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
+    expect(served.ok, served.lines.join("\n")).toBe(true);
+    expect((await service.flow.orders.get(order.requestId))!.status).toBe("SUCCESS");
+    // The refund as signed can no longer land: its nonce is used.
+    await expect(celo.publicClient.sendRawTransaction({ serializedTransaction: raw.signed })).rejects.toThrow(/nonce/i);
+    expect(await usdc(dropped.address)).toBe(before);
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}`)).toEqual(["serve:REFUSED", "serve:DONE"]);
   });
 
   it("a refund the budget makes wait is accepted, and the worker finishes it with the amount the operator approved", async () => {
@@ -508,7 +554,7 @@ describe("an operator resolves what waits for review, from the console and the c
       expect.stringMatching(/REFUNDED, close-orphan by alice .*refunded by hand from the treasury.*DONE/),
       expect.stringMatching(/RESOLVED, close-orphan by carol .*keep it as credit.*DONE/),
     ]);
-    expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(6);
+    expect(report.orders!.resolved.filter((r) => r.startsWith("order "))).toHaveLength(7);
     // Nothing waits: the list says so, and so does the console's empty table.
     expect((await runReview(["list"], { url, token: TOKEN, operator: "carol" })).lines).toEqual(["orders held for review: 0", "  none", "x402 payments without an order: 0", "  none"]);
     const empty = await alice.newPage();

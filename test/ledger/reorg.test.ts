@@ -272,14 +272,23 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   it("a refunded bill whose payment and refund both went is closed as never paid: nothing owed either way", async () => {
     const payer = hardhatAccount(8);
     const before = await usdc(payer.address);
-    const failed = await reorganisedAway(() => pay(payer, x402Bill(payer.address, { billersCode: "08099999999", nairaAmount: 1550 })));
+    let refundAsSent: Hex | undefined;
+    const failed = await reorganisedAway(async () => {
+      const answer = await pay(payer, x402Bill(payer.address, { billersCode: "08099999999", nairaAmount: 1550 }));
+      refundAsSent = await signedAsSent((await orderOf(answer.request_id)).refundTxHash as Hex);
+      return answer;
+    });
     expect(failed).toMatchObject({ status: "FAILED_VENDING" });
     expect((await orderOf(failed.request_id)).status).toBe("REFUNDED");
     await mine();
 
+    // The refund is in no block and no pool, but signed: the watch uses its nonce before it closes the order.
     await watchUntil(failed.request_id, "VOID");
     const order = await orderOf(failed.request_id);
     expect(order.status).toBe("PAYMENT_FAILED");
+    expect(await usdc(payer.address)).toBe(before);
+    // Whoever kept it cannot land it now, as the payer might after cancelling the authorization, which spends its nonce.
+    await expect(celo.publicClient.sendRawTransaction({ serializedTransaction: refundAsSent! })).rejects.toThrow(/nonce/i);
     expect(await usdc(payer.address)).toBe(before);
   });
 

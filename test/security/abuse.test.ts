@@ -160,6 +160,8 @@ describe("abuse resistance", () => {
       return o;
     };
     const failed = await order("a1");
+    // A refund was signed for it once (its payment then reorganised away): the record goes with the order.
+    await service.flow.orders.refundSigned(failed.requestId, { hash: `0x${"ab".repeat(32)}`, signer: accounts(19).address, nonce: 7 });
     await service.flow.orders.transition(failed.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
     const unfinished = await order("a2"); // still SETTLING: it may yet move money
     const recent = await order("a3");
@@ -170,6 +172,7 @@ describe("abuse resistance", () => {
     expect(purged.unpaidOrders).toBe(1);
     expect(await service.flow.orders.get(failed.requestId)).toBeUndefined();
     expect(await count(`SELECT count(*)::int AS n FROM callback_delivery WHERE request_id = $1`, [failed.requestId])).toBe(0);
+    expect(await count(`SELECT count(*)::int AS n FROM refund_nonce WHERE request_id = $1`, [failed.requestId])).toBe(0);
     expect((await service.flow.orders.get(unfinished.requestId))?.status).toBe("SETTLING");
     expect((await service.flow.orders.get(recent.requestId))?.status).toBe("PAYMENT_FAILED"); // within the retention
     // Orders that moved money are never purged, however old.

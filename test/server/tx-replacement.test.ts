@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Hex } from "viem";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { hardhatAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, onChainOrderId, ReplacementRefused } from "../../server/chain/operator.ts";
+import { ChainOperator, onChainOrderId, ReplacementRefused, type RefundSigned } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { startTestChains } from "../support/stack.ts";
 
@@ -140,11 +140,13 @@ describe("a stuck transaction", () => {
     await celo.miningPaused(async (mine) => {
       // Fees rose past what the refund's one replacement offers: not mined in time.
       // Each transaction is told before it is sent (the order records it for the payment watch).
-      const told: Array<{ hash: Hex; known: boolean }> = [];
-      const onSigned = async (hash: Hex) => void told.push({ hash, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
+      const told: Array<{ hash: Hex; signer: Hex; nonce: number; known: boolean }> = [];
+      const onSigned: RefundSigned = async ({ hash, signer, nonce }) => void told.push({ hash, signer, nonce, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
       await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned })).rejects.toThrow(/not mined in time/);
       expect(told).toHaveLength(2); // the first and its one replacement
       expect(told.every((t) => !t.known)).toBe(true);
+      // Each told with the nonce it is signed under, the replacement under the first's.
+      expect(told.map((t) => [t.signer, t.nonce])).toEqual([[refunder, mined], [refunder, mined]]);
       expect(await nonces()).toEqual([mined, mined! + 1]);
       // Tried again (the worker's next pass): the same nonce is waited for, and mined.
       const again = operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n });
