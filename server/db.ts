@@ -477,10 +477,13 @@ const MIGRATIONS: string[] = [
   // The signer's nonce of every refund transaction signed for an order (orders/store.ts
   // refundSigned): one the node's pool dropped may still be sent by anyone who saw it, until
   // that nonce is used (chain/refund-on-node.ts refundInSight). Orders signed before have none.
+  // With the highest fees signed under it: a void of it must outbid them.
   `CREATE TABLE refund_nonce (
-     request_id text   NOT NULL REFERENCES bill_order (request_id),
-     signer     text   NOT NULL,
-     nonce      bigint NOT NULL,
+     request_id               text    NOT NULL REFERENCES bill_order (request_id),
+     signer                   text    NOT NULL,
+     nonce                    bigint  NOT NULL,
+     max_fee_per_gas          numeric NOT NULL,
+     max_priority_fee_per_gas numeric NOT NULL,
      PRIMARY KEY (request_id, signer, nonce)
    );`,
 ];

@@ -60,12 +60,15 @@ export interface SignedRefund {
   hash: Hex;
   signer: Hex;
   nonce: number;
+  /** Its fees (EIP-1559's cap and tip, or a legacy gas price as both): a void under its nonce must outbid the highest signed. */
+  maxFeePerGas: bigint;
+  maxPriorityFeePerGas: bigint;
 }
 /** The refund transactions signed for an order, as its store keeps them (orders/store.ts signedRefunds). */
 export interface SignedRefunds {
   hashes: Hex[];
-  /** The signer's nonce they were signed under: distinct pairs, replacements sharing their first's. */
-  nonces: Array<Pick<SignedRefund, "signer" | "nonce">>;
+  /** The signer's nonces they were signed under, each once, with the highest fees signed under it (replacements share their first's nonce). */
+  nonces: Array<Omit<SignedRefund, "hash">>;
 }
 /** Told a refund transaction before it is sent (the order records it: the payment watch and review wait while it may land). */
 export type RefundSigned = (signed: SignedRefund) => Promise<void>;
@@ -590,12 +593,13 @@ export class ChainOperator {
     const signer = this.keys.refunder.address;
     // Replacements are signed under the first's nonce, and told before they are sent, as the first is.
     let nonce: number | undefined;
-    const signed = async (hash: Hex, under: number) => {
-      nonce = under;
-      await onSigned?.({ hash, signer, nonce: under });
+    const signed = async (hash: Hex, request: { nonce: number } & Fees) => {
+      nonce = request.nonce;
+      const cap = request.maxFeePerGas ?? request.gasPrice ?? 0n;
+      await onSigned?.({ hash, signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap });
     };
-    const replaced: Replaced = async (_previous, next, how) => {
-      if (how === undefined) await signed(next, nonce!);
+    const replaced: Replaced = async (_previous, next, how, fees) => {
+      if (how === undefined) await signed(next, { ...fees, nonce: nonce! });
     };
     try {
       const earlier = this.unminedRefunds.get(key);
@@ -621,16 +625,19 @@ export class ChainOperator {
   }
 
   /**
-   * Makes a refund transaction signed under the refunder's `nonce`, which no pool holds any
-   * more and no block has mined, unable ever to land: the refunder sends itself nothing under
-   * that nonce, at the market's fee, and the chain takes one transaction per nonce. Sent, not
-   * waited for (the caller looks again on its next pass); nothing is sent when the nonce is
-   * used already. False when `signer` is not this instance's refunder key (a key since
-   * rotated): nothing here can use its nonce.
+   * Makes a refund transaction signed under the refunder's nonce, which no pool of the node's
+   * holds any more and no block has mined, unable ever to land: the refunder sends itself
+   * nothing under that nonce, and the chain takes one transaction per nonce. Priced above the
+   * highest fee signed under it (a pool keeps the better paid of two under one nonce, and
+   * anyone may send the refund again elsewhere), and at least at the market's. Sent, not waited
+   * for: the caller looks again on its next pass. Nothing is sent when the nonce is used, or
+   * when the node's pool holds a transaction of the refunder's under it already (another
+   * order's refund, signed after the pool dropped this one, or this void sent before). False
+   * when `signed.signer` is not this instance's refunder key: nothing here can use its nonce.
    */
-  async voidRefundNonce(chain: ChainKey, signer: Hex, nonce: number): Promise<boolean> {
+  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<boolean> {
     const key = this.keys.refunder;
-    if (signer.toLowerCase() !== key.address.toLowerCase()) return false;
+    if (signed.signer.toLowerCase() !== key.address.toLowerCase()) return false;
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
@@ -639,13 +646,17 @@ export class ChainOperator {
     const sent = (this.queues.get(queue) ?? Promise.resolve())
       .catch(() => {})
       .then(async () => {
-        if ((await client.getTransactionCount({ address: key.address, blockTag: "latest" })) > nonce) return;
+        if ((await client.getTransactionCount({ address: key.address, blockTag: "pending" })) > signed.nonce) return;
+        const market = await client.estimateFeesPerGas();
+        const above = (signedFee: bigint, marketFee: bigint | undefined) => [bump(signedFee)!, marketFee ?? 0n].reduce((a, b) => (a > b ? a : b));
+        const maxPriorityFeePerGas = above(signed.maxPriorityFeePerGas, market.maxPriorityFeePerGas);
+        const maxFeePerGas = [above(signed.maxFeePerGas, market.maxFeePerGas), maxPriorityFeePerGas].reduce((a, b) => (a > b ? a : b));
         const wallet = this.walletFor(queue, chain, key, rpcUrl);
-        const request = await wallet.prepareTransactionRequest({ to: key.address, value: 0n, gas: 21_000n, nonce, ...(await client.estimateFeesPerGas()) });
+        const request = await wallet.prepareTransactionRequest({ to: key.address, value: 0n, gas: 21_000n, nonce: signed.nonce, maxFeePerGas, maxPriorityFeePerGas });
         await this.fence(key.address);
         const serialized = await wallet.signTransaction(request);
-        // A node that holds a transaction under the nonce already (this one, sent on an earlier
-        // pass, or the refund itself sent again by someone) refuses another at no higher fee.
+        await this.fence(key.address);
+        // Refused by a node that took the nonce meanwhile: the caller's next look tells.
         await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch(() => {});
       });
     this.queues.set(queue, sent);
@@ -689,7 +700,7 @@ export class ChainOperator {
     chain: ChainKey,
     signer: Account,
     call: Write,
-    onSigned?: (hash: Hex, nonce: number) => Promise<void>,
+    onSigned?: (hash: Hex, request: { nonce: number } & Fees) => Promise<void>,
     onReplaced?: Replaced,
     keepSigned = false,
   ): Promise<{ hash: Hex; gasWei: bigint; block: bigint }> {
@@ -730,7 +741,7 @@ export class ChainOperator {
         await this.fence(signer.address);
         const serialized = await wallet.signTransaction(request);
         const hash = keccak256(serialized);
-        await onSigned?.(hash, request.nonce);
+        await onSigned?.(hash, request);
         // The record may have waited on the database: the lease is confirmed again, right before it goes.
         await this.fence(signer.address);
         await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch((err: unknown) => {
@@ -779,7 +790,7 @@ export class ChainOperator {
       const serialized = await wallet.signTransaction(current);
       const replacement = keccak256(serialized);
       try {
-        await onReplaced?.(recorded, replacement);
+        await onReplaced?.(recorded, replacement, undefined, current);
       } catch (err) {
         if (!(err instanceof ReplacementRefused)) throw err;
         bumping = false;
@@ -813,7 +824,10 @@ export class ChainOperator {
  * ("mined") or the one already sent, put back when a gathered batch's replacement was
  * refused by another member ("restored").
  */
-export type Replaced = (previous: Hex, next: Hex, how?: "mined" | "restored") => Promise<void>;
+export type Replaced = (previous: Hex, next: Hex, how?: "mined" | "restored", fees?: Fees) => Promise<void>;
+
+/** A transaction's fees as signed: EIP-1559's, or a legacy gas price. */
+type Fees = { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint };
 
 /** A caller will not have a transaction replaced at a higher fee (its order was written off): the one sent is waited for as it is. */
 export class ReplacementRefused extends Error {}

@@ -90,7 +90,7 @@ export async function refundInSight(
   chain: ChainKey,
   key: RefundKey,
   signed: SignedRefunds,
-): Promise<{ pending: Hex } | { standing: true } | { landable: { signer: Hex; nonce: number } } | undefined> {
+): Promise<{ pending: Hex } | { standing: true } | { landable: SignedRefunds["nonces"][number] } | undefined> {
   const pending = await Promise.all(signed.hashes.map(async (hash) => ((await transactionPending(deps, chain, hash)) ? hash : undefined)));
   const first = pending.find((hash) => hash !== undefined);
   if (first) return { pending: first };
@@ -104,7 +104,7 @@ async function nonceUnused(
   deps: { deployments: Deployments; confirmations: Partial<Record<ChainKey, number>> },
   chain: ChainKey,
   nonces: SignedRefunds["nonces"],
-): Promise<{ signer: Hex; nonce: number } | undefined> {
+): Promise<SignedRefunds["nonces"][number] | undefined> {
   if (nonces.length === 0) return undefined;
   const client = deployedClientFor(deps.deployments, chain);
   if (!client) throw new Error(`no deployment of BillPay on ${chain}`);

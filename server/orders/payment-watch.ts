@@ -337,9 +337,10 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
         // else the payer could cancel the authorization, which spends its nonce, and send the
         // refund. Looked at again at once: the void may be as deep as it must be already.
         const { signer, nonce } = seen.landable;
-        if (!(await deps.operator.voidRefundNonce(order.chain as ChainKey, signer, nonce))) {
-          deps.log.error("a refund signed for a lost payment may still land under a key this instance does not hold; left for the next pass", { requestId: order.requestId, signer, nonce });
-          return false;
+        if (!(await deps.operator.voidRefundNonce(order.chain as ChainKey, seen.landable))) {
+          // Signed by a key this instance does not hold (rotated since): only an operator can see it through.
+          const why = `a refund signed for it under nonce ${nonce} of ${signer}, a key this instance does not hold, may still land`;
+          return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a lost payment's refund may still land under a key this instance does not hold; the order waits for an operator");
         }
         seen = await inSight();
       }

@@ -277,34 +277,52 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
   }
 }
 
+/**
+ * Serving an order, or closing it as never paid, is refused while a refund of its payment may
+ * stand on chain that the ledger cannot show yet: served, the payer would have the bill and the
+ * refund; closed, a refund landing later (the payer's cancelAuthorization spends the nonce
+ * BillPay's refund asks for) would pay out what BillPay never kept. A refund reorganised off
+ * the chain, one unmined in the node's pool, one in no pool whose refunder nonce is unused,
+ * or one mined a block ahead of the ledger.
+ */
+async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: "serve" | "close"): Promise<void> {
+  const chain = order.chain as ChainKey;
+  const harm = action === "serve" ? "serving it could give away both the bill and the refund" : "closing it as never paid could leave a refund paid out of BillPay without its payment";
+  const lost = await deps.refundWatches.lostRefund(order.requestId);
+  if (lost) {
+    throw new Refused(
+      `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): ${harm}; refund it again instead (BillPay refunds a key once)`,
+    );
+  }
+  const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+  if (seen && "pending" in seen) {
+    throw new Refused(`its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: ${harm}; decide once it is mined or gone, or refund it (BillPay refunds a key once)`);
+  }
+  if (seen && "landable" in seen) {
+    // The decision is refused, and the refund voided so that the next one can be taken.
+    const { signer, nonce } = seen.landable;
+    const voiding = await deps.operator.voidRefundNonce(chain, seen.landable);
+    throw new Refused(
+      `a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ` +
+        (voiding
+          ? `the refunder now sends itself nothing under that nonce; decide again once that is ${deps.confirmations[chain] ?? 0} blocks deep, or refund it (BillPay refunds a key once)`
+          : `that key is not this instance's: decide once its nonce is used, or refund it (BillPay refunds a key once)`),
+    );
+  }
+  if (seen) {
+    throw new Refused(
+      `BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): ${action === "serve" ? "serving it would give the bill away" : "closing it as never paid would hide a refund that stands; decide again once the ledger shows it"}`,
+    );
+  }
+}
+
 async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
   const chain = order.chain as ChainKey;
   const byHand = input.refundTxHash as Hex | undefined;
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
   // An order held for a refund by hand is closed by that refund and nothing else: its
   // transfer, taken by the hold, no longer holds it by the verdict's reading (spent-permit2.ts).
-  if (input.action === "serve") {
-    const lost = await deps.refundWatches.lostRefund(order.requestId);
-    if (lost) {
-      throw new Refused(
-        `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): serving it could give away both the bill and the refund; refund it again instead (BillPay refunds a key once)`,
-      );
-    }
-    // A refund sent before the hold may be unmined still (stuck on fees; a run that died after
-    // sending it), or mined a block ahead of the ledger, which the ledger's view below misses.
-    const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
-    if (seen && "pending" in seen) {
-      throw new Refused(
-        `its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: serving it could give away both the bill and the refund; decide once it is mined or gone, or refund it (BillPay refunds a key once)`,
-      );
-    }
-    if (seen && "landable" in seen) {
-      throw new Refused(
-        `a refund signed for it under nonce ${seen.landable.nonce} of ${seen.landable.signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used, as the refunder's next transaction uses it: serving it could give away both the bill and the refund; decide once the nonce is used, or refund it (BillPay refunds a key once)`,
-      );
-    }
-    if (seen) throw new Refused(`BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): serving it would give the bill away`);
-  }
+  if (input.action === "serve" || input.action === "close") await refuseWhileRefundMayLand(deps, order, input.action);
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {
     throw new Refused(

@@ -540,8 +540,11 @@ export class OrderStore {
   async refundSigned(requestId: string, signed: SignedRefund): Promise<void> {
     await this.db.query(
       `WITH o AS (UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 RETURNING request_id)
-       INSERT INTO refund_nonce (request_id, signer, nonce) SELECT request_id, $3, $4 FROM o ON CONFLICT DO NOTHING`,
-      [requestId, signed.hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce],
+       INSERT INTO refund_nonce (request_id, signer, nonce, max_fee_per_gas, max_priority_fee_per_gas) SELECT request_id, $3, $4, $5, $6 FROM o
+       ON CONFLICT (request_id, signer, nonce) DO UPDATE SET
+         max_fee_per_gas = GREATEST(refund_nonce.max_fee_per_gas, EXCLUDED.max_fee_per_gas),
+         max_priority_fee_per_gas = GREATEST(refund_nonce.max_priority_fee_per_gas, EXCLUDED.max_priority_fee_per_gas)`,
+      [requestId, signed.hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce, signed.maxFeePerGas.toString(), signed.maxPriorityFeePerGas.toString()],
     );
   }
 
@@ -551,14 +554,16 @@ export class OrderStore {
    * before nonces were kept).
    */
   async signedRefunds(requestId: string): Promise<SignedRefunds> {
-    const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null; nonces: Array<{ signer: Hex; nonce: number }> }>(
+    const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null; nonces: Array<{ signer: Hex; nonce: number; max_fee: string; max_priority_fee: string }> }>(
       `SELECT refund_signed, refund_tx_hash,
-              coalesce((SELECT json_agg(json_build_object('signer', signer, 'nonce', nonce)) FROM refund_nonce n WHERE n.request_id = o.request_id), '[]') AS nonces
+              coalesce((SELECT json_agg(json_build_object('signer', signer, 'nonce', nonce, 'max_fee', max_fee_per_gas::text, 'max_priority_fee', max_priority_fee_per_gas::text))
+                          FROM refund_nonce n WHERE n.request_id = o.request_id), '[]') AS nonces
          FROM bill_order o WHERE request_id = $1`,
       [requestId],
     );
     const hashes = [...new Set([...(row?.refund_signed ?? []), ...(row?.refund_tx_hash ? [row.refund_tx_hash.toLowerCase()] : [])])] as Hex[];
-    return { hashes, nonces: row?.nonces ?? [] };
+    const nonces = (row?.nonces ?? []).map((n) => ({ signer: n.signer, nonce: Number(n.nonce), maxFeePerGas: BigInt(n.max_fee), maxPriorityFeePerGas: BigInt(n.max_priority_fee) }));
+    return { hashes, nonces };
   }
 
   /** Every pull transaction signed for the order, each once, the one it names now included (orders made before the record: that one alone). */

@@ -140,13 +140,16 @@ describe("a stuck transaction", () => {
     await celo.miningPaused(async (mine) => {
       // Fees rose past what the refund's one replacement offers: not mined in time.
       // Each transaction is told before it is sent (the order records it for the payment watch).
-      const told: Array<{ hash: Hex; signer: Hex; nonce: number; known: boolean }> = [];
-      const onSigned: RefundSigned = async ({ hash, signer, nonce }) => void told.push({ hash, signer, nonce, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
+      const told: Array<{ hash: Hex; signer: Hex; nonce: number; maxFeePerGas: bigint; known: boolean }> = [];
+      const onSigned: RefundSigned = async ({ hash, signer, nonce, maxFeePerGas }) =>
+        void told.push({ hash, signer, nonce, maxFeePerGas, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
       await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned })).rejects.toThrow(/not mined in time/);
       expect(told).toHaveLength(2); // the first and its one replacement
       expect(told.every((t) => !t.known)).toBe(true);
       // Each told with the nonce it is signed under, the replacement under the first's.
       expect(told.map((t) => [t.signer, t.nonce])).toEqual([[refunder, mined], [refunder, mined]]);
+      // And with its fee as signed: the replacement's a quarter above the first's (a void must outbid both).
+      expect(told[1]!.maxFeePerGas).toBe((told[0]!.maxFeePerGas * 125n + 99n) / 100n);
       expect(await nonces()).toEqual([mined, mined! + 1]);
       // Tried again (the worker's next pass): the same nonce is waited for, and mined.
       const again = operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n });
