@@ -21,6 +21,7 @@ import {
   encodeFunctionData,
   http,
   keccak256,
+  serializeTransaction,
   type Account,
   type Hex,
   type Chain,
@@ -72,6 +73,11 @@ export interface SignedRefunds {
 }
 /** Told a refund transaction before it is sent (the order records it: the payment watch and review wait while it may land). */
 export type RefundSigned = (signed: SignedRefund) => Promise<void>;
+/** What a refund's order records of it: `onSigned` is told each transaction (a replacement's too) before it is sent; `signedBefore`, those recorded already. */
+export interface RefundRecord {
+  onSigned?: RefundSigned;
+  signedBefore?: readonly Hex[];
+}
 /** Refunds sent and not mined in time, remembered so the next try waits for them (refundOnce). */
 const KEPT_UNMINED = 1_024;
 
@@ -539,8 +545,8 @@ export class ChainOperator {
    * Refunds a pulled order (by BillPay's order id) to its payer. `onSigned` (each refund
    * method's): told each transaction's hash, a replacement's too, before it is sent.
    */
-  refund(args: { chain: ChainKey; orderId: Hex; amount: bigint; onSigned?: RefundSigned }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] }, args.onSigned);
+  refund(args: { chain: ChainKey; orderId: Hex; amount: bigint } & RefundRecord): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] }, args);
   }
 
   /** Refunds an x402 order with the payer's own signed authorization, under its order id (or `orderId`, when that is taken). */
@@ -552,15 +558,14 @@ export class ChainOperator {
     authorization: Authorization;
     signature: Hex;
     amount: bigint;
-    onSigned?: RefundSigned;
-  }): Promise<RefundOutcome> {
+  } & RefundRecord): Promise<RefundOutcome> {
     return this.refundOnce(
       args.chain,
       {
         functionName: "refundAuthorization",
         args: [args.orderId ?? onChainOrderId(args.requestId), args.token, { ...args.authorization, signature: args.signature }, args.amount],
       },
-      args.onSigned,
+      args,
     );
   }
 
@@ -569,8 +574,8 @@ export class ChainOperator {
    * permit (payee BillPay, spender x402's proxy), that Permit2 spent its nonce, and refunds at
    * most its amount, once per (owner, nonce).
    */
-  refundPermit2(args: { chain: ChainKey; requestId: string; orderId?: Hex; permit: Permit2Refund; amount: bigint; onSigned?: RefundSigned }): Promise<RefundOutcome> {
-    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [args.orderId ?? onChainOrderId(args.requestId), args.permit, args.amount] }, args.onSigned);
+  refundPermit2(args: { chain: ChainKey; requestId: string; orderId?: Hex; permit: Permit2Refund; amount: bigint } & RefundRecord): Promise<RefundOutcome> {
+    return this.refundOnce(args.chain, { functionName: "refundPermit2", args: [args.orderId ?? onChainOrderId(args.requestId), args.permit, args.amount] }, args);
   }
 
   private walletFor(key: string, chain: ChainKey, signer: Account, rpcUrl: string): WalletClient<Transport, Chain, Account> {
@@ -586,9 +591,11 @@ export class ChainOperator {
    * Sends a refund, once. A refund not mined in time (fees rose past its replacements) is
    * remembered: the next try of the same refund waits for that transaction, raising its fee
    * again, rather than sign another under the next nonce, which would queue behind it and,
-   * once both were mined, revert at the refunder's gas (BillPay refunds a key once).
+   * once both were mined, revert at the refunder's gas (BillPay refunds a key once). So is
+   * one of `signedBefore` (the order's record) that the node holds unmined, the same call
+   * signed by a run that died or another instance: this instance has no memory of it.
    */
-  private async refundOnce(chain: ChainKey, call: Write, onSigned?: RefundSigned): Promise<RefundOutcome> {
+  private async refundOnce(chain: ChainKey, call: Write, { onSigned, signedBefore = [] }: RefundRecord): Promise<RefundOutcome> {
     const key = `${chain}:${JSON.stringify(call, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`;
     const signer = this.keys.refunder.address;
     // Replacements are signed under the first's nonce, and told before they are sent, as the first is.
@@ -602,7 +609,7 @@ export class ChainOperator {
       if (how === undefined) await signed(next, { ...fees, nonce: nonce! });
     };
     try {
-      const earlier = this.unminedRefunds.get(key);
+      const earlier = this.unminedRefunds.get(key) ?? (await this.unminedOnNode(chain, call, signedBefore));
       const live = earlier && (await this.stillPending(chain, this.keys.refunder, earlier));
       if (live) nonce = earlier.request.nonce;
       // Waited for again, its fee follows the market, never compounding try after try.
@@ -662,6 +669,29 @@ export class ChainOperator {
     this.queues.set(queue, sent);
     await sent;
     return true;
+  }
+
+  /**
+   * The first of `hashes` the node holds unmined that is `call` from the refunder to BillPay,
+   * as sent: waited for (its fee following the market) as if this instance had sent it.
+   */
+  private async unminedOnNode(chain: ChainKey, call: Write, hashes: readonly Hex[]): Promise<Sent | undefined> {
+    if (hashes.length === 0) return undefined;
+    const d = this.deployments.chains[chain]!;
+    const rpcUrl = rpcUrlFor(chain, d);
+    const client = sharedClientFor(chain, rpcUrl);
+    const signer = this.keys.refunder;
+    const data = encodeFunctionData({ abi, ...call } as Parameters<typeof encodeFunctionData>[0]);
+    for (const hash of hashes) {
+      const tx = await client.getTransaction({ hash }).catch(() => null);
+      if (!tx || tx.blockNumber !== null || tx.type !== "eip1559") continue;
+      if (tx.from.toLowerCase() !== signer.address.toLowerCase() || tx.to?.toLowerCase() !== d.billPay.address.toLowerCase() || tx.input !== data) continue;
+      const request = { type: "eip1559", chainId: tx.chainId!, nonce: tx.nonce, gas: tx.gas, to: tx.to, data: tx.input, value: tx.value, maxFeePerGas: tx.maxFeePerGas, maxPriorityFeePerGas: tx.maxPriorityFeePerGas, accessList: tx.accessList } as const;
+      const serialized = serializeTransaction(request, { r: tx.r, s: tx.s, yParity: tx.yParity });
+      const wallet = this.walletFor(`${chain}:${signer.address}`, chain, signer, rpcUrl);
+      return { hashes: [hash], recorded: hash, request: { ...request, from: signer.address } as unknown as Sent["request"], serialized, wallet };
+    }
+    return undefined;
   }
 
   /**

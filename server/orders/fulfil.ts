@@ -21,7 +21,7 @@ import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catal
 import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
-import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator, type RefundSigned } from "../chain/operator.ts";
+import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator, type RefundRecord } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -871,16 +871,23 @@ const REFUND_NEVER = new Set([
   "Permit2Missing",
 ]);
 
-/** Each refund transaction signed for `o`, recorded before it is sent: the payment watch waits while one may land. */
-const recordingRefund = (deps: Pick<FlowDeps, "orders">, o: Order): RefundSigned => (signed) => deps.orders.refundSigned(o.requestId, signed);
-
-function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {
-  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount, onSigned: recordingRefund(deps, o) });
+/**
+ * The order's record of its refunds: each transaction signed for it is recorded before it is
+ * sent (the payment watch and review wait while one may land), and those recorded already are
+ * handed over, so that one still unmined is waited for, not signed again under another nonce.
+ */
+async function refundRecord(deps: Pick<FlowDeps, "orders">, o: Order): Promise<RefundRecord> {
+  const { hashes } = await deps.orders.signedRefunds(o.requestId);
+  return { onSigned: (signed) => deps.orders.refundSigned(o.requestId, signed), signedBefore: hashes };
 }
 
-function refundX402(deps: Pick<FlowDeps, "operator" | "orders">, refunding: Order, amount: bigint, orderId?: Hex) {
+async function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {
+  return deps.operator.refund({ chain: o.chain as ChainKey, orderId: o.onchainOrderId as Hex, amount, ...(await refundRecord(deps, o)) });
+}
+
+async function refundX402(deps: Pick<FlowDeps, "operator" | "orders">, refunding: Order, amount: bigint, orderId?: Hex) {
   const stored = refunding.payment as unknown as StoredPayment;
-  const onSigned = recordingRefund(deps, refunding);
+  const record = await refundRecord(deps, refunding);
   const a = stored.authorization;
   if (stored.method === "permit2") {
     // The stored authorization is the permit read into EIP-3009's shape (x402-protocol/payment.ts).
@@ -899,7 +906,7 @@ function refundX402(deps: Pick<FlowDeps, "operator" | "orders">, refunding: Orde
         signature: stored.signature,
       },
       amount,
-      onSigned,
+      ...record,
     });
   }
   return deps.operator.refundAuthorization({
@@ -917,7 +924,7 @@ function refundX402(deps: Pick<FlowDeps, "operator" | "orders">, refunding: Orde
       },
       signature: stored.signature,
       amount,
-      onSigned,
+      ...record,
     });
 }
 

@@ -169,6 +169,33 @@ describe("a stuck transaction", () => {
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before + 1_000_000n);
   });
 
+  it("a refund a run that died left unmined is waited for by the next, from the order's record: never signed again under another nonce", async () => {
+    const payer = hardhatAccount(10);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const requestId = "req_202611300000eeeeeeeeeeeeeeeeeeee";
+    const keys = { operator: operatorAccount(), refunder: refunderAccount() };
+    const died = new ChainOperator(stack.deployments, keys, { replaceAfterMs: 300, maxReplacements: 0, lastWaitMs: 300 });
+    await died.pull("CELO", { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n });
+    const before = await celo.balanceOf("USDC", payer.address);
+    const refunder = refunderAccount().address;
+    const mined = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" });
+    await celo.miningPaused(async (mine) => {
+      const recorded: Hex[] = [];
+      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async ({ hash }) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
+      expect(recorded).toHaveLength(1);
+      // The next run (no memory of it), handed the order's record: it waits for that refund, signing nothing under the next nonce.
+      const next = new ChainOperator(stack.deployments, keys, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 3_000 });
+      const again = next.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, signedBefore: recorded });
+      await new Promise((r) => setTimeout(r, 450));
+      expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(mined + 1);
+      await mine();
+      const outcome = (await again) as { txHash: Hex };
+      expect((await celo.publicClient.getTransaction({ hash: outcome.txHash })).nonce).toBe(mined);
+    });
+    expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" })).toBe(mined + 1);
+    expect(await celo.balanceOf("USDC", payer.address)).toBe(before + 1_000_000n);
+  });
+
   it("a refund the pool dropped while it waited is sent again when the refund is tried again, under the same nonce", async () => {
     const payer = hardhatAccount(9);
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
