@@ -195,6 +195,8 @@ export class ChainOperator {
   private apartUntil = new Map<string, number>();
   /** Refunds sent and not mined in time, by chain and call: a later try of the same refund waits for its transaction, raising its fee, instead of signing another. */
   private unminedRefunds = new Map<string, Sent>();
+  /** The fees of the voids sent, by chain and refunder nonce: one stuck below a rising market is sent again above it (voidRefundNonce). */
+  private voids = new Map<string, { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint }>();
 
   constructor(
     private readonly deployments: Deployments,
@@ -636,39 +638,56 @@ export class ChainOperator {
    * holds any more and no block has mined, unable ever to land: the refunder sends itself
    * nothing under that nonce, and the chain takes one transaction per nonce. Priced above the
    * highest fee signed under it (a pool keeps the better paid of two under one nonce, and
-   * anyone may send the refund again elsewhere), and at least at the market's. Sent, not waited
-   * for: the caller looks again on its next pass. Nothing is sent when the nonce is used, or
-   * when the node's pool holds a transaction of the refunder's under it already (another
-   * order's refund, signed after the pool dropped this one, or this void sent before). False
-   * when `signed.signer` is not this instance's refunder key: nothing here can use its nonce.
+   * anyone may send the refund again elsewhere), at least at the market's, and above this
+   * instance's last void under it when the market has passed that. Sent, not waited for: the
+   * caller looks again on its next pass. Answers:
+   * - "sent": the void went out (again);
+   * - "used": the nonce is used already, nothing sent;
+   * - "held": the node's pool holds another transaction of the refunder's under it (another
+   *   order's refund, signed after the pool dropped this one): nothing sent, it uses the nonce;
+   * - "not ours": `signed.signer` is not this instance's refunder key (each instance has its
+   *   own): nothing here can use its nonce.
    */
-  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<boolean> {
+  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<"sent" | "used" | "held" | "not ours"> {
     const key = this.keys.refunder;
-    if (signed.signer.toLowerCase() !== key.address.toLowerCase()) return false;
+    if (signed.signer.toLowerCase() !== key.address.toLowerCase()) return "not ours";
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
     const client = sharedClientFor(chain, rpcUrl);
     const queue = `${chain}:${key.address}`;
+    const voidKey = `${chain}:${signed.nonce}`;
     const sent = (this.queues.get(queue) ?? Promise.resolve())
       .catch(() => {})
       .then(async () => {
-        if ((await client.getTransactionCount({ address: key.address, blockTag: "pending" })) > signed.nonce) return;
-        const market = await client.estimateFeesPerGas();
-        const above = (signedFee: bigint, marketFee: bigint | undefined) => [bump(signedFee)!, marketFee ?? 0n].reduce((a, b) => (a > b ? a : b));
-        const maxPriorityFeePerGas = above(signed.maxPriorityFeePerGas, market.maxPriorityFeePerGas);
-        const maxFeePerGas = [above(signed.maxFeePerGas, market.maxFeePerGas), maxPriorityFeePerGas].reduce((a, b) => (a > b ? a : b));
+        const [latest, pending, market] = await Promise.all([
+          client.getTransactionCount({ address: key.address, blockTag: "latest" }),
+          client.getTransactionCount({ address: key.address, blockTag: "pending" }),
+          client.estimateFeesPerGas(),
+        ]);
+        if (latest > signed.nonce) {
+          this.voids.delete(voidKey);
+          return "used" as const;
+        }
+        const earlier = this.voids.get(voidKey);
+        if (pending > signed.nonce && !earlier) return "held" as const;
+        const highest = (...fees: Array<bigint | undefined>) => fees.reduce<bigint>((a, b) => (b !== undefined && b > a ? b : a), 0n);
+        // Above every refund signed under it; above the market; and, sent before, above itself only once the market has passed it.
+        const maxPriorityFeePerGas = highest(bump(signed.maxPriorityFeePerGas), market.maxPriorityFeePerGas, earlier && (market.maxPriorityFeePerGas ?? 0n) > earlier.maxPriorityFeePerGas ? bump(earlier.maxPriorityFeePerGas) : earlier?.maxPriorityFeePerGas);
+        const maxFeePerGas = highest(bump(signed.maxFeePerGas), market.maxFeePerGas, maxPriorityFeePerGas, earlier && (market.maxFeePerGas ?? 0n) > earlier.maxFeePerGas ? bump(earlier.maxFeePerGas) : earlier?.maxFeePerGas);
         const wallet = this.walletFor(queue, chain, key, rpcUrl);
         const request = await wallet.prepareTransactionRequest({ to: key.address, value: 0n, gas: 21_000n, nonce: signed.nonce, maxFeePerGas, maxPriorityFeePerGas });
         await this.fence(key.address);
         const serialized = await wallet.signTransaction(request);
         await this.fence(key.address);
-        // Refused by a node that took the nonce meanwhile: the caller's next look tells.
+        this.voids.set(voidKey, { maxFeePerGas, maxPriorityFeePerGas });
+        if (this.voids.size > KEPT_UNMINED) this.voids.delete(this.voids.keys().next().value!);
+        // Refused by a node that holds it already, or took the nonce meanwhile: the caller's next look tells.
         await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch(() => {});
+        return "sent" as const;
       });
     this.queues.set(queue, sent);
-    await sent;
-    return true;
+    return sent;
   }
 
   /**
@@ -685,9 +704,12 @@ export class ChainOperator {
     for (const hash of hashes) {
       const tx = await client.getTransaction({ hash }).catch(() => null);
       if (!tx || tx.blockNumber !== null || tx.type !== "eip1559") continue;
-      if (tx.from.toLowerCase() !== signer.address.toLowerCase() || tx.to?.toLowerCase() !== d.billPay.address.toLowerCase() || tx.input !== data) continue;
+      if (tx.to?.toLowerCase() !== d.billPay.address.toLowerCase() || tx.input.toLowerCase() !== data.toLowerCase()) continue;
+      // Another instance's (each has its own refunder key): only it can raise its fee; this one waits for it.
+      if (tx.from.toLowerCase() !== signer.address.toLowerCase()) throw new RefundSentElsewhere(hash, tx.from);
       const request = { type: "eip1559", chainId: tx.chainId!, nonce: tx.nonce, gas: tx.gas, to: tx.to, data: tx.input, value: tx.value, maxFeePerGas: tx.maxFeePerGas, maxPriorityFeePerGas: tx.maxPriorityFeePerGas, accessList: tx.accessList } as const;
       const serialized = serializeTransaction(request, { r: tx.r, s: tx.s, yParity: tx.yParity });
+      if (keccak256(serialized) !== hash) continue; // not read back as it was signed: not adopted
       const wallet = this.walletFor(`${chain}:${signer.address}`, chain, signer, rpcUrl);
       return { hashes: [hash], recorded: hash, request: { ...request, from: signer.address } as unknown as Sent["request"], serialized, wallet };
     }
@@ -858,6 +880,14 @@ export type Replaced = (previous: Hex, next: Hex, how?: "mined" | "restored", fe
 
 /** A transaction's fees as signed: EIP-1559's, or a legacy gas price. */
 type Fees = { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint };
+
+/** The same refund, signed by another instance's refunder key, is unmined on the node: tried again once it is mined or gone. */
+export class RefundSentElsewhere extends Error {
+  constructor(hash: Hex, signer: string) {
+    super(`the same refund, transaction ${hash} from another instance's refunder key ${signer}, is waiting to be mined; tried again once it is mined or gone`);
+    this.name = "RefundSentElsewhere";
+  }
+}
 
 /** A caller will not have a transaction replaced at a higher fee (its order was written off): the one sent is waited for as it is. */
 export class ReplacementRefused extends Error {}

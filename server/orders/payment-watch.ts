@@ -337,10 +337,13 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
         // else the payer could cancel the authorization, which spends its nonce, and send the
         // refund. Looked at again at once: the void may be as deep as it must be already.
         const { signer, nonce } = seen.landable;
-        if (!(await deps.operator.voidRefundNonce(order.chain as ChainKey, seen.landable))) {
-          // Signed by a key this instance does not hold (rotated since): only an operator can see it through.
+        if ((await deps.operator.voidRefundNonce(order.chain as ChainKey, seen.landable)) === "not ours") {
+          // Another instance's key (each has its own): left to its next pass, which can void it;
+          // to an operator once that has had time, as a lost payment's other waits are.
+          const lostFor = (Date.now() - (w.lost_at ?? new Date()).getTime()) / 1000;
+          if (lostFor <= deps.recollectReviewSeconds) return false;
           const why = `a refund signed for it under nonce ${nonce} of ${signer}, a key this instance does not hold, may still land`;
-          return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a lost payment's refund may still land under a key this instance does not hold; the order waits for an operator");
+          return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a lost payment's refund may still land under another instance's key; the order waits for an operator");
         }
         seen = await inSight();
       }

@@ -279,16 +279,19 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
 
 /**
  * Serving an order, or closing it as never paid, is refused while a refund of its payment may
- * stand on chain that the ledger cannot show yet: served, the payer would have the bill and the
+ * still land that the ledger cannot show yet: served, the payer would have the bill and the
  * refund; closed, a refund landing later (the payer's cancelAuthorization spends the nonce
- * BillPay's refund asks for) would pay out what BillPay never kept. A refund reorganised off
- * the chain, one unmined in the node's pool, one in no pool whose refunder nonce is unused,
- * or one mined a block ahead of the ledger.
+ * BillPay's refund asks for) would pay out what BillPay never kept. A refund unmined in the
+ * node's pool, or in no pool under a refunder nonce still unused (voided here, so that the
+ * next decision can be taken). Serving is also refused for a refund reorganised off the chain
+ * (it may land again) and for one BillPay holds already, a block ahead of the ledger; closing
+ * is not: BillPay refunds a key once, so a refund that stands can never be joined by another,
+ * and a close is what an order whose refund stands without its payment needs.
  */
 async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: "serve" | "close"): Promise<void> {
   const chain = order.chain as ChainKey;
   const harm = action === "serve" ? "serving it could give away both the bill and the refund" : "closing it as never paid could leave a refund paid out of BillPay without its payment";
-  const lost = await deps.refundWatches.lostRefund(order.requestId);
+  const lost = action === "serve" && (await deps.refundWatches.lostRefund(order.requestId));
   if (lost) {
     throw new Refused(
       `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): ${harm}; refund it again instead (BillPay refunds a key once)`,
@@ -296,24 +299,20 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
   }
   const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
   if (seen && "pending" in seen) {
-    throw new Refused(`its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: ${harm}; decide once it is mined or gone, or refund it (BillPay refunds a key once)`);
+    throw new Refused(`its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: ${harm}; decide once it is mined or gone${action === "serve" ? ", or refund it (BillPay refunds a key once)" : ""}`);
   }
   if (seen && "landable" in seen) {
-    // The decision is refused, and the refund voided so that the next one can be taken.
     const { signer, nonce } = seen.landable;
     const voiding = await deps.operator.voidRefundNonce(chain, seen.landable);
-    throw new Refused(
-      `a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ` +
-        (voiding
-          ? `the refunder now sends itself nothing under that nonce; decide again once that is ${deps.confirmations[chain] ?? 0} blocks deep, or refund it (BillPay refunds a key once)`
-          : `that key is not this instance's: decide once its nonce is used, or refund it (BillPay refunds a key once)`),
-    );
+    const next = {
+      sent: `the refunder now sends itself nothing under that nonce, which voids it; decide again once that is ${deps.confirmations[chain] ?? 0} blocks deep`,
+      held: "another transaction of the refunder's is waiting to be mined under that nonce, which voids it; decide again once it is mined",
+      used: `that nonce has just been used; decide again once it is ${deps.confirmations[chain] ?? 0} blocks deep`,
+      "not ours": "that key is another instance's: decide from that instance, which voids it, or once its nonce is used",
+    }[voiding];
+    throw new Refused(`a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ${next}`);
   }
-  if (seen) {
-    throw new Refused(
-      `BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): ${action === "serve" ? "serving it would give the bill away" : "closing it as never paid would hide a refund that stands; decide again once the ledger shows it"}`,
-    );
-  }
+  if (seen && action === "serve") throw new Refused(`BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): serving it would give the bill away`);
 }
 
 async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
@@ -322,7 +321,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
   // An order held for a refund by hand is closed by that refund and nothing else: its
   // transfer, taken by the hold, no longer holds it by the verdict's reading (spent-permit2.ts).
-  if (input.action === "serve" || input.action === "close") await refuseWhileRefundMayLand(deps, order, input.action);
+  if ((input.action === "serve" || input.action === "close") && order.status === "NEEDS_REVIEW") await refuseWhileRefundMayLand(deps, order, input.action);
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {
     throw new Refused(

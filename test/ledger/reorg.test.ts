@@ -647,6 +647,12 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before + order.amount);
     const audit = await runAudit({ ledgerUrl: paying.ledger.url, deployments: paying.chains.deployments, service: { url } });
     expect(audit.discrepancies).toContainEqual(expect.stringMatching(/has no inbound payment/));
+    // The one decision left (no payment to refund or serve): closed as never paid, its standing refund no bar (BillPay refunds a key once), nothing moved.
+    const review = { ...service.flow, reviews: new ReviewRecords(service.db), db: service.db };
+    const closed = await resolveOrder(review, { requestId: failed.request_id as string, action: "close", reason: "the refund stands without its payment", operator: "bob" });
+    expect(closed.record.outcome, closed.record.detail ?? "").toBe("DONE");
+    expect((await orderOf(failed.request_id)).status).toBe("PAYMENT_FAILED");
+    expect(await usdc(payer.address)).toBe(before + order.amount);
   });
 
   /**

@@ -196,6 +196,27 @@ describe("a stuck transaction", () => {
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before + 1_000_000n);
   });
 
+  it("a refund another instance's refunder key left unmined is waited for: this instance signs none of its own beside it", async () => {
+    const payer = hardhatAccount(10);
+    await celo.approveAndAllow(payer, "USDC", 5_000_000n);
+    const requestId = "req_202611300000dddddddddddddddddddd";
+    const died = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() }, { replaceAfterMs: 300, maxReplacements: 0, lastWaitMs: 300 });
+    await died.pull("CELO", { requestId, payer: payer.address, token: celo.tokenAddress("USDC"), amount: 1_000_000n });
+    // Another instance: its own refunder key (each instance has its own).
+    const otherRefunder = hardhatAccount(15);
+    const other = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: otherRefunder }, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 3_000 });
+    const othersNonce = await celo.publicClient.getTransactionCount({ address: otherRefunder.address, blockTag: "pending" });
+    await celo.miningPaused(async (mine) => {
+      const recorded: Hex[] = [];
+      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async ({ hash }) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
+      await expect(other.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, signedBefore: recorded })).rejects.toThrow(
+        `the same refund, transaction ${recorded[0]} from another instance's refunder key`,
+      );
+      expect(await celo.publicClient.getTransactionCount({ address: otherRefunder.address, blockTag: "pending" })).toBe(othersNonce);
+      await mine();
+    });
+  });
+
   it("a refund the pool dropped while it waited is sent again when the refund is tried again, under the same nonce", async () => {
     const payer = hardhatAccount(9);
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
