@@ -21,7 +21,6 @@ import {
   encodeFunctionData,
   http,
   keccak256,
-  serializeTransaction,
   type Account,
   type Hex,
   type Chain,
@@ -37,6 +36,7 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "./order-id.ts";
 import type { Authorization } from "../x402-protocol/payment.ts";
 import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
+import { asSigned, transactionOnNode } from "./node-transactions.ts";
 import { whileHeld, type PayerHolds } from "./payer-holds.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
@@ -544,8 +544,10 @@ export class ChainOperator {
   }
 
   /**
-   * Refunds a pulled order (by BillPay's order id) to its payer. `onSigned` (each refund
-   * method's): told each transaction's hash, a replacement's too, before it is sent.
+   * Refunds a pulled order (by BillPay's order id) to its payer. Each refund method takes the
+   * order's record of its refunds (RefundRecord): `onSigned` is told each transaction, a
+   * replacement's too, with its nonce and fees, before it is sent; `signedBefore` are those
+   * recorded already, one of which the node holds unmined is waited for, not signed again.
    */
   refund(args: { chain: ChainKey; orderId: Hex; amount: bigint } & RefundRecord): Promise<RefundOutcome> {
     return this.refundOnce(args.chain, { functionName: "refund", args: [args.orderId, args.amount] }, args);
@@ -641,14 +643,15 @@ export class ChainOperator {
    * anyone may send the refund again elsewhere), at least at the market's, and above this
    * instance's last void under it when the market has passed that. Sent, not waited for: the
    * caller looks again on its next pass. Answers:
-   * - "sent": the void went out (again);
+   * - "sent": the void went out (again), or the node holds it already;
    * - "used": the nonce is used already, nothing sent;
    * - "held": the node's pool holds another transaction of the refunder's under it (another
    *   order's refund, signed after the pool dropped this one): nothing sent, it uses the nonce;
+   * - "unsent": the node refused the void (no gas, a nonce gap below it, unreachable);
    * - "not ours": `signed.signer` is not this instance's refunder key (each instance has its
    *   own): nothing here can use its nonce.
    */
-  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<"sent" | "used" | "held" | "not ours"> {
+  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<"sent" | "used" | "held" | "unsent" | "not ours"> {
     const key = this.keys.refunder;
     if (signed.signer.toLowerCase() !== key.address.toLowerCase()) return "not ours";
     const d = this.deployments.chains[chain];
@@ -660,10 +663,9 @@ export class ChainOperator {
     const sent = (this.queues.get(queue) ?? Promise.resolve())
       .catch(() => {})
       .then(async () => {
-        const [latest, pending, market] = await Promise.all([
+        const [latest, pending] = await Promise.all([
           client.getTransactionCount({ address: key.address, blockTag: "latest" }),
           client.getTransactionCount({ address: key.address, blockTag: "pending" }),
-          client.estimateFeesPerGas(),
         ]);
         if (latest > signed.nonce) {
           this.voids.delete(voidKey);
@@ -671,19 +673,23 @@ export class ChainOperator {
         }
         const earlier = this.voids.get(voidKey);
         if (pending > signed.nonce && !earlier) return "held" as const;
-        const highest = (...fees: Array<bigint | undefined>) => fees.reduce<bigint>((a, b) => (b !== undefined && b > a ? b : a), 0n);
-        // Above every refund signed under it; above the market; and, sent before, above itself only once the market has passed it.
-        const maxPriorityFeePerGas = highest(bump(signed.maxPriorityFeePerGas), market.maxPriorityFeePerGas, earlier && (market.maxPriorityFeePerGas ?? 0n) > earlier.maxPriorityFeePerGas ? bump(earlier.maxPriorityFeePerGas) : earlier?.maxPriorityFeePerGas);
-        const maxFeePerGas = highest(bump(signed.maxFeePerGas), market.maxFeePerGas, maxPriorityFeePerGas, earlier && (market.maxFeePerGas ?? 0n) > earlier.maxFeePerGas ? bump(earlier.maxFeePerGas) : earlier?.maxFeePerGas);
+        // Sent before: raised as a stuck transaction is (both fees, a quarter and to the market)
+        // once the market has passed it, else sent again as it was. First: above every refund
+        // signed under the nonce, and at least at the market's.
+        const fees = earlier ? ((await marketRaise(client, earlier)) ?? earlier) : await firstVoidFees(client, signed);
+        const { maxFeePerGas, maxPriorityFeePerGas } = fees as { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint };
         const wallet = this.walletFor(queue, chain, key, rpcUrl);
         const request = await wallet.prepareTransactionRequest({ to: key.address, value: 0n, gas: 21_000n, nonce: signed.nonce, maxFeePerGas, maxPriorityFeePerGas });
         await this.fence(key.address);
         const serialized = await wallet.signTransaction(request);
         await this.fence(key.address);
+        const accepted = await wallet.sendRawTransaction({ serializedTransaction: serialized }).then(
+          () => true,
+          (err: unknown) => /already known/i.test(err instanceof Error ? err.message : String(err)),
+        );
+        if (!accepted) return "unsent" as const;
         this.voids.set(voidKey, { maxFeePerGas, maxPriorityFeePerGas });
         if (this.voids.size > KEPT_UNMINED) this.voids.delete(this.voids.keys().next().value!);
-        // Refused by a node that holds it already, or took the nonce meanwhile: the caller's next look tells.
-        await wallet.sendRawTransaction({ serializedTransaction: serialized }).catch(() => {});
         return "sent" as const;
       });
     this.queues.set(queue, sent);
@@ -696,19 +702,19 @@ export class ChainOperator {
    */
   private async unminedOnNode(chain: ChainKey, call: Write, hashes: readonly Hex[]): Promise<Sent | undefined> {
     if (hashes.length === 0) return undefined;
-    const d = this.deployments.chains[chain]!;
+    const d = this.deployments.chains[chain];
+    if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
-    const client = sharedClientFor(chain, rpcUrl);
     const signer = this.keys.refunder;
     const data = encodeFunctionData({ abi, ...call } as Parameters<typeof encodeFunctionData>[0]);
     for (const hash of hashes) {
-      const tx = await client.getTransaction({ hash }).catch(() => null);
+      // A failed read throws: the refund is tried again, never signed anew on a guess.
+      const tx = await transactionOnNode({ deployments: this.deployments }, chain, hash);
       if (!tx || tx.blockNumber !== null || tx.type !== "eip1559") continue;
       if (tx.to?.toLowerCase() !== d.billPay.address.toLowerCase() || tx.input.toLowerCase() !== data.toLowerCase()) continue;
       // Another instance's (each has its own refunder key): only it can raise its fee; this one waits for it.
       if (tx.from.toLowerCase() !== signer.address.toLowerCase()) throw new RefundSentElsewhere(hash, tx.from);
-      const request = { type: "eip1559", chainId: tx.chainId!, nonce: tx.nonce, gas: tx.gas, to: tx.to, data: tx.input, value: tx.value, maxFeePerGas: tx.maxFeePerGas, maxPriorityFeePerGas: tx.maxPriorityFeePerGas, accessList: tx.accessList } as const;
-      const serialized = serializeTransaction(request, { r: tx.r, s: tx.s, yParity: tx.yParity });
+      const { request, serialized } = asSigned(tx);
       if (keccak256(serialized) !== hash) continue; // not read back as it was signed: not adopted
       const wallet = this.walletFor(`${chain}:${signer.address}`, chain, signer, rpcUrl);
       return { hashes: [hash], recorded: hash, request: { ...request, from: signer.address } as unknown as Sent["request"], serialized, wallet };
@@ -934,6 +940,14 @@ function estimateAtLatest(client: ReturnType<typeof sharedClientFor>, billPay: H
  * quarter above what it carries (a node takes a replacement only so), when the estimate is
  * above its fee; undefined when it is not (the transaction is waited for as it is).
  */
+/** A void's first fees: a quarter above the highest signed under its nonce (pools replace for a tenth), and at least the market's. */
+async function firstVoidFees(client: ReturnType<typeof sharedClientFor>, signed: Pick<SignedRefund, "maxFeePerGas" | "maxPriorityFeePerGas">) {
+  const market = await client.estimateFeesPerGas();
+  const atLeast = (a: bigint, b: bigint | undefined) => (b !== undefined && b > a ? b : a);
+  const maxPriorityFeePerGas = atLeast(bump(signed.maxPriorityFeePerGas)!, market.maxPriorityFeePerGas);
+  return { maxPriorityFeePerGas, maxFeePerGas: atLeast(atLeast(bump(signed.maxFeePerGas)!, market.maxFeePerGas), maxPriorityFeePerGas) };
+}
+
 async function marketRaise(client: ReturnType<typeof sharedClientFor>, current: { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint }) {
   const market = await client.estimateFeesPerGas().catch(() => undefined);
   if (!market) return undefined;

@@ -21,7 +21,7 @@ import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catal
 import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
-import { ContractRefused, REVERTED_ON_CHAIN, type ChainOperator, type RefundRecord } from "../chain/operator.ts";
+import { ContractRefused, RefundSentElsewhere, REVERTED_ON_CHAIN, type ChainOperator, type RefundRecord } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -718,6 +718,11 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: sent.txHash }, deps.refundWatches.recording(refunding, sent.txHash, sent.block, ["REFUNDING"]));
   } catch (err) {
+    if (err instanceof RefundSentElsewhere) {
+      // Another instance's refund of it is on its way: no failure, the worker looks again.
+      deps.log.info("refund waits for another instance's transaction", { requestId: refunding.requestId, why: err.message });
+      return refunding;
+    }
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
     if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {
       // The budget moved between the read and the send (another instance, the admin): wait as for a short budget.

@@ -308,7 +308,8 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
       sent: `the refunder now sends itself nothing under that nonce, which voids it; decide again once that is ${deps.confirmations[chain] ?? 0} blocks deep`,
       held: "another transaction of the refunder's is waiting to be mined under that nonce, which voids it; decide again once it is mined",
       used: `that nonce has just been used; decide again once it is ${deps.confirmations[chain] ?? 0} blocks deep`,
-      "not ours": "that key is another instance's: decide from that instance, which voids it, or once its nonce is used",
+      "not ours": "that key is another instance's: decide from that instance, which voids it, or once its nonce is used (by that instance, or by hand with that key)",
+      unsent: "the refunder could not send the transaction that voids it; decide again shortly",
     }[voiding];
     throw new Refused(`a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ${next}`);
   }
@@ -321,7 +322,6 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   if (byHand !== undefined && input.action !== "close") throw new Refused("only a close names a refund transaction (closed as refunded by hand)");
   // An order held for a refund by hand is closed by that refund and nothing else: its
   // transfer, taken by the hold, no longer holds it by the verdict's reading (spent-permit2.ts).
-  if ((input.action === "serve" || input.action === "close") && order.status === "NEEDS_REVIEW") await refuseWhileRefundMayLand(deps, order, input.action);
   const held = await deps.orders.handRefundInflow(order.requestId);
   if (held && !(input.action === "close" && byHand !== undefined)) {
     throw new Refused(
@@ -339,6 +339,8 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   });
   const why = whyNot(order, view)[input.action];
   if (why) throw new Refused(why);
+  // After every refusal that reads only: this one may send a transaction (a void).
+  if (input.action === "serve" || input.action === "close") await refuseWhileRefundMayLand(deps, order, input.action);
   if (input.action === "hold") return holdForHandRefund(deps, order, id);
   if (byHand !== undefined) return closeRefundedByHand(deps, order, id, byHand);
   const permit2 = input.action === "close" && x402RailOf(order) === "permit2" ? await authorizationOnChain(deps, order) : undefined;

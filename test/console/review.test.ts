@@ -25,7 +25,7 @@ import type { AddressInfo } from "node:net";
 import { decodePaymentSignatureHeader } from "@x402/core/http";
 import { wrapFetchWithPayment } from "@x402/fetch";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
-import { keccak256, serializeTransaction, type Hex } from "viem";
+import { keccak256, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { randomNonce } from "../../lib/eip3009.ts";
@@ -33,6 +33,7 @@ import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { amountIn } from "../../lib/token-amounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { runReview } from "../../scripts/review.ts";
+import { asSigned } from "../../server/chain/node-transactions.ts";
 import { ChainOperator } from "../../server/chain/operator.ts";
 import { FormTokens } from "../../server/operator/csrf.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
@@ -123,7 +124,7 @@ describe("an operator resolves what waits for review, from the console and the c
     return order;
   }
 
-  const actions = (requestId: string) => service.db.query<ReviewRecord>(`SELECT id::text AS id, action, operator, reason, outcome, detail, amount::text AS amount FROM review_action WHERE request_id = $1 ORDER BY id`, [requestId]);
+  const actions = (requestId: string) => service.db.query<ReviewRecord>(`SELECT id::text AS id, action, operator, reason, outcome, detail, amount::text AS amount FROM review_action WHERE request_id = $1 ORDER BY review_action.id`, [requestId]);
   const audit = () => auditOnSharedChains(paying, { url, token: TOKEN });
 
   /** The order's page, as `context`'s operator sees it. */
@@ -339,6 +340,22 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(((await notHeldForATransfer.json()) as { detail: string }).detail).toContain("a close names a refund transaction only for a Permit2 order held");
     expect((await service.flow.orders.get(order.requestId))!.status).toBe("NEEDS_REVIEW");
 
+    // A refund of it was recorded by a run that died before sending it: signed, in no pool, its
+    // refunder nonce unused. Closed as never paid, that refund, sent later by whoever kept it,
+    // would pay out what BillPay never kept: refused, and voided by the refunder.
+    const refunder = refunderAccount().address;
+    const unused = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
+    const fees = await celo.publicClient.estimateFeesPerGas();
+    await service.flow.orders.refundSigned(order.requestId, { hash: `0x${"cd".repeat(32)}`, signer: refunder, nonce: unused, maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas });
+    const whileLandable = await runReview(["close", order.requestId, "--reason", "the payer cancelled the authorization; nothing was paid"], { url, token: TOKEN, operator: "bob" });
+    expect(whileLandable.ok).toBe(false);
+    expect(whileLandable.lines.join("\n")).toContain(`under nonce ${unused} of ${refunder.toLowerCase()} is in no pool and not mined`);
+    expect(whileLandable.lines.join("\n")).toContain("the refunder now sends itself nothing under that nonce");
+    await expect.poll(() => celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" }), { timeout: 20_000 }).toBeGreaterThan(unused);
+    const voided = await celo.publicClient.getBlockNumber();
+    await expect.poll(() => celo.publicClient.getBlockNumber(), { timeout: 20_000 }).toBeGreaterThanOrEqual(voided + BigInt(service.flow.confirmations.CELO ?? 0));
+    await ledgerAtHead();
+
     const closed = await runReview(["close", order.requestId, "--reason", "the payer cancelled the authorization; nothing was paid"], { url, token: TOKEN, operator: "bob" });
     expect(closed.ok, closed.lines.join("\n")).toBe(true);
     const after = (await service.flow.orders.get(order.requestId))!;
@@ -346,7 +363,7 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(after.failureReason).toMatch(/^closed by an operator \(review #\d+\)/);
     expect(after.failureReason).not.toContain("bob");
     expect(await usdc(cancelling.address)).toBe(before);
-    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["refund:REFUSED:alice", "serve:REFUSED:bob", "close:REFUSED:bob", "close:DONE:bob"]);
+    expect((await actions(order.requestId)).map((a) => `${a.action}:${a.outcome}:${a.operator}`)).toEqual(["refund:REFUSED:alice", "serve:REFUSED:bob", "close:REFUSED:bob", "close:REFUSED:bob", "close:DONE:bob"]);
     // The payer sees a bill that was not charged, and neither the operator's name nor his note.
     const seen = await (await fetch(`${url}/api/orders/${order.requestId}`)).json();
     expect(seen).toMatchObject({ status: "FAILED_VENDING", charged: false });
@@ -428,10 +445,7 @@ describe("an operator resolves what waits for review, from the console and the c
       const [hash] = (await service.flow.orders.signedRefunds(order.requestId)).hashes;
       // Anyone watching the pool keeps what it broadcast: the transaction as signed.
       const tx = await celo.publicClient.getTransaction({ hash: hash! });
-      const signed = serializeTransaction(
-        { type: "eip1559", chainId: tx.chainId!, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, value: tx.value, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, accessList: tx.accessList },
-        { r: tx.r, s: tx.s, yParity: tx.yParity! },
-      );
+      const signed = asSigned(tx).serialized;
       expect(keccak256(signed)).toBe(hash);
       // The node forgets it (a restart, a fee eviction): in no pool, not mined, and its nonce unused.
       await celo.publicClient.request({ method: "hardhat_dropTransaction" as never, params: [hash] as never });

@@ -9,7 +9,8 @@
  * clock and ordering are held here too: a confirmation depth, and a payer's transaction put
  * ahead of an agent's pull in the same block.
  */
-import { createWalletClient, erc20Abi, http, maxUint256, serializeTransaction, type Account, type Hex } from "viem";
+import { createWalletClient, erc20Abi, http, maxUint256, type Account, type Hex } from "viem";
+import { asSigned } from "../../server/chain/node-transactions.ts";
 import { viemChain } from "../../lib/chains.ts";
 import { PERMIT2 } from "../../lib/permit2.ts";
 import { x402HTTPClient } from "@x402/core/http";
@@ -76,11 +77,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
 
   /** A transaction as it was signed and sent, which anyone who saw it can send again. */
   async function signedAsSent(hash: Hex): Promise<Hex> {
-    const tx = await celo.publicClient.getTransaction({ hash });
-    return serializeTransaction(
-      { type: "eip1559", chainId: celo.deployment.chainId, nonce: tx.nonce, to: tx.to!, data: tx.input, gas: tx.gas, maxFeePerGas: tx.maxFeePerGas!, maxPriorityFeePerGas: tx.maxPriorityFeePerGas!, value: tx.value },
-      { r: tx.r, s: tx.s, yParity: tx.yParity! },
-    );
+    return asSigned(await celo.publicClient.getTransaction({ hash })).serialized;
   }
 
   /** Runs the watch (as the worker does) until the order's lost payment reaches `outcome`. */

@@ -141,7 +141,7 @@ describe("rate versions", () => {
     const source = { milli, source: "test", ngnPerUsdMilli: async () => source.milli };
     return source;
   };
-  const rows = () => db.query<{ id: string; rate_milli: string; open: boolean }>(`SELECT id::text AS id, rate_milli::text AS rate_milli, live_until IS NULL AS open FROM rate_version ORDER BY id`);
+  const rows = () => db.query<{ id: string; rate_milli: string; open: boolean }>(`SELECT id::text AS id, rate_milli::text AS rate_milli, live_until IS NULL AS open FROM rate_version ORDER BY rate_version.id`);
 
   it("writes a version only when the rate changes, superseding the open one; a restart reuses it", async () => {
     const rate = settable(1_550_000n);

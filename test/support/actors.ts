@@ -55,8 +55,6 @@ export function chainActors(deployments: Deployments, chain: ChainKey) {
     billPay,
     tokenAddress,
     mined,
-    /** A wallet of `account`'s on this chain, for a transaction no helper here sends. */
-    wallet,
 
     async approveAndAllow(payer: Account, symbol: TokenSymbol, spending: bigint, approval: bigint = maxUint256) {
       const token = tokenAddress(symbol);
