@@ -71,8 +71,8 @@ export interface SignedRefunds {
   /** The signer's nonces they were signed under, each once, with the highest fees signed under it (replacements share their first's nonce). */
   nonces: Array<Omit<SignedRefund, "hash">>;
 }
-/** Told a refund transaction before it is sent (the order records it: the payment watch and review wait while it may land). */
-export type RefundSigned = (signed: SignedRefund) => Promise<void>;
+/** Told a refund transaction's hash, and what it was signed under, before it is sent (the order records it: the payment watch and review wait while it may land). */
+export type RefundSigned = (hash: Hex, signed: SignedRefund) => Promise<void>;
 /** What a refund's order records of it: `onSigned` is told each transaction (a replacement's too) before it is sent; `signedBefore`, those recorded already. */
 export interface RefundRecord {
   onSigned?: RefundSigned;
@@ -607,7 +607,7 @@ export class ChainOperator {
     const signed = async (hash: Hex, request: { nonce: number } & Fees) => {
       nonce = request.nonce;
       const cap = request.maxFeePerGas ?? request.gasPrice ?? 0n;
-      await onSigned?.({ hash, signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap });
+      await onSigned?.(hash, { hash, signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap });
     };
     const replaced: Replaced = async (_previous, next, how, fees) => {
       if (how === undefined) await signed(next, { ...fees, nonce: nonce! });

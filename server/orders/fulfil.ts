@@ -882,8 +882,7 @@ const REFUND_NEVER = new Set([
  * handed over, so that one still unmined is waited for, not signed again under another nonce.
  */
 async function refundRecord(deps: Pick<FlowDeps, "orders">, o: Order): Promise<RefundRecord> {
-  const { hashes } = await deps.orders.signedRefunds(o.requestId);
-  return { onSigned: (signed) => deps.orders.refundSigned(o.requestId, signed), signedBefore: hashes };
+  return { onSigned: (hash, signed) => deps.orders.refundSigned(o.requestId, hash, signed), signedBefore: await deps.orders.signedRefunds(o.requestId) };
 }
 
 async function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {

@@ -330,7 +330,7 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       // whose nonce is still unused, may yet land: the next pass. Every
       // refund transaction signed for the order is recorded before it is sent (one stuck on
       // fees included), so each is asked (refundInSight).
-      const inSight = async () => refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+      const inSight = async () => refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefundRecord(order.requestId));
       let seen = await inSight();
       if (seen && "landable" in seen) {
         // Voided before anything is decided (its signer's nonce used by another transaction):

@@ -297,7 +297,7 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
       `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): ${harm}; refund it again instead (BillPay refunds a key once)`,
     );
   }
-  const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefunds(order.requestId));
+  const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefundRecord(order.requestId));
   if (seen && "pending" in seen) {
     throw new Refused(`its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: ${harm}; decide once it is mined or gone${action === "serve" ? ", or refund it (BillPay refunds a key once)" : ""}`);
   }

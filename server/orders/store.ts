@@ -536,24 +536,35 @@ export class OrderStore {
     return { orders: await this.findByIdempotencyKeys(orders[0]!.payer, keys), created: false };
   }
 
-  /** Records a refund transaction signed for the order, with its signer's nonce, before it is sent: one statement. */
-  async refundSigned(requestId: string, signed: SignedRefund): Promise<void> {
+  /**
+   * Records a refund transaction signed for the order, before it is sent, with the signer's
+   * nonce and fees it was signed under when given: one statement.
+   */
+  async refundSigned(requestId: string, hash: string, signed?: Omit<SignedRefund, "hash">): Promise<void> {
+    if (!signed) {
+      await this.db.query(`UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1`, [requestId, hash.toLowerCase()]);
+      return;
+    }
     await this.db.query(
       `WITH o AS (UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 RETURNING request_id)
        INSERT INTO refund_nonce (request_id, signer, nonce, max_fee_per_gas, max_priority_fee_per_gas) SELECT request_id, $3, $4, $5, $6 FROM o
        ON CONFLICT (request_id, signer, nonce) DO UPDATE SET
          max_fee_per_gas = GREATEST(refund_nonce.max_fee_per_gas, EXCLUDED.max_fee_per_gas),
          max_priority_fee_per_gas = GREATEST(refund_nonce.max_priority_fee_per_gas, EXCLUDED.max_priority_fee_per_gas)`,
-      [requestId, signed.hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce, signed.maxFeePerGas.toString(), signed.maxPriorityFeePerGas.toString()],
+      [requestId, hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce, signed.maxFeePerGas.toString(), signed.maxPriorityFeePerGas.toString()],
     );
   }
 
+  /** Every refund transaction signed for the order, mined or not, and the one it records as its refund: each once. */
+  async signedRefunds(requestId: string): Promise<Hex[]> {
+    return (await this.signedRefundRecord(requestId)).hashes;
+  }
+
   /**
-   * Every refund transaction signed for the order, mined or not, and the one it records as its
-   * refund, each once; and each signer's nonce they were signed under (none for refunds signed
-   * before nonces were kept).
+   * signedRefunds, and each signer's nonce they were signed under with the highest fees signed
+   * under it (none for refunds signed before nonces were kept).
    */
-  async signedRefunds(requestId: string): Promise<SignedRefunds> {
+  async signedRefundRecord(requestId: string): Promise<SignedRefunds> {
     const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null; nonces: Array<{ signer: Hex; nonce: number; max_fee: string; max_priority_fee: string }> }>(
       `SELECT refund_signed, refund_tx_hash,
               coalesce((SELECT json_agg(json_build_object('signer', signer, 'nonce', nonce, 'max_fee', max_fee_per_gas::text, 'max_priority_fee', max_priority_fee_per_gas::text))

@@ -346,7 +346,7 @@ describe("an operator resolves what waits for review, from the console and the c
     const refunder = refunderAccount().address;
     const unused = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
     const fees = await celo.publicClient.estimateFeesPerGas();
-    await service.flow.orders.refundSigned(order.requestId, { hash: `0x${"cd".repeat(32)}`, signer: refunder, nonce: unused, maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas });
+    await service.flow.orders.refundSigned(order.requestId, `0x${"cd".repeat(32)}`, { signer: refunder, nonce: unused, maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas });
     const whileLandable = await runReview(["close", order.requestId, "--reason", "the payer cancelled the authorization; nothing was paid"], { url, token: TOKEN, operator: "bob" });
     expect(whileLandable.ok).toBe(false);
     expect(whileLandable.lines.join("\n")).toContain(`under nonce ${unused} of ${refunder.toLowerCase()} is in no pool and not mined`);
@@ -408,8 +408,8 @@ describe("an operator resolves what waits for review, from the console and the c
     await celo.miningPaused(async (mine) => {
       // The biller took the bill back: its refund is signed and sent, and sits unmined (fees, a slow chain).
       const refunding = refund(service.flow, order, "the biller reversed the bill after delivering it (as a test sets it)", ["SUCCESS"]);
-      await expect.poll(async () => (await service.flow.orders.signedRefunds(order.requestId)).hashes, { timeout: 20_000 }).toHaveLength(1);
-      const [pending] = (await service.flow.orders.signedRefunds(order.requestId)).hashes;
+      await expect.poll(() => service.flow.orders.signedRefunds(order.requestId), { timeout: 20_000 }).toHaveLength(1);
+      const [pending] = await service.flow.orders.signedRefunds(order.requestId);
       // Then the biller says an attempt was delivered after all (orders/fulfil.ts actOnBillerState): held for an operator.
       await service.flow.orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "the biller then delivered the bill while its refund was not yet done (as a test sets it)" });
       const serve = await runReview(["serve", order.requestId, "--reason", "the biller delivered it after all"], { url, token: TOKEN, operator: "bob" });
@@ -442,7 +442,7 @@ describe("an operator resolves what waits for review, from the console and the c
     const died = new ChainOperator(paying.chains.deployments, { operator: operatorAccount(), refunder }, { replaceAfterMs: 300, maxReplacements: 0, lastWaitMs: 300 });
     const raw = await celo.miningPaused(async () => {
       await refund({ ...service.flow, operator: died }, order, "the biller reversed the bill after delivering it (as a test sets it)", ["SUCCESS"]);
-      const [hash] = (await service.flow.orders.signedRefunds(order.requestId)).hashes;
+      const [hash] = await service.flow.orders.signedRefunds(order.requestId);
       // Anyone watching the pool keeps what it broadcast: the transaction as signed.
       const tx = await celo.publicClient.getTransaction({ hash: hash! });
       const signed = asSigned(tx).serialized;

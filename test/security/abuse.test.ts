@@ -161,7 +161,7 @@ describe("abuse resistance", () => {
     };
     const failed = await order("a1");
     // A refund was signed for it once (its payment then reorganised away): the record goes with the order.
-    await service.flow.orders.refundSigned(failed.requestId, { hash: `0x${"ab".repeat(32)}`, signer: accounts(19).address, nonce: 7, maxFeePerGas: 2_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n });
+    await service.flow.orders.refundSigned(failed.requestId, `0x${"ab".repeat(32)}`, { signer: accounts(19).address, nonce: 7, maxFeePerGas: 2_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n });
     await service.flow.orders.transition(failed.requestId, ["SETTLING"], "PAYMENT_FAILED", { failureReason: "the authorization expired unsettled" });
     const unfinished = await order("a2"); // still SETTLING: it may yet move money
     const recent = await order("a3");

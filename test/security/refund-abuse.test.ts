@@ -275,9 +275,9 @@ describe("refunds are never free and never starved", () => {
     // BillPay is paused (as the payer's wallet would turn its signature check off), so it reverts.
     const revertedTry = (from: OrderStatus[]) =>
       celo.miningPaused(async (mine) => {
-        const signed = (await service.flow.orders.signedRefunds(requestId)).hashes.length;
+        const signed = (await service.flow.orders.signedRefunds(requestId)).length;
         const trying = refund(service.flow, await orderOf(requestId), reason, from);
-        await expect.poll(async () => (await service.flow.orders.signedRefunds(requestId)).hashes.length, { timeout: 20_000 }).toBe(signed + 1);
+        await expect.poll(async () => (await service.flow.orders.signedRefunds(requestId)).length, { timeout: 20_000 }).toBe(signed + 1);
         await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "pause", maxPriorityFeePerGas: parseGwei("50"), maxFeePerGas: parseGwei("100") });
         await mine();
         return trying;
@@ -294,7 +294,7 @@ describe("refunds are never free and never starved", () => {
         const [row] = await service.db.query<{ reverts: number; waits: boolean }>(`SELECT refund_reverts AS reverts, not_before > now() + interval '200 seconds' AS waits FROM bill_order WHERE request_id = $1`, [requestId]);
         expect(row).toEqual({ reverts: n, waits: true });
         await workOnce(service.flow);
-        expect((await service.flow.orders.signedRefunds(requestId)).hashes.length).toBe(n);
+        expect((await service.flow.orders.signedRefunds(requestId)).length).toBe(n);
       }
       const held = await revertedTry(["REFUNDING"]);
       expect(held.status).toBe("NEEDS_REVIEW");
@@ -302,7 +302,7 @@ describe("refunds are never free and never starved", () => {
     } finally {
       await unpause();
     }
-    expect((await service.flow.orders.signedRefunds(requestId)).hashes.length).toBe(3);
+    expect((await service.flow.orders.signedRefunds(requestId)).length).toBe(3);
     expect(await usdc(payer.address)).toBe(before);
     // An operator's refund, with BillPay as it should be: the payment goes back once.
     expect((await refund(service.flow, await orderOf(requestId), "refunded by an operator", ["NEEDS_REVIEW"])).status).toBe("REFUNDED");

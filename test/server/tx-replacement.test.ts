@@ -141,7 +141,7 @@ describe("a stuck transaction", () => {
       // Fees rose past what the refund's one replacement offers: not mined in time.
       // Each transaction is told before it is sent (the order records it for the payment watch).
       const told: Array<{ hash: Hex; signer: Hex; nonce: number; maxFeePerGas: bigint; known: boolean }> = [];
-      const onSigned: RefundSigned = async ({ hash, signer, nonce, maxFeePerGas }) =>
+      const onSigned: RefundSigned = async (hash, { signer, nonce, maxFeePerGas }) =>
         void told.push({ hash, signer, nonce, maxFeePerGas, known: await celo.publicClient.getTransaction({ hash }).then(() => true, () => false) });
       await expect(operator.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned })).rejects.toThrow(/not mined in time/);
       expect(told).toHaveLength(2); // the first and its one replacement
@@ -181,7 +181,7 @@ describe("a stuck transaction", () => {
     const mined = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" });
     await celo.miningPaused(async (mine) => {
       const recorded: Hex[] = [];
-      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async ({ hash }) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
+      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async (hash) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
       expect(recorded).toHaveLength(1);
       // The next run (no memory of it), handed the order's record: it waits for that refund, signing nothing under the next nonce.
       const next = new ChainOperator(stack.deployments, keys, { replaceAfterMs: 300, maxReplacements: 1, lastWaitMs: 3_000 });
@@ -208,7 +208,7 @@ describe("a stuck transaction", () => {
     const othersNonce = await celo.publicClient.getTransactionCount({ address: otherRefunder.address, blockTag: "pending" });
     await celo.miningPaused(async (mine) => {
       const recorded: Hex[] = [];
-      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async ({ hash }) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
+      await expect(died.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, onSigned: async (hash) => void recorded.push(hash) })).rejects.toThrow(/not mined in time/);
       await expect(other.refund({ chain: "CELO", orderId: onChainOrderId(requestId), amount: 1_000_000n, signedBefore: recorded })).rejects.toThrow(
         `the same refund, transaction ${recorded[0]} from another instance's refunder key`,
       );
