@@ -65,7 +65,7 @@ export interface SignedRefund {
   maxFeePerGas: bigint;
   maxPriorityFeePerGas: bigint;
 }
-/** The refund transactions signed for an order, as its store keeps them (orders/store.ts signedRefunds). */
+/** The refund transactions signed for an order, as its store keeps them (orders/store.ts signedRefundRecord). */
 export interface SignedRefunds {
   hashes: Hex[];
   /** The signer's nonces they were signed under, each once, with the highest fees signed under it (replacements share their first's nonce). */
@@ -683,14 +683,17 @@ export class ChainOperator {
         await this.fence(key.address);
         const serialized = await wallet.signTransaction(request);
         await this.fence(key.address);
-        const accepted = await wallet.sendRawTransaction({ serializedTransaction: serialized }).then(
-          () => true,
-          (err: unknown) => /already known/i.test(err instanceof Error ? err.message : String(err)),
-        );
-        if (!accepted) return "unsent" as const;
+        // Remembered before it is sent: a send that times out may still have reached the pool,
+        // and the next pass then raises it rather than take it for another's ("held").
         this.voids.set(voidKey, { maxFeePerGas, maxPriorityFeePerGas });
         if (this.voids.size > KEPT_UNMINED) this.voids.delete(this.voids.keys().next().value!);
-        return "sent" as const;
+        // A node that holds this very transaction says so in its own words (geth "already
+        // known", Hardhat and Besu "known transaction", Nethermind "AlreadyKnown").
+        const accepted = await wallet.sendRawTransaction({ serializedTransaction: serialized }).then(
+          () => true,
+          (err: unknown) => /already known|known transaction|alreadyknown/i.test(err instanceof Error ? err.message : String(err)),
+        );
+        return accepted ? ("sent" as const) : ("unsent" as const);
       });
     this.queues.set(queue, sent);
     return sent;
@@ -732,7 +735,8 @@ export class ChainOperator {
     const client = sharedClientFor(chain, rpcUrlFor(chain, d));
     const mined = await client.getTransactionCount({ address: signer.address, blockTag: "latest" });
     if (mined <= sent.request.nonce) {
-      const held = await Promise.all(sent.hashes.map((hash) => client.getTransaction({ hash }).then((tx) => tx.blockNumber === null, () => false)));
+      // A failed read throws (the refund is tried again): only the node's "none" is "not held".
+      const held = await Promise.all(sent.hashes.map(async (hash) => (await transactionOnNode({ deployments: this.deployments }, chain, hash))?.blockNumber === null));
       return held.some(Boolean);
     }
     const receipts = await Promise.all(sent.hashes.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));

@@ -719,9 +719,10 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: sent.txHash }, deps.refundWatches.recording(refunding, sent.txHash, sent.block, ["REFUNDING"]));
   } catch (err) {
     if (err instanceof RefundSentElsewhere) {
-      // Another instance's refund of it is on its way: no failure, the worker looks again.
-      deps.log.info("refund waits for another instance's transaction", { requestId: refunding.requestId, why: err.message });
-      return refunding;
+      // Another instance's refund of it is on its way: no failure. Waited for as a refund short
+      // of budget is, and held for an operator past the same deadline (that instance may have
+      // died with it stuck below the market, where only its key can raise it).
+      return deferRefund(deps, refunding, { seconds: 60, why: err.message, first: "refund waiting for another instance's transaction of it" });
     }
     deps.metrics.refundFailures.inc({ chain: refunding.chain, token: refunding.token });
     if (err instanceof ContractRefused && err.errorName === "RefundBudgetExceeded") {
@@ -822,12 +823,16 @@ export async function refundWait(deps: Pick<FlowDeps, "orders" | "refundBudgets"
  * The refund waits: not tried again for `wait.seconds`, an alert (error log, metric) the
  * first time, and to an operator once it has waited past REFUND_WAIT_REVIEW_SECONDS.
  */
-async function deferRefund(deps: Pick<FlowDeps, "orders" | "refundWaitReviewSeconds" | "metrics" | "log">, o: Order, wait: { seconds: number; why: string }): Promise<Order> {
+async function deferRefund(
+  deps: Pick<FlowDeps, "orders" | "refundWaitReviewSeconds" | "metrics" | "log">,
+  o: Order,
+  wait: { seconds: number; why: string; first?: string },
+): Promise<Order> {
   const waited = await deps.orders.deferRefund(o.requestId, Math.min(wait.seconds, deps.refundWaitReviewSeconds));
   if (!waited) return (await deps.orders.get(o.requestId)) ?? o;
   deps.metrics.refundsWaiting.inc({ chain: o.chain, token: o.token });
   const line = { requestId: o.requestId, payer: o.payer, amount: o.amount.toString(), retryInSeconds: wait.seconds, why: wait.why };
-  if (waited.first) deps.log.error("refund waiting for the refund budget; an operator may need to raise it", line);
+  if (waited.first) deps.log.error(wait.first ?? "refund waiting for the refund budget; an operator may need to raise it", line);
   if (Date.now() - waited.waitingSince.getTime() >= deps.refundWaitReviewSeconds * 1000) {
     deps.log.error("refund waited past its deadline; held for an operator", line);
     return move(deps, o, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: `${o.failureReason ?? "refund"}; the refund waited past ${deps.refundWaitReviewSeconds} s: ${wait.why}` });

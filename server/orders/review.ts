@@ -283,15 +283,20 @@ export async function resolveOrder(deps: ReviewDeps, input: DecisionInput): Prom
  * refund; closed, a refund landing later (the payer's cancelAuthorization spends the nonce
  * BillPay's refund asks for) would pay out what BillPay never kept. A refund unmined in the
  * node's pool, or in no pool under a refunder nonce still unused (voided here, so that the
- * next decision can be taken). Serving is also refused for a refund reorganised off the chain
- * (it may land again) and for one BillPay holds already, a block ahead of the ledger; closing
- * is not: BillPay refunds a key once, so a refund that stands can never be joined by another,
- * and a close is what an order whose refund stands without its payment needs.
+ * next decision can be taken). A hold for a refund by hand likewise: the payer would have the
+ * payment back twice. Serving and holding are also refused for a refund reorganised off the
+ * chain (it may land again) and for one BillPay holds already, a block ahead of the ledger;
+ * closing is not: BillPay refunds a key once, so a refund that stands can never be joined by
+ * another, and a close is what an order whose refund stands without its payment needs.
  */
-async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: "serve" | "close"): Promise<void> {
+async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: "serve" | "close" | "hold"): Promise<void> {
   const chain = order.chain as ChainKey;
-  const harm = action === "serve" ? "serving it could give away both the bill and the refund" : "closing it as never paid could leave a refund paid out of BillPay without its payment";
-  const lost = action === "serve" && (await deps.refundWatches.lostRefund(order.requestId));
+  const harm = {
+    serve: "serving it could give away both the bill and the refund",
+    close: "closing it as never paid could leave a refund paid out of BillPay without its payment",
+    hold: "refunding it by hand could give the payment back twice",
+  }[action];
+  const lost = action !== "close" && (await deps.refundWatches.lostRefund(order.requestId));
   if (lost) {
     throw new Refused(
       `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): ${harm}; refund it again instead (BillPay refunds a key once)`,
@@ -313,7 +318,11 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
     }[voiding];
     throw new Refused(`a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ${next}`);
   }
-  if (seen && action === "serve") throw new Refused(`BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): serving it would give the bill away`);
+  if (seen && action !== "close") {
+    throw new Refused(
+      `BillPay on ${chain} holds its payment refunded already (the service's node shows it; the ledger may not yet): ${action === "serve" ? "serving it would give the bill away" : "there is nothing left to refund by hand"}`,
+    );
+  }
 }
 
 async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: string): Promise<ReviewResult> {
@@ -340,7 +349,7 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
   const why = whyNot(order, view)[input.action];
   if (why) throw new Refused(why);
   // After every refusal that reads only: this one may send a transaction (a void).
-  if (input.action === "serve" || input.action === "close") await refuseWhileRefundMayLand(deps, order, input.action);
+  if (input.action === "serve" || input.action === "close" || input.action === "hold") await refuseWhileRefundMayLand(deps, order, input.action);
   if (input.action === "hold") return holdForHandRefund(deps, order, id);
   if (byHand !== undefined) return closeRefundedByHand(deps, order, id, byHand);
   const permit2 = input.action === "close" && x402RailOf(order) === "permit2" ? await authorizationOnChain(deps, order) : undefined;

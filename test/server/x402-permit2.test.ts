@@ -13,6 +13,7 @@ import { createWalletClient, encodeFunctionData, http, maxUint256, multicall3Abi
 import { eip3009TokenAbi } from "../../lib/generated/abis.ts";
 import { MULTICALL3_ADDRESS, viemChain } from "../../lib/chains.ts";
 import { PERMIT2, PERMIT2_WITNESS_TYPES, permit2Domain, X402_EXACT_PROXY, x402ExactProxyAbi } from "../../lib/permit2.ts";
+import { refunderAccount } from "../../lib/local-accounts.ts";
 import { x402ClientFor } from "../../lib/x402-payer.ts";
 import { reconcileAuthorizationPayments } from "../../server/orders/ledger-pass.ts";
 import { waitForLedgerBlock } from "../../stack/ledger-process.ts";
@@ -443,6 +444,16 @@ describe("x402 through Permit2: USD₮ on Base", () => {
     expect(unheld.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
     expect(unheld.record.detail).toContain("hold it for a refund by hand (before sending anything)");
     expect((await decide(a, "close", early.transactionHash)).record.detail).toContain("this one is not held so");
+    // A refund of it recorded by a run that died before sending it, its refunder nonce unused:
+    // held for a refund by hand now, the payer could have it back twice. Refused, and voided.
+    const refunder = refunderAccount().address;
+    const unused = await base.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
+    const fees = await base.publicClient.estimateFeesPerGas();
+    await service.flow.orders.refundSigned(a.refused.request_id, `0x${"ef".repeat(32)}`, { signer: refunder, nonce: unused, maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas });
+    const whileLandable = await decide(a, "hold");
+    expect(whileLandable.record).toMatchObject({ outcome: "REFUSED", status_after: "NEEDS_REVIEW" });
+    expect(whileLandable.record.detail).toContain(`under nonce ${unused} of ${refunder.toLowerCase()} is in no pool and not mined`);
+    await expect.poll(() => base.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" }), { timeout: 20_000 }).toBeGreaterThan(unused);
     // Each hold takes one transfer, the oldest left, before anything is sent.
     const heldA = await decide(a, "hold");
     expect(heldA.record, heldA.record.detail ?? "").toMatchObject({ outcome: "DONE", status_after: "NEEDS_REVIEW", hand_refund_inflow: expect.stringContaining(sent[0]!.transactionHash) });
