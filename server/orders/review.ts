@@ -309,10 +309,12 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
   if (seen && "landable" in seen) {
     const { signer, nonce } = seen.landable;
     const voiding = await deps.operator.voidRefundNonce(chain, seen.landable);
+    const depth = deps.confirmations[chain] ?? 0;
+    const deep = depth === 0 ? "mined" : `${depth} blocks deep`;
     const next = {
-      sent: `the refunder now sends itself nothing under that nonce, which voids it; decide again once that is ${deps.confirmations[chain] ?? 0} blocks deep`,
+      sent: `the refunder now sends itself nothing under that nonce, which voids it; decide again once that is ${deep}`,
       held: "another transaction of the refunder's is waiting to be mined under that nonce, which voids it; decide again once it is mined",
-      used: `that nonce has just been used; decide again once it is ${deps.confirmations[chain] ?? 0} blocks deep`,
+      used: `that nonce has just been used; decide again once it is ${deep}`,
       "not ours": "that key is another instance's: decide from that instance, which voids it, or once its nonce is used (by that instance, or by hand with that key)",
       unsent: "the refunder could not send the transaction that voids it; decide again shortly",
     }[voiding];
