@@ -217,6 +217,44 @@ describe("a stuck transaction", () => {
     });
   });
 
+  it("a void of a dropped refund's nonce outbids the refund's fee, is raised as the market passes it, and uses the nonce once", async () => {
+    const refunder = refunderAccount().address;
+    const operator = new ChainOperator(stack.deployments, { operator: operatorAccount(), refunder: refunderAccount() });
+    const nonce = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
+    const market = await celo.publicClient.estimateFeesPerGas();
+    // A refund recorded at twice the market's fees, then dropped (never sent here).
+    const recorded = { signer: refunder, nonce, maxFeePerGas: market.maxFeePerGas * 2n, maxPriorityFeePerGas: market.maxPriorityFeePerGas * 2n };
+    const voidUnder = async () => {
+      const block = await celo.publicClient.getBlock({ blockTag: "pending", includeTransactions: true });
+      return block.transactions.find((t) => t.from.toLowerCase() === refunder.toLowerCase() && t.nonce === nonce);
+    };
+    await celo.miningPaused(async (mine) => {
+      expect(await operator.voidRefundNonce("CELO", { ...recorded, signer: hardhatAccount(15).address })).toBe("not ours");
+      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      const first = (await voidUnder())!;
+      expect(first).toMatchObject({ to: refunder.toLowerCase(), value: 0n });
+      expect(first.maxFeePerGas!).toBeGreaterThanOrEqual((recorded.maxFeePerGas * 125n) / 100n);
+      expect(first.maxPriorityFeePerGas!).toBeGreaterThanOrEqual((recorded.maxPriorityFeePerGas * 125n) / 100n);
+      // Sent again while the market stands: the same transaction, which the node holds already.
+      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      expect((await voidUnder())!.hash).toBe(first.hash);
+      // The base fee jumps past the void's cap: a block goes by without it, and the market is above it.
+      await rpc("hardhat_setNextBlockBaseFeePerGas", [`0x${(first.maxFeePerGas! * 4n).toString(16)}`]);
+      await mine();
+      expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" })).toBe(nonce);
+      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      const raised = (await voidUnder())!;
+      expect(raised.hash).not.toBe(first.hash);
+      expect(raised.maxFeePerGas!).toBeGreaterThan(first.maxFeePerGas!);
+      expect(raised.maxPriorityFeePerGas!).toBeGreaterThan(first.maxPriorityFeePerGas!);
+      await mine();
+    });
+    // Mined: the nonce is used, once; nothing more is sent.
+    await expect.poll(() => celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" }), { timeout: 10_000 }).toBe(nonce + 1);
+    expect(await operator.voidRefundNonce("CELO", recorded)).toBe("used");
+    expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(nonce + 1);
+  });
+
   it("a refund the pool dropped while it waited is sent again when the refund is tried again, under the same nonce", async () => {
     const payer = hardhatAccount(9);
     await celo.approveAndAllow(payer, "USDC", 5_000_000n);
