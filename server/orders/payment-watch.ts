@@ -40,10 +40,9 @@ import { deploymentIdentity, type Deployments } from "../../lib/deployments.ts";
 import { authorizationOnChain, pullOnChain } from "../chain/payment-state.ts";
 import { ContractRefused, type ChainOperator } from "../chain/operator.ts";
 import type { Db } from "../db.ts";
-import { orderKeyOf, paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
+import { paymentKey, paymentMismatch, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
 import { orderPaymentIn } from "../chain/receipt-payment.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
-import { refundInSight } from "../chain/refund-on-node.ts";
 import { errorText } from "../log-safety.ts";
 import { isSettlementPending, settleAnswer } from "../x402-protocol/facilitator-answer.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
@@ -53,6 +52,7 @@ import type { Log } from "../log.ts";
 import type { Metrics } from "../metrics.ts";
 import type { AlongsideWrite, Order, OrderStatus, OrderStore } from "./store.ts";
 import { ledgerUnderKey } from "./ledger-view.ts";
+import { refundsInSight } from "./refunds-in-sight.ts";
 
 /**
  * What watching payments may touch: the ledger (what it shows), the orders, the hot keys and
@@ -329,15 +329,15 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
       // reorganisation in; a refund the node holds unmined, or one dropped from its pool
       // whose nonce is still unused, may yet land: the next pass. Every
       // refund transaction signed for the order is recorded before it is sent (one stuck on
-      // fees included), so each is asked (refundInSight).
-      const inSight = async () => refundInSight(deps, order.chain as ChainKey, orderKeyOf(order), await deps.orders.signedRefundRecord(order.requestId));
-      let seen = await inSight();
+      // fees included), so each is asked (refunds-in-sight.ts).
+      // One that may land in no pool is voided before anything is decided (its signer's nonce
+      // used by another transaction): else the payer could cancel the authorization, which
+      // spends its nonce, and send the refund. Looked at again at once: the void may be as
+      // deep as it must be already.
+      let seen = await refundsInSight(deps, order);
       if (seen && "landable" in seen) {
-        // Voided before anything is decided (its signer's nonce used by another transaction):
-        // else the payer could cancel the authorization, which spends its nonce, and send the
-        // refund. Looked at again at once: the void may be as deep as it must be already.
         const { signer, nonce } = seen.landable;
-        if ((await deps.operator.voidRefundNonce(order.chain as ChainKey, seen.landable)) === "not ours") {
+        if (seen.voiding === "not ours") {
           // Another instance's key (each has its own): left to its next pass, which can void it;
           // to an operator once that has had time, as a lost payment's other waits are.
           const lostFor = (Date.now() - (w.lost_at ?? new Date()).getTime()) / 1000;
@@ -345,7 +345,7 @@ async function actOnLoss(deps: WatchDeps, w: WatchRow, indexed: bigint): Promise
           const why = `a refund signed for it under nonce ${nonce} of ${signer}, a key this instance does not hold, may still land`;
           return holdForReview(deps, order, w, REFUNDS, why, `its payment was reorganised off the chain after the ledger confirmed it; ${why}`, "a lost payment's refund may still land under another instance's key; the order waits for an operator");
         }
-        seen = await inSight();
+        seen = await refundsInSight(deps, order);
       }
       if (seen && ("pending" in seen || "landable" in seen)) return false;
       if (seen) {

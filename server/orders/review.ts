@@ -66,10 +66,10 @@ import { amountIn, describeAmount } from "../../lib/token-amounts.ts";
 import { rpcUrlFor } from "../../lib/deployments.ts";
 import type { Db } from "../db.ts";
 import { ServiceError } from "../errors.ts";
-import { orderKeyOf, paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment } from "../ledger-client.ts";
+import { paymentMismatch, x402RailOf, type LedgerInflow, type LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
 import { authorizationOnChain } from "../chain/payment-state.ts";
-import { refundInSight } from "../chain/refund-on-node.ts";
+import { refundsInSight } from "./refunds-in-sight.ts";
 import type { StoredPayment } from "../x402-protocol/payment.ts";
 import { fulfil, otherAttemptsNow, refund, type FlowDeps } from "./fulfil.ts";
 import { deepEnough } from "./payment-watch.ts";
@@ -302,13 +302,12 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
       `its refund (transaction ${lost}) was reorganised off the chain and may still land (anyone can submit it while the refunder's nonce is not past it): ${harm}; refund it again instead (BillPay refunds a key once)`,
     );
   }
-  const seen = await refundInSight(deps, chain, orderKeyOf(order), await deps.orders.signedRefundRecord(order.requestId));
+  const seen = await refundsInSight(deps, order);
   if (seen && "pending" in seen) {
     throw new Refused(`its refund (transaction ${seen.pending}) is waiting to be mined on ${chain}: ${harm}; decide once it is mined or gone${action === "serve" ? ", or refund it (BillPay refunds a key once)" : ""}`);
   }
   if (seen && "landable" in seen) {
     const { signer, nonce } = seen.landable;
-    const voiding = await deps.operator.voidRefundNonce(chain, seen.landable);
     const depth = deps.confirmations[chain] ?? 0;
     const deep = depth === 0 ? "mined" : `${depth} blocks deep`;
     const next = {
@@ -317,7 +316,7 @@ async function refuseWhileRefundMayLand(deps: ReviewDeps, order: Order, action: 
       used: `that nonce has just been used; decide again once it is ${deep}`,
       "not ours": "that key is another instance's: decide from that instance, which voids it, or once its nonce is used (by that instance, or by hand with that key)",
       unsent: "the refunder could not send the transaction that voids it; decide again shortly",
-    }[voiding];
+    }[seen.voiding];
     throw new Refused(`a refund signed for it under nonce ${nonce} of ${signer} is in no pool and not mined, but may still be sent by anyone who saw it until that nonce is used: ${harm}; ${next}`);
   }
   if (seen && action !== "close") {
