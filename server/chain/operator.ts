@@ -939,11 +939,6 @@ function estimateAtLatest(client: ReturnType<typeof sharedClientFor>, billPay: H
   return client.estimateContractGas({ address: billPay, abi, ...call, account: signer, prepare: false, blockTag: "latest" } as Parameters<typeof client.estimateContractGas>[0]);
 }
 
-/**
- * The fees a transaction waited for again is replaced at: the chain's own estimate, at least a
- * quarter above what it carries (a node takes a replacement only so), when the estimate is
- * above its fee; undefined when it is not (the transaction is waited for as it is).
- */
 /** A void's first fees: a quarter above the highest signed under its nonce (pools replace for a tenth), and at least the market's. */
 async function firstVoidFees(client: ReturnType<typeof sharedClientFor>, signed: Pick<SignedRefund, "maxFeePerGas" | "maxPriorityFeePerGas">) {
   const market = await client.estimateFeesPerGas();
@@ -952,6 +947,11 @@ async function firstVoidFees(client: ReturnType<typeof sharedClientFor>, signed:
   return { maxPriorityFeePerGas, maxFeePerGas: atLeast(atLeast(bump(signed.maxFeePerGas)!, market.maxFeePerGas), maxPriorityFeePerGas) };
 }
 
+/**
+ * The fees a transaction waited for again is replaced at: the chain's own estimate, at least a
+ * quarter above what it carries (a node takes a replacement only so), when the estimate is
+ * above its fee; undefined when it is not (the transaction is waited for as it is).
+ */
 async function marketRaise(client: ReturnType<typeof sharedClientFor>, current: { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint }) {
   const market = await client.estimateFeesPerGas().catch(() => undefined);
   if (!market) return undefined;
