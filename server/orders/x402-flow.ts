@@ -401,7 +401,7 @@ async function refusedService(
   order: Order,
   operation: "verify" | "settle",
   refusal: { status: ServiceRefusalStatus; detail: string },
-): Promise<never> {
+): Promise<Order> {
   const code = SERVICE_REFUSALS[refusal.status];
   const what = {
     401: "refused the service's credentials",
@@ -412,6 +412,9 @@ async function refusedService(
   const line = { requestId: order.requestId, chain: order.chain, operation, status: refusal.status, error: refusal.detail };
   if (refusal.status === 429) deps.log.warn("facilitator rate-limited the service; the payment was not settled", line);
   else deps.log.error(`facilitator ${what}; no payment settles until an operator acts (FACILITATOR_API_KEY_${order.chain}, credits)`, line);
+  // A settlement reported pending earlier (a worker's settle again) may still land until its
+  // authorization expires: not refused, as `refused` leaves it; the chain decides.
+  if (order.txHash) return order;
   const reason = `the ${order.chain} facilitator ${what} (${refusal.status}); nothing was settled`;
   const moved = await refuse(deps, order, reason);
   throw new FacilitatorRefusedService(code, `${reason}, and nothing was charged; sign a new authorization to pay later`, {

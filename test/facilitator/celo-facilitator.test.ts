@@ -15,6 +15,7 @@ import { createApp } from "../../server/app.ts";
 import { loadConfig } from "../../server/config.ts";
 import type { Log } from "../../server/log.ts";
 import { workOnce } from "../../server/orders/worker.ts";
+import { reconcileSettling } from "../../server/orders/x402-flow.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
 import { facilitatorAuth } from "../../server/x402-protocol/facilitator-auth.ts";
 import { isSettlementPending, settleAnswer } from "../../server/x402-protocol/facilitator-answer.ts";
@@ -165,6 +166,41 @@ describe("Celo's hosted facilitator, as published", () => {
 
     await rpc("evm_mine");
     const statusOf = async () => ((await (await fetch(`${paying.service.urls.service}/api/orders/${result.request_id}`)).json()) as { status: string }).status;
+    await expect.poll(async () => (await workOnce(paying.service.flow), await statusOf()), { timeout: 20_000, interval: 300 }).toBe("SUCCESS");
+    expect(await celo.balanceOf("USDC", payer.address)).toBe(before - BigInt(payload.accepted.amount));
+  });
+
+  it("a settlement reported pending is not refused when the worker's settle again meets a facilitator refusing the service: it stays SETTLING under its hash, and is served once it lands", async () => {
+    const before = await celo.balanceOf("USDC", payer.address);
+    const body = JSON.stringify(x402Bill(payer.address, { nairaAmount: 660 }));
+    const url = `${paying.service.urls.service}/api/pay/x402`;
+    const challenged = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const chains = (["CELO"] as const).map((chain) => ({ chain, rpcUrl: paying.chains.rpcUrls[chain] }));
+    const limited = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains), { apiKey: KEY, settlesPerMinute: 0 }).fetch);
+    await rpc("evm_setAutomine", [false]);
+    await rpc("evm_setIntervalMining", [0]);
+    let requestId: string;
+    try {
+      const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...client.encodePaymentSignatureHeader(payload) }, body });
+      const pending = (await res.json()) as { status: string; tx_hash: string; request_id: string };
+      expect(pending).toMatchObject({ status: "TIMEOUT", tx_hash: expect.stringMatching(/^0x[0-9a-f]{64}$/) });
+      requestId = pending.request_id;
+      // The worker finds it SETTLING, its nonce unspent (the block not mined), and settles again: the facilitator now rate-limits the service.
+      const order = (await paying.service.flow.orders.get(requestId))!;
+      const config = loadConfig({ FACILITATOR_AUTH_CELO: "api-key", FACILITATOR_API_KEY_CELO: KEY });
+      const refusing = new HTTPFacilitatorClient({ url: limited.url, timeoutMs: 10_000, createAuthHeaders: facilitatorAuth(config, "CELO") });
+      await reconcileSettling({ ...paying.service.flow, log: capture, facilitators: { ...paying.service.flow.facilitators, CELO: refusing } }, order);
+      // On the code before: REFUSED, and the landing then refunded from the late slice to a payer told to follow it.
+      expect(await paying.service.flow.orders.get(requestId)).toMatchObject({ status: "SETTLING", txHash: pending.tx_hash });
+    } finally {
+      await limited.close();
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1000]);
+    }
+    await rpc("evm_mine");
+    const statusOf = async () => ((await (await fetch(`${paying.service.urls.service}/api/orders/${requestId}`)).json()) as { status: string }).status;
     await expect.poll(async () => (await workOnce(paying.service.flow), await statusOf()), { timeout: 20_000, interval: 300 }).toBe("SUCCESS");
     expect(await celo.balanceOf("USDC", payer.address)).toBe(before - BigInt(payload.accepted.amount));
   });
