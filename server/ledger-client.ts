@@ -199,9 +199,14 @@ export class LedgerClient {
     }
   }
 
-  /** The pushed payment `match` picks, if it is among the newest the ledger pushed. */
+  /**
+   * The pushed payment `match` picks, if it is among the newest the ledger pushed, while pushes
+   * are arriving: a live query sends the rows anew when the ledger removes one (a
+   * reorganisation), but a stream that has dropped sends nothing, and what it last sent may
+   * hold a payment the ledger no longer does.
+   */
   pushed(match: (p: LedgerPayment) => boolean): LedgerPayment | undefined {
-    return this.recent.find(match);
+    return this.pushing ? this.recent.find(match) : undefined;
   }
 
   private subscribe(): void {
@@ -233,6 +238,7 @@ export class LedgerClient {
         this.live?.unsubscribe();
         this.live = undefined;
         this.pushing = false;
+        this.recent = [];
         this.resubscribeAt = Date.now() + RESUBSCRIBE_AFTER_MS;
       },
     );

@@ -624,15 +624,15 @@ export async function ledgerPaymentFor(deps: Pick<FlowDeps, "ledger">, o: Order)
   return (await ledgerUnderKey(deps, o)).payment;
 }
 
+/** The same event of the ledger's: its id, transaction and block (a payment mined again elsewhere is another). */
+const sameLedgerPayment = (again: LedgerPayment | null, was: LedgerPayment) => again !== null && again.id === was.id && again.txHash === was.txHash && again.blockNumber === was.blockNumber;
+
 /**
- * The ledger's record of the order's payment, waited for (up to the ledger wait) when it is
- * not there yet: a payment confirmed from its receipt (chain/receipt-payment.ts) may reach
- * the ledger a moment after a bill that failed at once, and its refund waits for the ledger.
- */
-/**
- * The order's payment once the ledger shows it, or null after LEDGER_WAIT_MS. A ledger that
- * could not be read at all in that time is an error naming why (the refund's caller logs it
- * and the worker retries), not a quiet "no payment yet".
+ * The order's payment once the ledger shows it, or null after LEDGER_WAIT_MS: a payment
+ * confirmed from its receipt (chain/receipt-payment.ts) may reach the ledger a moment after a
+ * bill that failed at once, and its refund waits for the ledger. A ledger that could not be
+ * read at all in that time is an error naming why (the refund's caller logs it and the worker
+ * retries), not a quiet "no payment yet".
  */
 async function awaitLedgerPaymentFor(deps: Pick<FlowDeps, "ledger" | "ledgerWaitMs">, o: Order): Promise<LedgerPayment | null> {
   let readError: unknown;
@@ -694,6 +694,12 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     // own record of the pull, which goes with it.)
     if (refunding.lateRefund && !(await deepEnough(deps, chain, paid))) {
       deps.log.info("refund waits for its payment's confirmations", { requestId: refunding.requestId, block: paid.blockNumber });
+      return refunding;
+    }
+    // Deep enough, and still there: read again once the depth is seen, as a bill's payment is
+    // (payment-watch.ts awaitConfirmations), so a payment replaced meanwhile is not refunded.
+    if (refunding.lateRefund && !sameLedgerPayment(await ledgerPaymentFor(deps, refunding), paid)) {
+      deps.log.info("refund waits: its payment is no longer where the ledger showed it", { requestId: refunding.requestId, block: paid.blockNumber });
       return refunding;
     }
     const amount = await refundAmount(deps, refunding, paid);
