@@ -73,6 +73,8 @@ export interface SignedRefunds {
 }
 /** Told a refund transaction's hash, and what it was signed under, before it is sent (the order records it: the payment watch and review wait while it may land). */
 export type RefundSigned = (hash: Hex, signed: SignedRefund) => Promise<void>;
+/** Thrown by a RefundRecord's `onSigned` when the order no longer asks for the refund: the transaction is not sent (a replacement's original is waited for as it is). */
+export class RefundWithdrawn extends Error {}
 /** What a refund's order records of it: `onSigned` is told each transaction (a replacement's too) before it is sent; `signedBefore`, those recorded already. */
 export interface RefundRecord {
   onSigned?: RefundSigned;
@@ -610,7 +612,10 @@ export class ChainOperator {
       await onSigned?.(hash, { hash, signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap });
     };
     const replaced: Replaced = async (_previous, next, how, fees) => {
-      if (how === undefined) await signed(next, { ...fees, nonce: nonce! });
+      if (how !== undefined) return;
+      await signed(next, { ...fees, nonce: nonce! }).catch((err: unknown) => {
+        throw err instanceof RefundWithdrawn ? new ReplacementRefused(err.message) : err;
+      });
     };
     try {
       const earlier = this.unminedRefunds.get(key) ?? (await this.unminedOnNode(chain, call, signedBefore));

@@ -21,7 +21,7 @@ import { completePlan, type CompletedPlan, type VendPlan } from "../biller/catal
 import { formatKobo } from "../biller/catalogue/amounts.ts";
 import { purchasedCodeText, type BillerApi, type BillerCharge, type VendResult } from "../biller/upstream.ts";
 import type { Metrics } from "../metrics.ts";
-import { ContractRefused, RefundSentElsewhere, REVERTED_ON_CHAIN, type ChainOperator, type RefundRecord } from "../chain/operator.ts";
+import { ContractRefused, RefundSentElsewhere, RefundWithdrawn, REVERTED_ON_CHAIN, type ChainOperator, type RefundRecord, type SignedRefund } from "../chain/operator.ts";
 import type { ChainHeads } from "../../lib/chain-heads.ts";
 import { errorText } from "../log-safety.ts";
 import { isPaymentOf, orderKeyOf, paymentMismatch, x402RailOf, type LedgerClient, type LedgerPayment } from "../ledger-client.ts";
@@ -724,6 +724,11 @@ export async function refund(deps: RefundDeps, order: Order, reason: string, fro
     // Watched from the statement that makes it REFUNDED (orders/refund-watch.ts).
     return move(deps, refunding, ["REFUNDING"], "REFUNDED", { refundTxHash: sent.txHash }, deps.refundWatches.recording(refunding, sent.txHash, sent.block, ["REFUNDING"]));
   } catch (err) {
+    if (err instanceof RefundWithdrawn) {
+      // Moved on while the refund was being signed (an operator served it, a late delivery held it): nothing was sent.
+      deps.log.warn("refund not sent: the order moved on before it was signed", { requestId: refunding.requestId });
+      return (await deps.orders.get(refunding.requestId)) ?? refunding;
+    }
     if (err instanceof RefundSentElsewhere) {
       // Another instance's refund of it is on its way: no failure. Waited for as a refund short
       // of budget is, and held for an operator past the same deadline (that instance may have
@@ -893,7 +898,10 @@ const REFUND_NEVER = new Set([
  * handed over, so that one still unmined is waited for, not signed again under another nonce.
  */
 async function refundRecord(deps: Pick<FlowDeps, "orders">, o: Order): Promise<RefundRecord> {
-  return { onSigned: (hash, signed) => deps.orders.refundSigned(o.requestId, hash, signed), signedBefore: await deps.orders.signedRefunds(o.requestId) };
+  const onSigned = async (hash: Hex, signed: SignedRefund) => {
+    if (!(await deps.orders.refundSigned(o.requestId, hash, signed, "REFUNDING"))) throw new RefundWithdrawn(`order ${o.requestId} is no longer REFUNDING: its refund is not sent`);
+  };
+  return { onSigned, signedBefore: await deps.orders.signedRefunds(o.requestId) };
 }
 
 async function refundPull(deps: Pick<FlowDeps, "operator" | "orders">, o: Order, amount: bigint) {

@@ -538,21 +538,28 @@ export class OrderStore {
 
   /**
    * Records a refund transaction signed for the order, before it is sent, with the signer's
-   * nonce and fees it was signed under when given: one statement.
+   * nonce and fees it was signed under when given: one statement. With `whileStatus`, only
+   * while the order stands in it (a refund is sent only for an order still REFUNDING: one an
+   * operator served meanwhile must not be paid back too): whether it was recorded.
    */
-  async refundSigned(requestId: string, hash: string, signed?: Omit<SignedRefund, "hash">): Promise<void> {
+  async refundSigned(requestId: string, hash: string, signed?: Omit<SignedRefund, "hash">, whileStatus?: OrderStatus): Promise<boolean> {
     if (!signed) {
-      await this.db.query(`UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1`, [requestId, hash.toLowerCase()]);
-      return;
+      const rows = await this.db.query(
+        `UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 AND ($3::text IS NULL OR status = $3) RETURNING request_id`,
+        [requestId, hash.toLowerCase(), whileStatus ?? null],
+      );
+      return rows.length > 0;
     }
-    await this.db.query(
-      `WITH o AS (UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 RETURNING request_id)
-       INSERT INTO refund_nonce (request_id, signer, nonce, max_fee_per_gas, max_priority_fee_per_gas) SELECT request_id, $3, $4, $5, $6 FROM o
-       ON CONFLICT (request_id, signer, nonce) DO UPDATE SET
-         max_fee_per_gas = GREATEST(refund_nonce.max_fee_per_gas, EXCLUDED.max_fee_per_gas),
-         max_priority_fee_per_gas = GREATEST(refund_nonce.max_priority_fee_per_gas, EXCLUDED.max_priority_fee_per_gas)`,
-      [requestId, hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce, signed.maxFeePerGas.toString(), signed.maxPriorityFeePerGas.toString()],
+    const [row] = await this.db.query<{ recorded: string }>(
+      `WITH o AS (UPDATE bill_order SET refund_signed = array_append(coalesce(refund_signed, '{}'), $2) WHERE request_id = $1 AND ($7::text IS NULL OR status = $7) RETURNING request_id),
+       n AS (INSERT INTO refund_nonce (request_id, signer, nonce, max_fee_per_gas, max_priority_fee_per_gas) SELECT request_id, $3, $4, $5, $6 FROM o
+         ON CONFLICT (request_id, signer, nonce) DO UPDATE SET
+           max_fee_per_gas = GREATEST(refund_nonce.max_fee_per_gas, EXCLUDED.max_fee_per_gas),
+           max_priority_fee_per_gas = GREATEST(refund_nonce.max_priority_fee_per_gas, EXCLUDED.max_priority_fee_per_gas))
+       SELECT count(*) AS recorded FROM o`,
+      [requestId, hash.toLowerCase(), signed.signer.toLowerCase(), signed.nonce, signed.maxFeePerGas.toString(), signed.maxPriorityFeePerGas.toString(), whileStatus ?? null],
     );
+    return Number(row?.recorded ?? 0) > 0;
   }
 
   /** Every refund transaction signed for the order, mined or not, and the one it records as its refund: each once. */

@@ -609,6 +609,31 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before + order.amount - 1n);
   });
 
+  it("a refund whose order moved on between REFUNDING and its signature (an operator served it, a late delivery held it) is not sent: nothing is recorded, the refunder signs nothing, and the payer keeps only the bill", async () => {
+    const payer = hardhatAccount(19);
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1620 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await takenBackByBiller(service, requestId);
+    const before = await usdc(payer.address);
+    const refunder = service.flow.operator.addresses.refunder;
+    const sent = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
+    // Right before the refund is signed (its record read), the order is moved on, as an operator's serve or a webhook would.
+    const orders = Object.assign(Object.create(service.flow.orders) as typeof service.flow.orders, {
+      signedRefunds: async (id: string) => {
+        await service.db.query(`UPDATE bill_order SET status = 'NEEDS_REVIEW' WHERE request_id = $1`, [id]);
+        return service.flow.orders.signedRefunds(id);
+      },
+    });
+    const after = await refund({ ...service.flow, orders }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"]);
+    // On the code before: sent and landed, the order left REFUNDING-less with its bill served and its payment back.
+    expect(after.status).toBe("NEEDS_REVIEW");
+    expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(sent);
+    expect(await service.flow.orders.signedRefunds(requestId)).toEqual([]);
+    expect(await usdc(payer.address)).toBe(before);
+  });
+
   it("a refunded bill whose payment a reorganisation replaced with the payer's cancellation of its nonce, while its refund landed again, is held for an operator: BillPay paid out a refund of nothing", async () => {
     const payer = hardhatAccount(8);
     const before = await usdc(payer.address);
