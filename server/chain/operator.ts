@@ -19,6 +19,7 @@ import {
   ContractFunctionRevertedError,
   createWalletClient,
   encodeFunctionData,
+  erc20Abi,
   http,
   keccak256,
   type Account,
@@ -120,6 +121,26 @@ export const REVERTED_ON_CHAIN = "RevertedOnChain";
 export const REVERTED_BY_PAYER = "RevertedByPayer";
 /** BillPay's and the token's refusals of a pull that only its payer's own transactions bring about. */
 const PAYER_REFUSALS = new Set(["SpendingAllowanceExceeded", "SpendingLimitExceeded", "ERC20InsufficientAllowance", "ERC20InsufficientBalance"]);
+
+/** A refusal that names no error: a text reason (`require(…, "…")`), a panic, or nothing at all (refusal). */
+const UNNAMED_REFUSALS = new Set(["Error", "Panic", "Reverted"]);
+
+type Pulled = { payer: Hex; token: Hex; amount: bigint };
+/** What a pull or pullBatch takes of each token from each payer, summed. */
+function pulledByPayer(call: Write): Pulled[] {
+  const items: Pulled[] =
+    call.functionName === "pull"
+      ? [{ payer: call.args[1] as Hex, token: call.args[2] as Hex, amount: call.args[3] as bigint }]
+      : call.functionName === "pullBatch"
+        ? (call.args[0] as Pulled[])
+        : [];
+  const pulled = new Map<string, Pulled>();
+  for (const i of items) {
+    const k = `${i.payer.toLowerCase()}:${i.token.toLowerCase()}`;
+    pulled.set(k, { payer: i.payer, token: i.token, amount: (pulled.get(k)?.amount ?? 0n) + i.amount });
+  }
+  return [...pulled.values()];
+}
 
 /** BillPay (or the token) refused the call: nothing was sent, or the transaction reverted. */
 export class ContractRefused extends Error {
@@ -528,12 +549,46 @@ export class ChainOperator {
    * bounds (its pull budget, a pause) would still refuse it by name. Anything else as it is.
    */
   private async blame(chain: ChainKey, call: Write, err: unknown): Promise<unknown> {
-    if (!(err instanceof ContractRefused) || err.errorName !== REVERTED_ON_CHAIN) return err;
+    if (!(err instanceof ContractRefused)) return err;
+    if (err.errorName !== REVERTED_ON_CHAIN) return this.tokenShortfall(chain, call, err);
     const now = await this.estimateAgain(chain, call);
     // The node did not answer, or refused with no name: nothing is said of the payer.
     if (now === "unread") return err;
     if (now === "passes") return passesNow(err);
-    return payerDoing(now, err.message);
+    return payerDoing(await this.tokenShortfall(chain, call, now), err.message);
+  }
+
+  /**
+   * A pull the token refused in words, not by name, named from the chain: the real stablecoins
+   * refuse a short balance or allowance with a text reason (Circle's FiatToken, USDC on both
+   * chains: "ERC20: transfer amount exceeds balance" / "... allowance", circlefin/stablecoin-evm
+   * contracts/v1/FiatTokenV1.sol), some with none at all, where the local tokens (OpenZeppelin
+   * 5) name ERC20InsufficientBalance and ERC20InsufficientAllowance. Words differ from token to
+   * token, so they are not read: the payer's balance and his allowance to BillPay, read now,
+   * against what the call pulls of each token from him, name the refusal as those errors do.
+   * Anything else (a balance and allowance that cover the pull, a read that fails) as it is.
+   */
+  private async tokenShortfall(chain: ChainKey, call: Write, err: ContractRefused): Promise<ContractRefused> {
+    if (!UNNAMED_REFUSALS.has(err.errorName)) return err;
+    const pulled = pulledByPayer(call);
+    if (pulled.length === 0) return err;
+    const d = this.deployments.chains[chain]!;
+    const client = sharedClientFor(chain, rpcUrlFor(chain, d));
+    const billPay = d.billPay.address as Hex;
+    const said = `the token refused the pull (${err.message})`;
+    try {
+      for (const { payer, token, amount } of pulled) {
+        const [balance, allowance] = await Promise.all([
+          client.readContract({ address: token, abi: erc20Abi, functionName: "balanceOf", args: [payer] }),
+          client.readContract({ address: token, abi: erc20Abi, functionName: "allowance", args: [payer, billPay] }),
+        ]);
+        if (balance < amount) return new ContractRefused("ERC20InsufficientBalance", [payer, balance, amount], `${said}: ${payer} holds ${balance} of the ${amount} pulled`);
+        if (allowance < amount) return new ContractRefused("ERC20InsufficientAllowance", [billPay, allowance, amount], `${said}: ${payer} allows BillPay ${allowance} of the ${amount} pulled`);
+      }
+    } catch {
+      return err; // unread: nothing is said of the payer
+    }
+    return err;
   }
 
   /** The call estimated again on the chain as it now stands: it passes, is refused by name, or could not be read. */

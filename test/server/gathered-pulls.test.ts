@@ -10,7 +10,8 @@ import { createWalletClient, decodeFunctionData, http, type Address, type Hex } 
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
-import { operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
+import { loadArtifact } from "../../lib/artifacts.ts";
+import { deployerAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
 import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED_BY_PAYER, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
@@ -185,6 +186,49 @@ describe("gathered pulls", () => {
       for (const i of [a, b]) expect(await paidOnChain(i)).toBe(1_000_000n);
       for (const i of [his, alsoHis]) expect(await paidOnChain(i)).toBe(0n);
     });
+  });
+
+  it("a pull the token refuses in words, not by name (as Circle's FiatToken does), is named from the chain: a short balance at the estimate, and a revert its payer brought about by moving his funds after it, his doing", async () => {
+    const operator = ownOperator();
+    const rpcUrl = celo.deployment.rpcUrl;
+    const chain = viemChain("CELO", rpcUrl);
+    const admin = createWalletClient({ account: deployerAccount(), chain, transport: http(rpcUrl) });
+    const artifact = loadArtifact("test/TextRevertToken.sol", "TextRevertToken");
+    const deployed = await celo.publicClient.waitForTransactionReceipt({ hash: await admin.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode }) });
+    const token = deployed.contractAddress!;
+    const adminDoes = async (functionName: "setTokenAccepted" | "setPullBudget", args: readonly unknown[]) =>
+      celo.publicClient.waitForTransactionReceipt({ hash: await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName, args } as never) });
+    await adminDoes("setTokenAccepted", [token, true]);
+    await adminDoes("setPullBudget", [token, 1_000_000_000n, 86_400n]);
+    const [payer, elsewhere] = [accounts(3), accounts(4)];
+    const wallet = createWalletClient({ account: payer, chain, transport: http(rpcUrl) });
+    const does = async (address: Hex, abi: readonly unknown[], functionName: string, args: readonly unknown[], fees = {}) =>
+      celo.publicClient.waitForTransactionReceipt({ hash: await wallet.writeContract({ address, abi, functionName, args, ...fees } as never) });
+    await does(token, artifact.abi, "mint", [payer.address, 5_000_000n]);
+    await does(token, artifact.abi, "approve", [celo.billPay, 100_000_000n]);
+    await does(celo.billPay, billPayAbi, "setSpendingAllowance", [token, 100_000_000n]);
+    const pullOf = (amount: bigint): PullItem => ({ requestId: requestId(), payer: payer.address as Hex, token, amount });
+
+    // More than he holds: the token says so in words; named as OpenZeppelin's tokens name it, so the agent is told BALANCE_INSUFFICIENT.
+    const short = await operator.pull("CELO", pullOf(9_000_000n)).then(() => undefined, (e: unknown) => e as ContractRefused);
+    expect(short).toBeInstanceOf(ContractRefused);
+    expect(short!.errorName).toBe("ERC20InsufficientBalance"); // on the code before: "Error"
+    expect(short!.message).toContain("ERC20: transfer amount exceeds balance");
+
+    // Covered at the estimate; his funds moved away ahead of it in the block: reverted at BillPay's gas, his doing.
+    const his = pullOf(1_000_000n);
+    await celo.miningPaused(async (mine) => {
+      const mined = await sentByOperator();
+      const pulling = operator.pull("CELO", his).then(() => undefined, (e: unknown) => e as ContractRefused);
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 1);
+      const moving = wallet.writeContract({ address: token, abi: artifact.abi, functionName: "transfer", args: [elsewhere.address, 5_000_000n], gas: 100_000n, maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n } as never);
+      await moving;
+      const refusal = await settledMining(pulling, mine);
+      expect(refusal).toBeInstanceOf(ContractRefused);
+      expect(refusal!.errorName).toBe(REVERTED_BY_PAYER); // on the code before: RevertedOnChain, never counted against him
+      expect(refusal!.message).toMatch(/its payer's doing: ERC20InsufficientBalance/);
+    });
+    expect(await paidOnChain(his)).toBe(0n);
   });
 
   it("leaves out callers that withdraw at signing, and signs the rest again, each told the hash it ends with", async () => {
