@@ -112,7 +112,11 @@ export class PaymentWatches {
     return deploymentIdentity(this.deployments, chain);
   }
 
-  /** Watches the payment that makes `o` PAID (again, if it moved to another block). */
+  /**
+   * Watches the payment that makes `o` PAID (again, if it moved to another block, or an
+   * operator served it after a loss): watched afresh, an earlier loss's state cleared, so a
+   * second loss is told and collected again as the first was.
+   */
   async record(o: Order, p: LedgerPayment): Promise<void> {
     const write = this.recording(o, p);
     await this.db.query(write.sql(1), write.params);
@@ -124,7 +128,8 @@ export class PaymentWatches {
       sql: (n) => `INSERT INTO payment_watch (request_id, chain, deployment, rail, payment_key, block_number, block_time, tx_hash)
        VALUES ($${n}, $${n + 1}, $${n + 2}, $${n + 3}, $${n + 4}, $${n + 5}, $${n + 6}, $${n + 7})
        ON CONFLICT (request_id) DO UPDATE SET block_number = EXCLUDED.block_number, block_time = EXCLUDED.block_time,
-         tx_hash = EXCLUDED.tx_hash, final = false, updated_at = now()`,
+         tx_hash = EXCLUDED.tx_hash, final = false, lost_at = NULL, outcome = NULL, detail = NULL, recollect_tx_hash = NULL,
+         attempted_at = NULL, updated_at = now()`,
       params: [o.requestId, o.chain, this.deployment(o.chain), p.rail, paymentKey(p), p.blockNumber, p.timestamp, p.txHash],
     };
   }

@@ -143,6 +143,12 @@ describe("an order's life", () => {
       // A final move with a write alongside: both CTEs, the callback's and the watch's, are made.
       const served = await orders.advance(paid!, ["PAID", "PENDING"], "SUCCESS", { purchasedCodes: [{ kind: "token", value: "1234" }] as never, units: "5 kWh", flag: "charged more" }, watches.recording(order, { ...shown, blockNumber: "42" } as never));
       expect(await watched()).toEqual([{ block_number: "42", tx_hash: "0xpaid" }]);
+      // Watched again after a loss (an operator served it): the loss's state is cleared, so a second loss is told and collected again.
+      await db.query(`UPDATE payment_watch SET lost_at = now(), outcome = 'REVIEW', detail = 'lost', recollect_tx_hash = '0xagain', attempted_at = now(), final = true WHERE request_id = $1`, [order.requestId]);
+      await watches.record(order, { ...shown, blockNumber: "43" } as never);
+      expect(await db.query(`SELECT block_number::text, final, lost_at, outcome, detail, recollect_tx_hash, attempted_at FROM payment_watch WHERE request_id = $1`, [order.requestId])).toEqual([
+        { block_number: "43", final: false, lost_at: null, outcome: null, detail: null, recollect_tx_hash: null, attempted_at: null },
+      ]);
       expect(served).toEqual(await orders.get(order.requestId));
       expect(served).toMatchObject({ status: "SUCCESS", txHash: "0xpaid", units: "5 kWh", flag: "charged more", bill: order.bill, payment: order.payment, amount: 7n });
       expect(await db.query(`SELECT url FROM callback_delivery WHERE request_id = $1`, [order.requestId])).toEqual([{ url: "https://example.com/hook" }]);
