@@ -202,6 +202,24 @@ describe("an order's life", () => {
       expect(await failed()).toEqual([]);
     });
 
+    it("a refund an operator decides starts its clocks afresh: the budget wait and the reverts that held it for review are the last try's; the worker's own tries keep them", async () => {
+      const { order } = await orders.lockPayment(
+        { ...newOrderIds(), vend: null, bodyHash: "afresh", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x78", amount: 1n, authNonce: `0x${"4e".repeat(32)}`, authValidBefore: 9n, payment: {}, requirements: {}, secretHash: "af" } as never,
+        60,
+      );
+      const clocks = async () => (await db.query<{ waiting: boolean; reverts: number }>(`SELECT refund_waiting_since IS NOT NULL AS waiting, refund_reverts AS reverts FROM bill_order WHERE request_id = $1`, [order.requestId]))[0];
+      await orders.transition(order.requestId, ["SETTLING"], "PAID");
+      await orders.transition(order.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: transaction failed" });
+      await orders.deferRefund(order.requestId, 0);
+      await orders.refundReverted(order.requestId, 0);
+      await orders.transition(order.requestId, ["REFUNDING"], "REFUNDING");
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "refund waited past its deadline" });
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      await orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: "an operator refunds it" });
+      expect(await clocks()).toEqual({ waiting: false, reverts: 0 });
+    });
+
     it("an unfinished order has stood since it last became unfinished, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
       const now = Math.floor(Date.now() / 1000);
       type Case = { status: OrderStatus; madeAgo: number; validBefore: bigint | number; then?: OrderStatus; legacy?: true; stood: boolean };
