@@ -6,6 +6,8 @@
  * changes, not its first result: the flows read the API when a wake was a poll.)
  */
 import { randomBytes } from "node:crypto";
+import { createServer, request as httpRequest, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -95,6 +97,32 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
       }
     });
 
+    it("a stream that drops shows nothing it pushed before: a payment the ledger has since removed (a reorganisation) could be in it", async () => {
+      const proxy = await cuttableProxy(ledgerUrl);
+      const client = new LedgerClient(proxy.url);
+      try {
+        for (let warm = 1n; !client.pushingNow; warm++) {
+          expect(warm).toBeLessThan(60n);
+          await celo.pull(newOrderId(), payer.address, "USDC", 1n);
+          const deadline = Date.now() + 500;
+          while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
+        }
+        const orderId = newOrderId();
+        const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
+        await celo.pull(orderId, payer.address, "USDC", 7_654_321n);
+        await expect.poll(async () => client.pushed(ours) ?? (await client.nextPayment(), undefined), { timeout: 20_000, interval: 10 }).toBeDefined();
+        // The stream goes (the ledger restarted, the network between): what it pushed stands for nothing now.
+        proxy.cut();
+        await expect.poll(async () => client.pushingNow && (await client.nextPayment(), true), { timeout: 20_000, interval: 10 }).toBe(false);
+        expect(client.pushed(ours)).toBeUndefined(); // on the code before: the payment as last pushed
+        // The read API still shows it, as the ledger holds it.
+        expect((await client.order(orderId)).payments).toHaveLength(1);
+      } finally {
+        client.close();
+        await proxy.close();
+      }
+    });
+
     it("falls back to polling when nothing pushes, and shows nothing it was not pushed", async () => {
       const client = new LedgerClient(`http://127.0.0.1:${await freePort()}`);
       try {
@@ -107,4 +135,28 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
       await waitForLedgerBlock(ledgerUrl, 42220, await celo.publicClient.getBlockNumber());
     });
   });
+}
+
+/** An HTTP proxy in front of the ledger whose open responses (its live queries' streams) can be cut at once. */
+async function cuttableProxy(target: string) {
+  const open = new Set<ServerResponse>();
+  const server = createServer((req, res) => {
+    open.add(res);
+    res.on("close", () => open.delete(res));
+    const upstream = httpRequest(new URL(req.url ?? "/", target), { method: req.method, headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(res);
+    });
+    upstream.on("error", () => res.destroy());
+    res.on("close", () => upstream.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cut: () => {
+      for (const res of open) res.destroy();
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
