@@ -242,7 +242,8 @@ export class AgentHub {
         await refuseFailingPayer(this.deps.flow.orders, link.wallet, this.deps.config.RATE_LIMIT_FAILED_VENDS_PAYER);
       });
     } catch (err) {
-      if (err instanceof ServiceError && err.code === "PULL_REVERTED") await this.deps.limits.count("revertedPayer", link.wallet.toLowerCase());
+      // Each pull the reverted transaction carried counts: a batch's reverts at BillPay's gas for every one of them.
+      if (err instanceof ServiceError && err.code === "PULL_REVERTED") for (const _ of bills) await this.deps.limits.count("revertedPayer", link.wallet.toLowerCase());
       throw err;
     }
   }

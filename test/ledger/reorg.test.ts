@@ -10,6 +10,8 @@
  * ahead of an agent's pull in the same block.
  */
 import { createWalletClient, erc20Abi, http, maxUint256, type Account, type Hex } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { fundPayers } from "../../stack/local-deploy.ts";
 import { asSigned } from "../../server/chain/node-transactions.ts";
 import { viemChain } from "../../lib/chains.ts";
 import { PERMIT2 } from "../../lib/permit2.ts";
@@ -468,6 +470,40 @@ describe("a payment reorganised off the chain after its bill was served", () => 
       expect(code(again)).toBeUndefined();
       expect(again).toMatchObject({ request_id: firstId });
       expect(await operatorSent()).toBe(sent);
+    } finally {
+      await rpc("evm_setAutomine", [true]);
+      await rpc("evm_setIntervalMining", [1_000]);
+      await mcp.close();
+    }
+  });
+
+  it("a pay_bill_batch its payer makes revert counts each pull it carried against his budget: past it at once, his next pay is refused before anything is sent", async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    await fundPayers("CELO", celo.deployment.rpcUrl, paying.chains.deployments.chains.CELO!.tokens, [account.address], { gas: true });
+    await celo.approveAndAllow(account, "USDC", USDC(100));
+    const key = newApiKey();
+    await service.hub.deps.links.link({ wallet: account.address, apiKeyHash: hashApiKey(key), pinHash: service.hub.deps.links.hashPin("1234"), channel: "MCP", chain: "CELO", token: "USDC" });
+    const mcp = await mcpAgent(url);
+    const bill = (nairaAmount: number) => ({ serviceID: "mtn", serviceCategory: "AIRTIME", network: "MTN", billersCode: SANDBOX_NUMBERS.phone, nairaAmount });
+    const code = (data: Body) => (data.error as { code?: string } | undefined)?.code;
+    const operatorSent = () => celo.publicClient.getTransactionCount({ address: operatorAccount().address, blockTag: "pending" });
+    const wallet = createWalletClient({ account, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+    const budget = service.config.RATE_LIMIT_REVERTED_PAYER.points;
+    try {
+      await rpc("evm_setIntervalMining", [0]);
+      await rpc("evm_setAutomine", [false]);
+      const sent = await operatorSent();
+      const answer = mcp.call("pay_bill_batch", { api_key: key, pin: "1234", bills: Array.from({ length: budget }, (_, i) => bill(1_800 + i)) }).then((r) => r.data);
+      await expect.poll(operatorSent, { timeout: 10_000, interval: 50 }).toBeGreaterThan(sent);
+      await wallet.writeContract({ address: celo.billPay, abi: billPayAbi, functionName: "setSpendingAllowance", args: [celo.tokenAddress("USDC"), 0n], maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n });
+      await rpc("evm_mine");
+      expect(code(await answer)).toBe("PULL_REVERTED");
+      await rpc("evm_setAutomine", [true]);
+      await celo.setSpendingAllowance(account, "USDC", USDC(100));
+      const before = await operatorSent();
+      const limited = (await mcp.call("pay_bill", { api_key: key, pin: "1234", ...bill(1_850) })).data;
+      expect(code(limited)).toBe("RATE_LIMITED"); // on the code before: one count for the whole batch, and this pull sent
+      expect(await operatorSent()).toBe(before);
     } finally {
       await rpc("evm_setAutomine", [true]);
       await rpc("evm_setIntervalMining", [1_000]);
