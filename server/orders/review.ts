@@ -437,7 +437,10 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       // The amount approved is what the ledger shows paid: the refund path sends it, and only while the ledger still shows exactly that.
       await deps.db.query(`UPDATE review_action SET amount = $2 WHERE id = $1`, [id, paid.toString()]);
       const reason = `refunded by an operator (${by})`;
-      const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason });
+      // A payment of another amount than the order's paid for no bill: no receipt or settlement
+      // is ever given for it (paidForItsBill), and its refund draws on the late slice, as a
+      // landing the service refused does (the payer sent what was not asked).
+      const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason, ...(paid !== order.amount ? { lateRefund: true } : {}) });
       if (!refunding) throw new Refused("the order moved on meanwhile; nothing was done");
       const after = await refund(deps, refunding, reason, ["REFUNDING"]);
       if (after.status === "REFUNDED") {

@@ -198,6 +198,10 @@ describe("an operator resolves what waits for review, from the console and the c
     expect(after.refundTxHash).toMatch(/^0x[0-9a-f]{64}$/);
     const recorded = await actions(order.requestId);
     expect(recorded).toEqual([expect.objectContaining({ action: "refund", operator: "alice", outcome: "DONE", amount: "400000" })]);
+    // A payment of another amount paid for no bill: no signed receipt names the order's amount against it.
+    const seen = (await (await fetch(`${url}/api/orders/${order.requestId}`)).json()) as Record<string, unknown>;
+    expect(seen).toMatchObject({ status: "FAILED_VENDING" });
+    expect(seen.receipt).toBeUndefined(); // on the code before: a receipt of the order's amount, paid by the transaction that moved 400000
     await ledgerAtHead();
     const onLedger = (await (await fetch(`${paying.ledger.url}/ledger/authorizations/42220/${celo.tokenAddress("USDC")}/${mismatched.address}/${order.authNonce}`)).json()) as { refunds: Array<{ amount: string }> };
     expect(onLedger.refunds.map((r) => r.amount)).toEqual(["400000"]);
