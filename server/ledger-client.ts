@@ -200,10 +200,12 @@ export class LedgerClient {
   }
 
   /**
-   * The pushed payment `match` picks, if it is among the newest the ledger pushed, while pushes
-   * are arriving: a live query sends the rows anew when the ledger removes one (a
-   * reorganisation), but a stream that has dropped sends nothing, and what it last sent may
-   * hold a payment the ledger no longer does.
+   * The pushed payment `match` picks, if it is among the newest the ledger pushed, until the
+   * stream is seen to drop: a live query sends the rows anew when the ledger removes one (a
+   * reorganisation), but a dropped stream sends nothing, and what it last sent may hold a
+   * payment the ledger no longer does. (A stream that goes quiet without closing is not seen
+   * until it does: what decides money reads the ledger's API again, as a late landing's
+   * refund does at its depth.)
    */
   pushed(match: (p: LedgerPayment) => boolean): LedgerPayment | undefined {
     return this.pushing ? this.recent.find(match) : undefined;

@@ -582,8 +582,9 @@ export class ChainOperator {
           client.readContract({ address: token, abi: erc20Abi, functionName: "balanceOf", args: [payer] }),
           client.readContract({ address: token, abi: erc20Abi, functionName: "allowance", args: [payer, billPay] }),
         ]);
-        if (balance < amount) return new ContractRefused("ERC20InsufficientBalance", [payer, balance, amount], `${said}: ${payer} holds ${balance} of the ${amount} pulled`);
+        // The allowance first, as the tokens check it (transferFrom before the move itself).
         if (allowance < amount) return new ContractRefused("ERC20InsufficientAllowance", [billPay, allowance, amount], `${said}: ${payer} allows BillPay ${allowance} of the ${amount} pulled`);
+        if (balance < amount) return new ContractRefused("ERC20InsufficientBalance", [payer, balance, amount], `${said}: ${payer} holds ${balance} of the ${amount} pulled`);
       }
     } catch {
       return err; // unread: nothing is said of the payer

@@ -59,7 +59,7 @@ export const ORDER_MOVES: readonly Move[] = [
   { from: "REFUNDED", to: "PAYMENT_FAILED", when: "a reorganisation took the payment that was refunded, and its refund with it", money: "none: the payment and its refund both went" },
   { from: "REFUNDED", to: "NEEDS_REVIEW", when: "a reorganisation took the refund's transaction while its payment stands, left another payment under its key, or took its payment while its refund stands", money: "held: the payer is owed the refund again, or BillPay paid out a refund of nothing; an operator decides (BillPay refunds a key once)" },
   { from: "NEEDS_REVIEW", to: "PAID", when: "an operator serves it: the ledger shows exactly the order's payment", money: "in, as for any paid order" },
-  { from: "NEEDS_REVIEW", to: "REFUNDING", when: "an operator refunds it (its budget wait and revert count start afresh)", money: "out: exactly what the ledger shows paid under the key" },
+  { from: "NEEDS_REVIEW", to: "REFUNDING", when: "an operator refunds it (its budget wait and revert count start afresh, as on every move into REFUNDING)", money: "out: exactly what the ledger shows paid under the key" },
   { from: "NEEDS_REVIEW", to: "REFUNDED", when: "the ledger already shows the key refunded in full, or an operator closes a Permit2 order held for a refund by hand with the refund's transaction (checked on chain)", money: "none sent by the service; by hand, exactly the order's amount, once per payer transfer it gives back" },
   { from: "NEEDS_REVIEW", to: "PAYMENT_FAILED", when: "an operator closes it: the ledger shows no payment under its key (for a spent Permit2 nonce: nor any transfer of its amount from the payer unaccounted for)", money: "none charged" },
 ];

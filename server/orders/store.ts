@@ -314,7 +314,7 @@ function movingSql(columns: string, from: readonly OrderStatus[], to: OrderStatu
        purchased_codes = COALESCE($11::jsonb, purchased_codes),
        late_refund = late_refund OR $12::boolean,
        refund_cause = CASE WHEN $3 = 'SUCCESS' THEN NULL ELSE COALESCE(refund_cause, $13::text) END,
-       ${OPERATOR_REFUND_AFRESH}
+       ${REFUND_AFRESH}
      WHERE request_id = $1 AND status = ANY($2::text[])`;
   const before = alongside ? [`alongside AS (${alongside.sql(MOVING_PARAMS + 1)})`] : [];
   // Only if this statement moved it: an order another actor made PAID meanwhile keeps its attempt.
@@ -325,12 +325,14 @@ function movingSql(columns: string, from: readonly OrderStatus[], to: OrderStatu
 }
 
 /**
- * A refund an operator decides (NEEDS_REVIEW to REFUNDING) starts its clocks afresh: the wait
- * for the refund budget and the reverts that held it for review were the last try's, and its
- * first short wait would otherwise send it straight back (fulfil.ts deferRefund, refundReverted).
+ * A refund begun anew (any move into REFUNDING from another state: an operator's decision, a
+ * served bill failing again, a payment landing again) starts its clocks afresh: the wait for
+ * the refund budget and the reverts that held an earlier try for review were that try's, and
+ * its first short wait would otherwise send it straight back (fulfil.ts deferRefund,
+ * refundReverted). The worker's own tries (REFUNDING to REFUNDING) keep them.
  */
-const OPERATOR_REFUND_AFRESH = `refund_waiting_since = CASE WHEN status = 'NEEDS_REVIEW' AND $3 = 'REFUNDING' THEN NULL ELSE refund_waiting_since END,
-       refund_reverts = CASE WHEN status = 'NEEDS_REVIEW' AND $3 = 'REFUNDING' THEN 0 ELSE refund_reverts END`;
+const REFUND_AFRESH = `refund_waiting_since = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN NULL ELSE refund_waiting_since END,
+       refund_reverts = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN 0 ELSE refund_reverts END`;
 
 /** The pay attempts of an order moved out of the states before payment, never sent (lifecycle.ts withdrawsUnsentAttempts). */
 const WITHDRAWN_ATTEMPTS = `withdrawn AS (DELETE FROM biller_attempt WHERE request_id IN (SELECT request_id FROM moved))`;

@@ -235,7 +235,8 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
-  if (!facilitator) return refuse(deps, order, "no facilitator for this chain");
+  // A settlement reported pending earlier may still land: not refused (as refusedService leaves it).
+  if (!facilitator) return order.txHash ? order : refuse(deps, order, "no facilitator for this chain");
 
   if (options.verifyFirst) {
     const verifying = startStage("facilitator verify");

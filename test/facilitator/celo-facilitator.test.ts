@@ -194,6 +194,9 @@ describe("Celo's hosted facilitator, as published", () => {
       await reconcileSettling({ ...paying.service.flow, log: capture, facilitators: { ...paying.service.flow.facilitators, CELO: refusing } }, order);
       // On the code before: REFUSED, and the landing then refunded from the late slice to a payer told to follow it.
       expect(await paying.service.flow.orders.get(requestId)).toMatchObject({ status: "SETTLING", txHash: pending.tx_hash });
+      // Nor by an instance configured with no facilitator for the chain any more.
+      await reconcileSettling({ ...paying.service.flow, log: capture, facilitators: {} }, (await paying.service.flow.orders.get(requestId))!);
+      expect(await paying.service.flow.orders.get(requestId)).toMatchObject({ status: "SETTLING", txHash: pending.tx_hash });
     } finally {
       await limited.close();
       await rpc("evm_setAutomine", [true]);

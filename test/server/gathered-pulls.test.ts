@@ -225,7 +225,7 @@ describe("gathered pulls", () => {
       await moving;
       const refusal = await settledMining(pulling, mine);
       expect(refusal).toBeInstanceOf(ContractRefused);
-      expect(refusal!.errorName).toBe(REVERTED_BY_PAYER); // on the code before: RevertedOnChain, never counted against him
+      expect(refusal!.errorName).toBe(REVERTED_BY_PAYER); // on the code before: the token's own refusal ("Error"), never counted against him
       expect(refusal!.message).toMatch(/its payer's doing: ERC20InsufficientBalance/);
     });
     expect(await paidOnChain(his)).toBe(0n);

@@ -202,7 +202,7 @@ describe("an order's life", () => {
       expect(await failed()).toEqual([]);
     });
 
-    it("a refund an operator decides starts its clocks afresh: the budget wait and the reverts that held it for review are the last try's; the worker's own tries keep them", async () => {
+    it("a refund begun anew (an operator's, a served bill's failing again) starts its clocks afresh: the budget wait and the reverts that held it for review are the last try's; the worker's own tries keep them", async () => {
       const { order } = await orders.lockPayment(
         { ...newOrderIds(), vend: null, bodyHash: "afresh", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x78", amount: 1n, authNonce: `0x${"4e".repeat(32)}`, authValidBefore: 9n, payment: {}, requirements: {}, secretHash: "af" } as never,
         60,
@@ -217,6 +217,14 @@ describe("an order's life", () => {
       await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "refund waited past its deadline" });
       expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
       await orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: "an operator refunds it" });
+      expect(await clocks()).toEqual({ waiting: false, reverts: 0 });
+      // Held again, served instead, and failing again: its refund is begun anew too.
+      await orders.deferRefund(order.requestId, 0);
+      await orders.refundReverted(order.requestId, 0);
+      await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "refund waited past its deadline" });
+      await orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { failureReason: "served by an operator" });
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      await orders.transition(order.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: transaction failed" });
       expect(await clocks()).toEqual({ waiting: false, reverts: 0 });
     });
 
