@@ -670,6 +670,34 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     expect(await usdc(payer.address)).toBe(before);
   });
 
+  it("a late landing's refund reads its payment again once deep: a payment as a dropped stream last pushed it, in a block the ledger no longer holds it in, is not refunded", async () => {
+    const payer = hardhatAccount(19);
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1630 }));
+    expect(served).toMatchObject({ status: "SUCCESS" });
+    const requestId = served.request_id as string;
+    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
+    await takenBackByBiller(service, requestId);
+    // Refunded as a late landing is: its payment must stand where the ledger shows it.
+    await service.db.query(`UPDATE bill_order SET late_refund = true WHERE request_id = $1`, [requestId]);
+    const before = await usdc(payer.address);
+    const refunder = service.flow.operator.addresses.refunder;
+    const sent = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
+    // The payment as a stream that dropped last pushed it: a block (and transaction) a reorganisation has since replaced.
+    const ledger = Object.assign(Object.create(service.flow.ledger) as typeof service.flow.ledger, {
+      awaitPayment: async (...a: Parameters<typeof service.flow.ledger.awaitPayment>) => {
+        const p = await service.flow.ledger.awaitPayment(...a);
+        return p && { ...p, blockNumber: String(BigInt(p.blockNumber) + 1n), txHash: `0x${"ee".repeat(32)}` };
+      },
+    });
+    const after = await refund({ ...service.flow, ledger }, await orderOf(requestId), "the biller took it back", ["NEEDS_REVIEW"]);
+    expect(after.status).toBe("REFUNDING"); // it waits for the ledger to agree; on the code before: REFUNDED
+    expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(sent);
+    expect(await usdc(payer.address)).toBe(before);
+    // The ledger as it stands: the refund goes.
+    expect((await refund(service.flow, after, "the biller took it back", ["REFUNDING"])).status).toBe("REFUNDED");
+    expect(await usdc(payer.address)).toBe(before + after.amount);
+  });
+
   it("a refunded bill whose payment a reorganisation replaced with the payer's cancellation of its nonce, while its refund landed again, is held for an operator: BillPay paid out a refund of nothing", async () => {
     const payer = hardhatAccount(8);
     const before = await usdc(payer.address);
