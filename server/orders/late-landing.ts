@@ -7,7 +7,7 @@ import { chainInfo, type ChainKey } from "../../lib/chains.ts";
 import { ServiceError } from "../errors.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
-import { refundUnheld, type FlowDeps } from "./fulfil.ts";
+import { ledgerPaymentFor, refundUnheld, type FlowDeps } from "./fulfil.ts";
 import type { RefusedPayment } from "./refused-payments.ts";
 import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
 
@@ -17,10 +17,19 @@ import { ORPHAN_HELD_FOR_HAND_REFUND, type Order } from "./store.ts";
  * operator as any orphan does), and only while no operator has closed its orphan and no order
  * holds its key. Answers the order, or undefined when there is nothing to refund.
  */
-export async function refundLanding(deps: FlowDeps, record: RefusedPayment, payment: Pick<LedgerPayment, "amount" | "txHash">, options: { now?: boolean } = { now: true }): Promise<Order | undefined> {
+export async function refundLanding(
+  deps: FlowDeps,
+  record: RefusedPayment,
+  payment: Pick<LedgerPayment, "amount" | "txHash"> & Partial<LedgerPayment>,
+  options: { now?: boolean } = { now: true },
+): Promise<Order | undefined> {
   if (BigInt(payment.amount) !== record.amount) return undefined;
   const order = await deps.orders.createLandedRefund(record, payment.txHash);
   if (!order) return undefined;
+  // Watched as every confirmed payment is (payment-watch.ts: a loss that takes it and its refund
+  // is met as a refunded order's is); read from the ledger when the caller has only its hash.
+  const watched = payment.blockNumber !== undefined ? (payment as LedgerPayment) : await ledgerPaymentFor(deps, order).catch(() => null);
+  if (watched) await deps.watches.record(order, watched);
   deps.log.warn("a payment the service had refused landed on chain; refunding it to the payer", { requestId: order.requestId, chain: record.chain, payer: record.payer, why: record.reason });
   if (!options.now) return order; // the worker refunds it (an unleased REFUNDING order)
   try {

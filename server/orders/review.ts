@@ -442,6 +442,8 @@ async function decide(deps: ReviewDeps, order: Order, input: DecisionInput, id: 
       // landing the service refused does (the payer sent what was not asked).
       const refunding = await deps.orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: reason, ...(paid !== order.amount ? { lateRefund: true } : {}) });
       if (!refunding) throw new Refused("the order moved on meanwhile; nothing was done");
+      // Watched afresh (one held after a loss, or never watched: a payment of another amount), as every confirmed payment is.
+      await deps.watches.record(refunding, p);
       const after = await refund(deps, refunding, reason, ["REFUNDING"]);
       if (after.status === "REFUNDED") {
         return { record: await deps.reviews.finish(id, "DONE", `refunded ${paid} (what the ledger shows paid under the order's key)`, after.status, after.refundTxHash), order: after };

@@ -95,6 +95,9 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
   // The payer's doing: its refund draws on the late slice of the budget (orders/refund-share.ts).
   const refunding = await deps.orders.transition(o.requestId, ["REFUSED", "PAYMENT_FAILED"], "REFUNDING", { failureReason: reason, txHash: payment.txHash, lateRefund: true });
   if (!refunding) return (await deps.orders.get(o.requestId)) ?? o;
+  // Watched as every confirmed payment is: a reorganisation deeper than the refund's wait that
+  // takes it and its refund is met as a refunded order's is (payment-watch.ts actOnLoss).
+  await deps.watches.record(refunding, payment);
   deps.log.info("refunding a payment that landed after it was refused", { requestId: o.requestId });
   return held ? refund(deps, refunding, reason) : refundUnheld(deps, refunding, reason);
 }

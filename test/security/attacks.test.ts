@@ -79,6 +79,8 @@ describe("attacks on the money paths", () => {
   }
   const now = () => BigInt(Math.floor(Date.now() / 1000));
   const orderOf = (auth: SignedAuthorization) => service.flow.orders.findByPayment("CELO", celo.tokenAddress("USDC"), auth.from, auth.nonce);
+  /** Whether the order's payment is watched for reorganisations (orders/payment-watch.ts): a row until it is final. */
+  const watchedPayment = async (requestId: string) => (await service.db.query(`SELECT 1 FROM payment_watch WHERE request_id = $1`, [requestId])).length === 1;
   /** The worker's passes, as the running service makes them. */
   async function workerPasses() {
     await ledgerAtHead();
@@ -271,6 +273,8 @@ describe("attacks on the money paths", () => {
     expect(await usdc(attacker.address)).toBe(before - early.value);
     await passesUntil(early, "REFUNDED");
     expect((await orderOf(early))!.lateRefund).toBe(true);
+    // Its payment is watched as every confirmed one is (a reorganisation taking it and its refund is met, not missed); before, none was.
+    expect(await watchedPayment((await orderOf(early))!.requestId)).toBe(true);
     expect(await usdc(attacker.address)).toBe(before);
     const afterEarly = await usdc(attacker.address);
 
@@ -296,6 +300,7 @@ describe("attacks on the money paths", () => {
     expect(((await res2.json()) as Problem).code).toBe("PAYMENT_NOT_SETTLED");
     await celo.submitAuthorization("USDC", held); // the "failed" transaction lands after all
     await passesUntil(held, "REFUNDED");
+    expect(await watchedPayment((await orderOf(held))!.requestId)).toBe(true);
     expect(await usdc(attacker.address)).toBe(afterEarly);
 
     // (c) About to expire: rejected before anything is stored, and it can no longer land once expired.

@@ -255,6 +255,8 @@ describe("money safety, third round", () => {
     expect(await usdc(payer.address)).toBe(start);
     const refund = (await ordersUnder(auth))!;
     expect(refund).toMatchObject({ status: "REFUNDED", amount: auth.value, purchasedCode: null });
+    // Its payment is watched as every confirmed one is (read from the ledger: the pass had only its transaction); before, none was.
+    expect(await service.db.query(`SELECT tx_hash FROM payment_watch WHERE request_id = $1`, [refund.requestId])).toEqual([{ tx_hash: refund.txHash!.toLowerCase() }]);
     expect(await orphanOf(auth)).toBe("CLAIMED");
     expect(await metric("billpay_orphan_payments_open")).toBe(openBefore); // an order holds it: nothing waits for an operator
     // The operator, asked for it back, cannot refund it by hand now: the refund's order holds it.
