@@ -138,13 +138,19 @@ describe("Celo's hosted facilitator, as published", () => {
     }
   });
 
+  /** The bill's 402 from the service, and the payer's payment for it, signed and not yet sent. */
+  async function signedFor(url: string, body: string) {
+    const challenged = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
+    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    return { client, payload };
+  }
+
   it("never answers a settlement reported pending 'not settled': the order keeps its hash, and the ledger finishes it once the block comes, charged once", async () => {
     const before = await celo.balanceOf("USDC", payer.address);
     const body = JSON.stringify(x402Bill(payer.address, { nairaAmount: 640 }));
     const url = `${paying.service.urls.service}/api/pay/x402`;
-    const challenged = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
-    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
-    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const { client, payload } = await signedFor(url, body);
     // No block until the test mines one: neither on each transaction nor on the local interval.
     await rpc("evm_setAutomine", [false]);
     await rpc("evm_setIntervalMining", [0]);
@@ -174,9 +180,7 @@ describe("Celo's hosted facilitator, as published", () => {
     const before = await celo.balanceOf("USDC", payer.address);
     const body = JSON.stringify(x402Bill(payer.address, { nairaAmount: 660 }));
     const url = `${paying.service.urls.service}/api/pay/x402`;
-    const challenged = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
-    const client = new x402HTTPClient(x402ClientFor(payer, paying.chains.deployments));
-    const payload = await client.createPaymentPayload(client.getPaymentRequiredResponse((n) => challenged.headers.get(n), await challenged.json()));
+    const { client, payload } = await signedFor(url, body);
     const chains = (["CELO"] as const).map((chain) => ({ chain, rpcUrl: paying.chains.rpcUrls[chain] }));
     const limited = await listen(facilitatorApp(createFacilitator(facilitatorAccount(), chains), { apiKey: KEY, settlesPerMinute: 0 }).fetch);
     await rpc("evm_setAutomine", [false]);

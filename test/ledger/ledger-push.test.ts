@@ -61,17 +61,23 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
       await drop?.();
     });
 
+    /**
+     * The ledger takes live queries once its backfill is done, and a stream pushes changes
+     * only: pay until the first push arrives, so the stream is known to be open.
+     */
+    async function untilPushing(client: LedgerClient) {
+      for (let warm = 1n; !client.pushingNow; warm++) {
+        expect(warm).toBeLessThan(60n);
+        await celo.pull(newOrderId(), payer.address, "USDC", 1n);
+        const deadline = Date.now() + 500;
+        while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
+      }
+    }
+
     it("wakes a waiter with the new payment in the push, exactly as indexed", async () => {
       const client = new LedgerClient(ledgerUrl);
       try {
-        // The ledger takes live queries once its backfill is done, and a stream pushes changes
-        // only: pay until the first push arrives, so the stream is known to be open.
-        for (let warm = 1n; !client.pushingNow; warm++) {
-          expect(warm).toBeLessThan(60n);
-          await celo.pull(newOrderId(), payer.address, "USDC", 1n);
-          const deadline = Date.now() + 500;
-          while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
-        }
+        await untilPushing(client);
         const orderId = newOrderId();
         const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
         expect(client.pushed(ours)).toBeUndefined();
@@ -101,12 +107,7 @@ for (const db of ["PGlite", "PostgreSQL"] as const) {
       const proxy = await cuttableProxy(ledgerUrl);
       const client = new LedgerClient(proxy.url);
       try {
-        for (let warm = 1n; !client.pushingNow; warm++) {
-          expect(warm).toBeLessThan(60n);
-          await celo.pull(newOrderId(), payer.address, "USDC", 1n);
-          const deadline = Date.now() + 500;
-          while (!client.pushingNow && Date.now() < deadline) await client.nextPayment();
-        }
+        await untilPushing(client);
         const orderId = newOrderId();
         const ours = (p: LedgerPayment) => p.rail === "pull" && p.orderId === orderId;
         await celo.pull(orderId, payer.address, "USDC", 7_654_321n);

@@ -620,13 +620,19 @@ describe("a payment reorganised off the chain after its bill was served", () => 
     }
   });
 
-  it("a refund found on chain that gave back less than the order is owed (a leaked refunder key's) holds the order for an operator; it is never closed as refunded", async () => {
+  /** A bill of payer 19's served, then taken back by the biller (held for review, its payment indexed): what a refund starts from. */
+  async function servedThenTakenBack(nairaAmount: number) {
     const payer = hardhatAccount(19);
-    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1610 }));
+    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount }));
     expect(served).toMatchObject({ status: "SUCCESS" });
     const requestId = served.request_id as string;
     await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
     await takenBackByBiller(service, requestId);
+    return { payer, requestId };
+  }
+
+  it("a refund found on chain that gave back less than the order is owed (a leaked refunder key's) holds the order for an operator; it is never closed as refunded", async () => {
+    const { payer, requestId } = await servedThenTakenBack(1610);
     const order = await orderOf(requestId);
     const before = await usdc(payer.address);
     // Whoever holds the refunder key refunds the payment's key first, one unit short.
@@ -646,12 +652,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   });
 
   it("a refund whose order moved on between REFUNDING and its signature (an operator served it, a late delivery held it) is not sent: nothing is recorded, the refunder signs nothing, and the payer keeps only the bill", async () => {
-    const payer = hardhatAccount(19);
-    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1620 }));
-    expect(served).toMatchObject({ status: "SUCCESS" });
-    const requestId = served.request_id as string;
-    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
-    await takenBackByBiller(service, requestId);
+    const { payer, requestId } = await servedThenTakenBack(1620);
     const before = await usdc(payer.address);
     const refunder = service.flow.operator.addresses.refunder;
     const sent = await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" });
@@ -671,12 +672,7 @@ describe("a payment reorganised off the chain after its bill was served", () => 
   });
 
   it("a late landing's refund reads its payment again once deep: a payment as a dropped stream last pushed it, in a block the ledger no longer holds it in, is not refunded", async () => {
-    const payer = hardhatAccount(19);
-    const served = await pay(payer, x402Bill(payer.address, { billersCode: SANDBOX_NUMBERS.phone, nairaAmount: 1630 }));
-    expect(served).toMatchObject({ status: "SUCCESS" });
-    const requestId = served.request_id as string;
-    await waitForLedgerBlock(paying.ledger.url, celo.deployment.chainId, await celo.publicClient.getBlockNumber());
-    await takenBackByBiller(service, requestId);
+    const { payer, requestId } = await servedThenTakenBack(1630);
     // Refunded as a late landing is: its payment must stand where the ledger shows it.
     await service.db.query(`UPDATE bill_order SET late_refund = true WHERE request_id = $1`, [requestId]);
     const before = await usdc(payer.address);
