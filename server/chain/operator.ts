@@ -122,6 +122,15 @@ export const REVERTED_BY_PAYER = "RevertedByPayer";
 /** BillPay's and the token's refusals of a pull that only its payer's own transactions bring about. */
 const PAYER_REFUSALS = new Set(["SpendingAllowanceExceeded", "SpendingLimitExceeded", "ERC20InsufficientAllowance", "ERC20InsufficientBalance"]);
 
+/**
+ * The gas a transaction is sent with: its estimate, run at the latest block, and a quarter more.
+ * The block it is mined in may ask more of it than the estimate's did (a payer's spending-limit
+ * period rolling over writes the new period: `test/server/gathered-pulls.test.ts`); sent at the
+ * estimate alone it ran out of gas, reverted at BillPay's cost, and, passing when estimated
+ * again, was blamed on its payer. Only the gas used is paid.
+ */
+const withGasMargin = (estimate: bigint) => estimate + estimate / 4n;
+
 /** A refusal that names no error: a text reason (`require(…, "…")`), a panic, or nothing at all (refusal). */
 const UNNAMED_REFUSALS = new Set(["Error", "Panic", "Reverted"]);
 
@@ -857,7 +866,7 @@ export class ChainOperator {
           to: d.billPay.address as Hex,
           data: encodeFunctionData(target as Parameters<typeof encodeFunctionData>[0]),
           chainId: wallet.chain.id,
-          gas: estimate.value,
+          gas: withGasMargin(estimate.value),
           nonce: nonce.value,
           ...fees.value,
         });

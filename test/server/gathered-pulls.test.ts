@@ -231,6 +231,26 @@ describe("gathered pulls", () => {
     expect(await paidOnChain(his)).toBe(0n);
   });
 
+  it("a pull mined in the next period of its payer's spending limit (more to write than its estimate ran) still lands: the payer is not blamed for the service's own gas", async () => {
+    const operator = ownOperator();
+    const payer = accounts(5);
+    await celo.approveAndAllow(payer, "USDC", 100_000_000n);
+    const PERIOD = 3_600n;
+    await celo.setSpendingLimit(payer, "USDC", 50_000_000n, PERIOD);
+    const { timestamp: start } = await celo.publicClient.getBlock();
+    const his = item(payer.address);
+    await celo.miningPaused(async (mine) => {
+      const mined = await sentByOperator();
+      // Estimated in the limit's first period; mined in its second, where BillPay writes the new period too.
+      const pulling = operator.pull("CELO", his).then(() => "landed", (e: unknown) => (e as Error).message);
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 1);
+      await celo.publicClient.request({ method: "evm_setNextBlockTimestamp" as never, params: [Number(start + PERIOD + 1n)] as never });
+      // On the code before: out of gas, "would pass now", and blamed on the payer (RevertedByPayer).
+      expect(await settledMining(pulling, mine)).toBe("landed");
+    });
+    expect(await paidOnChain(his)).toBe(1_000_000n);
+  });
+
   it("leaves out callers that withdraw at signing, and signs the rest again, each told the hash it ends with", async () => {
     const blocker = operator.pull("CELO", item(payers[0]!.address));
     await new Promise((r) => setImmediate(r));
