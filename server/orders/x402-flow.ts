@@ -102,8 +102,15 @@ export async function landedAfterRefusal(deps: FlowDeps, o: Order, payment: Ledg
   return held ? refund(deps, refunding, reason) : refundUnheld(deps, refunding, reason);
 }
 
-/** SETTLING -> REFUSED: nothing moved yet, and the worker watches the authorization until it expires. */
-function refuse(deps: Pick<FlowDeps, "orders">, order: Order, reason: string): Promise<Order> {
+/**
+ * SETTLING -> REFUSED: nothing moved yet, and the worker watches the authorization until it
+ * expires. Undefined for an order whose settlement was reported pending earlier (its hash
+ * recorded): that one may land until its authorization expires, so it stays SETTLING and the
+ * chain decides, whatever refused this try (the facilitator, the service's credentials, no
+ * facilitator at all).
+ */
+async function refuse(deps: Pick<FlowDeps, "orders">, order: Order, reason: string): Promise<Order | undefined> {
+  if (order.txHash) return undefined;
   return move(deps, order, ["SETTLING"], "REFUSED", { failureReason: reason });
 }
 
@@ -238,8 +245,7 @@ export async function settle(deps: SettleDeps, order: Order, options: { fresh?: 
   const facilitator = deps.facilitators[order.chain as ChainKey];
   const { payload } = order.payment as unknown as StoredPayment;
   const requirements = order.requirements as unknown as PaymentRequirements;
-  // A settlement reported pending earlier may still land: not refused (as refusedService leaves it).
-  if (!facilitator) return order.txHash ? order : refuse(deps, order, "no facilitator for this chain");
+  if (!facilitator) return (await refuse(deps, order, "no facilitator for this chain")) ?? order;
 
   if (options.verifyFirst) {
     const verifying = startStage("facilitator verify");
@@ -369,6 +375,7 @@ async function unreachable(deps: SettleDeps, order: Order, error: unknown, optio
   }
   deps.log.warn("facilitator unreachable; the payment is refused, nothing was submitted", { requestId: order.requestId, error: errorText(error) });
   const moved = await refuse(deps, order, "the facilitator could not be reached; nothing was submitted");
+  if (!moved) return order;
   throw new FacilitatorRefusedService("FACILITATOR_UNAVAILABLE", "the facilitator could not be reached, and nothing was charged; sign a new authorization to pay later", {
     request_id: moved.requestId,
     charged: false,
@@ -416,11 +423,9 @@ async function refusedService(
   const line = { requestId: order.requestId, chain: order.chain, operation, status: refusal.status, error: refusal.detail };
   if (refusal.status === 429) deps.log.warn("facilitator rate-limited the service; the payment was not settled", line);
   else deps.log.error(`facilitator ${what}; no payment settles until an operator acts (FACILITATOR_API_KEY_${order.chain}, credits)`, line);
-  // A settlement reported pending earlier (a worker's settle again) may still land until its
-  // authorization expires: not refused, as `refused` leaves it; the chain decides.
-  if (order.txHash) return order;
   const reason = `the ${order.chain} facilitator ${what} (${refusal.status}); nothing was settled`;
   const moved = await refuse(deps, order, reason);
+  if (!moved) return order;
   throw new FacilitatorRefusedService(code, `${reason}, and nothing was charged; sign a new authorization to pay later`, {
     request_id: moved.requestId,
     charged: false,
@@ -439,13 +444,9 @@ async function refused(deps: SettleDeps, order: Order, reason: string): Promise<
   const onChain = await authorizationOnChain(deps, order).catch(() => undefined);
   if (!onChain) return order; // the chain could not be read: the worker decides later
   if (onChain.used) return awaitPayment(deps, order, order.txHash ?? undefined);
-  // A settlement reported pending earlier is still in flight: it may land until the
-  // authorization expires (the worker closes it then), so it is not refused.
-  if (order.txHash) {
-    deps.log.warn("facilitator refused a payment whose earlier settlement is still pending; waiting for the chain", { requestId: order.requestId, reason });
-    return order;
-  }
-  return refuse(deps, order, reason);
+  const moved = await refuse(deps, order, reason);
+  if (!moved) deps.log.warn("facilitator refused a payment whose earlier settlement is still pending; waiting for the chain", { requestId: order.requestId, reason });
+  return moved ?? order;
 }
 
 /**
