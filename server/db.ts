@@ -486,6 +486,14 @@ const MIGRATIONS: string[] = [
      max_priority_fee_per_gas numeric NOT NULL,
      PRIMARY KEY (request_id, signer, nonce)
    );`,
+  // The operator key's nonce the newest pull transaction of an order was signed under, with the
+  // highest fees signed under it (orders/store.ts setTxHash, replaceTxHash): a pull the node's
+  // pool dropped may still be sent by anyone who saw it until that nonce is used, so the order
+  // is not written off before (orders/pull-reconciler.ts). Orders signed before have none.
+  `ALTER TABLE bill_order ADD COLUMN pull_signer text;
+   ALTER TABLE bill_order ADD COLUMN pull_nonce bigint;
+   ALTER TABLE bill_order ADD COLUMN pull_max_fee numeric;
+   ALTER TABLE bill_order ADD COLUMN pull_max_priority_fee numeric;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

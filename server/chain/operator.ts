@@ -37,7 +37,7 @@ import { rpcUrlFor, type Deployments } from "../../lib/deployments.ts";
 import { onChainOrderId } from "./order-id.ts";
 import type { Authorization } from "../x402-protocol/payment.ts";
 import type { ProxySettlement as Permit2Refund } from "../../lib/permit2.ts";
-import { asSigned, transactionOnNode } from "./node-transactions.ts";
+import { asSigned, transactionOnNode, type SignedNonce } from "./node-transactions.ts";
 import { whileHeld, type PayerHolds } from "./payer-holds.ts";
 
 const RECEIPT_TIMEOUT_MS = 60_000;
@@ -58,19 +58,14 @@ const DEFAULT_REPLACEMENT: ReplacementPolicy = { replaceAfterMs: 60_000, maxRepl
  * transaction can be sent by anyone who saw it until its signer's nonce is used by another, so
  * one the node's pool dropped may still land (chain/refund-on-node.ts refundInSight).
  */
-export interface SignedRefund {
+export interface SignedRefund extends SignedNonce {
   hash: Hex;
-  signer: Hex;
-  nonce: number;
-  /** Its fees (EIP-1559's cap and tip, or a legacy gas price as both): a void under its nonce must outbid the highest signed. */
-  maxFeePerGas: bigint;
-  maxPriorityFeePerGas: bigint;
 }
-/** The refund transactions signed for an order, as its store keeps them (orders/store.ts signedRefundRecord). */
-export interface SignedRefunds {
+/** The refund (or pull) transactions signed for an order, as its store keeps them (orders/store.ts signedRefundRecord, signedPullRecord). */
+export interface SignedTransactions {
   hashes: Hex[];
   /** The signer's nonces they were signed under, each once, with the highest fees signed under it (replacements share their first's nonce). */
-  nonces: Array<Omit<SignedRefund, "hash">>;
+  nonces: SignedNonce[];
 }
 /** Told a refund transaction's hash, and what it was signed under, before it is sent (the order records it: the payment watch and review wait while it may land). */
 export type RefundSigned = (hash: Hex, signed: SignedRefund) => Promise<void>;
@@ -227,7 +222,7 @@ export class ChainOperator {
   private apartUntil = new Map<string, number>();
   /** Refunds sent and not mined in time, by chain and call: a later try of the same refund waits for its transaction, raising its fee, instead of signing another. */
   private unminedRefunds = new Map<string, Sent>();
-  /** The fees of the voids sent, by chain and refunder nonce: one stuck below a rising market is sent again above it (voidRefundNonce). */
+  /** The fees of the voids sent, by chain, key and nonce: one stuck below a rising market is sent again above it (voidNonce). */
   private voids = new Map<string, { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint }>();
 
   constructor(
@@ -443,9 +438,9 @@ export class ChainOperator {
       // Each member records the hash before it is sent, a re-signing with the hash it takes
       // the place of: another transaction (another group), so it is signed under its
       // caller's guard again. All at once, so that the store can write them as one statement.
-      const onSigned = async (hash: Hex) => {
+      const onSigned = async (hash: Hex, _previous?: Hex, under?: SignedNonce) => {
         // An async wrapper turns a callback's synchronous throw into that member's rejection.
-        const recorded = await Promise.allSettled(members.map(async (m) => m.onSigned?.(hash, m.recordedAs)));
+        const recorded = await Promise.allSettled(members.map(async (m) => m.onSigned?.(hash, m.recordedAs, under)));
         for (const [i, outcome] of recorded.entries()) {
           const m = members[i]!;
           if (outcome.status === "fulfilled") m.recordedAs = hash;
@@ -458,8 +453,8 @@ export class ChainOperator {
       };
       // A replacement goes out for all members or none: one that refuses it (its order was
       // written off), or fails to record it, puts the others back on the transaction already sent.
-      const onReplaced = async (previous: Hex, next: Hex, how?: "mined" | "restored") => {
-        const recorded = await Promise.allSettled(members.map(async (m) => m.onReplaced?.(previous, next, how)));
+      const onReplaced = async (previous: Hex, next: Hex, how?: "mined" | "restored", fees?: Fees) => {
+        const recorded = await Promise.allSettled(members.map(async (m) => m.onReplaced?.(previous, next, how, fees)));
         const failed = recorded.find((r): r is PromiseRejectedResult => r.status === "rejected");
         if (failed && how === undefined) {
           await Promise.allSettled(members.map(async (m, i) => (recorded[i]!.status === "fulfilled" ? m.onReplaced?.(next, previous, "restored") : undefined)));
@@ -513,7 +508,7 @@ export class ChainOperator {
                   this.keys.operator,
                   call,
                   // A pull of its own after the batch: another transaction, signed under its guard.
-                  async (hash) => m.onSigned?.(hash, m.recordedAs),
+                  async (hash, _previous, under) => m.onSigned?.(hash, m.recordedAs, under),
                   m.onReplaced,
                 ).then(m.resolve, async (e: unknown) => m.reject(blamed(await this.blame(chain, call, e))));
               }
@@ -673,8 +668,7 @@ export class ChainOperator {
     let nonce: number | undefined;
     const signed = async (hash: Hex, request: { nonce: number } & Fees) => {
       nonce = request.nonce;
-      const cap = request.maxFeePerGas ?? request.gasPrice ?? 0n;
-      await onSigned?.(hash, { hash, signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap });
+      await onSigned?.(hash, { hash, ...signedNonce(signer, request) });
     };
     const replaced: Replaced = async (_previous, next, how, fees) => {
       if (how !== undefined) return;
@@ -706,30 +700,31 @@ export class ChainOperator {
   }
 
   /**
-   * Makes a refund transaction signed under the refunder's nonce, which no pool of the node's
-   * holds any more and no block has mined, unable ever to land: the refunder sends itself
-   * nothing under that nonce, and the chain takes one transaction per nonce. Priced above the
-   * highest fee signed under it (a pool keeps the better paid of two under one nonce, and
-   * anyone may send the refund again elsewhere), at least at the market's, and above this
-   * instance's last void under it when the market has passed that. Sent, not waited for: the
-   * caller looks again on its next pass. Answers:
+   * Makes a transaction signed under one of this instance's keys (a refund under the
+   * refunder's nonce, a pull under the operator's), which no pool of the node's holds any more
+   * and no block has mined, unable ever to land: the key sends itself nothing under that
+   * nonce, and the chain takes one transaction per nonce. Priced above the highest fee signed
+   * under it (a pool keeps the better paid of two under one nonce, and anyone may send the
+   * dropped transaction again elsewhere), at least at the market's, and above this instance's
+   * last void under it when the market has passed that. Sent, not waited for: the caller looks
+   * again on its next pass. Answers:
    * - "sent": the void went out (again), or the node holds it already;
    * - "used": the nonce is used already, nothing sent;
-   * - "held": the node's pool holds another transaction of the refunder's under it (another
-   *   order's refund, signed after the pool dropped this one): nothing sent, it uses the nonce;
+   * - "held": the node's pool holds another transaction of the key's under it (another
+   *   order's, signed after the pool dropped this one): nothing sent, it uses the nonce;
    * - "unsent": the node refused the void (no gas, a nonce gap below it, unreachable);
-   * - "not ours": `signed.signer` is not this instance's refunder key (each instance has its
+   * - "not ours": `signed.signer` is neither of this instance's keys (each instance has its
    *   own): nothing here can use its nonce.
    */
-  async voidRefundNonce(chain: ChainKey, signed: Omit<SignedRefund, "hash">): Promise<"sent" | "used" | "held" | "unsent" | "not ours"> {
-    const key = this.keys.refunder;
-    if (signed.signer.toLowerCase() !== key.address.toLowerCase()) return "not ours";
+  async voidNonce(chain: ChainKey, signed: SignedNonce): Promise<"sent" | "used" | "held" | "unsent" | "not ours"> {
+    const key = [this.keys.refunder, this.keys.operator].find((k) => k.address.toLowerCase() === signed.signer.toLowerCase());
+    if (!key) return "not ours";
     const d = this.deployments.chains[chain];
     if (!d) throw new Error(`${chain} has no deployment`);
     const rpcUrl = rpcUrlFor(chain, d);
     const client = sharedClientFor(chain, rpcUrl);
     const queue = `${chain}:${key.address}`;
-    const voidKey = `${chain}:${signed.nonce}`;
+    const voidKey = `${chain}:${key.address}:${signed.nonce}`;
     const sent = (this.queues.get(queue) ?? Promise.resolve())
       .catch(() => {})
       .then(async () => {
@@ -819,7 +814,7 @@ export class ChainOperator {
    * transaction they do not know of), sends it, and waits for its own receipt.
    */
   private async write(chain: ChainKey, signer: Account, call: Write, onSigned?: Signed, onReplaced?: Replaced): Promise<Hex> {
-    return (await this.send(chain, signer, call, onSigned && ((hash) => onSigned(hash)), onReplaced)).hash;
+    return (await this.send(chain, signer, call, onSigned && ((hash, request) => onSigned(hash, undefined, signedNonce(signer.address, request))), onReplaced)).hash;
   }
 
   /**
@@ -979,8 +974,18 @@ export class PayerHeldElsewhere extends Error {
   }
 }
 
-/** Learns a transaction's hash before it is sent (throwing stops it); `previous`, one it takes the place of. */
-export type Signed = (hash: Hex, previous?: Hex) => Promise<void>;
+/**
+ * Learns a transaction's hash before it is sent (throwing stops it); `previous`, one it takes
+ * the place of; `under`, the key's nonce and fees it was signed under (a pool may drop it, and
+ * anyone who saw it may send it again until that nonce is used).
+ */
+export type Signed = (hash: Hex, previous?: Hex, under?: SignedNonce) => Promise<void>;
+
+/** What a transaction was signed under, its fees as the highest a void of its nonce must outbid (a legacy gas price as both). */
+function signedNonce(signer: Hex, request: { nonce: number } & Fees): SignedNonce {
+  const cap = request.maxFeePerGas ?? request.gasPrice ?? 0n;
+  return { signer, nonce: request.nonce, maxFeePerGas: cap, maxPriorityFeePerGas: request.maxPriorityFeePerGas ?? cap };
+}
 
 /** What a receipt wait sleeps on between looks: until the next block, at most a polling interval. */
 type NextBlock = () => { seen: bigint; wait: () => Promise<void> };
@@ -1010,7 +1015,7 @@ function estimateAtLatest(client: ReturnType<typeof sharedClientFor>, billPay: H
 }
 
 /** A void's first fees: a quarter above the highest signed under its nonce (pools replace for a tenth), and at least the market's. */
-async function firstVoidFees(client: ReturnType<typeof sharedClientFor>, signed: Pick<SignedRefund, "maxFeePerGas" | "maxPriorityFeePerGas">) {
+async function firstVoidFees(client: ReturnType<typeof sharedClientFor>, signed: Pick<SignedNonce, "maxFeePerGas" | "maxPriorityFeePerGas">) {
   const market = await client.estimateFeesPerGas();
   const atLeast = (a: bigint, b: bigint | undefined) => (b !== undefined && b > a ? b : a);
   const maxPriorityFeePerGas = atLeast(bump(signed.maxPriorityFeePerGas)!, market.maxPriorityFeePerGas);

@@ -14,8 +14,8 @@ import type { ChainKey } from "../../lib/chains.ts";
 import type { Deployments } from "../../lib/deployments.ts";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { isRefundUnder, REFUND_EVENTS, refundOf, type RefundKey } from "../../lib/refund-logs.ts";
-import type { SignedRefunds } from "./operator.ts";
-import { transactionPending } from "./node-transactions.ts";
+import type { SignedTransactions } from "./operator.ts";
+import { nonceUnused, transactionPending } from "./node-transactions.ts";
 
 /**
  * BillPay answered OrderExists, and holds the payment's key not refunded: the refund's order id
@@ -89,33 +89,14 @@ export async function refundInSight(
   deps: { deployments: Deployments; confirmations: Partial<Record<ChainKey, number>> },
   chain: ChainKey,
   key: RefundKey,
-  signed: SignedRefunds,
-): Promise<{ pending: Hex } | { standing: true } | { landable: SignedRefunds["nonces"][number] } | undefined> {
+  signed: SignedTransactions,
+): Promise<{ pending: Hex } | { standing: true } | { landable: SignedTransactions["nonces"][number] } | undefined> {
   const pending = await Promise.all(signed.hashes.map(async (hash) => ((await transactionPending(deps, chain, hash)) ? hash : undefined)));
   const first = pending.find((hash) => hash !== undefined);
   if (first) return { pending: first };
   if (await keyRefundedOnNode(deps, chain, key)) return { standing: true };
   const unused = await nonceUnused(deps, chain, signed.nonces);
   return unused ? { landable: unused } : undefined;
-}
-
-/** The first of `nonces` its signer has not used in a block `depth` under the node's head: a transaction signed under it may still be mined. */
-async function nonceUnused(
-  deps: { deployments: Deployments; confirmations: Partial<Record<ChainKey, number>> },
-  chain: ChainKey,
-  nonces: SignedRefunds["nonces"],
-): Promise<SignedRefunds["nonces"][number] | undefined> {
-  if (nonces.length === 0) return undefined;
-  const client = deployedClientFor(deps.deployments, chain);
-  if (!client) throw new Error(`no deployment of BillPay on ${chain}`);
-  // As deep as a payment must be before its bill is vended: a block that used the nonce and was
-  // then reorganised away would give the nonce back.
-  const head = await client.getBlockNumber();
-  const depth = BigInt(deps.confirmations[chain] ?? 0);
-  const blockNumber = head > depth ? head - depth : 0n;
-  const signers = [...new Set(nonces.map((n) => n.signer.toLowerCase() as Hex))];
-  const used = new Map(await Promise.all(signers.map(async (signer) => [signer, await client.getTransactionCount({ address: signer, blockNumber })] as const)));
-  return nonces.find((n) => used.get(n.signer.toLowerCase() as Hex)! <= n.nonce);
 }
 
 /** Blocks one getLogs request spans (within what public providers allow). */

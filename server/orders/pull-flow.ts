@@ -9,7 +9,7 @@ import { errorText } from "../log-safety.ts";
 import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 import type { ChainKey, TokenSymbol } from "../../lib/chains.ts";
-import { ContractRefused, PayerHeldElsewhere, ReplacementRefused, REVERTED_BY_PAYER } from "../chain/operator.ts";
+import { ContractRefused, PayerHeldElsewhere, ReplacementRefused, REVERTED_BY_PAYER, type Replaced, type Signed } from "../chain/operator.ts";
 import { readWalletState, requireFunds } from "../chain/wallet-state.ts";
 import { ServiceError, type ErrorCode } from "../errors.ts";
 import { isPaymentOf } from "../ledger-client.ts";
@@ -162,14 +162,14 @@ async function pullAndWait(deps: FlowDeps, chain: ChainKey, orders: Order[], gua
   const ids = orders.map((o) => o.requestId);
   // Every transaction that carries the pull is recorded under the guard before it is sent,
   // a re-signing in another transaction too (it names the one it takes the place of).
-  const onSigned = async (hash: Hex, previous?: Hex) => {
-    if (!(await deps.orders.setTxHash(ids, hash, guard, previous))) throw new PullWithdrawn(previous);
+  const onSigned: Signed = async (hash, previous, under) => {
+    if (!(await deps.orders.setTxHash(ids, hash, guard, previous, under))) throw new PullWithdrawn(previous);
   };
   // A replacement is the same transaction at a higher fee, under the same nonce: no new
   // authority, so no guard; but not for an order written off meanwhile (the operator then
   // stops raising the fee and waits for the transaction already sent).
-  const onReplaced = async (previous: Hex, next: Hex, how?: "mined" | "restored") => {
-    if (!(await deps.orders.replaceTxHash(ids, previous, next, how !== undefined)) && how === undefined) throw new ReplacementRefused();
+  const onReplaced: Replaced = async (previous, next, how, fees) => {
+    if (!(await deps.orders.replaceTxHash(ids, previous, next, how !== undefined, fees)) && how === undefined) throw new ReplacementRefused();
   };
   let mined: Hex;
   try {

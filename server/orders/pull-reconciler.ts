@@ -13,7 +13,7 @@ import { paymentMismatch, type LedgerPayment } from "../ledger-client.ts";
 import { fulfil, ledgerPaymentFor, move, type FlowDeps } from "./fulfil.ts";
 import type { Order } from "./store.ts";
 import { pullOnChain } from "../chain/payment-state.ts";
-import { transactionKnown } from "../chain/node-transactions.ts";
+import { nonceUnused, transactionKnown, type SignedNonce } from "../chain/node-transactions.ts";
 import { deepEnough } from "./payment-watch.ts";
 
 /**
@@ -51,16 +51,40 @@ export async function reconcilePulling(deps: FlowDeps, o: Order): Promise<void> 
   // which the next pass finds. One with no receipt may still land: wait while the order is
   // young, and for as long as the node knows the transaction (unmined in its pool: a request
   // still raising its fee outlives its lease; or mined since the receipt was asked). Should a
-  // pull land after the write-off, the orphan pass refunds it.
+  // pull land after the write-off (only a reorganisation deeper than the confirmations could
+  // give its nonce back: nonceSpent), the orphan pass refunds it.
   if (!o.txHash) {
     await deps.orders.writeOffUnsent(o.requestId); // a no-op if a pull was signed meanwhile
     return;
   }
-  const signed = await deps.orders.signedPulls(o.requestId);
-  const receipts = await Promise.all(signed.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));
+  const signed = await deps.orders.signedPullRecord(o.requestId);
+  const receipts = await Promise.all(signed.hashes.map((hash) => client.getTransactionReceipt({ hash }).catch(() => null)));
   if (receipts.some((r) => r?.status === "success")) return;
-  const unmined = signed.filter((_, i) => !receipts[i]);
+  const unmined = signed.hashes.filter((_, i) => !receipts[i]);
   if (unmined.length > 0 && Date.now() - o.createdAt.getTime() < deps.leaseSeconds * 1000) return;
   for (const hash of unmined) if (await transactionKnown(deps, chain, hash)) return;
+  if (unmined.length > 0 && !(await nonceSpent(deps, o, chain, signed.nonces))) return;
   await move(deps, o, ["PULLING"], "PAYMENT_FAILED", { failureReason: "the pull did not land" });
+}
+
+/**
+ * Whether the operator key's nonce the order's newest pull was signed under is used, deep
+ * enough that no reorganisation gives it back. A pull the node's pool dropped (a restart, a fee
+ * eviction) is not void: anyone who saw it can send it again, and the order written off meanwhile
+ * would charge its payer for no bill (the orphan pass would refund it, at the service's gas).
+ * While the nonce is unused, the operator key sends itself nothing under it (chain/operator.ts
+ * voidNonce), and the order waits for a later pass. Pulls signed before nonces were kept have
+ * none: the node's word that it holds none of them stands, as it did.
+ */
+async function nonceSpent(deps: FlowDeps, o: Order, chain: ChainKey, nonces: SignedNonce[]): Promise<boolean> {
+  const unused = await nonceUnused(deps, chain, nonces);
+  if (!unused) return true;
+  const voiding = await deps.operator.voidNonce(chain, unused);
+  if (voiding === "not ours") {
+    // Signed under another instance's operator key: nothing here can use its nonce.
+    await move(deps, o, ["PULLING"], "NEEDS_REVIEW", {
+      failureReason: `its pull, signed under nonce ${unused.nonce} of operator key ${unused.signer} (not this instance's), is in no pool the service's node holds, and may still land until that nonce is used: wait for it, or have that key use the nonce, before closing the order`,
+    });
+  } else deps.log.warn("a pull the node no longer holds may still land: its nonce is voided before the order is written off", { requestId: o.requestId, nonce: unused.nonce, voiding });
+  return false;
 }

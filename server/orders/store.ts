@@ -21,7 +21,8 @@
  */
 import { assertMove, UNFINISHED_STATUSES, withdrawsUnsentAttempts, type OrderStatus } from "./lifecycle.ts";
 import { onChainOrderId } from "../chain/order-id.ts";
-import type { SignedRefund, SignedRefunds } from "../chain/operator.ts";
+import type { SignedRefund, SignedTransactions } from "../chain/operator.ts";
+import type { SignedNonce } from "../chain/node-transactions.ts";
 import { ServiceError } from "../errors.ts";
 import { clearRefund, type RefundShares, type RefundWait } from "./refund-share.ts";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -394,7 +395,7 @@ export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "pay
  */
 export type PullGuard = { scheduleId: string } | { apiKeyHash: string };
 
-type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard; previous?: string };
+type TxHashRecord = { requestIds: string[]; txHash: string; guard?: PullGuard; previous?: string; under?: SignedNonce };
 
 /** The first nine columns of every new order, in insert order (request_id ... amount). */
 function billParams(o: Omit<NewPullOrder, "batchId" | "scheduleId" | "idempotencyKey">): unknown[] {
@@ -582,7 +583,7 @@ export class OrderStore {
    * signedRefunds, and each signer's nonce they were signed under with the highest fees signed
    * under it (none for refunds signed before nonces were kept).
    */
-  async signedRefundRecord(requestId: string): Promise<SignedRefunds> {
+  async signedRefundRecord(requestId: string): Promise<SignedTransactions> {
     const [row] = await this.db.query<{ refund_signed: string[] | null; refund_tx_hash: string | null; nonces: Array<{ signer: Hex; nonce: number; max_fee: string; max_priority_fee: string }> }>(
       `SELECT refund_signed, refund_tx_hash,
               coalesce((SELECT json_agg(json_build_object('signer', signer, 'nonce', nonce, 'max_fee', max_fee_per_gas::text, 'max_priority_fee', max_priority_fee_per_gas::text))
@@ -597,8 +598,25 @@ export class OrderStore {
 
   /** Every pull transaction signed for the order, each once, the one it names now included (orders made before the record: that one alone). */
   async signedPulls(requestId: string): Promise<Hex[]> {
-    const [row] = await this.db.query<{ pull_signed: string[] | null; tx_hash: string | null }>(`SELECT pull_signed, tx_hash FROM bill_order WHERE request_id = $1`, [requestId]);
-    return [...new Set([...(row?.pull_signed ?? []), ...(row?.tx_hash ? [row.tx_hash] : [])].map((h) => h.toLowerCase()))] as Hex[];
+    return (await this.signedPullRecord(requestId)).hashes;
+  }
+
+  /**
+   * signedPulls, and the operator key's nonce the newest was signed under with the highest fees
+   * signed under it (its replacements share it; an earlier one, in another transaction, was
+   * mined or never sent). None for pulls signed before nonces were kept, or without one.
+   */
+  async signedPullRecord(requestId: string): Promise<SignedTransactions> {
+    const [row] = await this.db.query<{ pull_signed: string[] | null; tx_hash: string | null; pull_signer: string | null; pull_nonce: string | null; pull_max_fee: string | null; pull_max_priority_fee: string | null }>(
+      `SELECT pull_signed, tx_hash, pull_signer, pull_nonce::text, pull_max_fee::text, pull_max_priority_fee::text FROM bill_order WHERE request_id = $1`,
+      [requestId],
+    );
+    const hashes = [...new Set([...(row?.pull_signed ?? []), ...(row?.tx_hash ? [row.tx_hash] : [])].map((h) => h.toLowerCase()))] as Hex[];
+    const nonces =
+      row?.pull_signer && row.pull_nonce !== null
+        ? [{ signer: row.pull_signer as Hex, nonce: Number(row.pull_nonce), maxFeePerGas: BigInt(row.pull_max_fee ?? 0), maxPriorityFeePerGas: BigInt(row.pull_max_priority_fee ?? 0) }]
+        : [];
+    return { hashes, nonces };
   }
 
   /** Takes back pull orders no pull was signed for (PULLING, no transaction): as if never made. */
@@ -738,8 +756,8 @@ export class OrderStore {
    * group, or alone after its batch was refused) names the hash it takes the place of, and
    * is recorded under the same guard.
    */
-  async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard, previous?: string): Promise<boolean> {
-    return this.hashRecords.load({ requestIds, txHash, guard, previous });
+  async setTxHash(requestIds: string[], txHash: string, guard?: PullGuard, previous?: string, under?: SignedNonce): Promise<boolean> {
+    return this.hashRecords.load({ requestIds, txHash, guard, previous, under });
   }
 
   /**
@@ -766,21 +784,27 @@ export class OrderStore {
           r.guard && "scheduleId" in r.guard ? r.guard.scheduleId : null,
           r.guard && "apiKeyHash" in r.guard ? r.guard.apiKeyHash : null,
           r.previous ?? null,
+          r.under?.signer.toLowerCase() ?? null,
+          r.under?.nonce ?? null,
+          r.under?.maxFeePerGas.toString() ?? null,
+          r.under?.maxPriorityFeePerGas.toString() ?? null,
         ]),
       );
       const column = (c: number) => rows.map((row) => row[c]);
       const recorded = await this.db.query<{ record: number }>(
-        `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS r(record, request_id, tx_hash, schedule_id, api_key_hash, previous)),
+        `WITH rec AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], $10::numeric[])
+                      AS r(record, request_id, tx_hash, schedule_id, api_key_hash, previous, signer, nonce, max_fee, max_priority_fee)),
               schedule AS (SELECT s.id FROM bill_schedule s WHERE s.id IN (SELECT schedule_id FROM rec) AND s.status <> 'CANCELLED'
                 AND (s.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM agent_link l WHERE l.wallet = s.wallet AND l.api_key_hash = s.api_key_hash)) FOR SHARE OF s),
               link AS (SELECT wallet, api_key_hash FROM agent_link WHERE api_key_hash IN (SELECT api_key_hash FROM rec) FOR SHARE)
-         UPDATE bill_order SET tx_hash = rec.tx_hash, pull_signed = array_append(coalesce(pull_signed, '{}'), rec.tx_hash), updated_at = now()
+         UPDATE bill_order SET tx_hash = rec.tx_hash, pull_signed = array_append(coalesce(pull_signed, '{}'), rec.tx_hash), updated_at = now(),
+                pull_signer = rec.signer, pull_nonce = rec.nonce, pull_max_fee = rec.max_fee, pull_max_priority_fee = rec.max_priority_fee
          FROM rec
          WHERE bill_order.request_id = rec.request_id AND bill_order.status = 'PULLING' AND bill_order.tx_hash IS NOT DISTINCT FROM rec.previous
            AND (rec.schedule_id IS NULL OR EXISTS (SELECT 1 FROM schedule WHERE schedule.id = rec.schedule_id))
            AND (rec.api_key_hash IS NULL OR EXISTS (SELECT 1 FROM link WHERE link.api_key_hash = rec.api_key_hash AND link.wallet = bill_order.payer))
          RETURNING rec.record`,
-        [column(0), column(1), column(2), column(3), column(4), column(5)],
+        [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8), column(9)],
       );
       // A record holds only if every one of its orders took the hash under it (an order named
       // twice in one tick takes it once, so only one of the two records can hold).
@@ -803,15 +827,19 @@ export class OrderStore {
    * the ledger pass refunds it). `whatever`: recorded whatever the state (`next` is the one
    * the chain took, or the one already sent, put back). True when recorded.
    */
-  async replaceTxHash(requestIds: string[], previous: string, next: string, whatever = false): Promise<boolean> {
+  async replaceTxHash(requestIds: string[], previous: string, next: string, whatever = false, fees?: { maxFeePerGas?: bigint; maxPriorityFeePerGas?: bigint; gasPrice?: bigint }): Promise<boolean> {
     // The status is asked of each row itself too: a write-off committed while this waited on
-    // its row lock is seen there (PostgreSQL re-checks only the row's own conditions).
+    // its row lock is seen there (PostgreSQL re-checks only the row's own conditions). A
+    // replacement shares its first's nonce; its fees, higher, are what a void must outbid.
+    const cap = fees?.maxFeePerGas ?? fees?.gasPrice;
+    const tip = fees?.maxPriorityFeePerGas ?? cap;
     const rows = await this.db.query(
-      `UPDATE bill_order SET tx_hash = $3, pull_signed = array_append(coalesce(pull_signed, '{}'), $3), updated_at = now()
+      `UPDATE bill_order SET tx_hash = $3, pull_signed = array_append(coalesce(pull_signed, '{}'), $3), updated_at = now(),
+              pull_max_fee = GREATEST(pull_max_fee, $5::numeric), pull_max_priority_fee = GREATEST(pull_max_priority_fee, $6::numeric)
        WHERE request_id = ANY($1::text[]) AND tx_hash = $2 AND ($4 OR status = 'PULLING')
          AND ($4 OR NOT EXISTS (SELECT 1 FROM bill_order o WHERE o.request_id = ANY($1::text[]) AND (o.status <> 'PULLING' OR o.tx_hash IS DISTINCT FROM $2)))
        RETURNING request_id`,
-      [requestIds, previous, next, whatever],
+      [requestIds, previous, next, whatever, cap?.toString() ?? null, tip?.toString() ?? null],
     );
     return rows.length === requestIds.length;
   }

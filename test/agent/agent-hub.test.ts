@@ -7,7 +7,7 @@
  */
 import { ClientFactory } from "@a2a-js/sdk/client";
 import { Role, type Message } from "@a2a-js/sdk";
-import { createWalletClient, erc20Abi, http, keccak256, serializeErc6492Signature, toBytes, type Account, type Hex } from "viem";
+import { createWalletClient, encodeFunctionData, erc20Abi, http, keccak256, serializeErc6492Signature, toBytes, type Account, type Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { viemChain } from "../../lib/chains.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -19,6 +19,9 @@ import type { ServiceStack } from "../../stack/service-stack.ts";
 import { buildHub } from "../../server/services.ts";
 import { reconcileOrphanPulls } from "../../server/orders/ledger-pass.ts";
 import { workOnce } from "../../server/orders/worker.ts";
+import { onChainOrderId } from "../../server/chain/operator.ts";
+import { billPayAbi } from "../../lib/generated/abis.ts";
+import { operatorAccount } from "../../lib/local-accounts.ts";
 import { newOrderIds } from "../../server/orders/store.ts";
 import { hashApiKey } from "../../server/credentials.ts";
 import { ConfiguredRate } from "../../server/pricing/rates.ts";
@@ -423,6 +426,13 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(results.map((r) => r.status), JSON.stringify(batch.data)).toEqual(["SUCCESS", "SUCCESS"]);
       const batchOrders = await Promise.all(results.map(async (r) => (await service.flow.orders.get(r.request_id))!));
       expect(batchOrders.map((o) => o.chain)).toEqual(["BASE", "BASE"]);
+      // Each order keeps the operator key's nonce and fees its pull was signed under (a pull a
+      // pool drops is voided under that nonce before its order is written off: pull-reconciler.ts).
+      const onBaseChain = chainActors(stack.deployments, "BASE");
+      for (const o of [order, ...batchOrders]) {
+        const tx = await onBaseChain.publicClient.getTransaction({ hash: o.txHash as Hex });
+        expect((await service.flow.orders.signedPullRecord(o.requestId)).nonces).toEqual([{ signer: operatorAccount().address.toLowerCase(), nonce: tx.nonce, maxFeePerGas: tx.maxFeePerGas, maxPriorityFeePerGas: tx.maxPriorityFeePerGas }]);
+      }
       expect(await usdc(a.account)).toBe(celoBefore);
       expect(baseBefore - (await onBase())).toBe(order.amount + batchOrders[0]!.amount + batchOrders[1]!.amount);
     });
@@ -1035,6 +1045,54 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       });
       await ledgerAtHead();
       await expect.poll(async () => (await workOnce(flow), (await flow.orders.get(order.requestId))?.status), { timeout: 10_000 }).toBe("SUCCESS");
+    });
+
+    it("does not write off a pull the node's pool dropped while its nonce is unused: the operator key voids the nonce first, and the pull can never land after", async () => {
+      const account = accounts(18);
+      await celo.approveAndAllow(account, "USDC", 10n * USD);
+      const { flow } = service;
+      const order = await pullOrder(account);
+      const before = await usdc(account);
+      // The pull as the operator signs one, recorded with its nonce and fees, then lost before
+      // any pool kept it (a node restarted, an eviction): whoever saw it can still send it.
+      const operatorKey = operatorAccount();
+      const wallet = createWalletClient({ account: operatorKey, chain: viemChain("CELO", celo.deployment.rpcUrl), transport: http(celo.deployment.rpcUrl) });
+      const fees = await celo.publicClient.estimateFeesPerGas();
+      const request = {
+        type: "eip1559" as const,
+        chainId: 42220,
+        to: celo.billPay,
+        data: encodeFunctionData({ abi: billPayAbi, functionName: "pull", args: [onChainOrderId(order.requestId), account.address, celo.tokenAddress("USDC"), 1_001_000n] }),
+        gas: 300_000n,
+        nonce: await celo.publicClient.getTransactionCount({ address: operatorKey.address, blockTag: "pending" }),
+        maxFeePerGas: fees.maxFeePerGas,
+        maxPriorityFeePerGas: fees.maxPriorityFeePerGas,
+      };
+      const serialized = await wallet.signTransaction(request);
+      const under = { signer: operatorKey.address, nonce: request.nonce, maxFeePerGas: request.maxFeePerGas, maxPriorityFeePerGas: request.maxPriorityFeePerGas };
+      expect(await flow.orders.setTxHash([order.requestId], keccak256(serialized), undefined, undefined, under)).toBe(true);
+      // Replaced at twice the fees (same nonce), and that lost too: the void must outbid the replacement.
+      const raised = await wallet.signTransaction({ ...request, maxFeePerGas: request.maxFeePerGas * 2n, maxPriorityFeePerGas: request.maxPriorityFeePerGas * 2n });
+      expect(await flow.orders.replaceTxHash([order.requestId], keccak256(serialized), keccak256(raised), false, { maxFeePerGas: request.maxFeePerGas * 2n, maxPriorityFeePerGas: request.maxPriorityFeePerGas * 2n })).toBe(true);
+      // Its request's lease and the order's youth both past.
+      await service.db.query(`UPDATE bill_order SET lease_until = now() - interval '1 second', created_at = created_at - interval '1 hour' WHERE request_id = $1`, [order.requestId]);
+      await workOnce(flow);
+      expect((await flow.orders.get(order.requestId))!.status).toBe("PULLING");
+      // The operator key used the nonce on a transfer of nothing to itself, priced above the replacement.
+      await expect.poll(() => celo.publicClient.getTransactionCount({ address: operatorKey.address, blockTag: "latest" }), { timeout: 10_000 }).toBeGreaterThan(request.nonce);
+      const head = await celo.publicClient.getBlockNumber();
+      const blocks = await Promise.all([0n, 1n, 2n, 3n, 4n].filter((back) => back <= head).map((back) => celo.publicClient.getBlock({ blockNumber: head - back, includeTransactions: true })));
+      const voided = blocks.flatMap((b) => b.transactions).find((t) => t.from.toLowerCase() === operatorKey.address.toLowerCase() && t.nonce === request.nonce)!;
+      expect(voided).toMatchObject({ to: operatorKey.address.toLowerCase(), value: 0n });
+      expect(voided.maxFeePerGas!).toBeGreaterThan(request.maxFeePerGas * 2n);
+      expect(voided.maxPriorityFeePerGas!).toBeGreaterThan(request.maxPriorityFeePerGas * 2n);
+      // Written off once the nonce is used as deep as a payment must be.
+      await expect.poll(async () => (await workOnce(flow), (await flow.orders.get(order.requestId))?.status), { timeout: 20_000 }).toBe("PAYMENT_FAILED");
+      // The lost pull, sent now by whoever kept it: refused by the chain, nothing moved.
+      for (const lost of [serialized, raised]) await expect(wallet.sendRawTransaction({ serializedTransaction: lost })).rejects.toThrow(/nonce/i);
+      expect(await usdc(account)).toBe(before);
+      const onChain = await celo.publicClient.readContract({ address: celo.billPay, abi: billPayAbi, functionName: "orderOf", args: [onChainOrderId(order.requestId)] });
+      expect(onChain.paid).toBe(0n);
     });
 
     it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {

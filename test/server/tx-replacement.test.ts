@@ -229,20 +229,20 @@ describe("a stuck transaction", () => {
       return block.transactions.find((t) => t.from.toLowerCase() === refunder.toLowerCase() && t.nonce === nonce);
     };
     await celo.miningPaused(async (mine) => {
-      expect(await operator.voidRefundNonce("CELO", { ...recorded, signer: hardhatAccount(15).address })).toBe("not ours");
-      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      expect(await operator.voidNonce("CELO", { ...recorded, signer: hardhatAccount(15).address })).toBe("not ours");
+      expect(await operator.voidNonce("CELO", recorded)).toBe("sent");
       const first = (await voidUnder())!;
       expect(first).toMatchObject({ to: refunder.toLowerCase(), value: 0n });
       expect(first.maxFeePerGas!).toBeGreaterThanOrEqual((recorded.maxFeePerGas * 125n) / 100n);
       expect(first.maxPriorityFeePerGas!).toBeGreaterThanOrEqual((recorded.maxPriorityFeePerGas * 125n) / 100n);
       // Sent again while the market stands: the same transaction, which the node holds already.
-      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      expect(await operator.voidNonce("CELO", recorded)).toBe("sent");
       expect((await voidUnder())!.hash).toBe(first.hash);
       // The base fee jumps past the void's cap: a block goes by without it, and the market is above it.
       await rpc("hardhat_setNextBlockBaseFeePerGas", [`0x${(first.maxFeePerGas! * 4n).toString(16)}`]);
       await mine();
       expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" })).toBe(nonce);
-      expect(await operator.voidRefundNonce("CELO", recorded)).toBe("sent");
+      expect(await operator.voidNonce("CELO", recorded)).toBe("sent");
       const raised = (await voidUnder())!;
       expect(raised.hash).not.toBe(first.hash);
       expect(raised.maxFeePerGas!).toBeGreaterThan(first.maxFeePerGas!);
@@ -251,7 +251,7 @@ describe("a stuck transaction", () => {
     });
     // Mined: the nonce is used, once; nothing more is sent.
     await expect.poll(() => celo.publicClient.getTransactionCount({ address: refunder, blockTag: "latest" }), { timeout: 10_000 }).toBe(nonce + 1);
-    expect(await operator.voidRefundNonce("CELO", recorded)).toBe("used");
+    expect(await operator.voidNonce("CELO", recorded)).toBe("used");
     expect(await celo.publicClient.getTransactionCount({ address: refunder, blockTag: "pending" })).toBe(nonce + 1);
   });
 
