@@ -186,6 +186,15 @@ export const configSchema = z.object({
    * always there for honest failed vends.
    */
   REFUND_LATE_SLICE_PERCENT: z.coerce.number().int().min(1).max(100).default(20),
+  /**
+   * What the refund of a refusal kept at intake that landed anyway keeps back to pay for its own
+   * gas, in the token (every accepted token is a dollar): the service never sent that payment,
+   * so its payer (or whoever he showed it to) landed it, and its refund costs BillPay about twice
+   * the gas the landing did (orders/late-landing.ts). A refund takes 136,000 gas (`npm run
+   * bench:gas`): about $0.002 at 25 gwei and $0.50 a CELO, about $0.005 at 0.01 gwei and
+   * $3,500 an ETH on Base. 0.02 covers it four to ten times over; raise it if gas grows dearer.
+   */
+  LATE_LANDING_FEE: z.string().regex(/^\d{1,6}(\.\d{1,6})?$/, "a decimal amount of the token, e.g. 0.02").default("0.02"),
   /** Orders that moved no money (PAYMENT_FAILED) are deleted this many days after they ended (server/storage-purge.ts). */
   ORDER_UNPAID_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
   /** A paid bill whose number check the biller cannot answer is checked again this often... */

@@ -494,6 +494,9 @@ const MIGRATIONS: string[] = [
    ALTER TABLE bill_order ADD COLUMN pull_nonce bigint;
    ALTER TABLE bill_order ADD COLUMN pull_max_fee numeric;
    ALTER TABLE bill_order ADD COLUMN pull_max_priority_fee numeric;`,
+  // What a refund keeps back to pay for its own gas: a refusal kept at intake that its payer (or
+  // anyone) landed anyway (orders/late-landing.ts); 0 for every other order.
+  `ALTER TABLE bill_order ADD COLUMN refund_fee numeric NOT NULL DEFAULT 0;`,
 ];
 
 /** Applies what is missing, each migration with its version row in one transaction. `db` must be one connection. */

@@ -101,6 +101,7 @@ export function buildFlow(config: Config, deployments: Deployments, db: Db, keys
     defaultEmail: config.BILLER_DEFAULT_EMAIL,
     refundPayerSharePercent: config.REFUND_PAYER_SHARE_PERCENT,
     refundLateSlicePercent: config.REFUND_LATE_SLICE_PERCENT,
+    lateLandingFee: config.LATE_LANDING_FEE,
     verifyRetrySeconds: config.VERIFY_RETRY_SECONDS,
     verifyUnavailableDeadlineSeconds: config.VERIFY_UNAVAILABLE_DEADLINE_SECONDS,
     refundWaitReviewSeconds: config.REFUND_WAIT_REVIEW_SECONDS,

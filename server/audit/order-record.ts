@@ -24,6 +24,8 @@ export function opsOrder(o: Order) {
     payment_rail: o.rail === "pull" ? null : x402RailOf(o),
     tx_hash: o.txHash,
     refund_tx_hash: o.refundTxHash,
+    // What its refund keeps back for its gas (a kept refusal that landed: orders/late-landing.ts).
+    refund_fee: o.refundFee.toString(),
     failure_reason: o.failureReason,
     flag: o.flag,
     auth_valid_before: o.authValidBefore?.toString() ?? null,

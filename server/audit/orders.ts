@@ -189,14 +189,16 @@ export function auditOrders(
         // transfer into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
         const last = decided.get(o.request_id);
         const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
-        if (!byHand && (paid ? refunded < paid.amount && since(o.request_id, "REFUNDED") : paidSince(o.request_id))) {
+        // What its refund owed: the payment, less what it kept back for its gas (a kept refusal's landing).
+        const owed = paid ? paid.amount - BigInt(o.refund_fee) : 0n;
+        if (!byHand && (paid ? refunded < owed && since(o.request_id, "REFUNDED") : paidSince(o.request_id))) {
           out.awaitingLedger.push(`${what} was refunded on its receipt while the audit ran`);
         } else if (!paid) {
           if (!byHand) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no payment`);
           else if (lower(o.refund_tx_hash) !== lower(last.tx_hash)) out.discrepancies.push(`${what} was closed as refunded by hand with ${last.tx_hash}, but names ${o.refund_tx_hash ?? "no"} refund`);
         } else if (refunded === 0n) out.discrepancies.push(`${what} is marked refunded, but the ledger shows no refund`);
         // Short of the payment (a leaked refunder key's refund, closed as refunded all the same): the rest is owed.
-        else if (refunded < paid.amount) out.discrepancies.push(`${what} is marked refunded, but the ledger shows ${refunded} refunded of its payment of ${paid.amount}`);
+        else if (refunded < owed) out.discrepancies.push(`${what} is marked refunded, but the ledger shows ${refunded} refunded of the ${owed} owed of its payment of ${paid.amount}`);
         // A refunded order the biller delivered after all (fulfil.ts lateDelivery): the biller was paid, for an operator to take up.
         if (o.flag) out.review.push(`${what}: ${o.flag}`);
         break;

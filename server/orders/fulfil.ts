@@ -97,6 +97,8 @@ export interface FlowDeps {
   refundPayerSharePercent: number;
   /** What refunds of late landings may take together per period, as a percentage of the limit (orders/refund-share.ts). */
   refundLateSlicePercent: number;
+  /** What a kept refusal's refund keeps back for its gas, a decimal of the token (LATE_LANDING_FEE, orders/late-landing.ts). */
+  lateLandingFee: string;
   /** How long a refund waits for the budget before it goes to an operator. */
   refundWaitReviewSeconds: number;
   /** Vend latency, refunds and upstream calls, for /metrics. */
@@ -801,13 +803,14 @@ async function sendRefund(deps: RefundDeps, o: Order, amount: bigint, paidIn: bi
 
 /**
  * What the order's refund sends: its amount when the ledger's payment is exactly the order's
- * (paymentMismatch). Otherwise only a refund an operator approved from review, and only while
+ * (paymentMismatch), less what it keeps back for its gas (refundFee: a late landing's,
+ * orders/late-landing.ts). Otherwise only a refund an operator approved from review, and only while
  * the ledger's payment is exactly what they approved, by the order's payer in its token
  * (orders/review.ts); else why not (the mismatch), and nothing is sent.
  */
 export async function refundAmount(deps: Pick<FlowDeps, "orders">, o: Order, paid: LedgerPayment): Promise<bigint | string> {
   const mismatch = paymentMismatch(o, paid);
-  if (!mismatch) return o.amount;
+  if (!mismatch) return o.amount - o.refundFee;
   const approved = await deps.orders.approvedRefund(o.requestId);
   if (approved !== null && approved > 0n && paymentMismatch({ ...o, amount: approved }, paid) === null) return approved;
   return mismatch;

@@ -2,8 +2,20 @@
  * A good payment the service refused landed anyway (orders/refused-payments.ts keeps such
  * refusals): it becomes an order refunded on chain by the service, not an orphan left for an
  * operator. What bounds it is said there and in docs/money.md.
+ *
+ * Its refund keeps back LATE_LANDING_FEE for its own gas. The service never sent such a payment
+ * to anyone (it was refused before any order or facilitator call), so its payer landed it, or
+ * someone he showed it to; and a refund costs BillPay about twice the gas of the landing
+ * (refundAuthorization against transferWithAuthorization, `npm run bench:gas`). Without the fee
+ * a wallet could land its own authorization, offer it, be refunded in full, and repeat, each
+ * round costing the service more than it cost the wallet. A payment the service's facilitator
+ * landed after the service refused its order (x402-flow.ts landedAfterRefusal) is the service's
+ * doing, and is refunded in full.
  */
-import { chainInfo, type ChainKey } from "../../lib/chains.ts";
+import { parseUnits } from "viem";
+import { chainInfo, tokenOn, type ChainKey } from "../../lib/chains.ts";
+import type { TokenSymbol } from "../../lib/networks.ts";
+import { amountIn } from "../../lib/token-amounts.ts";
 import { ServiceError } from "../errors.ts";
 import type { LedgerPayment } from "../ledger-client.ts";
 import { errorText } from "../log-safety.ts";
@@ -24,7 +36,10 @@ export async function refundLanding(
   options: { now?: boolean } = { now: true },
 ): Promise<Order | undefined> {
   if (BigInt(payment.amount) !== record.amount) return undefined;
-  const order = await deps.orders.createLandedRefund(record, payment.txHash);
+  // Worth no more than its refund's gas: an operator's, as any orphan.
+  const fee = lateLandingFee(deps, record.chain, record.token);
+  if (record.amount <= fee) return undefined;
+  const order = await deps.orders.createLandedRefund(record, payment.txHash, fee);
   if (!order) return undefined;
   // Watched as every confirmed payment is (payment-watch.ts: a loss that takes it and its refund
   // is met as a refunded order's is); read from the ledger when the caller has only its hash.
@@ -81,7 +96,11 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
     return refuse(`a payment of ${shown.amount} (not this authorization's ${record.amount}) already reached BillPay under its nonce (transaction ${shown.txHash}), outside any order: it is held for an operator, and this authorization pays for no bill`, { landed_tx: shown.txHash });
   }
   if (orphan === undefined || orphan === "NEEDS_REVIEW") {
-    const back = kept ? "it is refunded to its payer on chain" : "too many refused payments of this payer are kept already, so an operator must refund it";
+    const back = !kept
+      ? "too many refused payments of this payer are kept already, so an operator must refund it"
+      : record.amount > lateLandingFee(deps, record.chain, record.token)
+        ? `it is refunded to its payer on chain, ${lateLandingTerms(deps, record.chain, record.token)}`
+        : "it is worth no more than a refund's gas, so an operator must refund it";
     return refuse(
       `this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order. A landed authorization can be read by anyone and names no bill, so it pays for none: ${back}; sign a new authorization for this bill`,
       { landed_tx: shown.txHash },
@@ -89,4 +108,16 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
   }
   const settled = orphan === ORPHAN_HELD_FOR_HAND_REFUND ? "an operator is refunding it by hand" : "an operator has settled it (refunded by hand, or kept)";
   return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and ${settled}: it pays for no bill`, { landed_tx: shown.txHash });
+}
+
+/** What a kept refusal's refund keeps back for its gas, in units of `token` on `chain` (LATE_LANDING_FEE). */
+export function lateLandingFee(deps: Pick<FlowDeps, "lateLandingFee">, chain: string, token: string): bigint {
+  const decimals = tokenOn(chain as ChainKey, token as TokenSymbol)?.decimals;
+  if (decimals === undefined) throw new Error(`no token ${token} on ${chain}`);
+  return parseUnits(deps.lateLandingFee, decimals);
+}
+
+/** The payer's words for it: "less 0.02 USDC on CELO for the refund's gas". */
+export function lateLandingTerms(deps: Pick<FlowDeps, "lateLandingFee">, chain: string, token: string): string {
+  return `less ${amountIn(chain, token, lateLandingFee(deps, chain, token))} for the refund's gas`;
 }

@@ -18,7 +18,7 @@ export type OrderStatus = (typeof ORDER_STATUSES)[number];
 export const ORDER_STARTS: ReadonlyArray<{ at: OrderStatus; why: string }> = [
   { at: "SETTLING", why: "an x402 payment was offered; its authorization is being settled, nothing is charged yet" },
   { at: "PULLING", why: "an agent asked to pay from its allowance; the pull is being sent, nothing is charged yet" },
-  { at: "REFUNDING", why: "a payment the service had refused landed later anyway: it is refunded, exactly it" },
+  { at: "REFUNDING", why: "a payment the service had refused landed later anyway: it is refunded, exactly it (less LATE_LANDING_FEE for its gas when the service never sent it)" },
 ];
 
 export interface Move {

@@ -186,6 +186,11 @@ export interface Order {
   secretHash: string | null;
   /** Its refund is of a payment landed after the service refused it (the payer's doing): it draws on the late slice (orders/refund-share.ts). */
   lateRefund: boolean;
+  /**
+   * Token units its refund keeps back to pay for the refund's gas: a refusal kept at intake
+   * that landed anyway (orders/late-landing.ts, LATE_LANDING_FEE), else 0.
+   */
+  refundFee: bigint;
   createdAt: Date;
   /** When the order last changed (status, transaction, outcome; a lease is not a change). */
   updatedAt: Date;
@@ -229,6 +234,7 @@ interface Row {
   flag: string | null;
   secret_hash: string | null;
   late_refund: boolean;
+  refund_fee: string;
 }
 
 /**
@@ -244,7 +250,7 @@ const UNFINISHED_ARRAY = `'{${UNFINISHED_STATUSES.join(",")}}'::text[]`;
 
 const COLUMNS = `request_id, lease_token, rail, onchain_order_id, batch_id, schedule_id, idempotency_key, created_at, updated_at, ${UNFINISHED_SINCE} AS unfinished_since, body_hash, bill, vend, chain, token, token_address, payer, amount::text AS amount,
   auth_nonce, auth_valid_before::text AS auth_valid_before, payment, requirements, status, tx_hash, purchased_code, purchased_codes, units, failure_reason, refund_tx_hash,
-  biller_amount, flag, secret_hash, late_refund`;
+  biller_amount, flag, secret_hash, late_refund, refund_fee::text AS refund_fee`;
 
 function toOrder(r: Row): Order {
   return {
@@ -268,6 +274,7 @@ function toOrder(r: Row): Order {
     payment: r.payment,
     requirements: r.requirements,
     secretHash: r.secret_hash,
+    refundFee: BigInt(r.refund_fee),
     ...changingPart(r),
   };
 }
@@ -382,6 +389,7 @@ export type NewOrder = Omit<
   | "unfinishedSince"
   | "leaseToken"
   | "lateRefund"
+  | "refundFee"
 >;
 
 export type NewPullOrder = Omit<NewOrder, "authNonce" | "authValidBefore" | "payment" | "requirements" | "secretHash"> &
@@ -687,6 +695,7 @@ export class OrderStore {
   async createLandedRefund(
     r: { chain: string; rail: string; token: string; tokenAddress: string; payer: string; nonce: string; amount: bigint; validBefore: bigint; bill: Record<string, unknown>; bodyHash: string; payment: Record<string, unknown>; requirements: Record<string, unknown>; reason: string },
     txHash: string,
+    refundFee: bigint,
   ): Promise<Order | undefined> {
     const { requestId } = newOrderIds();
     const key = [r.chain, r.tokenAddress.toLowerCase(), r.payer.toLowerCase(), r.nonce.toLowerCase(), r.rail];
@@ -698,8 +707,8 @@ export class OrderStore {
          SELECT status FROM orphan_payment WHERE chain = $1 AND token_address = $2 AND payer = $3 AND auth_nonce = $4 AND rail = $5 FOR UPDATE
        ), made AS (
          INSERT INTO bill_order (request_id, vend, body_hash, bill, chain, token, token_address, payer, amount, auth_nonce, payment, requirements,
-                                 status, rail, onchain_order_id, auth_valid_before, tx_hash, failure_reason, late_refund)
-         SELECT $6, NULL, $7, $8, $1, $9, $2, $3, $10, $4, $11, $12, 'REFUNDING', 'x402', $13, $14, $15, $16, true
+                                 status, rail, onchain_order_id, auth_valid_before, tx_hash, failure_reason, late_refund, refund_fee)
+         SELECT $6, NULL, $7, $8, $1, $9, $2, $3, $10, $4, $11, $12, 'REFUNDING', 'x402', $13, $14, $15, $16, true, $17
           WHERE NOT EXISTS (SELECT 1 FROM orphan WHERE status <> 'NEEDS_REVIEW')
          ON CONFLICT DO NOTHING
          RETURNING ${COLUMNS}
@@ -721,6 +730,7 @@ export class OrderStore {
         r.validBefore.toString(),
         txHash,
         `the payment landed on chain after the service had refused it (${r.reason})`,
+        refundFee.toString(),
       ],
     );
     return rows[0] && toOrder(rows[0]);

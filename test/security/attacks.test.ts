@@ -8,7 +8,7 @@
 import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
 import { x402Bill } from "../support/bills.ts";
 import type { PaymentRequirements } from "@x402/core/types";
-import { keccak256, toBytes, type Hex } from "viem";
+import { keccak256, parseUnits, toBytes, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { orderProofMessage } from "../../lib/order-proof.ts";
@@ -275,7 +275,8 @@ describe("attacks on the money paths", () => {
     expect((await orderOf(early))!.lateRefund).toBe(true);
     // Its payment is watched as every confirmed one is (a reorganisation taking it and its refund is met, not missed); before, none was.
     expect(await watchedPayment((await orderOf(early))!.requestId)).toBe(true);
-    expect(await usdc(attacker.address)).toBe(before);
+    // Less what pays for the refund's gas: the service never sent it, so landing it costs its lander that.
+    expect(await usdc(attacker.address)).toBe(before - parseUnits(service.config.LATE_LANDING_FEE, 6));
     const afterEarly = await usdc(attacker.address);
 
     // (b) A facilitator that answers "failed" while its transaction is still on its way.
@@ -317,7 +318,7 @@ describe("attacks on the money paths", () => {
     expect(await usdc(attacker.address)).toBe(afterEarly);
   });
 
-  it("a payment its payer landed before offering it cannot be claimed by a stranger naming his own bill: it pays for no bill, and is refunded to its payer", async () => {
+  it("a payment its payer landed before offering it cannot be claimed by a stranger naming his own bill: it pays for no bill, and is refunded to its payer, less the refund's gas", async () => {
     const before = await usdc(victim.address);
     const body = bill(victim.address, { nairaAmount: 1270 });
     const req = await required(body);
@@ -339,11 +340,13 @@ describe("attacks on the money paths", () => {
     await workerPasses();
     const refunded = await orderOf(auth);
     expect(refunded).toMatchObject({ status: "REFUNDED", purchasedCode: null, amount: auth.value });
-    expect(await usdc(victim.address)).toBe(before);
+    // Less what pays for the refund's gas: the service never sent it (orders/late-landing.ts).
+    const lateFee = parseUnits(service.config.LATE_LANDING_FEE, 6);
+    expect(await usdc(victim.address)).toBe(before - lateFee);
     const orphans = ((await (await fetch(`${url}/ops/orphans`)).json()) as { payments: Array<{ auth_nonce: string }> }).payments.map((o) => o.auth_nonce);
     expect(orphans).not.toContain(auth.nonce.toLowerCase());
     await workerPasses();
-    expect(await usdc(victim.address)).toBe(before);
+    expect(await usdc(victim.address)).toBe(before - lateFee);
   });
 
   it("a retired key or a cancelled schedule never pays", async () => {

@@ -22,7 +22,7 @@
 import { encodePaymentSignatureHeader, x402HTTPClient } from "@x402/core/http";
 import type { PaymentPayload } from "@x402/core/types";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import type { Account, Hex } from "viem";
+import { parseUnits, type Account, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomNonce } from "../../lib/eip3009.ts";
 import { deployerAccount } from "../../lib/local-accounts.ts";
@@ -57,6 +57,8 @@ describe("money safety, third round", () => {
   const post = (body: Body, headers: Record<string, string> = {}) =>
     fetch(`${url}/api/pay/x402`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
   const usdc = (who: Hex) => celo.balanceOf("USDC", who);
+  /** What a kept refusal's refund keeps back for its gas (LATE_LANDING_FEE), in USDC's units. */
+  const lateFee = () => parseUnits(service.config.LATE_LANDING_FEE, 6);
   const airtime = (payer: Account, phone: string, nairaAmount: number) => x402Bill(payer.address, { billersCode: phone, nairaAmount });
   const now = () => BigInt(Math.floor(Date.now() / 1000));
   const ledgerAtHead = async () => waitForLedgerBlock(paying.ledger.url, 42220, await celo.publicClient.getBlockNumber());
@@ -235,7 +237,7 @@ describe("money safety, third round", () => {
     expect(await usdc(payer.address)).toBe(start);
   });
 
-  it("a payment landed by its payer before it was offered pays for no bill: it is refunded to him on chain, and its orphan is claimed by that refund so an operator cannot also refund it by hand", async () => {
+  it("a payment landed by its payer before it was offered pays for no bill: it is refunded to him on chain less the refund's gas, and its orphan is claimed by that refund so an operator cannot also refund it by hand", async () => {
     const payer = accounts(4);
     const start = await usdc(payer.address);
     const body = airtime(payer, SANDBOX_NUMBERS.phone, 1602);
@@ -248,11 +250,15 @@ describe("money safety, third round", () => {
     const orders = await orderCount();
     const offered = await post(body, headers);
     expect(offered.status).toBe(402);
-    expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer") });
+    expect(await offered.json()).toMatchObject({ code: "PAYMENT_NONCE_SPENT", charged: false, detail: expect.stringContaining("refunded to its payer on chain, less 0.02 USDC on CELO for the refund's gas") });
     expect(await orderCount()).toBe(orders);
-    // The next pass refunds it: exactly what landed, once, through an order of its own.
+    // The next pass refunds it: what landed, less what pays for the refund's gas (the service
+    // never sent it, and a refund costs about twice the landing's gas: landing, offering and
+    // being refunded again and again costs the wallet more than the service), once, through an order of its own.
+    const treasury = await usdc(celo.billPay);
     await passes();
-    expect(await usdc(payer.address)).toBe(start);
+    expect(await usdc(payer.address)).toBe(start - lateFee());
+    expect(await usdc(celo.billPay)).toBe(treasury - auth.value + lateFee());
     const refund = (await ordersUnder(auth))!;
     expect(refund).toMatchObject({ status: "REFUNDED", amount: auth.value, purchasedCode: null });
     // Its payment is watched as every confirmed one is (read from the ledger: the pass had only its transaction); before, none was.
@@ -273,7 +279,7 @@ describe("money safety, third round", () => {
     expect(againBody.receipt).toBeUndefined();
     expect(again.headers.get("payment-response")).toBeNull();
     expect((await orderOf(refund.requestId)).status).toBe("REFUNDED");
-    expect(await usdc(payer.address)).toBe(start);
+    expect(await usdc(payer.address)).toBe(start - lateFee());
   });
 
   it("an authorization cancelled on chain is refused at intake: no order, no facilitator call, counted against the payer", async () => {
@@ -320,8 +326,8 @@ describe("money safety, third round", () => {
     await celo.submitAuthorization("USDC", soon);
     expect(await usdc(payer.address)).toBe(start - soon.value);
     await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDED");
-    expect(await usdc(payer.address)).toBe(start);
-    expect((await ordersUnder(soon))!.lateRefund).toBe(true);
+    expect(await usdc(payer.address)).toBe(start - lateFee());
+    expect((await ordersUnder(soon))!).toMatchObject({ lateRefund: true, refundFee: lateFee() });
 
     // Junk (a signature that is not the payer's) is refused the same way, and not kept.
     const junk = await celo.signAuthorization(accounts(8), "USDC", BigInt(req.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
@@ -336,6 +342,21 @@ describe("money safety, third round", () => {
     expect(emptyRes).toContain("AUTHORIZATION_NOT_YET_VALID");
     expect(emptyRes).toContain("does not hold the amount now, so it is not kept");
     expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [empty.address.toLowerCase()])).toEqual([]);
+    // Nor one worth no more than its refund's gas (LATE_LANDING_FEE): nothing would be left to give back.
+    const small = await freshWallet(10_000_000n);
+    const smallBody = airtime(small, SANDBOX_NUMBERS.phone, 1627);
+    const smallReq = await required(smallBody);
+    const cheap = await celo.signAuthorization(small, "USDC", BigInt(smallReq.accepted.amount), celo.billPay, { validAfter: now() + 600n, validBefore: now() + 900n });
+    const fee = service.flow.lateLandingFee;
+    service.flow.lateLandingFee = "1000";
+    try {
+      const smallRes = JSON.stringify(await (await post(smallBody, header(cheap, smallReq))).json());
+      expect(smallRes).toContain("AUTHORIZATION_NOT_YET_VALID");
+      expect(smallRes).toContain("worth no more than a refund's gas, so it is not kept");
+    } finally {
+      service.flow.lateLandingFee = fee;
+    }
+    expect(await service.db.query(`SELECT 1 FROM refused_payment WHERE payer = $1`, [small.address.toLowerCase()])).toEqual([]);
     // One valid for years (refused as too long) is kept for a week at most, and its payer is told so.
     const patient = await freshWallet(10_000_000n);
     const patientBody = airtime(patient, SANDBOX_NUMBERS.phone, 1626);
@@ -343,7 +364,7 @@ describe("money safety, third round", () => {
     const years = await celo.signAuthorization(patient, "USDC", BigInt(patientReq.accepted.amount), celo.billPay, { validBefore: now() + 10n * 365n * 86_400n });
     const yearsRes = JSON.stringify(await (await post(patientBody, header(years, patientReq))).json());
     expect(yearsRes).toContain("AUTHORIZATION_TOO_LONG");
-    const keptUntil = /submitted anyway before (\S+), it is refunded to the payer on chain; after that, an operator must refund it/.exec(yearsRes);
+    const keptUntil = /submitted anyway before (\S+), it is refunded to the payer on chain, less 0\.02 USDC on CELO for the refund's gas; after that, an operator must refund it/.exec(yearsRes);
     expect(keptUntil).not.toBeNull();
     const keptFor = (Date.parse(keptUntil![1]!) - Date.now()) / 1000;
     expect(keptFor).toBeGreaterThan(KEPT_AT_MOST_SECONDS - 3_600);
@@ -383,7 +404,7 @@ describe("money safety, third round", () => {
     }
     // Deep enough: refunded, once.
     await expect.poll(async () => (await passes(1), (await ordersUnder(soon))?.status), { timeout: 30_000, interval: 250 }).toBe("REFUNDED");
-    expect(await usdc(payer.address)).toBe(start);
+    expect(await usdc(payer.address)).toBe(start - lateFee());
   });
 
   it("the biller's webhook for an earlier attempt is requeried by that attempt's own id: a delivery after the refund is recorded, alerted and given to the payer, and nothing is refunded twice", async () => {

@@ -20,6 +20,7 @@ function served(requestId: string, nonce: string): OpsOrder {
     payer: PAYER,
     token_address: TOKEN,
     amount: "1000000",
+    refund_fee: "0",
     auth_nonce: nonce,
     onchain_order_id: `0x${"0".repeat(64)}`,
     created_at: new Date().toISOString(),
@@ -155,18 +156,21 @@ describe("the audit of orders served on their receipt", () => {
     expect(auditOrders(records, [payment("0x08"), payment("0x09")], [], Date.now(), 3_600).discrepancies).toHaveLength(6);
   });
 
-  it("flags a refunded order whose refunds on chain fall short of its payment, and passes one refunded exactly", () => {
-    const order = (requestId: string, nonce: string) => ({ ...served(requestId, nonce), status: "REFUNDED" }) as unknown as OpsOrder;
+  it("flags a refunded order whose refunds on chain fall short of its payment (less what a late landing's keeps back for its gas), and passes one refunded exactly", () => {
+    const order = (requestId: string, nonce: string, fee = "0") => ({ ...served(requestId, nonce), status: "REFUNDED", refund_fee: fee }) as unknown as OpsOrder;
     const payment = (nonce: string) => ({ id: `42220-0x${nonce.slice(2).repeat(32)}-1`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount: 1_000_000n });
     const refund = (nonce: string, amount: bigint) => ({ id: `42220-0x${"cc".repeat(32)}-${nonce}`, chainId: 42220, rail: "authorization", orderId: null, authorizationNonce: nonce, payer: PAYER, token: TOKEN, amount });
     const audit = auditOrders(
-      { orders: [order("ord_short", "0x06"), order("ord_whole", "0x07")], orphans: { pulls: [], payments: [] } },
-      [payment("0x06"), payment("0x07")],
-      [refund("0x06", 400_000n), refund("0x07", 1_000_000n)],
+      { orders: [order("ord_short", "0x06"), order("ord_whole", "0x07"), order("ord_late", "0x08", "20000"), order("ord_late_short", "0x09", "20000")], orphans: { pulls: [], payments: [] } },
+      [payment("0x06"), payment("0x07"), payment("0x08"), payment("0x09")],
+      [refund("0x06", 400_000n), refund("0x07", 1_000_000n), refund("0x08", 980_000n), refund("0x09", 979_999n)],
       Date.now(),
       3_600,
     );
-    expect(audit.discrepancies).toEqual(["order ord_short (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows 400000 refunded of its payment of 1000000"]);
+    expect(audit.discrepancies).toEqual([
+      "order ord_short (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows 400000 refunded of the 1000000 owed of its payment of 1000000",
+      "order ord_late_short (x402, REFUNDED, 1000000) is marked refunded, but the ledger shows 979999 refunded of the 980000 owed of its payment of 1000000",
+    ]);
   });
 
   it("lists an x402 order closed as not charged when a transfer of exactly its amount from its payer, made after it, came in booked as no payment; each transfer names one order", () => {

@@ -66,22 +66,22 @@ for (const kind of ["pglite", "postgresql"] as const) {
 
     it("claims the orphan with the order it makes", async () => {
       await orphan(payer(1), "authorization");
-      const order = await orders.createLandedRefund(landed(payer(1), "authorization"), `0x${"22".repeat(32)}`);
-      expect(order).toMatchObject({ status: "REFUNDING", payer: payer(1), amount: 1_000_000n });
+      const order = await orders.createLandedRefund(landed(payer(1), "authorization"), `0x${"22".repeat(32)}`, 20_000n);
+      expect(order).toMatchObject({ status: "REFUNDING", payer: payer(1), amount: 1_000_000n, refundFee: 20_000n, lateRefund: true });
       expect(await orphanStatus(payer(1))).toBe("CLAIMED");
     });
 
     it("leaves the orphan for an operator when an order already holds the key: nothing claimed with no order behind it", async () => {
       // The payer's order on the other rail holds the same (chain, token, payer, nonce).
-      expect(await orders.createLandedRefund(landed(payer(2), "permit2"), `0x${"33".repeat(32)}`)).toBeDefined();
+      expect(await orders.createLandedRefund(landed(payer(2), "permit2"), `0x${"33".repeat(32)}`, 0n)).toBeDefined();
       await orphan(payer(2), "authorization");
-      expect(await orders.createLandedRefund(landed(payer(2), "authorization"), `0x${"44".repeat(32)}`)).toBeUndefined();
+      expect(await orders.createLandedRefund(landed(payer(2), "authorization"), `0x${"44".repeat(32)}`, 0n)).toBeUndefined();
       expect(await orphanStatus(payer(2))).toBe("NEEDS_REVIEW");
     });
 
     it("makes no order for an orphan an operator holds or closed", async () => {
       await orphan(payer(3), "authorization", "REFUNDING_BY_HAND");
-      expect(await orders.createLandedRefund(landed(payer(3), "authorization"), `0x${"55".repeat(32)}`)).toBeUndefined();
+      expect(await orders.createLandedRefund(landed(payer(3), "authorization"), `0x${"55".repeat(32)}`, 0n)).toBeUndefined();
       expect(await orphanStatus(payer(3))).toBe("REFUNDING_BY_HAND");
     });
   });
