@@ -34,7 +34,7 @@ contract TextRevertToken {
         return true;
     }
 
-    function transferFrom(address from, address to, uint256 amount) external returns (bool) {
+    function transferFrom(address from, address to, uint256 amount) public virtual returns (bool) {
         require(amount <= allowance[from][msg.sender], "ERC20: transfer amount exceeds allowance");
         _move(from, to, amount);
         allowance[from][msg.sender] -= amount;

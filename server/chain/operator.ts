@@ -157,6 +157,23 @@ export class ContractRefused extends Error {
   }
 }
 
+/**
+ * A transaction mined and reverted (REVERTED_ON_CHAIN). `outOfGas` when it used all its gas but
+ * the 1/64 the EVM keeps back from a call it makes: it ran out, whatever it called, so the
+ * service's own estimate fell short and nobody else's doing is read into it. A revert by a
+ * check uses at most what the estimate ran, a quarter under the limit (withGasMargin).
+ */
+export class RevertedOnChain extends ContractRefused {
+  constructor(
+    readonly txHash: Hex,
+    readonly outOfGas: boolean,
+    gasUsed: bigint,
+    gas: bigint,
+  ) {
+    super(REVERTED_ON_CHAIN, [], outOfGas ? `transaction ${txHash} reverted: it ran out of gas (${gasUsed} of ${gas}), the service's estimate fell short` : `transaction ${txHash} reverted`);
+  }
+}
+
 /** A refund sent and mined (its hash, the gas it cost the refunder key in wei, its block); or BillPay's answer, by name, that it holds the key (or the order id) refunded already. */
 export type RefundOutcome = { txHash: Hex; gasWei: bigint; block: bigint } | { alreadyRefunded: true; errorName: string };
 
@@ -480,8 +497,10 @@ export class ChainOperator {
           const reverted = err.errorName === REVERTED_ON_CHAIN;
           const blamed = (e: unknown) => (reverted ? payerDoing(e, "the pulls sent with it reverted on chain") : e);
           // A batch that would pass now: a payer moved his allowance or funds and moved them
-          // back within the block, which no pull sent again alone can name (it passes).
-          if (reverted && (await this.estimateAgain(chain, batch)) === "passes") {
+          // back within the block, which no pull sent again alone can name (it passes). Not
+          // one that ran out of gas: the service's estimate fell short (blame).
+          const outOfGas = err instanceof RevertedOnChain && err.outOfGas;
+          if (reverted && !outOfGas && (await this.estimateAgain(chain, batch)) === "passes") {
             // One payer's pulls alone: his, each of them counted against him as a lone pull's revert is.
             if (new Set(members.map((m) => m.item.payer.toLowerCase())).size === 1) {
               const answer = passesNow(err);
@@ -550,11 +569,15 @@ export class ChainOperator {
    * stands names what refused it. Its payer's own doing (his allowance or funds moved after
    * the service's estimate) is REVERTED_BY_PAYER, and so is a call that would pass now: only
    * its payers move their allowances and funds back and forth, while the service's own
-   * bounds (its pull budget, a pause) would still refuse it by name. Anything else as it is.
+   * bounds (its pull budget, a pause) would still refuse it by name. One that ran out of gas
+   * is the service's estimate falling short (a token's transfer grown dearer since), never
+   * the payer's: his allowance and funds cannot make a transfer dearer than the margin.
+   * Anything else as it is.
    */
   private async blame(chain: ChainKey, call: Write, err: unknown): Promise<unknown> {
     if (!(err instanceof ContractRefused)) return err;
     if (err.errorName !== REVERTED_ON_CHAIN) return this.tokenShortfall(chain, call, err);
+    if (err instanceof RevertedOnChain && err.outOfGas) return err;
     const now = await this.estimateAgain(chain, call);
     // The node did not answer, or refused with no name: nothing is said of the payer.
     if (now === "unread") return err;
@@ -939,7 +962,10 @@ export class ChainOperator {
     if (this.receipts.size > KEPT_RECEIPTS) this.receipts.delete(this.receipts.keys().next().value!);
     // An earlier transaction can still win the race against its replacement: the caller learns which.
     if (mined !== recorded) await onReplaced?.(recorded, mined, "mined");
-    if (receipt.status !== "success") throw new ContractRefused(REVERTED_ON_CHAIN, [], `transaction ${mined} reverted`);
+    if (receipt.status !== "success") {
+      const gas = current.gas ?? receipt.gasUsed; // (replacements keep their first's gas)
+      throw new RevertedOnChain(mined, current.gas !== undefined && receipt.gasUsed * 64n >= gas * 63n, receipt.gasUsed, gas);
+    }
     return { hash: mined, gasWei: receipt.gasUsed * receipt.effectiveGasPrice, block: receipt.blockNumber };
   }
 }

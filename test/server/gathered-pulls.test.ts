@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { billPayAbi } from "../../lib/generated/abis.ts";
 import { loadArtifact } from "../../lib/artifacts.ts";
 import { deployerAccount, operatorAccount, refunderAccount } from "../../lib/local-accounts.ts";
-import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED_BY_PAYER, type PullItem } from "../../server/chain/operator.ts";
+import { ChainOperator, ContractRefused, onChainOrderId, ReplacementRefused, REVERTED_BY_PAYER, REVERTED_ON_CHAIN, type PullItem } from "../../server/chain/operator.ts";
 import { chainActors, type ChainActors } from "../support/actors.ts";
 import { freshAccounts, leaseSharedChains, type SharedChains } from "../support/stack.ts";
 
@@ -188,19 +188,21 @@ describe("gathered pulls", () => {
     });
   });
 
-  it("a pull the token refuses in words, not by name (as Circle's FiatToken does), is named from the chain: a short balance at the estimate, and a revert its payer brought about by moving his funds after it, his doing", async () => {
-    const operator = ownOperator();
+  /**
+   * A test token (contracts/test) deployed and accepted by BillPay, with a pull budget; `payer`
+   * holds 5 of it and lets BillPay pull it. `wallet` is the payer's, `admin` BillPay's.
+   */
+  async function acceptedTestToken(contract: "TextRevertToken" | "GasHeavyToken", payer: ReturnType<typeof accounts>) {
     const rpcUrl = celo.deployment.rpcUrl;
     const chain = viemChain("CELO", rpcUrl);
     const admin = createWalletClient({ account: deployerAccount(), chain, transport: http(rpcUrl) });
-    const artifact = loadArtifact("test/TextRevertToken.sol", "TextRevertToken");
+    const artifact = loadArtifact(`test/${contract}.sol`, contract);
     const deployed = await celo.publicClient.waitForTransactionReceipt({ hash: await admin.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode }) });
     const token = deployed.contractAddress!;
     const adminDoes = async (functionName: "setTokenAccepted" | "setPullBudget", args: readonly unknown[]) =>
       celo.publicClient.waitForTransactionReceipt({ hash: await admin.writeContract({ address: celo.billPay, abi: billPayAbi, functionName, args } as never) });
     await adminDoes("setTokenAccepted", [token, true]);
     await adminDoes("setPullBudget", [token, 1_000_000_000n, 86_400n]);
-    const [payer, elsewhere] = [accounts(3), accounts(4)];
     const wallet = createWalletClient({ account: payer, chain, transport: http(rpcUrl) });
     const does = async (address: Hex, abi: readonly unknown[], functionName: string, args: readonly unknown[], fees = {}) =>
       celo.publicClient.waitForTransactionReceipt({ hash: await wallet.writeContract({ address, abi, functionName, args, ...fees } as never) });
@@ -208,6 +210,13 @@ describe("gathered pulls", () => {
     await does(token, artifact.abi, "approve", [celo.billPay, 100_000_000n]);
     await does(celo.billPay, billPayAbi, "setSpendingAllowance", [token, 100_000_000n]);
     const pullOf = (amount: bigint): PullItem => ({ requestId: requestId(), payer: payer.address as Hex, token, amount });
+    return { token, abi: artifact.abi, admin, wallet, pullOf };
+  }
+
+  it("a pull the token refuses in words, not by name (as Circle's FiatToken does), is named from the chain: a short balance at the estimate, and a revert its payer brought about by moving his funds after it, his doing", async () => {
+    const operator = ownOperator();
+    const [payer, elsewhere] = [accounts(3), accounts(4)];
+    const { token, abi, wallet, pullOf } = await acceptedTestToken("TextRevertToken", payer);
 
     // More than he holds: the token says so in words; named as OpenZeppelin's tokens name it, so the agent is told BALANCE_INSUFFICIENT.
     const short = await operator.pull("CELO", pullOf(9_000_000n)).then(() => undefined, (e: unknown) => e as ContractRefused);
@@ -221,12 +230,32 @@ describe("gathered pulls", () => {
       const mined = await sentByOperator();
       const pulling = operator.pull("CELO", his).then(() => undefined, (e: unknown) => e as ContractRefused);
       await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 1);
-      const moving = wallet.writeContract({ address: token, abi: artifact.abi, functionName: "transfer", args: [elsewhere.address, 5_000_000n], gas: 100_000n, maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n } as never);
+      const moving = wallet.writeContract({ address: token, abi, functionName: "transfer", args: [elsewhere.address, 5_000_000n], gas: 100_000n, maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n } as never);
       await moving;
       const refusal = await settledMining(pulling, mine);
       expect(refusal).toBeInstanceOf(ContractRefused);
       expect(refusal!.errorName).toBe(REVERTED_BY_PAYER); // on the code before: the token's own refusal ("Error"), never counted against him
       expect(refusal!.message).toMatch(/its payer's doing: ERC20InsufficientBalance/);
+    });
+    expect(await paidOnChain(his)).toBe(0n);
+  });
+
+  it("a pull that ran out of gas (its token's transfer grown dearer after the estimate) is the service's estimate falling short, never blamed on its payer", async () => {
+    const operator = ownOperator();
+    const payer = accounts(6);
+    const { token, abi, admin, pullOf } = await acceptedTestToken("GasHeavyToken", payer);
+    const his = pullOf(1_000_000n);
+    await celo.miningPaused(async (mine) => {
+      const mined = await sentByOperator();
+      const pulling = operator.pull("CELO", his).then(() => undefined, (e: unknown) => e as ContractRefused);
+      await expect.poll(sentByOperator, { timeout: 20_000 }).toBe(mined + 1);
+      // Ahead of it in the block (a higher tip), the token's transfers grow dearer by five fresh storage writes.
+      await admin.writeContract({ address: token, abi, functionName: "setExtraWrites", args: [5n], gas: 100_000n, maxPriorityFeePerGas: 50_000_000_000n, maxFeePerGas: 500_000_000_000n } as never);
+      const refusal = await settledMining(pulling, mine);
+      expect(refusal).toBeInstanceOf(ContractRefused);
+      // On the code before: it would pass now (estimated again with the dearer transfer), so RevertedByPayer, counted against him.
+      expect(refusal!.errorName).toBe(REVERTED_ON_CHAIN);
+      expect(refusal!.message).toMatch(/ran out of gas/);
     });
     expect(await paidOnChain(his)).toBe(0n);
   });
