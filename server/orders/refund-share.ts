@@ -13,6 +13,8 @@
  * one transaction under a lock per (chain, token): refunds decided at once by several workers
  * or instances cannot all take the same room. A refund cleared once stays cleared (a retry
  * after a failed send does not count twice); it counts for one period from when it was cleared.
+ * A refund begun anew (a move into REFUNDING from another state: orders/store.ts REFUND_AFRESH)
+ * is cleared afresh.
  */
 import type { Db } from "../db.ts";
 

@@ -337,10 +337,15 @@ function movingSql(columns: string, from: readonly OrderStatus[], to: OrderStatu
  * served bill failing again, a payment landing again) starts its clocks afresh: the wait for
  * the refund budget and the reverts that held an earlier try for review were that try's, and
  * its first short wait would otherwise send it straight back (fulfil.ts deferRefund,
- * refundReverted). The worker's own tries (REFUNDING to REFUNDING) keep them.
+ * refundReverted). Its place in the payer's share and the late slice is decided afresh too
+ * (refund-share.ts): a payment that landed again after a reorganisation took it and its
+ * refund would otherwise be refunded again outside both, on the first clearing's mark. The
+ * worker's own tries (REFUNDING to REFUNDING) keep all of them.
  */
 const REFUND_AFRESH = `refund_waiting_since = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN NULL ELSE refund_waiting_since END,
-       refund_reverts = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN 0 ELSE refund_reverts END`;
+       refund_reverts = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN 0 ELSE refund_reverts END,
+       refund_cleared_at = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN NULL ELSE refund_cleared_at END,
+       refund_cleared_amount = CASE WHEN status <> 'REFUNDING' AND $3 = 'REFUNDING' THEN NULL ELSE refund_cleared_amount END`;
 
 /** The pay attempts of an order moved out of the states before payment, never sent (lifecycle.ts withdrawsUnsentAttempts). */
 const WITHDRAWN_ATTEMPTS = `withdrawn AS (DELETE FROM biller_attempt WHERE request_id IN (SELECT request_id FROM moved))`;

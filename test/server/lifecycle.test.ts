@@ -202,30 +202,34 @@ describe("an order's life", () => {
       expect(await failed()).toEqual([]);
     });
 
-    it("a refund begun anew (an operator's, a served bill's failing again) starts its clocks afresh: the budget wait and the reverts that held it for review are the last try's; the worker's own tries keep them", async () => {
+    it("a refund begun anew (an operator's, a served bill's failing again) starts its clocks afresh: the budget wait, the reverts that held it for review and its place in the payer's share are the last try's; the worker's own tries keep them", async () => {
       const { order } = await orders.lockPayment(
         { ...newOrderIds(), vend: null, bodyHash: "afresh", bill: {}, chain: "CELO", token: "USDC", tokenAddress: "0x1", payer: "0x78", amount: 1n, authNonce: `0x${"4e".repeat(32)}`, authValidBefore: 9n, payment: {}, requirements: {}, secretHash: "af" } as never,
         60,
       );
-      const clocks = async () => (await db.query<{ waiting: boolean; reverts: number }>(`SELECT refund_waiting_since IS NOT NULL AS waiting, refund_reverts AS reverts FROM bill_order WHERE request_id = $1`, [order.requestId]))[0];
+      const clocks = async () =>
+        (await db.query<{ waiting: boolean; reverts: number; cleared: boolean }>(`SELECT refund_waiting_since IS NOT NULL AS waiting, refund_reverts AS reverts, refund_cleared_at IS NOT NULL AS cleared FROM bill_order WHERE request_id = $1`, [order.requestId]))[0];
+      const clear = async () => expect(await orders.clearRefund((await orders.get(order.requestId))!, 1n, { limit: 100n, period: 3_600n }, { payerPercent: 100, latePercent: 100 })).toBeUndefined();
       await orders.transition(order.requestId, ["SETTLING"], "PAID");
       await orders.transition(order.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: transaction failed" });
+      await clear();
       await orders.deferRefund(order.requestId, 0);
       await orders.refundReverted(order.requestId, 0);
       await orders.transition(order.requestId, ["REFUNDING"], "REFUNDING");
-      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1, cleared: true });
       await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "refund waited past its deadline" });
-      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1, cleared: true });
       await orders.transition(order.requestId, ["NEEDS_REVIEW"], "REFUNDING", { failureReason: "an operator refunds it" });
-      expect(await clocks()).toEqual({ waiting: false, reverts: 0 });
+      expect(await clocks()).toEqual({ waiting: false, reverts: 0, cleared: false });
       // Held again, served instead, and failing again: its refund is begun anew too.
+      await clear();
       await orders.deferRefund(order.requestId, 0);
       await orders.refundReverted(order.requestId, 0);
       await orders.transition(order.requestId, ["REFUNDING"], "NEEDS_REVIEW", { failureReason: "refund waited past its deadline" });
       await orders.transition(order.requestId, ["NEEDS_REVIEW"], "PAID", { failureReason: "served by an operator" });
-      expect(await clocks()).toEqual({ waiting: true, reverts: 1 });
+      expect(await clocks()).toEqual({ waiting: true, reverts: 1, cleared: true });
       await orders.transition(order.requestId, ["PAID"], "REFUNDING", { failureReason: "biller: transaction failed" });
-      expect(await clocks()).toEqual({ waiting: false, reverts: 0 });
+      expect(await clocks()).toEqual({ waiting: false, reverts: 0, cleared: false });
     });
 
     it("an unfinished order has stood since it last became unfinished, however recently it moved (a refusal: since its authorization expires), by one rule in SQL and in code", async () => {
