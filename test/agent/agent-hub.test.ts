@@ -1095,6 +1095,17 @@ describe("agent hub: link once, then pay over MCP and A2A from an on-chain allow
       expect(onChain.paid).toBe(0n);
     });
 
+    it("holds for an operator, never writes off, a lost pull signed under an operator key this instance does not hold: nothing here can use its nonce", async () => {
+      const account = accounts(18);
+      const { flow } = service;
+      const order = await pullOrder(account);
+      const elsewhere = { signer: privateKeyToAccount(generatePrivateKey()).address, nonce: 0, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n }; // another instance's key, nonce unused
+      expect(await flow.orders.setTxHash([order.requestId], `0x${"cd".repeat(32)}`, undefined, undefined, elsewhere)).toBe(true);
+      await service.db.query(`UPDATE bill_order SET lease_until = now() - interval '1 second', created_at = created_at - interval '1 hour' WHERE request_id = $1`, [order.requestId]);
+      await workOnce(flow);
+      expect(await flow.orders.get(order.requestId)).toMatchObject({ status: "NEEDS_REVIEW", failureReason: expect.stringContaining("not this instance's") });
+    });
+
     it("refunds a failed bill whose refund a crash interrupted, and a pull that landed after its order was written off", async () => {
       const account = accounts(18);
       const { flow } = service;
