@@ -10,7 +10,6 @@
  *     a short-lived JWT per request with CDP_API_KEY_ID and CDP_API_KEY_SECRET.
  * Secrets are read here only and never logged.
  */
-import { createCdpAuthHeaders } from "@coinbase/x402";
 import type { FacilitatorConfig } from "@x402/core/http";
 import type { ChainKey } from "../../lib/chains.ts";
 import type { Config } from "../config.ts";
@@ -27,8 +26,12 @@ export function facilitatorAuth(config: Config, chain: ChainKey): FacilitatorAut
       const headers = { Authorization: `Bearer ${config[`FACILITATOR_TOKEN_${chain}`]!}` };
       return async () => ({ verify: headers, settle: headers, supported: headers });
     }
-    case "cdp":
-      return createCdpAuthHeaders(config.CDP_API_KEY_ID!, config.CDP_API_KEY_SECRET!);
+    case "cdp": {
+      // Loaded only when chosen: the package brings Coinbase's whole SDK (and its HTTP and JWT
+      // libraries, some 300 modules) into every process that reads this file otherwise.
+      const cdp = import("@coinbase/x402").then((m) => m.createCdpAuthHeaders(config.CDP_API_KEY_ID!, config.CDP_API_KEY_SECRET!)!);
+      return async () => (await cdp)();
+    }
     default:
       return undefined;
   }
