@@ -189,8 +189,9 @@ export function auditOrders(
         // transfer into BillPay that no payment accounts for (orders/review.ts): nothing is booked under its key.
         const last = decided.get(o.request_id);
         const byHand = handRefundHolds.has(o.request_id) && last?.action === "close" && last.outcome === "DONE" && last.tx_hash;
-        // What its refund owed: the payment, less what it kept back for its gas (a kept refusal's landing).
-        const owed = paid ? paid.amount - BigInt(o.refund_fee) : 0n;
+        // What its refund owed: the payment, less what it kept back for its gas (a kept refusal's
+        // landing; a service from before the fee names none).
+        const owed = paid ? paid.amount - BigInt(o.refund_fee ?? 0) : 0n;
         if (!byHand && (paid ? refunded < owed && since(o.request_id, "REFUNDED") : paidSince(o.request_id))) {
           out.awaitingLedger.push(`${what} was refunded on its receipt while the audit ran`);
         } else if (!paid) {
