@@ -165,7 +165,7 @@ export class ContractRefused extends Error {
  */
 export class RevertedOnChain extends ContractRefused {
   constructor(
-    readonly txHash: Hex,
+    txHash: Hex,
     readonly outOfGas: boolean,
     gasUsed: bigint,
     gas: bigint,

@@ -36,10 +36,9 @@ export async function refundLanding(
   options: { now?: boolean } = { now: true },
 ): Promise<Order | undefined> {
   if (BigInt(payment.amount) !== record.amount) return undefined;
-  // Worth no more than its refund's gas: an operator's, as any orphan.
-  const fee = lateLandingFee(deps, record.chain, record.token);
-  if (record.amount <= fee) return undefined;
-  const order = await deps.orders.createLandedRefund(record, payment.txHash, fee);
+  const refund = lateLandingRefund(deps, record.chain, record.token, record.amount);
+  if (!refund) return undefined; // worth no more than its refund's gas: an operator's, as any orphan
+  const order = await deps.orders.createLandedRefund(record, payment.txHash, refund.fee);
   if (!order) return undefined;
   // Watched as every confirmed payment is (payment-watch.ts: a loss that takes it and its refund
   // is met as a refunded order's is); read from the ledger when the caller has only its hash.
@@ -96,10 +95,11 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
     return refuse(`a payment of ${shown.amount} (not this authorization's ${record.amount}) already reached BillPay under its nonce (transaction ${shown.txHash}), outside any order: it is held for an operator, and this authorization pays for no bill`, { landed_tx: shown.txHash });
   }
   if (orphan === undefined || orphan === "NEEDS_REVIEW") {
+    const refund = lateLandingRefund(deps, record.chain, record.token, record.amount);
     const back = !kept
       ? "too many refused payments of this payer are kept already, so an operator must refund it"
-      : record.amount > lateLandingFee(deps, record.chain, record.token)
-        ? `it is refunded to its payer on chain, ${lateLandingTerms(deps, record.chain, record.token)}`
+      : refund
+        ? `it is refunded to its payer on chain, ${refund.terms}`
         : "it is worth no more than a refund's gas, so an operator must refund it";
     return refuse(
       `this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order. A landed authorization can be read by anyone and names no bill, so it pays for none: ${back}; sign a new authorization for this bill`,
@@ -110,14 +110,15 @@ export async function spentAtIntake(deps: FlowDeps, record: RefusedPayment, onCh
   return refuse(`this authorization already reached BillPay on its own (transaction ${shown.txHash}), outside any order, and ${settled}: it pays for no bill`, { landed_tx: shown.txHash });
 }
 
-/** What a kept refusal's refund keeps back for its gas, in units of `token` on `chain` (LATE_LANDING_FEE). */
-export function lateLandingFee(deps: Pick<FlowDeps, "lateLandingFee">, chain: string, token: string): bigint {
+/**
+ * What the refund of a kept refusal of `amount` keeps back for its gas (LATE_LANDING_FEE), in
+ * units of `token` on `chain`, and the payer's words for it ("less 0.02 USDC on CELO for the
+ * refund's gas"); undefined when nothing would be left to give back: such a refusal is not
+ * kept, and a landing of it is an operator's, as any orphan.
+ */
+export function lateLandingRefund(deps: Pick<FlowDeps, "lateLandingFee">, chain: string, token: string, amount: bigint): { fee: bigint; terms: string } | undefined {
   const decimals = tokenOn(chain as ChainKey, token as TokenSymbol)?.decimals;
   if (decimals === undefined) throw new Error(`no token ${token} on ${chain}`);
-  return parseUnits(deps.lateLandingFee, decimals);
-}
-
-/** The payer's words for it: "less 0.02 USDC on CELO for the refund's gas". */
-export function lateLandingTerms(deps: Pick<FlowDeps, "lateLandingFee">, chain: string, token: string): string {
-  return `less ${amountIn(chain, token, lateLandingFee(deps, chain, token))} for the refund's gas`;
+  const fee = parseUnits(deps.lateLandingFee, decimals);
+  return amount > fee ? { fee, terms: `less ${amountIn(chain, token, fee)} for the refund's gas` } : undefined;
 }

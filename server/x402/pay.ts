@@ -24,7 +24,7 @@ import { RecentKeys, type LimitName, type Limits } from "../limits.ts";
 import type { FlowDeps } from "../orders/fulfil.ts";
 import { paidForItsBill, paymentConfirmed, type Order } from "../orders/store.ts";
 import { replayOf, startX402Order, storedPayment } from "../orders/x402-flow.ts";
-import { lateLandingFee, lateLandingTerms, spentAtIntake } from "../orders/late-landing.ts";
+import { lateLandingRefund, spentAtIntake } from "../orders/late-landing.ts";
 import { startStage } from "../stage-timing.ts";
 import type { RefusedPayment } from "../orders/refused-payments.ts";
 import { paymentAtIntake, tokenBalance } from "../chain/payment-state.ts";
@@ -256,15 +256,15 @@ export function x402Payments(deps: X402PayDeps): X402Payments {
     const balance = await tokenBalance(node, token.address, payment.authorization.from).catch(() => undefined);
     if (balance === undefined) return "The payer's balance could not be read, so it is not kept: should it be submitted anyway, an operator must refund it";
     if (balance < quote.amount) return "The payer does not hold the amount now, so it is not kept: should it be funded and submitted anyway, an operator must refund it";
-    if (quote.amount <= lateLandingFee(deps.flow, option.chain, token.symbol)) return "It is worth no more than a refund's gas, so it is not kept: should it be submitted anyway, an operator must refund it";
+    const refund = lateLandingRefund(deps.flow, option.chain, token.symbol, quote.amount);
+    if (!refund) return "It is worth no more than a refund's gas, so it is not kept: should it be submitted anyway, an operator must refund it";
     const { description: _d, ...requirements } = requirement(ctx, { ...option, amount: quote.amount, rateVersion: quote.version.id }, BILL_DESCRIPTION);
     const keptUntil = await deps.flow.refused.record(refusalOf(payment, bill, option, token, quote.amount, hash, requirements, ctx.resourceUrl, `refused: ${code}`), BigInt(Math.floor(Date.now() / 1000)));
     if (keptUntil === null) return "Too many refused payments of this payer are kept already: should this one be submitted anyway, an operator must refund it";
-    const terms = lateLandingTerms(deps.flow, option.chain, token.symbol);
     // A window longer than the record's life (orders/refused-payments.ts): a landing after it is an operator's.
     return keptUntil < payment.authorization.validBefore
-      ? `Should this authorization be submitted anyway before ${new Date(Number(keptUntil) * 1000).toISOString()}, it is refunded to the payer on chain, ${terms}; after that, an operator must refund it`
-      : `Should this authorization be submitted anyway, it is refunded to the payer on chain, ${terms}`;
+      ? `Should this authorization be submitted anyway before ${new Date(Number(keptUntil) * 1000).toISOString()}, it is refunded to the payer on chain, ${refund.terms}; after that, an operator must refund it`
+      : `Should this authorization be submitted anyway, it is refunded to the payer on chain, ${refund.terms}`;
   }
 
   /** The bill's price now, and the option the challenge shows for it, with the signed offer of that price. */
